@@ -1,0 +1,356 @@
+"""Engine overhead: dse trials/s on zero-length trials against Optuna's ask/tell loop.
+
+What is measured (one process, same machine, one run after the other):
+
+* **dse**: ``Engine.run()`` of a campaign of zero-length trials on the probe backend (its default
+  script: every trial ends on the first poll), proposed by ``dse_agents.RandomAgent`` on a mixed,
+  infinite space, ``max_parallelism = 64``, in ``waves`` mode (the headline) and ``rolling`` mode.
+  The record is a real SQLite file opened with ``dse.Store(path)`` (durable: WAL +
+  ``synchronous=FULL``), so every trial's record is committed durably before dse acts on it.
+  After each run the file is reopened with a fresh ``Store`` and must hold exactly N completed
+  trials, otherwise the program exits non-zero.
+* **Optuna** (imported only here; ``pip install optuna``): ``study.ask()`` / ``study.tell()`` with
+  ``RandomSampler(seed=0)`` on the same space and a trivial objective value, with in-memory
+  storage, ``JournalStorage`` on a file (fsync per append) and SQLite ``RDBStorage``. The durable
+  Optuna storages are slow, so they run fewer trials; the table states each count.
+
+Timings include opening the record (``Store`` / ``create_study``) and exclude verification.
+
+Usage::
+
+    python benchmarks/engine_overhead.py            # full run (a few minutes at most)
+    python benchmarks/engine_overhead.py --quick    # under a minute
+    python benchmarks/engine_overhead.py --profile  # plus a cProfile of one dse waves run
+
+The last line printed is one JSON object with the measured rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import logging
+import math
+import pstats
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import dse
+from dse.testing import ProbeBackend
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+Mode = Literal["waves", "rolling"]
+
+PARALLELISM = 64
+DSE_TARGET_TRIALS_PER_S = 5_000.0
+JOURNAL_RATIO_TARGET = 8.0
+
+SPACE: dict[str, Any] = {
+    "optimizer": {"type": "categorical", "choices": ["sgd", "adam", "adamw", "rmsprop"]},
+    "layers": {"type": "int", "low": 1, "high": 32},
+    "lr": {"type": "float", "low": 1e-5, "high": 1e-1, "log": True},
+    "dropout": {"type": "float", "low": 0.0, "high": 0.5},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    dse: int
+    memory: int
+    journal: int
+    sqlite: int
+
+
+FULL = Counts(dse=20_000, memory=20_000, journal=2_000, sqlite=500)
+QUICK = Counts(dse=5_000, memory=5_000, journal=500, sqlite=200)
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    method: str
+    trials: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.trials / self.seconds if self.seconds > 0 else math.inf
+
+
+class BenchmarkError(Exception):
+    """The benchmark could not run or its result is not valid."""
+
+
+# -- dse -----------------------------------------------------------------------------------
+
+
+def _random_agent_class() -> Any:
+    try:
+        from dse_agents import RandomAgent
+    except ImportError as exc:
+        raise BenchmarkError(
+            f"cannot import dse_agents.RandomAgent ({exc}); install packages/agents"
+        ) from None
+    return RandomAgent
+
+
+def _campaign(mode: Mode, trials: int, workspace: Path) -> dse.Campaign:
+    return dse.campaign_from_dict(
+        {
+            "campaign": {
+                "name": f"overhead-{mode}",
+                "agent": "random",
+                "backend": "probe",
+                "mode": mode,
+                "max_parallelism": PARALLELISM,
+                "max_trials": trials,
+                "seed": 0,
+            },
+            "space": SPACE,
+            "objectives": [{"metric": "value", "direction": "minimize"}],
+        },
+        workspace=workspace,
+    )
+
+
+def _run_dse_once(mode: Mode, trials: int, workspace: Path) -> tuple[float, int, Path]:
+    """Run one campaign; return (seconds, campaign id, record path)."""
+    random_agent = _random_agent_class()
+    campaign = _campaign(mode, trials, workspace)
+    db_path = workspace / "dse.sqlite"
+    start = time.perf_counter()
+    store = dse.Store(db_path)
+    try:
+        engine = dse.Engine(
+            campaign,
+            agent=random_agent(campaign.space, seed=0),
+            backend=ProbeBackend(),
+            store=store,
+        )
+        result = engine.run()
+        seconds = time.perf_counter() - start
+    finally:
+        store.close()
+    if result.status != "completed":
+        raise BenchmarkError(
+            f"dse {mode}: campaign ended {result.status} ({result.end_reason}), expected completed"
+        )
+    return seconds, result.campaign_id, db_path
+
+
+def _verify_record(db_path: Path, campaign_id: int, trials: int, mode: Mode) -> None:
+    """Reopen the record with a fresh Store: exactly *trials* completed trial rows."""
+    store = dse.Store(db_path)
+    try:
+        rows = store.query(
+            "SELECT status, COUNT(*) AS n FROM trials WHERE campaign_id = ? GROUP BY status",
+            (campaign_id,),
+        )
+        journal_mode = store.query("PRAGMA journal_mode")[0][0]
+    finally:
+        store.close()
+    by_status = {row["status"]: row["n"] for row in rows}
+    if by_status != {"completed": trials}:
+        raise BenchmarkError(
+            f"dse {mode}: {db_path} holds {by_status}, expected {{'completed': {trials}}}"
+        )
+    if str(journal_mode).lower() != "wal":
+        raise BenchmarkError(f"dse {mode}: {db_path} journal_mode={journal_mode}, expected wal")
+
+
+def bench_dse(mode: Mode, trials: int) -> Measurement:
+    with tempfile.TemporaryDirectory(prefix=f"dse-overhead-{mode}-") as tmp:
+        seconds, campaign_id, db_path = _run_dse_once(mode, trials, Path(tmp))
+        _verify_record(db_path, campaign_id, trials, mode)
+    return Measurement(f"dse {mode} (P={PARALLELISM}, SQLite WAL+FULL)", trials, seconds)
+
+
+def profile_dse(mode: Mode, trials: int, top: int = 25) -> str:
+    """cProfile one dse run (not timed); return the top entries by tottime."""
+    profiler = cProfile.Profile()
+    with tempfile.TemporaryDirectory(prefix="dse-overhead-profile-") as tmp:
+        profiler.enable()
+        seconds, campaign_id, db_path = _run_dse_once(mode, trials, Path(tmp))
+        profiler.disable()
+        _verify_record(db_path, campaign_id, trials, mode)
+    out = io.StringIO()
+    out.write(f"cProfile: dse {mode}, {trials} trials, {seconds:.2f} s under the profiler\n")
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats(pstats.SortKey.TIME).print_stats(top)
+    return out.getvalue()
+
+
+# -- Optuna --------------------------------------------------------------------------------
+
+
+def _import_optuna() -> Any:
+    try:
+        import optuna
+    except ImportError:
+        raise BenchmarkError(
+            "optuna is not installed; it is needed only for this benchmark:"
+            " `.venv/bin/pip install optuna`"
+        ) from None
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    optuna.logging.disable_default_handler()
+    logging.getLogger("alembic").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="optuna")
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    return optuna
+
+
+def _journal_storage(optuna: Any, path: Path) -> Any:
+    storages = optuna.storages
+    journal = getattr(storages, "journal", None)
+    backend_cls = getattr(journal, "JournalFileBackend", None) if journal else None
+    if backend_cls is not None:
+        return storages.JournalStorage(backend_cls(str(path)))
+    # Optuna < 4.0
+    return storages.JournalStorage(storages.JournalFileStorage(str(path)))
+
+
+def _ask_tell(optuna: Any, storage: Any, trials: int) -> None:
+    study = optuna.create_study(
+        storage=storage,
+        sampler=optuna.samplers.RandomSampler(seed=0),
+        direction="minimize",
+        study_name="overhead",
+    )
+    for _ in range(trials):
+        trial = study.ask()
+        trial.suggest_categorical("optimizer", SPACE["optimizer"]["choices"])
+        layers = trial.suggest_int("layers", 1, 32)
+        lr = trial.suggest_float("lr", 1e-5, 1e-1, log=True)
+        dropout = trial.suggest_float("dropout", 0.0, 0.5)
+        study.tell(trial, lr * layers + dropout)
+    done = len(study.get_trials(deepcopy=False))
+    if done != trials:
+        raise BenchmarkError(f"optuna: the study holds {done} trials, expected {trials}")
+
+
+def bench_optuna(kind: Literal["memory", "journal", "sqlite"], trials: int) -> Measurement:
+    optuna = _import_optuna()
+    with tempfile.TemporaryDirectory(prefix=f"optuna-overhead-{kind}-") as tmp:
+        start = time.perf_counter()
+        if kind == "memory":
+            storage: Any = None
+            label = "optuna in-memory"
+        elif kind == "journal":
+            storage = _journal_storage(optuna, Path(tmp) / "journal.log")
+            label = "optuna JournalStorage (file)"
+        else:
+            storage = optuna.storages.RDBStorage(f"sqlite:///{Path(tmp) / 'optuna.db'}")
+            label = "optuna RDBStorage (SQLite)"
+        _ask_tell(optuna, storage, trials)
+        seconds = time.perf_counter() - start
+        if kind == "sqlite":
+            storage.engine.dispose()
+    return Measurement(label, trials, seconds)
+
+
+# -- report --------------------------------------------------------------------------------
+
+
+def _table(rows: list[Measurement], dse_rate: float) -> str:
+    header = ("method", "trials", "seconds", "trials/s", "dse (waves) ratio")
+    body = [
+        (
+            m.method,
+            f"{m.trials:,}",
+            f"{m.seconds:.3f}",
+            f"{m.rate:,.0f}",
+            f"{dse_rate / m.rate:.2f}x" if m.rate > 0 else "-",
+        )
+        for m in rows
+    ]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join([first, *rest])
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), sep, *(line(r) for r in body)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="smaller counts (under a minute)")
+    parser.add_argument("--dse-trials", type=int, help="override the dse trial count")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also cProfile one (untimed) dse waves run and print the top 25 by tottime",
+    )
+    args = parser.parse_args(argv)
+    counts = QUICK if args.quick else FULL
+    dse_trials = args.dse_trials or counts.dse
+
+    steps: list[tuple[str, Callable[[], Measurement]]] = [
+        ("dse waves", lambda: bench_dse("waves", dse_trials)),
+        ("dse rolling", lambda: bench_dse("rolling", dse_trials)),
+        ("optuna memory", lambda: bench_optuna("memory", counts.memory)),
+        ("optuna journal", lambda: bench_optuna("journal", counts.journal)),
+        ("optuna sqlite", lambda: bench_optuna("sqlite", counts.sqlite)),
+    ]
+    results: list[Measurement] = []
+    try:
+        for name, step in steps:
+            print(f"running {name} ...", file=sys.stderr, flush=True)
+            results.append(step())
+        profile = profile_dse("waves", dse_trials) if args.profile else None
+    except BenchmarkError as exc:
+        print(f"engine_overhead: error: {exc}", file=sys.stderr)
+        return 1
+
+    waves, rolling, memory, journal, sqlite = results
+    print(
+        f"engine overhead: zero-length trials, {sys.platform}, Python "
+        f"{sys.version.split()[0]}, dse {dse.__version__}, optuna {_import_optuna().__version__}"
+    )
+    print(_table(results, waves.rate))
+    ratio_journal = waves.rate / journal.rate
+    met_rate = waves.rate >= DSE_TARGET_TRIALS_PER_S
+    met_ratio = ratio_journal >= JOURNAL_RATIO_TARGET
+    print(
+        f"targets: dse >= {DSE_TARGET_TRIALS_PER_S:,.0f} trials/s durable: "
+        f"{'met' if met_rate else 'NOT met'} ({waves.rate:,.0f}); "
+        f">= {JOURNAL_RATIO_TARGET:.0f}x optuna journal: "
+        f"{'met' if met_ratio else 'NOT met'} ({ratio_journal:.1f}x)"
+    )
+    if profile is not None:
+        print(profile)
+    summary = {
+        "dse_trials_per_s": round(waves.rate, 1),
+        "dse_rolling_trials_per_s": round(rolling.rate, 1),
+        "optuna_memory_trials_per_s": round(memory.rate, 1),
+        "optuna_journal_trials_per_s": round(journal.rate, 1),
+        "optuna_sqlite_trials_per_s": round(sqlite.rate, 1),
+        "ratio_to_memory": round(waves.rate / memory.rate, 3),
+        "ratio_to_journal": round(ratio_journal, 3),
+        "ratio_to_sqlite": round(waves.rate / sqlite.rate, 3),
+        "trials": {
+            "dse": dse_trials,
+            "optuna_memory": counts.memory,
+            "optuna_journal": counts.journal,
+            "optuna_sqlite": counts.sqlite,
+        },
+        "parallelism": PARALLELISM,
+        "quick": bool(args.quick),
+        "targets_met": met_rate and met_ratio,
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

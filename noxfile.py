@@ -1,0 +1,49 @@
+"""Sessions for the dse monorepo: `nox` runs tests, isolation, lint and types."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "isolation", "lint", "types"]
+nox.options.reuse_existing_virtualenvs = True
+
+PACKAGES = ["packages/core", "packages/agents", "packages/backend-local", "packages/backend-slurm"]
+TEST_DEPS = ["pytest>=8", "pytest-xdist>=3"]
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    """Run every package's tests in parallel with all four distributions installed."""
+    session.install(*TEST_DEPS, *(f"-e{p}" for p in PACKAGES))
+    session.run("pytest", "-n", "auto", *session.posargs)
+
+
+@nox.session(python="3.11")
+def isolation(session: nox.Session) -> None:
+    """Install only dse-core and run its tests: core must not need the other packages."""
+    session.install(*TEST_DEPS, "-epackages/core[testing]")
+    session.run("python", "-c", "import importlib.util as u, sys;"
+                " sys.exit(u.find_spec('dse_agents') is not None)")
+    session.run("pytest", "-n", "auto", "tests/core", *session.posargs)
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """Check style with ruff."""
+    session.install("ruff")
+    session.run("ruff", "check", "packages", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session(python="3.11")
+def types(session: nox.Session) -> None:
+    """Type-check the four packages with mypy --strict."""
+    session.install("mypy", "pytest", "numpy", "scipy", *(f"-e{p}" for p in PACKAGES))
+    session.run("mypy")
+
+
+@nox.session(python="3.11", default=False)
+def bench(session: nox.Session) -> None:
+    """Run the benchmarks against their peers (quick mode unless --full is passed)."""
+    session.install("optuna", *(f"-e{p}" for p in PACKAGES))
+    quick = [] if "--full" in session.posargs else ["--quick"]
+    session.run("python", "benchmarks/engine_overhead.py", *quick)

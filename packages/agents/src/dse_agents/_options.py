@@ -1,0 +1,27 @@
+"""Validation of an agent's ``[agent.<name>]`` options, with messages naming the key."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dse import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+
+def reject_unknown(agent: str, options: Mapping[str, object], known: Iterable[str]) -> None:
+    """Raise :class:`dse.ConfigError` when *options* holds keys the agent does not know."""
+    if options:
+        msg = (
+            f"agent.{agent}: unknown option(s) {sorted(options)}; known: {sorted(known) or 'none'}"
+        )
+        raise ConfigError(msg)
+
+
+def need_int(agent: str, key: str, value: object, *, minimum: int) -> int:
+    """*value* as an integer of at least *minimum*, or a :class:`dse.ConfigError`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        msg = f"agent.{agent}.{key}: expected an integer >= {minimum}, got {value!r}"
+        raise ConfigError(msg)
+    return value

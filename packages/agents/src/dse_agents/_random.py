@@ -1,0 +1,182 @@
+"""The random agent: seeded draws, without repeats while the space is finite."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dse import Categorical, FloatRange, IntRange
+from dse_agents._options import reject_unknown
+from dse_agents._points import PointIndex, value_sequence
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from dse import Observation, Parameter, Space
+    from dse_agents._points import Value
+
+# How many times a finite draw tries a log-scaled point before taking any point left.
+_PREFERRED_TRIES = 2
+
+
+class RandomAgent:
+    """Draws points at random from a seeded :class:`random.Random`.
+
+    Every parameter is drawn uniformly, or log-uniformly when it is declared ``log``.
+
+    * **Finite space** (every parameter discrete): points are drawn *without replacement*,
+      so no point is proposed twice and the agent is :attr:`exhausted` right after the
+      last of the space's points has been handed out. Points are numbered (see the grid
+      order) and permuted by a lazy Fisher-Yates shuffle kept in a dict: O(1) per draw,
+      memory proportional to the draws, whatever the size of the space. With log-scaled
+      parameters a draw first tries a few log-distributed points and takes one that was
+      not drawn yet, else any remaining point.
+    * **Infinite space**: independent draws (a repeat is practically impossible).
+
+    The sequence of proposals depends only on the seed, never on how the engine batches its
+    calls (``propose(4)`` gives what four ``propose(1)`` give), so a campaign's trajectory
+    does not depend on its parallelism. Observations are ignored and consume no randomness.
+    """
+
+    name: ClassVar[str] = "random"
+    version: ClassVar[str] = "0.1.0"
+
+    def __init__(self, space: Space, *, seed: int = 0, **options: Any) -> None:
+        reject_unknown(self.name, options, [])
+        self._rng = random.Random(seed)
+        self._names = space.names
+        cardinality = space.cardinality
+        self._finite = cardinality is not None
+        self._drawn = 0
+        # Lazy Fisher-Yates state: positions [0, drawn) hold the drawn point numbers; ``_at``
+        # maps a position >= drawn to the number it holds when that is not its own position,
+        # ``_where`` maps a moved number to its position (kept only to find log-drawn points).
+        self._at: dict[int, int] = {}
+        self._where: dict[int, int] = {}
+        self._index: PointIndex | None = None
+        self._size = 0
+        self._preferred: tuple[tuple[int, Callable[[random.Random], int]], ...] | None = None
+        self._samplers: tuple[Callable[[random.Random], Value], ...] = ()
+        if self._finite:
+            self._index = PointIndex(space, 0)
+            self._size = self._index.size
+            if any(_is_log(p) for p in space.params):
+                self._preferred = tuple(
+                    (size, _index_sampler(p))
+                    for size, p in zip(self._index.sizes, space.params, strict=True)
+                )
+        else:
+            self._samplers = tuple(_value_sampler(p) for p in space.params)
+
+    @property
+    def exhausted(self) -> bool:
+        return self._finite and self._drawn >= self._size
+
+    def propose(self, n: int, in_flight: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+        rng = self._rng
+        index = self._index
+        if index is None:
+            names, samplers = self._names, self._samplers
+            return [
+                dict(zip(names, [s(rng) for s in samplers]))  # noqa: B905 - equal lengths
+                for _ in range(max(n, 0))
+            ]
+        point, draw = index.point, self._draw
+        return [point(draw(rng)) for _ in range(min(max(n, 0), self._size - self._drawn))]
+
+    def observe(self, observations: Sequence[Observation]) -> None:
+        """Ignored: random search does not learn."""
+
+    def _draw(self, rng: random.Random) -> int:
+        """Draw the number of one point not drawn yet (there is at least one)."""
+        drawn = self._drawn
+        preferred = self._preferred
+        if preferred is not None:
+            where = self._where
+            for _ in range(_PREFERRED_TRIES):
+                number = 0
+                for size, sample in preferred:
+                    number = number * size + sample(rng)
+                position = where.get(number, number)
+                if position >= drawn:
+                    return self._take(position)
+        return self._take(drawn + rng.randrange(self._size - drawn))
+
+    def _take(self, position: int) -> int:
+        """Swap *position* with the first undrawn position and return the number there."""
+        first = self._drawn
+        at, where, track = self._at, self._where, self._preferred is not None
+        number = at.get(position, position)
+        if position != first:
+            displaced = at.pop(first, first)
+            if displaced == position:
+                at.pop(position, None)
+                if track:
+                    where.pop(displaced, None)
+            else:
+                at[position] = displaced
+                if track:
+                    where[displaced] = position
+        else:
+            at.pop(first, None)
+        if track:
+            if number == first:
+                where.pop(number, None)
+            else:
+                where[number] = first
+        self._drawn = first + 1
+        return number
+
+
+def _is_log(param: Parameter) -> bool:
+    return not isinstance(param, Categorical) and param.log
+
+
+def _index_sampler(param: Parameter) -> Callable[[random.Random], int]:
+    """Draws the index of one of *param*'s values (log-uniformly on a log scale)."""
+    size = param.size or 0  # only called for discrete parameters
+    if isinstance(param, IntRange | FloatRange) and param.log:
+        # Value v stands for [v, v + step): a log-uniform draw lands there in proportion to
+        # log((v + step) / v), the discrete analogue of a log-uniform density.
+        step = float(param.step or 1)
+        origin = param.low
+        low = math.log(origin)
+        high = math.log(origin + size * step)
+
+        def sample_log(rng: random.Random) -> int:
+            raw = math.exp(rng.uniform(low, high))
+            return max(0, min(int((raw - origin) // step), size - 1))
+
+        return sample_log
+
+    def sample_uniform(rng: random.Random) -> int:
+        return rng.randrange(size)
+
+    return sample_uniform
+
+
+def _value_sampler(param: Parameter) -> Callable[[random.Random], Value]:
+    """Draws one value of *param*, continuous or not."""
+    if isinstance(param, FloatRange) and param.step is None:
+        low, high = param.low, param.high
+        if param.log:
+            log_low, log_high = math.log(low), math.log(high)
+
+            def sample_log(rng: random.Random) -> float:
+                # Clamped: exp(log(x)) may round a hair outside [low, high].
+                return min(max(math.exp(rng.uniform(log_low, log_high)), low), high)
+
+            return sample_log
+
+        def sample_linear(rng: random.Random) -> float:
+            return rng.uniform(low, high)
+
+        return sample_linear
+    values = value_sequence(param, 0)
+    sample_index = _index_sampler(param)
+
+    def sample_value(rng: random.Random) -> Value:
+        return values[sample_index(rng)]
+
+    return sample_value

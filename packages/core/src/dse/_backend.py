@@ -1,0 +1,168 @@
+"""The base class every backend (executor) extends.
+
+The public batch methods live here; a backend fills in four small template methods. The
+engine owns the cadence: it calls :meth:`Backend.poll` once per pass, never per job.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+from dse._errors import BackendError, ConfigError
+from dse._types import JobSpec, JobState, JobStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from types import TracebackType
+
+log = logging.getLogger("dse.backend")
+
+
+class Backend(ABC):
+    """Runs attempts somewhere and reports their raw states.
+
+    Subclasses set :attr:`name` and implement :meth:`_submit`, :meth:`_poll` and
+    :meth:`_cancel`, and may implement :meth:`_reattach` and :meth:`_shutdown`. They report
+    raw :class:`JobState` values; the core classifies them into trial outcomes.
+
+    Guarantees the base class gives the engine:
+
+    * :meth:`submit` takes a whole batch (a wave) in one call and returns one job id per job.
+      A batch the backend refuses as a whole becomes :attr:`JobState.LAUNCH_ERROR` statuses
+      reported by the next :meth:`poll`.
+    * :meth:`poll` makes **one** call to :meth:`_poll` with every outstanding id and returns
+      only the statuses that changed; a finished job is reported once and never queried
+      again. A failing :meth:`_poll` is logged and survived (nothing changes in that pass).
+    * :meth:`cancel` and :meth:`shutdown` are safe to call on finished or unknown ids.
+    """
+
+    name: ClassVar[str]
+    """Registered name, used as ``backend = "<name>"`` in campaign files."""
+    version: ClassVar[str] = "0"
+    """Version recorded with every attempt."""
+    default_poll_interval: ClassVar[tuple[float, float]] = (0.5, 10.0)
+    """(first, largest) wait in seconds between passes that saw no change."""
+
+    def __init__(self) -> None:
+        self._outstanding: dict[str, JobState] = {}
+        self._deferred: list[JobStatus] = []
+        self._launch_errors = 0
+        self.poll_failures = 0
+        """Consecutive passes whose query failed."""
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], *, source: str = "<campaign>") -> Self:
+        """Build the backend from the campaign's ``[backend.<name>]`` table."""
+        try:
+            return cls(**options)
+        except TypeError as exc:
+            msg = f"{source}: backend.{cls.name}: bad option(s): {exc}"
+            raise ConfigError(msg) from None
+
+    # -- public batch API (the engine calls these) ---------------------------------------
+
+    @property
+    def outstanding(self) -> tuple[str, ...]:
+        """Ids of jobs not yet reported finished."""
+        return tuple(self._outstanding)
+
+    def submit(self, jobs: Sequence[JobSpec]) -> list[str]:
+        """Start every job of *jobs*; return their ids in the same order."""
+        if not jobs:
+            return []
+        try:
+            ids = list(self._submit(jobs))
+            if len(ids) != len(jobs):
+                msg = f"backend {self.name!r} returned {len(ids)} ids for {len(jobs)} jobs"
+                raise BackendError(msg)
+        except Exception as exc:  # noqa: BLE001 - any refusal becomes launch errors, never a crash
+            log.warning("backend %s refused a batch of %d: %s", self.name, len(jobs), exc)
+            ids = []
+            for job in jobs:
+                self._launch_errors += 1
+                job_id = f"launch-error-{self._launch_errors}-{job.trial_id}"
+                self._deferred.append(
+                    JobStatus(job_id, JobState.LAUNCH_ERROR, reason=f"{type(exc).__name__}: {exc}")
+                )
+                ids.append(job_id)
+            return ids
+        for job_id in ids:
+            self._outstanding[job_id] = JobState.PENDING
+        return ids
+
+    def poll(self) -> list[JobStatus]:
+        """One pass over every outstanding job; return the statuses that changed."""
+        changed = self._deferred
+        self._deferred = []
+        if not self._outstanding:
+            return changed
+        try:
+            statuses = self._poll(tuple(self._outstanding))
+        except Exception:
+            self.poll_failures += 1
+            log.exception("backend %s: poll failed (%d in a row)", self.name, self.poll_failures)
+            return changed
+        self.poll_failures = 0
+        for job_id, status in statuses.items():
+            previous = self._outstanding.get(job_id)
+            if previous is None or status.state is previous:
+                continue
+            if status.state.is_finished():
+                del self._outstanding[job_id]
+            else:
+                self._outstanding[job_id] = status.state
+            changed.append(status)
+        return changed
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """Ask the backend to stop these jobs; their end is reported by later polls."""
+        live = [j for j in job_ids if j in self._outstanding]
+        if live:
+            self._cancel(live)
+
+    def reattach(self, jobs: Mapping[str, JobSpec]) -> None:
+        """Adopt jobs started by an earlier controller (job id → its spec)."""
+        if not jobs:
+            return
+        self._reattach(jobs)
+        for job_id in jobs:
+            self._outstanding.setdefault(job_id, JobState.PENDING)
+
+    def shutdown(self, *, cancel: bool = True) -> None:
+        """Release the backend; cancel what still runs unless *cancel* is false."""
+        if cancel and self._outstanding:
+            self._cancel(tuple(self._outstanding))
+        self._shutdown()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+    # -- template methods (a backend implements these) ------------------------------------
+
+    @abstractmethod
+    def _submit(self, jobs: Sequence[JobSpec]) -> Sequence[str]:
+        """Start *jobs* (one batched call where the system allows it); return their ids."""
+
+    @abstractmethod
+    def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        """Query the state of *job_ids* in one batched query; omit ids with no news."""
+
+    @abstractmethod
+    def _cancel(self, job_ids: Sequence[str]) -> None:
+        """Stop *job_ids* (SIGTERM, grace, SIGKILL or the system's equivalent)."""
+
+    def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:  # noqa: B027 - optional hook
+        """Prepare to poll jobs started by an earlier controller (default: nothing to do)."""
+
+    def _shutdown(self) -> None:  # noqa: B027 - optional hook
+        """Release resources held by the backend (default: nothing)."""

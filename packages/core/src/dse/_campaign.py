@@ -1,0 +1,313 @@
+"""Campaign files (TOML) and the :class:`Campaign` they describe.
+
+Every error names the file, the key and what was expected, in one line.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from dse._constraints import (
+    Constraint,
+    callable_constraint,
+    expression_constraint,
+    is_callable_ref,
+)
+from dse._errors import ConfigError
+from dse._space import Space
+from dse._types import Direction, Objective, Resources
+from dse._units import parse_duration
+
+Mode = Literal["waves", "rolling"]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentConfig:
+    """The ``[environment]`` table: what a trial runs and what it needs."""
+
+    command: tuple[str, ...] = ()
+    """Command template; ``{param}`` items are replaced by param values, one argv item each."""
+    shell: bool = False
+    """Run the command through ``/bin/sh -c`` (values are still passed as arguments)."""
+    time_limit: float | None = None
+    """Per-trial wall-clock limit in seconds."""
+    resources: Resources = field(default_factory=Resources)
+    """CPUs, GPUs, memory per trial."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment variables for every trial."""
+    code_version: str | None = None
+    """Declared version of the workload's code (part of the config hash)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Campaign:
+    """A whole campaign: space, agent, environment, backend, objectives and policies."""
+
+    name: str
+    """Name, unique within a workspace; letters, digits, ``.``, ``_``, ``-``."""
+    space: Space
+    """The search space."""
+    objectives: tuple[Objective, ...]
+    """Objectives; the first one ranks trials ("best so far")."""
+    agent: str = "random"
+    """Registered agent name."""
+    agent_options: Mapping[str, Any] = field(default_factory=dict)
+    """The ``[agent.<name>]`` table."""
+    backend: str = "probe"
+    """Registered backend name."""
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+    """The ``[backend.<name>]`` table."""
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
+    """What a trial runs."""
+    mode: Mode = "waves"
+    """``waves``: start up to ``max_parallelism``, wait for all; ``rolling``: refill at once."""
+    max_parallelism: int = 1
+    """Most trials running at once."""
+    max_trials: int | None = None
+    """Step allowance: most proposals accepted as trials or cache hits (``None``: no bound)."""
+    seed: int = 0
+    """Seed handed to the agent."""
+    constraints: tuple[Constraint, ...] = ()
+    """Predicates a proposal must satisfy; violations are rejected and take no slot."""
+    max_consecutive_rejections: int = 1000
+    """Rejections in a row after which the campaign stops."""
+    poll_interval: tuple[float, float] | None = None
+    """(first, largest) wait between passes with no change; ``None``: the backend's default."""
+    workspace: Path = Path(".dse")
+    """Directory holding ``dse.sqlite`` and the trial directories."""
+    source: Path | None = None
+    """The campaign file, when loaded from one."""
+
+    def __post_init__(self) -> None:
+        where = str(self.source) if self.source else "<campaign>"
+        check_name(self.name, f"{where}: campaign.name")
+        if not self.objectives:
+            raise ConfigError(f"{where}: objectives: at least one objective is required")
+        if self.mode not in ("waves", "rolling"):
+            raise ConfigError(
+                f"{where}: campaign.mode: expected 'waves' or 'rolling', got {self.mode!r}"
+            )
+        if self.max_parallelism < 1:
+            raise ConfigError(f"{where}: campaign.max_parallelism: expected >= 1")
+        if self.max_trials is not None and self.max_trials < 0:
+            raise ConfigError(f"{where}: campaign.max_trials: expected >= 0")
+        if self.max_consecutive_rejections < 1:
+            raise ConfigError(f"{where}: campaign.max_consecutive_rejections: expected >= 1")
+
+
+def check_name(name: object, where: str) -> str:
+    """Refuse a campaign name that could escape its directory (``../x``, ``a/b``)."""
+    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+        raise ConfigError(
+            f"{where}: {name!r} is not a valid campaign name; expected 1-100 letters, digits,"
+            " '.', '_' or '-' (no '/', no '..')"
+        )
+    return name
+
+
+class _Table:
+    """Typed reads from one TOML table, with errors naming file and key."""
+
+    def __init__(self, data: Mapping[str, Any], source: str, prefix: str) -> None:
+        self.data = data
+        self.source = source
+        self.prefix = prefix
+        self.used: set[str] = set()
+
+    def where(self, key: str) -> str:
+        return f"{self.source}: {self.prefix}{key}"
+
+    def get(self, key: str, kind: type | tuple[type, ...], expected: str, default: Any) -> Any:
+        self.used.add(key)
+        if key not in self.data:
+            return default
+        value = self.data[key]
+        bad_bool = isinstance(value, bool) and bool not in (
+            kind if isinstance(kind, tuple) else (kind,)
+        )
+        if not isinstance(value, kind) or bad_bool:
+            raise ConfigError(f"{self.where(key)}: expected {expected}, got {value!r}")
+        return value
+
+    def table(self, key: str) -> Mapping[str, Any]:
+        value: Mapping[str, Any] = self.get(key, dict, "a table", {})
+        return value
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            raise ConfigError(
+                f"{self.source}: unknown key(s) {', '.join(self.prefix + k for k in unknown)}"
+            )
+
+
+def _objectives(raw: Any, source: str) -> tuple[Objective, ...]:
+    items = [raw] if isinstance(raw, Mapping) else raw
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{source}: objectives: expected [[objectives]] tables with 'metric'")
+    result = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"{source}: objectives[{i}]: expected a table, got {item!r}")
+        table = _Table(item, source, f"objectives[{i}].")
+        metric = table.get("metric", str, "a metric name", None)
+        if not metric:
+            raise ConfigError(f"{table.where('metric')}: missing (the metric name in result.json)")
+        direction = table.get("direction", str, "'minimize' or 'maximize'", "minimize")
+        try:
+            parsed = Direction(direction)
+        except ValueError:
+            raise ConfigError(
+                f"{table.where('direction')}: expected 'minimize' or 'maximize', got {direction!r}"
+            ) from None
+        table.finish()
+        result.append(Objective(metric, parsed))
+    return tuple(result)
+
+
+def _environment(raw: Mapping[str, Any], source: str) -> EnvironmentConfig:
+    table = _Table(raw, source, "environment.")
+    command = table.get("command", (list, str), "a list of strings (or one string)", [])
+    shell = table.get("shell", bool, "true or false", False)
+    if isinstance(command, str):
+        command = [command] if shell else command.split()
+    if not all(isinstance(c, str) for c in command):
+        raise ConfigError(f"{table.where('command')}: expected a list of strings, got {command!r}")
+    limit = table.get("time_limit", (int, float, str), "a duration", None)
+    cpus = table.get("cpus", int, "a positive integer", 1)
+    gpus = table.get("gpus", int, "a non-negative integer", 0)
+    memory = table.get("memory_mb", int, "a positive integer (MiB)", None)
+    if cpus < 1 or gpus < 0 or (memory is not None and memory < 1):
+        raise ConfigError(f"{source}: environment: cpus >= 1, gpus >= 0, memory_mb >= 1 expected")
+    env = table.get("env", dict, "a table of strings", {})
+    if not all(isinstance(v, str) for v in env.values()):
+        raise ConfigError(f"{table.where('env')}: every value must be a string")
+    code_version = table.get("code_version", str, "a string", None)
+    table.finish()
+    return EnvironmentConfig(
+        command=tuple(command),
+        shell=shell,
+        time_limit=None if limit is None else parse_duration(limit, table.where("time_limit")),
+        resources=Resources(cpus, gpus, memory),
+        env=dict(env),
+        code_version=code_version,
+    )
+
+
+def _plugin_choice(
+    top: _Table, section: Mapping[str, Any], key: str, default: str
+) -> tuple[str, Mapping[str, Any]]:
+    name = top.get(key, str, f"a registered {key} name", default)
+    options = section.get(name, {}) if isinstance(section, Mapping) else {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"{top.source}: {key}.{name}: expected a table of options")
+    return name, dict(options)
+
+
+def load_campaign(path: str | Path, *, workspace: str | Path | None = None) -> Campaign:
+    """Read and validate a campaign file.
+
+    :param path: the TOML file.
+    :param workspace: override of ``campaign.workspace`` (default ``.dse`` beside the file).
+    """
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the campaign file ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: malformed TOML: {exc}") from None
+    return campaign_from_dict(data, source=path, workspace=workspace)
+
+
+def campaign_from_dict(
+    data: Mapping[str, Any], *, source: Path | None = None, workspace: str | Path | None = None
+) -> Campaign:
+    """Build a :class:`Campaign` from the parsed contents of a campaign file."""
+    where = str(source) if source else "<campaign>"
+    root = _Table(data, where, "")
+    top = _Table(root.table("campaign"), where, "campaign.")
+    base_dir = source.parent if source else Path.cwd()
+    default_name = source.stem if source else None
+    name = top.get("name", str, "a campaign name", default_name)
+    if name is None:
+        raise ConfigError(f"{where}: campaign.name: missing")
+    check_name(name, f"{where}: campaign.name")
+    space = Space.from_dict(root.table("space"), source=where)
+    root.used.add("objectives")
+    root.used.add("objective")
+    raw_obj = data.get("objectives", data.get("objective"))
+    if raw_obj is None:
+        raise ConfigError(f"{where}: objectives: missing; add [[objectives]] with metric = \"...\"")
+    objectives = _objectives(raw_obj, where)
+    agent, agent_options = _plugin_choice(top, root.table("agent"), "agent", "random")
+    backend, backend_options = _plugin_choice(top, root.table("backend"), "backend", "probe")
+    mode = top.get("mode", str, "'waves' or 'rolling'", "waves")
+    if mode not in ("waves", "rolling"):
+        raise ConfigError(f"{top.where('mode')}: expected 'waves' or 'rolling', got {mode!r}")
+    parallel = top.get("max_parallelism", int, "a positive integer", 1)
+    if parallel < 1:
+        raise ConfigError(
+            f"{top.where('max_parallelism')}: expected a positive integer, got {parallel}"
+        )
+    max_trials = top.get("max_trials", int, "a non-negative integer", None)
+    if max_trials is not None and max_trials < 0:
+        raise ConfigError(f"{top.where('max_trials')}: expected a non-negative integer")
+    seed = top.get("seed", int, "an integer", 0)
+    max_rej = top.get("max_consecutive_rejections", int, "a positive integer", 1000)
+    if max_rej < 1:
+        raise ConfigError(f"{top.where('max_consecutive_rejections')}: expected a positive integer")
+    raw_constraints = top.get("constraints", (list, str), "a list of expressions", [])
+    if isinstance(raw_constraints, str):
+        raw_constraints = [raw_constraints]
+    names = frozenset(space.names)
+    constraints = []
+    for i, text in enumerate(raw_constraints):
+        cwhere = f"{where}: campaign.constraints[{i}]"
+        if not isinstance(text, str):
+            raise ConfigError(f"{cwhere}: expected a string, got {text!r}")
+        if is_callable_ref(text):
+            constraints.append(callable_constraint(text, base_dir, cwhere))
+        else:
+            constraints.append(expression_constraint(text, names, cwhere))
+    poll = top.get("poll_interval", (int, float, str, list), "a duration or [first, max]", None)
+    poll_interval = None
+    if poll is not None:
+        pair = poll if isinstance(poll, list) else [poll, poll]
+        if len(pair) != 2:
+            raise ConfigError(f"{top.where('poll_interval')}: expected a duration or [first, max]")
+        first, largest = (parse_duration(p, top.where("poll_interval")) for p in pair)
+        poll_interval = (first, max(first, largest))
+    ws = top.get("workspace", str, "a directory path", ".dse")
+    workspace_path = Path(workspace) if workspace is not None else base_dir / ws
+    environment = _environment(root.table("environment"), where)
+    top.finish()
+    root.finish()
+    return Campaign(
+        name=name,
+        space=space,
+        objectives=objectives,
+        agent=agent,
+        agent_options=agent_options,
+        backend=backend,
+        backend_options=backend_options,
+        environment=environment,
+        mode=mode,
+        max_parallelism=parallel,
+        max_trials=max_trials,
+        seed=seed,
+        constraints=tuple(constraints),
+        max_consecutive_rejections=max_rej,
+        poll_interval=poll_interval,
+        workspace=workspace_path,
+        source=source,
+    )

@@ -1,0 +1,655 @@
+"""The engine: one single-threaded loop of polling passes.
+
+Each pass: poll the backend once → classify what ended → score complete runs only →
+record → feed results back → pull new proposals lazily → coerce, hash, check constraints,
+deduplicate and reuse the cache → commit the whole pass in one transaction → submit.
+
+``waves`` mode starts up to ``max_parallelism`` trials, waits for all of them, tells the agent
+the whole wave, then starts the next; ``rolling`` refills a slot in the pass that frees it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dse._classify import classify_end
+from dse._clock import Clock, SystemClock
+from dse._environment import CommandEnvironment
+from dse._hashing import config_hash
+from dse._protocols import TrialInfo
+from dse._space import ParamError
+from dse._store import Batch, Store, dumps
+from dse._types import (
+    Evaluation,
+    FailureClass,
+    JobSpec,
+    JobState,
+    JobStatus,
+    Observation,
+    TrialStatus,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from dse._backend import Backend
+    from dse._campaign import Campaign
+    from dse._protocols import Agent, Environment
+
+log = logging.getLogger("dse.engine")
+
+
+@dataclass(slots=True)
+class _Trial:
+    row_id: int
+    number: int
+    proposal: int
+    batch: int
+    params: dict[str, Any]
+    config_hash: str
+    trial_id: str = ""
+    spec: JobSpec | None = None
+    attempt_row: int | None = None
+    job_id: str | None = None
+    status: TrialStatus = TrialStatus.RUNNING
+    metrics: Mapping[str, float] | None = None
+    score: float | None = None
+    failure: FailureClass | None = None
+    message: str | None = None
+    waiters: list[_Trial] = field(default_factory=list)
+    job_id_recorded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BestTrial:
+    """The best completed trial so far (primary objective)."""
+
+    number: int
+    """Trial number."""
+    params: Mapping[str, Any]
+    """Its params."""
+    score: float
+    """Its primary objective value."""
+
+
+@dataclass(slots=True)
+class Stats:
+    """Live counts, read by the console."""
+
+    steps: int = 0
+    proposals: int = 0
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+    cached: int = 0
+    rejected: int = 0
+    cancelled: int = 0
+    interrupted: int = 0
+    budget_exhausted: int = 0
+    running: int = 0
+    passes: int = 0
+    best: BestTrial | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignResult:
+    """How a campaign run ended."""
+
+    campaign_id: int
+    """Run id in the workspace record."""
+    name: str
+    """Campaign name."""
+    status: str
+    """``completed``, ``stopped``, ``cancelled`` or ``failed``."""
+    end_reason: str
+    """Why it ended (``agent_exhausted``, ``max_trials``, ``max_consecutive_rejections``...)."""
+    stats: Stats
+    """Final counts."""
+
+    @property
+    def best(self) -> BestTrial | None:
+        return self.stats.best
+
+
+class EngineListener:
+    """Receives progress from the engine (the console implements it). Methods are no-ops."""
+
+    def on_start(self, engine: Engine) -> None:
+        """The campaign run was created in the record."""
+
+    def on_trial_end(self, engine: Engine, number: int, status: TrialStatus) -> None:
+        """A trial (or a cache hit) reached its outcome."""
+
+    def on_pass(self, engine: Engine) -> None:
+        """A polling pass was committed."""
+
+    def on_finish(self, engine: Engine, result: CampaignResult) -> None:
+        """The campaign ended."""
+
+
+_TERMINAL_STATUS = {
+    "agent_exhausted": "completed",
+    "max_trials": "completed",
+    "agent_stalled": "completed",
+    "max_consecutive_rejections": "stopped",
+    "cancelled": "cancelled",
+}
+
+
+class Engine:
+    """Runs one campaign on one backend, recording everything in a store."""
+
+    def __init__(
+        self,
+        campaign: Campaign,
+        *,
+        agent: Agent,
+        backend: Backend,
+        store: Store,
+        environment: Environment | None = None,
+        clock: Clock | None = None,
+        listener: EngineListener | None = None,
+        data_version: str | None = None,
+    ) -> None:
+        self.campaign = campaign
+        self.agent = agent
+        self.backend = backend
+        self.store = store
+        self.environment: Environment = environment or CommandEnvironment(
+            campaign.environment,
+            campaign.objectives,
+            param_names=campaign.space.names,
+            source=str(campaign.source or "<campaign>"),
+        )
+        self.clock: Clock = clock or SystemClock()
+        self.listener = listener or EngineListener()
+        self.data_version = data_version
+        self.stats = Stats()
+        self.campaign_id = 0
+        self.run_dir = Path()
+        self._primary = campaign.objectives[0]
+        self._workload = dict(self.environment.identity())
+        self._batch = Batch()
+        self._running: dict[str, _Trial] = {}
+        self._by_hash: dict[str, _Trial] = {}
+        self._to_submit: list[_Trial] = []
+        self._cache: dict[str, _Trial] = {}
+        self._pending_obs: list[tuple[int, Observation]] = []
+        self._batch_no = 0
+        self._number = 0
+        self._consecutive_rejections = 0
+        self._done: str | None = None
+        self._stop: str | None = None
+        poll = campaign.poll_interval or backend.default_poll_interval
+        self._poll_first, self._poll_max = poll
+        self._poll_wait = poll[0]
+
+    # -- public ---------------------------------------------------------------------------
+
+    def request_stop(self, reason: str = "cancelled") -> None:
+        """Stop the campaign: no new trials; running trials are cancelled and recorded."""
+        if self._stop is None:
+            self._stop = reason
+
+    def _stopping(self) -> bool:
+        # A method, not an attribute read: listeners and signal handlers set it mid-pass.
+        return self._stop is not None
+
+    @property
+    def running(self) -> int:
+        return len(self._running) + len(self._to_submit)
+
+    def run(self) -> CampaignResult:
+        """Run the campaign to its end and return how it ended."""
+        campaign = self.campaign
+        now = self.clock.time()
+        self.campaign_id = self.store.create_campaign(
+            name=campaign.name,
+            source=str(campaign.source) if campaign.source else None,
+            spec=campaign_spec(campaign),
+            agent=f"{getattr(self.agent, 'name', type(self.agent).__name__)}"
+            f"=={getattr(self.agent, 'version', '?')}",
+            backend=f"{type(self.backend).name}=={type(self.backend).version}",
+            mode=campaign.mode,
+            max_parallelism=campaign.max_parallelism,
+            now=now,
+        )
+        self.run_dir = campaign.workspace / campaign.name / f"run-{self.campaign_id}"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for row in self.store.reusable():
+            self._cache[row["config_hash"]] = _Trial(
+                row_id=row["id"],
+                number=row["number"],
+                proposal=0,
+                batch=0,
+                params={},
+                config_hash=row["config_hash"],
+                status=TrialStatus(row["status"]),
+                metrics=json.loads(row["metrics"]) if row["metrics"] else None,
+                score=row["score"],
+                failure=FailureClass(row["failure"]) if row["failure"] else None,
+                message=row["message"],
+            )
+        self.listener.on_start(self)
+        try:
+            self._loop()
+            # The last results are told too: the loop stops pulling once the agent is done
+            # (or max_trials is reached), not once the agent has heard about every trial.
+            self._deliver()
+        except KeyboardInterrupt:
+            self.request_stop("cancelled")
+            self._cancel_all()
+        except BaseException as exc:
+            self._stop = self._stop or "error"
+            self._event(None, "error", {"error": f"{type(exc).__name__}: {exc}"})
+            try:
+                self._cancel_all()
+            finally:
+                self._finish("failed", f"error: {type(exc).__name__}")
+            raise
+        reason = self._stop or self._done or "agent_exhausted"
+        status = _TERMINAL_STATUS.get(reason, "completed")
+        return self._finish(status, reason)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        self._refill()
+        self._commit()
+        self._submit()
+        while self._running:
+            if self._stop:
+                self._cancel_all()
+                return
+            self._wait()
+            statuses = self.backend.poll()
+            self.stats.passes += 1
+            changed = self._apply(statuses)
+            self._poll_wait = (
+                self._poll_first if changed else min(self._poll_wait * 2, self._poll_max)
+            )
+            if self._stopping():
+                self._commit()
+                self._cancel_all()
+                return
+            self._refill()
+            self._commit()
+            self._submit()
+            self.listener.on_pass(self)
+        if self._stop:
+            self._cancel_all()
+
+    def _wait(self) -> None:
+        if self._poll_wait > 0:
+            self.clock.sleep(self._poll_wait)
+
+    def _refill(self) -> None:
+        waves = self.campaign.mode == "waves"
+        while not self._done and not self._stop:
+            if waves and self._running:
+                return
+            self._deliver()
+            started = self._fill(self.campaign.max_parallelism - len(self._running))
+            if started or self._running or not self._pending_obs:
+                return
+
+    def _fill(self, slots: int) -> int:
+        """Pull proposals until *slots* trials started; return how many started."""
+        started = 0
+        campaign = self.campaign
+        self._batch_no += 1
+        while slots > 0 and not self._done and not self._stop:
+            if campaign.max_trials is not None and self.stats.steps >= campaign.max_trials:
+                self._done = "max_trials"
+                break
+            want = slots
+            if campaign.max_trials is not None:
+                want = min(want, campaign.max_trials - self.stats.steps)
+            in_flight = [t.params for t in self._running.values()]
+            in_flight.extend(t.params for t in self._to_submit)
+            proposals = list(self.agent.propose(want, in_flight))
+            if len(proposals) > want:
+                self._event(None, "agent_overproposed", {"asked": want, "got": len(proposals)})
+                proposals = proposals[:want]
+            if not proposals:
+                if self.agent.exhausted:
+                    self._done = "agent_exhausted"
+                elif not self._running and not self._to_submit and not self._pending_obs:
+                    self._done = "agent_stalled"
+                break
+            for raw in proposals:
+                took = self._take(raw)
+                slots -= took
+                started += took
+                if self._done or self._stopping():
+                    break
+        return started
+
+    def _take(self, raw: Mapping[str, Any]) -> int:
+        """Turn one proposal into a trial, a cache hit or a rejection; 1 if it took a slot."""
+        stats = self.stats
+        stats.proposals += 1
+        proposal = stats.proposals
+        try:
+            params = self.campaign.space.coerce(raw)
+        except ParamError as exc:
+            self._reject(proposal, dict(raw), f"outside the space: {exc}")
+            return 0
+        for constraint in self.campaign.constraints:
+            if not constraint(params):
+                self._reject(proposal, params, f"constraint {constraint.text!r}")
+                return 0
+        digest = config_hash(params, self._workload, self.data_version)
+        self._consecutive_rejections = 0
+        stats.steps += 1
+        self._number += 1
+        number = self._number
+        now = self.clock.time()
+        row_id = self.store.new_trial_id()
+        trial = _Trial(row_id, number, proposal, self._batch_no, params, digest)
+        original = self._cache.get(digest) or self._by_hash.get(digest)
+        if original is not None:
+            trial.status = TrialStatus.CACHED
+            finished = original.status.is_finished()
+            self._batch.trials.append((
+                row_id, self.campaign_id, number, proposal, self._batch_no, digest,
+                dumps(params), TrialStatus.CACHED.value,
+                original.failure.value if finished and original.failure else None,
+                None,
+                dumps(original.metrics) if finished and original.metrics is not None else None,
+                original.score if finished else None, original.row_id, None, now,
+                now if finished else None,
+            ))
+            if finished:
+                self._cached_end(trial, original)
+            else:
+                original.waiters.append(trial)
+            return 0
+        trial.trial_id = f"{self.campaign.name}-{self.campaign_id}-{number}"
+        trial_dir = self.run_dir / f"{number:06d}"
+        try:
+            os.mkdir(trial_dir)
+            spec = self.environment.prepare(
+                TrialInfo(trial.trial_id, number, 1, params, trial_dir, self.data_version)
+            )
+        except Exception as exc:  # noqa: BLE001 - a trial that cannot be prepared fails alone
+            trial.status = TrialStatus.FAILED
+            trial.failure = FailureClass.PREPARE_ERROR
+            trial.message = f"{type(exc).__name__}: {exc}"
+            self._batch.trials.append((
+                row_id, self.campaign_id, number, proposal, self._batch_no, digest,
+                dumps(params), trial.status.value, trial.failure.value, trial.message, None,
+                None, None, str(trial_dir), now, now,
+            ))
+            self._cache[digest] = trial
+            self._ended(trial)
+            return 0
+        trial.spec = spec
+        trial.attempt_row = self.store.new_attempt_id()
+        self._batch.trials.append((
+            row_id, self.campaign_id, number, proposal, self._batch_no, digest, dumps(params),
+            TrialStatus.RUNNING.value, None, None, None, None, None, str(trial_dir), now, None,
+        ))
+        self._batch.attempts.append(
+            (trial.attempt_row, row_id, 1, type(self.backend).name, None, "submitted", now)
+        )
+        self._to_submit.append(trial)
+        self._by_hash[digest] = trial
+        stats.started += 1
+        return 1
+
+    def _reject(self, proposal: int, params: dict[str, Any], reason: str) -> None:
+        self.stats.rejected += 1
+        self._consecutive_rejections += 1
+        self._event(None, "rejected", {"proposal": proposal, "params": params, "reason": reason})
+        self.agent.observe([Observation(params=params, status=None, rejected=reason)])
+        if self._consecutive_rejections >= self.campaign.max_consecutive_rejections:
+            self._done = "max_consecutive_rejections"
+            self._event(
+                None, "stopped", {"reason": "max_consecutive_rejections",
+                                  "count": self._consecutive_rejections},
+            )
+
+    def _submit(self) -> None:
+        trials = self._to_submit
+        if not trials:
+            return
+        self._to_submit = []
+        specs = [t.spec for t in trials]
+        ids = self.backend.submit(specs)  # type: ignore[arg-type]
+        for trial, job_id in zip(trials, ids, strict=True):
+            trial.job_id = job_id
+            self._running[job_id] = trial
+
+    def _apply(self, statuses: Sequence[JobStatus]) -> bool:
+        changed = False
+        now = self.clock.time()
+        batch = self._batch
+        for status in statuses:
+            trial = self._running.get(status.job_id)
+            if trial is None:
+                continue
+            changed = True
+            if not status.state.is_finished():
+                trial.job_id_recorded = True
+                batch.attempt_updates.append(
+                    (status.job_id, status.state.value, status.started_at, trial.attempt_row)
+                )
+                continue
+            del self._running[status.job_id]
+            self._by_hash.pop(trial.config_hash, None)
+            self._conclude(trial, status)
+            batch.attempt_ends.append((
+                status.job_id, status.state.value, status.exit_code, status.signal,
+                status.node, status.reason, status.started_at, status.ended_at or now,
+                trial.attempt_row,
+            ))
+            self._record_end(trial, now)
+        return changed
+
+    def _conclude(self, trial: _Trial, status: JobStatus) -> None:
+        if status.state is JobState.SUCCEEDED:
+            assert trial.spec is not None
+            try:
+                evaluation = self.environment.evaluate(trial.spec, status)
+            except Exception as exc:  # noqa: BLE001 - a broken result never crashes the loop
+                evaluation = Evaluation(
+                    failure=FailureClass.INCOMPLETE_OUTPUT,
+                    message=f"evaluating the result raised {type(exc).__name__}: {exc}",
+                )
+            trial.metrics = dict(evaluation.metrics)
+            if evaluation.ok:
+                trial.status = TrialStatus.COMPLETED
+                trial.score = evaluation.metrics[self._primary.metric]
+            else:
+                trial.status = TrialStatus.FAILED
+                trial.failure = evaluation.failure
+                trial.message = evaluation.message
+            return
+        trial.status, trial.failure, trial.message = classify_end(status)
+
+    def _record_end(self, trial: _Trial, now: float) -> None:
+        self._batch.trial_ends.append((
+            trial.status.value,
+            trial.failure.value if trial.failure else None,
+            trial.message,
+            dumps(trial.metrics) if trial.metrics is not None else None,
+            trial.score,
+            now,
+            trial.row_id,
+        ))
+        if trial.status.is_reusable():
+            self._cache[trial.config_hash] = trial
+        self._ended(trial)
+        for waiter in trial.waiters:
+            if trial.status.is_reusable():
+                self._batch.trial_ends.append((
+                    TrialStatus.CACHED.value,
+                    trial.failure.value if trial.failure else None,
+                    trial.message,
+                    dumps(trial.metrics) if trial.metrics is not None else None,
+                    trial.score, now, waiter.row_id,
+                ))
+                self._cached_end(waiter, trial)
+            else:
+                waiter.status = trial.status
+                self._batch.trial_ends.append(
+                    (trial.status.value, None, f"reused trial {trial.number}, which ended"
+                     f" {trial.status.value}", None, None, now, waiter.row_id)
+                )
+                self._ended(waiter, reported_status=trial.status)
+        trial.waiters.clear()
+
+    def _cached_end(self, trial: _Trial, original: _Trial) -> None:
+        trial.metrics = original.metrics
+        trial.score = original.score
+        trial.failure = original.failure
+        self.stats.cached += 1
+        self._pending_obs.append((trial.proposal, Observation(
+            params=trial.params,
+            status=original.status,
+            metrics=original.metrics or {},
+            score=original.score,
+            trial_number=trial.number,
+            failure=original.failure,
+        )))
+        self.listener.on_trial_end(self, trial.number, TrialStatus.CACHED)
+
+    def _ended(self, trial: _Trial, reported_status: TrialStatus | None = None) -> None:
+        status = reported_status or trial.status
+        stats = self.stats
+        if status is TrialStatus.COMPLETED:
+            stats.completed += 1
+            score = trial.score
+            assert score is not None
+            best = stats.best
+            if best is None or self._primary.direction.better(score, best.score):
+                stats.best = BestTrial(trial.number, trial.params, score)
+        elif status is TrialStatus.FAILED:
+            stats.failed += 1
+        elif status is TrialStatus.CANCELLED:
+            stats.cancelled += 1
+        elif status is TrialStatus.INTERRUPTED:
+            stats.interrupted += 1
+        elif status is TrialStatus.BUDGET_EXHAUSTED:
+            stats.budget_exhausted += 1
+        if status is not TrialStatus.CANCELLED:
+            self._pending_obs.append((trial.proposal, Observation(
+                params=trial.params,
+                status=status,
+                metrics=trial.metrics or {},
+                score=trial.score,
+                trial_number=trial.number,
+                failure=trial.failure,
+            )))
+        self.listener.on_trial_end(self, trial.number, status)
+
+    def _deliver(self) -> None:
+        if not self._pending_obs:
+            return
+        pending = sorted(self._pending_obs, key=lambda item: item[0])
+        self._pending_obs = []
+        self.agent.observe([obs for _, obs in pending])
+
+    def _commit(self) -> None:
+        batch = self._batch
+        for trial in self._running.values():
+            if not trial.job_id_recorded:
+                trial.job_id_recorded = True
+                batch.attempt_updates.append((trial.job_id, "submitted", None, trial.attempt_row))
+        self.stats.running = self.running
+        self.store.commit(batch)
+
+    def _event(self, trial_row: int | None, kind: str, data: Mapping[str, Any]) -> None:
+        self._batch.events.append(
+            (self.campaign_id, trial_row, self.clock.time(), kind, dumps(data))
+        )
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def _cancel_all(self, grace: float = 30.0) -> None:
+        """Cancel what runs, collect final states for a while, record the rest as cancelled."""
+        now = self.clock.time()
+        for trial in self._to_submit:
+            trial.status = TrialStatus.CANCELLED
+            trial.message = "cancelled before submission"
+            self._batch.attempt_ends.append((
+                None, JobState.CANCELLED.value, None, None, None, trial.message, None, now,
+                trial.attempt_row,
+            ))
+            self._record_end(trial, now)
+        self._to_submit = []
+        if self._running:
+            self._event(None, "cancel", {"running": len(self._running)})
+            self.backend.cancel(list(self._running))
+            deadline = now + grace
+            wait = 0.0
+            while self._running and self.clock.time() < deadline:
+                self._apply(self.backend.poll())
+                if self._running:
+                    wait = min(max(wait * 2, 0.01), 0.5)
+                    self.clock.sleep(wait)
+            now = self.clock.time()
+            for job_id, trial in list(self._running.items()):
+                del self._running[job_id]
+                trial.status = TrialStatus.CANCELLED
+                trial.message = "cancel requested; the backend did not confirm the end"
+                self._batch.attempt_ends.append((
+                    job_id, JobState.CANCELLED.value, None, None, None, trial.message, None,
+                    now, trial.attempt_row,
+                ))
+                self._record_end(trial, now)
+        self._commit()
+
+    def _finish(self, status: str, reason: str) -> CampaignResult:
+        self._batch.campaign_updates.append(
+            (status, reason, self.clock.time(), self.campaign_id)
+        )
+        self._commit()
+        result = CampaignResult(self.campaign_id, self.campaign.name, status, reason, self.stats)
+        self.listener.on_finish(self, result)
+        return result
+
+
+def campaign_spec(campaign: Campaign) -> dict[str, Any]:
+    """A JSON-able description of a campaign, stored with each run."""
+    space = []
+    for param in campaign.space:
+        entry: dict[str, Any] = {"name": param.name, "type": param.kind}
+        for key in ("choices", "low", "high", "step", "log"):
+            if hasattr(param, key):
+                value = getattr(param, key)
+                entry[key] = list(value) if isinstance(value, tuple) else value
+        space.append(entry)
+    env = campaign.environment
+    return {
+        "name": campaign.name,
+        "space": space,
+        "objectives": [
+            {"metric": o.metric, "direction": o.direction.value} for o in campaign.objectives
+        ],
+        "agent": campaign.agent,
+        "agent_options": dict(campaign.agent_options),
+        "backend": campaign.backend,
+        "backend_options": {k: str(v) for k, v in campaign.backend_options.items()},
+        "mode": campaign.mode,
+        "max_parallelism": campaign.max_parallelism,
+        "max_trials": campaign.max_trials,
+        "seed": campaign.seed,
+        "constraints": [c.text for c in campaign.constraints],
+        "max_consecutive_rejections": campaign.max_consecutive_rejections,
+        "environment": {
+            "command": list(env.command),
+            "shell": env.shell,
+            "time_limit": env.time_limit,
+            "cpus": env.resources.cpus,
+            "gpus": env.resources.gpus,
+            "memory_mb": env.resources.memory_mb,
+            "code_version": env.code_version,
+        },
+    }

@@ -1,0 +1,51 @@
+"""The one error hierarchy of dse and the exit codes of the ``dse`` command.
+
+Every error a user can cause derives from :class:`DseError` and also from the builtin a
+caller would naturally catch. Messages are complete sentences built before the ``raise``:
+they name the file, the key or the plugin concerned and what was expected, so the CLI can
+print them as one line. A spent budget or a failed trial is a *status*, never an exception.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class DseError(Exception):
+    """Root of every error raised by dse on purpose."""
+
+
+class ConfigError(DseError, ValueError):
+    """A campaign file, a search space or an option is malformed.
+
+    The message names the file, the key and what was expected.
+    """
+
+
+class PluginError(DseError, RuntimeError):
+    """A plugin failed to load, registered a duplicate name, or a name is unknown."""
+
+
+class ConstraintError(DseError, RuntimeError):
+    """A user constraint raised instead of answering ``True`` or ``False``."""
+
+
+class StoreError(DseError, RuntimeError):
+    """The SQLite record cannot be opened or has an unknown schema version."""
+
+
+class BackendError(DseError, RuntimeError):
+    """A backend could not do what it was asked (for example, a submission was refused)."""
+
+
+class ExitCode(enum.IntEnum):
+    """Exit codes of the ``dse`` command."""
+
+    OK = 0
+    """The command succeeded; a campaign that ended by exhausting its budget is also OK."""
+    INTERNAL_ERROR = 1
+    """A bug in dse or a plugin: the message says where."""
+    USAGE_ERROR = 2
+    """Bad input: a malformed campaign file, an unknown plugin, a raising constraint."""
+    INTERRUPTED = 130
+    """The user stopped the campaign (Ctrl+C or SIGTERM); running trials were cancelled."""

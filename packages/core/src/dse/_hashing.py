@@ -1,0 +1,53 @@
+"""Canonical JSON and configuration hashes.
+
+Two proposals with the same config hash are the same trial: the hash covers the coerced
+params together with the workload identity (command template, code version) and the data
+version, so a cache never crosses code or data versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+def _default(value: Any) -> Any:
+    raise TypeError(f"value {value!r} of type {type(value).__name__} is not JSON-serialisable")
+
+
+def canonical_json(value: Any) -> str:
+    """Serialise *value* deterministically: sorted keys, no spaces, floats by ``repr``.
+
+    Non-finite floats are refused: they have no canonical JSON form.
+    """
+    return json.dumps(
+        value,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+        default=_default,
+    )
+
+
+def config_hash(
+    params: Mapping[str, Any],
+    workload: Mapping[str, Any] | None = None,
+    data_version: str | None = None,
+) -> str:
+    """Return the sha256 hex digest identifying one trial.
+
+    :param params: coerced params (see :meth:`dse.Space.coerce`).
+    :param workload: identity of what runs: command template, code version, environment name.
+    :param data_version: the version of the data the trial reads, or ``None`` when undeclared.
+    """
+    for key, value in params.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"param {key!r} is {value!r}; a config hash needs finite values")
+    doc = {"params": params, "workload": workload or {}, "data": data_version}
+    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()

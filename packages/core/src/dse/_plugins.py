@@ -1,0 +1,163 @@
+"""The plugin manager: entry points of group ``dse``, registration by ``name``."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from dse import hookspecs
+from dse._errors import PluginError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+GROUP = "dse"
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """One registered backend or agent class and where it comes from."""
+
+    name: str
+    """The registered name."""
+    kind: str
+    """``backend`` or ``agent``."""
+    cls: type
+    """The class."""
+    plugin: str
+    """The plugin (entry point) name."""
+    distribution: str
+    """The distribution that ships it."""
+    version: str
+    """The distribution's version."""
+
+
+class PluginManager:
+    """Loads plugins and keeps the registry of backends and agents."""
+
+    def __init__(self, *, autoload: bool | None = None, extra: Iterable[object] = ()) -> None:
+        self.pm = pluggy.PluginManager("dse")
+        self.pm.add_hookspecs(hookspecs)
+        self._dist: dict[str, tuple[str, str]] = {}
+        if os.environ.get("DSE_TRACE_PLUGINS"):
+            self.pm.trace.root.setwriter(lambda msg: print(msg, end="", file=sys.stderr))
+            self.pm.enable_tracing()
+        if autoload is None:
+            autoload = not os.environ.get("DSE_DISABLE_PLUGIN_AUTOLOAD")
+        if autoload:
+            self._load_entry_points()
+        else:
+            from dse import _builtin
+
+            self.register(_builtin, name="core", distribution=("dse-core", _core_version()))
+        for module_name in filter(None, os.environ.get("DSE_PLUGINS", "").split(",")):
+            self._load_module(module_name.strip())
+        for i, plugin in enumerate(extra):
+            self.register(plugin, name=f"extra-{i}", distribution=("<in-process>", ""))
+        self._backends: dict[str, Registered] | None = None
+        self._agents: dict[str, Registered] | None = None
+
+    def register(self, plugin: object, *, name: str, distribution: tuple[str, str]) -> None:
+        """Register *plugin* (a module or object with hook implementations)."""
+        self.pm.register(plugin, name=name)
+        self._dist[name] = distribution
+        self._backends = self._agents = None
+
+    def _load_entry_points(self) -> None:
+        seen: set[str] = set()
+        for ep in importlib.metadata.entry_points(group=GROUP):
+            if ep.name in seen or self.pm.get_plugin(ep.name) is not None:
+                continue
+            seen.add(ep.name)
+            dist = ep.dist
+            dist_name = dist.metadata["Name"] if dist is not None else "<unknown>"
+            dist_version = dist.version if dist is not None else ""
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # noqa: BLE001 - a plugin that fails to load fails loudly
+                msg = (
+                    f"plugin {ep.name!r} ({ep.value}) from {dist_name} failed to load:"
+                    f" {type(exc).__name__}: {exc}"
+                )
+                raise PluginError(msg) from None
+            self.register(plugin, name=ep.name, distribution=(dist_name, dist_version))
+
+    def _load_module(self, module_name: str) -> None:
+        """Load a plugin named in ``DSE_PLUGINS`` (comma-separated importable modules)."""
+        if self.pm.get_plugin(module_name) is not None:
+            return
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:  # noqa: BLE001 - a plugin that fails to load fails loudly
+            msg = (
+                f"plugin module {module_name!r} named in DSE_PLUGINS failed to load:"
+                f" {type(exc).__name__}: {exc}"
+            )
+            raise PluginError(msg) from None
+        self.register(module, name=module_name, distribution=("DSE_PLUGINS", ""))
+
+    def _collect(self, hook_name: str, kind: str) -> dict[str, Registered]:
+        hook = getattr(self.pm.hook, hook_name)
+        registry: dict[str, Registered] = {}
+        for impl in hook.get_hookimpls():
+            plugin_name = self.pm.get_name(impl.plugin) or "?"
+            function: Callable[[], Any] = impl.function
+            try:
+                classes = function() or []
+            except Exception as exc:  # noqa: BLE001 - name the plugin that broke
+                msg = f"plugin {plugin_name!r}: {hook_name} raised {type(exc).__name__}: {exc}"
+                raise PluginError(msg) from None
+            dist, version = self._dist.get(plugin_name, ("<unknown>", ""))
+            for cls in classes:
+                name = getattr(cls, "name", None)
+                if not isinstance(name, str) or not name:
+                    msg = f"plugin {plugin_name!r} ({dist}): {kind} class {cls!r} has no name"
+                    raise PluginError(msg)
+                if name in registry:
+                    other = registry[name]
+                    msg = (
+                        f"{kind} name {name!r} is registered twice: by plugin"
+                        f" {other.plugin!r} ({other.distribution}) and by plugin"
+                        f" {plugin_name!r} ({dist})"
+                    )
+                    raise PluginError(msg)
+                registry[name] = Registered(name, kind, cls, plugin_name, dist, version)
+        return registry
+
+    @property
+    def backends(self) -> dict[str, Registered]:
+        if self._backends is None:
+            self._backends = self._collect("dse_register_backends", "backend")
+        return self._backends
+
+    @property
+    def agents(self) -> dict[str, Registered]:
+        if self._agents is None:
+            self._agents = self._collect("dse_register_agents", "agent")
+        return self._agents
+
+    def backend_class(self, name: str) -> type:
+        return self._lookup(self.backends, name, "backend")
+
+    def agent_class(self, name: str) -> type:
+        return self._lookup(self.agents, name, "agent")
+
+    @staticmethod
+    def _lookup(registry: dict[str, Registered], name: str, kind: str) -> type:
+        if name not in registry:
+            installed = ", ".join(sorted(registry)) or "none"
+            msg = f"unknown {kind} {name!r}; installed {kind}s: {installed}"
+            raise PluginError(msg)
+        return registry[name].cls
+
+
+def _core_version() -> str:
+    from dse._version import __version__
+
+    return __version__

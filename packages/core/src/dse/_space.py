@@ -1,0 +1,343 @@
+"""Search spaces: named parameters, each categorical, an integer range or a float range.
+
+Values are coerced to the parameter's declared type before anything else sees them, so
+``4``, ``4.0`` and ``"4"`` proposed for an integer parameter are one and the same point.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+
+from dse._errors import ConfigError, DseError
+
+if TYPE_CHECKING:
+    import random
+
+Value: TypeAlias = "int | float | str | bool"
+Params: TypeAlias = "dict[str, Any]"
+
+
+class ParamError(DseError, ValueError):
+    """A proposed value does not belong to its parameter (wrong type or out of range)."""
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Categorical:
+    """A parameter that takes one of a fixed list of values."""
+
+    name: str
+    """Parameter name, as used in params and command templates."""
+    choices: tuple[Value, ...]
+    """The allowed values, in declared order (the grid order)."""
+    kind: ClassVar[str] = "categorical"
+
+    @property
+    def size(self) -> int:
+        """Number of distinct values."""
+        return len(self.choices)
+
+    def coerce(self, value: object) -> Value:
+        for choice in self.choices:
+            if value == choice and type(value) is type(choice):
+                return choice
+        for choice in self.choices:
+            if _is_number(value) and _is_number(choice) and value == choice:
+                return choice
+            if isinstance(value, str) and str(choice) == value:
+                return choice
+        raise ParamError(
+            f"param {self.name!r}: {value!r} is not one of {list(self.choices)!r}"
+        )
+
+    def values(self, points: int = 0) -> tuple[Value, ...]:
+        """All values, in declared order."""
+        return self.choices
+
+    def sample(self, rng: random.Random) -> Value:
+        return self.choices[rng.randrange(len(self.choices))]
+
+
+@dataclass(frozen=True, slots=True)
+class IntRange:
+    """An integer parameter in ``[low, high]`` (both inclusive) on a grid of ``step``."""
+
+    name: str
+    """Parameter name."""
+    low: int
+    """Smallest allowed value."""
+    high: int
+    """Largest allowed value (inclusive)."""
+    step: int = 1
+    """Spacing of allowed values, counted from ``low``."""
+    log: bool = False
+    """Sample on a log scale (``low`` must then be positive)."""
+    kind: ClassVar[str] = "int"
+
+    @property
+    def size(self) -> int:
+        return (self.high - self.low) // self.step + 1
+
+    def coerce(self, value: object) -> int:
+        if isinstance(value, bool):
+            raise ParamError(f"param {self.name!r}: {value!r} is a bool, expected an integer")
+        if isinstance(value, str):
+            try:
+                value = float(value) if any(c in value for c in ".eE") else int(value)
+            except ValueError:
+                raise ParamError(
+                    f"param {self.name!r}: {value!r} is not an integer"
+                ) from None
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ParamError(f"param {self.name!r}: {value!r} is not an integer")
+            value = int(value)
+        if not isinstance(value, int):
+            raise ParamError(
+                f"param {self.name!r}: {value!r} ({type(value).__name__}) is not an integer"
+            )
+        if not self.low <= value <= self.high or (value - self.low) % self.step:
+            raise ParamError(
+                f"param {self.name!r}: {value} is outside [{self.low}, {self.high}]"
+                + (f" step {self.step}" if self.step != 1 else "")
+            )
+        return value
+
+    def values(self, points: int = 0) -> range:
+        return range(self.low, self.high + 1, self.step)
+
+    def sample(self, rng: random.Random) -> int:
+        if self.log:
+            raw = math.exp(rng.uniform(math.log(self.low), math.log(self.high + 1)))
+            index = min(int((raw - self.low) // self.step), self.size - 1)
+            return self.low + max(index, 0) * self.step
+        return self.low + rng.randrange(self.size) * self.step
+
+
+@dataclass(frozen=True, slots=True)
+class FloatRange:
+    """A float parameter in ``[low, high]``, on a linear or log scale."""
+
+    name: str
+    """Parameter name."""
+    low: float
+    """Smallest allowed value."""
+    high: float
+    """Largest allowed value (inclusive)."""
+    log: bool = False
+    """The natural scale is logarithmic (``low`` must be positive)."""
+    step: float | None = None
+    """Optional spacing of allowed values; makes the parameter finite."""
+    kind: ClassVar[str] = "float"
+
+    @property
+    def size(self) -> int | None:
+        if self.step is None:
+            return None
+        return math.floor((self.high - self.low) / self.step + 1e-9) + 1
+
+    def coerce(self, value: object) -> float:
+        if isinstance(value, bool):
+            raise ParamError(f"param {self.name!r}: {value!r} is a bool, expected a float")
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ParamError(f"param {self.name!r}: {value!r} is not a number") from None
+        if not _is_number(value):
+            raise ParamError(
+                f"param {self.name!r}: {value!r} ({type(value).__name__}) is not a number"
+            )
+        result = float(value)  # type: ignore[arg-type]
+        if not math.isfinite(result) or not self.low <= result <= self.high:
+            raise ParamError(
+                f"param {self.name!r}: {result!r} is outside [{self.low!r}, {self.high!r}]"
+            )
+        if self.step is not None:
+            index = round((result - self.low) / self.step)
+            snapped = self.low + index * self.step
+            if not math.isclose(snapped, result, rel_tol=1e-9, abs_tol=1e-12):
+                raise ParamError(
+                    f"param {self.name!r}: {result!r} is not on the grid of step {self.step!r}"
+                )
+            result = round(snapped, 12)
+        return result
+
+    def values(self, points: int = 5) -> tuple[float, ...]:
+        """Grid values: every step if a step is declared, else *points* evenly spaced."""
+        size = self.size
+        if size is not None and self.step is not None:
+            return tuple(round(self.low + i * self.step, 12) for i in range(size))
+        if points < 2:
+            return (self.low,)
+        if self.log:
+            lo, hi = math.log(self.low), math.log(self.high)
+            inner = [math.exp(lo + (hi - lo) * i / (points - 1)) for i in range(1, points - 1)]
+        else:
+            inner = [self.low + (self.high - self.low) * i / (points - 1)
+                     for i in range(1, points - 1)]
+        return (self.low, *inner, self.high)
+
+    def sample(self, rng: random.Random) -> float:
+        if self.step is not None:
+            return self.values()[rng.randrange(self.size or 1)]
+        if self.log:
+            return math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
+        return rng.uniform(self.low, self.high)
+
+
+Parameter: TypeAlias = "Categorical | IntRange | FloatRange"
+
+
+@dataclass(frozen=True, slots=True)
+class Space:
+    """An ordered set of named parameters."""
+
+    params: tuple[Parameter, ...]
+    """The parameters, in declared order."""
+    _by_name: dict[str, Parameter] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_name: dict[str, Parameter] = {}
+        for param in self.params:
+            if param.name in by_name:
+                raise ConfigError(f"space: parameter {param.name!r} is declared twice")
+            by_name[param.name] = param
+        object.__setattr__(self, "_by_name", by_name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def __getitem__(self, name: str) -> Parameter:
+        return self._by_name[name]
+
+    def __iter__(self) -> Iterator[Parameter]:
+        return iter(self.params)
+
+    def __len__(self) -> int:
+        return len(self.params)
+
+    @property
+    def cardinality(self) -> int | None:
+        """Number of distinct points, or ``None`` when a parameter is continuous."""
+        total = 1
+        for param in self.params:
+            size = param.size
+            if size is None:
+                return None
+            total *= size
+        return total
+
+    def coerce(self, proposal: Mapping[str, object]) -> Params:
+        """Return *proposal* with every value coerced to its parameter's type.
+
+        Raises :class:`ParamError` for a missing, unknown or out-of-range value.
+        """
+        by_name = self._by_name
+        if len(proposal) != len(by_name) or any(k not in by_name for k in proposal):
+            missing = [n for n in by_name if n not in proposal]
+            unknown = [k for k in proposal if k not in by_name]
+            parts = []
+            if missing:
+                parts.append(f"missing {missing}")
+            if unknown:
+                parts.append(f"unknown {unknown}")
+            raise ParamError("proposal does not match the space: " + ", ".join(parts))
+        return {p.name: p.coerce(proposal[p.name]) for p in self.params}
+
+    def sample(self, rng: random.Random) -> Params:
+        """Draw one point uniformly (log-uniformly on log parameters)."""
+        return {p.name: p.sample(rng) for p in self.params}
+
+    @classmethod
+    def from_dict(cls, table: Mapping[str, Any], *, source: str = "<space>") -> Space:
+        """Build a space from the ``[space]`` table of a campaign file.
+
+        Each entry is either a list (a categorical parameter) or a table with ``type`` one of
+        ``categorical`` (``choices``), ``int`` (``low``, ``high``, optional ``step``, ``log``)
+        or ``float`` (``low``, ``high``, optional ``log``, ``step``).
+        """
+        if not isinstance(table, Mapping) or not table:
+            raise ConfigError(f"{source}: [space] must declare at least one parameter")
+        return cls(tuple(_parse_param(name, spec, source) for name, spec in table.items()))
+
+
+def _need(spec: Mapping[str, Any], key: str, where: str, expected: str) -> Any:
+    if key not in spec:
+        raise ConfigError(f"{where}: missing key {key!r} ({expected})")
+    return spec[key]
+
+
+def _parse_param(name: str, spec: Any, source: str) -> Parameter:
+    where = f"{source}: space.{name}"
+    if not name.isidentifier():
+        raise ConfigError(f"{where}: parameter names must be identifiers, got {name!r}")
+    if isinstance(spec, list):
+        spec = {"type": "categorical", "choices": spec}
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{where}: expected a table or a list of choices, got {spec!r}")
+    kind = spec.get("type")
+    allowed = {
+        "categorical": {"type", "choices"},
+        "int": {"type", "low", "high", "step", "log"},
+        "float": {"type", "low", "high", "step", "log"},
+    }
+    if kind not in allowed:
+        raise ConfigError(
+            f"{where}.type: expected one of 'categorical', 'int', 'float', got {kind!r}"
+        )
+    unknown = sorted(set(spec) - allowed[kind])
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown} for a {kind} parameter")
+    if kind == "categorical":
+        choices = _need(spec, "choices", where, "a non-empty list")
+        if not isinstance(choices, list) or not choices:
+            raise ConfigError(f"{where}.choices: expected a non-empty list, got {choices!r}")
+        for choice in choices:
+            if not isinstance(choice, int | float | str | bool):
+                raise ConfigError(
+                    f"{where}.choices: {choice!r} is not a string, number or boolean"
+                )
+        if len({(type(c), c) for c in choices}) != len(choices):
+            raise ConfigError(f"{where}.choices: duplicate values in {choices!r}")
+        return Categorical(name, tuple(choices))
+    low = _need(spec, "low", where, "a number")
+    high = _need(spec, "high", where, "a number")
+    log = spec.get("log", False)
+    if not isinstance(log, bool):
+        raise ConfigError(f"{where}.log: expected true or false, got {log!r}")
+    if kind == "int":
+        step = spec.get("step", 1)
+        for key, value in (("low", low), ("high", high), ("step", step)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"{where}.{key}: expected an integer, got {value!r}")
+        if step < 1:
+            raise ConfigError(f"{where}.step: expected a positive integer, got {step}")
+        if low > high:
+            raise ConfigError(f"{where}: empty range, low {low} > high {high}")
+        if log and low <= 0:
+            raise ConfigError(f"{where}.low: a log-scaled range needs low > 0, got {low}")
+        return IntRange(name, low, high, step, log)
+    fstep = spec.get("step")
+    for key, value in (("low", low), ("high", high)):
+        if not _is_number(value) or not math.isfinite(value):
+            raise ConfigError(f"{where}.{key}: expected a finite number, got {value!r}")
+    if fstep is not None and (not _is_number(fstep) or not fstep > 0):
+        raise ConfigError(f"{where}.step: expected a positive number, got {fstep!r}")
+    if not low < high:
+        raise ConfigError(f"{where}: empty range, low {low!r} must be < high {high!r}")
+    if log and low <= 0:
+        raise ConfigError(f"{where}.low: a log-scaled range needs low > 0, got {low!r}")
+    return FloatRange(name, float(low), float(high), log, None if fstep is None else float(fstep))
+
+
+def grid_values(param: Parameter, points: int) -> Sequence[Value]:
+    """The values a grid visits for *param* (see :meth:`FloatRange.values`)."""
+    return param.values(points)

@@ -1,0 +1,337 @@
+"""The durable record: one SQLite file per workspace.
+
+Every state change is buffered in a :class:`Batch` and committed in one transaction per
+polling pass, before the engine acts on it. The database runs in WAL mode with
+``synchronous=FULL``: a committed pass survives a crash of the process or of the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dse._errors import StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+SCHEMA_VERSION = 1
+DB_NAME = "dse.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS campaigns (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    source TEXT,
+    spec TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    max_parallelism INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    end_reason TEXT,
+    created_at REAL NOT NULL,
+    ended_at REAL
+);
+CREATE INDEX IF NOT EXISTS campaigns_name ON campaigns(name);
+CREATE TABLE IF NOT EXISTS trials (
+    id INTEGER PRIMARY KEY,
+    campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+    number INTEGER NOT NULL,
+    proposal INTEGER NOT NULL,
+    wave INTEGER NOT NULL,
+    config_hash TEXT NOT NULL,
+    params TEXT NOT NULL,
+    status TEXT NOT NULL,
+    failure TEXT,
+    message TEXT,
+    metrics TEXT,
+    score REAL,
+    cache_of INTEGER REFERENCES trials(id),
+    trial_dir TEXT,
+    created_at REAL NOT NULL,
+    ended_at REAL,
+    UNIQUE (campaign_id, number)
+);
+CREATE INDEX IF NOT EXISTS trials_hash ON trials(config_hash);
+CREATE TABLE IF NOT EXISTS attempts (
+    id INTEGER PRIMARY KEY,
+    trial_id INTEGER NOT NULL REFERENCES trials(id),
+    attempt INTEGER NOT NULL,
+    backend TEXT NOT NULL,
+    job_id TEXT,
+    state TEXT NOT NULL,
+    exit_code INTEGER,
+    signal INTEGER,
+    node TEXT,
+    reason TEXT,
+    submitted_at REAL NOT NULL,
+    started_at REAL,
+    ended_at REAL,
+    UNIQUE (trial_id, attempt)
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY,
+    campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+    trial_id INTEGER REFERENCES trials(id),
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    data TEXT
+);
+CREATE INDEX IF NOT EXISTS events_campaign ON events(campaign_id, kind);
+"""
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(slots=True)
+class Batch:
+    """State changes of one polling pass, committed together by :meth:`Store.commit`."""
+
+    trials: list[tuple[Any, ...]] = field(default_factory=list)
+    trial_ends: list[tuple[Any, ...]] = field(default_factory=list)
+    attempts: list[tuple[Any, ...]] = field(default_factory=list)
+    attempt_updates: list[tuple[Any, ...]] = field(default_factory=list)
+    attempt_ends: list[tuple[Any, ...]] = field(default_factory=list)
+    events: list[tuple[Any, ...]] = field(default_factory=list)
+    campaign_updates: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.trials or self.trial_ends or self.attempts or self.attempt_updates
+            or self.attempt_ends or self.events or self.campaign_updates
+        )
+
+
+class Store:
+    """The SQLite record of a workspace (``<workspace>/dse.sqlite``)."""
+
+    def __init__(self, path: str | Path, *, durable: bool = True) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"{self.path}: cannot open the record ({exc})") from None
+        db = self._db
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
+            self._init_schema()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: not a dse record ({exc})") from None
+        self._next_trial = self._max_id("trials") + 1
+        self._next_attempt = self._max_id("attempts") + 1
+
+    def _init_schema(self) -> None:
+        db = self._db
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.OperationalError:
+            row = None
+        if row is not None:
+            if int(row[0]) != SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: schema version {row[0]}, this dse reads {SCHEMA_VERSION}"
+                )
+            return
+        db.execute("BEGIN IMMEDIATE")
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        db.execute(
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+            (str(SCHEMA_VERSION),),
+        )
+        db.execute("COMMIT")
+
+    def _max_id(self, table: str) -> int:
+        row = self._db.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}").fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- ids ------------------------------------------------------------------------------
+
+    def new_trial_id(self) -> int:
+        value = self._next_trial
+        self._next_trial += 1
+        return value
+
+    def new_attempt_id(self) -> int:
+        value = self._next_attempt
+        self._next_attempt += 1
+        return value
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def create_campaign(
+        self,
+        *,
+        name: str,
+        source: str | None,
+        spec: dict[str, Any],
+        agent: str,
+        backend: str,
+        mode: str,
+        max_parallelism: int,
+        now: float,
+    ) -> int:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        cursor = db.execute(
+            "INSERT INTO campaigns(name, source, spec, agent, backend, mode, max_parallelism,"
+            " status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+            (name, source, dumps(spec), agent, backend, mode, max_parallelism, now),
+        )
+        db.execute("COMMIT")
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    def commit(self, batch: Batch) -> None:
+        """Write every change of *batch* in one transaction, then clear it."""
+        if not batch:
+            return
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if batch.trials:
+                db.executemany(
+                    "INSERT INTO trials(id, campaign_id, number, proposal, wave, config_hash,"
+                    " params, status, failure, message, metrics, score, cache_of, trial_dir,"
+                    " created_at, ended_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    batch.trials,
+                )
+            if batch.attempts:
+                db.executemany(
+                    "INSERT INTO attempts(id, trial_id, attempt, backend, job_id, state,"
+                    " submitted_at) VALUES (?,?,?,?,?,?,?)",
+                    batch.attempts,
+                )
+            if batch.attempt_updates:
+                db.executemany(
+                    "UPDATE attempts SET job_id=?, state=?, started_at=COALESCE(?, started_at)"
+                    " WHERE id=?",
+                    batch.attempt_updates,
+                )
+            if batch.attempt_ends:
+                db.executemany(
+                    "UPDATE attempts SET job_id=?, state=?, exit_code=?, signal=?, node=?,"
+                    " reason=?, started_at=COALESCE(?, started_at), ended_at=? WHERE id=?",
+                    batch.attempt_ends,
+                )
+            if batch.trial_ends:
+                db.executemany(
+                    "UPDATE trials SET status=?, failure=?, message=?, metrics=?, score=?,"
+                    " ended_at=? WHERE id=?",
+                    batch.trial_ends,
+                )
+            if batch.events:
+                db.executemany(
+                    "INSERT INTO events(campaign_id, trial_id, at, kind, data)"
+                    " VALUES (?,?,?,?,?)",
+                    batch.events,
+                )
+            if batch.campaign_updates:
+                db.executemany(
+                    "UPDATE campaigns SET status=?, end_reason=?, ended_at=? WHERE id=?",
+                    batch.campaign_updates,
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        batch.trials.clear()
+        batch.trial_ends.clear()
+        batch.attempts.clear()
+        batch.attempt_updates.clear()
+        batch.attempt_ends.clear()
+        batch.events.clear()
+        batch.campaign_updates.clear()
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def reusable(self, hashes: Sequence[str] | None = None) -> Iterator[sqlite3.Row]:
+        """Finished, reusable trials (completed or failed) of the whole workspace."""
+        self._db.row_factory = sqlite3.Row
+        try:
+            rows = self._db.execute(
+                "SELECT id, number, campaign_id, config_hash, status, failure, message, metrics,"
+                " score FROM trials WHERE status IN ('completed', 'failed') AND cache_of IS NULL"
+                " ORDER BY id"
+            ).fetchall()
+        finally:
+            self._db.row_factory = None
+        yield from rows
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Run a read-only query; rows are addressable by column name."""
+        self._db.row_factory = sqlite3.Row
+        try:
+            return self._db.execute(sql, params).fetchall()
+        finally:
+            self._db.row_factory = None
+
+    def campaigns(self) -> list[sqlite3.Row]:
+        return self.query(
+            "SELECT c.*, (SELECT COUNT(*) FROM trials t WHERE t.campaign_id = c.id) AS trials"
+            " FROM campaigns c ORDER BY c.id"
+        )
+
+    def find_campaign(self, name_or_id: str) -> sqlite3.Row | None:
+        """The latest run of the campaign *name_or_id* (a name, or a numeric run id)."""
+        if name_or_id.isdigit():
+            rows = self.query("SELECT * FROM campaigns WHERE id = ?", (int(name_or_id),))
+        else:
+            rows = self.query(
+                "SELECT * FROM campaigns WHERE name = ? ORDER BY id DESC LIMIT 1", (name_or_id,)
+            )
+        return rows[0] if rows else None
+
+    def trials(self, campaign_id: int) -> list[sqlite3.Row]:
+        return self.query(
+            "SELECT * FROM trials WHERE campaign_id = ? ORDER BY number", (campaign_id,)
+        )
+
+    def attempts(self, campaign_id: int) -> list[sqlite3.Row]:
+        return self.query(
+            "SELECT a.* FROM attempts a JOIN trials t ON a.trial_id = t.id"
+            " WHERE t.campaign_id = ? ORDER BY t.number, a.attempt",
+            (campaign_id,),
+        )
+
+    def events(self, campaign_id: int, kind: str | None = None) -> list[sqlite3.Row]:
+        if kind is None:
+            return self.query(
+                "SELECT * FROM events WHERE campaign_id = ? ORDER BY id", (campaign_id,)
+            )
+        return self.query(
+            "SELECT * FROM events WHERE campaign_id = ? AND kind = ? ORDER BY id",
+            (campaign_id, kind),
+        )
+
+
+def workspace_db(workspace: str | Path) -> Path:
+    return Path(workspace) / DB_NAME
+
+
+def open_existing(workspace: str | Path) -> Store:
+    """Open the record of an existing workspace (for reading commands)."""
+    path = workspace_db(workspace)
+    if not path.is_file():
+        raise StoreError(f"{path}: no dse record here (run `dse run CAMPAIGN.toml` first)")
+    if not os.access(path, os.R_OK):
+        raise StoreError(f"{path}: not readable")
+    return Store(path)

@@ -1,0 +1,229 @@
+"""Values that cross a boundary between dse and its plugins: frozen, slotted, documented."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+
+class Direction(enum.Enum):
+    """Whether an objective metric is better low or high."""
+
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+    def better(self, a: float, b: float) -> bool:
+        """``True`` when *a* is strictly better than *b*."""
+        return a < b if self is Direction.MINIMIZE else a > b
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    """One metric the campaign optimises."""
+
+    metric: str
+    """Name of the metric in the trial's result."""
+    direction: Direction = Direction.MINIMIZE
+    """Which way is better."""
+
+
+class JobState(enum.Enum):
+    """Raw end or progress state of one attempt, as a backend reports it.
+
+    Backends report these; the core classifies them into trial outcomes.
+    """
+
+    PENDING = "pending"
+    """Accepted by the backend, not started yet."""
+    RUNNING = "running"
+    """Started and not finished."""
+    SUCCEEDED = "succeeded"
+    """The workload exited with status 0."""
+    FAILED = "failed"
+    """The workload exited with a non-zero status."""
+    OUT_OF_MEMORY = "out_of_memory"
+    """Killed for exceeding its memory limit."""
+    TIMEOUT = "timeout"
+    """Killed for exceeding its time limit."""
+    KILLED = "killed"
+    """Ended by a signal the backend did not send (ambiguous: the sender is unknown)."""
+    CANCELLED = "cancelled"
+    """Cancelled through :meth:`Backend.cancel`."""
+    PREEMPTED = "preempted"
+    """Preempted by the scheduler for higher-priority work."""
+    NODE_FAIL = "node_fail"
+    """The node running it failed."""
+    BOOT_FAIL = "boot_fail"
+    """The node could not be booted for it."""
+    LOST = "lost"
+    """The backend no longer knows the job (vanished)."""
+    LAUNCH_ERROR = "launch_error"
+    """The backend could not start it."""
+
+    def is_finished(self) -> bool:
+        """``True`` for every end state."""
+        return self not in (JobState.PENDING, JobState.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What one attempt needs."""
+
+    cpus: int = 1
+    """CPU cores."""
+    gpus: int = 0
+    """GPUs, handed out exclusively."""
+    memory_mb: int | None = None
+    """Memory limit in MiB, or ``None`` for the backend's default."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """Everything a backend needs to start one attempt of one trial."""
+
+    trial_id: str
+    """Stable id of the trial (``<campaign>-<run>-<number>``); also names the job."""
+    attempt: int
+    """Attempt number, from 1."""
+    params: Mapping[str, Any]
+    """The coerced params of the trial."""
+    trial_dir: Path
+    """The trial's own output directory (exists before submission)."""
+    argv: tuple[str, ...] = ()
+    """Command to run, one argv item per element (empty for backends that run no command)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment variables, including the trial contract ``DSE_*`` variables."""
+    resources: Resources = field(default_factory=Resources)
+    """What the attempt needs."""
+    time_limit: float | None = None
+    """Wall-clock ceiling in seconds, or ``None`` for none."""
+    shell: bool = False
+    """Run ``argv[0]`` through ``/bin/sh -c`` (only when the campaign asks for it)."""
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Directory kept across attempts of this trial."""
+        return self.trial_dir / "checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """One attempt's state as seen by one polling pass."""
+
+    job_id: str
+    """The backend's id of the attempt."""
+    state: JobState
+    """Raw state."""
+    exit_code: int | None = None
+    """Exit status when the workload exited."""
+    signal: int | None = None
+    """Signal number when the workload was killed by a signal."""
+    node: str | None = None
+    """Where it ran, when known."""
+    started_at: float | None = None
+    """Start time (seconds since the epoch, or the fake clock), when known."""
+    ended_at: float | None = None
+    """End time, when finished."""
+    reason: str | None = None
+    """Backend's own words on why it ended this way."""
+    ambiguous: bool = False
+    """The backend cannot tell an infrastructure cause from a workload cause."""
+    result: Mapping[str, Any] | None = None
+    """A result document delivered in-band (the probe); ``None`` means read ``result.json``."""
+
+
+class TrialStatus(enum.Enum):
+    """Where a trial is in its life; the last five are outcomes."""
+
+    PENDING = "pending"
+    """Recorded, not submitted yet."""
+    RUNNING = "running"
+    """Submitted to the backend."""
+    CACHED = "cached"
+    """Not run: it reuses the result of an identical trial (``cache_of``)."""
+    COMPLETED = "completed"
+    """Ran to the end and was scored."""
+    FAILED = "failed"
+    """A reproducible failure: a result about the design, with a failure class."""
+    INTERRUPTED = "interrupted"
+    """Stopped by the infrastructure."""
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    """Hit its own ceiling."""
+    CANCELLED = "cancelled"
+    """Stopped by the user."""
+
+    def is_finished(self) -> bool:
+        return self not in (TrialStatus.PENDING, TrialStatus.RUNNING)
+
+    def is_reusable(self) -> bool:
+        """Whether a later identical proposal may reuse this trial's result."""
+        return self in (TrialStatus.COMPLETED, TrialStatus.FAILED)
+
+
+class FailureClass(enum.Enum):
+    """Why a trial failed (reproducibly) or was interrupted."""
+
+    NONZERO_EXIT = "nonzero_exit"
+    OUT_OF_MEMORY = "out_of_memory"
+    TIME_LIMIT = "time_limit"
+    KILLED = "killed"
+    INCOMPLETE_OUTPUT = "incomplete_output"
+    MISSING_METRIC = "missing_metric"
+    INVALID_METRIC = "invalid_metric"
+    PREPARE_ERROR = "prepare_error"
+    LAUNCH_ERROR = "launch_error"
+    PREEMPTED = "preempted"
+    NODE_FAILURE = "node_failure"
+    BOOT_FAILURE = "boot_failure"
+    JOB_VANISHED = "job_vanished"
+    CONTROLLER_RESTART = "controller_restart"
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """What an environment concluded from one finished attempt."""
+
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """Metrics read from the result (may be empty for a failure)."""
+    failure: FailureClass | None = None
+    """Set when the attempt did not produce a usable result."""
+    message: str | None = None
+    """A one-line explanation of the failure."""
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What an agent is told about one of its proposals."""
+
+    params: Mapping[str, Any]
+    """The coerced params (for a rejection: as proposed)."""
+    status: TrialStatus | None
+    """Outcome of the trial; ``None`` for a rejected proposal (no trial was made)."""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """Metrics of a completed trial (or of the trial a cache hit reuses)."""
+    score: float | None = None
+    """Primary objective value of a completed trial, ``None`` otherwise."""
+    trial_number: int | None = None
+    """Trial number in the campaign, ``None`` for a rejection."""
+    failure: FailureClass | None = None
+    """Failure class of a failed trial."""
+    rejected: str | None = None
+    """Why the proposal was rejected (constraint, outside the space), or ``None``."""
+
+
+def finite_float(value: Any) -> float | None:
+    """*value* as a finite float, or ``None`` when it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    result = float(value)
+    return result if math.isfinite(result) else None

@@ -1,0 +1,60 @@
+"""Hook specifications: how plugins extend dse.
+
+A plugin is a module (or object) registered under the entry-point group ``dse``::
+
+    [project.entry-points.dse]
+    myplugin = "my_package.dse_plugin"
+
+and implements any of the hooks below with :data:`dse.hookimpl`. dse's own probe backend
+and its agents register through these same hooks.
+
+Hooks are called with keyword arguments only; new arguments are added over time, never
+reordered, so an implementation names just the arguments it uses.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from dse._backend import Backend
+    from dse._protocols import Agent
+
+hookspec = pluggy.HookspecMarker("dse")
+hookimpl = pluggy.HookimplMarker("dse")
+
+
+# -------------------------------------------------------------------------------------------
+# Registration: called once when the plugin manager is built
+# -------------------------------------------------------------------------------------------
+
+
+@hookspec
+def dse_register_backends() -> list[type[Backend]]:  # type: ignore[empty-body]
+    """Return the backend classes this plugin provides.
+
+    Called once per process, when dse first needs a backend (``dse run``, ``dse plugins``).
+    Every plugin's result is collected (this is not a first-result hook). Each class must
+    subclass :class:`dse.Backend` and set a ``name`` class attribute; that name is what a
+    campaign file writes as ``backend = "<name>"``. Two plugins returning the same name is an
+    error naming both distributions. The class is built with
+    :meth:`dse.Backend.from_options` from the campaign's ``[backend.<name>]`` table.
+
+    :return: a list of :class:`dse.Backend` subclasses (possibly empty).
+    """
+
+
+@hookspec
+def dse_register_agents() -> list[type[Agent]]:  # type: ignore[empty-body]
+    """Return the agent classes this plugin provides.
+
+    Called once per process, when dse first needs an agent. Every plugin's result is
+    collected. Each class satisfies the :class:`dse.Agent` protocol and sets ``name`` and
+    ``version`` class attributes; the campaign file selects it with ``agent = "<name>"`` and
+    it is built as ``cls(space, seed=seed, **options)`` with the ``[agent.<name>]`` table as
+    *options*. Two plugins returning the same name is an error naming both distributions.
+
+    :return: a list of agent classes (possibly empty).
+    """

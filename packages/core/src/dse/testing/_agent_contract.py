@@ -1,0 +1,270 @@
+"""The contract every agent honours, as a pytest suite a plugin author subclasses.
+
+Usage, in the plugin's own tests::
+
+    from dse.testing.contracts import AgentContract
+
+    class TestMyAgent(AgentContract):
+        @pytest.fixture
+        def agent_factory(self):
+            return lambda space, seed: MyAgent(space, seed=seed)
+
+The suite drives the agent the way the engine does (ask for up to *n*, show what is in
+flight, report every kind of observation) and checks only what any agent must do, so an
+adaptive agent that waits for feedback passes it as well as a grid.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
+
+import pytest
+
+from dse._protocols import Agent
+from dse._space import Categorical, FloatRange, IntRange, Space
+from dse._types import FailureClass, Observation, TrialStatus
+
+AgentFactory: TypeAlias = Callable[[Space, int], Agent]
+"""Builds the agent under test for a space and a seed."""
+
+_ROUNDS = 100
+
+
+def _score(params: Mapping[str, Any]) -> float:
+    """A deterministic objective for any point: numbers summed, strings by length."""
+    total = 0.0
+    for value in params.values():
+        if isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, int | float):
+            total += math.log1p(abs(float(value)))
+    return total
+
+
+def _completed(params: Mapping[str, Any], number: int) -> Observation:
+    score = _score(params)
+    return Observation(
+        params=params,
+        status=TrialStatus.COMPLETED,
+        metrics={"loss": score},
+        score=score,
+        trial_number=number,
+    )
+
+
+class AgentContract:
+    """Behaviour every :class:`dse.Agent` must show; subclass it and override
+    :meth:`agent_factory`.
+
+    The spaces the suite uses are fixtures too (:meth:`mixed_space`, :meth:`small_space`), so
+    an agent that supports only some parameter kinds can narrow them, saying why.
+    """
+
+    @pytest.fixture
+    def agent_factory(self) -> AgentFactory:
+        """Return a callable ``(space, seed) -> agent``; every subclass overrides this."""
+        pytest.fail(f"{type(self).__name__} must override the agent_factory fixture")
+
+    @pytest.fixture
+    def mixed_space(self) -> Space:
+        """One parameter of each kind: categorical, int, log int, float and log float."""
+        return Space(
+            (
+                Categorical("optimizer", ("sgd", "adam", "lamb")),
+                IntRange("layers", 1, 8),
+                IntRange("batch", 8, 512, log=True),
+                FloatRange("dropout", 0.0, 0.5),
+                FloatRange("lr", 1e-5, 1e-1, log=True),
+            )
+        )
+
+    @pytest.fixture
+    def small_space(self) -> Space:
+        """A finite space of exactly 6 points."""
+        return Space((Categorical("kind", ("a", "b", "c")), IntRange("n", 1, 2)))
+
+    # -- helpers --------------------------------------------------------------------------
+
+    @staticmethod
+    def drive(agent: Agent, space: Space, *, rounds: int, n: int = 1) -> list[dict[str, Any]]:
+        """Run *agent* like the engine in waves of up to *n*, reporting each proposal as
+        completed, and return the coerced proposals in order.
+
+        Stops early when the agent proposes nothing.
+        """
+        proposals: list[dict[str, Any]] = []
+        for _ in range(rounds):
+            batch = list(agent.propose(n, []))
+            assert len(batch) <= n, f"asked for {n}, got {len(batch)}"
+            if not batch:
+                break
+            coerced = [space.coerce(p) for p in batch]
+            agent.observe([_completed(p, len(proposals) + i + 1) for i, p in enumerate(coerced)])
+            proposals.extend(coerced)
+        return proposals
+
+    # -- identity -------------------------------------------------------------------------
+
+    def test_name_and_version_are_non_empty_strings(
+        self, agent_factory: AgentFactory, mixed_space: Space
+    ) -> None:
+        agent = agent_factory(mixed_space, 0)
+        cls = type(agent)
+        assert isinstance(cls.name, str)
+        assert cls.name
+        assert isinstance(cls.version, str)
+        assert cls.version
+
+    def test_satisfies_the_agent_protocol(
+        self, agent_factory: AgentFactory, mixed_space: Space
+    ) -> None:
+        agent = agent_factory(mixed_space, 0)
+        assert isinstance(agent, Agent)
+        assert isinstance(agent.exhausted, bool)
+
+    def test_fresh_agent_on_a_finite_space_is_not_exhausted(
+        self, agent_factory: AgentFactory, small_space: Space
+    ) -> None:
+        assert agent_factory(small_space, 0).exhausted is False
+
+    # -- propose --------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("n", [1, 3, 7])
+    def test_propose_never_returns_more_than_n(
+        self, agent_factory: AgentFactory, mixed_space: Space, n: int
+    ) -> None:
+        agent = agent_factory(mixed_space, 0)
+        proposals = self.drive(agent, mixed_space, rounds=5, n=n)
+        assert len(proposals) <= 5 * n
+
+    def test_propose_one_repeatedly(self, agent_factory: AgentFactory, mixed_space: Space) -> None:
+        agent = agent_factory(mixed_space, 0)
+        for number in range(1, 16):
+            batch = list(agent.propose(1, []))
+            assert len(batch) <= 1
+            for params in batch:
+                assert isinstance(params, Mapping)
+                agent.observe([_completed(mixed_space.coerce(params), number)])
+
+    def test_every_proposal_coerces_into_the_space(
+        self, agent_factory: AgentFactory, mixed_space: Space
+    ) -> None:
+        agent = agent_factory(mixed_space, 3)
+        proposals = self.drive(agent, mixed_space, rounds=10, n=4)
+        # drive() coerces every proposal and would raise ParamError for one outside the space.
+        for params in proposals:
+            assert set(params) == set(mixed_space.names)
+
+    def test_same_seed_gives_the_same_proposals(
+        self, agent_factory: AgentFactory, mixed_space: Space
+    ) -> None:
+        first = self.drive(agent_factory(mixed_space, 7), mixed_space, rounds=20)
+        second = self.drive(agent_factory(mixed_space, 7), mixed_space, rounds=20)
+        assert first == second
+
+    def test_in_flight_proposals_are_accepted(
+        self, agent_factory: AgentFactory, mixed_space: Space
+    ) -> None:
+        agent = agent_factory(mixed_space, 0)
+        first = list(agent.propose(1, []))
+        assert len(first) <= 1
+        in_flight: list[Mapping[str, Any]] = first or [mixed_space.sample(_rng())]
+        second = list(agent.propose(2, in_flight))
+        assert len(second) <= 2
+        for params in second:
+            mixed_space.coerce(params)
+
+    # -- observe --------------------------------------------------------------------------
+
+    def test_observe_accepts_every_kind_of_observation(
+        self, agent_factory: AgentFactory, mixed_space: Space
+    ) -> None:
+        agent = agent_factory(mixed_space, 0)
+        proposed = [mixed_space.coerce(p) for p in agent.propose(4, [])]
+        rng = _rng()
+        while len(proposed) < 4:
+            proposed.append(mixed_space.sample(rng))
+        done, failed, cached, rejected = proposed
+        score = _score(done)
+        agent.observe(
+            [
+                _completed(done, 1),
+                Observation(
+                    params=failed,
+                    status=TrialStatus.FAILED,
+                    trial_number=2,
+                    failure=FailureClass.NONZERO_EXIT,
+                ),
+                Observation(
+                    params=cached,
+                    status=TrialStatus.CACHED,
+                    metrics={"loss": score},
+                    score=score,
+                    trial_number=3,
+                ),
+                Observation(params=rejected, status=None, rejected="constraint 'fits' is false"),
+            ]
+        )
+        agent.observe([])
+        batch = list(agent.propose(2, []))
+        assert len(batch) <= 2
+        for params in batch:
+            mixed_space.coerce(params)
+
+    def test_observe_accepts_partial_batches_out_of_order(
+        self, agent_factory: AgentFactory, mixed_space: Space
+    ) -> None:
+        # Rolling mode reports what finished in each polling pass, in any order.
+        agent = agent_factory(mixed_space, 0)
+        batch = [mixed_space.coerce(p) for p in agent.propose(3, [])]
+        for number, params in reversed(list(enumerate(batch, start=1))):
+            agent.observe([_completed(params, number)])
+            later = list(agent.propose(1, batch[: number - 1]))
+            assert len(later) <= 1
+            for proposal in later:
+                mixed_space.coerce(proposal)
+
+    # -- the end --------------------------------------------------------------------------
+
+    def test_finite_space_is_driven_to_the_end_inside_the_space(
+        self, agent_factory: AgentFactory, small_space: Space
+    ) -> None:
+        agent = agent_factory(small_space, 0)
+        for number in range(1, _ROUNDS + 1):
+            batch = list(agent.propose(1, []))
+            assert len(batch) <= 1
+            if not batch:
+                break
+            params = small_space.coerce(batch[0])
+            agent.observe([_completed(params, number)])
+            if agent.exhausted:
+                break
+        if agent.exhausted:
+            assert len(agent.propose(1, [])) == 0
+            assert len(agent.propose(3, [])) == 0
+            assert agent.exhausted is True
+
+    def test_exhausted_agent_proposes_nothing(
+        self, agent_factory: AgentFactory, small_space: Space
+    ) -> None:
+        # Batches larger than what is left: the last one must be cut short, not overfilled.
+        agent = agent_factory(small_space, 1)
+        seen: list[dict[str, Any]] = []
+        for _ in range(_ROUNDS // 4):
+            batch = self.drive(agent, small_space, rounds=1, n=4)
+            seen.extend(batch)
+            if agent.exhausted or not batch:
+                break
+        if agent.exhausted:
+            assert seen, "exhausted before proposing a single point of a non-empty space"
+            assert list(agent.propose(4, [])) == []
+
+
+def _rng() -> random.Random:
+    return random.Random(12345)
+
+
+__all__ = ["AgentContract", "AgentFactory"]

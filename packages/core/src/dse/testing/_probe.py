@@ -1,0 +1,211 @@
+"""The probe backend: in-memory jobs whose duration (in polling passes) and end are scripted.
+
+It runs no process. Each job's script says how many polling passes report it running before
+it ends, how it ends and what result it delivers, so a test can assert wave composition and
+pass counts exactly. Several probe instances may share one :class:`ProbeCluster`, which is
+how a controller restart is simulated (a new instance reattaches to the cluster's jobs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+from dse._backend import Backend
+from dse._clock import Clock, SystemClock
+from dse._constraints import load_callable
+from dse._errors import ConfigError
+from dse._types import JobSpec, JobState, JobStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeScript:
+    """How one probe job behaves."""
+
+    passes: int = 0
+    """Polling passes that report the job running before the pass that reports its end."""
+    state: JobState = JobState.SUCCEEDED
+    """How it ends."""
+    metrics: Mapping[str, Any] | None = None
+    """Metrics of the result document (``None``: no result at all)."""
+    complete: bool = True
+    """The completeness marker of the result document."""
+    exit_code: int | None = None
+    """Exit code reported (default: 0 for success, 1 for failure)."""
+    node: str = "probe"
+    """Node reported."""
+
+
+ScriptFn = Callable[[Mapping[str, Any]], "ProbeScript | Mapping[str, Any]"]
+
+
+def default_script(params: Mapping[str, Any]) -> ProbeScript:
+    """The script used when none is given.
+
+    Understood params: ``outcome`` (``"succeed"``, ``"fail"``, ``"hang"``) and ``passes``;
+    the metric ``value`` is a deterministic pseudo-random number in ``[0, 1)`` per params.
+    """
+    digest = hashlib.sha256(
+        json.dumps(params, sort_keys=True, default=str).encode()
+    ).hexdigest()
+    value = int(digest[:12], 16) / float(1 << 48)
+    outcome = params.get("outcome", "succeed")
+    passes = params.get("passes", 0)
+    passes = passes if isinstance(passes, int) and not isinstance(passes, bool) else 0
+    if outcome == "fail":
+        return ProbeScript(passes=passes, state=JobState.FAILED, metrics=None, exit_code=3)
+    if outcome == "hang":
+        return ProbeScript(passes=10**9, metrics={"value": value})
+    return ProbeScript(passes=passes, metrics={"value": value})
+
+
+@dataclass(slots=True)
+class _Job:
+    job_id: str
+    spec: JobSpec
+    script: ProbeScript
+    seen: int = 0
+    state: JobState = JobState.PENDING
+    started_at: float | None = None
+    cancelled: bool = False
+
+
+@dataclass
+class ProbeCluster:
+    """State shared by probe instances: the jobs, and a log of what happened per pass."""
+
+    jobs: dict[str, _Job] = field(default_factory=dict)
+    batches: list[list[str]] = field(default_factory=list)
+    """Trial ids of each :meth:`Backend.submit` call, in order."""
+    passes: int = 0
+    """Number of polling passes made so far."""
+    timeline: list[tuple[int, str, str]] = field(default_factory=list)
+    """(pass, ``"start"`` or ``"end"``, trial id): starts are logged with the pass they follow."""
+    running_peak: int = 0
+    """Most jobs running at once."""
+    _counter: int = 0
+
+    def running(self) -> int:
+        return sum(1 for j in self.jobs.values() if not j.state.is_finished())
+
+
+class ProbeBackend(Backend):
+    """In-memory backend for tests and benchmarks (see the module docstring)."""
+
+    name: ClassVar[str] = "probe"
+    version: ClassVar[str] = "1"
+    default_poll_interval: ClassVar[tuple[float, float]] = (0.0, 0.0)
+
+    def __init__(
+        self,
+        script: ScriptFn | str | None = None,
+        *,
+        clock: Clock | None = None,
+        cluster: ProbeCluster | None = None,
+        write_results: bool = False,
+    ) -> None:
+        super().__init__()
+        if isinstance(script, str):
+            script = load_callable(script, None, "backend.probe.script")
+        self.script: ScriptFn = script or default_script
+        self.clock = clock or SystemClock()
+        self.cluster = cluster or ProbeCluster()
+        self.write_results = write_results
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], *, source: str = "<campaign>") -> Self:
+        opts = dict(options)
+        unknown = sorted(set(opts) - {"script", "write_results"})
+        if unknown:
+            raise ConfigError(f"{source}: backend.probe: unknown option(s) {unknown}")
+        script = opts.get("script")
+        if script is not None:
+            if not isinstance(script, str):
+                raise ConfigError(f"{source}: backend.probe.script: expected 'module:function'")
+            base = Path(source).parent if source != "<campaign>" else None
+            opts["script"] = load_callable(script, base, f"{source}: backend.probe.script")
+        return cls(**opts)
+
+    def _resolve(self, params: Mapping[str, Any]) -> ProbeScript:
+        result = self.script(params)
+        if isinstance(result, ProbeScript):
+            return result
+        return ProbeScript(metrics=dict(result))
+
+    def _submit(self, jobs: Sequence[JobSpec]) -> Sequence[str]:
+        cluster = self.cluster
+        ids = []
+        for spec in jobs:
+            cluster._counter += 1
+            job_id = f"probe-{cluster._counter}"
+            cluster.jobs[job_id] = _Job(job_id, spec, self._resolve(spec.params))
+            cluster.timeline.append((cluster.passes, "start", spec.trial_id))
+            ids.append(job_id)
+        cluster.batches.append([spec.trial_id for spec in jobs])
+        cluster.running_peak = max(cluster.running_peak, cluster.running())
+        return ids
+
+    def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        cluster = self.cluster
+        cluster.passes += 1
+        now = self.clock.time()
+        out: dict[str, JobStatus] = {}
+        for job_id in job_ids:
+            job = cluster.jobs.get(job_id)
+            if job is None:
+                out[job_id] = JobStatus(job_id, JobState.LOST, reason="unknown to the probe")
+                continue
+            if job.state.is_finished():
+                out[job_id] = self._status(job, now)
+                continue
+            if job.started_at is None:
+                job.started_at = now
+            if job.cancelled:
+                job.state = JobState.CANCELLED
+            elif job.seen >= job.script.passes:
+                job.state = job.script.state
+            else:
+                job.seen += 1
+                job.state = JobState.RUNNING
+            if job.state.is_finished():
+                cluster.timeline.append((cluster.passes, "end", job.spec.trial_id))
+            out[job_id] = self._status(job, now)
+        return out
+
+    def _status(self, job: _Job, now: float) -> JobStatus:
+        state = job.state
+        if not state.is_finished():
+            return JobStatus(job.job_id, state, node=job.script.node, started_at=job.started_at)
+        script = job.script
+        result = None
+        if state is JobState.SUCCEEDED and script.metrics is not None:
+            result = {"complete": script.complete, "metrics": dict(script.metrics)}
+            if self.write_results:
+                path = job.spec.trial_dir / "result.json"
+                path.write_text(json.dumps(result))
+                result = None
+        exit_code = script.exit_code
+        if exit_code is None and state in (JobState.SUCCEEDED, JobState.FAILED):
+            exit_code = 0 if state is JobState.SUCCEEDED else 1
+        return JobStatus(
+            job.job_id,
+            state,
+            exit_code=exit_code,
+            node=script.node,
+            started_at=job.started_at,
+            ended_at=now,
+            result=result,
+        )
+
+    def _cancel(self, job_ids: Sequence[str]) -> None:
+        for job_id in job_ids:
+            job = self.cluster.jobs.get(job_id)
+            if job is not None and not job.state.is_finished():
+                job.cancelled = True
+
+    def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:
+        """Nothing to do: the shared cluster already knows every job."""

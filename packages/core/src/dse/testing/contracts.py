@@ -1,0 +1,8 @@
+"""Contract suites for plugin authors (needs pytest: ``pip install dse-core[testing]``)."""
+
+from __future__ import annotations
+
+from dse.testing._agent_contract import AgentContract
+from dse.testing._backend_contract import BackendContract
+
+__all__ = ["AgentContract", "BackendContract"]

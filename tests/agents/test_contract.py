@@ -1,0 +1,43 @@
+"""dse-agents' agents pass the contract every agent must pass, and register as plugins."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+import dse
+import dse_agents
+from dse.testing.contracts import AgentContract
+from dse_agents import GridAgent, RandomAgent
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+class TestGridAgent(AgentContract):
+    @pytest.fixture
+    def agent_factory(self) -> Callable[[dse.Space, int], dse.Agent]:
+        return lambda space, seed: GridAgent(space, seed=seed)
+
+
+class TestRandomAgent(AgentContract):
+    @pytest.fixture
+    def agent_factory(self) -> Callable[[dse.Space, int], dse.Agent]:
+        return lambda space, seed: RandomAgent(space, seed=seed)
+
+
+def test_both_agents_register_through_the_entry_point():
+    agents = dse.PluginManager(autoload=True).agents
+
+    assert agents["grid"].cls is GridAgent
+    assert agents["random"].cls is RandomAgent
+    for name in ("grid", "random"):
+        assert agents[name].kind == "agent"
+        assert agents[name].plugin == "agents"
+        assert agents[name].distribution == "dse-agents"
+        assert agents[name].version == dse_agents.__version__
+
+
+def test_agent_versions_follow_the_distribution():
+    assert GridAgent.version == RandomAgent.version == dse_agents.__version__ == "0.1.0"

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dse import ConfigError, Direction, load_campaign
+
+GOOD = """
+[campaign]
+name = "tiles"
+agent = "grid"
+backend = "probe"
+mode = "rolling"
+max_parallelism = 3
+max_trials = 12
+seed = 5
+constraints = ["a * 2 <= 8", "not (b == 'x' and a > 2)"]
+poll_interval = ["10ms", "1s"]
+
+[agent.grid]
+points = 3
+
+[[objectives]]
+metric = "loss"
+
+[[objectives]]
+metric = "acc"
+direction = "maximize"
+
+[environment]
+command = ["python", "train.py", "--a", "{a}"]
+time_limit = "2m"
+cpus = 2
+
+[space]
+a = { type = "int", low = 1, high = 4 }
+b = ["x", "y"]
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_full_campaign_file_is_read(tmp_path: Path) -> None:
+    c = load_campaign(write(tmp_path, GOOD))
+    assert c.name == "tiles"
+    assert (c.agent, dict(c.agent_options)) == ("grid", {"points": 3})
+    assert c.mode == "rolling"
+    assert c.max_parallelism == 3
+    assert c.max_trials == 12
+    assert [o.metric for o in c.objectives] == ["loss", "acc"]
+    assert c.objectives[1].direction is Direction.MAXIMIZE
+    assert c.environment.time_limit == 120.0
+    assert c.environment.resources.cpus == 2
+    assert c.poll_interval == (0.01, 1.0)
+    assert c.workspace == tmp_path / ".dse"
+    assert [k.text for k in c.constraints] == ["a * 2 <= 8", "not (b == 'x' and a > 2)"]
+    assert c.constraints[0]({"a": 4, "b": "y"}) is True
+    assert c.constraints[0]({"a": 5, "b": "y"}) is False
+    assert c.constraints[1]({"a": 3, "b": "x"}) is False
+
+
+def test_a_callable_constraint_is_imported_beside_the_file(tmp_path: Path) -> None:
+    (tmp_path / "rules_for_test_campaign.py").write_text(
+        "def small(params):\n    return params['a'] < 3\n"
+    )
+    text = GOOD.replace('constraints = ["a * 2 <= 8", "not (b == \'x\' and a > 2)"]',
+                        'constraints = ["rules_for_test_campaign:small"]')
+    c = load_campaign(write(tmp_path, text))
+    assert c.constraints[0]({"a": 2, "b": "x"}) is True
+    assert c.constraints[0]({"a": 3, "b": "x"}) is False
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('mode = "rolling"', 'mode = "burst"', "campaign.mode: expected 'waves' or 'rolling'"),
+        ("max_parallelism = 3", "max_parallelism = 0", "campaign.max_parallelism"),
+        ("max_parallelism = 3", 'max_parallelism = "3"', "campaign.max_parallelism: expected"),
+        ("seed = 5", "seed = true", "campaign.seed"),
+        ('"a * 2 <= 8"', '"a * 2 <="', "not an expression"),
+        ('"a * 2 <= 8"', '"c > 1"', "names 'c', which is not a parameter"),
+        ('"a * 2 <= 8"', '"__import__(\'os\')"', "may only call"),
+        ('"a * 2 <= 8"', '"a.real > 1"', "Attribute"),
+        ('"a * 2 <= 8"', '"nomodule_zz:f"', "cannot import 'nomodule_zz'"),
+        ('time_limit = "2m"', 'time_limit = "soon"', "environment.time_limit"),
+        ('"{a}"', '"{zz}"', "placeholder {zz}"),
+        ('metric = "loss"', 'metric = "loss"\nweight = 2', "objectives[0].weight"),
+        ('direction = "maximize"', 'direction = "up"', "objectives[1].direction"),
+        ('name = "tiles"', 'name = "../x"', "campaign.name"),
+    ],
+)
+def test_errors_name_the_file_and_key(tmp_path: Path, old: str, new: str, message: str) -> None:
+    assert old in GOOD
+    path = write(tmp_path, GOOD.replace(old, new, 1))
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        c = load_campaign(path)
+        if "{zz}" in new:
+            from dse import CommandEnvironment
+
+            CommandEnvironment(c.environment, c.objectives, param_names=c.space.names,
+                               source=str(path))
+    assert str(path) in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_objectives_is_explained(tmp_path: Path) -> None:
+    text = GOOD.split("[[objectives]]")[0] + "[space]\na = [1, 2]\n"
+    with pytest.raises(ConfigError, match="objectives: missing"):
+        load_campaign(write(tmp_path, text))
+
+
+def test_the_name_defaults_to_the_file_stem(tmp_path: Path) -> None:
+    c = load_campaign(write(tmp_path, GOOD.replace('name = "tiles"\n', "")))
+    assert c.name == "c"

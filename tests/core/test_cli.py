@@ -1,0 +1,257 @@
+"""The `dse` command end to end, in real subprocesses on real SQLite files."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+PLUGIN = '''
+from __future__ import annotations
+import dse
+from dse.testing import ScriptedAgent
+
+
+class ListAgent(ScriptedAgent):
+    name = "list"
+    version = "1"
+
+    def __init__(self, space, *, seed=0, points=(), repeat=False):
+        import itertools
+        points = [dict(p) for p in points]
+        super().__init__(itertools.cycle(points) if repeat else points)
+
+
+@dse.hookimpl
+def dse_register_agents():
+    return [ListAgent]
+'''
+
+CAMPAIGN = """
+[campaign]
+name = "demo"
+agent = "list"
+backend = "probe"
+max_parallelism = 2
+poll_interval = "1ms"
+{extra}
+
+[agent.list]
+points = [{{x = 1}}, {{x = 2}}, {{x = 3}}, {{x = 2}}, {{x = 4}}]
+{agent_extra}
+
+[[objectives]]
+metric = "value"
+
+[space]
+x = {{ type = "int", low = 0, high = 10 }}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A directory holding the throwaway plugin module next to where campaigns go."""
+    (tmp_path / "cli_plugin.py").write_text(PLUGIN)
+    return tmp_path
+
+
+def write_campaign(project: Path, extra: str = "", agent_extra: str = "", text: str = "") -> Path:
+    path = project / "campaign.toml"
+    path.write_text(text or CAMPAIGN.format(extra=extra, agent_extra=agent_extra))
+    return path
+
+
+def dse_env(project: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(project), env.get("PYTHONPATH", "")])
+    env["DSE_PLUGINS"] = "cli_plugin"
+    env.pop("DSE_DEBUG", None)
+    return env
+
+
+def run_dse(project: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dse", *args],
+        cwd=project, env=dse_env(project), capture_output=True, text=True, timeout=timeout,
+        check=False,
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("dse: error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert proc.stderr.rstrip().endswith(errors[0])
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+def test_run_records_every_trial_and_prints_the_best(project: Path) -> None:
+    campaign = write_campaign(project)
+    proc = run_dse(project, "run", str(campaign))
+    assert proc.returncode == 0, proc.stderr
+    assert "completed (agent_exhausted)" in proc.stdout
+    assert "best: trial" in proc.stdout
+    db = sqlite3.connect(project / ".dse" / "dse.sqlite")
+    rows = db.execute("SELECT number, status FROM trials ORDER BY number").fetchall()
+    assert rows == [(1, "completed"), (2, "completed"), (3, "completed"), (4, "cached"),
+                    (5, "completed")]
+
+
+def test_run_json_output_is_machine_readable(project: Path) -> None:
+    campaign = write_campaign(project)
+    proc = run_dse(project, "run", str(campaign), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "completed"
+    assert doc["completed"] == 4
+    assert doc["cached"] == 1
+    assert doc["best"]["metric"] == "value"
+
+
+def test_status_and_export_read_the_record(project: Path) -> None:
+    campaign = write_campaign(project)
+    assert run_dse(project, "run", str(campaign)).returncode == 0
+    status = run_dse(project, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    (run,) = json.loads(status.stdout)
+    assert run["name"] == "demo"
+    assert run["completed"] == 4
+    exported = run_dse(project, "export", "demo", "--format", "csv")
+    assert exported.returncode == 0, exported.stderr
+    rows = list(csv.DictReader(io.StringIO(exported.stdout)))
+    assert [r["step"] for r in rows] == ["1", "2", "3", "4", "5"]
+    assert list(rows[0])[:4] == ["step", "action", "reward", "observation"]
+    assert json.loads(rows[1]["action"]) == {"x": 2}
+    assert rows[3]["status"] == "cached"
+    assert rows[3]["reward"] == rows[1]["reward"]
+    as_json = run_dse(project, "export", str(campaign), "--format", "json")
+    doc = json.loads(as_json.stdout)
+    assert [step["action"]["x"] for step in doc["trajectory"]] == [1, 2, 3, 2, 4]
+
+
+def test_plugins_lists_name_kind_version_and_distribution(project: Path) -> None:
+    proc = run_dse(project, "plugins", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {(r["name"], r["kind"]): r for r in json.loads(proc.stdout)}
+    assert rows[("probe", "backend")]["distribution"] == "dse-core"
+    assert rows[("list", "agent")]["distribution"] == "DSE_PLUGINS"
+    assert rows[("list", "agent")]["version"] == "1"
+
+
+def test_malformed_toml_is_one_line_naming_the_file(project: Path) -> None:
+    campaign = write_campaign(project, text="[campaign\nname = 'x'\n")
+    assert_one_line_error(run_dse(project, "run", str(campaign)), "campaign.toml", "malformed TOML")
+
+
+def test_unknown_agent_lists_the_installed_ones(project: Path) -> None:
+    text = CAMPAIGN.format(extra="", agent_extra="").replace('agent = "list"', 'agent = "nope"')
+    campaign = write_campaign(project, text=text)
+    assert_one_line_error(
+        run_dse(project, "run", str(campaign)), "unknown agent 'nope'", "installed agents:", "list"
+    )
+
+
+def test_unknown_backend_lists_the_installed_ones(project: Path) -> None:
+    text = CAMPAIGN.format(extra="", agent_extra="").replace('"probe"', '"nope"')
+    campaign = write_campaign(project, text=text)
+    assert_one_line_error(
+        run_dse(project, "run", str(campaign)), "unknown backend 'nope'", "probe"
+    )
+
+
+def test_empty_range_names_the_parameter(project: Path) -> None:
+    text = CAMPAIGN.format(extra="", agent_extra="").replace("low = 0, high = 10", "low = 5, high = 1")
+    campaign = write_campaign(project, text=text)
+    assert_one_line_error(run_dse(project, "run", str(campaign)), "space.x", "empty range")
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "..", "/abs"])
+def test_a_name_that_would_escape_its_directory_is_refused(project: Path, name: str) -> None:
+    text = CAMPAIGN.format(extra="", agent_extra="").replace('name = "demo"', f'name = "{name}"')
+    campaign = write_campaign(project, text=text)
+    assert_one_line_error(run_dse(project, "run", str(campaign)), "campaign.name", repr(name))
+    assert not (project.parent / "x").exists()
+
+
+def test_a_raising_constraint_stops_with_one_line_and_keeps_the_record(project: Path) -> None:
+    campaign = write_campaign(project, extra='constraints = ["10 / (x - 3) != 0"]')
+    proc = run_dse(project, "run", str(campaign))
+    assert_one_line_error(
+        proc, "campaign.toml: campaign.constraints[0]", "ZeroDivisionError", "'x': 3"
+    )
+    db = sqlite3.connect(project / ".dse" / "dse.sqlite")
+    assert db.execute("SELECT status FROM campaigns").fetchall() == [("failed",)]
+    # Trials 1 and 2 were accepted before the bad proposal and are still recorded.
+    statuses = db.execute("SELECT number, status FROM trials ORDER BY number").fetchall()
+    assert [n for n, _ in statuses] == [1, 2]
+
+
+def test_unknown_key_is_named(project: Path) -> None:
+    campaign = write_campaign(project, extra="max_paralelism = 3")
+    assert_one_line_error(run_dse(project, "run", str(campaign)), "campaign.max_paralelism")
+
+
+def test_missing_campaign_file_is_one_line(project: Path) -> None:
+    assert_one_line_error(run_dse(project, "run", "nope.toml"), "nope.toml", "cannot read")
+
+
+def test_export_of_a_missing_workspace_is_one_line(project: Path) -> None:
+    assert_one_line_error(run_dse(project, "export", "demo"), "no dse record")
+
+
+def test_ctrl_c_cancels_running_trials_and_exits_130(project: Path) -> None:
+    campaign = write_campaign(
+        project,
+        agent_extra="repeat = false",
+        text=textwrap.dedent(CAMPAIGN.format(extra="", agent_extra="")).replace(
+            "points = [{x = 1}, {x = 2}, {x = 3}, {x = 2}, {x = 4}]",
+            'points = [{x = 1}, {x = 2}, {x = 3}]',
+        ).replace('x = { type = "int", low = 0, high = 10 }',
+                  'x = { type = "int", low = 0, high = 10 }\noutcome = ["hang"]').replace(
+            "points = [{x = 1}, {x = 2}, {x = 3}]",
+            'points = [{x = 1, outcome = "hang"}, {x = 2, outcome = "hang"},'
+            ' {x = 3, outcome = "hang"}]',
+        ),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dse", "run", str(campaign)],
+        cwd=project, env=dse_env(project), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+    db_path = project / ".dse" / "dse.sqlite"
+    deadline = time.monotonic() + 30
+    running = 0
+    while time.monotonic() < deadline and running < 2:
+        time.sleep(0.05)
+        if db_path.exists():
+            try:
+                db = sqlite3.connect(db_path)
+                running = db.execute(
+                    "SELECT COUNT(*) FROM trials WHERE status = 'running'"
+                ).fetchone()[0]
+                db.close()
+            except sqlite3.OperationalError:
+                running = 0
+    assert running == 2
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    db = sqlite3.connect(db_path)
+    assert db.execute("SELECT status FROM campaigns").fetchall() == [("cancelled",)]
+    trials = db.execute("SELECT number, status FROM trials ORDER BY number").fetchall()
+    assert trials == [(1, "cancelled"), (2, "cancelled")]
+    attempts = db.execute("SELECT state, ended_at IS NOT NULL FROM attempts").fetchall()
+    assert attempts == [("cancelled", 1), ("cancelled", 1)]
