@@ -172,7 +172,8 @@ def test_unknown_backend_lists_the_installed_ones(project: Path) -> None:
 
 
 def test_empty_range_names_the_parameter(project: Path) -> None:
-    text = CAMPAIGN.format(extra="", agent_extra="").replace("low = 0, high = 10", "low = 5, high = 1")
+    text = CAMPAIGN.format(extra="", agent_extra="")
+    text = text.replace("low = 0, high = 10", "low = 5, high = 1")
     campaign = write_campaign(project, text=text)
     assert_one_line_error(run_dse(project, "run", str(campaign)), "space.x", "empty range")
 

@@ -79,7 +79,7 @@ def test_a_plugin_module_that_fails_to_import_is_named(
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("DSE_DISABLE_PLUGIN_AUTOLOAD", "1")
     monkeypatch.setenv("DSE_PLUGINS", "broken_dse_plugin_mod")
-    with pytest.raises(PluginError, match="'broken_dse_plugin_mod'.*RuntimeError: boom"):
+    with pytest.raises(PluginError, match=r"'broken_dse_plugin_mod'.*RuntimeError: boom"):
         PluginManager()
     sys.modules.pop("broken_dse_plugin_mod", None)
 

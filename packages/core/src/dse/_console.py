@@ -29,7 +29,7 @@ class Console:
 
     @property
     def interactive(self) -> bool:
-        return self.err.is_terminal
+        return self.out.is_terminal and self.err.is_terminal
 
     def status(self, message: str) -> None:
         self.err.print(message)
