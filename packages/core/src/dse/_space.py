@@ -114,7 +114,9 @@ class IntRange:
 
     def sample(self, rng: random.Random) -> int:
         if self.log:
-            raw = math.exp(rng.uniform(math.log(self.low), math.log(self.high + 1)))
+            # Log-uniform over [low, low + size*step): each value owns the bucket above it.
+            top = self.low + self.size * self.step
+            raw = math.exp(rng.uniform(math.log(self.low), math.log(top)))
             index = min(int((raw - self.low) // self.step), self.size - 1)
             return self.low + max(index, 0) * self.step
         return self.low + rng.randrange(self.size) * self.step
@@ -186,7 +188,14 @@ class FloatRange:
 
     def sample(self, rng: random.Random) -> float:
         if self.step is not None:
-            return self.values()[rng.randrange(self.size or 1)]
+            size = self.size or 1
+            if self.log:
+                lo, hi = math.log(self.low), math.log(self.high)
+                raw = math.exp(rng.uniform(lo, hi))
+                index = min(round((raw - self.low) / self.step), size - 1)
+            else:
+                index = rng.randrange(size)
+            return round(self.low + index * self.step, 12)
         if self.log:
             return math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
         return rng.uniform(self.low, self.high)
