@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dse._classify import classify_end
 from dse._clock import Clock, SystemClock
 from dse._environment import CommandEnvironment
-from dse._hashing import config_hash
+from dse._hashing import ConfigHasher
 from dse._protocols import TrialInfo
 from dse._space import ParamError
 from dse._store import Batch, Store, dumps
@@ -173,7 +173,7 @@ class Engine:
         self.campaign_id = 0
         self.run_dir = Path()
         self._primary = campaign.objectives[0]
-        self._workload = dict(self.environment.identity())
+        self._hasher = ConfigHasher(dict(self.environment.identity()), data_version)
         self._batch = Batch()
         self._running: dict[str, _Trial] = {}
         self._by_hash: dict[str, _Trial] = {}
@@ -344,7 +344,8 @@ class Engine:
             if not constraint(params):
                 self._reject(proposal, params, f"constraint {constraint.text!r}")
                 return 0
-        digest = config_hash(params, self._workload, self.data_version)
+        params_json = self._hasher.canonical(params)
+        digest = self._hasher.digest(params_json)
         self._consecutive_rejections = 0
         stats.steps += 1
         self._number += 1
@@ -358,7 +359,7 @@ class Engine:
             finished = original.status.is_finished()
             self._batch.trials.append((
                 row_id, self.campaign_id, number, proposal, self._batch_no, digest,
-                dumps(params), TrialStatus.CACHED.value,
+                params_json, TrialStatus.CACHED.value,
                 original.failure.value if finished and original.failure else None,
                 None,
                 dumps(original.metrics) if finished and original.metrics is not None else None,
@@ -383,7 +384,7 @@ class Engine:
             trial.message = f"{type(exc).__name__}: {exc}"
             self._batch.trials.append((
                 row_id, self.campaign_id, number, proposal, self._batch_no, digest,
-                dumps(params), trial.status.value, trial.failure.value, trial.message, None,
+                params_json, trial.status.value, trial.failure.value, trial.message, None,
                 None, None, str(trial_dir), now, now,
             ))
             self._cache[digest] = trial
@@ -392,7 +393,7 @@ class Engine:
         trial.spec = spec
         trial.attempt_row = self.store.new_attempt_id()
         self._batch.trials.append((
-            row_id, self.campaign_id, number, proposal, self._batch_no, digest, dumps(params),
+            row_id, self.campaign_id, number, proposal, self._batch_no, digest, params_json,
             TrialStatus.RUNNING.value, None, None, None, None, None, str(trial_dir), now, None,
         ))
         self._batch.attempts.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -65,27 +66,32 @@ class CommandEnvironment:
 
     def prepare(self, trial: TrialInfo) -> JobSpec:
         trial_dir = trial.trial_dir
-        values: dict[str, Any] = dict(trial.params)
-        values.update(
-            trial_id=trial.trial_id,
-            trial_dir=str(trial_dir),
-            attempt=trial.attempt,
-            checkpoint_dir=str(trial_dir / "checkpoint"),
-            params_file=str(trial_dir / PARAMS_FILE),
-        )
-        argv = tuple(
-            _PLACEHOLDER.sub(lambda m: _render(values[m.group(1)]), item)
-            for item in self.config.command
-        )
+        dir_text = str(trial_dir)
+        checkpoint = f"{dir_text}{os.sep}checkpoint"
+        params_file = f"{dir_text}{os.sep}{PARAMS_FILE}"
+        argv: tuple[str, ...] = ()
         if self.config.command:
+            values: dict[str, Any] = dict(trial.params)
+            values.update(
+                trial_id=trial.trial_id,
+                trial_dir=dir_text,
+                attempt=trial.attempt,
+                checkpoint_dir=checkpoint,
+                params_file=params_file,
+            )
+            argv = tuple(
+                _PLACEHOLDER.sub(lambda m: _render(values[m.group(1)]), item)
+                for item in self.config.command
+            )
             # The trial contract promises DSE_PARAMS_FILE to a command; the probe runs none.
-            (trial_dir / PARAMS_FILE).write_text(json.dumps(dict(trial.params)), "utf-8")
+            with open(params_file, "w", encoding="utf-8") as handle:
+                json.dump(dict(trial.params), handle)
         env = dict(self.config.env)
         env.update(
             DSE_TRIAL_ID=trial.trial_id,
-            DSE_TRIAL_DIR=str(trial_dir),
-            DSE_PARAMS_FILE=str(trial_dir / PARAMS_FILE),
-            DSE_CHECKPOINT_DIR=str(trial_dir / "checkpoint"),
+            DSE_TRIAL_DIR=dir_text,
+            DSE_PARAMS_FILE=params_file,
+            DSE_CHECKPOINT_DIR=checkpoint,
             DSE_ATTEMPT=str(trial.attempt),
             DSE_DATA_VERSION=trial.data_version or "",
         )

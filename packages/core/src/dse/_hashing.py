@@ -35,6 +35,37 @@ def canonical_json(value: Any) -> str:
     )
 
 
+class ConfigHasher:
+    """Hashes params for one workload and data version (the constant part is encoded once).
+
+    The digest is sha256 over the canonical JSON of the workload identity, the data version
+    and the params, each on its own line.
+    """
+
+    __slots__ = ("_prefix",)
+
+    def __init__(
+        self, workload: Mapping[str, Any] | None = None, data_version: str | None = None
+    ) -> None:
+        self._prefix = (
+            f"dse-config-v1\n{canonical_json(workload or {})}\n{canonical_json(data_version)}\n"
+        ).encode()
+
+    def canonical(self, params: Mapping[str, Any]) -> str:
+        """The canonical JSON of *params* (refusing non-finite floats)."""
+        for key, value in params.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"param {key!r} is {value!r}; a config hash needs finite values")
+        return canonical_json(params)
+
+    def digest(self, canonical_params: str) -> str:
+        """The config hash of params already in canonical JSON."""
+        return hashlib.sha256(self._prefix + canonical_params.encode()).hexdigest()
+
+    def __call__(self, params: Mapping[str, Any]) -> str:
+        return self.digest(self.canonical(params))
+
+
 def config_hash(
     params: Mapping[str, Any],
     workload: Mapping[str, Any] | None = None,
@@ -46,8 +77,4 @@ def config_hash(
     :param workload: identity of what runs: command template, code version, environment name.
     :param data_version: the version of the data the trial reads, or ``None`` when undeclared.
     """
-    for key, value in params.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"param {key!r} is {value!r}; a config hash needs finite values")
-    doc = {"params": params, "workload": workload or {}, "data": data_version}
-    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+    return ConfigHasher(workload, data_version)(params)

@@ -49,9 +49,7 @@ def default_script(params: Mapping[str, Any]) -> ProbeScript:
     Understood params: ``outcome`` (``"succeed"``, ``"fail"``, ``"hang"``) and ``passes``;
     the metric ``value`` is a deterministic pseudo-random number in ``[0, 1)`` per params.
     """
-    digest = hashlib.sha256(
-        json.dumps(params, sort_keys=True, default=str).encode()
-    ).hexdigest()
+    digest = hashlib.sha256(repr(sorted(params.items())).encode()).hexdigest()
     value = int(digest[:12], 16) / float(1 << 48)
     outcome = params.get("outcome", "succeed")
     passes = params.get("passes", 0)
@@ -87,10 +85,12 @@ class ProbeCluster:
     """(pass, ``"start"`` or ``"end"``, trial id): starts are logged with the pass they follow."""
     running_peak: int = 0
     """Most jobs running at once."""
+    live: int = 0
+    """Jobs submitted and not yet ended."""
     _counter: int = 0
 
     def running(self) -> int:
-        return sum(1 for j in self.jobs.values() if not j.state.is_finished())
+        return self.live
 
 
 class ProbeBackend(Backend):
@@ -145,6 +145,7 @@ class ProbeBackend(Backend):
             cluster.jobs[job_id] = _Job(job_id, spec, self._resolve(spec.params))
             cluster.timeline.append((cluster.passes, "start", spec.trial_id))
             ids.append(job_id)
+        cluster.live += len(jobs)
         cluster.batches.append([spec.trial_id for spec in jobs])
         cluster.running_peak = max(cluster.running_peak, cluster.running())
         return ids
@@ -172,6 +173,7 @@ class ProbeBackend(Backend):
                 job.seen += 1
                 job.state = JobState.RUNNING
             if job.state.is_finished():
+                cluster.live -= 1
                 cluster.timeline.append((cluster.passes, "end", job.spec.trial_id))
             out[job_id] = self._status(job, now)
         return out
