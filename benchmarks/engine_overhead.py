@@ -21,6 +21,7 @@ Usage::
     python benchmarks/engine_overhead.py            # full run (a few minutes at most)
     python benchmarks/engine_overhead.py --quick    # under a minute
     python benchmarks/engine_overhead.py --profile  # plus a cProfile of one dse waves run
+    python benchmarks/engine_overhead.py --repeat 3 # best of 3 for each dse mode
 
 The last line printed is one JSON object with the measured rates.
 """
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 Mode = Literal["waves", "rolling"]
 
 PARALLELISM = 64
+# Records live beside the benchmark, as a user's `.dse/` lives beside the campaign file; the
+# machine's /tmp may sit on a different, slower filesystem. Both peers write to the same place.
+WORK_DIR = Path(__file__).resolve().parent / ".work"
 DSE_TARGET_TRIALS_PER_S = 5_000.0
 JOURNAL_RATIO_TARGET = 8.0
 
@@ -166,17 +170,21 @@ def _verify_record(db_path: Path, campaign_id: int, trials: int, mode: Mode) -> 
         raise BenchmarkError(f"dse {mode}: {db_path} journal_mode={journal_mode}, expected wal")
 
 
-def bench_dse(mode: Mode, trials: int) -> Measurement:
-    with tempfile.TemporaryDirectory(prefix=f"dse-overhead-{mode}-") as tmp:
-        seconds, campaign_id, db_path = _run_dse_once(mode, trials, Path(tmp))
-        _verify_record(db_path, campaign_id, trials, mode)
-    return Measurement(f"dse {mode} (P={PARALLELISM}, SQLite WAL+FULL)", trials, seconds)
+def bench_dse(mode: Mode, trials: int, repeat: int = 1) -> Measurement:
+    """Best (shortest) of *repeat* runs, each in a fresh workspace and verified."""
+    best = math.inf
+    for _ in range(max(repeat, 1)):
+        with tempfile.TemporaryDirectory(prefix=f"dse-overhead-{mode}-", dir=WORK_DIR) as tmp:
+            seconds, campaign_id, db_path = _run_dse_once(mode, trials, Path(tmp))
+            _verify_record(db_path, campaign_id, trials, mode)
+        best = min(best, seconds)
+    return Measurement(f"dse {mode} (P={PARALLELISM}, SQLite WAL+FULL)", trials, best)
 
 
 def profile_dse(mode: Mode, trials: int, top: int = 25) -> str:
     """cProfile one dse run (not timed); return the top entries by tottime."""
     profiler = cProfile.Profile()
-    with tempfile.TemporaryDirectory(prefix="dse-overhead-profile-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dse-overhead-profile-", dir=WORK_DIR) as tmp:
         profiler.enable()
         seconds, campaign_id, db_path = _run_dse_once(mode, trials, Path(tmp))
         profiler.disable()
@@ -238,7 +246,7 @@ def _ask_tell(optuna: Any, storage: Any, trials: int) -> None:
 
 def bench_optuna(kind: Literal["memory", "journal", "sqlite"], trials: int) -> Measurement:
     optuna = _import_optuna()
-    with tempfile.TemporaryDirectory(prefix=f"optuna-overhead-{kind}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"optuna-overhead-{kind}-", dir=WORK_DIR) as tmp:
         start = time.perf_counter()
         if kind == "memory":
             storage: Any = None
@@ -283,9 +291,16 @@ def _table(rows: list[Measurement], dse_rate: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    WORK_DIR.mkdir(exist_ok=True)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smaller counts (under a minute)")
     parser.add_argument("--dse-trials", type=int, help="override the dse trial count")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each dse mode this many times and keep the best (default 1)",
+    )
     parser.add_argument(
         "--profile",
         action="store_true",
@@ -296,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     dse_trials = args.dse_trials or counts.dse
 
     steps: list[tuple[str, Callable[[], Measurement]]] = [
-        ("dse waves", lambda: bench_dse("waves", dse_trials)),
-        ("dse rolling", lambda: bench_dse("rolling", dse_trials)),
+        ("dse waves", lambda: bench_dse("waves", dse_trials, args.repeat)),
+        ("dse rolling", lambda: bench_dse("rolling", dse_trials, args.repeat)),
         ("optuna memory", lambda: bench_optuna("memory", counts.memory)),
         ("optuna journal", lambda: bench_optuna("journal", counts.journal)),
         ("optuna sqlite", lambda: bench_optuna("sqlite", counts.sqlite)),
@@ -345,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             "optuna_sqlite": counts.sqlite,
         },
         "parallelism": PARALLELISM,
+        "dse_repeat": max(args.repeat, 1),
         "quick": bool(args.quick),
         "targets_met": met_rate and met_ratio,
     }

@@ -20,19 +20,17 @@ def _default(value: Any) -> Any:
     raise TypeError(f"value {value!r} of type {type(value).__name__} is not JSON-serialisable")
 
 
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default
+).encode
+
+
 def canonical_json(value: Any) -> str:
     """Serialise *value* deterministically: sorted keys, no spaces, floats by ``repr``.
 
     Non-finite floats are refused: they have no canonical JSON form.
     """
-    return json.dumps(
-        value,
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-        default=_default,
-    )
+    return _CANONICAL(value)
 
 
 class ConfigHasher:

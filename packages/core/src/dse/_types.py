@@ -68,7 +68,7 @@ class JobState(enum.Enum):
 
     def is_finished(self) -> bool:
         """``True`` for every end state."""
-        return self not in (JobState.PENDING, JobState.RUNNING)
+        return self is not JobState.PENDING and self is not JobState.RUNNING
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +159,7 @@ class TrialStatus(enum.Enum):
     """Stopped by the user."""
 
     def is_finished(self) -> bool:
-        return self not in (TrialStatus.PENDING, TrialStatus.RUNNING)
+        return self is not TrialStatus.PENDING and self is not TrialStatus.RUNNING
 
     def is_reusable(self) -> bool:
         """Whether a later identical proposal may reuse this trial's result."""
