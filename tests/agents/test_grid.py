@@ -170,14 +170,13 @@ def test_a_grid_campaign_runs_every_point_and_ends_exhausted(tmp_path):
         },
         workspace=tmp_path,
     )
-    cls = dse.PluginManager(autoload=True).agent_class(campaign.agent)
-    agent = cls(campaign.space, seed=campaign.seed, **campaign.agent_options)
     clock = FakeClock()
     store = dse.Store(tmp_path / "dse.sqlite")
     try:
-        result = dse.Engine(
-            campaign, agent=agent, backend=ProbeBackend(clock=clock), store=store, clock=clock
-        ).run()
+        engine = dse.build_engine(
+            campaign, store=store, clock=clock, backend=ProbeBackend(clock=clock)
+        )
+        result = engine.run()
         rows = store.trials(result.campaign_id)
     finally:
         store.close()

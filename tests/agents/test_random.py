@@ -247,14 +247,13 @@ def _trajectory(tmp_path, parallelism: int) -> list[dict[str, Any]]:
         },
         workspace=tmp_path / f"ws-{parallelism}",
     )
-    cls = dse.PluginManager(autoload=True).agent_class(campaign.agent)
-    agent = cls(campaign.space, seed=campaign.seed, **campaign.agent_options)
     clock = FakeClock()
     store = dse.Store(campaign.workspace / "dse.sqlite")
     try:
-        result = dse.Engine(
-            campaign, agent=agent, backend=ProbeBackend(clock=clock), store=store, clock=clock
-        ).run()
+        engine = dse.build_engine(
+            campaign, store=store, clock=clock, backend=ProbeBackend(clock=clock)
+        )
+        result = engine.run()
         rows = store.trials(result.campaign_id)
     finally:
         store.close()

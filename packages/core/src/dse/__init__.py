@@ -6,6 +6,7 @@ The public API is re-exported here; implementation lives in private modules.
 from __future__ import annotations
 
 from dse._backend import Backend
+from dse._build import build_engine
 from dse._campaign import Campaign, EnvironmentConfig, campaign_from_dict, load_campaign
 from dse._clock import Clock, SystemClock
 from dse._constraints import Constraint
@@ -83,6 +84,7 @@ __all__ = [
     "TrialInfo",
     "TrialStatus",
     "__version__",
+    "build_engine",
     "campaign_from_dict",
     "canonical_json",
     "config_hash",

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dse._build import build_engine
 from dse._campaign import Campaign, load_campaign
 from dse._console import Console, LiveView
-from dse._engine import CampaignResult, Engine
-from dse._errors import ConfigError, DseError, ExitCode, PluginError
+from dse._errors import ConfigError, DseError, ExitCode
 from dse._plugins import PluginManager
 from dse._store import Store, open_existing, workspace_db
 from dse._version import __version__
@@ -23,6 +23,8 @@ from dse._version import __version__
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import FrameType
+
+    from dse._engine import CampaignResult
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,35 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return ExitCode.USAGE_ERROR  # pragma: no cover - argparse requires a command
 
 
-def build_engine(
-    campaign: Campaign, plugins: PluginManager, store: Store, listener: LiveView | None
-) -> Engine:
-    """Resolve the campaign's plugins and build its engine."""
-    source = str(campaign.source or "<campaign>")
-    backend_cls = _resolve(plugins.backend_class, campaign.backend, source, "backend")
-    agent_cls = _resolve(plugins.agent_class, campaign.agent, source, "agent")
-    backend = backend_cls.from_options(campaign.backend_options, source=source)
-    try:
-        agent = agent_cls(campaign.space, seed=campaign.seed, **campaign.agent_options)
-    except TypeError as exc:
-        msg = f"{source}: agent.{campaign.agent}: bad option(s): {exc}"
-        raise ConfigError(msg) from None
-    return Engine(campaign, agent=agent, backend=backend, store=store, listener=listener)
-
-
-def _resolve(lookup: Any, name: str, source: str, kind: str) -> Any:
-    try:
-        return lookup(name)
-    except PluginError as exc:
-        raise PluginError(f"{source}: campaign.{kind}: {exc}") from None
-
-
 def _run(args: argparse.Namespace, console: Console) -> int:
     campaign = load_campaign(args.campaign, workspace=args.workspace)
     plugins = PluginManager()
     store = Store(workspace_db(campaign.workspace))
     listener = LiveView(console)
-    engine = build_engine(campaign, plugins, store, listener)
+    engine = build_engine(campaign, store=store, plugins=plugins, listener=listener)
     interrupts = 0
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -1,0 +1,57 @@
+"""Building an engine from a campaign: the plugins resolved, the agent and backend made."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dse._engine import Engine
+from dse._errors import ConfigError, PluginError
+from dse._plugins import PluginManager
+
+if TYPE_CHECKING:
+    from dse._backend import Backend
+    from dse._campaign import Campaign
+    from dse._clock import Clock
+    from dse._engine import EngineListener
+    from dse._store import Store
+
+
+def build_engine(
+    campaign: Campaign,
+    *,
+    store: Store,
+    plugins: PluginManager | None = None,
+    listener: EngineListener | None = None,
+    clock: Clock | None = None,
+    backend: Backend | None = None,
+) -> Engine:
+    """Resolve the campaign's agent and backend by name and build its engine.
+
+    :param campaign: the campaign (from :func:`dse.load_campaign` or built in Python).
+    :param store: the record to write to.
+    :param plugins: where names are looked up (default: every installed plugin).
+    :param listener: receives progress (the console).
+    :param clock: the engine's clock (default: the system clock).
+    :param backend: an already-built backend, instead of the campaign's.
+    """
+    plugins = plugins or PluginManager()
+    source = str(campaign.source or "<campaign>")
+    agent_cls = _resolve(plugins.agent_class, campaign.agent, source, "agent")
+    if backend is None:
+        backend_cls = _resolve(plugins.backend_class, campaign.backend, source, "backend")
+        backend = backend_cls.from_options(campaign.backend_options, source=source)
+    try:
+        agent = agent_cls(campaign.space, seed=campaign.seed, **campaign.agent_options)
+    except TypeError as exc:
+        msg = f"{source}: agent.{campaign.agent}: bad option(s): {exc}"
+        raise ConfigError(msg) from None
+    return Engine(
+        campaign, agent=agent, backend=backend, store=store, listener=listener, clock=clock
+    )
+
+
+def _resolve(lookup: Any, name: str, source: str, kind: str) -> Any:
+    try:
+        return lookup(name)
+    except PluginError as exc:
+        raise PluginError(f"{source}: campaign.{kind}: {exc}") from None
