@@ -116,6 +116,14 @@ class Backend(ABC):
             changed.append(status)
         return changed
 
+    def wait(self, timeout: float) -> bool:
+        """Block until an outstanding job may have changed, or *timeout* seconds passed.
+
+        Return ``False`` when the backend cannot wait on events; the engine then sleeps on
+        its own clock. The default implementation returns ``False`` at once.
+        """
+        return self._wait(timeout)
+
     def cancel(self, job_ids: Sequence[str]) -> None:
         """Ask the backend to stop these jobs; their end is reported by later polls."""
         live = [j for j in job_ids if j in self._outstanding]
@@ -163,6 +171,10 @@ class Backend(ABC):
 
     def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:  # noqa: B027 - optional hook
         """Prepare to poll jobs started by an earlier controller (default: nothing to do)."""
+
+    def _wait(self, timeout: float) -> bool:
+        """Wait for news about outstanding jobs (default: cannot; return ``False``)."""
+        return False
 
     def _shutdown(self) -> None:  # noqa: B027 - optional hook
         """Release resources held by the backend (default: nothing)."""

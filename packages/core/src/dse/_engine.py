@@ -285,7 +285,7 @@ class Engine:
             self._cancel_all()
 
     def _wait(self) -> None:
-        if self._poll_wait > 0:
+        if self._poll_wait > 0 and not self.backend.wait(self._poll_wait):
             self.clock.sleep(self._poll_wait)
 
     def _refill(self) -> None:
@@ -447,8 +447,8 @@ class Engine:
             self._conclude(trial, status)
             batch.attempt_ends.append((
                 status.job_id, status.state.value, status.exit_code, status.signal,
-                status.node, status.reason, status.started_at, status.ended_at or now,
-                trial.attempt_row,
+                status.node, status.reason, status.peak_rss_kb, status.started_at,
+                status.ended_at or now, trial.attempt_row,
             ))
             self._record_end(trial, now)
         return changed
@@ -580,8 +580,8 @@ class Engine:
             trial.status = TrialStatus.CANCELLED
             trial.message = "cancelled before submission"
             self._batch.attempt_ends.append((
-                None, JobState.CANCELLED.value, None, None, None, trial.message, None, now,
-                trial.attempt_row,
+                None, JobState.CANCELLED.value, None, None, None, trial.message, None, None,
+                now, trial.attempt_row,
             ))
             self._record_end(trial, now)
         self._to_submit = []
@@ -602,7 +602,7 @@ class Engine:
                 trial.message = "cancel requested; the backend did not confirm the end"
                 self._batch.attempt_ends.append((
                     job_id, JobState.CANCELLED.value, None, None, None, trial.message, None,
-                    now, trial.attempt_row,
+                    None, now, trial.attempt_row,
                 ))
                 self._record_end(trial, now)
         self._commit()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,8 @@ RESULT_FILE = "result.json"
 PARAMS_FILE = "params.json"
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TRIAL_VARS = ("trial_id", "trial_dir", "attempt", "checkpoint_dir", "params_file")
+_ABSENT: Any = object()
+_LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")
 
 
 def _render(value: Any) -> str:
@@ -118,54 +121,135 @@ class CommandEnvironment:
 
 
 def read_result(path: Path) -> Mapping[str, Any] | Evaluation:
-    """Parse a result file, or say why it cannot be used."""
+    """Parse a result file, or say why it cannot be used.
+
+    Returns the document (a JSON object, every key kept, ``data_version`` included) or an
+    :class:`Evaluation` carrying the failure: ``no_result`` when the file does not exist,
+    ``malformed_result`` when it cannot be read, is empty, is not UTF-8, is not JSON (a
+    truncated write included) or is not a JSON object. Never raises.
+    """
+    name = path.name
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return Evaluation(failure=FailureClass.INCOMPLETE_OUTPUT, message=f"no {path.name}")
+        return Evaluation(failure=FailureClass.NO_RESULT, message=f"no {name}")
     except OSError as exc:
-        return Evaluation(
-            failure=FailureClass.INCOMPLETE_OUTPUT, message=f"{path.name}: {exc.strerror}"
+        return _malformed(f"{name} cannot be read ({exc.strerror or type(exc).__name__})")
+    if not raw.strip():
+        return _malformed(f"{name} is empty")
+    try:
+        # utf-8-sig: a byte order mark is tolerated (RFC 8259 allows a parser to ignore it).
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return _malformed(
+            f"{name} is not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         )
     try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return Evaluation(
-            failure=FailureClass.INCOMPLETE_OUTPUT, message=f"{path.name} is not JSON: {exc}"
-        )
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = f"{exc.msg}: line {exc.lineno} column {exc.colno}"
+        if _ends_early(text, exc):
+            return _malformed(f"{name} is truncated ({where})")
+        return _malformed(f"{name} is not valid JSON ({where})")
+    except (ValueError, RecursionError) as exc:
+        # Valid JSON Python will not load: a 5000-digit integer, arrays nested 10**5 deep.
+        return _malformed(f"{name} cannot be loaded ({_clip(str(exc))})")
     if not isinstance(doc, dict):
-        return Evaluation(
-            failure=FailureClass.INCOMPLETE_OUTPUT, message=f"{path.name} is not a JSON object"
-        )
+        return _malformed(f"{name} holds {_describe(doc)}, not a JSON object")
     return doc
 
 
 def score_document(doc: Mapping[str, Any], objectives: Sequence[Objective]) -> Evaluation:
-    """Check completeness and the objective metrics of a result document."""
-    if doc.get("complete") is not True:
+    """Check completeness and the objective metrics of a result document.
+
+    ``complete`` must be ``true`` (else ``incomplete_output``) and ``metrics`` an object holding
+    every objective metric (else ``missing_metric``) as a finite number: NaN, an infinity, a
+    string, a boolean or null is ``invalid_metric``. Other metrics that are finite numbers are
+    kept; other keys of the document (``data_version``, anything a workload adds) are ignored
+    here. Never raises.
+    """
+    complete = doc.get("complete", _ABSENT)
+    if complete is not True:
+        if complete is _ABSENT:
+            said = "it has no 'complete' marker"
+        else:
+            said = f"complete is {_describe(complete)}"
         return Evaluation(
-            failure=FailureClass.INCOMPLETE_OUTPUT, message="result is not marked complete"
+            failure=FailureClass.INCOMPLETE_OUTPUT,
+            message=f"result is not marked complete ({said})",
         )
-    raw_metrics = doc.get("metrics")
-    if not isinstance(raw_metrics, Mapping):
+    raw_metrics = doc.get("metrics", _ABSENT)
+    if raw_metrics is _ABSENT:
         return Evaluation(failure=FailureClass.MISSING_METRIC, message="result has no metrics")
+    if not isinstance(raw_metrics, Mapping):
+        return _malformed(f"result metrics is {_describe(raw_metrics)}, not a JSON object")
     metrics: dict[str, float] = {}
     for key, value in raw_metrics.items():
-        number = finite_float(value)
+        number = _finite(value)
         if number is not None:
             metrics[str(key)] = number
     for objective in objectives:
-        if objective.metric not in raw_metrics:
+        name = objective.metric
+        if name in metrics:
+            continue
+        if name not in raw_metrics:
             return Evaluation(
                 metrics=metrics,
                 failure=FailureClass.MISSING_METRIC,
-                message=f"metric {objective.metric!r} is missing",
+                message=f"metric {name!r} is missing",
             )
-        if objective.metric not in metrics:
-            return Evaluation(
-                metrics=metrics,
-                failure=FailureClass.INVALID_METRIC,
-                message=f"metric {objective.metric!r} is {raw_metrics[objective.metric]!r},"
-                " not a finite number",
-            )
+        return Evaluation(
+            metrics=metrics,
+            failure=FailureClass.INVALID_METRIC,
+            message=f"metric {name!r} is {_describe(raw_metrics[name])}, not a finite number",
+        )
     return Evaluation(metrics=metrics)
+
+
+def reported_data_version(doc: Mapping[str, Any]) -> str | None:
+    """The data version a result document says the trial actually read, if it says one."""
+    value = doc.get("data_version")
+    return value if isinstance(value, str) and value else None
+
+
+def _malformed(message: str) -> Evaluation:
+    return Evaluation(failure=FailureClass.MALFORMED_RESULT, message=message)
+
+
+def _ends_early(text: str, exc: json.JSONDecodeError) -> bool:
+    """Whether the JSON stops mid-document (a write cut short) rather than going wrong."""
+    if exc.msg == "Extra data":
+        return False
+    if exc.msg.startswith("Unterminated string"):
+        return True
+    rest = text[exc.pos :].rstrip()
+    return not rest or any(literal.startswith(rest) for literal in _LITERALS)
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        return finite_float(value)
+    except OverflowError:  # an integer beyond float range: JSON numbers have no size limit
+        return None
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _describe(value: Any) -> str:
+    """A JSON value in a few words, as the workload wrote it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, str):
+        return f"the string {_clip(repr(value), 40)}"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return _clip(repr(value), 40)

@@ -19,7 +19,7 @@ from dse._errors import StoreError
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_NAME = "dse.sqlite"
 
 _SCHEMA = """
@@ -73,6 +73,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     signal INTEGER,
     node TEXT,
     reason TEXT,
+    peak_rss_kb INTEGER,
     submitted_at REAL NOT NULL,
     started_at REAL,
     ended_at REAL,
@@ -228,7 +229,8 @@ class Store:
             if batch.attempt_ends:
                 db.executemany(
                     "UPDATE attempts SET job_id=?, state=?, exit_code=?, signal=?, node=?,"
-                    " reason=?, started_at=COALESCE(?, started_at), ended_at=? WHERE id=?",
+                    " reason=?, peak_rss_kb=?, started_at=COALESCE(?, started_at), ended_at=?"
+                    " WHERE id=?",
                     batch.attempt_ends,
                 )
             if batch.trial_ends:

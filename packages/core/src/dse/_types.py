@@ -105,6 +105,8 @@ class JobSpec:
     """Wall-clock ceiling in seconds, or ``None`` for none."""
     shell: bool = False
     """Run ``argv[0]`` through ``/bin/sh -c`` (only when the campaign asks for it)."""
+    cwd: Path | None = None
+    """Working directory of the command (``None``: the trial directory)."""
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -136,6 +138,8 @@ class JobStatus:
     """The backend cannot tell an infrastructure cause from a workload cause."""
     result: Mapping[str, Any] | None = None
     """A result document delivered in-band (the probe); ``None`` means read ``result.json``."""
+    peak_rss_kb: int | None = None
+    """Largest resident set size of the attempt's processes, in KiB, when known."""
 
 
 class TrialStatus(enum.Enum):
@@ -173,7 +177,12 @@ class FailureClass(enum.Enum):
     OUT_OF_MEMORY = "out_of_memory"
     TIME_LIMIT = "time_limit"
     KILLED = "killed"
+    NO_RESULT = "no_result"
+    """The attempt exited 0 but wrote no result file."""
+    MALFORMED_RESULT = "malformed_result"
+    """The result file is truncated, not JSON, or not a JSON object."""
     INCOMPLETE_OUTPUT = "incomplete_output"
+    """The result is not marked complete."""
     MISSING_METRIC = "missing_metric"
     INVALID_METRIC = "invalid_metric"
     PREPARE_ERROR = "prepare_error"

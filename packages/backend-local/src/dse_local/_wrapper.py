@@ -1,0 +1,278 @@
+"""The attempt wrapper: runs one workload and writes how it ended, whatever the controller does.
+
+Started by the local backend, in a session of its own, as::
+
+    python -S _wrapper.py ATTEMPT_DIR GRACE LIMIT STDOUT STDERR CWD -- ARGV...
+
+(``LIMIT`` and ``CWD`` may be empty). It is on every trial's critical path, so it imports only
+what starts fast: no ``json``, no ``subprocess``.
+
+It makes itself a child subreaper (descendants that detach are re-parented to it and can be
+found), starts the workload in a process group of its own with stdout and stderr going to
+files, enforces the time limit itself (so a limit holds after the controller died), turns a
+SIGTERM from the controller into SIGTERM → grace → SIGKILL of every descendant, kills
+whatever the workload left behind, and finally writes ``exit.json`` atomically in the attempt
+directory: exit code or signal, start and end times, peak RSS, and whether the end was a
+time-out or a cancel.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _descendants(root: int) -> list[int]:
+    """Pids of every live descendant of *root* (walking /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/" + name + "/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses: split after the last ')'.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if fields[0] == b"Z":
+            continue
+        children.setdefault(int(fields[1]), []).append(int(name))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal_all(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass
+    for pid in _descendants(os.getpid()):
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+REAPED: dict[int, int] = {}
+"""Wait statuses of children reaped while cleaning up (the workload may be one of them)."""
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        REAPED[pid] = status
+
+
+def _kill_everything(pgid: int) -> None:
+    """SIGKILL the group and every descendant until none is left; reap them."""
+    for _ in range(200):
+        _signal_all(pgid, signal.SIGKILL)
+        _reap()
+        if not _descendants(os.getpid()):
+            return
+        time.sleep(0.01)
+
+
+class _State:
+    """What happened to the attempt so far (no dataclass: it would import more)."""
+
+    __slots__ = ("cancelled", "term_at", "termed", "timed_out")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self.timed_out = False
+        self.termed = False
+        self.term_at: float | None = None
+
+
+def _json_str(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20:
+            out.append("\\u%04x" % ord(ch))
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _json_value(value: object) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return _json_str(value)
+    return repr(value)
+
+
+def _subreaper() -> None:
+    try:
+        import ctypes  # imported only here: it costs milliseconds
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (ImportError, OSError, AttributeError):
+        pass  # without a subreaper, the process group and the walk below still apply
+
+
+def _spawn(
+    argv: list[str], cwd: str, out_fd: int, err_fd: int
+) -> tuple[int | None, str | None]:
+    """Fork and exec *argv* in a new process group; return (pid, launch error or None)."""
+    rfd, wfd = os.pipe()  # close-on-exec: the parent reads EOF once exec succeeded
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setpgid(0, 0)
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, set())
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_fd, 1)
+            os.dup2(err_fd, 2)
+            if cwd:
+                os.chdir(cwd)
+            os.execvp(argv[0], argv)
+        except BaseException as exc:  # noqa: BLE001 - report any failure to exec, then die
+            try:
+                os.write(wfd, (type(exc).__name__ + ": " + str(exc)).encode(errors="replace"))
+            finally:
+                os._exit(127)
+    os.close(wfd)
+    chunks = []
+    while True:
+        chunk = os.read(rfd, 4096)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(rfd)
+    if chunks:
+        os.waitpid(pid, 0)
+        return None, b"".join(chunks).decode(errors="replace")
+    return pid, None
+
+
+def main() -> int:
+    attempt_dir, grace_text, limit_text, stdout, stderr, cwd, sep = sys.argv[1:8]
+    argv = sys.argv[8:]
+    assert sep == "--", "usage: _wrapper.py DIR GRACE LIMIT STDOUT STDERR CWD -- ARGV..."
+    grace = float(grace_text)
+    limit = float(limit_text) if limit_text else None
+    _subreaper()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    state = _State()
+
+    def on_term(signum: int, frame: object) -> None:
+        state.cancelled = True
+        if state.term_at is None:
+            state.term_at = time.monotonic()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # The controller starts us with SIGTERM and SIGINT blocked, so a cancel sent before the
+    # handlers above existed is pending rather than lost: it is delivered now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    started = time.time()
+    start_mono = time.monotonic()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    out_fd = os.open(stdout, flags, 0o644)
+    err_fd = out_fd if stderr == stdout else os.open(stderr, flags, 0o644)
+    pid, error = _spawn(argv, cwd, out_fd, err_fd)
+    code: int | None = None
+    sig: int | None = None
+    if pid is not None:
+        pgid = pid
+        pidfd = os.pidfd_open(pid)
+        while True:
+            now = time.monotonic()
+            if state.term_at is None and limit is not None and now - start_mono >= limit:
+                state.timed_out = True
+                state.term_at = now
+            timeout = None
+            if state.term_at is not None:
+                if not state.termed:
+                    state.termed = True
+                    _signal_all(pgid, signal.SIGTERM)
+                left = grace - (now - state.term_at)
+                if left <= 0:
+                    _kill_everything(pgid)
+                    left = 0.05
+                timeout = left
+            elif limit is not None:
+                timeout = max(limit - (now - start_mono), 0.0)
+            ready, _, _ = select.select([pidfd, wake_r], [], [], timeout)
+            if wake_r in ready:
+                try:
+                    os.read(wake_r, 512)
+                except BlockingIOError:
+                    pass
+            if pidfd in ready or pid in REAPED:
+                status = REAPED.pop(pid) if pid in REAPED else os.waitpid(pid, 0)[1]
+                code = os.waitstatus_to_exitcode(status)
+                if code < 0:
+                    sig, code = -code, None
+                break
+        os.close(pidfd)
+        # Nothing a trial started may outlive it: stop what is left in its group and below.
+        if _descendants(os.getpid()):
+            _signal_all(pgid, signal.SIGTERM)
+            end = time.monotonic() + min(grace, 2.0)
+            while time.monotonic() < end:
+                _reap()
+                if not _descendants(os.getpid()):
+                    break
+                time.sleep(0.02)
+            _kill_everything(pgid)
+    ended = time.time()
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    fields = [
+        ("exit_code", code),
+        ("signal", sig),
+        ("started_at", started),
+        ("ended_at", ended),
+        ("peak_rss_kb", int(usage.ru_maxrss)),
+        ("timed_out", state.timed_out),
+        ("cancelled", state.cancelled and not state.timed_out),
+        ("launch_error", error),
+        ("wrapper_pid", os.getpid()),
+    ]
+    text = "{" + ", ".join(_json_str(k) + ": " + _json_value(v) for k, v in fields) + "}\n"
+    path = os.path.join(attempt_dir, "exit.json")
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""The trial side of dse: read the params of this trial, report its result.
+
+dse runs a workload with the trial contract in its environment (DESIGN.md, "The trial
+contract"): ``DSE_TRIAL_ID``, ``DSE_TRIAL_DIR``, ``DSE_PARAMS_FILE``, ``DSE_CHECKPOINT_DIR``,
+``DSE_ATTEMPT`` and ``DSE_DATA_VERSION``. This module reads those variables and writes the
+trial's ``result.json``, with the standard library only::
+
+    import dse.trial
+
+    p = dse.trial.params()                      # {"tile_m": 64, "layout": "row", ...}
+    state = dse.trial.checkpoint_dir() / "state.json"
+    step = load(state) if state.exists() else 0  # a retried attempt resumes here
+    ...
+    dse.trial.report({"time_ms": 1.73, "gflops": 812.0})
+
+Using it is optional: a workload in any language may read the same variables and write
+``result.json`` itself. The file dse reads is one JSON object::
+
+    {"complete": true, "metrics": {"time_ms": 1.73}, "data_version": "2024-06", ...}
+
+``complete`` must be ``true`` and every objective metric a finite number, or the trial is
+recorded as failed (``incomplete_output``, ``missing_metric``, ``invalid_metric``) and never
+scored. A file that is absent is ``no_result``; one that is truncated or not a JSON object is
+``malformed_result``, which is why :func:`report` replaces the file atomically.
+
+Calling any function here outside a dse trial raises :class:`TrialContextError`, naming the
+variable that is missing; set the variables by hand to debug a workload without dse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dse._errors import DseError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "RESULT_FILE",
+    "TrialContextError",
+    "attempt",
+    "checkpoint_dir",
+    "data_version",
+    "params",
+    "report",
+    "trial_dir",
+    "trial_id",
+]
+
+RESULT_FILE = "result.json"
+"""Name of the result file inside the trial directory."""
+
+_HINT = "run this as a dse trial (dse run <campaign.toml>), or set it by hand to debug"
+_temp_names = itertools.count()
+
+
+class TrialContextError(DseError, RuntimeError):
+    """The code is not running as a dse trial, or the trial contract it sees is broken."""
+
+
+def _require(variable: str, caller: str) -> str:
+    value = os.environ.get(variable)
+    if not value:
+        msg = f"dse.trial.{caller}(): ${variable} is not set; {_HINT}"
+        raise TrialContextError(msg)
+    return value
+
+
+def params() -> dict[str, Any]:
+    """The params of this trial, as dse coerced them (ints are ints, choices keep their type).
+
+    Read from the JSON file named by ``$DSE_PARAMS_FILE`` on every call; the dict is the
+    caller's to change.
+    """
+    path = _require("DSE_PARAMS_FILE", "params")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        msg = f"dse.trial.params(): cannot read $DSE_PARAMS_FILE {path} ({exc.strerror})"
+        raise TrialContextError(msg) from None
+    except ValueError as exc:
+        msg = f"dse.trial.params(): $DSE_PARAMS_FILE {path} is not valid JSON ({exc})"
+        raise TrialContextError(msg) from None
+    if not isinstance(data, dict):
+        msg = f"dse.trial.params(): $DSE_PARAMS_FILE {path} does not hold a JSON object"
+        raise TrialContextError(msg)
+    return data
+
+
+def trial_id() -> str:
+    """The trial's stable id (``<campaign>-<run>-<number>``), the same for every attempt."""
+    return _require("DSE_TRIAL_ID", "trial_id")
+
+
+def trial_dir() -> Path:
+    """The trial's own directory (``$DSE_TRIAL_DIR``), where ``result.json`` goes.
+
+    It exists before the trial starts and is the same for every attempt of the trial.
+    """
+    return Path(_require("DSE_TRIAL_DIR", "trial_dir"))
+
+
+def checkpoint_dir() -> Path:
+    """The directory kept across attempts (``$DSE_CHECKPOINT_DIR``), created if needed.
+
+    When infrastructure interrupts a trial (preemption, node failure, controller restart),
+    dse starts a new attempt of the *same* trial with the same checkpoint directory: save
+    progress here and resume from it when it is not empty.
+    """
+    path = Path(_require("DSE_CHECKPOINT_DIR", "checkpoint_dir"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def attempt() -> int:
+    """The attempt number of this run of the trial: 1 for the first, 2 after one retry..."""
+    text = _require("DSE_ATTEMPT", "attempt")
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        msg = f"dse.trial.attempt(): $DSE_ATTEMPT is {text!r}, expected a positive integer"
+        raise TrialContextError(msg)
+    return number
+
+
+def data_version() -> str | None:
+    """The data version dse expects the trial to read (``$DSE_DATA_VERSION``), or ``None``.
+
+    ``None`` when the campaign declares none. A trial that reads another version should say
+    so: ``report(metrics, data_version="<what it read>")``.
+    """
+    return os.environ.get("DSE_DATA_VERSION") or None
+
+
+def report(
+    metrics: Mapping[str, float],
+    *,
+    data_version: str | None = None,
+    complete: bool = True,
+    **extra: Any,
+) -> Path:
+    """Write the trial's ``result.json`` atomically and return its path.
+
+    The file holds ``{"complete": ..., "metrics": {...}, "data_version": ..., **extra}``.
+    It is written to a temporary file in the trial directory, flushed and fsynced, then
+    renamed over ``result.json``: a reader (dse, after the process ends or is killed) sees
+    the previous file or the whole new one, never half of it. Calling ``report`` again
+    replaces the result.
+
+    Metrics are written as they are: dse, not this function, judges them. A NaN or an
+    infinity is written as the JSON extension token ``NaN`` / ``Infinity`` (the controller
+    reads those and records the trial as ``invalid_metric``), so a diverged run is recorded
+    as such instead of crashing the workload at its last line. numpy and similar scalars are
+    written as the plain numbers they hold.
+
+    :param metrics: metric name to value; must hold every objective metric of the campaign.
+    :param data_version: the data version the trial actually read; default: the expected
+        one (:func:`data_version`), ``null`` when there is none.
+    :param complete: ``False`` records partial results that dse will never score
+        (``incomplete_output``), e.g. a run that stopped early on purpose.
+    :param extra: more JSON-serialisable keys to keep in the file (notes, paths, counters).
+    :raises TypeError: a value cannot be written as JSON (nothing is written then).
+    """
+    directory = trial_dir()
+    document: dict[str, Any] = {
+        "complete": complete,
+        "metrics": dict(metrics),
+        "data_version": data_version or os.environ.get("DSE_DATA_VERSION") or None,
+    }
+    document.update(extra)
+    # Serialise first: a value JSON cannot hold raises before any file is touched.
+    text = json.dumps(document, allow_nan=True, default=_plain)
+    target = directory / RESULT_FILE
+    temporary = directory / f".{RESULT_FILE}.{os.getpid()}.{next(_temp_names)}.tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    _sync_directory(directory)
+    return target
+
+
+def _plain(value: Any) -> Any:
+    """JSON for the numbers of numeric libraries: numpy/torch scalars, arrays, Decimal."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    if hasattr(value, "__float__"):
+        return float(value)
+    msg = f"dse.trial.report(): a {type(value).__name__} cannot be written as JSON"
+    raise TypeError(msg)
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the rename durable: fsync the directory entry (POSIX only)."""
+    if os.name != "posix":
+        return
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems (NFS, some FUSE mounts) refuse fsync on a directory
+    finally:
+        os.close(fd)
