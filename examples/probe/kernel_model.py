@@ -8,10 +8,12 @@ trial "runs" for a few polling passes on the probe, longer for bigger tiles.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dse.testing import ProbeScript
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 def kernel_time(params: Mapping[str, Any]) -> ProbeScript:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import os
+import py_compile
 import select
 import shutil
 import signal
@@ -13,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dse.local")
 
-WRAPPER = Path(__file__).with_name("_wrapper.py")
+WRAPPER = Path(__file__).with_name("_launch.py")
 EXIT_FILE = "exit.json"
 PID_FILE = "wrapper.pid"
 
@@ -32,28 +34,25 @@ PID_FILE = "wrapper.pid"
 _BLOCKED = {signal.SIGTERM, signal.SIGINT}
 
 
-def _write_pid_file(adir: Path, pid: int) -> None:
+def _write_pid_file(adir: Path, pid: int) -> int | None:
     """Record the wrapper's pid and start time, so a later controller can find it."""
-    tmp = adir / (PID_FILE + ".tmp")
-    tmp.write_text(f"{pid} {_start_ticks(pid) or 0}\n")
+    ticks = _start_ticks(pid)
+    tmp = adir / f"{PID_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(f"{pid} {ticks or 0}\n")
     os.replace(tmp, adir / PID_FILE)
+    return ticks
 
 
-def _find_wrapper(adir: Path) -> int | None:
-    """The pid of a wrapper running for *adir*, found by its command line."""
-    needle = str(adir).encode()
-    marker = WRAPPER.name.encode()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as handle:
-                args = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if len(args) > 3 and args[2].endswith(marker) and args[3] == needle:
-            return int(name)
-    return None
+def _compile_wrapper() -> None:
+    """Cache the wrapper's bytecode (it starts once per trial), even where
+    PYTHONDONTWRITEBYTECODE is set or the install skipped compiling."""
+    source = WRAPPER.with_name("_wrapper.py")
+    cached = Path(importlib.util.cache_from_source(str(source)))
+    try:
+        if not cached.exists() or cached.stat().st_mtime < source.stat().st_mtime:
+            py_compile.compile(str(source), cfile=str(cached), doraise=True)
+    except (OSError, py_compile.PyCompileError) as exc:
+        log.debug("cannot cache the wrapper's bytecode: %s", exc)
 
 
 def detect_gpus() -> int:
@@ -93,8 +92,9 @@ class _Job:
     job_id: str
     spec: JobSpec
     state: JobState = JobState.PENDING
-    proc: subprocess.Popen[bytes] | None = None
+    launched: bool = False
     pid: int | None = None
+    ticks: int | None = None
     pidfd: int | None = None
     gpus: tuple[int, ...] = ()
     cancel_at: float | None = None
@@ -102,7 +102,68 @@ class _Job:
     final: JobStatus | None = None
     started_at: float | None = None
     reattached: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    released: bool = False
+
+
+class _Server:
+    """The wrapper server (``_wrapper.serve``): forks one wrapper per attempt.
+
+    Starting a Python interpreter per attempt would cost every trial tens of milliseconds;
+    forking a small, single-threaded server costs about one. Wrappers live in sessions of
+    their own, so they outlive the server and the controller.
+    """
+
+    def __init__(self, python: str) -> None:
+        self.python = python
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self.proc = subprocess.Popen(
+            [self.python, "-S", str(WRAPPER), "--serve"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True, bufsize=0,
+        )
+        return self.proc
+
+    def spawn(self, env: Mapping[str, str], args: Sequence[str]) -> int:
+        """Start a wrapper with *env* and *args*; return its pid."""
+        fields = [os.fsencode(f"{k}={v}") for k, v in env.items()]
+        fields.append(b"")
+        fields.extend(os.fsencode(a) for a in args)
+        payload = b"\0".join(fields)
+        message = b"%d\n" % len(payload) + payload
+        for retry in (False, True):
+            proc = self.proc if self.proc is not None and self.proc.poll() is None else None
+            proc = proc or self._start()
+            assert proc.stdin is not None
+            assert proc.stdout is not None
+            try:
+                proc.stdin.write(message)
+                reply = proc.stdout.readline()
+            except (BrokenPipeError, OSError):
+                reply = b""
+            if reply.strip().isdigit():
+                return int(reply)
+            self.close()
+            if retry:
+                break
+        msg = "the wrapper server did not answer"
+        raise OSError(msg)
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            assert proc.stdin is not None
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 class LocalBackend(Backend):
@@ -118,7 +179,8 @@ class LocalBackend(Backend):
     wrapper writes ``exit.json`` in ``<trial_dir>/attempt-<n>/``, so a controller restarted
     later learns how an attempt it no longer parents ended. GPUs are handed out exclusively
     through ``CUDA_VISIBLE_DEVICES``; a job waits in the backend's queue until its CPUs and
-    GPUs are free (first come, first served).
+    GPUs are free (first come, first served). The directory of the controller's Python comes
+    first on the trials' ``PATH``, so ``python`` in a command is the controller's environment.
     """
 
     name: ClassVar[str] = "local"
@@ -138,7 +200,9 @@ class LocalBackend(Backend):
             )
             raise ConfigError(msg)
         self.grace = float(grace)
-        self._python = os.path.realpath(sys.executable)
+        _compile_wrapper()
+        self._server = _Server(os.path.realpath(sys.executable))
+        self._bin_dir = os.path.dirname(sys.executable)
         self._jobs: dict[str, _Job] = {}
         self._queue: deque[_Job] = deque()
         self._free_cpus = self.cpus
@@ -189,18 +253,16 @@ class LocalBackend(Backend):
             self._free_cpus -= res.cpus
             job.gpus = tuple(self._free_gpus[: res.gpus])
             del self._free_gpus[: res.gpus]
+            job.launched = True
             self._launch(job)
 
     def _release(self, job: _Job) -> None:
-        if job.proc is None and not job.reattached:
+        if not job.launched or job.released:
             return
-        if job.extra.get("released"):
-            return
-        job.extra["released"] = True
-        if not job.reattached:
-            self._free_cpus += job.spec.resources.cpus
-            self._free_gpus.extend(job.gpus)
-            self._free_gpus.sort()
+        job.released = True
+        self._free_cpus += job.spec.resources.cpus
+        self._free_gpus.extend(job.gpus)
+        self._free_gpus.sort()
 
     def _launch(self, job: _Job) -> None:
         spec = job.spec
@@ -214,23 +276,15 @@ class LocalBackend(Backend):
             env = dict(os.environ)
             env.update(spec.env)
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
-            cmd = [
-                self._python, "-S", str(WRAPPER), str(adir), repr(self.grace),
+            env["PATH"] = os.pathsep.join(filter(None, [self._bin_dir, env.get("PATH")]))
+            args = [
+                str(adir), repr(self.grace),
                 "" if spec.time_limit is None else repr(spec.time_limit),
                 str(adir / "stdout.log"), str(adir / "stderr.log"),
                 str(spec.cwd or spec.trial_dir), "--", *argv,
             ]
-            # Blocked across the fork so that a cancel arriving before the wrapper installed
-            # its handlers waits for them instead of killing it silently.
-            old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
-            try:
-                job.proc = subprocess.Popen(
-                    cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL, env=env, start_new_session=True, close_fds=True,
-                )
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-            _write_pid_file(adir, job.proc.pid)
+            job.pid = self._server.spawn(env, args)
+            job.ticks = _write_pid_file(adir, job.pid)
         except (OSError, ValueError) as exc:
             job.final = JobStatus(
                 job.job_id, JobState.LAUNCH_ERROR, node="localhost",
@@ -238,22 +292,22 @@ class LocalBackend(Backend):
             )
             self._release(job)
             return
-        job.pid = job.proc.pid
         job.started_at = time.time()
         try:
             job.pidfd = os.pidfd_open(job.pid)
         except OSError:
-            job.pidfd = None
+            job.pidfd = None  # already gone: the exit file tells the rest
 
     def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
         out: dict[str, JobStatus] = {}
         now = time.monotonic()
+        ready = self._ended_fds(0.0)
         for job_id in job_ids:
             job = self._jobs.get(job_id)
             if job is None:
                 out[job_id] = JobStatus(job_id, JobState.LOST, reason="unknown to this backend")
                 continue
-            status = self._check(job, now)
+            status = self._check(job, now, ready)
             if status is not None:
                 out[job_id] = status
                 if status.state.is_finished():
@@ -261,18 +315,25 @@ class LocalBackend(Backend):
         self._launch_ready()
         return out
 
-    def _check(self, job: _Job, now: float) -> JobStatus | None:
+    def _ended_fds(self, timeout: float) -> set[int]:
+        """Pidfds of wrappers that ended (one ``poll`` call for all of them)."""
+        fds = [j.pidfd for j in self._jobs.values() if j.pidfd is not None]
+        if not fds:
+            return set()
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        return {fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000.0)}
+
+    def _check(self, job: _Job, now: float, ready: set[int]) -> JobStatus | None:
         if job.final is not None:
             return job.final
-        if job.proc is None and not job.reattached:
+        if not job.launched and not job.reattached:
             return None  # still queued for resources
-        exited = False
-        if job.proc is not None:
-            exited = job.proc.poll() is not None
-        elif job.pid is not None:
-            exited = _start_ticks(job.pid) != job.extra.get("ticks")
+        if job.pidfd is not None:
+            exited = job.pidfd in ready
         else:
-            exited = True
+            exited = job.pid is None or _start_ticks(job.pid) != job.ticks
         if not exited:
             self._enforce_cancel(job, now)
             return JobStatus(job.job_id, JobState.RUNNING, node="localhost",
@@ -296,10 +357,7 @@ class LocalBackend(Backend):
         except (OSError, ValueError):
             doc = None
         if not isinstance(doc, dict):
-            wrapper_code = job.proc.returncode if job.proc is not None else None
             lost = "the attempt's wrapper ended without writing exit.json"
-            if wrapper_code is not None and wrapper_code < 0:
-                lost += f" (killed by signal {-wrapper_code})"
             state = JobState.CANCELLED if job.cancel_at is not None else JobState.LOST
             return JobStatus(job.job_id, state, node="localhost", reason=lost,
                              started_at=job.started_at, ended_at=time.time(),
@@ -347,7 +405,7 @@ class LocalBackend(Backend):
             job = self._jobs.get(job_id)
             if job is None or job.final is not None:
                 continue
-            if job.proc is None and not job.reattached:
+            if not job.launched and not job.reattached:
                 self._queue.remove(job)
                 job.final = JobStatus(job_id, JobState.CANCELLED, node="localhost",
                                       reason="cancelled before it started")
@@ -362,35 +420,25 @@ class LocalBackend(Backend):
             job = _Job(job_id, spec, reattached=True, state=JobState.RUNNING)
             self._jobs[job_id] = job
             adir = attempt_dir(spec)
-            pid: int | None
-            recorded: int | None = None
             try:
                 words = (adir / PID_FILE).read_text().split()
                 pid, recorded = int(words[0]), int(words[1])
             except (OSError, ValueError, IndexError):
-                # The controller may have died between starting the wrapper and writing the
-                # pid file: look for the wrapper by its command line.
-                pid = _find_wrapper(adir)
-            if pid is None:
-                continue  # never started, or gone: decided by the exit file at the next poll
+                continue  # never started: decided by the exit file at the next poll
             ticks = _start_ticks(pid)
             if ticks is None or (recorded and ticks != recorded):
                 continue  # ended, or the pid now belongs to another process
             job.pid = pid
-            job.extra["ticks"] = ticks
-            try:
+            job.ticks = ticks
+            with contextlib.suppress(OSError):
                 job.pidfd = os.pidfd_open(pid)
-            except OSError:
-                job.pidfd = None
 
     def _wait(self, timeout: float) -> bool:
-        fds = [j.pidfd for j in self._jobs.values() if j.pidfd is not None]
-        if not fds:
-            return bool(any(j.final is not None for j in self._jobs.values()))
-        poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN)
-        poller.poll(max(timeout, 0.0) * 1000.0)
+        if any(j.final is not None for j in self._jobs.values()):
+            return True
+        if not any(j.pidfd is not None for j in self._jobs.values()):
+            return False
+        self._ended_fds(timeout)
         return True
 
     def _shutdown(self) -> None:
@@ -402,19 +450,13 @@ class LocalBackend(Backend):
             if live:
                 time.sleep(0.05)
         for job in live:
-            _kill_session(job.pid)  # type: ignore[arg-type]
-        for job in list(self._jobs.values()):
-            if job.proc is not None and job.proc.poll() is None:
-                continue
-            if job.pidfd is not None:
-                os.close(job.pidfd)
-                job.pidfd = None
+            assert job.pid is not None
+            _kill_session(job.pid)
+        self._server.close()
 
 
 def _gone(job: _Job) -> bool:
-    if job.proc is not None:
-        return job.proc.poll() is not None
-    return job.pid is None or _start_ticks(job.pid) != job.extra.get("ticks")
+    return job.pid is None or _start_ticks(job.pid) != job.ticks
 
 
 def _kill_session(pid: int) -> None:

@@ -2,8 +2,9 @@
 
 Started by the local backend, in a session of its own, as::
 
-    python -S _wrapper.py ATTEMPT_DIR GRACE LIMIT STDOUT STDERR CWD -- ARGV...
+    python -S _launch.py ATTEMPT_DIR GRACE LIMIT STDOUT STDERR CWD -- ARGV...
 
+(``_launch.py`` imports this module so that its compiled form is cached.)
 (``LIMIT`` and ``CWD`` may be empty). It is on every trial's critical path, so it imports only
 what starts fast: no ``json``, no ``subprocess``.
 
@@ -18,10 +19,12 @@ time-out or a cancel.
 
 from __future__ import annotations
 
+# The C module behind `signal`: the same functions and numbers without importing `enum`,
+# which alone would add milliseconds to every trial.
+import _signal as signal  # type: ignore[import-not-found]
 import os
 import resource
 import select
-import signal
 import sys
 import time
 
@@ -51,6 +54,21 @@ def _descendants(root: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
+
+
+def _has_leftovers(pgid: int) -> bool:
+    """Cheap test for processes the workload left: its group, or orphans re-parented to us."""
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except OSError:
+        pass
+    pid = os.getpid()
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid), "rb") as handle:
+            return bool(handle.read().strip())
+    except OSError:
+        return bool(_descendants(pid))
 
 
 def _signal_all(pgid: int, sig: int) -> None:
@@ -127,11 +145,27 @@ def _json_value(value: object) -> str:
     return repr(value)
 
 
-def _subreaper() -> None:
-    try:
-        import ctypes  # imported only here: it costs milliseconds
+def _write_pid_file(attempt_dir: str) -> None:
+    """``wrapper.pid``: pid and start time, for a controller that restarts (it writes the
+    same file too; whichever lands first, a restarted controller finds this wrapper)."""
+    pid = os.getpid()
+    with open("/proc/self/stat", "rb") as handle:
+        stat = handle.read()
+    ticks = stat[stat.rfind(b")") + 2 :].split()[19].decode()
+    path = os.path.join(attempt_dir, "wrapper.pid")
+    tmp = "%s.%d.tmp" % (path, pid)
+    with open(tmp, "w") as handle:
+        handle.write("%d %s\n" % (pid, ticks))
+    os.replace(tmp, path)
 
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+def _subreaper() -> None:
+    # prctl through the C layer of ctypes: importing `ctypes` itself costs milliseconds.
+    try:
+        import _ctypes
+
+        prctl = _ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl")  # type: ignore[arg-type]
+        _ctypes.call_function(prctl, (PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
     except (ImportError, OSError, AttributeError):
         pass  # without a subreaper, the process group and the walk below still apply
 
@@ -157,7 +191,10 @@ def _spawn(
             os.execvp(argv[0], argv)
         except BaseException as exc:  # noqa: BLE001 - report any failure to exec, then die
             try:
-                os.write(wfd, (type(exc).__name__ + ": " + str(exc)).encode(errors="replace"))
+                text = type(exc).__name__ + ": " + str(exc)
+                if isinstance(exc, OSError) and exc.filename is None:
+                    text += ": " + repr(argv[0])  # execvp's error does not name the command
+                os.write(wfd, text.encode(errors="replace"))
             finally:
                 os._exit(127)
     os.close(wfd)
@@ -174,12 +211,14 @@ def _spawn(
     return pid, None
 
 
-def main() -> int:
-    attempt_dir, grace_text, limit_text, stdout, stderr, cwd, sep = sys.argv[1:8]
-    argv = sys.argv[8:]
+def main(args: list[str]) -> int:
+    """Run one attempt; *args* is ``DIR GRACE LIMIT STDOUT STDERR CWD -- ARGV...``."""
+    attempt_dir, grace_text, limit_text, stdout, stderr, cwd, sep = args[:7]
+    argv = args[7:]
     assert sep == "--", "usage: _wrapper.py DIR GRACE LIMIT STDOUT STDERR CWD -- ARGV..."
     grace = float(grace_text)
     limit = float(limit_text) if limit_text else None
+    _write_pid_file(attempt_dir)
     _subreaper()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -239,7 +278,7 @@ def main() -> int:
                 break
         os.close(pidfd)
         # Nothing a trial started may outlive it: stop what is left in its group and below.
-        if _descendants(os.getpid()):
+        if _has_leftovers(pgid):
             _signal_all(pgid, signal.SIGTERM)
             end = time.monotonic() + min(grace, 2.0)
             while time.monotonic() < end:
@@ -266,13 +305,58 @@ def main() -> int:
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
+        # No fsync: the file must survive the controller's death, not the machine's (a
+        # machine crash ends the attempt too, and a lost attempt is retried).
         os.write(fd, text.encode())
-        os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def serve() -> int:
+    """The wrapper server: fork one wrapper per request, so no attempt pays Python's start.
+
+    Requests arrive on stdin, each a decimal length and a newline, then that many bytes of
+    NUL-separated fields: ``KEY=VALUE`` environment entries, an empty field, then the
+    wrapper's arguments (which may hold newlines). Each request is answered on
+    stdout with the new wrapper's pid. The server ends at end of input (its controller is
+    gone); wrappers already forked live on, each in a session of its own.
+    """
+    # Wrappers must start with these blocked: a cancel sent before a wrapper installed its
+    # handlers then waits for them instead of killing it without an exit file.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps ended wrappers
+    buffer = b""
+    while True:
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return 0
+        buffer += chunk
+        while b"\n" in buffer:
+            header, rest = buffer.split(b"\n", 1)
+            size = int(header)
+            if len(rest) < size:
+                break
+            payload, buffer = rest[:size], rest[size:]
+            fields = [f.decode("utf-8", "surrogateescape") for f in payload.split(b"\0")]
+            split = fields.index("")
+            env = dict(item.split("=", 1) for item in fields[:split])
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    os.setsid()
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    os.close(0)
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+                    os.environ.clear()
+                    os.environ.update(env)
+                    code = main(fields[split + 1 :])
+                finally:
+                    os._exit(code)
+            os.write(1, b"%d\n" % pid)
+
+
+if __name__ == "__main__":  # pragma: no cover - run through _launch.py
+    sys.exit(main(sys.argv[1:]))

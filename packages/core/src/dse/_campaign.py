@@ -43,6 +43,8 @@ class EnvironmentConfig:
     """Extra environment variables for every trial."""
     code_version: str | None = None
     """Declared version of the workload's code (part of the config hash)."""
+    workdir: Path | None = None
+    """Working directory of the command (default: the campaign file's directory)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +173,7 @@ def _objectives(raw: Any, source: str) -> tuple[Objective, ...]:
     return tuple(result)
 
 
-def _environment(raw: Mapping[str, Any], source: str) -> EnvironmentConfig:
+def _environment(raw: Mapping[str, Any], source: str, base_dir: Path) -> EnvironmentConfig:
     table = _Table(raw, source, "environment.")
     command = table.get("command", (list, str), "a list of strings (or one string)", [])
     shell = table.get("shell", bool, "true or false", False)
@@ -189,6 +191,11 @@ def _environment(raw: Mapping[str, Any], source: str) -> EnvironmentConfig:
     if not all(isinstance(v, str) for v in env.values()):
         raise ConfigError(f"{table.where('env')}: every value must be a string")
     code_version = table.get("code_version", str, "a string", None)
+    workdir = table.get("workdir", str, "a directory path", None)
+    if shell and len(command) > 1:
+        raise ConfigError(
+            f"{table.where('command')}: with shell = true, give the command as one string"
+        )
     table.finish()
     return EnvironmentConfig(
         command=tuple(command),
@@ -197,6 +204,7 @@ def _environment(raw: Mapping[str, Any], source: str) -> EnvironmentConfig:
         resources=Resources(cpus, gpus, memory),
         env=dict(env),
         code_version=code_version,
+        workdir=base_dir / workdir if workdir else base_dir,
     )
 
 
@@ -289,7 +297,7 @@ def campaign_from_dict(
         poll_interval = (first, max(first, largest))
     ws = top.get("workspace", str, "a directory path", ".dse")
     workspace_path = Path(workspace) if workspace is not None else base_dir / ws
-    environment = _environment(root.table("environment"), where)
+    environment = _environment(root.table("environment"), where, base_dir.resolve())
     top.finish()
     root.finish()
     return Campaign(

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -82,8 +83,10 @@ class CommandEnvironment:
                 checkpoint_dir=checkpoint,
                 params_file=params_file,
             )
+            # Each value stays inside its own argv item; through a shell it is quoted.
+            quote = shlex.quote if self.config.shell else str
             argv = tuple(
-                _PLACEHOLDER.sub(lambda m: _render(values[m.group(1)]), item)
+                _PLACEHOLDER.sub(lambda m: quote(_render(values[m.group(1)])), item)
                 for item in self.config.command
             )
             # The trial contract promises DSE_PARAMS_FILE to a command; the probe runs none.
@@ -108,6 +111,7 @@ class CommandEnvironment:
             resources=self.config.resources,
             time_limit=self.config.time_limit,
             shell=self.config.shell,
+            cwd=self.config.workdir,
         )
 
     def evaluate(self, job: JobSpec, status: JobStatus) -> Evaluation:
@@ -182,7 +186,7 @@ def score_document(doc: Mapping[str, Any], objectives: Sequence[Objective]) -> E
     if raw_metrics is _ABSENT:
         return Evaluation(failure=FailureClass.MISSING_METRIC, message="result has no metrics")
     if not isinstance(raw_metrics, Mapping):
-        return _malformed(f"result metrics is {_describe(raw_metrics)}, not a JSON object")
+        return _malformed(f"result 'metrics' is {_describe(raw_metrics)}, not a JSON object")
     metrics: dict[str, float] = {}
     for key, value in raw_metrics.items():
         number = _finite(value)

@@ -202,7 +202,7 @@ def _plain(value: Any) -> Any:
         return tolist()
     if hasattr(value, "__float__"):
         return float(value)
-    msg = f"dse.trial.report(): a {type(value).__name__} cannot be written as JSON"
+    msg = f"dse.trial.report(): a value of type {type(value).__name__} cannot be written as JSON"
     raise TypeError(msg)
 
 

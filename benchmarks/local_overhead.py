@@ -1,0 +1,178 @@
+"""Local-backend overhead: real `sleep` trials through dse against the ideal and a peer.
+
+What is measured (one process, same machine, one run after the other):
+
+* **dse** on the local backend: a 3x3x3 grid (27 trials) of ``sleep 1`` at P = 1 and P = 3
+  (waves), and 200 trials of ``true`` at P = 2 (rolling). Each trial is a real process tree
+  under dse's attempt wrapper and writes its ``result.json`` (``sh -c 'sleep 1 && printf ...'``),
+  so every trial is recorded completed in a durable SQLite record. Wall time is
+  ``Engine.run()`` from start to end; the ideal is trials x 1 s / P.
+* **Optuna** (the peer measured in the same run; ``pip install optuna``): ``study.optimize`` with
+  ``n_jobs = P`` threads, each trial running the same command with ``subprocess.run``: the
+  lightest correct way to run a process per trial from a Python optimiser.
+* **CloudAI**'s standalone runner is not installable here; its figure on this class of machine
+  (56.7 s for the 27 one-second trials at P = 1, from the issue) is printed as a reference.
+
+Usage::
+
+    python benchmarks/local_overhead.py           # about a minute and a half
+    python benchmarks/local_overhead.py --quick   # under a minute (12 trials, 60 `true`)
+
+The last line printed is one JSON object: p1_wall_s, p3_wall_s, true200_trials_per_s,
+overhead_ms_per_trial, and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import math
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import dse
+from dse.testing import ScriptedAgent
+from dse_local import LocalBackend
+
+WORK_DIR = Path(__file__).resolve().parent / ".work"
+CLOUDAI_P1_REFERENCE_S = 56.7
+RESULT = "printf '{\"complete\": true, \"metrics\": {\"v\": 1}}' > \"$DSE_TRIAL_DIR/result.json\""
+
+
+def _grid(size: int) -> list[dict[str, Any]]:
+    return [{"a": a, "b": b, "c": c} for a, b, c in itertools.product(range(size), repeat=3)]
+
+
+def run_dse(
+    points: list[dict[str, Any]], sleep: float, parallelism: int, mode: str
+) -> tuple[float, dict[str, int]]:
+    """Run *points* as real trials; return (wall seconds, trial counts by status)."""
+    script = f"sleep {sleep} && {RESULT}" if sleep > 0 else f"true && {RESULT}"
+    with tempfile.TemporaryDirectory(prefix="dse-local-", dir=WORK_DIR) as tmp:
+        campaign = dse.campaign_from_dict(
+            {
+                "campaign": {"name": "bench", "mode": mode, "max_parallelism": parallelism},
+                "space": {k: {"type": "int", "low": 0, "high": 1000} for k in "abc"},
+                "objectives": [{"metric": "v"}],
+                "environment": {"command": ["sh", "-c", script]},
+            },
+            workspace=Path(tmp),
+        )
+        store = dse.Store(Path(tmp) / "dse.sqlite")
+        backend = LocalBackend(cpus=max(parallelism, 1), gpus=0, grace=2.0)
+        engine = dse.Engine(
+            campaign, agent=ScriptedAgent(points), backend=backend, store=store
+        )
+        start = time.perf_counter()
+        with backend:
+            result = engine.run()
+        wall = time.perf_counter() - start
+        counts: dict[str, int] = {}
+        for row in dse.Store(Path(tmp) / "dse.sqlite").trials(result.campaign_id):
+            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        store.close()
+    if counts != {"completed": len(points)}:
+        sys.exit(f"dse did not complete every trial: {counts}")
+    return wall, counts
+
+
+def run_optuna(points: list[dict[str, Any]], sleep: float, parallelism: int) -> float | None:
+    """Optuna's optimize with n_jobs threads, one subprocess per trial."""
+    try:
+        import optuna
+    except ImportError:
+        print("optuna is not installed (pip install optuna): skipping the peer", file=sys.stderr)
+        return None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    logging.getLogger("optuna").setLevel(logging.WARNING)
+    script = f"sleep {sleep}" if sleep > 0 else "true"
+    with tempfile.TemporaryDirectory(prefix="optuna-local-", dir=WORK_DIR) as tmp:
+
+        def objective(trial: Any) -> float:
+            for key in "abc":
+                trial.suggest_int(key, 0, 1000)
+            subprocess.run(["sh", "-c", script], check=True, cwd=tmp)
+            return 1.0
+
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+        for point in points:
+            study.enqueue_trial(point)
+        start = time.perf_counter()
+        study.optimize(objective, n_trials=len(points), n_jobs=parallelism)
+        return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="12 sleep trials, 60 `true`")
+    args = parser.parse_args(argv)
+    WORK_DIR.mkdir(exist_ok=True)
+    sleep = 1.0
+    # Quick keeps 1 s trials (the targets are ratios to 1 s work) on a 2x2x3 grid.
+    grid = _grid(3)[:12] if args.quick else _grid(3)
+    n_true = 60 if args.quick else 200
+    true_points = [{"a": i, "b": 0, "c": 0} for i in range(n_true)]
+
+    rows: list[tuple[str, int, float, float | None]] = []
+    print(f"running dse: {len(grid)} x sleep {sleep} at P=1 ...", file=sys.stderr)
+    p1, _ = run_dse(grid, sleep, 1, "waves")
+    print("running dse: P=3 ...", file=sys.stderr)
+    p3, _ = run_dse(grid, sleep, 3, "waves")
+    print(f"running dse: {n_true} x true at P=2 ...", file=sys.stderr)
+    ptrue, _ = run_dse(true_points, 0.0, 2, "rolling")
+    ideal1 = len(grid) * sleep
+    ideal3 = math.ceil(len(grid) / 3) * sleep
+    rows.append(("dse  P=1 sleep grid", len(grid), p1, ideal1))
+    rows.append(("dse  P=3 sleep grid", len(grid), p3, ideal3))
+    rows.append(("dse  P=2 true", n_true, ptrue, None))
+
+    print("running optuna (n_jobs threads + subprocess) ...", file=sys.stderr)
+    o1 = run_optuna(grid, sleep, 1)
+    o3 = run_optuna(grid, sleep, 3)
+    otrue = run_optuna(true_points, 0.0, 2)
+    if o1 is not None and o3 is not None and otrue is not None:
+        rows.append(("optuna P=1 sleep grid", len(grid), o1, ideal1))
+        rows.append(("optuna P=3 sleep grid", len(grid), o3, ideal3))
+        rows.append(("optuna P=2 true", n_true, otrue, None))
+
+    print(f"{'method':<24} {'trials':>6} {'wall s':>8} {'ideal s':>8} {'ratio':>7} {'trials/s':>9}")
+    for name, n, wall, ideal in rows:
+        ratio = f"{wall / ideal:.3f}" if ideal else "-"
+        ideal_text = f"{ideal:.1f}" if ideal else "-"
+        print(f"{name:<24} {n:>6} {wall:>8.2f} {ideal_text:>8} {ratio:>7} {n / wall:>9.1f}")
+    if not args.quick:
+        print(f"{'cloudai standalone P=1':<24} {27:>6} {CLOUDAI_P1_REFERENCE_S:>8.2f}"
+              f" {27.0:>8.1f} {CLOUDAI_P1_REFERENCE_S / 27:>7.3f}   (reference from the issue)")
+    overhead_ms = (p1 - ideal1) / len(grid) * 1000
+    target1, target3 = p1 / ideal1 <= 1.03, p3 / ideal3 <= 1.05
+    print(f"targets: P=1 <= 1.03x ideal: {'met' if target1 else 'NOT met'} ({p1 / ideal1:.3f});"
+          f" P=3 <= 1.05x ideal: {'met' if target3 else 'NOT met'} ({p3 / ideal3:.3f})")
+    print(json.dumps({
+        "p1_wall_s": round(p1, 3),
+        "p3_wall_s": round(p3, 3),
+        "true200_trials_per_s": round(n_true / ptrue, 1),
+        "overhead_ms_per_trial": round(overhead_ms, 2),
+        "p1_ratio_to_ideal": round(p1 / ideal1, 4),
+        "p3_ratio_to_ideal": round(p3 / ideal3, 4),
+        "optuna_p1_wall_s": None if o1 is None else round(o1, 3),
+        "optuna_p3_wall_s": None if o3 is None else round(o3, 3),
+        "optuna_true_trials_per_s": None if otrue is None else round(n_true / otrue, 1),
+        "cloudai_p1_reference_s": CLOUDAI_P1_REFERENCE_S,
+        "trials": {"grid": len(grid), "true": n_true},
+        "sleep_s": sleep,
+        "quick": args.quick,
+        "targets_met": target1 and target3,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""How attempts end: cancels, time limits, floods of output, launch errors — real processes.
+
+Whether a process is left behind is checked through /proc: every process a trial starts
+inherits ``DSE_TRIAL_DIR``, which names this test's own ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dse
+from dse import JobSpec, JobState, Resources
+from dse.testing._backend_contract import wait_for
+from dse_local import LocalBackend
+
+# Three ways to outlive a plain SIGTERM of the workload: a background child, a grandchild
+# in a session of its own, and a child that ignores SIGTERM.
+STUBBORN = """\
+sleep 300 &
+setsid sleep 300 &
+( trap '' TERM; exec sleep 300 ) &
+touch "$DSE_TRIAL_DIR/started"
+wait
+"""
+
+
+def live_pids_mentioning(marker: bytes) -> list[int]:
+    """Pids of live (not zombie) processes whose environment holds *marker*."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                environ = handle.read()
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue  # ended meanwhile
+        if marker in environ and stat[stat.rfind(b")") + 2 :][:1] != b"Z":
+            found.append(int(name))
+    return found
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    """Poll *predicate* until it returns something true or *timeout* passed; return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def trial_marker(tmp_path: Path) -> bytes:
+    """What the environment of every process of this test's trials holds."""
+    return f"DSE_TRIAL_DIR={tmp_path}".encode()
+
+
+def test_a_cancelled_campaign_leaves_no_process_of_any_trial(run_local, tmp_path, trial_marker):
+    seen: list[int] = []
+
+    class StopWhenAllStarted(dse.EngineListener):
+        def on_pass(self, engine: dse.Engine) -> None:
+            dirs = [p for p in engine.run_dir.iterdir() if p.is_dir()]
+            if len(dirs) == 2 and all((d / "started").exists() for d in dirs) and not seen:
+                seen.extend(live_pids_mentioning(trial_marker))
+                engine.request_stop()
+
+    run = run_local(
+        [{"x": 1}, {"x": 2}], listener=StopWhenAllStarted(),
+        backend=LocalBackend(cpus=8, gpus=0, grace=0.5),
+        space={"x": {"type": "int", "low": 0, "high": 10}},
+        environment={"command": STUBBORN, "shell": True},
+        max_parallelism=2, poll_interval=[0.05, 0.2],
+    )
+    assert run.result.status == "cancelled"
+    assert [t["status"] for t in run.trials.values()] == ["cancelled", "cancelled"]
+    assert [a["state"] for a in run.attempts.values()] == ["cancelled", "cancelled"]
+    # Per trial: its wrapper, the shell, and the three sleeps that outlive a plain SIGTERM.
+    assert len(seen) >= 2 * 5
+    assert wait_until(lambda: not live_pids_mentioning(trial_marker), timeout=5.0)
+
+
+def test_a_trial_over_its_time_limit_is_killed_and_classified(run_local):
+    run = run_local(
+        [{"x": 1, "ignore_term": False}, {"x": 2, "ignore_term": True}],
+        backend=LocalBackend(cpus=8, gpus=0, grace=0.5),
+        space={"x": {"type": "int", "low": 0, "high": 10}, "ignore_term": [False, True]},
+        environment={"time_limit": 0.5, "command": [
+            sys.executable, "-S", "-c",
+            "import signal, sys, time\n"
+            "if sys.argv[1] == 'true': signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "time.sleep(60)\n",
+            "{ignore_term}",
+        ]},
+        max_parallelism=2,
+    )
+    for number in (1, 2):
+        trial = run.trials[number]
+        assert (trial["status"], trial["failure"]) == ("budget_exhausted", "time_limit")
+        assert run.attempts[number]["state"] == "timeout"
+    polite, stubborn = run.attempts[1], run.attempts[2]
+    assert polite["signal"] == 15
+    assert stubborn["signal"] == 9
+    # The stubborn one got its SIGKILL only once the grace period after SIGTERM had passed.
+    assert stubborn["ended_at"] - stubborn["started_at"] >= 0.5 + 0.5
+
+
+FLOOD = r"""
+import json, os, sys, time
+trial_dir = os.environ["DSE_TRIAL_DIR"]
+if sys.argv[1] == "flood":
+    chunk = b"x" * (1 << 20)
+    for i in range(200):
+        sys.stdout.buffer.write(chunk)
+        if i == 100:
+            # Halfway, wait until the controller has dealt with the other trial's end.
+            sys.stdout.buffer.flush()
+            deadline = time.monotonic() + 30
+            while not os.path.exists(os.path.join(trial_dir, "go")):
+                if time.monotonic() > deadline:
+                    sys.exit(4)
+                time.sleep(0.01)
+    sys.stdout.buffer.flush()
+    sys.stderr.buffer.write(b"caf\xe9 \xff\xfe\x80 not utf-8\n")
+    sys.stderr.buffer.flush()
+with open(os.path.join(trial_dir, "result.json"), "w") as handle:
+    json.dump({"complete": True, "metrics": {"value": 1}}, handle)
+"""
+
+
+def test_a_trial_flooding_its_output_completes_without_blocking_the_controller(
+    run_local, tmp_path
+):
+    script = tmp_path / "flood.py"
+    script.write_text(FLOOD)
+
+    class ReleaseTheFlood(dse.EngineListener):
+        def on_trial_end(self, engine: dse.Engine, number: int, status: Any) -> None:
+            if number == 2:
+                (engine.run_dir / f"{1:06d}" / "go").touch()
+
+    run = run_local(
+        [{"role": "flood"}, {"role": "quick"}], listener=ReleaseTheFlood(),
+        space={"role": ["flood", "quick"]},
+        environment={"command": [sys.executable, "-S", str(script), "{role}"]},
+        max_parallelism=2,
+    )
+    assert [t["status"] for t in run.trials.values()] == ["completed", "completed"]
+    attempt_dir = run.trial_dir(1) / "attempt-1"
+    stdout = attempt_dir / "stdout.log"
+    try:
+        assert stdout.stat().st_size == 200 * (1 << 20)
+    finally:
+        stdout.unlink()
+    assert (attempt_dir / "stderr.log").read_bytes() == b"caf\xe9 \xff\xfe\x80 not utf-8\n"
+
+
+def _job(root: Path, name: str, argv: tuple[str, ...], cpus: int = 1) -> JobSpec:
+    trial_dir = root / name
+    trial_dir.mkdir(parents=True)
+    return JobSpec(trial_id=f"t-{name}", attempt=1, params={}, trial_dir=trial_dir, argv=argv,
+                   env={"DSE_TRIAL_DIR": str(trial_dir)}, resources=Resources(cpus=cpus))
+
+
+def test_a_job_asking_for_more_cpus_than_the_machine_has_fails_to_launch_at_once(tmp_path):
+    with LocalBackend(cpus=2, gpus=0) as backend:
+        (job_id,) = backend.submit([_job(tmp_path, "big", ("true",), cpus=3)])
+        (status,) = backend.poll()
+    assert status.job_id == job_id
+    assert status.state is JobState.LAUNCH_ERROR
+    assert "3 CPUs" in status.reason
+    assert not (tmp_path / "big" / "attempt-1").exists()
+
+
+def test_a_command_that_does_not_exist_fails_to_launch_with_the_exec_error(tmp_path):
+    missing = str(tmp_path / "no-such-command")
+    with LocalBackend(cpus=2, gpus=0) as backend:
+        (job_id,) = backend.submit([_job(tmp_path, "missing", (missing, "arg"))])
+        status = wait_for(backend, [job_id], timeout=20)[job_id]
+    assert status.state is JobState.LAUNCH_ERROR
+    assert "No such file or directory" in status.reason
+    assert missing in status.reason
+
+
+@pytest.mark.parametrize(
+    ("environment", "reason"),
+    [
+        pytest.param({"cpus": 64}, "64 CPUs", id="too-many-cpus"),
+        pytest.param({"command": ["/nonexistent/dse-no-such-command"]},
+                     "No such file or directory", id="missing-command"),
+    ],
+)
+def test_the_campaign_records_a_launch_error_with_its_reason(run_local, environment, reason):
+    run = run_local([{"x": 1, "sleep": 0}], environment=environment)
+    trial, attempt = run.trials[1], run.attempts[1]
+    assert trial["failure"] == "launch_error"
+    assert reason in trial["message"]
+    assert trial["status"] == "interrupted"  # the infrastructure's fault, per _classify
+    assert attempt["state"] == "launch_error"
+    assert reason in attempt["reason"]

@@ -1,0 +1,122 @@
+"""A controller killed with SIGKILL leaves its trials running; a new one learns how they ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dse import JobSpec, JobState
+from dse.testing._backend_contract import wait_for
+from dse_local import LocalBackend
+
+CONTROLLER = r"""
+import json, sys, time
+from pathlib import Path
+from dse import JobSpec
+from dse_local import LocalBackend
+
+backend = LocalBackend(cpus=8, gpus=0, grace=0.5)
+specs = [
+    JobSpec(trial_id=j["trial_id"], attempt=1, params={}, trial_dir=Path(j["trial_dir"]),
+            argv=(j["command"],), env={"DSE_TRIAL_DIR": j["trial_dir"]}, shell=True)
+    for j in json.loads(sys.argv[1])
+]
+print(json.dumps(backend.submit(specs)), flush=True)
+time.sleep(120)
+"""
+
+COMMANDS = {
+    "ok": "sleep 1.5; exit 0",
+    "fails": "sleep 1.5; exit 3",
+    "scores": "sleep 1.5; echo '{\"complete\": true, \"metrics\": {\"v\": 1}}'"
+              ' > "$DSE_TRIAL_DIR/result.json"',
+    "early": "exit 5",
+}
+
+
+def _spec(root: Path, name: str) -> JobSpec:
+    trial_dir = root / name
+    trial_dir.mkdir(exist_ok=True)
+    return JobSpec(trial_id=f"ctl-{name}", attempt=1, params={}, trial_dir=trial_dir,
+                   argv=(COMMANDS[name],), env={"DSE_TRIAL_DIR": str(trial_dir)}, shell=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
+
+
+@pytest.fixture
+def specs(tmp_path: Path) -> dict[str, JobSpec]:
+    """Name → the job spec the controller submits (its trial dir created)."""
+    return {name: _spec(tmp_path, name) for name in COMMANDS}
+
+
+@pytest.fixture
+def killed_controller(specs: dict[str, JobSpec]) -> dict[str, str]:
+    """Start a controller that submits *specs*, SIGKILL it; return name → job id."""
+    payload = json.dumps([
+        {"trial_id": s.trial_id, "trial_dir": str(s.trial_dir), "command": s.argv[0]}
+        for s in specs.values()
+    ])
+    controller = subprocess.Popen(
+        [sys.executable, "-c", CONTROLLER, payload], stdout=subprocess.PIPE
+    )
+    try:
+        ready, _, _ = select.select([controller.stdout], [], [], 30)
+        assert ready, "the controller printed no job ids"
+        ids = json.loads(controller.stdout.readline())
+        # Let the quick job end (its exit file written) before the controller dies.
+        early = specs["early"].trial_dir / "attempt-1" / "exit.json"
+        deadline = time.monotonic() + 10
+        while not early.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        os.kill(controller.pid, signal.SIGKILL)
+        controller.wait()
+        controller.stdout.close()
+    return dict(zip(specs, ids, strict=True))
+
+
+def test_a_restarted_controller_learns_how_orphaned_trials_ended(specs, killed_controller):
+    wrappers = {
+        name: int((spec.trial_dir / "attempt-1" / "wrapper.pid").read_text().split()[0])
+        for name, spec in specs.items()
+    }
+    # The trials outlived their controller: they run in sessions of their own.
+    assert all(_alive(wrappers[name]) for name in ("ok", "fails", "scores"))
+    assert not (specs["ok"].trial_dir / "attempt-1" / "exit.json").exists()
+    # ...while the quick one's wrapper ended before the restart: only its exit file remains.
+    deadline = time.monotonic() + 5
+    while _alive(wrappers["early"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _alive(wrappers["early"])
+
+    with LocalBackend(cpus=8, gpus=0, grace=0.5) as backend:
+        backend.reattach({killed_controller[name]: spec for name, spec in specs.items()})
+        final = wait_for(backend, list(killed_controller.values()), timeout=30)
+    by_name = {name: final[job_id] for name, job_id in killed_controller.items()}
+
+    assert (by_name["ok"].state, by_name["ok"].exit_code) == (JobState.SUCCEEDED, 0)
+    assert (by_name["fails"].state, by_name["fails"].exit_code) == (JobState.FAILED, 3)
+    assert by_name["scores"].state is JobState.SUCCEEDED
+    assert json.loads((specs["scores"].trial_dir / "result.json").read_text())["complete"]
+    assert (by_name["early"].state, by_name["early"].exit_code) == (JobState.FAILED, 5)
+    for name, status in by_name.items():
+        exit_doc = json.loads((specs[name].trial_dir / "attempt-1" / "exit.json").read_text())
+        assert (status.started_at, status.ended_at) == (
+            exit_doc["started_at"], exit_doc["ended_at"]
+        )
+    assert by_name["ok"].ended_at - by_name["ok"].started_at >= 1.5
