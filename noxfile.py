@@ -31,7 +31,7 @@ def isolation(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """Check style with ruff."""
     session.install("ruff")
-    session.run("ruff", "check", "packages", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", "packages", "tests", "benchmarks", "examples", "noxfile.py")
 
 
 @nox.session(python="3.11")
@@ -47,3 +47,4 @@ def bench(session: nox.Session) -> None:
     session.install("optuna", *(f"-e{p}" for p in PACKAGES))
     quick = [] if "--full" in session.posargs else ["--quick"]
     session.run("python", "benchmarks/engine_overhead.py", *quick)
+    session.run("python", "benchmarks/local_overhead.py", *quick)

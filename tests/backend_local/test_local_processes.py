@@ -49,6 +49,16 @@ def live_pids_mentioning(marker: bytes) -> list[int]:
     return found
 
 
+def _alive(pid: int) -> bool:
+    """Whether *pid* is a live process (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
     """Poll *predicate* until it returns something true or *timeout* passed; return it."""
     deadline = time.monotonic() + timeout
@@ -65,14 +75,18 @@ def trial_marker(tmp_path: Path) -> bytes:
     return f"DSE_TRIAL_DIR={tmp_path}".encode()
 
 
-def test_a_cancelled_campaign_leaves_no_process_of_any_trial(run_local, tmp_path, trial_marker):
-    seen: list[int] = []
+def test_a_cancelled_campaign_leaves_no_process_of_any_trial(run_local, trial_marker):
+    workloads: list[int] = []
+    wrappers: list[int] = []
 
     class StopWhenAllStarted(dse.EngineListener):
         def on_pass(self, engine: dse.Engine) -> None:
             dirs = [p for p in engine.run_dir.iterdir() if p.is_dir()]
-            if len(dirs) == 2 and all((d / "started").exists() for d in dirs) and not seen:
-                seen.extend(live_pids_mentioning(trial_marker))
+            if len(dirs) == 2 and all((d / "started").exists() for d in dirs) and not wrappers:
+                workloads.extend(live_pids_mentioning(trial_marker))
+                wrappers.extend(
+                    int((d / "attempt-1" / "wrapper.pid").read_text().split()[0]) for d in dirs
+                )
                 engine.request_stop()
 
     run = run_local(
@@ -85,9 +99,10 @@ def test_a_cancelled_campaign_leaves_no_process_of_any_trial(run_local, tmp_path
     assert run.result.status == "cancelled"
     assert [t["status"] for t in run.trials.values()] == ["cancelled", "cancelled"]
     assert [a["state"] for a in run.attempts.values()] == ["cancelled", "cancelled"]
-    # Per trial: its wrapper, the shell, and the three sleeps that outlive a plain SIGTERM.
-    assert len(seen) >= 2 * 5
+    # Per trial: the shell and the three sleeps that outlive a plain SIGTERM of it.
+    assert len(workloads) >= 2 * 4
     assert wait_until(lambda: not live_pids_mentioning(trial_marker), timeout=5.0)
+    assert wait_until(lambda: not any(_alive(pid) for pid in wrappers), timeout=5.0)
 
 
 def test_a_trial_over_its_time_limit_is_killed_and_classified(run_local):

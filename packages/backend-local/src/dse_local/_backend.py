@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from dse import Backend, ConfigError, JobSpec, JobState, JobStatus
+from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, parse_duration
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -217,8 +217,11 @@ class LocalBackend(Backend):
             value = options.get(key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ConfigError(f"{source}: backend.local.{key}: expected an integer")
+        opts = dict(options)
+        if "grace" in opts:
+            opts["grace"] = parse_duration(opts["grace"], f"{source}: backend.local.grace")
         try:
-            return cls(**options)
+            return cls(**opts)
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
 

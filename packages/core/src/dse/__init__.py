@@ -38,6 +38,7 @@ from dse._types import (
     Resources,
     TrialStatus,
 )
+from dse._units import parse_duration
 from dse._version import __version__
 from dse.hookspecs import hookimpl
 
@@ -90,4 +91,5 @@ __all__ = [
     "config_hash",
     "hookimpl",
     "load_campaign",
+    "parse_duration",
 ]

@@ -296,7 +296,8 @@ def campaign_from_dict(
         first, largest = (parse_duration(p, top.where("poll_interval")) for p in pair)
         poll_interval = (first, max(first, largest))
     ws = top.get("workspace", str, "a directory path", ".dse")
-    workspace_path = Path(workspace) if workspace is not None else base_dir / ws
+    # Absolute: trials run in other directories and must still find their files.
+    workspace_path = (Path(workspace) if workspace is not None else base_dir / ws).resolve()
     environment = _environment(root.table("environment"), where, base_dir.resolve())
     top.finish()
     root.finish()

@@ -224,11 +224,16 @@ def _plugins(args: argparse.Namespace, console: Console) -> int:
 def trajectory(store: Store, campaign_id: int) -> list[dict[str, Any]]:
     """The rows of a run in step order, with CloudAI's trajectory columns first."""
     rows = []
+    spec_rows = store.query("SELECT spec FROM campaigns WHERE id = ?", (campaign_id,))
+    order = [p["name"] for p in json.loads(spec_rows[0]["spec"]).get("space", [])]
     for t in store.trials(campaign_id):
         metrics = json.loads(t["metrics"]) if t["metrics"] else {}
+        params = json.loads(t["params"])
+        # The record keeps canonical (sorted) params; show them in the declared order.
+        action = {k: params[k] for k in order if k in params} | params
         rows.append({
             "step": t["number"],
-            "action": json.loads(t["params"]),
+            "action": action,
             "reward": t["score"],
             "observation": metrics,
             "status": t["status"],

@@ -219,7 +219,8 @@ class Engine:
             max_parallelism=campaign.max_parallelism,
             now=now,
         )
-        self.run_dir = campaign.workspace / campaign.name / f"run-{self.campaign_id}"
+        workspace = campaign.workspace.resolve()
+        self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for row in self.store.reusable():
             self._cache[row["config_hash"]] = _Trial(
