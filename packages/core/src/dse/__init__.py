@@ -1,46 +1,103 @@
 """dse: design-space-exploration campaigns that lose no trial.
 
-The public API is re-exported here; implementation lives in private modules.
+The public API is re-exported here; implementation lives in private modules. Names are
+imported on first use (PEP 562), so ``import dse.trial`` inside a trial stays fast.
 """
 
 from __future__ import annotations
 
-from dse._backend import Backend
-from dse._build import build_engine
-from dse._campaign import Campaign, EnvironmentConfig, campaign_from_dict, load_campaign
-from dse._clock import Clock, SystemClock
-from dse._constraints import Constraint
-from dse._engine import BestTrial, CampaignResult, Engine, EngineListener, Stats
-from dse._environment import CommandEnvironment
-from dse._errors import (
-    BackendError,
-    ConfigError,
-    ConstraintError,
-    DseError,
-    ExitCode,
-    PluginError,
-    StoreError,
-)
-from dse._hashing import canonical_json, config_hash
-from dse._plugins import PluginManager, Registered
-from dse._protocols import Agent, Environment, TrialInfo
-from dse._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
-from dse._store import Store
-from dse._types import (
-    Direction,
-    Evaluation,
-    FailureClass,
-    JobSpec,
-    JobState,
-    JobStatus,
-    Objective,
-    Observation,
-    Resources,
-    TrialStatus,
-)
-from dse._units import parse_duration
-from dse._version import __version__
-from dse.hookspecs import hookimpl
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dse._backend import Backend
+    from dse._build import build_engine
+    from dse._campaign import Campaign, EnvironmentConfig, campaign_from_dict, load_campaign
+    from dse._clock import Clock, SystemClock
+    from dse._constraints import Constraint
+    from dse._engine import BestTrial, CampaignResult, Engine, EngineListener, Stats
+    from dse._environment import CommandEnvironment
+    from dse._errors import (
+        BackendError,
+        ConfigError,
+        ConstraintError,
+        DseError,
+        ExitCode,
+        PluginError,
+        StoreError,
+    )
+    from dse._hashing import canonical_json, config_hash
+    from dse._plugins import PluginManager, Registered
+    from dse._protocols import Agent, Environment, TrialInfo
+    from dse._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
+    from dse._store import Store
+    from dse._types import (
+        Direction,
+        Evaluation,
+        FailureClass,
+        JobSpec,
+        JobState,
+        JobStatus,
+        Objective,
+        Observation,
+        Resources,
+        TrialStatus,
+    )
+    from dse._units import parse_duration
+    from dse._version import __version__
+    from dse.hookspecs import hookimpl
+
+_LAZY: dict[str, str] = {
+    "Agent": "dse._protocols",
+    "Backend": "dse._backend",
+    "BackendError": "dse._errors",
+    "BestTrial": "dse._engine",
+    "Campaign": "dse._campaign",
+    "CampaignResult": "dse._engine",
+    "Categorical": "dse._space",
+    "Clock": "dse._clock",
+    "CommandEnvironment": "dse._environment",
+    "ConfigError": "dse._errors",
+    "Constraint": "dse._constraints",
+    "ConstraintError": "dse._errors",
+    "Direction": "dse._types",
+    "DseError": "dse._errors",
+    "Engine": "dse._engine",
+    "EngineListener": "dse._engine",
+    "Environment": "dse._protocols",
+    "EnvironmentConfig": "dse._campaign",
+    "Evaluation": "dse._types",
+    "ExitCode": "dse._errors",
+    "FailureClass": "dse._types",
+    "FloatRange": "dse._space",
+    "IntRange": "dse._space",
+    "JobSpec": "dse._types",
+    "JobState": "dse._types",
+    "JobStatus": "dse._types",
+    "Objective": "dse._types",
+    "Observation": "dse._types",
+    "ParamError": "dse._space",
+    "Parameter": "dse._space",
+    "PluginError": "dse._errors",
+    "PluginManager": "dse._plugins",
+    "Registered": "dse._plugins",
+    "Resources": "dse._types",
+    "Space": "dse._space",
+    "Stats": "dse._engine",
+    "Store": "dse._store",
+    "StoreError": "dse._errors",
+    "SystemClock": "dse._clock",
+    "TrialInfo": "dse._protocols",
+    "TrialStatus": "dse._types",
+    "__version__": "dse._version",
+    "build_engine": "dse._build",
+    "campaign_from_dict": "dse._campaign",
+    "canonical_json": "dse._hashing",
+    "config_hash": "dse._hashing",
+    "hookimpl": "dse.hookspecs",
+    "load_campaign": "dse._campaign",
+    "parse_duration": "dse._units",
+}
 
 __all__ = [
     "Agent",
@@ -93,3 +150,16 @@ __all__ = [
     "load_campaign",
     "parse_duration",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dse' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -234,5 +234,8 @@ def finite_float(value: Any) -> float | None:
     """*value* as a finite float, or ``None`` when it is not a finite number."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # an integer too large for a float
+        return None
     return result if math.isfinite(result) else None
