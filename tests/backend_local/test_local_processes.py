@@ -1,7 +1,8 @@
 """How attempts end: cancels, time limits, floods of output, launch errors — real processes.
 
-Whether a process is left behind is checked through /proc: every process a trial starts
-inherits ``DSE_TRIAL_DIR``, which names this test's own ``tmp_path``.
+Whether a process is left behind is checked through /proc: every process a trial's command
+starts inherits ``DSE_TRIAL_DIR``, which names this test's own ``tmp_path``; wrappers are
+found through their ``wrapper.pid`` files.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 
 import dse
 from dse import JobSpec, JobState, Resources
-from dse.testing._backend_contract import wait_for
+from dse.testing.contracts import wait_for
 from dse_local import LocalBackend
 
 # Three ways to outlive a plain SIGTERM of the workload: a background child, a grandchild
@@ -103,6 +104,19 @@ def test_a_cancelled_campaign_leaves_no_process_of_any_trial(run_local, trial_ma
     assert len(workloads) >= 2 * 4
     assert wait_until(lambda: not live_pids_mentioning(trial_marker), timeout=5.0)
     assert wait_until(lambda: not any(_alive(pid) for pid in wrappers), timeout=5.0)
+
+
+def test_a_trial_that_ends_leaves_no_process_behind(run_local, trial_marker):
+    score = """echo '{"complete":true,"metrics":{"value":1}}' > "$DSE_TRIAL_DIR/result.json"\n"""
+    leave_and_exit = STUBBORN.replace("wait\n", score)  # exit at once, leaving the sleeps
+    run = run_local(
+        [{"x": 1}], backend=LocalBackend(cpus=8, gpus=0, grace=0.5),
+        space={"x": {"type": "int", "low": 0, "high": 10}},
+        environment={"command": leave_and_exit, "shell": True},
+    )
+    assert run.trials[1]["status"] == "completed"
+    assert (run.trial_dir(1) / "started").exists()
+    assert wait_until(lambda: not live_pids_mentioning(trial_marker), timeout=5.0)
 
 
 def test_a_trial_over_its_time_limit_is_killed_and_classified(run_local):
@@ -192,7 +206,7 @@ def test_a_job_asking_for_more_cpus_than_the_machine_has_fails_to_launch_at_once
         (job_id,) = backend.submit([_job(tmp_path, "big", ("true",), cpus=3)])
         (status,) = backend.poll()
     assert status.job_id == job_id
-    assert status.state is JobState.LAUNCH_ERROR
+    assert status.state is JobState.INVALID
     assert "3 CPUs" in status.reason
     assert not (tmp_path / "big" / "attempt-1").exists()
 
@@ -202,7 +216,7 @@ def test_a_command_that_does_not_exist_fails_to_launch_with_the_exec_error(tmp_p
     with LocalBackend(cpus=2, gpus=0) as backend:
         (job_id,) = backend.submit([_job(tmp_path, "missing", (missing, "arg"))])
         status = wait_for(backend, [job_id], timeout=20)[job_id]
-    assert status.state is JobState.LAUNCH_ERROR
+    assert status.state is JobState.INVALID
     assert "No such file or directory" in status.reason
     assert missing in status.reason
 
@@ -218,8 +232,20 @@ def test_a_command_that_does_not_exist_fails_to_launch_with_the_exec_error(tmp_p
 def test_the_campaign_records_a_launch_error_with_its_reason(run_local, environment, reason):
     run = run_local([{"x": 1, "sleep": 0}], environment=environment)
     trial, attempt = run.trials[1], run.attempts[1]
-    assert trial["failure"] == "launch_error"
+    assert trial["failure"] == "invalid_job"
     assert reason in trial["message"]
-    assert trial["status"] == "interrupted"  # the infrastructure's fault, per _classify
-    assert attempt["state"] == "launch_error"
+    assert trial["status"] == "failed"  # caused by the trial: it would fail again
+    assert attempt["state"] == "invalid"
     assert reason in attempt["reason"]
+
+
+def test_every_one_of_many_commands_that_end_at_once_is_reported(tmp_path):
+    # A wrapper may end before the controller looked at it: its end must still be reported.
+    jobs = [_job(tmp_path, f"quick{i}", ("true",) if i % 2 else (str(tmp_path / "missing"),))
+            for i in range(120)]
+    with LocalBackend(cpus=len(jobs), gpus=0) as backend:
+        ids = backend.submit(jobs)
+        final = wait_for(backend, ids, timeout=20)
+    states = [final[job_id].state for job_id in ids]
+    assert states == [JobState.SUCCEEDED if i % 2 else JobState.INVALID
+                      for i in range(len(jobs))]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dse import JobSpec, JobState
-from dse.testing._backend_contract import wait_for
+from dse.testing.contracts import wait_for
 from dse_local import LocalBackend
 
 CONTROLLER = r"""
@@ -65,8 +65,8 @@ def specs(tmp_path: Path) -> dict[str, JobSpec]:
 
 
 @pytest.fixture
-def killed_controller(specs: dict[str, JobSpec]) -> dict[str, str]:
-    """Start a controller that submits *specs*, SIGKILL it; return name → job id."""
+def orphaned_job_ids(specs: dict[str, JobSpec]) -> dict[str, str]:
+    """Job ids (by name) of *specs*, submitted by a controller since killed with SIGKILL."""
     payload = json.dumps([
         {"trial_id": s.trial_id, "trial_dir": str(s.trial_dir), "command": s.argv[0]}
         for s in specs.values()
@@ -90,7 +90,7 @@ def killed_controller(specs: dict[str, JobSpec]) -> dict[str, str]:
     return dict(zip(specs, ids, strict=True))
 
 
-def test_a_restarted_controller_learns_how_orphaned_trials_ended(specs, killed_controller):
+def test_a_restarted_controller_learns_how_orphaned_trials_ended(specs, orphaned_job_ids):
     wrappers = {
         name: int((spec.trial_dir / "attempt-1" / "wrapper.pid").read_text().split()[0])
         for name, spec in specs.items()
@@ -105,9 +105,9 @@ def test_a_restarted_controller_learns_how_orphaned_trials_ended(specs, killed_c
     assert not _alive(wrappers["early"])
 
     with LocalBackend(cpus=8, gpus=0, grace=0.5) as backend:
-        backend.reattach({killed_controller[name]: spec for name, spec in specs.items()})
-        final = wait_for(backend, list(killed_controller.values()), timeout=30)
-    by_name = {name: final[job_id] for name, job_id in killed_controller.items()}
+        backend.reattach({orphaned_job_ids[name]: spec for name, spec in specs.items()})
+        final = wait_for(backend, list(orphaned_job_ids.values()), timeout=30)
+    by_name = {name: final[job_id] for name, job_id in orphaned_job_ids.items()}
 
     assert (by_name["ok"].state, by_name["ok"].exit_code) == (JobState.SUCCEEDED, 0)
     assert (by_name["fails"].state, by_name["fails"].exit_code) == (JobState.FAILED, 3)

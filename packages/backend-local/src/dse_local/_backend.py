@@ -31,12 +31,13 @@ EXIT_FILE = "exit.json"
 PID_FILE = "wrapper.pid"
 
 
-_BLOCKED = {signal.SIGTERM, signal.SIGINT}
 
 
 def _write_pid_file(adir: Path, pid: int) -> int | None:
     """Record the wrapper's pid and start time, so a later controller can find it."""
     ticks = _start_ticks(pid)
+    if ticks is None:
+        return None  # already ended: keep the pid file the wrapper wrote itself
     tmp = adir / f"{PID_FILE}.{os.getpid()}.tmp"
     tmp.write_text(f"{pid} {ticks or 0}\n")
     os.replace(tmp, adir / PID_FILE)
@@ -236,7 +237,7 @@ class LocalBackend(Backend):
             res = spec.resources
             if res.cpus > self.cpus or res.gpus > self.gpus:
                 job.final = JobStatus(
-                    job_id, JobState.LAUNCH_ERROR, node="localhost",
+                    job_id, JobState.INVALID, node="localhost",
                     reason=f"asks for {res.cpus} CPUs and {res.gpus} GPUs; this machine has"
                     f" {self.cpus} CPU slots and {self.gpus} GPUs",
                 )
@@ -271,9 +272,14 @@ class LocalBackend(Backend):
         spec = job.spec
         adir = attempt_dir(spec)
         argv = ["/bin/sh", "-c", spec.argv[0], "dse-trial"] if spec.shell else list(spec.argv)
+        if not argv:
+            job.final = JobStatus(
+                job.job_id, JobState.INVALID, node="localhost",
+                reason="the job has no command (set [environment] command)",
+            )
+            self._release(job)
+            return
         try:
-            if not argv:
-                raise ValueError("the job has no command (set [environment] command)")
             adir.mkdir(parents=True, exist_ok=True)
             spec.checkpoint_dir.mkdir(exist_ok=True)
             env = dict(os.environ)
@@ -288,7 +294,7 @@ class LocalBackend(Backend):
             ]
             job.pid = self._server.spawn(env, args)
             job.ticks = _write_pid_file(adir, job.pid)
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             job.final = JobStatus(
                 job.job_id, JobState.LAUNCH_ERROR, node="localhost",
                 reason=f"{type(exc).__name__}: {exc}",
@@ -296,6 +302,11 @@ class LocalBackend(Backend):
             self._release(job)
             return
         job.started_at = time.time()
+        if job.ticks is None:
+            # The wrapper ended before we looked (a command that fails at once): its pid
+            # may already be reused, so never wait on it; the exit file tells the rest.
+            job.pid = None
+            return
         try:
             job.pidfd = os.pidfd_open(job.pid)
         except OSError:
@@ -370,7 +381,8 @@ class LocalBackend(Backend):
         reason: str | None = None
         ambiguous = False
         if doc.get("launch_error"):
-            state = JobState.LAUNCH_ERROR
+            # exec() refused the trial's own command: it would fail the same way again.
+            state = JobState.INVALID
             reason = str(doc["launch_error"])
         elif doc.get("cancelled"):
             state = JobState.CANCELLED
@@ -416,7 +428,10 @@ class LocalBackend(Backend):
             if job.cancel_at is None and job.pid is not None:
                 job.cancel_at = now
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(job.pid, signal.SIGTERM)
+                    if job.pidfd is not None:  # never a reused pid
+                        signal.pidfd_send_signal(job.pidfd, signal.SIGTERM)
+                    else:
+                        os.kill(job.pid, signal.SIGTERM)
 
     def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:
         for job_id, spec in jobs.items():

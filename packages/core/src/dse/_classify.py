@@ -15,6 +15,7 @@ _RAW: dict[JobState, tuple[TrialStatus, FailureClass | None]] = {
     JobState.BOOT_FAIL: (TrialStatus.INTERRUPTED, FailureClass.BOOT_FAILURE),
     JobState.LOST: (TrialStatus.INTERRUPTED, FailureClass.JOB_VANISHED),
     JobState.LAUNCH_ERROR: (TrialStatus.INTERRUPTED, FailureClass.LAUNCH_ERROR),
+    JobState.INVALID: (TrialStatus.FAILED, FailureClass.INVALID_JOB),
 }
 
 

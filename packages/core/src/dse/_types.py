@@ -64,7 +64,10 @@ class JobState(enum.Enum):
     LOST = "lost"
     """The backend no longer knows the job (vanished)."""
     LAUNCH_ERROR = "launch_error"
-    """The backend could not start it."""
+    """The backend could not start it for a reason of its own (infrastructure)."""
+    INVALID = "invalid"
+    """The job cannot run as specified: its command does not exist, it asks for more than
+    the backend has. Caused by the trial, so it would fail the same way again."""
 
     def is_finished(self) -> bool:
         """``True`` for every end state."""
@@ -186,7 +189,10 @@ class FailureClass(enum.Enum):
     MISSING_METRIC = "missing_metric"
     INVALID_METRIC = "invalid_metric"
     PREPARE_ERROR = "prepare_error"
+    INVALID_JOB = "invalid_job"
+    """The backend refused the job as specified (a launch error caused by the trial)."""
     LAUNCH_ERROR = "launch_error"
+    """The backend failed to start the job (a launch error caused by the infrastructure)."""
     PREEMPTED = "preempted"
     NODE_FAILURE = "node_failure"
     BOOT_FAILURE = "boot_failure"

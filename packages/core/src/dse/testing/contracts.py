@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from dse.testing._agent_contract import AgentContract
-from dse.testing._backend_contract import BackendContract
+from dse.testing._backend_contract import BackendContract, contract_job, wait_for
 
-__all__ = ["AgentContract", "BackendContract"]
+__all__ = ["AgentContract", "BackendContract", "contract_job", "wait_for"]
