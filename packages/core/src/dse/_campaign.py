@@ -5,6 +5,7 @@ Every error names the file, the key and what was expected, in one line.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from collections.abc import Mapping
@@ -45,6 +46,8 @@ class EnvironmentConfig:
     """Declared version of the workload's code (part of the config hash)."""
     workdir: Path | None = None
     """Working directory of the command (default: the campaign file's directory)."""
+    checkpoint_every: float | None = None
+    """Seconds between checkpoints the campaign asks for (``DSE_CHECKPOINT_EVERY``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,16 @@ class Campaign:
     """Rejections in a row after which the campaign stops."""
     poll_interval: tuple[float, float] | None = None
     """(first, largest) wait between passes with no change; ``None``: the backend's default."""
+    max_interruptions: int = 3
+    """Interruptions a trial may suffer and be retried; the next one ends it ``interrupted``."""
+    interruption_threshold: int = 10
+    """Interruptions within ``interruption_window`` that make the problem systematic."""
+    interruption_window: float = 600.0
+    """Sliding window (seconds) for ``interruption_threshold``."""
+    node_interruption_threshold: int = 3
+    """Distinct trials one node may interrupt before it is reported and avoided."""
+    pause_on_interruptions: bool = True
+    """Pause dispatch while interruptions are systematic (instead of burning retries)."""
     workspace: Path = Path(".dse")
     """Directory holding ``dse.sqlite`` and the trial directories."""
     source: Path | None = None
@@ -295,10 +308,29 @@ def campaign_from_dict(
             raise ConfigError(f"{top.where('poll_interval')}: expected a duration or [first, max]")
         first, largest = (parse_duration(p, top.where("poll_interval")) for p in pair)
         poll_interval = (first, max(first, largest))
+    max_interruptions = top.get("max_interruptions", int, "a non-negative integer", 3)
+    threshold = top.get("interruption_threshold", int, "a positive integer", 10)
+    window = parse_duration(
+        top.get("interruption_window", (int, float, str), "a duration", 600.0),
+        top.where("interruption_window"),
+    )
+    node_threshold = top.get("node_interruption_threshold", int, "a positive integer", 3)
+    pause = top.get("pause_on_interruptions", bool, "true or false", True)
+    if max_interruptions < 0 or threshold < 1 or node_threshold < 1:
+        raise ConfigError(
+            f"{where}: campaign: max_interruptions >= 0, interruption_threshold >= 1 and"
+            " node_interruption_threshold >= 1 expected"
+        )
+    every = top.get("checkpoint_every", (int, float, str), "a duration", None)
+    checkpoint_every = None if every is None else parse_duration(
+        every, top.where("checkpoint_every")
+    )
     ws = top.get("workspace", str, "a directory path", ".dse")
     # Absolute: trials run in other directories and must still find their files.
     workspace_path = (Path(workspace) if workspace is not None else base_dir / ws).resolve()
     environment = _environment(root.table("environment"), where, base_dir.resolve())
+    if checkpoint_every is not None:
+        environment = dataclasses.replace(environment, checkpoint_every=checkpoint_every)
     top.finish()
     root.finish()
     return Campaign(
@@ -317,6 +349,11 @@ def campaign_from_dict(
         constraints=tuple(constraints),
         max_consecutive_rejections=max_rej,
         poll_interval=poll_interval,
+        max_interruptions=max_interruptions,
+        interruption_threshold=threshold,
+        interruption_window=window,
+        node_interruption_threshold=node_threshold,
+        pause_on_interruptions=pause,
         workspace=workspace_path,
         source=source,
     )

@@ -90,7 +90,11 @@ class LiveView(EngineListener):
             table.add_row("", bar)
         else:
             table.add_row("progress", f"{s.steps} steps")
-        table.add_row("in flight", str(engine.running))
+        table.add_row(
+            "in flight",
+            f"{engine.running}" + (f" ({s.retries} retries so far)" if s.retries else "")
+            + ("  DISPATCH PAUSED: systematic interruptions" if s.paused else ""),
+        )
         table.add_row(
             "finished",
             f"{s.completed} completed, {s.failed} failed, {s.cached} cached,"
@@ -106,6 +110,9 @@ class LiveView(EngineListener):
             best = engine.stats.best
             best_part = f"; best {best.score:.6g} (trial {best.number})" if best else ""
             self.console.status(f"trial {number} {status.value}{best_part}")
+
+    def on_alert(self, engine: Engine, message: str) -> None:
+        self.console.err.print(Text(f"dse: warning: {message}", style="bold yellow"))
 
     def on_pass(self, engine: Engine) -> None:
         if self.live is not None:

@@ -10,9 +10,11 @@ the whole wave, then starts the next; ``rolling`` refills a slot in the pass tha
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +45,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dse.engine")
 
+CHECKPOINT_MARK = ".dse-checkpointed"
+"""Written in the checkpoint directory by ``dse.trial.checkpointed()``."""
+
 
 @dataclass(slots=True)
 class _Trial:
@@ -63,6 +68,11 @@ class _Trial:
     message: str | None = None
     waiters: list[_Trial] = field(default_factory=list)
     job_id_recorded: bool = False
+    attempt: int = 1
+    trial_dir: Path | None = None
+    interruptions: int = 0
+    ambiguous_ends: list[JobState] = field(default_factory=list)
+    attempt_started: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +103,8 @@ class Stats:
     budget_exhausted: int = 0
     running: int = 0
     passes: int = 0
+    retries: int = 0
+    paused: bool = False
     best: BestTrial | None = None
 
 
@@ -127,6 +139,9 @@ class EngineListener:
 
     def on_pass(self, engine: Engine) -> None:
         """A polling pass was committed."""
+
+    def on_alert(self, engine: Engine, message: str) -> None:
+        """Something systematic happened (many interruptions, a failing node)."""
 
     def on_finish(self, engine: Engine, result: CampaignResult) -> None:
         """The campaign ended."""
@@ -178,6 +193,11 @@ class Engine:
         self._running: dict[str, _Trial] = {}
         self._by_hash: dict[str, _Trial] = {}
         self._to_submit: list[_Trial] = []
+        self._retries: list[_Trial] = []
+        self._interruptions: deque[tuple[float, str | None]] = deque()
+        self._node_trials: dict[str, set[int]] = {}
+        self._avoid: set[str] = set()
+        self._paused = False
         self._cache: dict[str, _Trial] = {}
         self._pending_obs: list[tuple[int, Observation]] = []
         self._batch_no = 0
@@ -202,7 +222,7 @@ class Engine:
 
     @property
     def running(self) -> int:
-        return len(self._running) + len(self._to_submit)
+        return len(self._running) + len(self._to_submit) + len(self._retries)
 
     def run(self) -> CampaignResult:
         """Run the campaign to its end and return how it ended."""
@@ -263,7 +283,7 @@ class Engine:
         self._refill()
         self._commit()
         self._submit()
-        while self._running:
+        while self._running or self._retries:
             if self._stop:
                 self._cancel_all()
                 return
@@ -278,7 +298,11 @@ class Engine:
                 self._commit()
                 self._cancel_all()
                 return
-            self._refill()
+            self._check_pause()
+            if not self._paused:
+                self._to_submit.extend(self._retries)
+                self._retries.clear()
+                self._refill()
             self._commit()
             self._submit()
             self.listener.on_pass(self)
@@ -292,11 +316,12 @@ class Engine:
     def _refill(self) -> None:
         waves = self.campaign.mode == "waves"
         while not self._done and not self._stop:
-            if waves and self._running:
+            busy = len(self._running) + len(self._to_submit)
+            if waves and busy:
                 return
             self._deliver()
-            started = self._fill(self.campaign.max_parallelism - len(self._running))
-            if started or self._running or not self._pending_obs:
+            started = self._fill(self.campaign.max_parallelism - busy)
+            if started or busy or not self._pending_obs:
                 return
 
     def _fill(self, slots: int) -> int:
@@ -392,13 +417,15 @@ class Engine:
             self._ended(trial)
             return 0
         trial.spec = spec
+        trial.trial_dir = trial_dir
+        trial.attempt_started = now
         trial.attempt_row = self.store.new_attempt_id()
         self._batch.trials.append((
             row_id, self.campaign_id, number, proposal, self._batch_no, digest, params_json,
             TrialStatus.RUNNING.value, None, None, None, None, None, str(trial_dir), now, None,
         ))
         self._batch.attempts.append(
-            (trial.attempt_row, row_id, 1, type(self.backend).name, None, "submitted", now)
+            (trial.attempt_row, row_id, 1, type(self.backend).name, None, "submitted", now, 0)
         )
         self._to_submit.append(trial)
         self._by_hash[digest] = trial
@@ -444,15 +471,137 @@ class Engine:
                 )
                 continue
             del self._running[status.job_id]
-            self._by_hash.pop(trial.config_hash, None)
             self._conclude(trial, status)
+            ended_at = status.ended_at or now
             batch.attempt_ends.append((
                 status.job_id, status.state.value, status.exit_code, status.signal,
                 status.node, status.reason, status.peak_rss_kb, status.started_at,
-                status.ended_at or now, trial.attempt_row,
+                ended_at, self._work_lost(trial, status, ended_at), trial.attempt_row,
             ))
+            if trial.status is TrialStatus.INTERRUPTED and self._retry(trial, status, now):
+                continue
+            self._by_hash.pop(trial.config_hash, None)
             self._record_end(trial, now)
         return changed
+
+    # -- interruptions --------------------------------------------------------------------
+
+    def _work_lost(self, trial: _Trial, status: JobStatus, ended_at: float) -> float | None:
+        """Seconds of work an unsuccessful attempt lost since its last checkpoint."""
+        if trial.status is TrialStatus.COMPLETED or trial.trial_dir is None:
+            return None
+        started = status.started_at or trial.attempt_started
+        if started is None:
+            return None
+        try:
+            mark = (trial.trial_dir / "checkpoint" / CHECKPOINT_MARK).stat().st_mtime
+        except OSError:
+            mark = None
+        since = max(started, mark) if mark is not None else started
+        return max(ended_at - since, 0.0)
+
+    def _retry(self, trial: _Trial, status: JobStatus, now: float) -> bool:
+        """Start a new attempt of an interrupted trial if the policy allows; True if so."""
+        campaign = self.campaign
+        self._note_interruption(trial, status, now)
+        if status.ambiguous:
+            trial.ambiguous_ends.append(status.state)
+            if len(trial.ambiguous_ends) >= 2 and trial.ambiguous_ends[-2] is status.state:
+                # The same configuration died the same way twice: a measurement, not a flake.
+                trial.status = TrialStatus.FAILED
+                trial.message = (
+                    f"confirmed: attempts {trial.attempt - 1} and {trial.attempt} both ended"
+                    f" {status.state.value}" + (f" ({trial.message})" if trial.message else "")
+                )
+                return False
+        trial.interruptions += 1
+        if trial.interruptions > campaign.max_interruptions:
+            trial.message = (
+                f"{trial.message or trial.failure}; interrupted {trial.interruptions} times"
+                f" (max_interruptions = {campaign.max_interruptions})"
+            )
+            return False
+        assert trial.spec is not None
+        assert trial.trial_dir is not None
+        attempt = trial.attempt + 1
+        try:
+            spec = self.environment.prepare(TrialInfo(
+                trial.trial_id, trial.number, attempt, trial.params, trial.trial_dir,
+                self.data_version,
+            ))
+        except Exception as exc:  # noqa: BLE001 - a trial that cannot be prepared fails alone
+            trial.status = TrialStatus.FAILED
+            trial.failure = FailureClass.PREPARE_ERROR
+            trial.message = f"{type(exc).__name__}: {exc}"
+            return False
+        avoid = set(self._avoid)
+        if status.node and status.node != "localhost":
+            avoid.add(status.node)
+        if avoid:
+            spec = dataclasses.replace(spec, avoid_nodes=tuple(sorted(avoid)))
+        resumed = (trial.trial_dir / "checkpoint" / CHECKPOINT_MARK).exists()
+        cause = trial.failure.value if trial.failure else status.state.value
+        trial.spec = spec
+        trial.attempt = attempt
+        trial.attempt_row = self.store.new_attempt_id()
+        trial.attempt_started = now
+        trial.job_id = None
+        trial.job_id_recorded = False
+        trial.status = TrialStatus.RUNNING
+        trial.failure = None
+        trial.message = None
+        self._batch.attempts.append((
+            trial.attempt_row, trial.row_id, attempt, type(self.backend).name, None,
+            "submitted", now, int(resumed),
+        ))
+        self._event(trial.row_id, "retry", {
+            "trial": trial.number, "attempt": attempt, "after": status.state.value,
+            "class": cause, "node": status.node, "resumed": resumed,
+        })
+        self.stats.retries += 1
+        self._retries.append(trial)
+        return True
+
+    def _note_interruption(self, trial: _Trial, status: JobStatus, now: float) -> None:
+        campaign = self.campaign
+        self._interruptions.append((now, status.node))
+        node = status.node
+        if node and node != "localhost":
+            trials = self._node_trials.setdefault(node, set())
+            trials.add(trial.number)
+            if len(trials) == campaign.node_interruption_threshold and node not in self._avoid:
+                self._avoid.add(node)
+                message = (
+                    f"node {node} interrupted {len(trials)} trials; avoiding it from now on"
+                )
+                self._event(None, "suspect_node", {"node": node, "trials": sorted(trials)})
+                self.listener.on_alert(self, message)
+        self._check_pause(now)
+
+    def _check_pause(self, now: float | None = None) -> None:
+        """Pause dispatch while interruptions in the window reach the threshold."""
+        campaign = self.campaign
+        now = self.clock.time() if now is None else now
+        window = self._interruptions
+        while window and window[0][0] < now - campaign.interruption_window:
+            window.popleft()
+        systematic = len(window) >= campaign.interruption_threshold
+        paused = systematic and campaign.pause_on_interruptions
+        if systematic and not self._paused:
+            message = (
+                f"{len(window)} interruptions in the last {campaign.interruption_window:g}s"
+                + ("; dispatch paused" if paused else "")
+            )
+            self._event(None, "systematic_interruptions", {
+                "count": len(window), "window_s": campaign.interruption_window,
+                "paused": paused,
+            })
+            self.listener.on_alert(self, message)
+        elif self._paused and not paused:
+            self._event(None, "dispatch_resumed", {"count": len(window)})
+            self.listener.on_alert(self, "interruptions subsided; dispatch resumed")
+        self._paused = paused
+        self.stats.paused = paused
 
     def _conclude(self, trial: _Trial, status: JobStatus) -> None:
         if status.state is JobState.SUCCEEDED:
@@ -577,12 +726,14 @@ class Engine:
     def _cancel_all(self, grace: float = 30.0) -> None:
         """Cancel what runs, collect final states for a while, record the rest as cancelled."""
         now = self.clock.time()
+        self._to_submit.extend(self._retries)
+        self._retries.clear()
         for trial in self._to_submit:
             trial.status = TrialStatus.CANCELLED
             trial.message = "cancelled before submission"
             self._batch.attempt_ends.append((
                 None, JobState.CANCELLED.value, None, None, None, trial.message, None, None,
-                now, trial.attempt_row,
+                now, None, trial.attempt_row,
             ))
             self._record_end(trial, now)
         self._to_submit = []
@@ -603,7 +754,7 @@ class Engine:
                 trial.message = "cancel requested; the backend did not confirm the end"
                 self._batch.attempt_ends.append((
                     job_id, JobState.CANCELLED.value, None, None, None, trial.message, None,
-                    None, now, trial.attempt_row,
+                    None, now, None, trial.attempt_row,
                 ))
                 self._record_end(trial, now)
         self._commit()

@@ -101,6 +101,8 @@ class CommandEnvironment:
             DSE_ATTEMPT=str(trial.attempt),
             DSE_DATA_VERSION=trial.data_version or "",
         )
+        if self.config.checkpoint_every is not None:
+            env["DSE_CHECKPOINT_EVERY"] = repr(self.config.checkpoint_every)
         return JobSpec(
             trial_id=trial.trial_id,
             attempt=trial.attempt,

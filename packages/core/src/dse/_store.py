@@ -19,7 +19,7 @@ from dse._errors import StoreError
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_NAME = "dse.sqlite"
 
 _SCHEMA = """
@@ -74,6 +74,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     node TEXT,
     reason TEXT,
     peak_rss_kb INTEGER,
+    resumed INTEGER NOT NULL DEFAULT 0,
+    work_lost_s REAL,
     submitted_at REAL NOT NULL,
     started_at REAL,
     ended_at REAL,
@@ -217,7 +219,7 @@ class Store:
             if batch.attempts:
                 db.executemany(
                     "INSERT INTO attempts(id, trial_id, attempt, backend, job_id, state,"
-                    " submitted_at) VALUES (?,?,?,?,?,?,?)",
+                    " submitted_at, resumed) VALUES (?,?,?,?,?,?,?,?)",
                     batch.attempts,
                 )
             if batch.attempt_updates:
@@ -229,8 +231,8 @@ class Store:
             if batch.attempt_ends:
                 db.executemany(
                     "UPDATE attempts SET job_id=?, state=?, exit_code=?, signal=?, node=?,"
-                    " reason=?, peak_rss_kb=?, started_at=COALESCE(?, started_at), ended_at=?"
-                    " WHERE id=?",
+                    " reason=?, peak_rss_kb=?, started_at=COALESCE(?, started_at), ended_at=?,"
+                    " work_lost_s=? WHERE id=?",
                     batch.attempt_ends,
                 )
             if batch.trial_ends:

@@ -110,6 +110,8 @@ class JobSpec:
     """Run ``argv[0]`` through ``/bin/sh -c`` (only when the campaign asks for it)."""
     cwd: Path | None = None
     """Working directory of the command (``None``: the trial directory)."""
+    avoid_nodes: tuple[str, ...] = ()
+    """Nodes not to run on (they interrupted this trial or many others), where possible."""
 
     @property
     def checkpoint_dir(self) -> Path:

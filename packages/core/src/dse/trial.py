@@ -46,6 +46,8 @@ __all__ = [
     "TrialContextError",
     "attempt",
     "checkpoint_dir",
+    "checkpoint_every",
+    "checkpointed",
     "data_version",
     "params",
     "report",
@@ -117,6 +119,39 @@ def checkpoint_dir() -> Path:
     path = Path(_require("DSE_CHECKPOINT_DIR", "checkpoint_dir"))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+CHECKPOINT_MARK = ".dse-checkpointed"
+"""Marker in the checkpoint directory: its time is the last checkpoint's."""
+
+
+def checkpointed() -> None:
+    """Tell dse that a checkpoint was just saved in :func:`checkpoint_dir`.
+
+    dse then records, for an attempt that is interrupted, how much work was lost (the time
+    since the last checkpoint) and, for the next attempt, that it resumed from a checkpoint.
+    Call it after the checkpoint files are complete (written and renamed into place)::
+
+        state = load(dse.trial.checkpoint_dir()) or fresh_state()
+        for step in range(state.step, steps):
+            ...
+            if time_to_save():
+                save(state, dse.trial.checkpoint_dir())
+                dse.trial.checkpointed()
+    """
+    path = checkpoint_dir() / CHECKPOINT_MARK
+    tmp = path.with_name(f"{CHECKPOINT_MARK}.{os.getpid()}.tmp")
+    tmp.write_text(f"{attempt()}\n")
+    os.replace(tmp, path)
+
+
+def checkpoint_every() -> float | None:
+    """Seconds between checkpoints the campaign asks for (``checkpoint_every``), or None."""
+    text = os.environ.get("DSE_CHECKPOINT_EVERY", "")
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 def attempt() -> int:

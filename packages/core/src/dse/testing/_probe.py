@@ -38,9 +38,13 @@ class ProbeScript:
     """Exit code reported (default: 0 for success, 1 for failure)."""
     node: str = "probe"
     """Node reported."""
+    ambiguous: bool = False
+    """Report the end as ambiguous (a kill with no known sender, a vanished job)."""
 
 
-ScriptFn = Callable[[Mapping[str, Any]], "ProbeScript | Mapping[str, Any]"]
+ScriptFn = Callable[
+    [Mapping[str, Any]], "ProbeScript | Sequence[ProbeScript] | Mapping[str, Any]"
+]
 
 
 def default_script(params: Mapping[str, Any]) -> ProbeScript:
@@ -130,10 +134,13 @@ class ProbeBackend(Backend):
             opts["script"] = load_callable(script, base, f"{source}: backend.probe.script")
         return cls(**opts)
 
-    def _resolve(self, params: Mapping[str, Any]) -> ProbeScript:
+    def _resolve(self, params: Mapping[str, Any], attempt: int) -> ProbeScript:
+        """The script of one attempt: a list scripts attempts 1, 2, ... (the last repeats)."""
         result = self.script(params)
         if isinstance(result, ProbeScript):
             return result
+        if isinstance(result, Sequence) and not isinstance(result, str):
+            return result[min(attempt, len(result)) - 1]
         return ProbeScript(metrics=dict(result))
 
     def _submit(self, jobs: Sequence[JobSpec]) -> Sequence[str]:
@@ -142,7 +149,7 @@ class ProbeBackend(Backend):
         for spec in jobs:
             cluster._counter += 1
             job_id = f"probe-{cluster._counter}"
-            cluster.jobs[job_id] = _Job(job_id, spec, self._resolve(spec.params))
+            cluster.jobs[job_id] = _Job(job_id, spec, self._resolve(spec.params, spec.attempt))
             cluster.timeline.append((cluster.passes, "start", spec.trial_id))
             ids.append(job_id)
         cluster.live += len(jobs)
@@ -201,6 +208,7 @@ class ProbeBackend(Backend):
             started_at=job.started_at,
             ended_at=now,
             result=result,
+            ambiguous=script.ambiguous,
         )
 
     def _cancel(self, job_ids: Sequence[str]) -> None:
