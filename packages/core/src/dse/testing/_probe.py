@@ -139,7 +139,7 @@ class ProbeBackend(Backend):
         result = self.script(params)
         if isinstance(result, ProbeScript):
             return result
-        if isinstance(result, Sequence) and not isinstance(result, str):
+        if isinstance(result, Sequence):
             return result[min(attempt, len(result)) - 1]
         return ProbeScript(metrics=dict(result))
 
