@@ -226,6 +226,9 @@ class LocalBackend(Backend):
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
 
+    def job_id_for(self, job: JobSpec) -> str | None:
+        return f"{job.trial_id}.{job.attempt}"
+
     # -- template methods -----------------------------------------------------------------
 
     def _submit(self, jobs: Sequence[JobSpec]) -> Sequence[str]:

@@ -23,14 +23,16 @@ if TYPE_CHECKING:
         ConstraintError,
         DseError,
         ExitCode,
+        LockedError,
         PluginError,
         StoreError,
     )
     from dse._hashing import canonical_json, config_hash
+    from dse._lock import CampaignLock, LockHolder
     from dse._plugins import PluginManager, Registered
     from dse._protocols import Agent, Environment, TrialInfo
     from dse._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
-    from dse._store import Store
+    from dse._store import Store, filesystem_type
     from dse._types import (
         Direction,
         Evaluation,
@@ -53,6 +55,7 @@ _LAZY: dict[str, str] = {
     "BackendError": "dse._errors",
     "BestTrial": "dse._engine",
     "Campaign": "dse._campaign",
+    "CampaignLock": "dse._lock",
     "CampaignResult": "dse._engine",
     "Categorical": "dse._space",
     "Clock": "dse._clock",
@@ -74,6 +77,8 @@ _LAZY: dict[str, str] = {
     "JobSpec": "dse._types",
     "JobState": "dse._types",
     "JobStatus": "dse._types",
+    "LockHolder": "dse._lock",
+    "LockedError": "dse._errors",
     "Objective": "dse._types",
     "Observation": "dse._types",
     "ParamError": "dse._space",
@@ -94,6 +99,7 @@ _LAZY: dict[str, str] = {
     "campaign_from_dict": "dse._campaign",
     "canonical_json": "dse._hashing",
     "config_hash": "dse._hashing",
+    "filesystem_type": "dse._store",
     "hookimpl": "dse.hookspecs",
     "load_campaign": "dse._campaign",
     "parse_duration": "dse._units",
@@ -105,6 +111,7 @@ __all__ = [
     "BackendError",
     "BestTrial",
     "Campaign",
+    "CampaignLock",
     "CampaignResult",
     "Categorical",
     "Clock",
@@ -126,6 +133,8 @@ __all__ = [
     "JobSpec",
     "JobState",
     "JobStatus",
+    "LockHolder",
+    "LockedError",
     "Objective",
     "Observation",
     "ParamError",
@@ -146,6 +155,7 @@ __all__ = [
     "campaign_from_dict",
     "canonical_json",
     "config_hash",
+    "filesystem_type",
     "hookimpl",
     "load_campaign",
     "parse_duration",

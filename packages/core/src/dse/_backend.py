@@ -116,6 +116,14 @@ class Backend(ABC):
             changed.append(status)
         return changed
 
+    def job_id_for(self, job: JobSpec) -> str | None:
+        """The id *job* has or would have, if the backend can tell without having started it.
+
+        Used after a controller crash to find an attempt whose id was not recorded yet
+        (it was stored as submitted, then the controller died). ``None``: cannot tell.
+        """
+        return None
+
     def wait(self, timeout: float) -> bool:
         """Block until an outstanding job may have changed, or *timeout* seconds passed.
 

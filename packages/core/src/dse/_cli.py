@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Any
 from dse._build import build_engine
 from dse._campaign import Campaign, load_campaign
 from dse._console import Console, LiveView
+from dse._engine import campaign_spec
 from dse._errors import ConfigError, DseError, ExitCode
+from dse._hashing import canonical_json
+from dse._lock import CampaignLock
 from dse._plugins import PluginManager
 from dse._store import Store, open_existing, workspace_db
 from dse._version import __version__
@@ -39,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--workspace", type=Path, help="record directory (default: .dse beside"
                      " the campaign file)")
     run.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    run.add_argument("--fresh", action="store_true",
+                     help="start a new run even if the last one did not finish")
 
     status = sub.add_parser("status", help="list the campaign runs of a workspace")
     status.add_argument("target", nargs="?", help="a campaign file, name or run id")
@@ -88,32 +93,56 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace, console: Console) -> int:
     campaign = load_campaign(args.campaign, workspace=args.workspace)
     plugins = PluginManager()
-    store = Store(workspace_db(campaign.workspace))
-    listener = LiveView(console)
-    engine = build_engine(campaign, store=store, plugins=plugins, listener=listener)
-    interrupts = 0
+    with CampaignLock(campaign.workspace, campaign.name) as lock:
+        if lock.notice is not None:
+            console.status(lock.notice)
+        store = Store(workspace_db(campaign.workspace))
+        listener = LiveView(console)
+        engine = build_engine(campaign, store=store, plugins=plugins, listener=listener)
+        resume = _resumable_run(store, campaign, console, fresh=args.fresh)
+        interrupts = 0
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts > 1:
-            raise KeyboardInterrupt
-        engine.request_stop("cancelled")
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            nonlocal interrupts
+            interrupts += 1
+            if interrupts > 1:
+                raise KeyboardInterrupt
+            engine.request_stop("cancelled")
 
-    previous = {
-        sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        with engine.backend:
-            result = engine.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        store.close()
+        previous = {
+            sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            with engine.backend:
+                result = engine.run(resume=resume)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            store.close()
     _report(result, campaign, console, args.json)
     if result.status == "cancelled":
         return ExitCode.INTERRUPTED
     return ExitCode.OK
+
+
+def _resumable_run(
+    store: Store, campaign: Campaign, console: Console, *, fresh: bool
+) -> int | None:
+    """The run of *campaign* to continue: the latest one, if it crashed or was cancelled."""
+    row = store.find_campaign(campaign.name)
+    if row is None or row["status"] not in ("running", "cancelled"):
+        return None
+    if fresh:
+        console.status(f"run {row['id']} of {campaign.name} is {row['status']}; starting a new"
+                       " run (--fresh)")
+        return None
+    if canonical_json(json.loads(row["spec"])) != canonical_json(campaign_spec(campaign)):
+        console.status(f"run {row['id']} of {campaign.name} did not finish, but the campaign"
+                       " file changed since; starting a new run")
+        return None
+    what = "was cancelled" if row["status"] == "cancelled" else "did not finish"
+    console.status(f"run {row['id']} of {campaign.name} {what}: resuming it")
+    return int(row["id"])
 
 
 def _report(result: CampaignResult, campaign: Campaign, console: Console, as_json: bool) -> None:

@@ -73,6 +73,8 @@ class _Trial:
     interruptions: int = 0
     ambiguous_ends: list[JobState] = field(default_factory=list)
     attempt_started: float | None = None
+    original_status: TrialStatus | None = None
+    """For a cache hit: the outcome of the trial it reuses (what the agent is told)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,11 +226,31 @@ class Engine:
     def running(self) -> int:
         return len(self._running) + len(self._to_submit) + len(self._retries)
 
-    def run(self) -> CampaignResult:
-        """Run the campaign to its end and return how it ended."""
+    def run(self, *, resume: int | None = None) -> CampaignResult:
+        """Run the campaign to its end and return how it ended.
+
+        :param resume: the id of an unfinished run of this campaign to continue (after a
+            crash or a cancel) instead of starting a new run.
+        """
         campaign = self.campaign
         now = self.clock.time()
-        self.campaign_id = self.store.create_campaign(
+        if resume is not None:
+            self.campaign_id = resume
+            self.store.reopen_campaign(resume)
+        else:
+            self.campaign_id = self._create_run(now)
+        workspace = campaign.workspace.resolve()
+        self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._load_cache()
+        if resume is not None:
+            self._restore()
+        self.listener.on_start(self)
+        return self._run_loop()
+
+    def _create_run(self, now: float) -> int:
+        campaign = self.campaign
+        return self.store.create_campaign(
             name=campaign.name,
             source=str(campaign.source) if campaign.source else None,
             spec=campaign_spec(campaign),
@@ -239,9 +261,8 @@ class Engine:
             max_parallelism=campaign.max_parallelism,
             now=now,
         )
-        workspace = campaign.workspace.resolve()
-        self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+
+    def _load_cache(self) -> None:
         for row in self.store.reusable():
             self._cache[row["config_hash"]] = _Trial(
                 row_id=row["id"],
@@ -256,7 +277,256 @@ class Engine:
                 failure=FailureClass(row["failure"]) if row["failure"] else None,
                 message=row["message"],
             )
-        self.listener.on_start(self)
+
+    # -- resuming -------------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        """Rebuild an unfinished run from the record: trials, the agent, running attempts.
+
+        The agent is rebuilt by replaying its logged ``propose`` and ``observe`` calls, so
+        its state (and the feedback it got) is the same as before the crash. Attempts still
+        running are reattached; one whose job id was never recorded is asked of the backend
+        by name, and retried as lost to the restart when the backend cannot tell.
+        """
+        store, cid, space = self.store, self.campaign_id, self.campaign.space
+        now = self.clock.time()
+        names = space.names
+        attempts: dict[int, list[Any]] = {}
+        for row in store.attempts(cid):
+            attempts.setdefault(row["trial_id"], []).append(row)
+        rejected: dict[int, tuple[dict[str, Any], str]] = {}
+        for row in store.events(cid, "rejected"):
+            data = json.loads(row["data"])
+            rejected[data["proposal"]] = (data["params"], data["reason"])
+        by_proposal: dict[int, _Trial] = {}
+        by_row: dict[int, _Trial] = {}
+        cache_of: dict[int, int] = {}
+        for row in store.trials(cid):
+            raw = json.loads(row["params"])
+            params = {k: raw[k] for k in names if k in raw} | raw
+            trial = _Trial(
+                row["id"], row["number"], row["proposal"], row["wave"], params,
+                row["config_hash"], trial_id=f"{self.campaign.name}-{cid}-{row['number']}",
+                status=TrialStatus(row["status"]),
+                metrics=json.loads(row["metrics"]) if row["metrics"] else None,
+                score=row["score"],
+                failure=FailureClass(row["failure"]) if row["failure"] else None,
+                message=row["message"],
+                trial_dir=Path(row["trial_dir"]) if row["trial_dir"] else None,
+            )
+            trial.attempt = len(attempts.get(trial.row_id, ())) or 1
+            trial.interruptions = sum(
+                1 for a in attempts.get(trial.row_id, ())
+                if a["state"] not in ("submitted", "pending", "running", "succeeded",
+                                      "cancelled")
+            )
+            if row["cache_of"] is not None:
+                cache_of[trial.row_id] = row["cache_of"]
+                trial.status = TrialStatus.CACHED if row["ended_at"] is None else trial.status
+            by_proposal[trial.proposal] = trial
+            by_row[trial.row_id] = trial
+        originals = self._original_statuses(set(cache_of.values()), by_row)
+        for row_id, original_row in cache_of.items():
+            by_row[row_id].original_status = originals.get(original_row)
+        self._restore_stats(by_proposal, rejected)
+        observed = self._replay_agent(by_proposal, rejected)
+        reattach: dict[str, JobSpec] = {}
+        for trial in by_proposal.values():
+            if trial.row_id in cache_of:
+                continue
+            if trial.status is TrialStatus.CANCELLED and trial.trial_dir is not None:
+                # A cancelled run is continued: its cancelled trials run again.
+                trial.status = TrialStatus.RUNNING
+                self._batch.trial_ends.append(
+                    ("running", None, None, None, None, None, trial.row_id)
+                )
+                self.stats.cancelled -= 1
+                self._resubmit(trial, now, resumed_from="cancelled")
+                continue
+            if trial.status is not TrialStatus.RUNNING:
+                continue
+            self._by_hash[trial.config_hash] = trial
+            last = attempts[trial.row_id][-1]
+            assert trial.trial_dir is not None
+            spec = self.environment.prepare(TrialInfo(
+                trial.trial_id, trial.number, last["attempt"], trial.params, trial.trial_dir,
+                self.data_version,
+            ))
+            trial.spec, trial.attempt_row = spec, last["id"]
+            trial.attempt_started = last["submitted_at"]
+            job_id = last["job_id"] or self.backend.job_id_for(spec)
+            if job_id is not None and last["state"] in ("submitted", "pending", "running"):
+                trial.job_id, trial.job_id_recorded = job_id, last["job_id"] is not None
+                reattach[job_id] = spec
+                self._running[job_id] = trial
+                continue
+            lost = JobStatus("", JobState.LOST, reason="the controller restarted before"
+                             " the job id was recorded")
+            trial.status, trial.failure = TrialStatus.INTERRUPTED, FailureClass.CONTROLLER_RESTART
+            self._batch.attempt_ends.append((
+                None, JobState.LOST.value, None, None, None, lost.reason, None, None, now,
+                None, trial.attempt_row,
+            ))
+            if not self._retry(trial, lost, now):
+                self._record_end(trial, now)
+        for row_id, original_row in cache_of.items():
+            waiter, original = by_row[row_id], by_row.get(original_row)
+            if (
+                waiter.original_status is TrialStatus.RUNNING
+                and original is not None
+                and original.status is TrialStatus.RUNNING
+            ):
+                original.waiters.append(waiter)
+        for proposal, trial in sorted(by_proposal.items()):
+            waiting = trial.original_status is TrialStatus.RUNNING
+            if proposal in observed or waiting or trial.status in (
+                TrialStatus.RUNNING, TrialStatus.CANCELLED
+            ):
+                continue
+            self._pending_obs.append((proposal, self._observation(trial)))
+        self.backend.reattach(reattach)
+        self._event(None, "resumed", {
+            "running": len(self._running), "retrying": len(self._retries),
+            "trials": len(by_proposal), "pending_feedback": len(self._pending_obs),
+        })
+
+    def _original_statuses(
+        self, rows: set[int], by_row: Mapping[int, _Trial]
+    ) -> dict[int, TrialStatus]:
+        out = {r: by_row[r].status for r in rows if r in by_row}
+        missing = sorted(r for r in rows if r not in by_row)
+        if missing:
+            marks = ",".join("?" * len(missing))
+            for row in self.store.query(
+                f"SELECT id, status FROM trials WHERE id IN ({marks})", missing
+            ):
+                out[row["id"]] = TrialStatus(row["status"])
+        return out
+
+    @staticmethod
+    def _observation(trial: _Trial) -> Observation:
+        """What the agent was (or will be) told about *trial*, rebuilt from the record."""
+        return Observation(
+            params=trial.params,
+            status=trial.original_status or trial.status,
+            metrics=trial.metrics or {},
+            score=trial.score,
+            trial_number=trial.number,
+            failure=trial.failure,
+        )
+
+    def _restore_stats(
+        self, by_proposal: Mapping[int, _Trial], rejected: Mapping[int, Any]
+    ) -> None:
+        stats = self.stats
+        stats.steps = len(by_proposal)
+        stats.proposals = max([*by_proposal, *rejected, 0])
+        stats.rejected = len(rejected)
+        self._number = max((t.number for t in by_proposal.values()), default=0)
+        self._batch_no = max((t.batch for t in by_proposal.values()), default=0)
+        primary = self._primary
+        for trial in by_proposal.values():
+            status = trial.status
+            if status is TrialStatus.CACHED:
+                if trial.original_status is not TrialStatus.RUNNING:
+                    stats.cached += 1  # a cache hit still waiting for its original is not
+            elif status is TrialStatus.COMPLETED:
+                stats.completed += 1
+                if trial.score is not None and (
+                    stats.best is None or primary.direction.better(trial.score, stats.best.score)
+                ):
+                    stats.best = BestTrial(trial.number, trial.params, trial.score)
+            elif status is TrialStatus.FAILED:
+                stats.failed += 1
+            elif status is TrialStatus.CANCELLED:
+                stats.cancelled += 1
+            elif status is TrialStatus.INTERRUPTED:
+                stats.interrupted += 1
+            elif status is TrialStatus.BUDGET_EXHAUSTED:
+                stats.budget_exhausted += 1
+            if status is not TrialStatus.CACHED:
+                stats.started += 1
+        trailing = 0
+        for proposal in range(stats.proposals, 0, -1):
+            if proposal not in rejected:
+                break
+            trailing += 1
+        self._consecutive_rejections = trailing
+
+    def _replay_agent(
+        self, by_proposal: Mapping[int, _Trial], rejected: Mapping[int, tuple[Any, str]]
+    ) -> set[int]:
+        """Replay the agent's logged calls; return the proposals it has been told about."""
+        observed: set[int] = set()
+        diverged: str | None = None
+        space = self.campaign.space
+
+        def params_of(proposal: int) -> Mapping[str, Any]:
+            if proposal in by_proposal:
+                return by_proposal[proposal].params
+            params: Mapping[str, Any] = rejected[proposal][0]
+            return params
+
+        for entry in self.store.agent_log(self.campaign_id):
+            numbers = json.loads(entry["proposals"])
+            if entry["kind"] == "propose":
+                in_flight = [params_of(p) for p in json.loads(entry["in_flight"] or "[]")]
+                got = list(self.agent.propose(entry["n"], in_flight))[: entry["n"]]
+                if diverged is None and len(got) != len(numbers):
+                    diverged = f"asked for {entry['n']}, got {len(got)} instead of {len(numbers)}"
+                for raw, proposal in zip(got, numbers, strict=False):
+                    if diverged is not None:
+                        break
+                    try:
+                        same = space.coerce(raw) == dict(params_of(proposal))
+                    except ParamError:
+                        same = dict(raw) == dict(params_of(proposal))
+                    if not same:
+                        diverged = f"proposal {proposal} differs"
+                continue
+            observations = []
+            for proposal in numbers:
+                if proposal in rejected:
+                    params, reason = rejected[proposal]
+                    observations.append(Observation(params=params, status=None, rejected=reason))
+                else:
+                    observations.append(self._observation(by_proposal[proposal]))
+            self.agent.observe(observations)
+            observed.update(numbers)
+        if diverged is not None:
+            message = (
+                f"the agent did not replay as recorded ({diverged}); it is not deterministic,"
+                " so its state after the restart may differ"
+            )
+            self._event(None, "agent_replay_diverged", {"detail": diverged})
+            self.listener.on_alert(self, message)
+        return observed
+
+    def _resubmit(self, trial: _Trial, now: float, *, resumed_from: str) -> None:
+        """A new attempt of *trial* that is not an interruption (a cancelled trial resumed)."""
+        assert trial.trial_dir is not None
+        attempt = trial.attempt + 1
+        spec = self.environment.prepare(TrialInfo(
+            trial.trial_id, trial.number, attempt, trial.params, trial.trial_dir,
+            self.data_version,
+        ))
+        resumed = (trial.trial_dir / "checkpoint" / CHECKPOINT_MARK).exists()
+        trial.spec, trial.attempt = spec, attempt
+        trial.attempt_row = self.store.new_attempt_id()
+        trial.attempt_started = now
+        trial.job_id, trial.job_id_recorded = None, False
+        self._batch.attempts.append((
+            trial.attempt_row, trial.row_id, attempt, type(self.backend).name, None,
+            "submitted", now, int(resumed),
+        ))
+        self._event(trial.row_id, "retry", {
+            "trial": trial.number, "attempt": attempt, "after": resumed_from,
+            "class": resumed_from, "node": None, "resumed": resumed,
+        })
+        self._by_hash[trial.config_hash] = trial
+        self._retries.append(trial)
+
+    def _run_loop(self) -> CampaignResult:
         try:
             self._loop()
             # The last results are told too: the loop stops pulling once the agent is done
@@ -336,12 +606,18 @@ class Engine:
             want = slots
             if campaign.max_trials is not None:
                 want = min(want, campaign.max_trials - self.stats.steps)
-            in_flight = [t.params for t in self._running.values()]
-            in_flight.extend(t.params for t in self._to_submit)
+            flying = [*self._running.values(), *self._to_submit]
+            in_flight = [t.params for t in flying]
             proposals = list(self.agent.propose(want, in_flight))
             if len(proposals) > want:
                 self._event(None, "agent_overproposed", {"asked": want, "got": len(proposals)})
                 proposals = proposals[:want]
+            first = self.stats.proposals + 1
+            self._batch.agent_log.append((
+                self.campaign_id, "propose", want,
+                dumps(list(range(first, first + len(proposals)))),
+                dumps([t.proposal for t in flying]),
+            ))
             if not proposals:
                 if self.agent.exhausted:
                     self._done = "agent_exhausted"
@@ -436,6 +712,9 @@ class Engine:
         self.stats.rejected += 1
         self._consecutive_rejections += 1
         self._event(None, "rejected", {"proposal": proposal, "params": params, "reason": reason})
+        self._batch.agent_log.append(
+            (self.campaign_id, "observe", None, dumps([proposal]), None)
+        )
         self.agent.observe([Observation(params=params, status=None, rejected=reason)])
         if self._consecutive_rejections >= self.campaign.max_consecutive_rejections:
             self._done = "max_consecutive_rejections"
@@ -705,6 +984,9 @@ class Engine:
             return
         pending = sorted(self._pending_obs, key=lambda item: item[0])
         self._pending_obs = []
+        self._batch.agent_log.append(
+            (self.campaign_id, "observe", None, dumps([p for p, _ in pending]), None)
+        )
         self.agent.observe([obs for _, obs in pending])
 
     def _commit(self) -> None:

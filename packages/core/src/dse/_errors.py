@@ -34,6 +34,10 @@ class StoreError(DseError, RuntimeError):
     """The SQLite record cannot be opened or has an unknown schema version."""
 
 
+class LockedError(DseError, RuntimeError):
+    """The campaign is held by another controller (the message names its host and pid)."""
+
+
 class BackendError(DseError, RuntimeError):
     """A backend could not do what it was asked (for example, a submission was refused)."""
 

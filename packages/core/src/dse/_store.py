@@ -1,26 +1,91 @@
 """The durable record: one SQLite file per workspace.
 
 Every state change is buffered in a :class:`Batch` and committed in one transaction per
-polling pass, before the engine acts on it. The database runs in WAL mode with
-``synchronous=FULL``: a committed pass survives a crash of the process or of the machine.
+polling pass, before the engine acts on it, with ``synchronous=FULL``: a committed pass
+survives a crash of the process or of the machine. The journal depends on where the file
+lives: WAL on a local disk; a rollback journal (``DELETE``) on a network file system (NFS,
+Lustre, GPFS…, where shared clusters keep home directories), because WAL's shared-memory
+index only works when every connection runs on one host. ``DSE_SQLITE_JOURNAL`` (``wal`` or
+``delete``) overrides the choice.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dse._errors import StoreError
+from dse._errors import ConfigError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
 SCHEMA_VERSION = 3
 DB_NAME = "dse.sqlite"
+JOURNAL_ENV = "DSE_SQLITE_JOURNAL"
+
+NETWORK_FILESYSTEMS = frozenset({
+    "9p", "afs", "beegfs", "ceph", "cifs", "fuse.ceph", "fuse.cephfs", "fuse.glusterfs",
+    "fuse.sshfs", "gfs2", "glusterfs", "gpfs", "lustre", "ncpfs", "nfs", "nfs4", "ocfs2",
+    "orangefs", "panfs", "pvfs2", "smb3", "smbfs", "wekafs",
+})
+"""File system types (as ``/proc/self/mountinfo`` names them) that get a rollback journal."""
+
+_MOUNTINFO = "/proc/self/mountinfo"
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(field: str) -> str:
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_of(path: str | Path, mountinfo: str) -> tuple[str, str]:
+    """The mount point and file system type holding *path* (absolute and resolved), read
+    from the text of a ``/proc/<pid>/mountinfo`` file; ``("", "unknown")`` when none does."""
+    target = str(path)
+    best, fstype = "", "unknown"
+    for line in mountinfo.splitlines():
+        # Optional fields come before the " - " separator; the type is the first one after.
+        head, sep, tail = line.partition(" - ")
+        fields, tail_fields = head.split(), tail.split()
+        if not sep or len(fields) < 5 or not tail_fields:
+            continue
+        point = _unescape(fields[4])
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        # A later mount on the same point hides the earlier one: ">=" keeps the last.
+        if inside and len(point) >= len(best):
+            best, fstype = point, tail_fields[0]
+    return best, fstype
+
+
+def filesystem_type(path: str | Path) -> str:
+    """The type of the file system holding *path* (``ext4``, ``nfs4``, ``lustre``…).
+
+    *path* is resolved (symbolic links followed, it need not exist) and matched against the
+    mount table of this process; ``"unknown"`` where there is none (not Linux).
+    """
+    target = Path(path).resolve()
+    try:
+        text = Path(_MOUNTINFO).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "unknown"
+    return mount_of(target, text)[1]
+
+
+def _journal_mode(path: Path) -> str:
+    """``wal`` or ``delete`` for the database at *path*."""
+    wanted = os.environ.get(JOURNAL_ENV, "").strip().lower()
+    if wanted:
+        if wanted not in ("wal", "delete"):
+            raise ConfigError(
+                f"{JOURNAL_ENV}={os.environ[JOURNAL_ENV]!r}: expected 'wal' or 'delete'"
+            )
+        return wanted
+    return "delete" if filesystem_type(path.parent) in NETWORK_FILESYSTEMS else "wal"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -90,6 +155,15 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT
 );
 CREATE INDEX IF NOT EXISTS events_campaign ON events(campaign_id, kind);
+CREATE TABLE IF NOT EXISTS agent_log (
+    id INTEGER PRIMARY KEY,
+    campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+    kind TEXT NOT NULL,
+    n INTEGER,
+    proposals TEXT NOT NULL,
+    in_flight TEXT
+);
+CREATE INDEX IF NOT EXISTS agent_log_campaign ON agent_log(campaign_id, id);
 """
 
 
@@ -108,27 +182,39 @@ class Batch:
     attempt_ends: list[tuple[Any, ...]] = field(default_factory=list)
     events: list[tuple[Any, ...]] = field(default_factory=list)
     campaign_updates: list[tuple[Any, ...]] = field(default_factory=list)
+    agent_log: list[tuple[Any, ...]] = field(default_factory=list)
+    """The agent's propose and observe calls, replayed to rebuild it after a crash."""
 
     def __bool__(self) -> bool:
         return bool(
             self.trials or self.trial_ends or self.attempts or self.attempt_updates
-            or self.attempt_ends or self.events or self.campaign_updates
+            or self.attempt_ends or self.events or self.campaign_updates or self.agent_log
         )
 
 
 class Store:
-    """The SQLite record of a workspace (``<workspace>/dse.sqlite``)."""
+    """The SQLite record of a workspace (``<workspace>/dse.sqlite``).
+
+    ``journal_mode`` is the journal SQLite runs with: ``wal`` on a local disk, ``delete``
+    (a rollback journal) on a network file system or when ``DSE_SQLITE_JOURNAL`` says so.
+    """
 
     def __init__(self, path: str | Path, *, durable: bool = True) -> None:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            wanted = _journal_mode(self.path)
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"{self.path}: cannot open the record ({exc})") from None
         db = self._db
         try:
-            db.execute("PRAGMA journal_mode=WAL")
+            try:
+                row = db.execute(f"PRAGMA journal_mode={wanted}").fetchone()
+            except sqlite3.OperationalError:
+                # Leaving WAL needs the file to itself; another connection has it open.
+                row = db.execute("PRAGMA journal_mode").fetchone()
+            self.journal_mode: str = str(row[0]).lower()
             db.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
             self._init_schema()
         except sqlite3.DatabaseError as exc:
@@ -247,6 +333,12 @@ class Store:
                     " VALUES (?,?,?,?,?)",
                     batch.events,
                 )
+            if batch.agent_log:
+                db.executemany(
+                    "INSERT INTO agent_log(campaign_id, kind, n, proposals, in_flight)"
+                    " VALUES (?,?,?,?,?)",
+                    batch.agent_log,
+                )
             if batch.campaign_updates:
                 db.executemany(
                     "UPDATE campaigns SET status=?, end_reason=?, ended_at=? WHERE id=?",
@@ -264,6 +356,7 @@ class Store:
         batch.attempt_ends.clear()
         batch.events.clear()
         batch.campaign_updates.clear()
+        batch.agent_log.clear()
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -315,6 +408,22 @@ class Store:
             " WHERE t.campaign_id = ? ORDER BY t.number, a.attempt",
             (campaign_id,),
         )
+
+    def agent_log(self, campaign_id: int) -> list[sqlite3.Row]:
+        return self.query(
+            "SELECT * FROM agent_log WHERE campaign_id = ? ORDER BY id", (campaign_id,)
+        )
+
+    def reopen_campaign(self, campaign_id: int) -> None:
+        """Mark a run as running again (it is being resumed)."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(
+            "UPDATE campaigns SET status='running', end_reason=NULL, ended_at=NULL"
+            " WHERE id=?",
+            (campaign_id,),
+        )
+        db.execute("COMMIT")
 
     def events(self, campaign_id: int, kind: str | None = None) -> list[sqlite3.Row]:
         if kind is None:

@@ -1,0 +1,211 @@
+"""The record survives a controller killed mid-transaction, in either journal mode.
+
+A child process commits large batches through :meth:`dse.Store.commit` in a tight loop and
+is SIGKILLed at random moments; after each kill the file must open as a dse record, pass
+``PRAGMA integrity_check`` and still hold every batch the child saw committed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import dse
+from dse import _store
+
+BATCH = 200
+KILLS = 10
+
+WRITER = r"""
+import os, sys
+import dse
+from dse._store import Batch
+
+path, acks, batch_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+store = dse.Store(path)
+run = store.create_campaign(
+    name="durability", source=None, spec={}, agent="none", backend="none", mode="waves",
+    max_parallelism=1, now=0.0,
+)
+committed = store.query("SELECT COUNT(*) AS n FROM trials")[0]["n"]
+ack = os.open(acks, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+payload = "p" * 200
+number = 0
+previous = []
+while True:
+    batch = Batch()
+    # Each pass ends the previous batch's trials and starts new ones, so a transaction both
+    # rewrites existing pages and adds new ones.
+    for row_id in previous:
+        batch.trial_ends.append(("completed", None, None, '{"value":1}', 1.0, 1.0, row_id))
+    previous = []
+    for _ in range(batch_size):
+        number += 1
+        row_id = store.new_trial_id()
+        previous.append(row_id)
+        batch.trials.append((
+            row_id, run, number, number, 1, f"hash-{run}-{number}", payload, "running",
+            None, None, None, None, None, None, 0.0, None,
+        ))
+    batch.events.append((run, None, 0.0, "pass", payload))
+    store.commit(batch)
+    committed += batch_size
+    os.write(ack, b"%d\n" % committed)
+"""
+
+
+def last_ack(path: Path) -> int | None:
+    """The last row count the writer reported committed (complete lines only)."""
+    if not path.exists():
+        return None
+    lines = path.read_bytes().split(b"\n")[:-1]
+    return int(lines[-1]) if lines else None
+
+
+@pytest.mark.parametrize("mode", ["wal", "delete"])
+def test_a_kill_during_a_transaction_leaves_a_sound_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    monkeypatch.setenv(_store.JOURNAL_ENV, mode)
+    db = tmp_path / "dse.sqlite"
+    rng = random.Random(f"durability-{mode}")
+    rows = 0
+    hot_journals = 0
+    for kill in range(KILLS):
+        acks = tmp_path / f"acks-{kill}"
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(db), str(acks), str(BATCH)],
+            env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 30
+        while last_ack(acks) is None and writer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert writer.poll() is None, writer.stderr.read() if writer.stderr else ""
+        time.sleep(rng.uniform(0.0, 0.06))
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+        assert writer.stderr is not None
+        writer.stderr.close()
+        acked = last_ack(acks)
+        assert acked is not None
+        if (tmp_path / "dse.sqlite-journal").exists():
+            hot_journals += 1
+
+        store = dse.Store(db)
+        try:
+            assert store.journal_mode == mode
+            assert [tuple(r) for r in store.query("PRAGMA integrity_check")] == [("ok",)]
+            now = store.query("SELECT COUNT(*) AS n FROM trials")[0]["n"]
+            per_run = store.query(
+                "SELECT campaign_id, COUNT(*) AS n, SUM(status = 'running') AS running"
+                " FROM trials GROUP BY campaign_id"
+            )
+        finally:
+            store.close()
+        # Nothing committed is lost; at most the batch in flight at the kill got through.
+        assert acked <= now <= acked + BATCH, (kill, acked, now)
+        assert now >= rows
+        rows = now
+        # Every pass is all or nothing: whole batches, and the ends of the previous batch
+        # landed together with the next one.
+        for run in per_run:
+            assert run["n"] % BATCH == 0, dict(run)
+            assert run["running"] == BATCH, dict(run)
+    assert rows >= KILLS * BATCH
+    print("HOT", mode, hot_journals, rows)
+    if mode == "delete":
+        # The kills did land inside transactions: SQLite found hot journals to roll back.
+        assert hot_journals > 0
+        assert not (tmp_path / "dse.sqlite-wal").exists()
+
+
+def test_the_journal_override_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_store.JOURNAL_ENV, "memory")
+    with pytest.raises(dse.ConfigError, match="DSE_SQLITE_JOURNAL='memory': expected"):
+        dse.Store(tmp_path / "dse.sqlite")
+
+
+def test_a_local_disk_gets_wal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(_store.JOURNAL_ENV, raising=False)
+    fstype = dse.filesystem_type(tmp_path)
+    if fstype in _store.NETWORK_FILESYSTEMS:
+        pytest.skip(f"the temporary directory is on {fstype}, a network file system")
+    store = dse.Store(tmp_path / "dse.sqlite")
+    try:
+        assert store.journal_mode == "wal"
+        store.create_campaign(
+            name="c", source=None, spec={}, agent="a", backend="b", mode="waves",
+            max_parallelism=1, now=0.0,
+        )
+        assert (tmp_path / "dse.sqlite-wal").exists()
+    finally:
+        store.close()
+
+
+MOUNTINFO = r"""22 27 0:21 / /proc rw,relatime shared:5 - proc proc rw
+27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,discard
+40 27 0:45 / /home rw,relatime shared:20 - nfs4 filer:/export/home rw,vers=4.2,addr=10.0.0.2
+41 40 0:46 / /home/alice/scratch\040space rw master:3 - lustre 10.0.0.1@tcp:/scratch rw
+42 27 0:47 / /home2 rw,relatime - ext4 /dev/vdb rw
+43 27 0:48 / /mnt rw,relatime - tmpfs tmpfs rw
+44 43 0:49 / /mnt rw,relatime - xfs /dev/vdc rw
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/home/alice/project/.dse", ("/home", "nfs4")),
+        ("/home", ("/home", "nfs4")),
+        ("/home2/bob/.dse", ("/home2", "ext4")),
+        ("/home/alice/scratch space/ws", ("/home/alice/scratch space", "lustre")),
+        ("/mnt/data", ("/mnt", "xfs")),
+        ("/var/tmp/ws", ("/", "ext4")),
+    ],
+)
+def test_the_mount_table_names_the_file_system(path: str, expected: tuple[str, str]) -> None:
+    assert _store.mount_of(path, MOUNTINFO) == expected
+
+
+def test_a_network_file_system_gets_a_rollback_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(_store.JOURNAL_ENV, raising=False)
+    workspace = (tmp_path / "home" / ".dse").resolve()
+    table = tmp_path / "mountinfo"
+    table.write_text(
+        MOUNTINFO + f"50 27 0:60 / {workspace.parent} rw - nfs4 filer:/export/x rw\n"
+    )
+    monkeypatch.setattr(_store, "_MOUNTINFO", str(table))
+    assert dse.filesystem_type(workspace) == "nfs4"
+    store = dse.Store(workspace / "dse.sqlite")
+    try:
+        assert store.journal_mode == "delete"
+        store.create_campaign(
+            name="c", source=None, spec={}, agent="a", backend="b", mode="waves",
+            max_parallelism=1, now=0.0,
+        )
+        assert not (workspace / "dse.sqlite-wal").exists()
+    finally:
+        store.close()
+
+
+def test_the_file_system_of_the_repository_is_the_one_findmnt_names() -> None:
+    findmnt = shutil.which("findmnt")
+    if findmnt is None:
+        pytest.skip("findmnt (util-linux) is not installed")
+    here = Path(__file__).resolve().parent
+    expected = subprocess.run(
+        [findmnt, "-n", "-o", "FSTYPE", "--target", str(here)],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    assert dse.filesystem_type(here) == expected
+    assert expected not in _store.NETWORK_FILESYSTEMS
