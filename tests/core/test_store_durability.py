@@ -120,7 +120,6 @@ def test_a_kill_during_a_transaction_leaves_a_sound_record(
             assert run["n"] % BATCH == 0, dict(run)
             assert run["running"] == BATCH, dict(run)
     assert rows >= KILLS * BATCH
-    print("HOT", mode, hot_journals, rows)
     if mode == "delete":
         # The kills did land inside transactions: SQLite found hot journals to roll back.
         assert hot_journals > 0

@@ -71,7 +71,8 @@ class _Trial:
     attempt: int = 1
     trial_dir: Path | None = None
     interruptions: int = 0
-    ambiguous_ends: list[JobState] = field(default_factory=list)
+    ambiguous_ends: list[tuple[int, JobState]] = field(default_factory=list)
+    failed_nodes: set[str] = field(default_factory=set)
     attempt_started: float | None = None
     original_status: TrialStatus | None = None
     """For a cache hit: the outcome of the trial it reuses (what the agent is told)."""
@@ -200,6 +201,7 @@ class Engine:
         self._node_trials: dict[str, set[int]] = {}
         self._avoid: set[str] = set()
         self._paused = False
+        self._systematic = False
         self._cache: dict[str, _Trial] = {}
         self._pending_obs: list[tuple[int, Observation]] = []
         self._batch_no = 0
@@ -580,6 +582,12 @@ class Engine:
             self._cancel_all()
 
     def _wait(self) -> None:
+        if self._paused and not self._running and self._interruptions:
+            # Nothing to poll: sleep until the oldest interruption leaves the window.
+            oldest = self._interruptions[0][0]
+            left = oldest + self.campaign.interruption_window - self.clock.time()
+            self.clock.sleep(max(left, self._poll_wait, 1e-3))
+            return
         if self._poll_wait > 0 and not self.backend.wait(self._poll_wait):
             self.clock.sleep(self._poll_wait)
 
@@ -692,6 +700,8 @@ class Engine:
             self._cache[digest] = trial
             self._ended(trial)
             return 0
+        if self._avoid:
+            spec = dataclasses.replace(spec, avoid_nodes=tuple(sorted(self._avoid)))
         trial.spec = spec
         trial.trial_dir = trial_dir
         trial.attempt_started = now
@@ -757,7 +767,11 @@ class Engine:
                 status.node, status.reason, status.peak_rss_kb, status.started_at,
                 ended_at, self._work_lost(trial, status, ended_at), trial.attempt_row,
             ))
-            if trial.status is TrialStatus.INTERRUPTED and self._retry(trial, status, now):
+            if trial.status is TrialStatus.INTERRUPTED and self._stopping():
+                # Not retried while the campaign stops; a resumed run will run it again.
+                trial.message = f"{status.state.value} while the campaign was stopping"
+                trial.status, trial.failure = TrialStatus.CANCELLED, None
+            elif trial.status is TrialStatus.INTERRUPTED and self._retry(trial, status, now):
                 continue
             self._by_hash.pop(trial.config_hash, None)
             self._record_end(trial, now)
@@ -783,20 +797,24 @@ class Engine:
         """Start a new attempt of an interrupted trial if the policy allows; True if so."""
         campaign = self.campaign
         self._note_interruption(trial, status, now)
+        if status.node and status.node != "localhost":
+            trial.failed_nodes.add(status.node)
         if status.ambiguous:
-            trial.ambiguous_ends.append(status.state)
-            if len(trial.ambiguous_ends) >= 2 and trial.ambiguous_ends[-2] is status.state:
+            earlier = [a for a, state in trial.ambiguous_ends if state is status.state]
+            trial.ambiguous_ends.append((trial.attempt, status.state))
+            if earlier:
                 # The same configuration died the same way twice: a measurement, not a flake.
                 trial.status = TrialStatus.FAILED
                 trial.message = (
-                    f"confirmed: attempts {trial.attempt - 1} and {trial.attempt} both ended"
+                    f"confirmed: attempts {earlier[-1]} and {trial.attempt} both ended"
                     f" {status.state.value}" + (f" ({trial.message})" if trial.message else "")
                 )
                 return False
         trial.interruptions += 1
         if trial.interruptions > campaign.max_interruptions:
+            cause = trial.message or (trial.failure.value if trial.failure else "interrupted")
             trial.message = (
-                f"{trial.message or trial.failure}; interrupted {trial.interruptions} times"
+                f"{cause}; interrupted {trial.interruptions} times"
                 f" (max_interruptions = {campaign.max_interruptions})"
             )
             return False
@@ -813,9 +831,7 @@ class Engine:
             trial.failure = FailureClass.PREPARE_ERROR
             trial.message = f"{type(exc).__name__}: {exc}"
             return False
-        avoid = set(self._avoid)
-        if status.node and status.node != "localhost":
-            avoid.add(status.node)
+        avoid = self._avoid | trial.failed_nodes
         if avoid:
             spec = dataclasses.replace(spec, avoid_nodes=tuple(sorted(avoid)))
         resumed = (trial.trial_dir / "checkpoint" / CHECKPOINT_MARK).exists()
@@ -866,7 +882,8 @@ class Engine:
             window.popleft()
         systematic = len(window) >= campaign.interruption_threshold
         paused = systematic and campaign.pause_on_interruptions
-        if systematic and not self._paused:
+        was_systematic, self._systematic = self._systematic, systematic
+        if systematic and not was_systematic:
             message = (
                 f"{len(window)} interruptions in the last {campaign.interruption_window:g}s"
                 + ("; dispatch paused" if paused else "")

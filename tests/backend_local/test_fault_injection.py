@@ -1,0 +1,465 @@
+"""Fault injection on real processes: ``dse run`` SIGKILLed 30 times, restarted each time.
+
+A seeded campaign of 48 checkpointing trials (the whole of a finite space, drawn by the
+``random`` agent) runs on the local backend under ``python -m dse run``. The controller is
+killed with SIGKILL at 30 seeded moments and started again each time; the last run goes to
+the end. Trials live in sessions of their own, so they keep running (and some end) while no
+controller runs. At some of the kills the crash also takes a running trial down with the
+controller (its whole session, or only its workload, SIGKILLed): nothing else in this
+picture would ever make a trial resume from its checkpoint, since the trials survive their
+controller. After each kill the record is read directly with ``sqlite3``.
+
+When a kill lands is seeded; what the controller is doing then is not (real processes).
+Each kill is anchored either at the controller's start (``uniform(0.05, 0.6)`` seconds
+after it was started, but no later than the moment it announces the run: a kill during
+start-up, locking or restore) or at that announcement (``uniform(0.05, 0.6)`` seconds into
+its polling loop). The anchor follows a seeded coin and the campaign's progress: the test
+keeps the number of dispatched trials near a line that reaches 32 of 48 at the 30th kill,
+so the kills spread over the campaign's life on a fast or a loaded machine alike, and a
+killed controller never had the chance to finish the campaign (a trial it starts outlives
+it: the shortest trial takes longer than the longest life after the announcement).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dse import load_campaign
+from dse_agents import RandomAgent
+
+SEED = 20240604
+KILLS = 30
+CAMPAIGN_SEED = 11
+STEPS = 10
+PARALLELISM = 4
+DISPATCH_TARGET = 32
+"""Trials dispatched by the 30th kill, at most (give or take one life's dispatches)."""
+LONGEST_LIFE = 0.6
+"""Seconds a controller lives at most after its start or its announcement."""
+
+WORKLOAD = r"""
+import json, os, time
+import dse.trial
+
+STEPS = __STEPS__
+p = dse.trial.params()
+state = dse.trial.checkpoint_dir() / "state.json"
+start = json.loads(state.read_text())["step"] if state.exists() else 0
+attempt = dse.trial.attempt()
+trace = dse.trial.trial_dir() / "trace.jsonl"
+
+
+def note(**doc):
+    doc.update(attempt=attempt, pid=os.getpid(), at=time.time())
+    fd = os.open(trace, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (json.dumps(doc) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+note(event="start", step=start)
+pause = 0.09 + 0.01 * (p["a"] - 1)  # 10 steps: 0.9 to 1.2 s per trial
+for step in range(start, STEPS):
+    time.sleep(pause)
+    tmp = state.with_name("state.json.tmp")
+    tmp.write_text(json.dumps({"step": step + 1}))
+    os.replace(tmp, state)
+    dse.trial.checkpointed()
+dse.trial.report({"loss": 10.0 * p["a"] + p["b"] + {"x": 0.25, "y": 0.5, "z": 0.75}[p["c"]]},
+                 start_step=start)
+note(event="end", step=STEPS)
+""".replace("__STEPS__", str(STEPS))
+
+CAMPAIGN = """
+[campaign]
+name = "fault"
+agent = "random"
+backend = "local"
+mode = "rolling"
+max_parallelism = {parallelism}
+seed = {seed}
+poll_interval = ["20ms", "200ms"]
+
+[backend.local]
+cpus = {parallelism}
+gpus = 0
+grace = "1s"
+
+[environment]
+command = [{python}, {workload}]
+time_limit = "60s"
+
+[[objectives]]
+metric = "loss"
+direction = "minimize"
+
+[space]
+a = [1, 2, 3, 4]
+b = [1, 2, 3, 4]
+c = ["x", "y", "z"]
+"""
+SPACE_SIZE = 4 * 4 * 3
+FINAL_STATES = {"succeeded", "lost", "killed"}
+
+
+def loss(params: dict[str, Any]) -> float:
+    """What the workload reports for *params*."""
+    return 10.0 * params["a"] + params["b"] + {"x": 0.25, "y": 0.5, "z": 0.75}[params["c"]]
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """One seeded fault: when the controller dies, and whether a trial goes down with it."""
+
+    delay: float
+    """Seconds after the anchor."""
+    at_start: bool
+    """Anchored at the controller's start (else at its announcement), unless behind."""
+    takes_trial: bool
+    """The crash also kills a running trial (carried to the next kill if none runs)."""
+    pick: float
+    """Which of the running trials, as a fraction of their sorted list."""
+    whole_session: bool
+    """Kill the trial's whole session (wrapper too: no exit file) or only its workload."""
+
+
+def schedule(seed: int) -> list[Kill]:
+    rng = random.Random(seed)
+    return [
+        Kill(
+            delay=rng.uniform(0.05, LONGEST_LIFE),
+            at_start=rng.random() < 0.25,
+            takes_trial=rng.random() < 0.35,
+            pick=rng.random(),
+            whole_session=rng.random() < 0.5,
+        )
+        for _ in range(KILLS)
+    ]
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def _alive(pid: int, ticks: int | None = None) -> bool:
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] == b"Z":
+        return False
+    return ticks is None or int(fields[19]) == ticks
+
+
+def live_pids_mentioning(marker: bytes) -> list[int]:
+    """Pids of live (not zombie) processes whose environment holds *marker*."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            continue
+        if marker in environ and _alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def kill_session(sid: int, *, spare: int | None = None) -> list[int]:
+    """SIGKILL every process of session *sid* (except *spare*); return their pids."""
+    killed = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == spare:
+            continue
+        fields = _stat_fields(int(name))
+        if fields is not None and int(fields[3]) == sid and fields[0] != b"Z":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(name), signal.SIGKILL)
+                killed.append(int(name))
+    return killed
+
+
+@dataclass(slots=True)
+class Record:
+    """What the record says between two controller lives (read with plain sqlite3)."""
+
+    integrity: str
+    campaigns: list[dict[str, Any]]
+    trials: dict[int, dict[str, Any]]
+    attempts: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def completed(self) -> dict[int, tuple[str, float]]:
+        """Trial number → (config hash, score) of the completed trials."""
+        return {n: (t["config_hash"], t["score"]) for n, t in self.trials.items()
+                if t["status"] == "completed"}
+
+
+def read_record(db: Path) -> Record:
+    if not db.exists():
+        return Record("ok", [], {})
+    con = sqlite3.connect(db)
+    try:
+        con.row_factory = sqlite3.Row
+        integrity = con.execute("PRAGMA integrity_check").fetchone()[0]
+        campaigns = [dict(r) for r in con.execute("SELECT * FROM campaigns ORDER BY id")]
+        trials = {r["number"]: dict(r) for r in con.execute("SELECT * FROM trials")}
+        attempts = {
+            (r["number"], r["attempt"]): dict(r) for r in con.execute(
+                "SELECT t.number, a.* FROM attempts a JOIN trials t ON t.id = a.trial_id"
+            )
+        }
+    finally:
+        con.close()
+    return Record(integrity, campaigns, trials, attempts)
+
+
+def running_trials(run_dir: Path) -> list[tuple[int, int, int]]:
+    """(trial number, wrapper pid, step saved) of attempts running with a checkpoint."""
+    out = []
+    for trial_dir in sorted(run_dir.glob("[0-9]*")):
+        state = trial_dir / "checkpoint" / "state.json"
+        attempts = sorted(trial_dir.glob("attempt-*"), key=lambda p: int(p.name[8:]))
+        if not attempts or not state.exists():
+            continue
+        last = attempts[-1]
+        try:
+            pid, ticks = (int(w) for w in (last / "wrapper.pid").read_text().split())
+            step = json.loads(state.read_text())["step"]
+        except (OSError, ValueError):
+            continue
+        if 0 < step < STEPS and not (last / "exit.json").exists() and _alive(pid, ticks):
+            out.append((int(trial_dir.name), pid, step))
+    return out
+
+
+def wait_for_line(path: Path, text: str, proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait until *path* holds *text*; False if *proc* ended or *timeout* passed first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in path.read_text(errors="replace"):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.005)
+    return False
+
+
+@pytest.fixture
+def marker(tmp_path: Path) -> Iterator[bytes]:
+    """An environment entry every process of this test's campaign carries (controllers,
+    wrapper servers, wrappers, workloads); whatever still runs at teardown is killed."""
+    value = f"DSE_FAULT_INJECTION_TEST={tmp_path}"
+    yield value.encode()
+    for pid in live_pids_mentioning(value.encode()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_campaign_survives_30_controller_kills(tmp_path, marker):
+    workload = tmp_path / "workload.py"
+    workload.write_text(WORKLOAD)
+    campaign_file = tmp_path / "campaign.toml"
+    campaign_file.write_text(CAMPAIGN.format(
+        parallelism=PARALLELISM, seed=CAMPAIGN_SEED, python=json.dumps(sys.executable),
+        workload=json.dumps(str(workload)),
+    ))
+    db = tmp_path / ".dse" / "dse.sqlite"
+    run_dir = tmp_path / ".dse" / "fault" / "run-1"
+    logs = tmp_path / "controllers"
+    logs.mkdir()
+    env = dict(os.environ)
+    env.pop("DSE_DEBUG", None)
+    key, _, value = marker.decode().partition("=")
+    env[key] = value
+
+    def start(life: int) -> tuple[subprocess.Popen[bytes], Path, float]:
+        err = logs / f"{life:02d}.err"
+        with open(logs / f"{life:02d}.out", "wb") as out, open(err, "wb") as errors:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dse", "run", str(campaign_file)],
+                cwd=tmp_path, env=env, stdout=out, stderr=errors,
+            )
+        return proc, err, time.monotonic()
+
+    announcement = "campaign fault (run "
+    began = time.monotonic()
+    records: list[Record] = []
+    ever_completed: dict[int, tuple[str, float]] = {}
+    ended_attempts: dict[tuple[int, int], tuple[str, float]] = {}
+    hit: dict[int, bool] = {}  # trial number → whole session killed (else its workload)
+    owed = 0
+    lost = 0
+    record = read_record(db)
+    for life, kill in enumerate(schedule(SEED), start=1):
+        had_run = bool(record.campaigns)
+        target = DISPATCH_TARGET * life / KILLS
+        at_start = kill.at_start or len(record.trials) >= target
+        proc, err, started = start(life)
+        if at_start:
+            # Until the run is announced, and no longer: start-up, lock, restore.
+            wait_for_line(err, announcement, proc, timeout=kill.delay)
+        else:
+            assert wait_for_line(err, announcement, proc, timeout=60), (
+                f"controller {life} never announced its run:\n{err.read_text()}"
+            )
+            time.sleep(kill.delay)
+        assert proc.poll() is None, (
+            f"controller {life} ended by itself (exit {proc.returncode}) before its kill,"
+            f" {time.monotonic() - started:.2f}s after its start:\n{err.read_text()}"
+        )
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+
+        owed += kill.takes_trial
+        candidates = [c for c in running_trials(run_dir) if c[0] not in hit]
+        if owed and candidates:
+            number, wrapper, _ = candidates[int(kill.pick * len(candidates))]
+            spare = None if kill.whole_session else wrapper
+            if kill_session(wrapper, spare=spare):
+                hit[number] = kill.whole_session
+                owed -= 1
+
+        stderr = err.read_text(errors="replace")
+        assert "Traceback" not in stderr
+        assert "dse: error" not in stderr
+        assert "starting a new run" not in stderr
+        if had_run and announcement in stderr:
+            assert "run 1 of fault did not finish: resuming it" in stderr
+
+        record = read_record(db)
+        records.append(record)
+        assert record.integrity == "ok", f"after kill {life}: {record.integrity}"
+        assert len(record.campaigns) <= 1
+        # No completed result is ever lost or changed, no ended attempt rewritten.
+        lost += sum(1 for n, value in ever_completed.items()
+                    if record.completed.get(n) != value)
+        ever_completed.update(record.completed)
+        lost += sum(
+            1 for k, value in ended_attempts.items()
+            if k not in record.attempts
+            or (record.attempts[k]["state"], record.attempts[k]["ended_at"]) != value
+        )
+        ended_attempts.update({
+            k: (a["state"], a["ended_at"]) for k, a in record.attempts.items()
+            if a["ended_at"] is not None
+        })
+    kill_phase = time.monotonic() - began
+    dispatched_in_kill_phase = len(record.trials)
+
+    # The last controller goes to the end.
+    proc, err, _ = start(KILLS + 1)
+    assert proc.wait(timeout=300) == 0, err.read_text()
+    stderr = err.read_text()
+    stdout = (logs / f"{KILLS + 1:02d}.out").read_text()
+    assert "run 1 of fault did not finish: resuming it" in stderr
+    assert "campaign fault run 1: completed (agent_exhausted); 48 trials: 48 completed, 0 failed," \
+        " 0 cached, 0 rejected, 0 cancelled" in stdout
+    elapsed = time.monotonic() - began
+
+    final = read_record(db)
+    assert final.integrity == "ok"
+    # One run: every restart resumed it.
+    assert [(c["id"], c["status"], c["end_reason"]) for c in final.campaigns] == [
+        (1, "completed", "agent_exhausted")
+    ]
+    # Exactly one completed trial per configuration, each the whole space once, in the
+    # order the agent draws them undisturbed: its state survived every restart.
+    trials = [final.trials[n] for n in sorted(final.trials)]
+    campaign = load_campaign(campaign_file)
+    expected = RandomAgent(campaign.space, seed=CAMPAIGN_SEED).propose(SPACE_SIZE + 1)
+    assert [json.loads(t["params"]) for t in sorted(trials, key=lambda t: t["proposal"])] == [
+        campaign.space.coerce(p) for p in expected
+    ]
+    assert [t["number"] for t in trials] == list(range(1, SPACE_SIZE + 1))
+    assert {(t["status"], t["cache_of"], t["failure"]) for t in trials} == {
+        ("completed", None, None)
+    }
+    per_config: dict[str, int] = {}
+    for t in trials:
+        per_config[t["config_hash"]] = per_config.get(t["config_hash"], 0) + 1
+        assert t["score"] == loss(json.loads(t["params"]))
+    assert len(per_config) == SPACE_SIZE
+    duplicated = sum(count - 1 for count in per_config.values())
+    # Nothing completed was lost since (the final record included).
+    lost += sum(1 for n, value in ever_completed.items() if final.completed.get(n) != value)
+    lost += sum(
+        1 for k, value in ended_attempts.items()
+        if (final.attempts[k]["state"], final.attempts[k]["ended_at"]) != value
+    )
+
+    # Every attempt is in the record, numbered 1..k, ended, and only the last succeeded.
+    by_trial: dict[int, list[dict[str, Any]]] = {}
+    for (number, _), row in sorted(final.attempts.items()):
+        by_trial.setdefault(number, []).append(row)
+    assert sorted(by_trial) == [t["number"] for t in trials]
+    for number, rows in by_trial.items():
+        assert [r["attempt"] for r in rows] == list(range(1, len(rows) + 1))
+        assert all(r["state"] in FINAL_STATES and r["ended_at"] is not None for r in rows)
+        assert [r["state"] for r in rows][-1] == "succeeded"
+        assert "succeeded" not in [r["state"] for r in rows][:-1]
+        on_disk = {int(p.name[8:]) for p in (run_dir / f"{number:06d}").glob("attempt-*")}
+        assert on_disk <= {r["attempt"] for r in rows}, f"trial {number}: attempts off record"
+    # A trial taken down with its controller was retried as the same trial: lost (its
+    # wrapper gone, no exit file) or killed (its workload SIGKILLed), and the next attempt
+    # resumed from the checkpoint, as the workload's own trace shows.
+    assert hit, "no trial was running with a checkpoint at any kill"
+    traces: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for t in trials:
+        path = Path(t["trial_dir"]) / "trace.jsonl"
+        for line in path.read_text().splitlines():
+            doc = json.loads(line)
+            traces.setdefault((t["number"], doc["attempt"]), []).append(doc)
+    assert set(traces) <= set(final.attempts), "a workload ran as an attempt off the record"
+    for number, whole_session in hit.items():
+        states = [r["state"] for r in by_trial[number]]
+        assert ("lost" if whole_session else "killed") in states, (number, states)
+    resumed = [k for k, row in final.attempts.items() if row["resumed"]]
+    assert resumed
+    assert {k[0] for k in resumed} <= set(hit)
+    started_from = {
+        k: next(d["step"] for d in traces[k] if d["event"] == "start")
+        for k in resumed if k in traces
+    }
+    assert started_from
+    assert all(0 < step <= STEPS for step in started_from.values()), started_from
+    for k, row in final.attempts.items():
+        if row["state"] in ("lost", "killed"):
+            assert row["work_lost_s"] is not None and row["work_lost_s"] >= 0, (k, row)
+
+    # Nothing of the campaign is left running.
+    deadline = time.monotonic() + 10
+    while live_pids_mentioning(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_pids_mentioning(marker) == []
+
+    assert (lost, duplicated) == (0, 0)
+    summary = (
+        f"fault injection: kills={KILLS} trials={len(trials)} attempts={len(final.attempts)}"
+        f" resumed={len(resumed)} lost={lost} duplicated={duplicated}"
+        f" trials_taken_down={len(hit)} (lost={sum(hit.values())},"
+        f" killed={len(hit) - sum(hit.values())})"
+        f" dispatched_during_kills={dispatched_in_kill_phase}"
+        f" kill_phase={kill_phase:.1f}s total={elapsed:.1f}s"
+    )
+    (tmp_path / "fault-injection-summary.txt").write_text(summary + "\n")
+    print(f"\n{summary}\nsummary file: {tmp_path / 'fault-injection-summary.txt'}")
