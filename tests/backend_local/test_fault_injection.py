@@ -31,6 +31,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,8 @@ class Record:
     campaigns: list[dict[str, Any]]
     trials: dict[int, dict[str, Any]]
     attempts: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+    events: dict[str, int] = field(default_factory=dict)
+    """Event kind → how many."""
 
     @property
     def completed(self) -> dict[int, tuple[str, float]]:
@@ -227,28 +230,61 @@ def read_record(db: Path) -> Record:
                 "SELECT t.number, a.* FROM attempts a JOIN trials t ON t.id = a.trial_id"
             )
         }
+        events = dict(con.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind").fetchall())
     finally:
         con.close()
-    return Record(integrity, campaigns, trials, attempts)
+    return Record(integrity, campaigns, trials, attempts, events)
 
 
-def running_trials(run_dir: Path) -> list[tuple[int, int, int]]:
-    """(trial number, wrapper pid, step saved) of attempts running with a checkpoint."""
+@dataclass(frozen=True, slots=True)
+class Running:
+    """An attempt running with a checkpoint saved."""
+
+    trial: int
+    attempt: int
+    wrapper: int
+    ticks: int
+    step: int
+    """The step its checkpoint holds."""
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.trial, self.attempt
+
+
+def running_with_checkpoint(run_dir: Path) -> list[Running]:
+    """Attempts whose wrapper runs and whose trial saved (and marked) a checkpoint."""
     out = []
     for trial_dir in sorted(run_dir.glob("[0-9]*")):
-        state = trial_dir / "checkpoint" / "state.json"
-        attempts = sorted(trial_dir.glob("attempt-*"), key=lambda p: int(p.name[8:]))
-        if not attempts or not state.exists():
+        checkpoint = trial_dir / "checkpoint"
+        attempts = sorted(int(p.name[8:]) for p in trial_dir.glob("attempt-*"))
+        if not attempts or not (checkpoint / ".dse-checkpointed").exists():
             continue
-        last = attempts[-1]
+        last = trial_dir / f"attempt-{attempts[-1]}"
         try:
             pid, ticks = (int(w) for w in (last / "wrapper.pid").read_text().split())
-            step = json.loads(state.read_text())["step"]
+            step = json.loads((checkpoint / "state.json").read_text())["step"]
         except (OSError, ValueError):
             continue
         if 0 < step < STEPS and not (last / "exit.json").exists() and _alive(pid, ticks):
-            out.append((int(trial_dir.name), pid, step))
+            out.append(Running(int(trial_dir.name), attempts[-1], pid, ticks, step))
     return out
+
+
+def take_down(run_dir: Path, victim: Running, *, whole_session: bool) -> str | None:
+    """SIGKILL *victim*'s session (or only its workload); return the end state the record
+    must show for that attempt: ``lost`` (no exit file), ``killed`` (the wrapper saw its
+    workload die of SIGKILL), or None when the attempt ended on its own first."""
+    kill_session(victim.wrapper, spare=None if whole_session else victim.wrapper)
+    deadline = time.monotonic() + 10
+    while _alive(victim.wrapper, victim.ticks) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert not _alive(victim.wrapper, victim.ticks)
+    exit_file = run_dir / f"{victim.trial:06d}" / f"attempt-{victim.attempt}" / "exit.json"
+    if not exit_file.exists():
+        return "lost"
+    doc = json.loads(exit_file.read_text())
+    return "killed" if doc["signal"] == signal.SIGKILL else None
 
 
 def wait_for_line(path: Path, text: str, proc: subprocess.Popen[bytes], timeout: float) -> bool:
@@ -303,10 +339,12 @@ def test_a_campaign_survives_30_controller_kills(tmp_path, marker):
 
     announcement = "campaign fault (run "
     began = time.monotonic()
-    records: list[Record] = []
+    watched: list[tuple[float, float]] = []  # (announced, killed) of each controller
+    stages = {"before the lock": 0, "locked, restoring": 0, "polling": 0}
+    marked = False  # a trial's wrapper was seen carrying the marker
     ever_completed: dict[int, tuple[str, float]] = {}
     ended_attempts: dict[tuple[int, int], tuple[str, float]] = {}
-    hit: dict[int, bool] = {}  # trial number → whole session killed (else its workload)
+    hit: dict[tuple[int, int], tuple[str, int]] = {}  # (trial, attempt) → (end, step saved)
     owed = 0
     lost = 0
     record = read_record(db)
@@ -317,11 +355,12 @@ def test_a_campaign_survives_30_controller_kills(tmp_path, marker):
         proc, err, started = start(life)
         if at_start:
             # Until the run is announced, and no longer: start-up, lock, restore.
-            wait_for_line(err, announcement, proc, timeout=kill.delay)
+            announced = wait_for_line(err, announcement, proc, timeout=kill.delay)
+            announced_at = time.time()
         else:
-            assert wait_for_line(err, announcement, proc, timeout=60), (
-                f"controller {life} never announced its run:\n{err.read_text()}"
-            )
+            announced = wait_for_line(err, announcement, proc, timeout=60)
+            announced_at = time.time()
+            assert announced, f"controller {life} never announced its run:\n{err.read_text()}"
             time.sleep(kill.delay)
         assert proc.poll() is None, (
             f"controller {life} ended by itself (exit {proc.returncode}) before its kill,"
@@ -329,17 +368,25 @@ def test_a_campaign_survives_30_controller_kills(tmp_path, marker):
         )
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(timeout=30) == -signal.SIGKILL
+        if announced:
+            watched.append((announced_at, time.time()))
 
         owed += kill.takes_trial
-        candidates = [c for c in running_trials(run_dir) if c[0] not in hit]
+        seen = {trial for trial, _ in hit}
+        candidates = [c for c in running_with_checkpoint(run_dir) if c.trial not in seen]
         if owed and candidates:
-            number, wrapper, _ = candidates[int(kill.pick * len(candidates))]
-            spare = None if kill.whole_session else wrapper
-            if kill_session(wrapper, spare=spare):
-                hit[number] = kill.whole_session
+            victim = candidates[int(kill.pick * len(candidates))]
+            marked = marked or victim.wrapper in live_pids_mentioning(marker)
+            end = take_down(run_dir, victim, whole_session=kill.whole_session)
+            if end is not None:
+                hit[victim.key] = (end, victim.step)
                 owed -= 1
 
         stderr = err.read_text(errors="replace")
+        stages[
+            "polling" if announcement in stderr
+            else "locked, restoring" if stderr else "before the lock"
+        ] += 1
         assert "Traceback" not in stderr
         assert "dse: error" not in stderr
         assert "starting a new run" not in stderr
@@ -347,9 +394,8 @@ def test_a_campaign_survives_30_controller_kills(tmp_path, marker):
             assert "run 1 of fault did not finish: resuming it" in stderr
 
         record = read_record(db)
-        records.append(record)
         assert record.integrity == "ok", f"after kill {life}: {record.integrity}"
-        assert len(record.campaigns) <= 1
+        assert [c["status"] for c in record.campaigns] in ([], ["running"])
         # No completed result is ever lost or changed, no ended attempt rewritten.
         lost += sum(1 for n, value in ever_completed.items()
                     if record.completed.get(n) != value)
@@ -368,7 +414,9 @@ def test_a_campaign_survives_30_controller_kills(tmp_path, marker):
 
     # The last controller goes to the end.
     proc, err, _ = start(KILLS + 1)
+    last_started = time.time()
     assert proc.wait(timeout=300) == 0, err.read_text()
+    watched.append((last_started, time.time()))
     stderr = err.read_text()
     stdout = (logs / f"{KILLS + 1:02d}.out").read_text()
     assert "run 1 of fault did not finish: resuming it" in stderr
@@ -378,6 +426,10 @@ def test_a_campaign_survives_30_controller_kills(tmp_path, marker):
 
     final = read_record(db)
     assert final.integrity == "ok"
+    # Every replay of the agent matched its log; nothing went wrong in the engine.
+    assert not {"agent_replay_diverged", "error"} & set(final.events), final.events
+    # One retry event per attempt after the first.
+    assert final.events.get("retry", 0) == len(final.attempts) - len(final.trials)
     # One run: every restart resumed it.
     assert [(c["id"], c["status"], c["end_reason"]) for c in final.campaigns] == [
         (1, "completed", "agent_exhausted")
@@ -430,23 +482,33 @@ def test_a_campaign_survives_30_controller_kills(tmp_path, marker):
             doc = json.loads(line)
             traces.setdefault((t["number"], doc["attempt"]), []).append(doc)
     assert set(traces) <= set(final.attempts), "a workload ran as an attempt off the record"
-    for number, whole_session in hit.items():
-        states = [r["state"] for r in by_trial[number]]
-        assert ("lost" if whole_session else "killed") in states, (number, states)
+    for (number, attempt), (end, step) in hit.items():
+        assert final.attempts[number, attempt]["state"] == end
+        retry = final.attempts[number, attempt + 1]
+        assert retry["resumed"] == 1
+        assert final.attempts[number, attempt]["work_lost_s"] is not None
+        started_from = next(d["step"] for d in traces[number, attempt + 1]
+                            if d["event"] == "start")
+        # The step it was killed at (or the one it saved while being killed), never 0.
+        assert step <= started_from <= min(step + 1, STEPS), (number, step, started_from)
     resumed = [k for k, row in final.attempts.items() if row["resumed"]]
-    assert resumed
-    assert {k[0] for k in resumed} <= set(hit)
-    started_from = {
-        k: next(d["step"] for d in traces[k] if d["event"] == "start")
-        for k in resumed if k in traces
-    }
-    assert started_from
-    assert all(0 < step <= STEPS for step in started_from.values()), started_from
+    # Only a trial taken down had a checkpoint to resume from.
+    assert {number for number, _ in resumed} == {number for number, _ in hit}
     for k, row in final.attempts.items():
         if row["state"] in ("lost", "killed"):
-            assert row["work_lost_s"] is not None and row["work_lost_s"] >= 0, (k, row)
+            assert row["work_lost_s"] is not None, (k, row)
+            assert row["work_lost_s"] >= 0, (k, row)
+
+    # Trials ended while no controller watched them; their exit files told the next one.
+    unwatched = [
+        k for k, row in final.attempts.items()
+        if row["state"] == "succeeded"
+        and not any(start <= row["ended_at"] <= end for start, end in watched)
+    ]
+    assert unwatched
 
     # Nothing of the campaign is left running.
+    assert marked, "the marker scan never saw a trial's wrapper"
     deadline = time.monotonic() + 10
     while live_pids_mentioning(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -456,8 +518,11 @@ def test_a_campaign_survives_30_controller_kills(tmp_path, marker):
     summary = (
         f"fault injection: kills={KILLS} trials={len(trials)} attempts={len(final.attempts)}"
         f" resumed={len(resumed)} lost={lost} duplicated={duplicated}"
-        f" trials_taken_down={len(hit)} (lost={sum(hit.values())},"
-        f" killed={len(hit) - sum(hit.values())})"
+        f" trials_taken_down={len(hit)}"
+        f" (lost={sum(end == 'lost' for end, _ in hit.values())},"
+        f" killed={sum(end == 'killed' for end, _ in hit.values())})"
+        f" ended_unwatched={len(unwatched)}"
+        f" kills_by_stage=({', '.join(f'{k}: {v}' for k, v in stages.items())})"
         f" dispatched_during_kills={dispatched_in_kill_phase}"
         f" kill_phase={kill_phase:.1f}s total={elapsed:.1f}s"
     )

@@ -256,3 +256,114 @@ def test_ctrl_c_cancels_running_trials_and_exits_130(project: Path) -> None:
     assert trials == [(1, "cancelled"), (2, "cancelled")]
     attempts = db.execute("SELECT state, ended_at IS NOT NULL FROM attempts").fetchall()
     assert attempts == [("cancelled", 1), ("cancelled", 1)]
+
+
+HANGING = CAMPAIGN.format(extra="", agent_extra="").replace(
+    'x = { type = "int", low = 0, high = 10 }',
+    'x = { type = "int", low = 0, high = 10 }\noutcome = ["hang", "succeed"]',
+).replace(
+    "points = [{x = 1}, {x = 2}, {x = 3}, {x = 2}, {x = 4}]",
+    'points = [{x = 1, outcome = "hang"}, {x = 2, outcome = "hang"},'
+    ' {x = 3, outcome = "hang"}]',
+)
+
+
+def start_dse(project: Path, campaign: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "dse", "run", str(campaign)],
+        cwd=project, env=dse_env(project), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_running(db_path: Path, count: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        try:
+            db = sqlite3.connect(db_path)
+            try:
+                running = db.execute(
+                    "SELECT COUNT(*) FROM trials WHERE status = 'running'"
+                ).fetchone()[0]
+            finally:
+                db.close()
+        except sqlite3.OperationalError:
+            continue
+        if running >= count:
+            return
+    pytest.fail(f"{count} trials never ran at once")
+
+
+def test_a_second_ctrl_c_exits_at_once_and_a_rerun_continues_the_campaign(
+    project: Path,
+) -> None:
+    campaign = write_campaign(project, text=HANGING)
+    db_path = project / ".dse" / "dse.sqlite"
+    proc = start_dse(project, campaign)
+    wait_for_running(db_path, 2)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 5
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    db = sqlite3.connect(db_path)
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert db.execute("SELECT status FROM campaigns").fetchall() == [("cancelled",)]
+    db.close()
+    # Running it again continues the same run: the two trials run again as new attempts.
+    again = start_dse(project, campaign)
+    wait_for_running(db_path, 2)
+    again.send_signal(signal.SIGINT)
+    _, err = again.communicate(timeout=30)
+    assert again.returncode == 130, err
+    assert "resuming it" in err
+    db = sqlite3.connect(db_path)
+    assert db.execute("SELECT COUNT(*) FROM campaigns").fetchone() == (1,)
+    numbers = db.execute("SELECT number FROM trials ORDER BY number").fetchall()
+    assert numbers == [(1,), (2,)]
+    attempts = db.execute(
+        "SELECT t.number, a.attempt FROM attempts a JOIN trials t ON a.trial_id = t.id"
+        " ORDER BY t.number, a.attempt"
+    ).fetchall()
+    assert attempts == [(1, 1), (1, 2), (2, 1), (2, 2)]
+
+
+def test_a_killed_controller_is_resumed_with_the_same_trajectory(project: Path) -> None:
+    text = CAMPAIGN.format(extra="", agent_extra="").replace(
+        "points = [{x = 1}, {x = 2}, {x = 3}, {x = 2}, {x = 4}]",
+        "points = [" + ", ".join(f"{{x = {i % 7}, passes = {i % 3 * 20}}}" for i in range(12))
+        + "]",
+    ).replace(
+        'x = { type = "int", low = 0, high = 10 }',
+        'x = { type = "int", low = 0, high = 10 }\npasses = { type = "int", low = 0, high = 99 }',
+    )
+    reference = project / "reference"
+    reference.mkdir()
+    (reference / "cli_plugin.py").write_text(PLUGIN)
+    ref = run_dse(reference, "run", str(write_campaign(reference, text=text)), "--json")
+    assert ref.returncode == 0, ref.stderr
+    campaign = write_campaign(project, text=text)
+    db_path = project / ".dse" / "dse.sqlite"
+    proc = start_dse(project, campaign)
+    wait_for_running(db_path, 1)
+    proc.kill()
+    proc.communicate(timeout=30)
+    resumed = run_dse(project, "run", str(campaign), "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming it" in resumed.stderr
+    assert "did not replay" not in resumed.stderr
+
+    def trajectory(root: Path) -> list[tuple[object, ...]]:
+        db = sqlite3.connect(root / ".dse" / "dse.sqlite")
+        try:
+            return db.execute(
+                "SELECT number, params, status, score FROM trials ORDER BY number"
+            ).fetchall()
+        finally:
+            db.close()
+
+    assert trajectory(project) == trajectory(reference)
+    assert json.loads(resumed.stdout)["best"] == json.loads(ref.stdout)["best"]

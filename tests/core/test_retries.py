@@ -155,14 +155,17 @@ def test_a_clean_exit_is_scored_and_recorded_as_succeeded(run_campaign):
     assert attempts(run) == [(1, 1, "succeeded")]
 
 
-def test_a_cancelled_end_is_recorded_and_not_told_to_the_agent(run_campaign):
+def test_a_cancel_from_outside_the_campaign_is_an_interruption_and_retried(run_campaign):
+    # Nobody in this campaign asked for it (an operator, scancel): the trial did nothing
+    # wrong, so its end is an interruption and the same trial runs again.
     run = run_campaign(
         [1, 2], script=scripted({1: [ProbeScript(state=State.CANCELLED), succeed(1)]})
     )
 
-    assert outcomes(run) == [(1, "cancelled", None, None), (2, "completed", None, 2.0)]
-    assert attempts(run) == [(1, 1, "cancelled"), (2, 1, "succeeded")]
-    assert told(run) == [[(2, dse.TrialStatus.COMPLETED)]]
+    assert outcomes(run) == [(1, "completed", None, 1.0), (2, "completed", None, 2.0)]
+    assert attempts(run) == [(1, 1, "cancelled"), (1, 2, "succeeded"), (2, 1, "succeeded")]
+    retry = [json.loads(e["data"]) for e in run.store.events(run.result.campaign_id, "retry")]
+    assert [(r["trial"], r["class"]) for r in retry] == [(1, "cancelled_outside")]
 
 
 @pytest.mark.parametrize(

@@ -464,15 +464,16 @@ class LocalBackend(Backend):
 
     def _shutdown(self) -> None:
         """Wait (up to the grace period and a margin) for cancelled attempts to end."""
-        deadline = time.monotonic() + self.grace + 5.0
+        deadline = time.monotonic() + (self.grace + 5.0 if self.wait_on_shutdown else 0.0)
         live = [j for j in self._jobs.values() if j.cancel_at is not None and j.pid is not None]
         while live and time.monotonic() < deadline:
             live = [j for j in live if not _gone(j)]
             if live:
                 time.sleep(0.05)
-        for job in live:
-            assert job.pid is not None
-            _kill_session(job.pid)
+        if self.wait_on_shutdown:
+            for job in live:
+                assert job.pid is not None
+                _kill_session(job.pid)
         self._server.close()
 
 

@@ -51,6 +51,8 @@ class Backend(ABC):
         self._launch_errors = 0
         self.poll_failures = 0
         """Consecutive passes whose query failed."""
+        self.wait_on_shutdown = True
+        """Whether :meth:`shutdown` waits for cancelled jobs to end."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, source: str = "<campaign>") -> Self:
@@ -146,8 +148,13 @@ class Backend(ABC):
         for job_id in jobs:
             self._outstanding.setdefault(job_id, JobState.PENDING)
 
-    def shutdown(self, *, cancel: bool = True) -> None:
-        """Release the backend; cancel what still runs unless *cancel* is false."""
+    def shutdown(self, *, cancel: bool = True, wait: bool = True) -> None:
+        """Release the backend; cancel what still runs unless *cancel* is false.
+
+        With *wait* false the backend does not wait for cancelled jobs to end (the user
+        asked twice to stop now); a resumed campaign learns their ends later.
+        """
+        self.wait_on_shutdown = wait
         if cancel and self._outstanding:
             self._cancel(tuple(self._outstanding))
         self._shutdown()

@@ -113,8 +113,10 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
         }
         try:
-            with engine.backend:
+            try:
                 result = engine.run(resume=resume)
+            finally:
+                engine.backend.shutdown(wait=not engine.abandoned)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

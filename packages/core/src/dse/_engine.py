@@ -209,6 +209,9 @@ class Engine:
         self._consecutive_rejections = 0
         self._done: str | None = None
         self._stop: str | None = None
+        self.abandoned = False
+        """True when a second interrupt ended the run without waiting for its trials."""
+        self._cancel_requested: set[str] = set()
         poll = campaign.poll_interval or backend.default_poll_interval
         self._poll_first, self._poll_max = poll
         self._poll_wait = poll[0]
@@ -535,8 +538,13 @@ class Engine:
             # (or max_trials is reached), not once the agent has heard about every trial.
             self._deliver()
         except KeyboardInterrupt:
+            # Asked twice to stop: cancel without waiting and leave a consistent record;
+            # trials still running are reattached when the campaign is resumed.
             self.request_stop("cancelled")
-            self._cancel_all()
+            self.abandoned = True
+            self._cancel_requested.update(self._running)
+            self.backend.cancel(list(self._running))
+            self._commit()
         except BaseException as exc:
             self._stop = self._stop or "error"
             self._event(None, "error", {"error": f"{type(exc).__name__}: {exc}"})
@@ -552,7 +560,11 @@ class Engine:
     # -- the loop -------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        self._refill()
+        self._check_pause()
+        if not self._paused:
+            self._to_submit.extend(self._retries)
+            self._retries.clear()
+            self._refill()
         self._commit()
         self._submit()
         while self._running or self._retries:
@@ -594,7 +606,7 @@ class Engine:
     def _refill(self) -> None:
         waves = self.campaign.mode == "waves"
         while not self._done and not self._stop:
-            busy = len(self._running) + len(self._to_submit)
+            busy = len(self._running) + len(self._to_submit) + len(self._retries)
             if waves and busy:
                 return
             self._deliver()
@@ -919,6 +931,12 @@ class Engine:
                 trial.message = evaluation.message
             return
         trial.status, trial.failure, trial.message = classify_end(status)
+        if status.state is JobState.CANCELLED and status.job_id not in self._cancel_requested:
+            # Cancelled by someone else (an operator, scancel, a previous controller that
+            # was interrupted twice): the trial did nothing wrong, so it is retried.
+            trial.status = TrialStatus.INTERRUPTED
+            trial.failure = FailureClass.CANCELLED_OUTSIDE
+            trial.message = status.reason or "cancelled outside this campaign"
 
     def _record_end(self, trial: _Trial, now: float) -> None:
         self._batch.trial_ends.append((
@@ -1038,6 +1056,7 @@ class Engine:
         self._to_submit = []
         if self._running:
             self._event(None, "cancel", {"running": len(self._running)})
+            self._cancel_requested.update(self._running)
             self.backend.cancel(list(self._running))
             deadline = now + grace
             wait = 0.0

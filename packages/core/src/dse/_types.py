@@ -200,6 +200,8 @@ class FailureClass(enum.Enum):
     BOOT_FAILURE = "boot_failure"
     JOB_VANISHED = "job_vanished"
     CONTROLLER_RESTART = "controller_restart"
+    CANCELLED_OUTSIDE = "cancelled_outside"
+    """Cancelled by someone other than this campaign (an operator, ``scancel``)."""
 
 
 @dataclass(frozen=True, slots=True)
