@@ -322,8 +322,9 @@ class Engine:
             trial.attempt = len(attempts.get(trial.row_id, ())) or 1
             trial.interruptions = sum(
                 1 for a in attempts.get(trial.row_id, ())
-                if a["state"] not in ("submitted", "pending", "running", "succeeded",
-                                      "cancelled")
+                if a["state"] not in (
+                    "submitting", "submitted", "pending", "running", "succeeded", "cancelled"
+                )
             )
             if row["cache_of"] is not None:
                 cache_of[trial.row_id] = row["cache_of"]
@@ -360,7 +361,9 @@ class Engine:
             trial.spec, trial.attempt_row = spec, last["id"]
             trial.attempt_started = last["submitted_at"]
             job_id = last["job_id"] or self.backend.job_id_for(spec)
-            if job_id is not None and last["state"] in ("submitted", "pending", "running"):
+            if job_id is not None and last["state"] in (
+                "submitting", "submitted", "pending", "running"
+            ):
                 trial.job_id, trial.job_id_recorded = job_id, last["job_id"] is not None
                 reattach[job_id] = spec
                 self._running[job_id] = trial
@@ -522,7 +525,7 @@ class Engine:
         trial.job_id, trial.job_id_recorded = None, False
         self._batch.attempts.append((
             trial.attempt_row, trial.row_id, attempt, type(self.backend).name, None,
-            "submitted", now, int(resumed),
+            "submitting", now, int(resumed),
         ))
         self._event(trial.row_id, "retry", {
             "trial": trial.number, "attempt": attempt, "after": resumed_from,
@@ -723,7 +726,7 @@ class Engine:
             TrialStatus.RUNNING.value, None, None, None, None, None, str(trial_dir), now, None,
         ))
         self._batch.attempts.append(
-            (trial.attempt_row, row_id, 1, type(self.backend).name, None, "submitted", now, 0)
+            (trial.attempt_row, row_id, 1, type(self.backend).name, None, "submitting", now, 0)
         )
         self._to_submit.append(trial)
         self._by_hash[digest] = trial
@@ -859,7 +862,7 @@ class Engine:
         trial.message = None
         self._batch.attempts.append((
             trial.attempt_row, trial.row_id, attempt, type(self.backend).name, None,
-            "submitted", now, int(resumed),
+            "submitting", now, int(resumed),
         ))
         self._event(trial.row_id, "retry", {
             "trial": trial.number, "attempt": attempt, "after": status.state.value,
