@@ -401,3 +401,14 @@ def test_a_reopened_record_shows_every_trial(run_campaign):
     ]
     assert campaign is not None
     assert campaign["status"] == "completed"
+
+
+def test_a_trial_directory_left_by_a_dead_controller_is_reused(run_campaign, make_campaign):
+    # A controller that died between creating a trial's directory and committing the trial
+    # leaves an empty directory behind; the resumed run proposes that trial again.
+    campaign = make_campaign()
+    (campaign.workspace / campaign.name / "run-1" / "000001").mkdir(parents=True)
+
+    run = run_campaign([1, 2], campaign=campaign)
+
+    assert [(r["number"], r["status"]) for r in run.trials] == [(1, "completed"), (2, "completed")]

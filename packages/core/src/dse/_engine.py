@@ -10,6 +10,7 @@ the whole wave, then starts the next; ``rolling`` refills a slot in the pass tha
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -326,6 +327,15 @@ class Engine:
                     "submitting", "submitted", "pending", "running", "succeeded", "cancelled"
                 )
             )
+            for a in attempts.get(trial.row_id, ()):
+                # What the retry policy remembers: ends a backend calls ambiguous (a kill
+                # nobody here sent, a vanished job) and the nodes that interrupted it.
+                if a["state"] in (JobState.KILLED.value, JobState.LOST.value):
+                    trial.ambiguous_ends.append((a["attempt"], JobState(a["state"])))
+                if a["node"] and a["node"] != "localhost" and a["state"] not in (
+                    "submitting", "submitted", "pending", "running", "succeeded"
+                ):
+                    trial.failed_nodes.add(a["node"])
             if row["cache_of"] is not None:
                 cache_of[trial.row_id] = row["cache_of"]
                 trial.status = TrialStatus.CACHED if row["ended_at"] is None else trial.status
@@ -699,7 +709,10 @@ class Engine:
         trial.trial_id = f"{self.campaign.name}-{self.campaign_id}-{number}"
         trial_dir = self.run_dir / f"{number:06d}"
         try:
-            os.mkdir(trial_dir)
+            # A directory left by a controller that died before committing this trial is
+            # reused: nothing ran in it, since submission follows the commit.
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(trial_dir)
             spec = self.environment.prepare(
                 TrialInfo(trial.trial_id, number, 1, params, trial_dir, self.data_version)
             )
