@@ -33,6 +33,7 @@ from dse._types import (
     JobSpec,
     JobState,
     JobStatus,
+    Objective,
     Observation,
     TrialStatus,
 )
@@ -110,6 +111,24 @@ class Stats:
     retries: int = 0
     paused: bool = False
     best: BestTrial | None = None
+
+    def count(self, status: TrialStatus, trial: _Trial, objective: Objective) -> None:
+        """Count one trial that reached *status*; keep the best completed one."""
+        if status is TrialStatus.COMPLETED:
+            self.completed += 1
+            score = trial.score
+            if score is not None and (
+                self.best is None or objective.direction.better(score, self.best.score)
+            ):
+                self.best = BestTrial(trial.number, trial.params, score)
+        elif status is TrialStatus.FAILED:
+            self.failed += 1
+        elif status is TrialStatus.CANCELLED:
+            self.cancelled += 1
+        elif status is TrialStatus.INTERRUPTED:
+            self.interrupted += 1
+        elif status is TrialStatus.BUDGET_EXHAUSTED:
+            self.budget_exhausted += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,21 +467,8 @@ class Engine:
             if status is TrialStatus.CACHED:
                 if trial.original_status is not TrialStatus.RUNNING:
                     stats.cached += 1  # a cache hit still waiting for its original is not
-            elif status is TrialStatus.COMPLETED:
-                stats.completed += 1
-                if trial.score is not None and (
-                    stats.best is None or primary.direction.better(trial.score, stats.best.score)
-                ):
-                    stats.best = BestTrial(trial.number, trial.params, trial.score)
-            elif status is TrialStatus.FAILED:
-                stats.failed += 1
-            elif status is TrialStatus.CANCELLED:
-                stats.cancelled += 1
-            elif status is TrialStatus.INTERRUPTED:
-                stats.interrupted += 1
-            elif status is TrialStatus.BUDGET_EXHAUSTED:
-                stats.budget_exhausted += 1
-            if status is not TrialStatus.CACHED:
+            else:
+                stats.count(status, trial, primary)
                 stats.started += 1
         trailing = 0
         for proposal in range(stats.proposals, 0, -1):
@@ -1003,22 +1009,7 @@ class Engine:
 
     def _ended(self, trial: _Trial, reported_status: TrialStatus | None = None) -> None:
         status = reported_status or trial.status
-        stats = self.stats
-        if status is TrialStatus.COMPLETED:
-            stats.completed += 1
-            score = trial.score
-            assert score is not None
-            best = stats.best
-            if best is None or self._primary.direction.better(score, best.score):
-                stats.best = BestTrial(trial.number, trial.params, score)
-        elif status is TrialStatus.FAILED:
-            stats.failed += 1
-        elif status is TrialStatus.CANCELLED:
-            stats.cancelled += 1
-        elif status is TrialStatus.INTERRUPTED:
-            stats.interrupted += 1
-        elif status is TrialStatus.BUDGET_EXHAUSTED:
-            stats.budget_exhausted += 1
+        self.stats.count(status, trial, self._primary)
         if status is not TrialStatus.CANCELLED:
             self._pending_obs.append((trial.proposal, Observation(
                 params=trial.params,
