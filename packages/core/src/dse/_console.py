@@ -23,7 +23,11 @@ class Console:
     """Wraps two Rich consoles; user strings are never parsed as markup."""
 
     def __init__(self, *, json_output: bool = False) -> None:
-        self.out = RichConsole(file=sys.stdout, markup=False, highlight=False, soft_wrap=True)
+        # Piped output is read by people and scripts alike: never cut a table to 80 columns.
+        width = None if sys.stdout.isatty() else 200
+        self.out = RichConsole(
+            file=sys.stdout, markup=False, highlight=False, soft_wrap=True, width=width
+        )
         self.err = RichConsole(file=sys.stderr, markup=False, highlight=False, soft_wrap=True)
         self.json_output = json_output
 
