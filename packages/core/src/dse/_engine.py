@@ -496,7 +496,7 @@ class Engine:
             if entry["kind"] == "propose":
                 in_flight = [params_of(p) for p in json.loads(entry["in_flight"] or "[]")]
                 got = list(self.agent.propose(entry["n"], in_flight))[: entry["n"]]
-                if diverged is None and len(got) != len(numbers):
+                if diverged is None and len(got) < len(numbers):
                     diverged = f"asked for {entry['n']}, got {len(got)} instead of {len(numbers)}"
                 for raw, proposal in zip(got, numbers, strict=False):
                     if diverged is not None:
@@ -652,12 +652,12 @@ class Engine:
                 self._event(None, "agent_overproposed", {"asked": want, "got": len(proposals)})
                 proposals = proposals[:want]
             first = self.stats.proposals + 1
-            self._batch.agent_log.append((
-                self.campaign_id, "propose", want,
-                dumps(list(range(first, first + len(proposals)))),
-                dumps([t.proposal for t in flying]),
-            ))
+            log = self._batch.agent_log
+            entry = len(log)
+            log.append(())  # filled in below; it must precede the observe calls _take logs
             if not proposals:
+                log[entry] = (self.campaign_id, "propose", want, "[]",
+                              dumps([t.proposal for t in flying]))
                 if self.agent.exhausted:
                     self._done = "agent_exhausted"
                 elif not self._running and not self._to_submit and not self._pending_obs:
@@ -669,6 +669,12 @@ class Engine:
                 started += took
                 if self._done or self._stopping():
                     break
+            # Only the proposals the engine took get numbers; a replay compares those.
+            log[entry] = (
+                self.campaign_id, "propose", want,
+                dumps(list(range(first, self.stats.proposals + 1))),
+                dumps([t.proposal for t in flying]),
+            )
         return started
 
     def _take(self, raw: Mapping[str, Any]) -> int:

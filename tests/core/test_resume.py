@@ -1,0 +1,173 @@
+"""Resuming a run in-process: a new engine, a fresh agent, the same record and probe cluster.
+
+A shared ``ProbeCluster`` plays the part of jobs that outlive their controller.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import dse
+from dse.testing import FakeClock, ProbeBackend, ProbeCluster, ProbeScript
+
+
+class SeededAgent:
+    """A small adaptive agent: its next proposals depend on what it was told."""
+
+    name: ClassVar[str] = "seeded"
+    version: ClassVar[str] = "1"
+
+    def __init__(self, seed: int, on_propose: Any = None) -> None:
+        self.rng = random.Random(seed)
+        self.best: float | None = None
+        self.on_propose = on_propose
+        self.calls = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return False
+
+    def propose(self, n: int, in_flight: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        self.calls += 1
+        if self.on_propose is not None:
+            self.on_propose(self.calls)
+        shift = 0 if self.best is None else int(self.best) % 5
+        return [{"x": (self.rng.randrange(40) + shift) % 40} for _ in range(n)]
+
+    def observe(self, observations: Sequence[dse.Observation]) -> None:
+        for obs in observations:
+            if obs.score is not None and (self.best is None or obs.score < self.best):
+                self.best = obs.score
+
+
+def script(params: Mapping[str, Any]) -> ProbeScript:
+    x = params["x"]
+    return ProbeScript(passes=x % 4, metrics={"value": float((x * 7) % 23)})
+
+
+def campaign(tmp_path: Any, **overrides: Any) -> dse.Campaign:
+    table = {"name": "r", "max_parallelism": 3, "mode": "rolling", "max_trials": 18}
+    table.update(overrides)
+    return dse.campaign_from_dict(
+        {"campaign": table, "space": {"x": {"type": "int", "low": 0, "high": 39}},
+         "objectives": [{"metric": "value"}]},
+        workspace=tmp_path,
+    )
+
+
+def trajectory(store: dse.Store, run: int) -> list[tuple[Any, ...]]:
+    return [(r["number"], json.loads(r["params"]), r["status"], r["score"])
+            for r in store.trials(run)]
+
+
+class StopAfter(dse.EngineListener):
+    def __init__(self, passes: int) -> None:
+        self.passes = passes
+
+    def on_pass(self, engine: dse.Engine) -> None:
+        if engine.stats.passes >= self.passes:
+            engine.request_stop()
+
+
+def run_engine(c: dse.Campaign, store: dse.Store, cluster: ProbeCluster, clock: FakeClock,
+               agent: SeededAgent, listener: Any = None, resume: int | None = None
+               ) -> dse.CampaignResult:
+    backend = ProbeBackend(script, clock=clock, cluster=cluster)
+    engine = dse.Engine(c, agent=agent, backend=backend, store=store, clock=clock,
+                        listener=listener)
+    return engine.run(resume=resume)
+
+
+def reference(tmp_path: Any, **overrides: Any) -> list[tuple[Any, ...]]:
+    c = campaign(tmp_path / "ref", **overrides)
+    store = dse.Store(c.workspace / "dse.sqlite")
+    result = run_engine(c, store, ProbeCluster(), FakeClock(), SeededAgent(3))
+    return trajectory(store, result.campaign_id)
+
+
+def test_a_cancelled_run_resumes_to_the_same_trajectory(tmp_path: Any) -> None:
+    c = campaign(tmp_path / "run")
+    store = dse.Store(c.workspace / "dse.sqlite")
+    cluster, clock = ProbeCluster(), FakeClock()
+    first = run_engine(c, store, cluster, clock, SeededAgent(3), StopAfter(4))
+    assert first.status == "cancelled"
+    cancelled = [r for r in store.trials(first.campaign_id) if r["status"] == "cancelled"]
+    assert cancelled, "the stop must catch trials running"
+
+    second = run_engine(c, store, cluster, clock, SeededAgent(3), resume=first.campaign_id)
+
+    assert second.campaign_id == first.campaign_id
+    assert second.status == "completed"
+    assert trajectory(store, first.campaign_id) == reference(tmp_path)
+    assert store.events(first.campaign_id, "agent_replay_diverged") == []
+    # The trials cancelled by the stop ran again as second attempts of the same trials.
+    for row in cancelled:
+        attempts = [a for a in store.attempts(first.campaign_id) if a["trial_id"] == row["id"]]
+        assert [a["state"] for a in attempts] == ["cancelled", "succeeded"]
+
+
+def test_a_stop_in_the_middle_of_a_batch_of_proposals_resumes_cleanly(tmp_path: Any) -> None:
+    # The stop arrives while the engine takes a batch of proposals: the proposals it did not
+    # take get no number, and the resumed run's replay still matches the record.
+    c = campaign(tmp_path / "run", mode="waves")
+    store = dse.Store(c.workspace / "dse.sqlite")
+    cluster, clock = ProbeCluster(), FakeClock()
+    holder: dict[str, dse.Engine] = {}
+
+    class Listener(dse.EngineListener):
+        def on_start(self, engine: dse.Engine) -> None:
+            holder["engine"] = engine
+
+    def stop_on_third_call(calls: int) -> None:
+        if calls == 3:
+            holder["engine"].request_stop()
+
+    first = run_engine(c, store, cluster, clock, SeededAgent(3, stop_on_third_call), Listener())
+    assert first.status == "cancelled"
+    second = run_engine(c, store, cluster, clock, SeededAgent(3), resume=first.campaign_id)
+    assert second.status == "completed"
+    assert store.events(first.campaign_id, "agent_replay_diverged") == []
+    numbers = [r["number"] for r in store.trials(first.campaign_id)]
+    assert numbers == list(range(1, 19))
+
+
+def test_a_run_that_died_mid_pass_resumes_without_running_anything_twice(tmp_path: Any) -> None:
+    # The first controller dies: an exception escapes a pass (its error path cancels what
+    # runs). The record is then made to look like a crash's (a running campaign); the
+    # resumed run reattaches to the cluster's jobs and retries the ones that were cancelled.
+    c = campaign(tmp_path / "run")
+    store = dse.Store(c.workspace / "dse.sqlite")
+    cluster, clock = ProbeCluster(), FakeClock()
+
+    class Crash(BaseException):
+        pass
+
+    class Die(dse.EngineListener):
+        def on_pass(self, engine: dse.Engine) -> None:
+            if engine.stats.passes == 5:
+                raise Crash
+
+    engine = dse.Engine(c, agent=SeededAgent(3), store=store, clock=clock, listener=Die(),
+                        backend=ProbeBackend(script, clock=clock, cluster=cluster))
+    try:
+        engine.run()
+    except Crash:
+        pass
+    run_id = engine.campaign_id
+    # A real crash leaves the run 'running'; the error path marked it failed: undo that.
+    store.reopen_campaign(run_id)
+    submitted_before = sum(len(b) for b in cluster.batches)
+
+    result = run_engine(c, store, cluster, clock, SeededAgent(3), resume=run_id)
+
+    assert result.status == "completed"
+    rows = store.trials(run_id)
+    assert len(rows) == 18
+    assert all(r["status"] in ("completed", "cached") for r in rows)
+    # Nothing ran twice: every config hash has one non-cached completed trial.
+    hashes = [r["config_hash"] for r in rows if r["cache_of"] is None]
+    assert len(hashes) == len(set(hashes))
+    assert sum(len(b) for b in cluster.batches) >= submitted_before
