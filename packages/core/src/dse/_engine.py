@@ -663,18 +663,20 @@ class Engine:
                 elif not self._running and not self._to_submit and not self._pending_obs:
                     self._done = "agent_stalled"
                 break
-            for raw in proposals:
-                took = self._take(raw)
-                slots -= took
-                started += took
-                if self._done or self._stopping():
-                    break
-            # Only the proposals the engine took get numbers; a replay compares those.
-            log[entry] = (
-                self.campaign_id, "propose", want,
-                dumps(list(range(first, self.stats.proposals + 1))),
-                dumps([t.proposal for t in flying]),
-            )
+            try:
+                for raw in proposals:
+                    took = self._take(raw)
+                    slots -= took
+                    started += took
+                    if self._done or self._stopping():
+                        break
+            finally:
+                # Only the proposals the engine took get numbers; a replay compares those.
+                log[entry] = (
+                    self.campaign_id, "propose", want,
+                    dumps(list(range(first, self.stats.proposals + 1))),
+                    dumps([t.proposal for t in flying]),
+                )
         return started
 
     def _take(self, raw: Mapping[str, Any]) -> int:
