@@ -82,7 +82,7 @@ PACKAGES=(munge slurmctld slurmd slurm-client slurmdbd mariadb-server)
 
 # ------------------------------------------------------------------ helpers
 exec 3>&2                            # progress/errors; stays visible while checks are silenced
-now_us() { echo "${EPOCHREALTIME/./}"; }
+now_us() { echo "${EPOCHREALTIME//[!0-9]/}"; }   # microseconds, no fork
 secs() { local us=$(( $(now_us) - $1 )); printf '%d.%d' $(( us / 1000000 )) $(( us % 1000000 / 100000 )); }
 log() { printf '[slurm-local %(%T)T] %s\n' -1 "$*" >&3; }
 
@@ -126,7 +126,7 @@ daemon_table() {
 # configured_nodes: node count of the config on disk (stop/status), else of the settings
 configured_nodes() {
   local n
-  n=$(sed -n 's/^# dse-slurm-local nodes=\([0-9]*\).*/\1/p' "$CONF_DIR/slurm.conf" 2>/dev/null | head -n1)
+  n=$(sed -n 's/^# dse-slurm-local nodes=\([0-9]*\).*/\1/p' "$CONF_DIR/slurm.conf" 2>/dev/null || true)
   echo "${n:-$NODES}"
 }
 
@@ -154,8 +154,15 @@ stop_pids() {
     fi
   done
 }
+# in_parallel "CMD ARGS" "CMD ARGS"...: run each (word-split) in the background, wait for all
+in_parallel() {
+  local c pids=()
+  # shellcheck disable=SC2086
+  for c in "$@"; do $c & pids+=($!); done
+  wait "${pids[@]}"
+}
 stop_slurm_daemons() {   # slurmd's and slurmctld in parallel (each takes ~2 s to exit)
-  stop_pids slurmd 10 /run/slurmd-n*.pid & stop_pids slurmctld 10 /run/slurmctld.pid & wait
+  in_parallel "stop_pids slurmd 10 $(echo /run/slurmd-n*.pid)" "stop_pids slurmctld 10 /run/slurmctld.pid"
 }
 
 # ------------------------------------------------------------------ start
@@ -194,16 +201,13 @@ install_packages() {
   local apt=(apt-get -q -y -o DPkg::Lock::Timeout=120
              -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
   : > "$aptlog"
-  if ! "${apt[@]}" update >>"$aptlog" 2>&1 ||
-     grep -qE '^(W: Failed to fetch|E: )' "$aptlog"; then
-    [ "$own_policy" = 0 ] || rm -f /usr/sbin/policy-rc.d
-    why=$(grep -m1 -E '^(E:|W: Failed|Err:)' "$aptlog" || tail -n1 "$aptlog")
-    fail 2 "no apt access: apt-get update failed: $why" "$aptlog"
-  fi
+  # One `apt-get update` (the lists may be absent or stale), then the install. A failed update
+  # is not fatal by itself (a broken third-party source need not matter); a failed install is.
+  "${apt[@]}" update >>"$aptlog" 2>&1 || true
   if ! "${apt[@]}" install --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1; then
     [ "$own_policy" = 0 ] || rm -f /usr/sbin/policy-rc.d
-    why=$(grep -m1 -E '^E:' "$aptlog" || tail -n1 "$aptlog")
-    fail 2 "apt-get install ${missing[*]} failed: $why" "$aptlog"
+    why=$(grep -m1 -E '^(Err:|E:|W: Failed to fetch)' "$aptlog" || tail -n1 "$aptlog")
+    fail 2 "apt-get install ${missing[*]} failed (no apt access?): $why" "$aptlog"
   fi
   [ "$own_policy" = 0 ] || rm -f /usr/sbin/policy-rc.d
 }
@@ -349,7 +353,7 @@ start_munged() {
 start_mariadbd() {
   install -d -o mysql -g mysql -m 0755 /run/mysqld
   install -d -o mysql -g adm -m 2750 /var/log/mysql     # systemd would normally create these
-  setsid /usr/sbin/mariadbd --user=mysql </dev/null >>/var/log/mysql/mariadbd.log 2>&1 3>&- 9>&- &
+  setsid -f /usr/sbin/mariadbd --user=mysql </dev/null >>/var/log/mysql/mariadbd.log 2>&1 3>&- 9>&-
 }
 start_slurmdbd()  { detached /usr/sbin/slurmdbd; }
 start_slurmctld() { detached /usr/sbin/slurmctld; }
@@ -513,11 +517,11 @@ do_stop() {
   if [ "$PURGE" = 1 ] && alive /run/mysqld/mysqld.pid mariadbd; then
     mysql -e "DROP DATABASE IF EXISTS $DB_NAME; DROP USER IF EXISTS '$DB_USER'@'localhost'" || true
   fi
-  stop_pids mariadbd 60 /run/mysqld/mysqld.pid & stop_pids munged 10 /run/munge/munged.pid & wait
+  in_parallel "stop_pids mariadbd 60 /run/mysqld/mysqld.pid" "stop_pids munged 10 /run/munge/munged.pid"
 
   # Job processes live in the per-node cgroups (slurm_nX), outside the caller's process tree.
   # Kill whatever is still in them, then remove the directories bottom-up.
-  procs=$(cat /sys/fs/cgroup/freezer/slurm_n[0-9]*/{,*/,*/*/,*/*/*/}cgroup.procs 2>/dev/null | sort -u || true)
+  procs=$(find /sys/fs/cgroup/freezer/slurm_n[0-9]* -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u || true)
   if [ -n "$procs" ]; then
     log "killing leftover job processes: $(echo "$procs" | tr '\n' ' ')"
     # shellcheck disable=SC2086

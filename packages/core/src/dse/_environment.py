@@ -90,8 +90,11 @@ class CommandEnvironment:
                 for item in self.config.command
             )
             # The trial contract promises DSE_PARAMS_FILE to a command; the probe runs none.
-            with open(params_file, "w", encoding="utf-8") as handle:
+            # Replaced atomically: a resumed controller rewrites it while the trial may read.
+            tmp = f"{params_file}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as handle:
                 json.dump(dict(trial.params), handle)
+            os.replace(tmp, params_file)
         env = dict(self.config.env)
         env.update(
             DSE_TRIAL_ID=trial.trial_id,
