@@ -12,19 +12,20 @@
 #     and scancel kills every process of a job, even detached ones;
 #   - partitions `batch` (default, PriorityTier=1) and `urgent` (PriorityTier=10); an urgent
 #     job that needs a batch job's resources preempts it with PreemptMode=REQUEUE
-#     (the batch job shows PREEMPTED in `sacct -D` and runs again about 10 s later).
+#     (the batch job shows PREEMPTED in `sacct -D` and runs again 10-14 s later).
 # The client commands (sbatch, squeue, sacct, ...) find the config at /etc/slurm/slurm.conf,
 # so callers need no environment. Jobs run as root; submit with -N1 when you mean to preempt.
 #
 # `start` is idempotent: when everything already runs it only re-checks and runs the smoke
-# job (about 1 s). When the generated config differs from the one on disk, it restarts only
+# job (under 1 s). When the generated config differs from the one on disk, it restarts only
 # the Slurm daemons (munged and MariaDB keep running). Concurrent calls wait on a lock.
 # Every daemon is started detached from the caller's stdin/stdout/stderr, so capturing this
 # script's output (e.g. subprocess.run(capture_output=True)) does not hang.
 #
-# Exit status of `start` (the last line on stderr is always "slurm-local: ..." with a reason):
+# Progress goes to stderr; the "ready" summary and timings to stdout. Exit status of `start`
+# (on failure the last line on stderr is "slurm-local: cannot start: <one-line reason>"):
 #   0  cluster ready
-#   1  something was started but did not become ready in time (the daemon logs are printed)
+#   1  a daemon did not come up or stay up, or the smoke job failed (daemon log tails printed)
 #   2  this machine cannot host the cluster: not root, no apt-get, no apt access, no
 #      writable cgroup v1 hierarchy, or an /etc/slurm/slurm.conf this script did not write.
 #      A test setup can skip with that reason.
@@ -93,6 +94,23 @@ tail_logs() {
     if [ -s "$f" ]; then printf '==> %s <==\n' "$f" >&3; tail -n 12 "$f" >&3; fi
   done
 }
+# Log sizes when this run began, so that a reason quotes only errors logged by this run.
+declare -A LOG_SIZE=()
+mark_logs() {
+  local f
+  for f in /var/log/munge/munged.log /var/log/mysql/mariadbd.log "$LOG_DIR"/*.log "$LOG_DIR/daemons.out"; do
+    if [ -f "$f" ]; then LOG_SIZE[$f]=$(stat -c %s "$f"); fi
+  done
+}
+# last_error LOG: the last error line this run added to LOG (without the known-harmless PMIx
+# noise), or a note that there is none
+last_error() {
+  local from=$(( ${LOG_SIZE[$1]:-0} + 1 )) line
+  [ "$(stat -c %s "$1" 2>/dev/null || echo 0)" -ge "${LOG_SIZE[$1]:-0}" ] || from=1   # truncated meanwhile
+  line=$(tail -c "+$from" "$1" 2>/dev/null | grep -iE 'error|fatal' | grep -viE 'pmix|MPI: Cannot create context' |
+         tail -n1 | sed -E 's/^\[[^]]*\] //; s/^(error|fatal): *//' || true)
+  echo "${line:-no new error in $1}"
+}
 # fail CODE REASON [LOG...]: print the logs, then one line with the reason, and exit
 fail() {
   local code=$1 reason=$2; shift 2
@@ -102,13 +120,21 @@ fail() {
 }
 trap 'rc=$?; printf "slurm-local: cannot %s: unexpected error (rc=%d) at line %d: %s\n" "${ACTION:-run}" "$rc" "$LINENO" "$BASH_COMMAND" >&3; exit 1' ERR
 
-# alive PIDFILE COMM: the pid in PIDFILE is a live process named COMM
+# alive PIDFILE COMM: the pid in PIDFILE is a live process named COMM. A killed daemon can stay
+# a zombie for a few seconds (PID 1 here reaps slowly); that counts as dead.
 alive() {
   local pid
   [ -s "$1" ] || return 1
   pid=$(cat "$1" 2>/dev/null) || return 1
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
+  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] && running "$pid"
+}
+# running PID: the process exists and is not a zombie
+running() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }                  # the fields after "pid (comm) ", the state first
+  [ "${stat%% *}" != Z ]
 }
 pid_of() { cat "$1" 2>/dev/null || true; }
 
@@ -143,12 +169,12 @@ stop_pids() {
   [ "${#pids[@]}" -gt 0 ] || return 0
   for (( i = 0; i < secs * 10; i++ )); do
     left=0
-    for pid in "${pids[@]}"; do if [ -d "/proc/$pid" ]; then left=1; fi; done
+    for pid in "${pids[@]}"; do if running "$pid"; then left=1; fi; done
     [ "$left" = 1 ] || return 0
     sleep 0.1
   done
   for pid in "${pids[@]}"; do
-    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$comm" ]; then
+    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$comm" ] && running "$pid"; then
       log "$comm (pid $pid) did not exit after ${secs}s, sending SIGKILL"
       kill -KILL "$pid" 2>/dev/null || true
     fi
@@ -161,7 +187,7 @@ in_parallel() {
   for c in "$@"; do $c & pids+=($!); done
   wait "${pids[@]}"
 }
-stop_slurm_daemons() {   # slurmd's and slurmctld in parallel (each takes ~2 s to exit)
+stop_slurm_daemons() {   # slurmd's and slurmctld in parallel (each takes up to ~2 s to exit)
   in_parallel "stop_pids slurmd 10 $(echo /run/slurmd-n*.pid)" "stop_pids slurmctld 10 /run/slurmctld.pid"
 }
 
@@ -179,7 +205,7 @@ cgroup_v1_usable() {
 }
 
 install_packages() {
-  local missing=() p own_policy=0 aptlog=$LOG_DIR/apt.log why
+  local missing=() p status aptlog=$LOG_DIR/apt.log why
   while read -r p status; do
     [ "$status" = installed ] || missing+=("$p")
   done < <(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${PACKAGES[@]}" 2>/dev/null || true)
@@ -191,12 +217,24 @@ install_packages() {
   command -v apt-get >/dev/null || fail 2 "packages ${missing[*]} missing and there is no apt-get"
 
   log "installing ${missing[*]} (apt log: $aptlog)"
-  # Package scripts must not start daemons with Debian's default configs.
+  # Package scripts must not start daemons with Debian's default configs: policy-rc.d exit 101
+  # (Debian images usually have one; otherwise one is put in place for the install).
+  # man-db's trigger would spend ~6 s re-indexing manual pages; with its auto-update flag moved
+  # aside it does nothing (`man sbatch` still works; only apropos/whatis miss the new pages).
+  # Both are put back on any exit.
+  local undo=()
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
     chmod 755 /usr/sbin/policy-rc.d
-    own_policy=1
+    undo+=("rm -f /usr/sbin/policy-rc.d")
   fi
+  if [ -e /var/lib/man-db/auto-update ]; then
+    mv /var/lib/man-db/auto-update /var/lib/man-db/auto-update.dse-slurm-local
+    undo+=("mv /var/lib/man-db/auto-update.dse-slurm-local /var/lib/man-db/auto-update")
+  fi
+  INSTALL_UNDO=":"; for p in "${undo[@]}"; do INSTALL_UNDO+="; $p"; done
+  trap 'eval "$INSTALL_UNDO"' EXIT; trap 'exit 130' INT TERM
+
   export DEBIAN_FRONTEND=noninteractive
   local apt=(apt-get -q -y -o DPkg::Lock::Timeout=120
              -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
@@ -205,11 +243,10 @@ install_packages() {
   # is not fatal by itself (a broken third-party source need not matter); a failed install is.
   "${apt[@]}" update >>"$aptlog" 2>&1 || true
   if ! "${apt[@]}" install --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1; then
-    [ "$own_policy" = 0 ] || rm -f /usr/sbin/policy-rc.d
-    why=$(grep -m1 -E '^(Err:|E:|W: Failed to fetch)' "$aptlog" || tail -n1 "$aptlog")
-    fail 2 "apt-get install ${missing[*]} failed (no apt access?): $why" "$aptlog"
+    why=$( { grep -m1 '^W: Failed to fetch' "$aptlog"; grep -m1 '^E:' "$aptlog"; } | tr -s ' \n' ' ' || true)
+    fail 2 "apt-get install ${missing[*]} failed (no apt access?): ${why% }" "$aptlog"
   fi
-  [ "$own_policy" = 0 ] || rm -f /usr/sbin/policy-rc.d
+  eval "$INSTALL_UNDO"; INSTALL_UNDO=":"; trap - EXIT INT TERM
 }
 
 generate_configs() {
@@ -308,7 +345,7 @@ StoragePass=$DB_PASS
 StorageLoc=$DB_NAME"
 }
 
-# ours FILE: absent, or written by this script (or by the notes' reference script)
+# ours FILE: absent, or written by this script (or by the reference script in the Slurm notes)
 ours() { [ ! -e "$1" ] || head -n1 "$1" | grep -qE '^# Generated by .*slurm-local'; }
 same() { [ "$(cat "$1" 2>/dev/null)" = "$2" ]; }
 
@@ -353,7 +390,7 @@ start_munged() {
 start_mariadbd() {
   install -d -o mysql -g mysql -m 0755 /run/mysqld
   install -d -o mysql -g adm -m 2750 /var/log/mysql     # systemd would normally create these
-  setsid -f /usr/sbin/mariadbd --user=mysql </dev/null >>/var/log/mysql/mariadbd.log 2>&1 3>&- 9>&-
+  setsid -f /usr/sbin/mariadbd --user=mysql --innodb-lock-wait-timeout=900 </dev/null >>/var/log/mysql/mariadbd.log 2>&1 3>&- 9>&-
 }
 start_slurmdbd()  { detached /usr/sbin/slurmdbd; }
 start_slurmctld() { detached /usr/sbin/slurmctld; }
@@ -369,7 +406,8 @@ ensure() {
   t=$(now_us)
   if (( t - ${TRIED_AT[$name]:-0} >= 3000000 )); then
     if (( ${TRIED[$name]:-0} >= 3 )); then
-      fail 1 "$name does not stay up (started 3 times); see $logf" "$logf" "$LOG_DIR/daemons.out"
+      fail 1 "$name does not stay up (started 3 times): $(last_error "$logf") (see $logf)" \
+        "$logf" "$LOG_DIR/daemons.out"
     fi
     TRIED[$name]=$(( ${TRIED[$name]:-0} + 1 )); TRIED_AT[$name]=$t
     log "starting $name"
@@ -384,7 +422,8 @@ wait_for() {
   local what=$1 logs=$2; shift 2
   until "$@" >/dev/null 2>&1; do
     # shellcheck disable=SC2086  # logs is a space-separated list of paths
-    (( $(now_us) < DEADLINE )) || fail 1 "timed out after ${TIMEOUT}s waiting for $what" $logs
+    (( $(now_us) < DEADLINE )) ||
+      fail 1 "timed out after ${TIMEOUT}s waiting for $what: $(last_error "${logs%% *}")" $logs
     sleep 0.2
   done
 }
@@ -394,9 +433,9 @@ munge_ok()     { ensure munged /run/munge/munged.pid munged /var/log/munge/munge
 mariadb_ok()   { ensure mariadbd /run/mysqld/mysqld.pid mariadbd /var/log/mysql/mariadbd.log start_mariadbd &&
                  mysqladmin --connect-timeout=1 status; }
 slurmdbd_ok()  { ensure slurmdbd /run/slurmdbd.pid slurmdbd "$LOG_DIR/slurmdbd.log" start_slurmdbd &&
-                 sacctmgr -n -P list cluster; }
+                 timeout 10 sacctmgr -n -P list cluster; }
 slurmctld_ok() { ensure slurmctld /run/slurmctld.pid slurmctld "$LOG_DIR/slurmctld.log" start_slurmctld &&
-                 scontrol ping | grep -q 'is UP'; }
+                 timeout 10 scontrol ping | grep -q "is UP"; }
 # nodes_ok: every slurmd runs and every node is usable (idle, or busy with jobs). Nodes left
 # DOWN/DRAIN (by a test, or a slurmd that was killed) are resumed.
 NOT_READY=""
@@ -413,14 +452,14 @@ nodes_ok() {
       idle|mixed|allocated|completing) ;;
       down|drained|draining|drain|fail|failing)
         scontrol update nodename="$name" state=resume || true; NOT_READY+=" $name" ;;
-      *) NOT_READY+=" $name" ;;   # unknown, *-suffixed (not responding), ...
+      *) NOT_READY+=" $name($state)" ;;   # unknown, *-suffixed (not responding), ...
     esac
-  done < <(sinfo -h -N -o '%N %T' | sort -u)
+  done < <(timeout 10 sinfo -h -N -o "%N %T" | sort -u)
   [ -z "$NOT_READY" ]
 }
 node_logs() {
   local n out="$LOG_DIR/slurmctld.log"
-  for n in ${NOT_READY:-$(seq -f 'n%g' 1 "$NODES")}; do out+=" $LOG_DIR/slurmd-$n.log"; done
+  for n in ${NOT_READY:-$(seq -f 'n%g' 1 "$NODES")}; do out+=" $LOG_DIR/slurmd-${n%%(*}.log"; done
   echo "$out"
 }
 
@@ -465,7 +504,8 @@ do_start() {
   esac
   exec 9>"$LOCK"; flock 9            # one start/stop at a time
 
-  t=$(now_us); mkdir -p "$LOG_DIR"; install_packages; timings+=("packages $(secs "$t")s")
+  mkdir -p "$LOG_DIR"; mark_logs
+  t=$(now_us); install_packages; timings+=("packages $(secs "$t")s")
   DEADLINE=$(( $(now_us) + TIMEOUT * 1000000 ))   # daemons only; apt has its own timeouts
   t=$(now_us); generate_configs; write_configs; timings+=("config $(secs "$t")s")
 
@@ -486,7 +526,7 @@ do_start() {
   SMOKE_NOTE="off"
   if [ "$SMOKE" = 1 ]; then t=$(now_us); smoke; timings+=("smoke $(secs "$t")s"); fi
 
-  echo "slurm-local: ready in $(secs "$t0")s: cluster=$CLUSTER nodes=$NODELIST cpus/node=$CPUS" \
+  echo "slurm-local: ready in $(secs "$t0")s: $(sinfo -V) cluster=$CLUSTER nodes=$NODELIST cpus/node=$CPUS" \
        "partitions=batch(default),urgent(preempts batch) cgroup=$CGROUP accounting=slurmdbd"
   echo "slurm-local: timings: ${timings[*]}"
   echo "slurm-local: smoke: $SMOKE_NOTE"
@@ -532,7 +572,8 @@ do_stop() {
     if [ -d "$d" ]; then find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi
   done
   left=$(for p in /proc/[0-9]*; do
-           [ "$(cat "$p/comm" 2>/dev/null)" = slurmstepd ] && echo "${p#/proc/}"; done | tr '\n' ' ' || true)
+           [ "$(cat "$p/comm" 2>/dev/null)" = slurmstepd ] && running "${p#/proc/}" && echo "${p#/proc/}"
+         done | tr '\n' ' ' || true)
   if [ -n "$left" ]; then log "WARNING: slurmstepd still running (pids: $left)"; fi
 
   if [ "$PURGE" = 1 ]; then
