@@ -1,0 +1,56 @@
+#!/bin/bash
+#SBATCH --array=0-2%2
+#SBATCH --job-name=dse-c1-r1
+#SBATCH '--comment=dse campaign=c1 trials=1,2,3'
+#SBATCH --time=0-01:00:00
+#SBATCH --nodes=1
+#SBATCH --ntasks=1
+#SBATCH --cpus-per-task=4
+#SBATCH --gres=gpu:1
+#SBATCH --mem=2048M
+#SBATCH --partition=debug
+#SBATCH '--account=proj 42'
+#SBATCH --qos=normal
+#SBATCH '--constraint=a100&ib'
+#SBATCH --exclusive
+#SBATCH --exclude=n1,n2
+#SBATCH --signal=B:USR1@120
+#SBATCH --open-mode=append
+#SBATCH '--output=/scratch/my campaign/.dse/slurm/%A_%a.out'
+#SBATCH '--error=/scratch/my campaign/.dse/slurm/%A_%a.err'
+#SBATCH --mail-type=END
+#SBATCH --hint=nomultithread
+
+# setup from the campaign file
+set -e
+module load python/3.11
+source '/opt/my env/bin/activate'
+set +e
+
+# task i runs line i+1 of the manifest (see dse_slurm._script)
+exec python3 -c 'import json, os, sys
+path, index = sys.argv[1], int(sys.argv[2])
+with open(path, encoding="utf-8") as handle:
+    for number, line in enumerate(handle):
+        if number == index:
+            break
+    else:
+        sys.exit("dse: no line %d in the manifest %s" % (index + 1, path))
+job = json.loads(line)
+adir = os.path.join(job["trial_dir"], "attempt-%d" % job["attempt"])
+os.makedirs(adir, exist_ok=True)
+os.makedirs(os.path.join(job["trial_dir"], "checkpoint"), exist_ok=True)
+for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
+    out = os.open(os.path.join(adir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(out, fd)
+    os.close(out)
+env = dict(os.environ)
+env.update(job["env"])
+try:
+    os.chdir(job["cwd"])
+    os.execvpe(job["argv"][0], job["argv"], env)
+except OSError as exc:
+    sys.stderr.write("dse: cannot run %r: %s\n" % (job["argv"][0], exc))
+    sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
+' \
+    '/scratch/my campaign/.dse/slurm/batch 1.jsonl' "${SLURM_ARRAY_TASK_ID:?}"
