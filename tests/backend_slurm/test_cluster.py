@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -63,7 +62,9 @@ def slurm_cluster() -> str:
     return ",".join(usable)
 
 
-def wait_for_ends(job_ids: list[str], timeout: float = 90) -> dict[str, tuple[JobState, int | None]]:
+def wait_for_ends(
+    job_ids: list[str], timeout: float = 90
+) -> dict[str, tuple[JobState, int | None]]:
     """Poll as the backend will: squeue until the jobs left the queue, then sacct (which
     may lag) until each reports an end."""
     deadline = time.monotonic() + timeout
