@@ -9,8 +9,8 @@ import time
 import pytest
 
 import dse
-from dse.testing import FakeClock, ProbeBackend
 from dse_agents import GridAgent
+from support.probe import run_on_probe
 
 
 def space(*params: dse.Parameter) -> dse.Space:
@@ -170,16 +170,7 @@ def test_a_grid_campaign_runs_every_point_and_ends_exhausted(tmp_path):
         },
         workspace=tmp_path,
     )
-    clock = FakeClock()
-    store = dse.Store(tmp_path / "dse.sqlite")
-    try:
-        engine = dse.build_engine(
-            campaign, store=store, clock=clock, backend=ProbeBackend(clock=clock)
-        )
-        result = engine.run()
-        rows = store.trials(result.campaign_id)
-    finally:
-        store.close()
+    result, rows = run_on_probe(campaign)
 
     assert result.end_reason == "agent_exhausted"
     assert [r["status"] for r in rows] == ["completed"] * 6

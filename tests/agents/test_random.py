@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 import dse
-from dse.testing import FakeClock, ProbeBackend
 from dse_agents import GridAgent, RandomAgent
+from support.probe import run_on_probe
 
 
 def key(params: dict[str, Any]) -> str:
@@ -247,16 +247,7 @@ def _trajectory(tmp_path, parallelism: int) -> list[dict[str, Any]]:
         },
         workspace=tmp_path / f"ws-{parallelism}",
     )
-    clock = FakeClock()
-    store = dse.Store(campaign.workspace / "dse.sqlite")
-    try:
-        engine = dse.build_engine(
-            campaign, store=store, clock=clock, backend=ProbeBackend(clock=clock)
-        )
-        result = engine.run()
-        rows = store.trials(result.campaign_id)
-    finally:
-        store.close()
+    result, rows = run_on_probe(campaign)
     assert result.end_reason == "max_trials"
     return [json.loads(r["params"]) for r in rows]
 

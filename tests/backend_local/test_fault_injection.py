@@ -43,6 +43,7 @@ import pytest
 
 from dse import load_campaign
 from dse_agents import RandomAgent
+from support.procs import alive, live_pids_mentioning, stat_fields
 
 SEED = 20240604
 KILLS = 30
@@ -157,43 +158,14 @@ def schedule(seed: int) -> list[Kill]:
     ]
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    return stat[stat.rfind(b")") + 2 :].split()
 
-
-def _alive(pid: int, ticks: int | None = None) -> bool:
-    fields = _stat_fields(pid)
-    if fields is None or fields[0] == b"Z":
-        return False
-    return ticks is None or int(fields[19]) == ticks
-
-
-def live_pids_mentioning(marker: bytes) -> list[int]:
-    """Pids of live (not zombie) processes whose environment holds *marker*."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as handle:
-                environ = handle.read()
-        except OSError:
-            continue
-        if marker in environ and _alive(int(name)):
-            found.append(int(name))
-    return found
 
 
 def session(sid: int) -> list[int]:
     """Pids of the live processes of session *sid*."""
     members = []
     for name in os.listdir("/proc"):
-        fields = _stat_fields(int(name)) if name.isdigit() else None
+        fields = stat_fields(int(name)) if name.isdigit() else None
         if fields is not None and int(fields[3]) == sid and fields[0] != b"Z":
             members.append(int(name))
     return members
@@ -275,7 +247,7 @@ def running_with_checkpoint(run_dir: Path) -> list[Running]:
             step = json.loads((checkpoint / "state.json").read_text())["step"]
         except (OSError, ValueError):
             continue
-        if 0 < step < STEPS and not (last / "exit.json").exists() and _alive(pid, ticks):
+        if 0 < step < STEPS and not (last / "exit.json").exists() and alive(pid, ticks):
             out.append(Running(int(trial_dir.name), attempts[-1], pid, ticks, step))
     return out
 
@@ -290,10 +262,10 @@ def take_down(
     kill_session(victim.wrapper, spare=None if whole_session else victim.wrapper)
     deadline = time.monotonic() + 10
     while (
-        _alive(victim.wrapper, victim.ticks) or session(victim.wrapper)
+        alive(victim.wrapper, victim.ticks) or session(victim.wrapper)
     ) and time.monotonic() < deadline:
         time.sleep(0.005)
-    assert not _alive(victim.wrapper, victim.ticks)
+    assert not alive(victim.wrapper, victim.ticks)
     trial_dir = run_dir / f"{victim.trial:06d}"
     step = json.loads((trial_dir / "checkpoint" / "state.json").read_text())["step"]
     exit_file = trial_dir / f"attempt-{victim.attempt}" / "exit.json"

@@ -7,7 +7,6 @@ found through their ``wrapper.pid`` files.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import dse
 from dse import JobSpec, JobState, Resources
 from dse.testing.contracts import wait_for
 from dse_local import LocalBackend
+from support.procs import alive, live_pids_mentioning
 
 # Three ways to outlive a plain SIGTERM of the workload: a background child, a grandchild
 # in a session of its own, and a child that ignores SIGTERM.
@@ -32,32 +32,6 @@ wait
 """
 
 
-def live_pids_mentioning(marker: bytes) -> list[int]:
-    """Pids of live (not zombie) processes whose environment holds *marker*."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as handle:
-                environ = handle.read()
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue  # ended meanwhile
-        if marker in environ and stat[stat.rfind(b")") + 2 :][:1] != b"Z":
-            found.append(int(name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    """Whether *pid* is a live process (a zombie has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
@@ -103,7 +77,7 @@ def test_a_cancelled_campaign_leaves_no_process_of_any_trial(run_local, trial_ma
     # Per trial: the shell and the three sleeps that outlive a plain SIGTERM of it.
     assert len(workloads) >= 2 * 4
     assert wait_until(lambda: not live_pids_mentioning(trial_marker), timeout=5.0)
-    assert wait_until(lambda: not any(_alive(pid) for pid in wrappers), timeout=5.0)
+    assert wait_until(lambda: not any(alive(pid) for pid in wrappers), timeout=5.0)
 
 
 def test_a_trial_that_ends_leaves_no_process_behind(run_local, trial_marker):

@@ -16,6 +16,7 @@ import pytest
 from dse import JobSpec, JobState
 from dse.testing.contracts import wait_for
 from dse_local import LocalBackend
+from support.procs import alive
 
 CONTROLLER = r"""
 import json, sys, time
@@ -48,14 +49,6 @@ def _spec(root: Path, name: str) -> JobSpec:
     return JobSpec(trial_id=f"ctl-{name}", attempt=1, params={}, trial_dir=trial_dir,
                    argv=(COMMANDS[name],), env={"DSE_TRIAL_DIR": str(trial_dir)}, shell=True)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
 
 
 @pytest.fixture
@@ -96,13 +89,13 @@ def test_a_restarted_controller_learns_how_orphaned_trials_ended(specs, orphaned
         for name, spec in specs.items()
     }
     # The trials outlived their controller: they run in sessions of their own.
-    assert all(_alive(wrappers[name]) for name in ("ok", "fails", "scores"))
+    assert all(alive(wrappers[name]) for name in ("ok", "fails", "scores"))
     assert not (specs["ok"].trial_dir / "attempt-1" / "exit.json").exists()
     # ...while the quick one's wrapper ended before the restart: only its exit file remains.
     deadline = time.monotonic() + 5
-    while _alive(wrappers["early"]) and time.monotonic() < deadline:
+    while alive(wrappers["early"]) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not _alive(wrappers["early"])
+    assert not alive(wrappers["early"])
 
     with LocalBackend(cpus=8, gpus=0, grace=0.5) as backend:
         backend.reattach({orphaned_job_ids[name]: spec for name, spec in specs.items()})

@@ -5,37 +5,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-PLUGIN = '''
-from __future__ import annotations
-import dse
-from dse.testing import ScriptedAgent
-
-
-class ListAgent(ScriptedAgent):
-    name = "list"
-    version = "1"
-
-    def __init__(self, space, *, seed=0, points=(), repeat=False):
-        import itertools
-        points = [dict(p) for p in points]
-        super().__init__(itertools.cycle(points) if repeat else points)
-
-
-@dse.hookimpl
-def dse_register_agents():
-    return [ListAgent]
-'''
+from support.cli import run_dse, start_dse, write_plugin
 
 CAMPAIGN = """
 [campaign]
@@ -61,30 +40,13 @@ x = {{ type = "int", low = 0, high = 10 }}
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A directory holding the throwaway plugin module next to where campaigns go."""
-    (tmp_path / "cli_plugin.py").write_text(PLUGIN)
-    return tmp_path
+    return write_plugin(tmp_path)
 
 
 def write_campaign(project: Path, extra: str = "", agent_extra: str = "", text: str = "") -> Path:
     path = project / "campaign.toml"
     path.write_text(text or CAMPAIGN.format(extra=extra, agent_extra=agent_extra))
     return path
-
-
-def dse_env(project: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(project), env.get("PYTHONPATH", "")])
-    env["DSE_PLUGINS"] = "cli_plugin"
-    env.pop("DSE_DEBUG", None)
-    return env
-
-
-def run_dse(project: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dse", *args],
-        cwd=project, env=dse_env(project), capture_output=True, text=True, timeout=timeout,
-        check=False,
-    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -226,11 +188,7 @@ def test_ctrl_c_cancels_running_trials_and_exits_130(project: Path) -> None:
             ' {x = 3, outcome = "hang"}]',
         ),
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dse", "run", str(campaign)],
-        cwd=project, env=dse_env(project), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_dse(project, "run", str(campaign))
     db_path = project / ".dse" / "dse.sqlite"
     deadline = time.monotonic() + 30
     running = 0
@@ -268,14 +226,6 @@ HANGING = CAMPAIGN.format(extra="", agent_extra="").replace(
 )
 
 
-def start_dse(project: Path, campaign: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "dse", "run", str(campaign)],
-        cwd=project, env=dse_env(project), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def wait_for_running(
     db_path: Path, count: int, timeout: float = 30,
     sql: str = "SELECT COUNT(*) FROM trials WHERE status = 'running'",
@@ -301,7 +251,7 @@ def test_a_second_ctrl_c_exits_at_once_and_a_rerun_continues_the_campaign(
 ) -> None:
     campaign = write_campaign(project, text=HANGING)
     db_path = project / ".dse" / "dse.sqlite"
-    proc = start_dse(project, campaign)
+    proc = start_dse(project, "run", str(campaign))
     wait_for_running(db_path, 2)
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGINT)
@@ -315,7 +265,7 @@ def test_a_second_ctrl_c_exits_at_once_and_a_rerun_continues_the_campaign(
     assert db.execute("SELECT status FROM campaigns").fetchall() == [("cancelled",)]
     db.close()
     # Running it again continues the same run: the two trials run again as new attempts.
-    again = start_dse(project, campaign)
+    again = start_dse(project, "run", str(campaign))
     # The abandoned trials still read 'running': wait for their new attempts instead.
     wait_for_running(db_path, 4, sql="SELECT COUNT(*) FROM attempts")
     again.send_signal(signal.SIGINT)
@@ -344,12 +294,12 @@ def test_a_killed_controller_is_resumed_with_the_same_trajectory(project: Path) 
     )
     reference = project / "reference"
     reference.mkdir()
-    (reference / "cli_plugin.py").write_text(PLUGIN)
+    write_plugin(reference)
     ref = run_dse(reference, "run", str(write_campaign(reference, text=text)), "--json")
     assert ref.returncode == 0, ref.stderr
     campaign = write_campaign(project, text=text)
     db_path = project / ".dse" / "dse.sqlite"
-    proc = start_dse(project, campaign)
+    proc = start_dse(project, "run", str(campaign))
     wait_for_running(db_path, 1)
     proc.kill()
     proc.communicate(timeout=30)

@@ -15,25 +15,7 @@ from pathlib import Path
 import pytest
 
 import dse
-
-PLUGIN = '''
-from __future__ import annotations
-import dse
-from dse.testing import ScriptedAgent
-
-
-class ListAgent(ScriptedAgent):
-    name = "list"
-    version = "1"
-
-    def __init__(self, space, *, seed=0, points=()):
-        super().__init__([dict(p) for p in points])
-
-
-@dse.hookimpl
-def dse_register_agents():
-    return [ListAgent]
-'''
+from support.cli import run_dse, start_dse, write_plugin
 
 CAMPAIGN = """
 [campaign]
@@ -58,8 +40,7 @@ outcome = ["succeed", "hang"]
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A directory holding the throwaway agent plugin, where campaign files go."""
-    (tmp_path / "lock_plugin.py").write_text(PLUGIN)
-    return tmp_path
+    return write_plugin(tmp_path)
 
 
 def write_campaign(project: Path, *, outcome: str = "succeed") -> Path:
@@ -70,22 +51,6 @@ def write_campaign(project: Path, *, outcome: str = "succeed") -> Path:
 
 def lock_file(project: Path) -> Path:
     return project / ".dse" / "demo.lock"
-
-
-def dse_env(project: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(project), env.get("PYTHONPATH", "")])
-    env["DSE_PLUGINS"] = "lock_plugin"
-    env.pop("DSE_DEBUG", None)
-    return env
-
-
-def run_dse(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dse", *args],
-        cwd=project, env=dse_env(project), capture_output=True, text=True, timeout=60,
-        check=False,
-    )
 
 
 def error_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -127,11 +92,7 @@ def running_trials(db_path: Path) -> int:
 
 def test_a_second_run_is_refused_naming_the_holder(project: Path) -> None:
     campaign = write_campaign(project, outcome="hang")
-    first = subprocess.Popen(
-        [sys.executable, "-m", "dse", "run", str(campaign)],
-        cwd=project, env=dse_env(project), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = start_dse(project, "run", str(campaign))
     try:
         db_path = project / ".dse" / "dse.sqlite"
         deadline = time.monotonic() + 30

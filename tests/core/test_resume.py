@@ -137,8 +137,8 @@ def test_a_stop_in_the_middle_of_a_batch_of_proposals_resumes_cleanly(tmp_path: 
 
 def test_a_run_that_died_mid_pass_resumes_without_running_anything_twice(tmp_path: Any) -> None:
     # The first controller dies: an exception escapes a pass (its error path cancels what
-    # runs). The record is then made to look like a crash's (a running campaign); the
-    # resumed run reattaches to the cluster's jobs and retries the ones that were cancelled.
+    # runs and records it). The record is then made to look like a crash's (a running
+    # campaign); the resumed run runs the cancelled trials again.
     c = campaign(tmp_path / "run")
     store = dse.Store(c.workspace / "dse.sqlite")
     cluster, clock = ProbeCluster(), FakeClock()
@@ -158,7 +158,8 @@ def test_a_run_that_died_mid_pass_resumes_without_running_anything_twice(tmp_pat
     run_id = engine.campaign_id
     # A real crash leaves the run 'running'; the error path marked it failed: undo that.
     store.reopen_campaign(run_id)
-    submitted_before = sum(len(b) for b in cluster.batches)
+    cut_short = {r["id"] for r in store.trials(run_id) if r["status"] == "cancelled"}
+    assert cut_short, "the death must catch trials running"
 
     result = run_engine(c, store, cluster, clock, SeededAgent(3), resume=run_id)
 
@@ -169,4 +170,17 @@ def test_a_run_that_died_mid_pass_resumes_without_running_anything_twice(tmp_pat
     # Nothing ran twice: every config hash has one non-cached completed trial.
     hashes = [r["config_hash"] for r in rows if r["cache_of"] is None]
     assert len(hashes) == len(set(hashes))
-    assert sum(len(b) for b in cluster.batches) >= submitted_before
+    # The trials the dying controller cancelled ran again, once, as second attempts of the
+    # same trials; every other trial ran once.
+    states: dict[int, list[str]] = {}
+    for attempt in store.attempts(run_id):
+        states.setdefault(attempt["trial_id"], []).append(attempt["state"])
+    for row in rows:
+        if row["cache_of"] is not None:
+            assert row["id"] not in states
+        elif row["id"] in cut_short:
+            assert states[row["id"]] == ["cancelled", "succeeded"]
+        else:
+            assert states[row["id"]] == ["succeeded"]
+    retries = [json.loads(e["data"]) for e in store.events(run_id, "retry")]
+    assert sorted(r["class"] for r in retries) == ["cancelled"] * len(cut_short)

@@ -92,7 +92,6 @@ def _start_ticks(pid: int) -> int | None:
 class _Job:
     job_id: str
     spec: JobSpec
-    state: JobState = JobState.PENDING
     launched: bool = False
     pid: int | None = None
     ticks: int | None = None
@@ -438,7 +437,7 @@ class LocalBackend(Backend):
 
     def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:
         for job_id, spec in jobs.items():
-            job = _Job(job_id, spec, reattached=True, state=JobState.RUNNING)
+            job = _Job(job_id, spec, reattached=True)
             self._jobs[job_id] = job
             adir = attempt_dir(spec)
             try:

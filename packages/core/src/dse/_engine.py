@@ -37,6 +37,7 @@ from dse._types import (
     Observation,
     TrialStatus,
 )
+from dse.trial import CHECKPOINT_MARK
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -47,8 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dse.engine")
 
-CHECKPOINT_MARK = ".dse-checkpointed"
-"""Written in the checkpoint directory by ``dse.trial.checkpointed()``."""
+
 
 
 @dataclass(slots=True)
@@ -529,26 +529,42 @@ class Engine:
     def _resubmit(self, trial: _Trial, now: float, *, resumed_from: str) -> None:
         """A new attempt of *trial* that is not an interruption (a cancelled trial resumed)."""
         assert trial.trial_dir is not None
-        attempt = trial.attempt + 1
         spec = self.environment.prepare(TrialInfo(
-            trial.trial_id, trial.number, attempt, trial.params, trial.trial_dir,
+            trial.trial_id, trial.number, trial.attempt + 1, trial.params, trial.trial_dir,
             self.data_version,
         ))
+        self._queue_attempt(trial, spec, now, after=resumed_from, cause=resumed_from, node=None)
+        self._by_hash[trial.config_hash] = trial
+
+    def _queue_attempt(
+        self, trial: _Trial, spec: JobSpec, now: float, *, after: str, cause: str,
+        node: str | None,
+    ) -> None:
+        """Record the next attempt of *trial* (intent first) and queue it for submission."""
+        assert trial.trial_dir is not None
         resumed = (trial.trial_dir / "checkpoint" / CHECKPOINT_MARK).exists()
-        trial.spec, trial.attempt = spec, attempt
+        trial.spec = self._avoiding(spec, trial)
+        trial.attempt = spec.attempt
         trial.attempt_row = self.store.new_attempt_id()
         trial.attempt_started = now
         trial.job_id, trial.job_id_recorded = None, False
+        trial.status, trial.failure, trial.message = TrialStatus.RUNNING, None, None
         self._batch.attempts.append((
-            trial.attempt_row, trial.row_id, attempt, type(self.backend).name, None,
+            trial.attempt_row, trial.row_id, spec.attempt, type(self.backend).name, None,
             "submitting", now, int(resumed),
         ))
         self._event(trial.row_id, "retry", {
-            "trial": trial.number, "attempt": attempt, "after": resumed_from,
-            "class": resumed_from, "node": None, "resumed": resumed,
+            "trial": trial.number, "attempt": spec.attempt, "after": after, "class": cause,
+            "node": node, "resumed": resumed,
         })
-        self._by_hash[trial.config_hash] = trial
         self._retries.append(trial)
+
+    def _avoiding(self, spec: JobSpec, trial: _Trial) -> JobSpec:
+        """*spec* told to avoid the suspect nodes and those that interrupted *trial*."""
+        avoid = self._avoid | trial.failed_nodes
+        if not avoid:
+            return spec
+        return dataclasses.replace(spec, avoid_nodes=tuple(sorted(avoid)))
 
     def _run_loop(self) -> CampaignResult:
         try:
@@ -579,11 +595,7 @@ class Engine:
     # -- the loop -------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        self._check_pause()
-        if not self._paused:
-            self._to_submit.extend(self._retries)
-            self._retries.clear()
-            self._refill()
+        self._dispatch()
         self._commit()
         self._submit()
         while self._running or self._retries:
@@ -601,16 +613,20 @@ class Engine:
                 self._commit()
                 self._cancel_all()
                 return
-            self._check_pause()
-            if not self._paused:
-                self._to_submit.extend(self._retries)
-                self._retries.clear()
-                self._refill()
+            self._dispatch()
             self._commit()
             self._submit()
             self.listener.on_pass(self)
         if self._stop:
             self._cancel_all()
+
+    def _dispatch(self) -> None:
+        """Queue the waiting retries and pull new trials, unless dispatch is paused."""
+        self._check_pause()
+        if not self._paused:
+            self._to_submit.extend(self._retries)
+            self._retries.clear()
+            self._refill()
 
     def _wait(self) -> None:
         if self._paused and not self._running and self._interruptions:
@@ -742,9 +758,7 @@ class Engine:
             self._cache[digest] = trial
             self._ended(trial)
             return 0
-        if self._avoid:
-            spec = dataclasses.replace(spec, avoid_nodes=tuple(sorted(self._avoid)))
-        trial.spec = spec
+        trial.spec = spec = self._avoiding(spec, trial)
         trial.trial_dir = trial_dir
         trial.attempt_started = now
         trial.attempt_row = self.store.new_attempt_id()
@@ -873,30 +887,11 @@ class Engine:
             trial.failure = FailureClass.PREPARE_ERROR
             trial.message = f"{type(exc).__name__}: {exc}"
             return False
-        avoid = self._avoid | trial.failed_nodes
-        if avoid:
-            spec = dataclasses.replace(spec, avoid_nodes=tuple(sorted(avoid)))
-        resumed = (trial.trial_dir / "checkpoint" / CHECKPOINT_MARK).exists()
         cause = trial.failure.value if trial.failure else status.state.value
-        trial.spec = spec
-        trial.attempt = attempt
-        trial.attempt_row = self.store.new_attempt_id()
-        trial.attempt_started = now
-        trial.job_id = None
-        trial.job_id_recorded = False
-        trial.status = TrialStatus.RUNNING
-        trial.failure = None
-        trial.message = None
-        self._batch.attempts.append((
-            trial.attempt_row, trial.row_id, attempt, type(self.backend).name, None,
-            "submitting", now, int(resumed),
-        ))
-        self._event(trial.row_id, "retry", {
-            "trial": trial.number, "attempt": attempt, "after": status.state.value,
-            "class": cause, "node": status.node, "resumed": resumed,
-        })
+        self._queue_attempt(
+            trial, spec, now, after=status.state.value, cause=cause, node=status.node
+        )
         self.stats.retries += 1
-        self._retries.append(trial)
         return True
 
     def _note_interruption(self, trial: _Trial, status: JobStatus, now: float) -> None:

@@ -7,7 +7,7 @@ Values are coerced to the parameter's declared type before anything else sees th
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
@@ -346,7 +346,3 @@ def _parse_param(name: str, spec: Any, source: str) -> Parameter:
         raise ConfigError(f"{where}.low: a log-scaled range needs low > 0, got {low!r}")
     return FloatRange(name, float(low), float(high), log, None if fstep is None else float(fstep))
 
-
-def grid_values(param: Parameter, points: int) -> Sequence[Value]:
-    """The values a grid visits for *param* (see :meth:`FloatRange.values`)."""
-    return param.values(points)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from dse._errors import ConfigError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Sequence
 
 SCHEMA_VERSION = 3
 DB_NAME = "dse.sqlite"
@@ -360,18 +360,13 @@ class Store:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def reusable(self, hashes: Sequence[str] | None = None) -> Iterator[sqlite3.Row]:
+    def reusable(self) -> list[sqlite3.Row]:
         """Finished, reusable trials (completed or failed) of the whole workspace."""
-        self._db.row_factory = sqlite3.Row
-        try:
-            rows = self._db.execute(
-                "SELECT id, number, campaign_id, config_hash, status, failure, message, metrics,"
-                " score FROM trials WHERE status IN ('completed', 'failed') AND cache_of IS NULL"
-                " ORDER BY id"
-            ).fetchall()
-        finally:
-            self._db.row_factory = None
-        yield from rows
+        return self.query(
+            "SELECT id, number, campaign_id, config_hash, status, failure, message, metrics,"
+            " score FROM trials WHERE status IN ('completed', 'failed') AND cache_of IS NULL"
+            " ORDER BY id"
+        )
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Run a read-only query; rows are addressable by column name."""

@@ -93,9 +93,6 @@ class ProbeCluster:
     """Jobs submitted and not yet ended."""
     _counter: int = 0
 
-    def running(self) -> int:
-        return self.live
-
 
 class ProbeBackend(Backend):
     """In-memory backend for tests and benchmarks (see the module docstring)."""
@@ -154,7 +151,7 @@ class ProbeBackend(Backend):
             ids.append(job_id)
         cluster.live += len(jobs)
         cluster.batches.append([spec.trial_id for spec in jobs])
-        cluster.running_peak = max(cluster.running_peak, cluster.running())
+        cluster.running_peak = max(cluster.running_peak, cluster.live)
         return ids
 
     def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:

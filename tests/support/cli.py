@@ -1,0 +1,67 @@
+"""Running the `dse` command as a user does: a real subprocess, with a throwaway agent plugin.
+
+The plugin registers the agent ``list``, which proposes the ``points`` of its
+``[agent.list]`` table in order (forever, with ``repeat = true``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PLUGIN_MODULE = "cli_plugin"
+PLUGIN = '''
+from __future__ import annotations
+import dse
+from dse.testing import ScriptedAgent
+
+
+class ListAgent(ScriptedAgent):
+    name = "list"
+    version = "1"
+
+    def __init__(self, space, *, seed=0, points=(), repeat=False):
+        import itertools
+        points = [dict(p) for p in points]
+        super().__init__(itertools.cycle(points) if repeat else points)
+
+
+@dse.hookimpl
+def dse_register_agents():
+    return [ListAgent]
+'''
+
+
+def write_plugin(project: Path) -> Path:
+    """Put the plugin module in *project* (found through ``DSE_PLUGINS``); return *project*."""
+    (project / f"{PLUGIN_MODULE}.py").write_text(PLUGIN)
+    return project
+
+
+def dse_env(project: Path) -> dict[str, str]:
+    """The environment of a `dse` run in *project*: the plugin loaded, no debug tracebacks."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(project), env.get("PYTHONPATH", "")])
+    env["DSE_PLUGINS"] = PLUGIN_MODULE
+    env.pop("DSE_DEBUG", None)
+    return env
+
+
+def run_dse(project: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run `dse ARGS` in *project* to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "dse", *args],
+        cwd=project, env=dse_env(project), capture_output=True, text=True, timeout=timeout,
+        check=False,
+    )
+
+
+def start_dse(project: Path, *args: str) -> subprocess.Popen[str]:
+    """Start `dse ARGS` in *project*, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "dse", *args],
+        cwd=project, env=dse_env(project), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
