@@ -201,7 +201,7 @@ def test_minimal_script_omits_unset_options():
     spec = JobSpec("a", 1, {}, Path("/a"), argv=("x",))
     text = render_array_script([spec], SlurmOptions(), job_name="j", comment="c",
                                manifest_path=Path("/d/m.jsonl"))
-    assert text.splitlines()[:10] == [
+    assert text.splitlines()[:11] == [
         "#!/bin/bash",
         "#SBATCH --array=0-0",
         "#SBATCH --job-name=j",
@@ -209,6 +209,7 @@ def test_minimal_script_omits_unset_options():
         "#SBATCH --nodes=1",
         "#SBATCH --ntasks=1",
         "#SBATCH --cpus-per-task=1",
+        "#SBATCH --no-requeue",
         "#SBATCH --open-mode=append",
         "#SBATCH --output=/d/%A_%a.out",
         "#SBATCH --error=/d/%A_%a.err",

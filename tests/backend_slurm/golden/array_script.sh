@@ -15,6 +15,7 @@
 #SBATCH --exclusive
 #SBATCH --exclude=n1,n2
 #SBATCH --signal=B:USR1@120
+#SBATCH --no-requeue
 #SBATCH --open-mode=append
 #SBATCH '--output=/scratch/my campaign/.dse/slurm/%A_%a.out'
 #SBATCH '--error=/scratch/my campaign/.dse/slurm/%A_%a.err'
@@ -46,6 +47,8 @@ for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
     os.close(out)
 env = dict(os.environ)
 env.update(job["env"])
+if job.get("path"):
+    env["PATH"] = os.pathsep.join(job["path"] + [env.get("PATH", "")])
 try:
     os.chdir(job["cwd"])
     os.execvpe(job["argv"][0], job["argv"], env)

@@ -1,10 +1,12 @@
-"""Slurm backend for dse — pure pieces so far (scripts, manifests, state parsing).
+"""Slurm backend for dse (``backend = "slurm"``): job arrays, batched polling, state mapping.
 
-Not registered as a backend until it works (see the issues); nothing here calls Slurm.
+:class:`SlurmBackend` is registered through the ``dse`` entry point; the pure pieces (batch
+scripts, manifests, ``squeue``/``sacct`` parsing) are public for tests and other tools.
 """
 
 from __future__ import annotations
 
+from dse_slurm._backend import SlurmBackend, SlurmCommandError, usage_from_sacct
 from dse_slurm._script import (
     LAUNCHER,
     SlurmOptions,
@@ -34,6 +36,8 @@ __all__ = [
     "SACCT_ARGS",
     "SQUEUE_ARGS",
     "SacctRow",
+    "SlurmBackend",
+    "SlurmCommandError",
     "SlurmOptions",
     "SqueueRow",
     "__version__",
@@ -49,4 +53,5 @@ __all__ = [
     "sbatch_argv",
     "slurm_time",
     "to_job_state",
+    "usage_from_sacct",
 ]

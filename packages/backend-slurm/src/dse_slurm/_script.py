@@ -73,6 +73,8 @@ for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
     os.close(out)
 env = dict(os.environ)
 env.update(job["env"])
+if job.get("path"):
+    env["PATH"] = os.pathsep.join(job["path"] + [env.get("PATH", "")])
 try:
     os.chdir(job["cwd"])
     os.execvpe(job["argv"][0], job["argv"], env)
@@ -205,9 +207,10 @@ def _command(spec: JobSpec) -> list[str]:
     return ["/bin/sh", "-c", spec.argv[0], "dse-trial"] if spec.shell else list(spec.argv)
 
 
-def manifest_entry(spec: JobSpec) -> str:
+def manifest_entry(spec: JobSpec, path: Sequence[str] = ()) -> str:
     """One manifest line (without its newline): a JSON object, ASCII-only, so no value can
-    break the line."""
+    break the line. *path*: directories put first on the trial's ``PATH`` (after the setup
+    lines ran)."""
     entry = {
         "trial_id": spec.trial_id,
         "attempt": spec.attempt,
@@ -216,13 +219,15 @@ def manifest_entry(spec: JobSpec) -> str:
         "argv": _command(spec),
         "env": dict(spec.env),
     }
+    if path:
+        entry["path"] = list(path)
     return json.dumps(entry, ensure_ascii=True, sort_keys=True)
 
 
-def render_manifest(specs: Sequence[JobSpec]) -> str:
+def render_manifest(specs: Sequence[JobSpec], path: Sequence[str] = ()) -> str:
     """The manifest of one array: line *i* + 1 is task *i*. Raises :class:`ValueError` for a
     spec without a command (the backend reports those as INVALID before rendering)."""
-    return "".join(manifest_entry(spec) + "\n" for spec in specs)
+    return "".join(manifest_entry(spec, path) + "\n" for spec in specs)
 
 
 def _directive(option: str) -> str:
@@ -245,7 +250,9 @@ def render_array_script(
     the batch, omitted when a spec has none. GPUs are asked for with ``--gres=gpu:N`` rather
     than ``--gpus``: it works with every select plugin, ``--gpus`` only with cons_tres.
     Slurm's own logs go to ``<log_dir>/%A_%a.out``/``.err`` (default: the manifest's
-    directory). :class:`~dse.ConfigError` when a value cannot be written safely.
+    directory). Slurm's own requeue is off (``--no-requeue``): an interrupted attempt ends,
+    and dse retries it visibly as a new attempt. :class:`~dse.ConfigError` when a value
+    cannot be written safely.
     """
     if not specs:
         msg = "an array needs at least one job"
@@ -294,6 +301,7 @@ def render_array_script(
     if options.signal_lead_s is not None:
         sbatch.append(f"--signal=B:USR1@{options.signal_lead_s}")
     sbatch += [
+        "--no-requeue",
         "--open-mode=append",
         f"--output={_check_value('log_dir', str(logs))}/%A_%a.out",
         f"--error={logs}/%A_%a.err",

@@ -53,6 +53,13 @@ class Backend(ABC):
         """Consecutive passes whose query failed."""
         self.wait_on_shutdown = True
         """Whether :meth:`shutdown` waits for cancelled jobs to end."""
+        self.commands: dict[str, int] = {}
+        """Commands issued to the system behind the backend (``sbatch``, ``squeue``...), by
+        name, since the backend was made (see :meth:`count_command`)."""
+        self.last_pass_commands: dict[str, int] = {}
+        """Commands issued between the previous :meth:`poll` and the end of the last one
+        (a pass's submissions, cancels and queries); empty for backends that issue none."""
+        self._commands_at_poll: dict[str, int] = {}
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, source: str = "<campaign>") -> Self:
@@ -94,17 +101,33 @@ class Backend(ABC):
             self._outstanding[job_id] = JobState.PENDING
         return ids
 
+    def count_command(self, name: str) -> None:
+        """Note one command issued to the system (one ``squeue`` call, one ``sbatch``)."""
+        self.commands[name] = self.commands.get(name, 0) + 1
+
     def poll(self) -> list[JobStatus]:
         """One pass over every outstanding job; return the statuses that changed."""
+        try:
+            return self._poll_once()
+        finally:
+            self.last_pass_commands = {
+                name: count - self._commands_at_poll.get(name, 0)
+                for name, count in self.commands.items()
+                if count != self._commands_at_poll.get(name, 0)
+            }
+            self._commands_at_poll = dict(self.commands)
+
+    def _poll_once(self) -> list[JobStatus]:
         changed = self._deferred
         self._deferred = []
         if not self._outstanding:
             return changed
         try:
             statuses = self._poll(tuple(self._outstanding))
-        except Exception:
+        except Exception as exc:  # noqa: BLE001 - a failing query never fails a trial
             self.poll_failures += 1
-            log.exception("backend %s: poll failed (%d in a row)", self.name, self.poll_failures)
+            log.warning("backend %s: poll failed (%d in a row): %s", self.name,
+                        self.poll_failures, exc)
             return changed
         self.poll_failures = 0
         for job_id, status in statuses.items():

@@ -605,6 +605,10 @@ class Engine:
             self._wait()
             statuses = self.backend.poll()
             self.stats.passes += 1
+            if self.backend.last_pass_commands:
+                self._event(None, "backend_commands", {
+                    "pass": self.stats.passes, "commands": self.backend.last_pass_commands,
+                })
             changed = self._apply(statuses)
             self._poll_wait = (
                 self._poll_first if changed else min(self._poll_wait * 2, self._poll_max)
@@ -823,6 +827,8 @@ class Engine:
                 status.node, status.reason, status.peak_rss_kb, status.started_at,
                 ended_at, self._work_lost(trial, status, ended_at), trial.attempt_row,
             ))
+            if status.usage:
+                batch.attempt_usage.append((dumps(dict(status.usage)), trial.attempt_row))
             if trial.status is TrialStatus.INTERRUPTED and self._stopping():
                 # Not retried while the campaign stops; a resumed run will run it again.
                 trial.message = f"{status.state.value} while the campaign was stopping"

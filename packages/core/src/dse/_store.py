@@ -24,7 +24,7 @@ from dse._errors import ConfigError, StoreError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DB_NAME = "dse.sqlite"
 JOURNAL_ENV = "DSE_SQLITE_JOURNAL"
 
@@ -87,6 +87,11 @@ def _journal_mode(path: Path) -> str:
         return wanted
     return "delete" if filesystem_type(path.parent) in NETWORK_FILESYSTEMS else "wal"
 
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    3: ("ALTER TABLE attempts ADD COLUMN usage TEXT",),
+}
+"""Statements that take a record from schema version *key* to *key* + 1."""
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
@@ -141,6 +146,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     peak_rss_kb INTEGER,
     resumed INTEGER NOT NULL DEFAULT 0,
     work_lost_s REAL,
+    usage TEXT,
     submitted_at REAL NOT NULL,
     started_at REAL,
     ended_at REAL,
@@ -180,6 +186,8 @@ class Batch:
     attempts: list[tuple[Any, ...]] = field(default_factory=list)
     attempt_updates: list[tuple[Any, ...]] = field(default_factory=list)
     attempt_ends: list[tuple[Any, ...]] = field(default_factory=list)
+    attempt_usage: list[tuple[Any, ...]] = field(default_factory=list)
+    """(usage JSON, attempt row): what the backend's accounting charged an attempt."""
     events: list[tuple[Any, ...]] = field(default_factory=list)
     campaign_updates: list[tuple[Any, ...]] = field(default_factory=list)
     agent_log: list[tuple[Any, ...]] = field(default_factory=list)
@@ -188,7 +196,8 @@ class Batch:
     def __bool__(self) -> bool:
         return bool(
             self.trials or self.trial_ends or self.attempts or self.attempt_updates
-            or self.attempt_ends or self.events or self.campaign_updates or self.agent_log
+            or self.attempt_ends or self.attempt_usage or self.events
+            or self.campaign_updates or self.agent_log
         )
 
 
@@ -229,7 +238,9 @@ class Store:
         except sqlite3.OperationalError:
             row = None
         if row is not None:
-            if int(row[0]) != SCHEMA_VERSION:
+            if int(row[0]) in _MIGRATIONS:
+                self._migrate(int(row[0]))
+            elif int(row[0]) != SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path}: schema version {row[0]}, this dse reads {SCHEMA_VERSION}"
                 )
@@ -242,6 +253,17 @@ class Store:
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
             (str(SCHEMA_VERSION),),
         )
+        db.execute("COMMIT")
+
+    def _migrate(self, version: int) -> None:
+        """Bring a record written by an older dse up to :data:`SCHEMA_VERSION`, in place."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        while version != SCHEMA_VERSION:
+            for statement in _MIGRATIONS[version]:
+                db.execute(statement)
+            version += 1
+        db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(version),))
         db.execute("COMMIT")
 
     def _max_id(self, table: str) -> int:
@@ -321,6 +343,8 @@ class Store:
                     " work_lost_s=? WHERE id=?",
                     batch.attempt_ends,
                 )
+            if batch.attempt_usage:
+                db.executemany("UPDATE attempts SET usage=? WHERE id=?", batch.attempt_usage)
             if batch.trial_ends:
                 db.executemany(
                     "UPDATE trials SET status=?, failure=?, message=?, metrics=?, score=?,"
@@ -354,6 +378,7 @@ class Store:
         batch.attempts.clear()
         batch.attempt_updates.clear()
         batch.attempt_ends.clear()
+        batch.attempt_usage.clear()
         batch.events.clear()
         batch.campaign_updates.clear()
         batch.agent_log.clear()

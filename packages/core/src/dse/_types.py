@@ -145,6 +145,10 @@ class JobStatus:
     """A result document delivered in-band (the probe); ``None`` means read ``result.json``."""
     peak_rss_kb: int | None = None
     """Largest resident set size of the attempt's processes, in KiB, when known."""
+    usage: Mapping[str, float] | None = None
+    """What the backend's accounting charged the attempt, when it keeps one: ``elapsed_s``,
+    ``cpus``, ``gpus``, ``nodes``, ``mem_mb``, ``billing`` (Slurm's AllocTRES and ElapsedRaw).
+    Recorded with the attempt as the input of the budget ledger."""
 
 
 class TrialStatus(enum.Enum):
