@@ -15,7 +15,7 @@ TEST_DEPS = ["pytest>=8", "pytest-xdist>=3"]
 def tests(session: nox.Session) -> None:
     """Run every package's tests in parallel with all four distributions installed."""
     session.install(*TEST_DEPS, *(f"-e{p}" for p in PACKAGES))
-    session.run("pytest", "-n", "auto", *session.posargs)
+    session.run("pytest", "-n", "auto", "--dist", "loadgroup", *session.posargs)
 
 
 @nox.session(python="3.11")

@@ -7,7 +7,6 @@ skip, saying why (and ``tests/conftest.py`` turns that skip into a failure in CI
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +27,8 @@ from dse_slurm import (
     to_job_state,
 )
 
+pytestmark = pytest.mark.xdist_group("slurm")
+
 HOSTILE = "$(touch pwned); rm -rf x"
 WORKLOAD = (
     "import json, os, socket, sys; print(json.dumps({'argv': sys.argv[1:],"
@@ -41,25 +42,6 @@ def run(argv: list[str], timeout: float = 30) -> str:
     if proc.returncode != 0:
         pytest.fail(f"{argv[0]} failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc.stdout
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster() -> str:
-    """The cluster's node list, once it answers; skips (with the reason) where there is none."""
-    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
-        pytest.skip("no Slurm here: start one with `bash scripts/slurm-local.sh start`")
-    try:
-        proc = subprocess.run(["sinfo", "--noheader", "--format=%n %t"], capture_output=True,
-                              text=True, timeout=15, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.skip("sinfo did not answer within 15 s: is slurmctld running?")
-    if proc.returncode != 0:
-        pytest.skip(f"no Slurm cluster answers: {proc.stderr.strip()}")
-    usable = sorted({line.split()[0] for line in proc.stdout.splitlines()
-                     if line.split()[1] in ("idle", "mix", "alloc")})
-    if not usable:
-        pytest.skip(f"no usable node: {proc.stdout.strip()}")
-    return ",".join(usable)
 
 
 def wait_for_ends(

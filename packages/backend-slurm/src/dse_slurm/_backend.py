@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
 
 from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, parse_duration
 from dse_slurm._script import (
@@ -85,9 +85,11 @@ _REFUSED = (
     "unrecognized option",
     "invalid option",
 )
+_ALLOCATION_KEYS = ("allocation_nodes", "allocation_time", "allocation_cpus")
 _OPTION_KEYS = frozenset({
     "partition", "account", "qos", "constraint", "exclusive", "extra_sbatch", "setup",
     "signal_lead", "array_throttle", "python", "sacct_lag", "command_timeout",
+    "mode", *_ALLOCATION_KEYS,
 })
 
 
@@ -155,7 +157,7 @@ class SlurmBackend(Backend):
     ``signal_lead`` (a duration: ``SIGUSR1`` that long before the time limit; default: from
     the campaign's ``checkpoint_every``), ``array_throttle`` (``%P`` on every array),
     ``python`` (interpreter on the nodes, default ``python3``), ``sacct_lag`` (how long sacct
-    may lag behind squeue, default 30 s) and ``command_timeout`` (default 30 s).
+    may lag behind squeue, default 20 s) and ``command_timeout`` (default 30 s).
 
     The trial directories must be on a filesystem the compute nodes share with the
     controller: the manifest, the logs, ``result.json`` and checkpoints live there. As with
@@ -172,7 +174,7 @@ class SlurmBackend(Backend):
         self,
         *,
         options: SlurmOptions | None = None,
-        sacct_lag: float = 30.0,
+        sacct_lag: float = 20.0,
         command_timeout: float = 30.0,
     ) -> None:
         super().__init__()
@@ -184,6 +186,7 @@ class SlurmBackend(Backend):
         self._finals: dict[str, JobStatus] = {}
         self._leaving: dict[str, _Leaving] = {}
         self._last_rows: dict[str, SqueueRow] = {}
+        self._cancelled: set[str] = set()
         self._invalid = 0
         self._lookups: dict[str, str | None] = {}
         self._bin_dir = os.path.dirname(sys.executable)
@@ -223,7 +226,19 @@ class SlurmBackend(Backend):
             key: parse_duration(options[key], f"{where}.{key}")
             for key in ("sacct_lag", "command_timeout") if key in options
         }
+        mode = options.get("mode", "jobs")
+        if mode not in ("jobs", "allocation"):
+            raise ConfigError(f'{where}.mode: expected "jobs" or "allocation" (got {mode!r})')
+        allocation = {key: options[key] for key in _ALLOCATION_KEYS if key in options}
+        if allocation and mode != "allocation":
+            raise ConfigError(f'{where}: {sorted(allocation)} need mode = "allocation"')
         try:
+            if mode == "allocation":
+                from dse_slurm._allocation import SlurmAllocationBackend
+
+                return cast("Self", SlurmAllocationBackend.with_options(
+                    SlurmOptions(**values), allocation, where=where, **timing,
+                ))
             return cls(options=SlurmOptions(**values), **timing)
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
@@ -391,15 +406,20 @@ class SlurmBackend(Backend):
             if _INVALID_JOB_ID in proc.stderr:
                 return {}  # every job asked for is gone from the controller
             raise SlurmCommandError(self._failure(proc))
-        return parse_squeue(proc.stdout)
+        return _single_tasks(parse_squeue(proc.stdout))
 
     def _collect_ends(self, now: float) -> dict[str, JobStatus]:
         out: dict[str, JobStatus] = {}
         rows: dict[str, SacctRow] = {}
         if self.accounting:
-            proc = self._run([*SACCT_ARGS, f"--jobs={','.join(self._leaving)}"])
+            # A task that never ran has no row of its own in sacct, only the array's range
+            # row (``123_[4-9]``, expanded by parse_sacct): ask for its array as well.
+            asked = list(self._leaving) + sorted({
+                _array_of(j) for j, leaving in self._leaving.items() if not _ran(leaving.row)
+            })
+            proc = self._run([*SACCT_ARGS, f"--jobs={','.join(asked)}"])
             if proc.returncode == 0:
-                rows = parse_sacct(proc.stdout)
+                rows = _single_tasks(parse_sacct(proc.stdout))
             elif "accounting storage is disabled" in proc.stderr.lower():
                 log.warning("Slurm accounting is disabled: ends come from squeue alone"
                             " (no exit codes, no cost)")
@@ -408,12 +428,17 @@ class SlurmBackend(Backend):
                 raise SlurmCommandError(self._failure(proc))
         for job_id, leaving in list(self._leaving.items()):
             status = self._end_from_sacct(job_id, rows.get(job_id))
-            if status is None and (not self.accounting or now - leaving.since > self.sacct_lag):
+            if status is None and job_id in self._cancelled and not _ran(leaving.row):
+                # Cancelled while pending: Slurm drops such an array task without a trace.
+                status = JobStatus(job_id, JobState.CANCELLED,
+                                   reason="cancelled by dse before it started")
+            if status is None and (not self.accounting or now - leaving.since >= self.sacct_lag):
                 status = self._end_from_squeue(job_id, leaving.row)
             if status is not None:
                 out[job_id] = status
                 del self._leaving[job_id]
                 self._last_rows.pop(job_id, None)
+                self._cancelled.discard(job_id)
         return out
 
     def _end_from_sacct(self, job_id: str, row: SacctRow | None) -> JobStatus | None:
@@ -451,6 +476,7 @@ class SlurmBackend(Backend):
         slurm_ids = [j for j in job_ids if j not in self._finals]
         if not slurm_ids:
             return
+        self._cancelled.update(slurm_ids)
         try:
             proc = self._run(["scancel", *slurm_ids])
         except SlurmCommandError as exc:
@@ -466,6 +492,23 @@ class SlurmBackend(Backend):
                 self._finals[job_id] = JobStatus(
                     job_id, JobState.LOST, reason="not a Slurm job id", ambiguous=True,
                 )
+
+
+_Row = TypeVar("_Row", SqueueRow, SacctRow)
+
+
+def _single_tasks(rows: dict[str, _Row]) -> dict[str, _Row]:
+    """Key the row of a one-task array that never ran under its task id as well: Slurm
+    shows such a task as the bare array id (``123``, not ``123_0``)."""
+    arrays = {job_id.split("_", 1)[0] for job_id in rows if "_" in job_id}
+    for job_id in [j for j in rows if "_" not in j and j not in arrays]:
+        rows.setdefault(f"{job_id}_0", rows[job_id])
+    return rows
+
+
+def _ran(row: SqueueRow | None) -> bool:
+    """Whether squeue ever showed the job on a node (a task cancelled while pending has none)."""
+    return row is not None and row.nodes is not None
 
 
 def _reason(

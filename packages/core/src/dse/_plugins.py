@@ -153,8 +153,21 @@ class PluginManager:
         if name not in registry:
             installed = ", ".join(sorted(registry)) or "none"
             msg = f"unknown {kind} {name!r}; installed {kind}s: {installed}"
+            home = _DISTRIBUTIONS.get((kind, name))
+            if home is not None:
+                msg += f" ({name!r} comes with {home}: pip install {home})"
             raise PluginError(msg)
         return registry[name].cls
+
+
+_DISTRIBUTIONS = {
+    ("agent", "grid"): "dse-agents",
+    ("agent", "random"): "dse-agents",
+    ("agent", "bayesian"): "dse-agents",
+    ("backend", "local"): "dse-backend-local",
+    ("backend", "slurm"): "dse-backend-slurm",
+}
+"""Where the plugins of the dse project live, named when one is asked for but missing."""
 
 
 def _core_version() -> str:

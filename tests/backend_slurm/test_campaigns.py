@@ -1,0 +1,308 @@
+"""Whole campaigns on the real local Slurm cluster, driven by `dse run` as a user runs it.
+
+Each trial runs ``work.py``, which appends one line per run to ``runs.log`` in its trial
+directory (attempt and node), so a test checks what ran, not what the engine believes ran.
+These tests take nodes down and preempt jobs, so they run one after another
+(``xdist_group("slurm")``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.cli import run_dse, start_dse, write_plugin
+from support.slurm import (
+    attempts_by_trial,
+    pass_commands,
+    queued_jobs,
+    resume_node,
+    run,
+    trials,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.xdist_group("slurm"), pytest.mark.usefixtures("slurm_cluster")]
+
+WORK = r"""
+import os, socket, sys, time
+from dse import trial
+
+p = trial.params()
+with open(os.path.join(os.environ["DSE_CHECKPOINT_DIR"], "runs.log"), "a") as log:
+    log.write("%s %s\n" % (os.environ["DSE_ATTEMPT"], os.environ.get("SLURMD_NODENAME")))
+mode = p["mode"]
+if mode == "exit3":
+    sys.exit(3)
+if mode == "oom":
+    hog = b"x" * (1200 << 20)
+    time.sleep(30)
+time.sleep(p["seconds"])
+trial.report({"value": p["i"] * 1.5}, complete=True)
+"""
+
+CAMPAIGN = """
+[campaign]
+name = "{name}"
+agent = "list"
+backend = "slurm"
+mode = "{mode}"
+max_parallelism = {parallelism}
+poll_interval = ["0.3s", "1s"]
+
+[agent.list]
+points = [{points}]
+
+[environment]
+command = ["python", "work.py"]
+time_limit = "{time_limit}"
+memory_mb = 300
+
+[backend.slurm]
+partition = "batch"
+
+[[objectives]]
+metric = "value"
+
+[space]
+mode = ["ok", "exit3", "oom"]
+i = {{ type = "int", low = 0, high = 1000 }}
+seconds = {{ type = "float", low = 0, high = 600 }}
+"""
+
+
+def project_with(
+    tmp_path: Path, name: str, points: list[dict[str, object]], *, parallelism: int,
+    mode: str = "waves", time_limit: str = "2m",
+) -> Path:
+    """A project whose campaign *name* runs *points*; its Slurm jobs are named
+    ``dse.<name>-1.<token>`` (see :func:`prefix`)."""
+    write_plugin(tmp_path)
+    (tmp_path / "work.py").write_text(WORK)
+    inline = ", ".join(
+        "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in point.items()) + "}"
+        for point in points
+    )
+    (tmp_path / "campaign.toml").write_text(CAMPAIGN.format(
+        name=name, mode=mode, parallelism=parallelism, points=inline, time_limit=time_limit,
+    ))
+    return tmp_path
+
+
+def unique(name: str) -> str:
+    """*name* made unique to this test run, so leftovers of an earlier run never match."""
+    return f"{name}{secrets.token_hex(3)}"
+
+
+def prefix(name: str) -> str:
+    """The start of the Slurm job names of the first run of campaign *name*."""
+    return f"dse.{name}-1."
+
+
+def sleepers(count: int, seconds: float) -> list[dict[str, object]]:
+    return [{"mode": "ok", "i": i, "seconds": seconds} for i in range(count)]
+
+
+def runs_of(project: Path) -> dict[int, list[str]]:
+    """Trial number → the lines its workload wrote (one per run that started)."""
+    out = {}
+    for number, row in trials(project).items():
+        log = Path(row["trial_dir"]) / "checkpoint" / "runs.log"
+        out[number] = log.read_text().splitlines() if log.exists() else []
+    return out
+
+
+def stop(dse: subprocess.Popen[str]) -> None:
+    """Kill the controller if a test failed while it ran, and close its pipes."""
+    if dse.poll() is None:
+        dse.kill()
+    dse.communicate(timeout=30)
+
+
+def running_jobs(prefix: str, node: str | None = None) -> int:
+    """How many jobs named *prefix*... run (on *node*, if given)."""
+    out = run(["squeue", "--noheader", "--states=RUNNING", "--format=%j %N"])
+    rows = [line.split() for line in out.splitlines() if len(line.split()) == 2]
+    return sum(1 for name, where in rows
+               if name.startswith(prefix) and node in (None, where))
+
+
+def test_27_trials_at_p9_go_out_as_arrays_and_run_on_all_three_nodes(tmp_path):
+    project = project_with(tmp_path, "arrays", sleepers(27, 1.0), parallelism=9)
+
+    proc = run_dse(project, "run", "campaign.toml", timeout=240)
+
+    assert proc.returncode == 0, proc.stderr
+    rows = trials(project)
+    assert len(rows) == 27
+    assert {row["status"] for row in rows.values()} == {"completed"}
+    assert sorted(row["score"] for row in rows.values()) == [i * 1.5 for i in range(27)]
+    attempts = attempts_by_trial(project)
+    assert all(len(a) == 1 for a in attempts.values())
+    assert {a[0]["node"] for a in attempts.values()} == {"n1", "n2", "n3"}
+    # One array per wave: 27 trials in waves of 9 → three arrays, each task's id <array>_<i>.
+    arrays = {a[0]["job_id"].split("_")[0] for a in attempts.values()}
+    assert len(arrays) == 3
+    passes = pass_commands(project)
+    assert sum(p.get("sbatch", 0) for p in passes) == 3
+    assert max(p.get("squeue", 0) for p in passes) == 1
+    assert max(p.get("sacct", 0) for p in passes) == 1
+    # The accounting inputs of the budget ledger are recorded with every attempt.
+    for attempt in attempts.values():
+        usage = json.loads(attempt[0]["usage"])
+        assert usage["cpus"] == 1.0
+        assert usage["elapsed_s"] >= 1.0
+
+
+def test_exit_out_of_memory_and_timeout_end_as_slurm_says(tmp_path):
+    points = [
+        {"mode": "ok", "i": 1, "seconds": 0.0},
+        {"mode": "exit3", "i": 2, "seconds": 0.0},
+        {"mode": "oom", "i": 3, "seconds": 0.0},
+        {"mode": "ok", "i": 4, "seconds": 300.0},
+    ]
+    project = project_with(tmp_path, "ends", points, parallelism=4, time_limit="1m")
+
+    proc = run_dse(project, "run", "campaign.toml", timeout=240)
+
+    assert proc.returncode == 0, proc.stderr
+    rows = trials(project)
+    outcome = {n: (r["status"], r["failure"]) for n, r in rows.items()}
+    assert outcome == {
+        1: ("completed", None),
+        2: ("failed", "nonzero_exit"),
+        3: ("failed", "out_of_memory"),
+        4: ("budget_exhausted", "time_limit"),
+    }
+    attempts = attempts_by_trial(project)
+    # Reproducible failures are results about the design: never retried.
+    assert {n: [a["state"] for a in attempts[n]] for n in rows} == {
+        1: ["succeeded"], 2: ["failed"], 3: ["out_of_memory"], 4: ["timeout"],
+    }
+    assert attempts[2][0]["exit_code"] == 3
+
+
+def test_preempted_trials_are_retried_as_new_attempts_and_complete(tmp_path):
+    name = unique("preempt")
+    project = project_with(tmp_path, name, sleepers(6, 15.0), parallelism=6)
+    dse = start_dse(project, "run", "campaign.toml")
+    urgent = None
+    try:
+        wait_until(lambda: running_jobs(prefix(name), "n1"), 60, "a trial running on n1")
+        # Two CPUs on n1 for the preempting partition: both trials there are preempted.
+        urgent = run(["sbatch", "--parsable", "--partition=urgent", "--nodes=1",
+                      "--ntasks=2", "--nodelist=n1", "--job-name=urgent-work",
+                      "--wrap=sleep 3"]).strip()
+        _, err = dse.communicate(timeout=240)
+    finally:
+        stop(dse)
+        if urgent:
+            subprocess.run(["scancel", urgent], check=False)
+    assert dse.returncode == 0, err
+    rows = trials(project)
+    assert {row["status"] for row in rows.values()} == {"completed"}
+    attempts = attempts_by_trial(project)
+    preempted = {n: a for n, a in attempts.items() if a[0]["state"] == "preempted"}
+    assert preempted, {n: [x["state"] for x in a] for n, a in attempts.items()}
+    for number, tries in preempted.items():
+        assert [a["state"] for a in tries] == ["preempted", "succeeded"]
+        assert tries[0]["node"] == "n1"
+        assert tries[1]["node"] != "n1"  # the node that interrupted it is avoided
+        assert runs_of(project)[number] == [f"1 {tries[0]['node']}", f"2 {tries[1]['node']}"]
+    others = [a for n, a in attempts.items() if n not in preempted]
+    assert len(others) == 6 - len(preempted)
+    assert all([x["state"] for x in a] == ["succeeded"] for a in others)
+
+
+def test_a_node_going_down_fails_its_attempts_which_are_retried_elsewhere(tmp_path):
+    name = unique("nodefail")
+    project = project_with(tmp_path, name, sleepers(6, 15.0), parallelism=6)
+    dse = start_dse(project, "run", "campaign.toml")
+    try:
+        wait_until(lambda: running_jobs(prefix(name), "n2"), 60, "a trial running on n2")
+        run(["scontrol", "update", "nodename=n2", "state=down", "reason=dse-test"])
+        _, err = dse.communicate(timeout=240)
+    finally:
+        stop(dse)
+        resume_node("n2")
+    assert dse.returncode == 0, err
+    rows = trials(project)
+    assert {row["status"] for row in rows.values()} == {"completed"}
+    attempts = attempts_by_trial(project)
+    failed = {n: a for n, a in attempts.items() if a[0]["state"] == "node_fail"}
+    assert failed, {n: [x["state"] for x in a] for n, a in attempts.items()}
+    for tries in failed.values():
+        assert [(a["state"], a["node"] == "n2") for a in tries] == [
+            ("node_fail", True), ("succeeded", False)
+        ]
+
+
+def test_cancel_leaves_no_job_of_the_campaign_in_the_queue(tmp_path):
+    name = unique("cancel")
+    project = project_with(tmp_path, name, sleepers(9, 120.0), parallelism=9)
+    dse = start_dse(project, "run", "campaign.toml")
+    try:
+        wait_until(lambda: running_jobs(prefix(name)) >= 1, 60, "running trials")
+        assert len(queued_jobs(prefix(name))) == 9
+        dse.send_signal(signal.SIGINT)
+        dse.communicate(timeout=60)
+    finally:
+        stop(dse)
+    assert queued_jobs(prefix(name)) == []
+    rows = trials(project)
+    assert {row["status"] for row in rows.values()} == {"cancelled"}
+    attempts = attempts_by_trial(project)
+    assert {a[-1]["state"] for a in attempts.values()} == {"cancelled"}
+
+
+def test_a_killed_controller_reattaches_on_restart_and_nothing_runs_twice(tmp_path):
+    name = unique("restart")
+    project = project_with(tmp_path, name, sleepers(6, 8.0), parallelism=6)
+    dse = start_dse(project, "run", "campaign.toml")
+    try:
+        wait_until(lambda: running_jobs(prefix(name)), 60, "a running trial")
+    finally:
+        stop(dse)  # SIGKILL: no cleanup, the jobs keep running
+    assert len(queued_jobs(prefix(name))) == 6
+
+    proc = run_dse(project, "run", "campaign.toml", timeout=180)
+
+    assert proc.returncode == 0, proc.stderr
+    rows = trials(project)
+    assert {row["status"] for row in rows.values()} == {"completed"}
+    attempts = attempts_by_trial(project)
+    assert all([a["state"] for a in tries] == ["succeeded"] for tries in attempts.values())
+    assert all(len(lines) == 1 for lines in runs_of(project).values()), runs_of(project)
+
+
+def test_with_only_dse_core_and_the_slurm_backend_a_missing_agent_says_what_to_install(
+    tmp_path,
+):
+    project = project_with(tmp_path, "noagents", sleepers(1, 0.0), parallelism=1)
+    text = (project / "campaign.toml").read_text().replace('agent = "list"', 'agent = "random"')
+    (project / "campaign.toml").write_text(text)
+    # What `pip install dse-core dse-backend-slurm` gives: core's probe and the Slurm backend.
+    env = dict(os.environ, DSE_DISABLE_PLUGIN_AUTOLOAD="1", DSE_PLUGINS="dse_slurm._plugin")
+
+    plugins = subprocess.run([sys.executable, "-m", "dse", "plugins"], cwd=project, env=env,
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    proc = subprocess.run([sys.executable, "-m", "dse", "run", "campaign.toml"], cwd=project,
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    assert "slurm" in plugins
+    assert "random" not in plugins
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line == (
+        "dse: error: campaign.toml: campaign.agent: unknown agent 'random';"
+        " installed agents: none"
+        " ('random' comes with dse-agents: pip install dse-agents)"
+    )

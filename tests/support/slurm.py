@@ -1,0 +1,126 @@
+"""The real local Slurm cluster for tests (``scripts/slurm-local.sh start`` brings it up).
+
+Tests that use it import :func:`slurm_cluster` as a fixture and carry
+``pytest.mark.xdist_group("slurm")``: they run one after another on one worker, because some
+take a node down or preempt, which would disturb another test's jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from dse_slurm import expand_job_ids
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+
+def run(argv: list[str], timeout: float = 30) -> str:
+    """Run a Slurm command; fail the test if it fails."""
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        pytest.fail(f"{argv[0]} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def node_states() -> dict[str, str]:
+    """Node → its sinfo state (``idle``, ``mix``, ``alloc``, ``down`` ...)."""
+    out = run(["sinfo", "--noheader", "--Node", "--format=%N %t"])
+    return dict(line.split()[:2] for line in out.splitlines() if line.strip())
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster() -> str:
+    """The cluster's usable nodes (comma-separated), once it answers; skips (saying why)
+    where there is none, and resumes nodes an earlier test left down."""
+    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
+        pytest.skip("no Slurm here: start one with `bash scripts/slurm-local.sh start`")
+    try:
+        proc = subprocess.run(["sinfo", "--noheader", "--Node", "--format=%N %t"],
+                              capture_output=True, text=True, timeout=15, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.skip("sinfo did not answer within 15 s: is slurmctld running?")
+    if proc.returncode != 0:
+        pytest.skip(f"no Slurm cluster answers: {proc.stderr.strip()}")
+    states = dict(line.split()[:2] for line in proc.stdout.splitlines() if line.strip())
+    for node, state in states.items():
+        if state.startswith(("down", "drain")):
+            resume_node(node)
+    usable = sorted(
+        n for n, s in node_states().items() if s.rstrip("*") in ("idle", "mix", "alloc")
+    )
+    if not usable:
+        pytest.skip(f"no usable node: {proc.stdout.strip()}")
+    return ",".join(usable)
+
+
+def resume_node(node: str) -> None:
+    """Bring *node* back after a test set it down; wait until it takes jobs."""
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"],
+                   capture_output=True, timeout=15, check=False)
+    wait_until(lambda: node_states().get(node, "").rstrip("*") in ("idle", "mix", "alloc"),
+               30, f"node {node} to come back")
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll *condition* until it is truthy; fail the test after *timeout* seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def queued_jobs(name_prefix: str) -> list[str]:
+    """Ids of jobs still queued or running whose name starts with *name_prefix*."""
+    out = run(["squeue", "--noheader", "--format=%i %j"])
+    return [job_id for line in out.splitlines()
+            if len(line.split()) == 2 and line.split()[1].startswith(name_prefix)
+            for job_id in expand_job_ids(line.split()[0])]
+
+
+def record(project: Path, sql: str, *args: Any) -> list[sqlite3.Row]:
+    """Rows of *sql* on the project's dse record (read-only)."""
+    db = sqlite3.connect(f"file:{project / '.dse' / 'dse.sqlite'}?mode=ro", uri=True)
+    db.row_factory = sqlite3.Row
+    try:
+        return list(db.execute(sql, args))
+    finally:
+        db.close()
+
+
+def attempts_by_trial(project: Path) -> dict[int, list[sqlite3.Row]]:
+    """Trial number → its attempts (in order) from the last run of the project."""
+    rows = record(project, """
+        SELECT t.number, a.* FROM attempts a JOIN trials t ON a.trial_id = t.id
+        WHERE t.campaign_id = (SELECT MAX(id) FROM campaigns) ORDER BY t.number, a.attempt
+    """)
+    out: dict[int, list[sqlite3.Row]] = {}
+    for row in rows:
+        out.setdefault(row["number"], []).append(row)
+    return out
+
+
+def trials(project: Path) -> dict[int, sqlite3.Row]:
+    """Trial number → its row, for the last run of the project."""
+    rows = record(project, "SELECT * FROM trials WHERE campaign_id = (SELECT MAX(id)"
+                  " FROM campaigns) ORDER BY number")
+    return {row["number"]: row for row in rows}
+
+
+def pass_commands(project: Path) -> list[dict[str, int]]:
+    """The Slurm commands of each polling pass of the last run, as the engine recorded them."""
+    rows = record(project, "SELECT data FROM events WHERE kind = 'backend_commands' AND"
+                  " campaign_id = (SELECT MAX(id) FROM campaigns) ORDER BY id")
+    return [json.loads(row["data"])["commands"] for row in rows]
