@@ -236,3 +236,27 @@ def test_the_trial_path_starts_with_the_controllers_python(
     SlurmBackend().submit([job(tmp_path, "a")])
     (manifest,) = (tmp_path / "run" / ".slurm").glob("*.jsonl")
     assert f'"path": ["{os.path.dirname(sys.executable)}"]' in manifest.read_text()
+
+
+@pytest.mark.parametrize(
+    ("every", "time_limit", "expected"),
+    [
+        ("120.0", 3600.0, "#SBATCH --signal=B:USR1@120"),  # one checkpoint cadence
+        ("5", 3600.0, "#SBATCH --signal=B:USR1@60"),  # never under Slurm's resolution
+        ("900", 600.0, "#SBATCH --signal=B:USR1@300"),  # never more than half the limit
+        (None, 3600.0, None),  # no cadence: no signal
+        ("120", None, None),  # no time limit: nothing to warn of
+    ],
+)
+def test_the_signal_lead_follows_the_checkpoint_cadence(
+    fake_bin: Path, tmp_path: Path, every: str | None, time_limit: float | None,
+    expected: str | None,
+) -> None:
+    fake_slurm(fake_bin, sbatch="echo 83")
+    env = {} if every is None else {"DSE_CHECKPOINT_EVERY": every}
+    spec = JobSpec("c-1-a", 1, {}, tmp_path / "run" / "a", argv=("true",), env=env,
+                   time_limit=time_limit)
+    SlurmBackend().submit([spec])
+    (script,) = (tmp_path / "run" / ".slurm").glob("*.sh")
+    signals = [line for line in script.read_text().splitlines() if "--signal" in line]
+    assert signals == ([] if expected is None else [expected])

@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -208,3 +209,41 @@ def test_the_file_system_of_the_repository_is_the_one_findmnt_names() -> None:
     ).stdout.strip()
     assert dse.filesystem_type(here) == expected
     assert expected not in _store.NETWORK_FILESYSTEMS
+
+
+def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "dse.sqlite"
+    store = dse.Store(path)
+    store.create_campaign(
+        name="old", source=None, spec={}, agent="none", backend="none", mode="waves",
+        max_parallelism=1, now=0.0,
+    )
+    store.close()
+    # What dse 0.1 with schema 3 wrote: no usage column on attempts.
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE attempts DROP COLUMN usage")
+    db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+
+    store = dse.Store(path)
+    try:
+        columns = {row["name"] for row in store.query("PRAGMA table_info(attempts)")}
+        version = store.query("SELECT value FROM meta WHERE key='schema_version'")[0]["value"]
+        names = [row["name"] for row in store.query("SELECT name FROM campaigns")]
+    finally:
+        store.close()
+    assert "usage" in columns
+    assert int(version) == _store.SCHEMA_VERSION
+    assert names == ["old"]
+
+
+def test_a_record_from_a_newer_dse_is_refused_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "dse.sqlite"
+    dse.Store(path).close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(dse.StoreError, match=r"schema version 99, this dse reads \d+"):
+        dse.Store(path)
