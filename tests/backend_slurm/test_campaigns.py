@@ -244,6 +244,27 @@ def test_a_node_going_down_fails_its_attempts_which_are_retried_elsewhere(tmp_pa
         ]
 
 
+def test_a_job_cancelled_by_someone_else_is_an_interruption_and_retried(tmp_path):
+    name = unique("outside")
+    project = project_with(tmp_path, name, sleepers(3, 6.0), parallelism=3)
+    dse = start_dse(project, "run", "campaign.toml")
+    try:
+        wait_until(lambda: running_jobs(prefix(name)), 60, "a running trial")
+        victim = sorted(queued_jobs(prefix(name)))[0]
+        run(["scancel", victim])  # an operator, not dse
+        _, err = dse.communicate(timeout=180)
+    finally:
+        stop(dse)
+    assert dse.returncode == 0, err
+    assert {row["status"] for row in trials(project).values()} == {"completed"}
+    attempts = attempts_by_trial(project)
+    (retried,) = [a for a in attempts.values() if len(a) > 1]
+    assert [(a["job_id"] == victim, a["state"]) for a in retried] == [
+        (True, "cancelled"), (False, "succeeded"),
+    ]
+    assert retried[0]["reason"] == "CANCELLED by uid 0"
+
+
 def test_cancel_leaves_no_job_of_the_campaign_in_the_queue(tmp_path):
     name = unique("cancel")
     project = project_with(tmp_path, name, sleepers(9, 120.0), parallelism=9)
