@@ -119,6 +119,12 @@ def runs_of(project: Path) -> dict[int, list[str]]:
     return out
 
 
+def started_on(project: Path, node: str) -> bool:
+    """Whether a trial's workload has started on *node* (it wrote its line in runs.log)."""
+    return any(f"1 {node}" in log.read_text()
+               for log in project.glob(".dse/*/run-*/*/checkpoint/runs.log"))
+
+
 def stop(dse: subprocess.Popen[str]) -> None:
     """Kill the controller if a test failed while it ran, and close its pipes."""
     if dse.poll() is None:
@@ -126,12 +132,10 @@ def stop(dse: subprocess.Popen[str]) -> None:
     dse.communicate(timeout=30)
 
 
-def running_jobs(prefix: str, node: str | None = None) -> int:
-    """How many jobs named *prefix*... run (on *node*, if given)."""
-    out = run(["squeue", "--noheader", "--states=RUNNING", "--format=%j %N"])
-    rows = [line.split() for line in out.splitlines() if len(line.split()) == 2]
-    return sum(1 for name, where in rows
-               if name.startswith(prefix) and node in (None, where))
+def running_jobs(prefix: str) -> int:
+    """How many jobs named *prefix*... run."""
+    out = run(["squeue", "--noheader", "--states=RUNNING", "--format=%j"])
+    return sum(1 for name in out.split() if name.startswith(prefix))
 
 
 def test_27_trials_at_p9_go_out_as_arrays_and_run_on_all_three_nodes(tmp_path):
@@ -195,10 +199,11 @@ def test_preempted_trials_are_retried_as_new_attempts_and_complete(tmp_path):
     dse = start_dse(project, "run", "campaign.toml")
     urgent = None
     try:
-        wait_until(lambda: running_jobs(prefix(name), "n1"), 60, "a trial running on n1")
+        wait_until(lambda: started_on(project, "n1"), 60, "a trial running on n1")
         # Two CPUs on n1 for the preempting partition: both trials there are preempted.
         urgent = run(["sbatch", "--parsable", "--partition=urgent", "--nodes=1",
                       "--ntasks=2", "--nodelist=n1", "--job-name=urgent-work",
+                      "--output=/dev/null",
                       "--wrap=sleep 3"]).strip()
         _, err = dse.communicate(timeout=240)
     finally:
@@ -226,7 +231,7 @@ def test_a_node_going_down_fails_its_attempts_which_are_retried_elsewhere(tmp_pa
     project = project_with(tmp_path, name, sleepers(6, 15.0), parallelism=6)
     dse = start_dse(project, "run", "campaign.toml")
     try:
-        wait_until(lambda: running_jobs(prefix(name), "n2"), 60, "a trial running on n2")
+        wait_until(lambda: started_on(project, "n2"), 60, "a trial running on n2")
         run(["scontrol", "update", "nodename=n2", "state=down", "reason=dse-test"])
         _, err = dse.communicate(timeout=240)
     finally:

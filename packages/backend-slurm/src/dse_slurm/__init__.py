@@ -1,11 +1,14 @@
 """Slurm backend for dse (``backend = "slurm"``): job arrays, batched polling, state mapping.
 
-:class:`SlurmBackend` is registered through the ``dse`` entry point; the pure pieces (batch
-scripts, manifests, ``squeue``/``sacct`` parsing) are public for tests and other tools.
+:class:`SlurmBackend` is registered through the ``dse`` entry point (``mode = "allocation"``
+makes it a :class:`SlurmAllocationBackend`: one pilot job, attempts as its steps); the pure
+pieces (batch scripts, manifests, ``squeue``/``sacct`` parsing) are public for tests and other
+tools.
 """
 
 from __future__ import annotations
 
+from dse_slurm._allocation import SlurmAllocationBackend, allocation_share, render_pilot_script
 from dse_slurm._backend import SlurmBackend, SlurmCommandError, usage_from_sacct
 from dse_slurm._script import (
     LAUNCHER,
@@ -36,11 +39,13 @@ __all__ = [
     "SACCT_ARGS",
     "SQUEUE_ARGS",
     "SacctRow",
+    "SlurmAllocationBackend",
     "SlurmBackend",
     "SlurmCommandError",
     "SlurmOptions",
     "SqueueRow",
     "__version__",
+    "allocation_share",
     "expand_job_ids",
     "group_for_arrays",
     "manifest_entry",
@@ -50,6 +55,7 @@ __all__ = [
     "parse_squeue",
     "render_array_script",
     "render_manifest",
+    "render_pilot_script",
     "sbatch_argv",
     "slurm_time",
     "to_job_state",

@@ -157,7 +157,9 @@ class SlurmBackend(Backend):
     ``signal_lead`` (a duration: ``SIGUSR1`` that long before the time limit; default: from
     the campaign's ``checkpoint_every``), ``array_throttle`` (``%P`` on every array),
     ``python`` (interpreter on the nodes, default ``python3``), ``sacct_lag`` (how long sacct
-    may lag behind squeue, default 20 s) and ``command_timeout`` (default 30 s).
+    may lag behind squeue, default 20 s) and ``command_timeout`` (default 30 s). With
+    ``mode = "allocation"`` (default ``"jobs"``) :meth:`from_options` returns a
+    :class:`~dse_slurm.SlurmAllocationBackend` instead: one pilot job, attempts as its steps.
 
     The trial directories must be on a filesystem the compute nodes share with the
     controller: the manifest, the logs, ``result.json`` and checkpoints live there. As with
@@ -169,6 +171,9 @@ class SlurmBackend(Backend):
     name: ClassVar[str] = "slurm"
     version: ClassVar[str] = "0.1.0"
     default_poll_interval: ClassVar[tuple[float, float]] = (2.0, 60.0)
+    overrun_s = 150.0
+    """Slurm checks time limits about every 30 s and waits KillWait (30 s by default) before
+    SIGKILL; 150 s covers both with a margin."""
 
     def __init__(
         self,

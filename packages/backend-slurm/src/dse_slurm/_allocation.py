@@ -1,0 +1,649 @@
+"""Allocation mode: one pilot job holds nodes, and attempts run inside it as job steps.
+
+For short trials the queue wait of one job per attempt dominates the compute. In allocation
+mode (``[backend.slurm] mode = "allocation"``) the campaign holds one allocation — a pilot job
+of ``allocation_nodes`` nodes for at most ``allocation_time`` — and the pilot
+(:mod:`dse_slurm._pilot`) starts each attempt as an ``srun`` step, packing them onto the
+allocation's CPUs. How it talks to Slurm:
+
+* **submit** — attempts wait in the backend until a pilot takes them. The first batch submits
+  the pilot (one ``sbatch``); every attempt is handed over as a task file in the pilot's
+  directory, ``<run_dir>/.slurm/<pilot name>/``, on the shared filesystem. No Slurm command is
+  issued per attempt by the controller.
+* **poll** — one ``squeue`` for the pilot job(s), plus reading the files the pilot and the steps
+  write (a step's start and node, its end). A pilot that ended (its time limit, preemption, a
+  node failure, a cancel from outside, vanished) ends every attempt that had started in it as
+  an interruption (PREEMPTED, NODE_FAIL, CANCELLED, or LOST when the cause is unknown), which
+  the engine retries; attempts it had not started yet wait for the next pilot. A new pilot is
+  submitted when attempts wait and no pilot takes them.
+* **time** — an attempt whose time limit ends after its pilot does is not started there: the
+  pilot declines it, stops taking new attempts, and the attempt waits for the next pilot (the
+  declining one is cancelled once its running attempts ended). An attempt whose time limit
+  exceeds ``allocation_time`` itself is INVALID.
+* **cancel** — a marker file per attempt; the pilot ends that step. ``shutdown`` cancels the
+  pilot (one ``scancel``) once nothing it runs is still wanted.
+
+Cost (:attr:`dse.JobStatus.usage` of each attempt): ``elapsed_s``, ``cpus`` and ``nodes`` (1)
+of its step, and its share of the allocation: while steps run, the allocation's CPUs are split
+among them by the CPUs each asked for, so an attempt running alone on a 6-CPU allocation is
+charged 6 CPU-seconds per second and one of three 2-CPU steps 2
+(``allocation_cpu_s``, and the same share of the allocation's node-seconds as
+``allocation_node_s``; :func:`allocation_share`). Time when no step runs (the pilot starting,
+gaps between batches, its end) is charged to no attempt. ``allocation_job`` is the pilot's
+Slurm job id, also named in the attempt's reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import math
+import secrets
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dse import ConfigError, JobSpec, JobState, JobStatus, parse_duration
+from dse_slurm._backend import (
+    _INVALID_JOB_ID,
+    _REFUSED,
+    _TERMINAL_WORDS,
+    SLURM_DIR,
+    SlurmBackend,
+    SlurmCommandError,
+    _signal_lead,
+    _write_atomic,
+)
+from dse_slurm._pilot import MARGIN_S, STEP_MARK
+from dse_slurm._script import (
+    LAUNCHER,
+    SlurmOptions,
+    _check_value,
+    _directive,
+    _extra_option,
+    manifest_entry,
+    parse_sbatch_output,
+    sbatch_argv,
+    slurm_time,
+)
+from dse_slurm._states import SQUEUE_ARGS, SqueueRow, parse_squeue
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+__all__ = ["SlurmAllocationBackend", "allocation_share", "render_pilot_script"]
+
+log = logging.getLogger("dse.slurm")
+
+PILOT_SOURCE = Path(__file__).with_name("_pilot.py")
+_ID_PREFIX = "alloc."
+_INTERRUPTIONS = {
+    "TIMEOUT": JobState.PREEMPTED,
+    "DEADLINE": JobState.PREEMPTED,
+    "PREEMPTED": JobState.PREEMPTED,
+    "NODE_FAIL": JobState.NODE_FAIL,
+    "BOOT_FAIL": JobState.BOOT_FAIL,
+    "CANCELLED": JobState.CANCELLED,
+}
+
+
+def allocation_share(
+    step: tuple[float, float, float],
+    steps: Iterable[tuple[float, float, float]],
+    allocation_cpus: float,
+) -> float:
+    """CPU-seconds of the allocation charged to *step*: ``(start, end, cpus)``.
+
+    *steps* are every step of the allocation (*step* among them; a step still running has the
+    end ``math.inf``). At each moment the allocation's *allocation_cpus* are split among the
+    steps running then, in proportion to their CPUs; the result is the integral of *step*'s
+    part over its run. Shares of all steps add up to the allocation's CPU-seconds while any
+    step ran.
+    """
+    start, end, cpus = step
+    if end <= start or cpus <= 0:
+        return 0.0
+    others = [s for s in steps if s[0] < end and s[1] > start]
+    cuts = sorted({start, end, *(t for s in others for t in s[:2] if start < t < end)})
+    total = 0.0
+    for low, high in itertools.pairwise(cuts):
+        busy = sum(c for s, e, c in others if s <= low and e >= high)
+        total += (high - low) * allocation_cpus * cpus / max(busy, cpus)
+    return total
+
+
+def render_pilot_script(
+    options: SlurmOptions,
+    *,
+    job_name: str,
+    pilot_dir: Path,
+    nodes: int,
+    time_s: float,
+    cpus_per_node: int | None = None,
+    exclude: Iterable[str] = (),
+) -> str:
+    """The batch script of one pilot: *nodes* nodes for *time_s*, whole nodes
+    (``--exclusive``) unless *cpus_per_node* is given; runs ``pilot.py`` in *pilot_dir*
+    after the setup lines. :class:`~dse.ConfigError` when a value cannot be written safely."""
+    if "%" in str(pilot_dir):
+        msg = f"backend.slurm: the directory {str(pilot_dir)!r} holds a '%' (a Slurm pattern)"
+        raise ConfigError(msg)
+    where = _check_value("log_dir", str(pilot_dir))
+    sbatch = [
+        f"--job-name={_check_value('job_name', job_name)}",
+        f"--comment=dse allocation {job_name}",
+        f"--nodes={nodes}",
+        f"--time={slurm_time(time_s)}",
+    ]
+    if cpus_per_node is None:
+        sbatch.append("--exclusive")
+    else:
+        sbatch += ["--ntasks-per-node=1", f"--cpus-per-task={cpus_per_node}"]
+    for key in ("partition", "account", "qos", "constraint"):
+        value = getattr(options, key)
+        if value is not None:
+            sbatch.append(f"--{key}={value}")
+    avoid = sorted(set(exclude))
+    for node in avoid:
+        _check_value("avoid_nodes", node)
+    if avoid:
+        sbatch.append(f"--exclude={','.join(avoid)}")
+    sbatch += ["--no-requeue", f"--output={where}/pilot.out", f"--error={where}/pilot.err"]
+    lines = ["#!/bin/bash", *(_directive(option) for option in sbatch)]
+    lines += [f"#SBATCH {_extra_option(line)}" for line in options.extra_sbatch]
+    lines.append("")
+    if options.setup:
+        lines += ["# setup from the campaign file", "set -e", *options.setup, "set +e", ""]
+    python = shlex.quote(options.python)
+    lines += [
+        "# the pilot starts each attempt handed to it as a job step (see dse_slurm._pilot)",
+        f"exec {python} {shlex.quote(str(pilot_dir / 'pilot.py'))}"
+        f" {shlex.quote(str(pilot_dir))} {math.ceil(time_s)} {python}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+@dataclass(slots=True)
+class _Pilot:
+    name: str
+    dir: Path
+    job_id: str | None
+    accepting: bool = True
+    ended: str | None = None
+    """Slurm's end word for the pilot (``TIMEOUT``...), ``VANISHED``; ``None`` while alive."""
+    info: dict[str, Any] | None = None
+    cancelled: bool = False
+    tasks: set[str] = field(default_factory=set)
+    """Attempts handed to it and not ended."""
+    steps: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    """(start, end or inf, cpus) of every attempt that started in it, for cost shares."""
+
+
+@dataclass(slots=True)
+class _Task:
+    job_id: str
+    spec: JobSpec
+    pilot: _Pilot | None = None
+    cancel: bool = False
+    started_at: float | None = None
+    ended_at: float | None = None
+    node: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.spec.trial_id}.{self.spec.attempt}"
+
+    def file(self, suffix: str) -> Path:
+        assert self.pilot is not None
+        return self.pilot.dir / f"{self.key}{suffix}"
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+class SlurmAllocationBackend(SlurmBackend):
+    """The Slurm backend in allocation mode (``mode = "allocation"``; see the module doc).
+
+    Options besides those of :class:`SlurmBackend`: ``allocation_nodes`` (nodes of the pilot
+    job, default 1), ``allocation_time`` (its time limit, default ``"1h"``) and
+    ``allocation_cpus`` (CPUs per node to ask for; default: whole nodes, ``--exclusive``).
+    ``array_throttle`` and ``exclusive`` do not apply. Attempt ids are
+    ``alloc.<trial id>.<attempt>``; after a controller crash the pilot directories tell which
+    pilot took an attempt and how it ended.
+    """
+
+    default_poll_interval: ClassVar[tuple[float, float]] = (0.5, 5.0)
+
+    def __init__(
+        self,
+        *,
+        options: SlurmOptions | None = None,
+        allocation_nodes: int = 1,
+        allocation_time: float = 3600.0,
+        allocation_cpus: int | None = None,
+        sacct_lag: float = 20.0,
+        command_timeout: float = 30.0,
+    ) -> None:
+        super().__init__(options=options, sacct_lag=sacct_lag, command_timeout=command_timeout)
+        if allocation_nodes < 1 or (allocation_cpus is not None and allocation_cpus < 1):
+            msg = "backend.slurm: allocation_nodes and allocation_cpus must be >= 1"
+            raise ConfigError(msg)
+        if allocation_time <= 2 * MARGIN_S:
+            msg = f"backend.slurm.allocation_time: more than {2 * MARGIN_S:g}s expected"
+            raise ConfigError(msg)
+        self.allocation_nodes = allocation_nodes
+        self.allocation_time = allocation_time
+        self.allocation_cpus = allocation_cpus
+        self._tasks: dict[str, _Task] = {}
+        self._pilots: dict[Path, _Pilot] = {}
+
+    @classmethod
+    def with_options(
+        cls,
+        options: SlurmOptions,
+        allocation: Mapping[str, Any],
+        *,
+        where: str,
+        sacct_lag: float = 20.0,
+        command_timeout: float = 30.0,
+    ) -> SlurmAllocationBackend:
+        """Build from parsed common options and the raw ``allocation_*`` keys."""
+        values: dict[str, Any] = {}
+        for key in ("allocation_nodes", "allocation_cpus"):
+            if key in allocation:
+                value = allocation[key]
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise ConfigError(f"{where}.{key}: expected a positive integer")
+                values[key] = value
+        if "allocation_time" in allocation:
+            values["allocation_time"] = parse_duration(
+                allocation["allocation_time"], f"{where}.allocation_time"
+            )
+        return cls(options=options, sacct_lag=sacct_lag, command_timeout=command_timeout,
+                   **values)
+
+    @property
+    def pilots(self) -> list[tuple[str | None, str | None]]:
+        """``(job id, end word)`` of every pilot this backend submitted or adopted."""
+        return [(p.job_id, p.ended) for p in self._pilots.values()]
+
+    def job_id_for(self, job: JobSpec) -> str | None:
+        return f"{_ID_PREFIX}{job.trial_id}.{job.attempt}"
+
+    # -- submit -----------------------------------------------------------------------------
+
+    def _submit(self, jobs: Sequence[JobSpec]) -> Sequence[str]:
+        ids = []
+        for spec in jobs:
+            job_id = f"{_ID_PREFIX}{spec.trial_id}.{spec.attempt}"
+            if not spec.argv:
+                job_id = self._final(spec, JobState.INVALID,
+                                     "the job has no command (set [environment] command)")
+            elif spec.time_limit is not None and (
+                spec.time_limit > self.allocation_time - 2 * MARGIN_S
+            ):
+                job_id = self._final(
+                    spec, JobState.INVALID,
+                    f"its time limit of {spec.time_limit:g}s does not fit in"
+                    f" backend.slurm.allocation_time ({self.allocation_time:g}s)",
+                )
+            else:
+                self._tasks[job_id] = _Task(job_id, spec)
+            ids.append(job_id)
+        self._dispatch()
+        return ids
+
+    def _dispatch(self) -> None:
+        """Hand waiting attempts to the accepting pilot of their run (submitting one if there
+        is none), and cancel draining pilots with nothing left to run."""
+        waiting: dict[Path, list[_Task]] = {}
+        for task in self._tasks.values():
+            if task.pilot is None:
+                waiting.setdefault(task.spec.trial_dir.parent, []).append(task)
+        for run_dir, tasks in waiting.items():
+            pilot = next((p for p in self._pilots.values() if p.accepting and p.ended is None
+                          and p.dir.parent.parent == run_dir), None)
+            if pilot is None:
+                pilot = self._submit_pilot(run_dir, tasks)
+                if pilot is None:
+                    continue
+            for task in tasks:
+                self._hand_over(task, pilot)
+        idle = [p for p in self._pilots.values()
+                if p.ended is None and not p.accepting and not p.cancelled and p.job_id
+                and not any(j in self._tasks for j in p.tasks)]
+        if idle:
+            self._scancel(idle)
+
+    def _hand_over(self, task: _Task, pilot: _Pilot) -> None:
+        spec = task.spec
+        lead = self.options.signal_lead_s or _signal_lead(spec)
+        doc = {
+            "name": f"{spec.trial_id}.{spec.attempt}", "cpus": spec.resources.cpus,
+            "mem_mb": spec.resources.memory_mb, "gpus": spec.resources.gpus,
+            "time_limit": spec.time_limit, "signal_lead": lead,
+            "avoid": sorted(spec.avoid_nodes),
+        }
+        task.pilot = pilot
+        try:
+            _write_atomic(task.file(".jsonl"), manifest_entry(spec, [self._bin_dir]) + "\n")
+            _write_atomic(task.file(".task.json"), json.dumps(doc))
+        except OSError as exc:
+            del self._tasks[task.job_id]
+            self._finals[task.job_id] = JobStatus(
+                task.job_id, JobState.LAUNCH_ERROR, reason=f"{type(exc).__name__}: {exc}"
+            )
+            return
+        pilot.tasks.add(task.job_id)
+
+    def _submit_pilot(self, run_dir: Path, tasks: Sequence[_Task]) -> _Pilot | None:
+        first = tasks[0].spec
+        name = f"dse.{first.trial_id.rsplit('-', 1)[0]}.pilot.{secrets.token_hex(4)}"
+        pilot_dir = run_dir / SLURM_DIR / name
+        avoid = {node for task in tasks for node in task.spec.avoid_nodes}
+        try:
+            pilot_dir.mkdir(parents=True, exist_ok=True)
+            _write_atomic(pilot_dir / "pilot.py", PILOT_SOURCE.read_text(encoding="utf-8"))
+            _write_atomic(pilot_dir / "step.py", STEP_MARK + LAUNCHER)
+            script = pilot_dir / "pilot.sh"
+            _write_atomic(script, render_pilot_script(
+                self.options, job_name=name, pilot_dir=pilot_dir, nodes=self.allocation_nodes,
+                time_s=self.allocation_time, cpus_per_node=self.allocation_cpus, exclude=avoid,
+            ))
+        except ConfigError as exc:
+            self._end_waiting(tasks, JobState.INVALID, str(exc))
+            return None
+        except OSError as exc:
+            self._end_waiting(tasks, JobState.LAUNCH_ERROR, f"{type(exc).__name__}: {exc}")
+            return None
+        try:
+            proc = self._run(sbatch_argv(script))
+        except SlurmCommandError as exc:
+            job_id = self._array_by_name(name)  # it may have been submitted all the same
+            if job_id is None:
+                self._end_waiting(tasks, JobState.LAUNCH_ERROR, str(exc))
+                return None
+        else:
+            if proc.returncode != 0:
+                why = self._failure(proc)
+                state = (JobState.INVALID if any(r in why for r in _REFUSED)
+                         else JobState.LAUNCH_ERROR)
+                self._end_waiting(tasks, state, f"the allocation was refused: {why}")
+                return None
+            try:
+                job_id = parse_sbatch_output(proc.stdout)
+            except ValueError as exc:
+                self._end_waiting(tasks, JobState.LAUNCH_ERROR, str(exc))
+                return None
+        with contextlib.suppress(OSError):
+            _write_atomic(pilot_dir / "pilot.id", job_id + "\n")
+        log.debug("submitted pilot %s as %s", job_id, name)
+        pilot = _Pilot(name, pilot_dir, job_id)
+        self._pilots[pilot_dir] = pilot
+        return pilot
+
+    def _end_waiting(self, tasks: Sequence[_Task], state: JobState, reason: str) -> None:
+        for task in tasks:
+            del self._tasks[task.job_id]
+            self._finals[task.job_id] = JobStatus(
+                task.job_id, state, reason=reason, ambiguous=state is JobState.LAUNCH_ERROR
+            )
+
+    # -- poll -------------------------------------------------------------------------------
+
+    def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        out: dict[str, JobStatus] = {}
+        for job_id in job_ids:
+            final = self._finals.pop(job_id, None)
+            if final is not None:
+                out[job_id] = final
+        self._watch_pilots()
+        handed = [t for t in map(self._tasks.get, job_ids) if t is not None and t.pilot]
+        runs = {t.job_id: self._note_start(t) for t in handed}
+        for task in handed:
+            job_id = task.job_id
+            status = self._check(task, runs[job_id])
+            if status is None:
+                continue
+            out[job_id] = status
+            if status.state.is_finished():
+                del self._tasks[job_id]
+        self._dispatch()
+        return out
+
+    def _watch_pilots(self) -> None:
+        live = [p for p in self._pilots.values() if p.ended is None]
+        if not live:
+            return
+        ids = sorted({p.job_id for p in live if p.job_id}, key=int)
+        rows: dict[str, SqueueRow] = {}
+        if ids:
+            proc = self._run([*SQUEUE_ARGS, "--states=all", f"--jobs={','.join(ids)}"])
+            if proc.returncode == 0:
+                rows = parse_squeue(proc.stdout)
+            elif _INVALID_JOB_ID not in proc.stderr:
+                raise SlurmCommandError(self._failure(proc))
+        for pilot in live:
+            row = rows.get(pilot.job_id) if pilot.job_id else None
+            if row is None:
+                pilot.ended = "VANISHED"
+            else:
+                word = row.state.split(" ", 1)[0]
+                if word in _TERMINAL_WORDS:
+                    pilot.ended = word
+            if pilot.info is None:
+                pilot.info = _read_json(pilot.dir / "pilot.json")
+            if pilot.ended is not None:
+                log.info("pilot %s ended: %s", pilot.job_id, pilot.ended)
+
+    @staticmethod
+    def _note_start(task: _Task) -> dict[str, Any] | None:
+        """Read the step's own record of its start (node, time), if it started."""
+        run = _read_json(task.file(".run"))
+        if run is not None and task.started_at is None:
+            assert task.pilot is not None
+            task.started_at = float(run.get("started_at") or time.time())
+            task.node = run.get("node")
+            task.pilot.steps[task.job_id] = (
+                task.started_at, math.inf, float(task.spec.resources.cpus)
+            )
+        return run
+
+    def _check(self, task: _Task, run: Mapping[str, Any] | None) -> JobStatus | None:
+        pilot = task.pilot
+        assert pilot is not None
+        doc = _read_json(task.file(".exit.json"))
+        if doc is not None:
+            status = self._end(task, doc, run)
+            if status is None:  # declined: waits for the next pilot
+                pilot.accepting = False
+                pilot.tasks.discard(task.job_id)
+                log.info("pilot %s declined %s: %s", pilot.job_id, task.key, doc["declined"])
+                task.pilot = None
+            return status
+        if pilot.ended is not None:
+            return self._interrupted(task, pilot)
+        if run is not None:
+            return JobStatus(task.job_id, JobState.RUNNING, node=task.node,
+                             started_at=task.started_at)
+        return None
+
+    def _interrupted(self, task: _Task, pilot: _Pilot) -> JobStatus | None:
+        """*task* had no end when its pilot ended."""
+        pilot.tasks.discard(task.job_id)
+        started = task.started_at is not None or task.file(".claim").exists()
+        if not started and not task.cancel:
+            task.pilot = None  # never ran there: the next pilot takes it
+            return None
+        word = pilot.ended or "VANISHED"
+        state = _INTERRUPTIONS.get(word, JobState.LOST)
+        if task.cancel:
+            state = JobState.CANCELLED
+        if state is JobState.LOST:
+            why = (f"allocation {pilot.job_id} ended ({word}) while the attempt ran"
+                   f" (see {pilot.dir / 'pilot.err'})")
+        elif word == "TIMEOUT":
+            why = f"allocation {pilot.job_id} reached its time limit while the attempt ran"
+        else:
+            why = f"allocation {pilot.job_id} ended {word} while the attempt ran"
+        node = task.node or ",".join((pilot.info or {}).get("nodes") or []) or None
+        return JobStatus(task.job_id, state, node=node, started_at=task.started_at,
+                         ended_at=time.time(), reason=why, ambiguous=state is JobState.LOST,
+                         usage={"allocation_job": float(pilot.job_id)} if pilot.job_id else None)
+
+    def _end(self, task: _Task, doc: Mapping[str, Any],
+             run: Mapping[str, Any] | None) -> JobStatus | None:
+        if "declined" in doc:
+            return None
+        pilot = task.pilot
+        assert pilot is not None
+        pilot.tasks.discard(task.job_id)
+        err = str(doc.get("srun_err") or "")
+        last = next((line for line in reversed(err.splitlines()) if line.strip()), "")
+        rc = doc.get("rc")
+        code: int | None = None
+        sig: int | None = None
+        ambiguous = False
+        reason: str | None = None
+        if "invalid" in doc:
+            state, reason = JobState.INVALID, str(doc["invalid"])
+        elif "launch_error" in doc:
+            state, reason = JobState.LAUNCH_ERROR, str(doc["launch_error"])
+        elif doc.get("cancelled"):
+            state = JobState.CANCELLED
+        elif doc.get("timed_out"):
+            state = JobState.TIMEOUT
+            reason = f"over its time limit of {task.spec.time_limit:g}s"
+        elif "Out Of Memory" in err or "oom-kill" in err:
+            state = JobState.OUT_OF_MEMORY
+        elif run is None and rc != 0:
+            state, ambiguous = JobState.LAUNCH_ERROR, True
+            reason = f"the step did not start (srun exited {rc}): {last}"
+        elif rc == 0:
+            state, code = JobState.SUCCEEDED, 0
+        elif "DUE TO TIME LIMIT" in err:
+            state = JobState.PREEMPTED
+            reason = f"allocation {pilot.job_id} reached its time limit while the attempt ran"
+        elif "CANCELLED" in err:
+            state, reason = JobState.CANCELLED, f"step cancelled outside dse: {last}"
+        elif isinstance(rc, int) and rc > 128 and "Exited with exit code" not in err:
+            state, sig, ambiguous = JobState.KILLED, rc - 128, True
+            reason = f"Slurm reports the step ended by signal {sig}: {last}"
+        else:
+            state, code = JobState.FAILED, rc if isinstance(rc, int) else None
+            reason = f"exit code {code}"
+        task.ended_at = float(doc.get("ended_at") or time.time())
+        where = f"step of allocation {pilot.job_id}"
+        return JobStatus(
+            task.job_id, state, exit_code=code, signal=sig, node=task.node or doc.get("node"),
+            started_at=task.started_at, ended_at=task.ended_at,
+            reason=f"{reason} ({where})" if reason else None, ambiguous=ambiguous,
+            usage=self._usage(task, pilot),
+        )
+
+    def _usage(self, task: _Task, pilot: _Pilot) -> dict[str, float] | None:
+        usage: dict[str, float] = {}
+        if pilot.job_id:
+            usage["allocation_job"] = float(pilot.job_id)
+        if task.started_at is None or task.ended_at is None:
+            return usage or None
+        cpus = task.spec.resources.cpus
+        usage.update(elapsed_s=max(task.ended_at - task.started_at, 0.0), cpus=float(cpus),
+                     nodes=1.0)
+        if task.spec.resources.memory_mb is not None:
+            usage["mem_mb"] = float(task.spec.resources.memory_mb)
+        info = pilot.info or {}
+        total = float(sum(info.get("cpus") or []))
+        step = (task.started_at, task.ended_at, float(cpus))
+        pilot.steps[task.job_id] = step
+        if total > 0:
+            share = allocation_share(step, pilot.steps.values(), total)
+            usage["allocation_cpu_s"] = share
+            usage["allocation_node_s"] = share * len(info.get("nodes") or [1]) / total
+        return usage
+
+    # -- cancel, reattach, shutdown ---------------------------------------------------------
+
+    def _cancel(self, job_ids: Sequence[str]) -> None:
+        for job_id in job_ids:
+            task = self._tasks.get(job_id)
+            if task is None:
+                continue
+            task.cancel = True
+            if task.pilot is None:
+                del self._tasks[job_id]
+                self._finals[job_id] = JobStatus(job_id, JobState.CANCELLED,
+                                                 reason="cancelled before a pilot took it")
+                continue
+            try:
+                _write_atomic(task.file(".cancel"), "")
+            except OSError as exc:
+                log.warning("cannot cancel %s: %s", job_id, exc)
+
+    def _scancel(self, pilots: Sequence[_Pilot]) -> None:
+        for pilot in pilots:
+            pilot.cancelled = True
+        try:
+            proc = self._run(["scancel", *(p.job_id for p in pilots if p.job_id)])
+        except SlurmCommandError as exc:
+            log.warning("scancel failed: %s", exc)
+            return
+        if proc.returncode != 0 and _INVALID_JOB_ID not in proc.stderr:
+            log.warning("%s", self._failure(proc))
+
+    def _shutdown(self) -> None:
+        # A pilot still running attempts nobody cancelled keeps them (shutdown without
+        # cancel: a resumed campaign reattaches); every other pilot is released.
+        done = [p for p in self._pilots.values()
+                if p.ended is None and not p.cancelled and p.job_id
+                and all(self._tasks[j].cancel for j in p.tasks if j in self._tasks)]
+        if done:
+            self._scancel(done)
+
+    def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:
+        for job_id, spec in jobs.items():
+            if not job_id.startswith(_ID_PREFIX):
+                self._finals[job_id] = JobStatus(
+                    job_id, JobState.LOST, reason="not an allocation attempt id", ambiguous=True,
+                )
+                continue
+            task = _Task(job_id, spec)
+            self._tasks[job_id] = task
+            pilot_dir = self._placed_in(spec)
+            if pilot_dir is None:
+                continue  # never handed out: the next dispatch does
+            pilot = self._pilots.get(pilot_dir)
+            if pilot is None:
+                job = None
+                with contextlib.suppress(OSError):
+                    job = (pilot_dir / "pilot.id").read_text().strip() or None
+                job = job or self._array_by_name(pilot_dir.name)
+                # An adopted pilot takes no new attempts; it is released once its own end.
+                pilot = _Pilot(pilot_dir.name, pilot_dir, job, accepting=False,
+                               ended=None if job else "VANISHED")
+                self._pilots[pilot_dir] = pilot
+            task.pilot = pilot
+            pilot.tasks.add(job_id)
+
+    @staticmethod
+    def _placed_in(spec: JobSpec) -> Path | None:
+        """The pilot directory that last took *spec*'s attempt (not counting declines)."""
+        key = f"{spec.trial_id}.{spec.attempt}"
+        found: list[tuple[float, Path]] = []
+        with contextlib.suppress(OSError):
+            for path in (spec.trial_dir.parent / SLURM_DIR).glob(f"*/{key}.task.json"):
+                doc = _read_json(path.with_name(f"{key}.exit.json"))
+                if doc is not None and "declined" in doc:
+                    continue
+                found.append((path.stat().st_mtime, path.parent))
+        return max(found)[1] if found else None

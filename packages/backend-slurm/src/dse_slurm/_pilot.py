@@ -1,0 +1,296 @@
+"""The pilot of an allocation: runs in the allocation's batch step and starts attempts as steps.
+
+The controller (:class:`dse_slurm.SlurmAllocationBackend`) copies this file into the pilot's
+directory on the shared filesystem and submits it as the batch script's body::
+
+    python3 pilot.py PILOT_DIR ALLOCATION_SECONDS PYTHON
+
+It imports nothing from dse and runs on any Python from 3.7 (the node's ``python3``). The
+directory is its inbox and its outbox; every file in it is written atomically (temporary name,
+then ``os.replace``), so a reader never sees half a file:
+
+* ``step.py`` — written by the controller: what each step runs (``PYTHON step.py``), the
+  manifest launcher of :mod:`dse_slurm._script` after :data:`STEP_MARK`;
+* ``pilot.json`` — written by the pilot when it starts: job id, start, end of the allocation,
+  its nodes and the CPUs on each;
+* ``<key>.task.json`` — written by the controller, one per attempt (resources, time limit,
+  nodes to avoid; ``<key>.jsonl`` beside it is the attempt's manifest line);
+* ``<key>.cancel`` — written by the controller to cancel an attempt;
+* ``<key>.claim`` — written by the pilot just before it starts the attempt's ``srun``;
+* ``<key>.run`` — written inside the step, before the workload starts: node, step id, start;
+* ``<key>.exit.json`` — written by the pilot when the attempt ended (``srun``'s exit status
+  and its last error lines, whether the pilot cancelled it or ended it at its time limit), or
+  when it will not run it here (``declined``: too little time left, every node avoided;
+  ``invalid``: no node of the allocation has the CPUs it asks for).
+
+Packing: the pilot keeps the free CPUs of each node of the allocation and starts an attempt
+on the first node where it fits (``srun --exact --nodelist=<node>``), in the order the tasks
+arrived; a task that fits nowhere now waits while later, smaller tasks may go ahead. An
+attempt whose time limit ends after the allocation does is declined, never started. The pilot
+enforces each attempt's time limit itself (SIGTERM to ``srun``, which ends the step; SIGKILL
+after a grace), and sends ``SIGUSR1`` its signal lead before it. It runs until Slurm ends the
+allocation (the controller cancels it when it has nothing left for it, or its time runs out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+POLL_S = 0.2
+GRACE_S = 10.0
+# Seconds kept free at the end of the allocation: an attempt whose time limit would end inside
+# them is declined (starting a step and tearing it down take a moment).
+MARGIN_S = 5.0
+
+STEP_MARK = """\
+import json, os, sys, time
+mark = sys.argv[3]
+with open(mark + ".tmp", "w") as handle:
+    json.dump({"node": os.environ.get("SLURMD_NODENAME"), "step": os.environ.get("SLURM_STEP_ID"),
+               "started_at": time.time()}, handle)
+os.replace(mark + ".tmp", mark)
+"""
+"""Put before the manifest launcher in ``step.py``: records where and when the step started."""
+
+
+def write_json(path: str, doc: dict[str, Any]) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as handle:
+        json.dump(doc, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path) as handle:
+            doc = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """``n[1-3]`` → ``["n1", "n2", "n3"]`` (through ``scontrol``; the pilot's node alone if
+    that fails)."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, timeout=30,
+                             check=True).stdout
+        names = out.split()
+    except (OSError, subprocess.SubprocessError):
+        names = []
+    return names or [os.environ.get("SLURMD_NODENAME", "localhost")]
+
+
+def cpus_per_node(text: str, count: int) -> list[int]:
+    """``SLURM_JOB_CPUS_PER_NODE`` (``"2(x3)"``, ``"4,2(x2)"``) → one count per node."""
+    cpus: list[int] = []
+    for part in text.split(","):
+        value, _, times = part.partition("(x")
+        try:
+            cpus += [int(value)] * (int(times.rstrip(")")) if times else 1)
+        except ValueError:
+            return [1] * count
+    return (cpus + [1] * count)[:count]
+
+
+def allocation_end(job_id: str, fallback: float) -> float:
+    """When Slurm will end the allocation (``squeue``'s EndTime), else *fallback*."""
+    try:
+        out = subprocess.run(["squeue", "--noheader", "--jobs=" + job_id, "--format=%e"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True, timeout=30, check=True).stdout.strip()
+        return datetime.strptime(out, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return fallback
+
+
+class Step:
+    """One attempt's ``srun`` started by this pilot."""
+
+    def __init__(self, key: str, task: dict[str, Any], node: str,
+                 proc: subprocess.Popen[bytes]) -> None:
+        self.key = key
+        self.node = node
+        self.cpus = int(task["cpus"])
+        self.proc = proc
+        self.started_at = time.time()
+        limit = task.get("time_limit")
+        self.deadline = None if limit is None else self.started_at + float(limit)
+        lead = task.get("signal_lead")
+        self.usr1_at = None if self.deadline is None or not lead else self.deadline - lead
+        self.kill_at: float | None = None
+        self.cancelled = False
+        self.timed_out = False
+
+    def stop(self, now: float) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.send_signal(signal.SIGTERM)
+        self.kill_at = now + GRACE_S
+
+
+class Pilot:
+    def __init__(self, directory: str, seconds: float, python: str) -> None:
+        self.dir = directory
+        self.python = python
+        self.job_id = os.environ.get("SLURM_JOB_ID", "")
+        self.started_at = time.time()
+        self.ends_at = allocation_end(self.job_id, self.started_at + seconds)
+        self.nodes = hostnames(os.environ.get("SLURM_JOB_NODELIST", ""))
+        self.cpus = dict(zip(self.nodes, cpus_per_node(
+            os.environ.get("SLURM_JOB_CPUS_PER_NODE", "1"), len(self.nodes))))
+        self.free = dict(self.cpus)
+        self.seen: set[str] = set()
+        self.queue: list[tuple[str, dict[str, Any]]] = []
+        self.running: dict[str, Step] = {}
+        write_json(self.path("pilot.json"), {
+            "job_id": self.job_id, "started_at": self.started_at, "ends_at": self.ends_at,
+            "nodes": self.nodes, "cpus": [self.cpus[n] for n in self.nodes],
+            "node": os.environ.get("SLURMD_NODENAME"),
+        })
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def finish(self, key: str, doc: dict[str, Any]) -> None:
+        doc.setdefault("ended_at", time.time())
+        write_json(self.path(key + ".exit.json"), doc)
+
+    def scan(self) -> set[str]:
+        """Take new tasks in arrival order; return the keys asked to be cancelled."""
+        names = os.listdir(self.dir)
+        cancels = {n[: -len(".cancel")] for n in names if n.endswith(".cancel")}
+        new = []
+        for name in names:
+            if not name.endswith(".task.json"):
+                continue
+            key = name[: -len(".task.json")]
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            if os.path.exists(self.path(key + ".exit.json")):
+                continue
+            task = read_json(self.path(name))
+            if task is None:
+                self.finish(key, {"invalid": "unreadable task file"})
+                continue
+            try:
+                arrived = os.stat(self.path(name)).st_mtime
+            except OSError:
+                arrived = 0.0
+            new.append((arrived, key, task))
+        self.queue += [(key, task) for _, key, task in sorted(new, key=lambda t: t[:2])]
+        return cancels
+
+    def launch(self, key: str, task: dict[str, Any], node: str) -> None:
+        argv = ["srun", "--exact", "--nodes=1", "--ntasks=1", f"--cpus-per-task={task['cpus']}",
+                f"--nodelist={node}", f"--job-name={task['name']}"]
+        if task.get("mem_mb"):
+            argv.append(f"--mem={task['mem_mb']}M")
+        if task.get("gpus"):
+            argv.append(f"--gres=gpu:{task['gpus']}")
+        argv += [self.python, self.path("step.py"), self.path(key + ".jsonl"), "0",
+                 self.path(key + ".run")]
+        write_json(self.path(key + ".claim"), {"started_at": time.time(), "node": node})
+        try:
+            with open(self.path(key + ".srun.err"), "wb") as err:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=err)
+        except OSError as exc:
+            self.finish(key, {"launch_error": f"cannot run srun: {exc}", "node": node})
+            return
+        self.free[node] -= int(task["cpus"])
+        self.running[key] = Step(key, task, node, proc)
+
+    def ended(self, step: Step) -> None:
+        try:
+            with open(self.path(step.key + ".srun.err"), "rb") as handle:
+                err = handle.read()[-2000:].decode("utf-8", "replace")
+        except OSError:
+            err = ""
+        self.finish(step.key, {
+            "rc": step.proc.returncode, "cancelled": step.cancelled,
+            "timed_out": step.timed_out, "node": step.node, "srun_err": err,
+        })
+        self.free[step.node] += step.cpus
+        del self.running[step.key]
+
+    def place(
+        self, task: dict[str, Any], now: float
+    ) -> tuple[str | None, dict[str, Any] | None]:
+        """The node to start *task* on now, or why it will not run here (an exit doc)."""
+        need = int(task["cpus"])
+        limit = task.get("time_limit")
+        if limit is not None and now + float(limit) > self.ends_at - MARGIN_S:
+            why = (f"its time limit of {float(limit):g}s ends after allocation {self.job_id}"
+                   f" does ({self.ends_at - now:.0f}s left)")
+            return None, {"declined": why}
+        if need > max(self.cpus.values()):
+            why = (f"asks for {need} CPUs; the nodes of allocation {self.job_id} have"
+                   f" {sorted(set(self.cpus.values()))}")
+            return None, {"invalid": why}
+        avoid = set(task.get("avoid") or ())
+        usable = [n for n in self.nodes if n not in avoid and self.cpus[n] >= need]
+        if not usable:
+            why = f"it avoids every node of allocation {self.job_id} that could hold it"
+            return None, {"declined": why}
+        for node in usable:
+            if self.free[node] >= need:
+                return node, None
+        return None, None
+
+    def step(self) -> None:
+        cancels = self.scan()
+        now = time.time()
+        for key, step in list(self.running.items()):
+            if step.proc.poll() is not None:
+                self.ended(step)
+                continue
+            if key in cancels and not step.cancelled:
+                step.cancelled = True
+                step.stop(now)
+            elif step.deadline is not None and now >= step.deadline and not step.timed_out:
+                step.timed_out = True
+                step.stop(now)
+            if step.usr1_at is not None and now >= step.usr1_at:
+                step.usr1_at = None
+                with contextlib.suppress(OSError):
+                    step.proc.send_signal(signal.SIGUSR1)
+            if step.kill_at is not None and now >= step.kill_at:
+                step.kill_at = None
+                step.proc.kill()
+        waiting = []
+        for key, task in self.queue:
+            if key in cancels:
+                self.finish(key, {"cancelled": True, "rc": None})
+                continue
+            node, refusal = self.place(task, now)
+            if refusal is not None:
+                self.finish(key, refusal)
+            elif node is not None:
+                self.launch(key, task, node)
+            else:
+                waiting.append((key, task))
+        self.queue = waiting
+
+
+def main(argv: list[str]) -> int:
+    pilot = Pilot(argv[1], float(argv[2]), argv[3])
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    while True:
+        pilot.step()
+        time.sleep(POLL_S)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

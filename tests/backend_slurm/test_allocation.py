@@ -1,0 +1,360 @@
+"""Allocation mode: one pilot job, attempts as its steps (unit tests, then the real cluster)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dse import ConfigError, JobSpec, JobState, JobStatus, Resources
+from dse_slurm import (
+    SlurmAllocationBackend,
+    SlurmBackend,
+    SlurmOptions,
+    allocation_share,
+    render_pilot_script,
+)
+from dse_slurm._pilot import cpus_per_node
+from support.cli import run_dse, write_plugin
+
+# -- options ---------------------------------------------------------------------------------
+
+
+def test_mode_allocation_makes_the_allocation_backend_with_its_options():
+    backend = SlurmBackend.from_options({
+        "mode": "allocation", "allocation_nodes": 2, "allocation_time": "30m",
+        "allocation_cpus": 4, "partition": "batch", "command_timeout": "5s",
+    })
+    assert isinstance(backend, SlurmAllocationBackend)
+    assert (backend.allocation_nodes, backend.allocation_time, backend.allocation_cpus) == (
+        2, 1800.0, 4)
+    assert backend.options.partition == "batch"
+    assert backend.command_timeout == 5.0
+    assert backend.name == "slurm"
+
+
+def test_mode_defaults_to_jobs_and_allocation_defaults_to_one_node_for_an_hour():
+    assert type(SlurmBackend.from_options({})) is SlurmBackend
+    assert type(SlurmBackend.from_options({"mode": "jobs"})) is SlurmBackend
+    backend = SlurmBackend.from_options({"mode": "allocation"})
+    assert isinstance(backend, SlurmAllocationBackend)
+    assert (backend.allocation_nodes, backend.allocation_time, backend.allocation_cpus) == (
+        1, 3600.0, None)
+
+
+@pytest.mark.parametrize(("options", "needle"), [
+    ({"mode": "pilot"}, 'backend.slurm.mode: expected "jobs" or "allocation"'),
+    ({"mode": 3}, "backend.slurm.mode"),
+    ({"allocation_nodes": 2}, 'need mode = "allocation"'),
+    ({"mode": "allocation", "allocation_nodes": 0}, "backend.slurm.allocation_nodes"),
+    ({"mode": "allocation", "allocation_nodes": True}, "backend.slurm.allocation_nodes"),
+    ({"mode": "allocation", "allocation_cpus": "2"}, "backend.slurm.allocation_cpus"),
+    ({"mode": "allocation", "allocation_time": "soon"}, "backend.slurm.allocation_time"),
+    ({"mode": "allocation", "allocation_time": "5s"}, "backend.slurm.allocation_time"),
+])
+def test_bad_allocation_options_are_one_line_config_errors_naming_the_key(options, needle):
+    with pytest.raises(ConfigError) as info:
+        SlurmBackend.from_options(options, source="c.toml")
+    message = str(info.value)
+    assert message.startswith("c.toml: ")
+    assert needle in message
+    assert "\n" not in message
+
+
+def test_an_attempt_longer_than_the_allocation_is_invalid_without_any_slurm_command(tmp_path):
+    backend = SlurmAllocationBackend(allocation_time=600.0)
+    spec = JobSpec("c-1-0", 1, {}, tmp_path / "t0", argv=("true",), time_limit=3600.0)
+    ids = backend.submit([spec])
+    [status] = backend.poll()
+    assert status.job_id == ids[0]
+    assert status.state is JobState.INVALID
+    assert "allocation_time" in (status.reason or "")
+    assert backend.commands == {}
+
+
+# -- pure pieces -----------------------------------------------------------------------------
+
+
+def test_a_step_running_alone_is_charged_the_whole_allocation():
+    assert allocation_share((0.0, 10.0, 1.0), [(0.0, 10.0, 1.0)], 6.0) == 60.0
+
+
+def test_shares_follow_cpus_while_steps_overlap_and_add_up_to_the_busy_cpu_seconds():
+    steps = [(0.0, 10.0, 1.0), (0.0, 10.0, 2.0), (5.0, 20.0, 1.0)]
+    shares = [allocation_share(step, steps, 4.0) for step in steps]
+    # 0-5: 1 and 2 CPUs share 4; 5-10: 1, 2 and 1 share 4; 10-20: the last alone.
+    assert shares == pytest.approx([5 * 4 / 3 + 5 * 1, 5 * 8 / 3 + 5 * 2, 5 * 1 + 10 * 4])
+    assert sum(shares) == pytest.approx(4.0 * 20)
+
+
+def test_a_step_still_running_counts_in_the_share_of_one_that_ended():
+    steps = [(0.0, 10.0, 1.0), (4.0, math.inf, 1.0)]
+    assert allocation_share(steps[0], steps, 2.0) == pytest.approx(4 * 2 + 6 * 1)
+
+
+def test_idle_time_and_empty_steps_are_charged_nothing():
+    assert allocation_share((5.0, 5.0, 1.0), [(5.0, 5.0, 1.0)], 4.0) == 0.0
+    assert allocation_share((0.0, 2.0, 1.0), [(0.0, 2.0, 1.0), (8.0, 9.0, 1.0)], 1.0) == 2.0
+
+
+@pytest.mark.parametrize(("text", "count", "cpus"), [
+    ("2(x3)", 3, [2, 2, 2]), ("4,2(x2)", 3, [4, 2, 2]), ("8", 1, [8]), ("junk", 2, [1, 1]),
+])
+def test_the_pilot_reads_slurms_cpus_per_node(text, count, cpus):
+    assert cpus_per_node(text, count) == cpus
+
+
+def test_the_pilot_script_asks_for_whole_nodes_by_default_and_runs_the_pilot(tmp_path):
+    script = render_pilot_script(
+        SlurmOptions(partition="batch", setup=("module load x",), python="/opt/py 3/python"),
+        job_name="dse.c-1.pilot.ab", pilot_dir=tmp_path / "p", nodes=2, time_s=3600,
+        exclude=("n3",),
+    )
+    for line in ("#SBATCH --nodes=2", "#SBATCH --time=0-01:00:00", "#SBATCH --exclusive",
+                 "#SBATCH --partition=batch", "#SBATCH --exclude=n3", "#SBATCH --no-requeue",
+                 "module load x"):
+        assert line in script.splitlines(), script
+    assert script.splitlines()[-1].startswith("exec '/opt/py 3/python' ")
+    with_cpus = render_pilot_script(SlurmOptions(), job_name="p", pilot_dir=tmp_path, nodes=1,
+                                    time_s=90, cpus_per_node=2)
+    assert "#SBATCH --cpus-per-task=2" in with_cpus.splitlines()
+    assert "#SBATCH --time=2:00" in with_cpus.splitlines()
+    assert "--exclusive" not in with_cpus
+
+
+def test_a_pilot_directory_with_a_percent_sign_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="'%'"):
+        render_pilot_script(SlurmOptions(), job_name="p", pilot_dir=tmp_path / "50%",
+                            nodes=1, time_s=60)
+
+
+# -- the real cluster ------------------------------------------------------------------------
+
+
+def spec(root: Path, number: int, code: str, **fields: object) -> JobSpec:
+    return JobSpec(f"c-1-{number}", 1, {}, root / "run" / f"t{number}",
+                   argv=(sys.executable, "-c", code), **fields)  # type: ignore[arg-type]
+
+
+def poll_until(backend: SlurmAllocationBackend, ids: list[str], timeout: float = 240,
+               until: object = None) -> dict[str, JobStatus]:
+    """Poll as the engine does until every id in *ids* reported an end (or *until*(seen)
+    holds); fail after *timeout* seconds."""
+    seen: dict[str, JobStatus] = {}
+    deadline = time.monotonic() + timeout
+    while not all(seen.get(i) and seen[i].state.is_finished() for i in ids):
+        if until is not None and until(seen):  # type: ignore[operator]
+            return seen
+        if time.monotonic() > deadline:
+            pytest.fail(f"not ended after {timeout}s: {seen}")
+        seen.update({s.job_id: s for s in backend.poll()})
+        time.sleep(0.2)
+    return seen
+
+
+def node_names() -> set[str]:
+    out = subprocess.run(["sinfo", "--noheader", "--Node", "--format=%N"], capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    return set(out.split())
+
+
+def squeue_ids(name_part: str) -> list[str]:
+    out = subprocess.run(["squeue", "--noheader", "--format=%i %j"], capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    return [line.split()[0] for line in out.splitlines() if name_part in line]
+
+
+@pytest.fixture
+def allocation_backend(slurm_cluster) -> Iterator[SlurmAllocationBackend]:
+    """An allocation backend with 2 CPUs on one node for 5 minutes; its pilots are cancelled
+    at the end of the test, whatever happened."""
+    backend = SlurmAllocationBackend(options=SlurmOptions(python=sys.executable),
+                                     allocation_time=300.0, allocation_cpus=2)
+    yield backend
+    ids = [job for job, _ in backend.pilots if job]
+    if ids:
+        subprocess.run(["scancel", *ids], check=False, timeout=30)
+
+
+@pytest.mark.xdist_group("slurm")
+def test_attempts_run_as_steps_of_one_pilot_and_end_as_they_did(allocation_backend, tmp_path):
+    backend = allocation_backend
+    specs = [
+        spec(tmp_path, 0, "import os; print(os.environ['DSE_X'])", env={"DSE_X": "it's $x"},
+             time_limit=60.0),
+        spec(tmp_path, 1, "import sys; sys.exit(3)", time_limit=60.0),
+        spec(tmp_path, 2, "import time; time.sleep(120)", time_limit=2.0),
+        spec(tmp_path, 3, "x = bytearray(400 * 2**20); import time; time.sleep(5)",
+             resources=Resources(cpus=1, memory_mb=60), time_limit=60.0),
+        spec(tmp_path, 4, "import time; time.sleep(120)", time_limit=100.0),
+    ]
+    ids = backend.submit(specs)
+    assert backend.commands == {"sbatch": 1}
+    seen = poll_until(backend, ids[:4] + ids[4:],
+                      until=lambda s: all(s.get(i) and s[i].state.is_finished()
+                                          for i in ids[:4]) and ids[4] in s)
+    backend.cancel([ids[4]])
+    seen.update(poll_until(backend, [ids[4]]))
+
+    assert {i: seen[i].state for i in ids} == {
+        ids[0]: JobState.SUCCEEDED, ids[1]: JobState.FAILED, ids[2]: JobState.TIMEOUT,
+        ids[3]: JobState.OUT_OF_MEMORY, ids[4]: JobState.CANCELLED,
+    }
+    assert seen[ids[1]].exit_code == 3
+    out = (specs[0].trial_dir / "attempt-1" / "stdout.log").read_text()
+    assert out == "it's $x\n"
+    [(pilot_id, _)] = backend.pilots
+    nodes = node_names()
+    for job_id in ids:
+        status = seen[job_id]
+        assert status.node in nodes
+        assert status.started_at is not None
+        assert status.ended_at is not None
+        assert status.usage is not None
+        assert status.usage["allocation_job"] == float(pilot_id)
+    assert seen[ids[2]].ended_at - seen[ids[2]].started_at < 15  # type: ignore[operator]
+    usage = seen[ids[0]].usage or {}
+    assert usage["cpus"] == 1.0
+    assert usage["allocation_cpu_s"] >= usage["elapsed_s"] > 0
+    # No Slurm command per attempt: one sbatch, one squeue per pass.
+    assert set(backend.commands) == {"sbatch", "squeue"}
+    assert backend.commands["sbatch"] == 1
+
+    backend.shutdown()
+    assert backend.commands["scancel"] == 1
+    deadline = time.monotonic() + 30
+    while pilot_id in squeue_ids(""):
+        if time.monotonic() > deadline:
+            pytest.fail(f"pilot {pilot_id} still queued after shutdown")
+        time.sleep(0.5)
+
+
+@pytest.mark.xdist_group("slurm")
+def test_a_pilot_cancelled_outside_interrupts_its_running_attempt_and_a_new_pilot_runs_the_rest(
+    allocation_backend, tmp_path
+):
+    backend = allocation_backend
+    specs = [spec(tmp_path, 0, "import time; time.sleep(120)", time_limit=150.0,
+                  resources=Resources(cpus=2)),
+             spec(tmp_path, 1, "print('second')", time_limit=60.0)]
+    ids = backend.submit(specs)
+    seen = poll_until(backend, ids, until=lambda s: ids[0] in s)
+    assert seen[ids[0]].state is JobState.RUNNING
+    [(first_pilot, _)] = backend.pilots
+    subprocess.run(["scancel", first_pilot], check=True, timeout=30)
+
+    seen.update(poll_until(backend, ids))
+
+    first = seen[ids[0]]
+    assert first.state is JobState.CANCELLED  # not asked for by dse: the engine retries it
+    assert f"allocation {first_pilot} ended CANCELLED" in (first.reason or "")
+    assert first.node in node_names()
+    assert seen[ids[1]].state is JobState.SUCCEEDED
+    pilots = dict(backend.pilots)
+    assert len(pilots) == 2
+    assert pilots[first_pilot] == "CANCELLED"
+    assert (seen[ids[1]].usage or {})["allocation_job"] != float(first_pilot)
+    backend.shutdown()
+
+
+TRIAL = """\
+import time
+import dse.trial
+
+x = dse.trial.params()["x"]
+time.sleep(2)
+dse.trial.report({"value": x * x + 1})
+"""
+CAMPAIGN = """\
+[campaign]
+name = "{name}"
+agent = "list"
+backend = "slurm"
+mode = "rolling"
+max_parallelism = 30
+poll_interval = ["0.5s", "1s"]
+
+[agent.list]
+points = [{points}]
+
+[environment]
+command = ["python", "{trial}"]
+time_limit = "2m"
+
+[backend.slurm]
+python = "{python}"
+{backend}
+
+[[objectives]]
+metric = "value"
+
+[space]
+x = {{ type = "int", low = 0, high = 100 }}
+"""
+
+
+def run_campaign(project: Path, name: str, backend: str) -> tuple[dict[int, float], list[float],
+                                                                   float, list[str]]:
+    """Run 30 trials; return (metric by x, submit→start per trial, wall time, job ids)."""
+    trial = project / "trial.py"
+    trial.write_text(TRIAL)
+    points = ", ".join(f"{{x = {x}}}" for x in range(30))
+    campaign = project / f"{name}.toml"
+    campaign.write_text(CAMPAIGN.format(name=name, points=points, trial=trial,
+                                        python=sys.executable, backend=backend))
+    started = time.monotonic()
+    proc = run_dse(project, "run", str(campaign), "--json", timeout=300)
+    wall = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    db = sqlite3.connect(project / ".dse" / "dse.sqlite")
+    rows = db.execute(
+        "SELECT t.params, t.metrics, t.status, a.submitted_at, a.started_at, a.job_id"
+        " FROM trials t JOIN attempts a ON a.trial_id = t.id JOIN campaigns c"
+        " ON t.campaign_id = c.id WHERE c.name = ?", (name,),
+    ).fetchall()
+    db.close()
+    assert len(rows) == 30, (proc.stdout, proc.stderr)
+    assert {status for _, _, status, _, _, _ in rows} == {"completed"}
+    metrics = {json.loads(p)["x"]: json.loads(m)["value"] for p, m, _, _, _, _ in rows}
+    waits = [start - submitted for _, _, _, submitted, start, _ in rows]
+    return metrics, waits, wall, [job for *_, job in rows]
+
+
+@pytest.mark.xdist_group("slurm")
+@pytest.mark.slow
+def test_thirty_short_trials_give_the_same_results_as_jobs_and_in_one_allocation(
+    slurm_cluster, tmp_path, capsys
+):
+    # Two workspaces: in one, the second campaign would reuse the first one's results.
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "alloc").mkdir()
+    jobs = run_campaign(write_plugin(tmp_path / "jobs"), "jobs", "")
+    project = write_plugin(tmp_path / "alloc")
+    alloc = run_campaign(project, "alloc", 'mode = "allocation"\nallocation_cpus = 2\n'
+                                           'allocation_time = "10m"')
+
+    assert jobs[0] == alloc[0] == {x: x * x + 1 for x in range(30)}
+    assert all(job.startswith("alloc.") for job in alloc[3])
+    pilots = {p.name for p in (project / ".dse").rglob("dse.*.pilot.*") if p.is_dir()}
+    assert len(pilots) == 1, pilots
+    [pilot_dir] = [p for p in (project / ".dse").rglob("dse.*.pilot.*") if p.is_dir()]
+    pilot_id = (pilot_dir / "pilot.id").read_text().strip()
+    shown = subprocess.run(["sacct", "-X", "--noheader", "--parsable2", "--format=JobName",
+                            f"--jobs={pilot_id}"], capture_output=True, text=True, timeout=30,
+                           check=True).stdout.split()
+    assert shown == [pilot_dir.name]
+    # Every attempt recorded its start (sacct's is whole seconds, so it may precede the
+    # fractional submission time by under a second).
+    assert all(w > -1.0 for w in jobs[1] + alloc[1])
+    with capsys.disabled():
+        for label, (_, waits, wall, _) in (("jobs", jobs), ("allocation", alloc)):
+            print(f"\n{label:>10}: submit->start mean {statistics.mean(waits):.2f}s"
+                  f" max {max(waits):.2f}s; wall {wall:.1f}s")
