@@ -219,9 +219,10 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
         max_parallelism=1, now=0.0,
     )
     store.close()
-    # What dse 0.1 with schema 3 wrote: no usage column on attempts.
+    # What dse 0.1 with schema 3 wrote: no usage or spend column on attempts.
     db = sqlite3.connect(path)
     db.execute("ALTER TABLE attempts DROP COLUMN usage")
+    db.execute("ALTER TABLE attempts DROP COLUMN spend")
     db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
     db.commit()
     db.close()
@@ -233,7 +234,7 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
         names = [row["name"] for row in store.query("SELECT name FROM campaigns")]
     finally:
         store.close()
-    assert "usage" in columns
+    assert {"usage", "spend"} <= columns
     assert int(version) == _store.SCHEMA_VERSION
     assert names == ["old"]
 

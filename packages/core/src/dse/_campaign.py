@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from dse._budget import Budget, Price, parse_budget
 from dse._constraints import (
     Constraint,
     callable_constraint,
@@ -94,6 +95,12 @@ class Campaign:
     """Distinct trials one node may interrupt before it is reported and avoided."""
     pause_on_interruptions: bool = True
     """Pause dispatch while interruptions are systematic (instead of burning retries)."""
+    budget: Budget = field(default_factory=Budget)
+    """Ceilings (the ``[budget]`` table), enforced before launch by the engine's ledger."""
+    price: Price = field(default_factory=Price)
+    """Money per resource-hour on this campaign's backend (``[backend.<name>.price]``)."""
+    serves: tuple[str, ...] = ()
+    """Objective labels this campaign serves (spend rolls up to them; default: its name)."""
     workspace: Path = Path(".dse")
     """Directory holding ``dse.sqlite`` and the trial directories."""
     source: Path | None = None
@@ -271,7 +278,24 @@ def campaign_from_dict(
         raise ConfigError(f"{where}: objectives: missing; add [[objectives]] with metric = \"...\"")
     objectives = _objectives(raw_obj, where)
     agent, agent_options = _plugin_choice(top, root.table("agent"), "agent", "random")
-    backend, backend_options = _plugin_choice(top, root.table("backend"), "backend", "probe")
+    backend, chosen = _plugin_choice(top, root.table("backend"), "backend", "probe")
+    backend_options = dict(chosen)
+    priced = "price" in backend_options
+    price = Price()
+    if priced:
+        price = Price.from_table(backend_options.pop("price"), f"{where}: backend.{backend}.price")
+    root.used.add("budget")
+    budget = parse_budget(data.get("budget"), f"{where}: budget")
+    if budget.currency is not None and priced and budget.currency != price.currency:
+        raise ConfigError(
+            f"{where}: budget: ceilings in {budget.currency} but backend.{backend}.price is in"
+            f" {price.currency}"
+        )
+    serves = top.get("serves", (list, str), "a list of objective labels", None)
+    if isinstance(serves, str):
+        serves = [serves]
+    if serves is not None and not all(isinstance(x, str) and x for x in serves):
+        raise ConfigError(f"{top.where('serves')}: expected a list of non-empty strings")
     mode = top.get("mode", str, "'waves' or 'rolling'", "waves")
     if mode not in ("waves", "rolling"):
         raise ConfigError(f"{top.where('mode')}: expected 'waves' or 'rolling', got {mode!r}")
@@ -354,6 +378,9 @@ def campaign_from_dict(
         interruption_window=window,
         node_interruption_threshold=node_threshold,
         pause_on_interruptions=pause,
+        budget=budget,
+        price=price,
+        serves=tuple(serves) if serves is not None else (name,),
         workspace=workspace_path,
         source=source,
     )

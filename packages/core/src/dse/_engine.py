@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dse._budget import Ledger, Spend
 from dse._classify import classify_end
 from dse._clock import Clock, SystemClock
 from dse._environment import CommandEnvironment
+from dse._errors import ConfigError
 from dse._hashing import ConfigHasher
 from dse._protocols import TrialInfo
 from dse._space import ParamError
@@ -78,6 +80,8 @@ class _Trial:
     attempt_started: float | None = None
     original_status: TrialStatus | None = None
     """For a cache hit: the outcome of the trial it reuses (what the agent is told)."""
+    reserved: Spend | None = None
+    """The worst-case spend reserved for the current attempt (``None``: none yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +180,7 @@ _TERMINAL_STATUS = {
     "agent_stalled": "completed",
     "max_consecutive_rejections": "stopped",
     "cancelled": "cancelled",
+    "budget_exhausted": "budget_exhausted",
 }
 
 
@@ -235,6 +240,32 @@ class Engine:
         poll = campaign.poll_interval or backend.default_poll_interval
         self._poll_first, self._poll_max = poll
         self._poll_wait = poll[0]
+        self._overrun = float(backend.overrun_s)
+        self.ledger = Ledger(campaign.budget, started_at=0.0)
+        """Spent and reserved amounts against the campaign's ceilings."""
+        self._check_budget()
+
+    def _check_budget(self) -> None:
+        """A ceiling on compute, money or a finishing deadline needs a finite worst case."""
+        budget = self.campaign.budget
+        env = self.campaign.environment
+        limit = budget.trial.time_limit(env.time_limit, env.resources, self.campaign.price,
+                                        self._overrun)
+        where = str(self.campaign.source or "<campaign>")
+        needs_limit = budget.compute is not None or budget.money is not None or (
+            budget.wall_clock_s is not None and budget.on_deadline == "finish"
+        )
+        if limit is None and needs_limit:
+            raise ConfigError(
+                f"{where}: budget: a compute, money or finishing wall-clock ceiling needs a time"
+                " limit per trial to reserve (set environment.time_limit or budget.trial.*)"
+            )
+        if limit is not None and limit <= 0:
+            raise ConfigError(
+                f"{where}: budget.trial: the per-trial ceilings leave no time to run on"
+                f" {env.resources.cpus} CPUs and {env.resources.gpus} GPUs (the backend may"
+                f" run {self._overrun:g}s past a time limit)"
+            )
 
     # -- public ---------------------------------------------------------------------------
 
@@ -264,6 +295,7 @@ class Engine:
             self.store.reopen_campaign(resume)
         else:
             self.campaign_id = self._create_run(now)
+        self.ledger.started_at = self.store.campaign_started(self.campaign_id)
         workspace = campaign.workspace.resolve()
         self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -364,6 +396,11 @@ class Engine:
         for row_id, original_row in cache_of.items():
             by_row[row_id].original_status = originals.get(original_row)
         self._restore_stats(by_proposal, rejected)
+        for spend in self.store.spends(cid):
+            self.ledger.spent = self.ledger.spent + Spend(**json.loads(spend["spend"]))
+        self.ledger.trials = sum(
+            1 for t in by_proposal.values() if t.trial_dir is not None and t.row_id not in cache_of
+        )
         observed = self._replay_agent(by_proposal, rejected)
         reattach: dict[str, JobSpec] = {}
         for trial in by_proposal.values():
@@ -396,6 +433,8 @@ class Engine:
                 trial.job_id, trial.job_id_recorded = job_id, last["job_id"] is not None
                 reattach[job_id] = spec
                 self._running[job_id] = trial
+                trial.reserved = self._worst(self._avoiding(spec, trial))
+                self.ledger.reserve(trial.reserved, new_trial=False)
                 continue
             lost = JobStatus("", JobState.LOST, reason="the controller restarted before"
                              " the job id was recorded")
@@ -560,11 +599,122 @@ class Engine:
         self._retries.append(trial)
 
     def _avoiding(self, spec: JobSpec, trial: _Trial) -> JobSpec:
-        """*spec* told to avoid the suspect nodes and those that interrupted *trial*."""
+        """*spec* told to avoid the suspect nodes and those that interrupted *trial*, with the
+        time limit that keeps it within the per-trial ceilings."""
         avoid = self._avoid | trial.failed_nodes
-        if not avoid:
+        limit = self.campaign.budget.trial.time_limit(
+            spec.time_limit, spec.resources, self.campaign.price, self._overrun
+        )
+        if not avoid and limit == spec.time_limit:
             return spec
-        return dataclasses.replace(spec, avoid_nodes=tuple(sorted(avoid)))
+        return dataclasses.replace(
+            spec, avoid_nodes=tuple(sorted(avoid)) or spec.avoid_nodes, time_limit=limit
+        )
+
+    # -- budget ---------------------------------------------------------------------------
+
+    def _worst(self, spec: JobSpec) -> Spend:
+        """The most one attempt of *spec* can spend: its time limit plus the backend's
+        overrun, times its resources, priced (unbounded time: only wall and trial counts)."""
+        if spec.time_limit is None:
+            return Spend()
+        wall = spec.time_limit + self._overrun
+        res = spec.resources
+        return Spend(wall, wall * res.cpus, wall * res.gpus, wall,
+                     wall * self.campaign.price.per_second(res))
+
+    def _typical_worst(self) -> Spend:
+        env = self.campaign.environment
+        limit = self.campaign.budget.trial.time_limit(
+            env.time_limit, env.resources, self.campaign.price, self._overrun
+        )
+        return self._worst(JobSpec("", 1, {}, Path(), resources=env.resources,
+                                   time_limit=limit))
+
+    def _affordable(self, want: int, now: float) -> tuple[int, str | None]:
+        """How many of *want* new trials the ledger can reserve now, and why not more."""
+        ledger = self.ledger
+        if not ledger.budget.limited:
+            return want, None
+        worst = self._typical_worst()
+        saved = (ledger.reserved, ledger.trials)
+        count, why = 0, None
+        while count < want:
+            why = ledger.refusal(worst, now, new_trial=True)
+            if why is not None:
+                break
+            ledger.reserve(worst, new_trial=True)
+            count += 1
+        ledger.reserved, ledger.trials = saved
+        return count, why
+
+    def _reserve(self, trial: _Trial, now: float, *, new_trial: bool) -> str | None:
+        """Reserve the worst case of *trial*'s next attempt; the refusal if it cannot be."""
+        assert trial.spec is not None
+        worst = self._worst(trial.spec)
+        why = self.ledger.refusal(worst, now, new_trial=new_trial)
+        if why is None:
+            self.ledger.reserve(worst, new_trial=new_trial)
+            trial.reserved = worst
+        return why
+
+    def _settle(self, trial: _Trial, status: JobStatus | None, ended_at: float) -> None:
+        """Replace *trial*'s reservation with what its attempt actually spent, and record it.
+        An end the backend never confirmed is charged its whole reservation."""
+        reserved, trial.reserved = trial.reserved or Spend(), None
+        assert trial.spec is not None
+        if status is None:
+            actual = reserved
+        else:
+            started = status.started_at
+            elapsed = max(ended_at - started, 0.0) if started is not None else 0.0
+            actual = self.campaign.price.charge(elapsed, trial.spec.resources, status.usage)
+        self.ledger.settle(reserved, actual)
+        self._batch.attempt_spend.append((dumps(actual.as_dict()), trial.attempt_row))
+
+    def _admit_retries(self, now: float) -> None:
+        """Queue the retries the budget can afford; end those it never will."""
+        waiting = []
+        for trial in self._retries:
+            why = self._reserve(trial, now, new_trial=False)
+            if why is None:
+                self._to_submit.append(trial)
+            else:
+                waiting.append((trial, why))
+        self._retries.clear()
+        if not waiting:
+            return
+        if self._running or self._to_submit:
+            self._retries.extend(trial for trial, _ in waiting)
+            return
+        # Nothing runs, so nothing will free a reservation: these retries never fit.
+        for trial, why in waiting:
+            trial.status = TrialStatus.INTERRUPTED
+            trial.message = f"not retried: {why}"
+            self._batch.attempt_ends.append((
+                None, JobState.CANCELLED.value, None, None, None, trial.message, None, None,
+                now, None, trial.attempt_row,
+            ))
+            self._by_hash.pop(trial.config_hash, None)
+            self._record_end(trial, now)
+
+    def _check_deadline(self, now: float) -> None:
+        """At the wall-clock ceiling, stop (cancelling what runs, unless it may finish)."""
+        deadline = self.ledger.deadline
+        if deadline is None or now < deadline or self._done == "budget_exhausted":
+            return
+        self._budget_exhausted("wall-clock ceiling reached")
+        if self.campaign.budget.on_deadline == "cancel" and self._running:
+            self._stop = "budget_exhausted"
+
+    def _budget_exhausted(self, why: str) -> None:
+        if self._done is None:
+            self._done = "budget_exhausted"
+            self._event(None, "budget_exhausted", {
+                "reason": why, "spent": self.ledger.spent.as_dict(),
+                "reserved": self.ledger.reserved.as_dict(),
+            })
+            self.listener.on_alert(self, f"budget exhausted: {why}")
 
     def _run_loop(self) -> CampaignResult:
         try:
@@ -628,8 +778,9 @@ class Engine:
         """Queue the waiting retries and pull new trials, unless dispatch is paused."""
         self._check_pause()
         if not self._paused:
-            self._to_submit.extend(self._retries)
-            self._retries.clear()
+            now = self.clock.time()
+            self._check_deadline(now)
+            self._admit_retries(now)
             self._refill()
 
     def _wait(self) -> None:
@@ -639,8 +790,12 @@ class Engine:
             left = oldest + self.campaign.interruption_window - self.clock.time()
             self.clock.sleep(max(left, self._poll_wait, 1e-3))
             return
-        if self._poll_wait > 0 and not self.backend.wait(self._poll_wait):
-            self.clock.sleep(self._poll_wait)
+        wait = self._poll_wait
+        deadline = self.ledger.deadline
+        if deadline is not None and self._done != "budget_exhausted":
+            wait = max(min(wait, deadline - self.clock.time()), 0.0)
+        if wait > 0 and not self.backend.wait(wait):
+            self.clock.sleep(wait)
 
     def _refill(self) -> None:
         waves = self.campaign.mode == "waves"
@@ -665,6 +820,11 @@ class Engine:
             want = slots
             if campaign.max_trials is not None:
                 want = min(want, campaign.max_trials - self.stats.steps)
+            want, why = self._affordable(want, self.clock.time())
+            if want == 0:
+                if not self._running and not self._to_submit and not self._retries:
+                    self._budget_exhausted(why or "budget")
+                break
             flying = [*self._running.values(), *self._to_submit]
             in_flight = [t.params for t in flying]
             proposals = list(self.agent.propose(want, in_flight))
@@ -764,6 +924,18 @@ class Engine:
             return 0
         trial.spec = spec = self._avoiding(spec, trial)
         trial.trial_dir = trial_dir
+        why = self._reserve(trial, now, new_trial=True)
+        if why is not None:
+            # Its resources differ from the campaign's, and its worst case does not fit.
+            trial.status = TrialStatus.BUDGET_EXHAUSTED
+            trial.message = f"not dispatched: {why}"
+            self._batch.trials.append((
+                row_id, self.campaign_id, number, proposal, self._batch_no, digest,
+                params_json, trial.status.value, None, trial.message, None, None, None,
+                str(trial_dir), now, now,
+            ))
+            self._ended(trial)
+            return 0
         trial.attempt_started = now
         trial.attempt_row = self.store.new_attempt_id()
         self._batch.trials.append((
@@ -822,6 +994,7 @@ class Engine:
             del self._running[status.job_id]
             self._conclude(trial, status)
             ended_at = status.ended_at or now
+            self._settle(trial, status, ended_at)
             batch.attempt_ends.append((
                 status.job_id, status.state.value, status.exit_code, status.signal,
                 status.node, status.reason, status.peak_rss_kb, status.started_at,
@@ -1068,6 +1241,7 @@ class Engine:
                 None, JobState.CANCELLED.value, None, None, None, trial.message, None, None,
                 now, None, trial.attempt_row,
             ))
+            self._settle(trial, JobStatus("", JobState.CANCELLED), now)
             self._record_end(trial, now)
         self._to_submit = []
         if self._running:
@@ -1090,6 +1264,7 @@ class Engine:
                     job_id, JobState.CANCELLED.value, None, None, None, trial.message, None,
                     None, now, None, trial.attempt_row,
                 ))
+                self._settle(trial, None, now)
                 self._record_end(trial, now)
         self._commit()
 
@@ -1139,4 +1314,11 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
             "memory_mb": env.resources.memory_mb,
             "code_version": env.code_version,
         },
+        "budget": campaign.budget.as_dict(),
+        "price": {
+            "cpu_hour": campaign.price.cpu_hour, "gpu_hour": campaign.price.gpu_hour,
+            "node_hour": campaign.price.node_hour, "billing_hour": campaign.price.billing_hour,
+        },
+        "currency": campaign.budget.currency or campaign.price.currency,
+        "serves": list(campaign.serves),
     }

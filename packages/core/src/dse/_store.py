@@ -24,7 +24,7 @@ from dse._errors import ConfigError, StoreError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DB_NAME = "dse.sqlite"
 JOURNAL_ENV = "DSE_SQLITE_JOURNAL"
 
@@ -89,6 +89,7 @@ def _journal_mode(path: Path) -> str:
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: ("ALTER TABLE attempts ADD COLUMN usage TEXT",),
+    4: ("ALTER TABLE attempts ADD COLUMN spend TEXT",),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
@@ -147,6 +148,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     resumed INTEGER NOT NULL DEFAULT 0,
     work_lost_s REAL,
     usage TEXT,
+    spend TEXT,
     submitted_at REAL NOT NULL,
     started_at REAL,
     ended_at REAL,
@@ -188,6 +190,8 @@ class Batch:
     attempt_ends: list[tuple[Any, ...]] = field(default_factory=list)
     attempt_usage: list[tuple[Any, ...]] = field(default_factory=list)
     """(usage JSON, attempt row): what the backend's accounting charged an attempt."""
+    attempt_spend: list[tuple[Any, ...]] = field(default_factory=list)
+    """(spend JSON, attempt row): what an attempt cost (wall, compute seconds, money)."""
     events: list[tuple[Any, ...]] = field(default_factory=list)
     campaign_updates: list[tuple[Any, ...]] = field(default_factory=list)
     agent_log: list[tuple[Any, ...]] = field(default_factory=list)
@@ -196,7 +200,7 @@ class Batch:
     def __bool__(self) -> bool:
         return bool(
             self.trials or self.trial_ends or self.attempts or self.attempt_updates
-            or self.attempt_ends or self.attempt_usage or self.events
+            or self.attempt_ends or self.attempt_usage or self.attempt_spend or self.events
             or self.campaign_updates or self.agent_log
         )
 
@@ -345,6 +349,8 @@ class Store:
                 )
             if batch.attempt_usage:
                 db.executemany("UPDATE attempts SET usage=? WHERE id=?", batch.attempt_usage)
+            if batch.attempt_spend:
+                db.executemany("UPDATE attempts SET spend=? WHERE id=?", batch.attempt_spend)
             if batch.trial_ends:
                 db.executemany(
                     "UPDATE trials SET status=?, failure=?, message=?, metrics=?, score=?,"
@@ -379,6 +385,7 @@ class Store:
         batch.attempt_updates.clear()
         batch.attempt_ends.clear()
         batch.attempt_usage.clear()
+        batch.attempt_spend.clear()
         batch.events.clear()
         batch.campaign_updates.clear()
         batch.agent_log.clear()
@@ -432,6 +439,19 @@ class Store:
     def agent_log(self, campaign_id: int) -> list[sqlite3.Row]:
         return self.query(
             "SELECT * FROM agent_log WHERE campaign_id = ? ORDER BY id", (campaign_id,)
+        )
+
+    def campaign_started(self, campaign_id: int) -> float:
+        """When run *campaign_id* was created (its wall-clock budget counts from there)."""
+        rows = self.query("SELECT created_at FROM campaigns WHERE id = ?", (campaign_id,))
+        return float(rows[0]["created_at"]) if rows else 0.0
+
+    def spends(self, campaign_id: int) -> list[sqlite3.Row]:
+        """The recorded spend of every attempt of run *campaign_id* that has one."""
+        return self.query(
+            "SELECT a.spend FROM attempts a JOIN trials t ON a.trial_id = t.id"
+            " WHERE t.campaign_id = ? AND a.spend IS NOT NULL",
+            (campaign_id,),
         )
 
     def reopen_campaign(self, campaign_id: int) -> None:

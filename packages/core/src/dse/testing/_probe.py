@@ -40,6 +40,10 @@ class ProbeScript:
     """Node reported."""
     ambiguous: bool = False
     """Report the end as ambiguous (a kill with no known sender, a vanished job)."""
+    seconds: float | None = None
+    """Run for this many seconds of the backend's clock instead of counting passes: the job
+    starts when submitted, ends ``seconds`` later, and is ended TIMEOUT at its time limit if
+    that comes first. :meth:`ProbeBackend.wait` then sleeps the clock to the next end."""
 
 
 ScriptFn = Callable[
@@ -74,6 +78,9 @@ class _Job:
     state: JobState = JobState.PENDING
     started_at: float | None = None
     cancelled: bool = False
+    ends_at: float | None = None
+    """For a timed script: when it ends (its duration or its time limit, whichever first)."""
+    ended_at: float | None = None
 
 
 @dataclass
@@ -146,7 +153,14 @@ class ProbeBackend(Backend):
         for spec in jobs:
             cluster._counter += 1
             job_id = f"probe-{cluster._counter}"
-            cluster.jobs[job_id] = _Job(job_id, spec, self._resolve(spec.params, spec.attempt))
+            job = _Job(job_id, spec, self._resolve(spec.params, spec.attempt))
+            if job.script.seconds is not None:
+                job.started_at = self.clock.time()
+                run = job.script.seconds
+                if spec.time_limit is not None and spec.time_limit < run:
+                    run = spec.time_limit
+                job.ends_at = job.started_at + run
+            cluster.jobs[job_id] = job
             cluster.timeline.append((cluster.passes, "start", spec.trial_id))
             ids.append(job_id)
         cluster.live += len(jobs)
@@ -171,6 +185,13 @@ class ProbeBackend(Backend):
                 job.started_at = now
             if job.cancelled:
                 job.state = JobState.CANCELLED
+            elif job.ends_at is not None:
+                if now < job.ends_at:
+                    job.state = JobState.RUNNING
+                else:
+                    job.ended_at = job.ends_at
+                    timed_out = (job.script.seconds or 0.0) > job.ends_at - job.started_at
+                    job.state = JobState.TIMEOUT if timed_out else job.script.state
             elif job.seen >= job.script.passes:
                 job.state = job.script.state
             else:
@@ -203,7 +224,7 @@ class ProbeBackend(Backend):
             exit_code=exit_code,
             node=script.node,
             started_at=job.started_at,
-            ended_at=now,
+            ended_at=job.ended_at if job.ended_at is not None else now,
             result=result,
             ambiguous=script.ambiguous,
         )
@@ -211,8 +232,25 @@ class ProbeBackend(Backend):
     def _cancel(self, job_ids: Sequence[str]) -> None:
         for job_id in job_ids:
             job = self.cluster.jobs.get(job_id)
-            if job is not None and not job.state.is_finished():
-                job.cancelled = True
+            if job is None or job.state.is_finished():
+                continue
+            now = self.clock.time()
+            if job.ends_at is not None and job.ends_at <= now:
+                continue  # it already ended; the next poll reports how
+            job.cancelled = True
+            if job.ends_at is not None:
+                job.ended_at = now
+
+    def _wait(self, timeout: float) -> bool:
+        """With timed jobs: sleep the clock to the next end (at most *timeout*)."""
+        now = self.clock.time()
+        jobs = self.cluster.jobs
+        ends = [end for job_id in self.outstanding
+                if job_id in jobs and (end := jobs[job_id].ends_at) is not None]
+        if not ends:
+            return False
+        self.clock.sleep(max(min(min(ends) - now, timeout), 0.0))
+        return True
 
     def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:
         """Nothing to do: the shared cluster already knows every job."""

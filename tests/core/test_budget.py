@@ -1,0 +1,199 @@
+"""Budgets: ceilings parsed from what a person writes, reserved before launch, spend recorded
+per attempt, and the three numbers to the cent on a probe with known durations and prices."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import dse
+from dse._budget import Budget, Ledger, Price, Spend, TrialCeilings, parse_budget
+from dse._report import summarize
+from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def campaign(
+    tmp_path: Path, *, budget: Mapping[str, Any] | None = None,
+    price: Mapping[str, Any] | None = None, environment: Mapping[str, Any] | None = None,
+    **table: Any,
+) -> dse.Campaign:
+    data: dict[str, Any] = {
+        # The probe sleeps the fake clock to the next end, so the cadence may be long.
+        "campaign": {"name": "budget", "max_parallelism": 2, "mode": "rolling",
+                     "poll_interval": "1h", **table},
+        "space": {"x": {"type": "int", "low": 0, "high": 10_000}},
+        "objectives": [{"metric": "value"}],
+        "environment": dict({"time_limit": "10s"} if environment is None else environment),
+    }
+    if budget is not None:
+        data["budget"] = dict(budget)
+    if price is not None:
+        data["backend"] = {"probe": {"price": dict(price)}}
+    return dse.campaign_from_dict(data, workspace=tmp_path / "ws")
+
+
+def run_timed(
+    camp: dse.Campaign, script: Callable[[Mapping[str, Any]], ProbeScript],
+    proposals: int = 10_000,
+) -> tuple[dse.CampaignResult, dse.Store, FakeClock]:
+    clock = FakeClock(start=0.0)
+    store = dse.Store(camp.workspace / "dse.sqlite")
+    engine = dse.Engine(
+        camp, agent=ScriptedAgent({"x": i} for i in range(proposals)),
+        backend=ProbeBackend(script, clock=clock), store=store, clock=clock,
+    )
+    return engine.run(), store, clock
+
+
+def seconds(duration: float) -> Callable[[Mapping[str, Any]], ProbeScript]:
+    return lambda params: ProbeScript(seconds=duration, metrics={"value": float(params["x"])})
+
+
+# -- what a person writes ------------------------------------------------------------------
+
+def test_ceilings_in_the_units_a_person_writes() -> None:
+    budget = parse_budget({
+        "trials": 50, "wall_clock": "2h", "compute": "40 gpu-hours", "money": "120 USD",
+        "on_deadline": "finish",
+        "trial": {"wall_time": "10m", "compute": "12 node-hours", "money": "2.5 USD"},
+    }, "c.toml: budget")
+    assert budget == Budget(
+        trials=50, wall_clock_s=7200.0, compute=("gpu", 40.0), money=120.0, currency="USD",
+        on_deadline="finish",
+        trial=TrialCeilings(wall_s=600.0, compute=("node", 12.0), money=2.5),
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"compute": "40 gpu-years"}, r"c.toml: budget.compute: expected an amount of compute"),
+        ({"money": "-3 USD"}, r"c.toml: budget.money: expected an amount of money"),
+        ({"money": "3 dollars"}, r"c.toml: budget.money: expected an amount of money"),
+        ({"trials": -1}, r"c.toml: budget.trials: expected a non-negative integer"),
+        ({"wall_clock": "soon"}, r"c.toml: budget.wall_clock: expected a duration"),
+        ({"trial": {"wall_time": "-5m"}}, r"c.toml: budget.trial.wall_time"),
+        ({"trial": {"gpus": 1}}, r"c.toml: budget.trial: unknown key\(s\) \['gpus'\]"),
+        ({"money": "1 USD", "trial": {"money": "1 EUR"}}, r"one currency per campaign"),
+        ({"on_deadline": "panic"}, r"c.toml: budget.on_deadline: expected"),
+        ({"ceiling": 3}, r"c.toml: budget: unknown key\(s\) \['ceiling'\]"),
+    ],
+)
+def test_a_bad_ceiling_is_one_error_naming_the_key(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(dse.ConfigError, match=message):
+        parse_budget(raw, "c.toml: budget")
+
+
+def test_a_price_table_is_checked_and_read(tmp_path: Path) -> None:
+    camp = campaign(tmp_path, price={"cpu_hour": 0.5, "gpu_hour": 2, "currency": "EUR"})
+    assert camp.price == Price(cpu_hour=0.5, gpu_hour=2.0, currency="EUR")
+    with pytest.raises(dse.ConfigError, match=r"backend.probe.price.cpu_hour: expected a"):
+        campaign(tmp_path, price={"cpu_hour": -1})
+    with pytest.raises(dse.ConfigError, match=r"ceilings in USD but backend.probe.price is in"):
+        campaign(tmp_path, price={"currency": "EUR"}, budget={"money": "5 USD"})
+
+
+def test_a_money_ceiling_without_a_time_limit_cannot_be_reserved(tmp_path: Path) -> None:
+    camp = campaign(tmp_path, budget={"money": "5 USD"}, environment={})
+    with pytest.raises(dse.ConfigError, match=r"needs a time\s+limit per trial"):
+        run_timed(camp, seconds(1.0))
+
+
+# -- the ledger ----------------------------------------------------------------------------
+
+def test_the_ledger_refuses_what_would_pass_a_ceiling_and_settles_actual_spend() -> None:
+    ledger = Ledger(Budget(money=1.0, currency="USD", compute=("cpu", 1.0), trials=3),
+                    started_at=0.0)
+    worst = Spend(wall_s=1000.0, cpu_s=1000.0, money=0.4)
+    for _ in range(2):
+        assert ledger.refusal(worst, 0.0, new_trial=True) is None
+        ledger.reserve(worst, new_trial=True)
+    assert ledger.refusal(worst, 0.0, new_trial=True) == "money ceiling 1 USD"
+    ledger.settle(worst, Spend(wall_s=10.0, cpu_s=10.0, money=0.004))
+    assert ledger.refusal(worst, 0.0, new_trial=True) is None
+    ledger.reserve(worst, new_trial=True)
+    assert ledger.refusal(worst, 0.0, new_trial=True) == "trials ceiling 3 reached"
+    assert ledger.refusal(Spend(cpu_s=2700.0), 0.0, new_trial=False) == (
+        "compute ceiling 1 cpu-hours"
+    )
+
+
+def test_per_trial_ceilings_become_the_time_limit_at_the_trials_resources() -> None:
+    ceilings = TrialCeilings(wall_s=3600.0, compute=("gpu", 2.0), money=3.0)
+    price = Price(gpu_hour=4.0)
+    two_gpus = dse.Resources(cpus=1, gpus=2)
+    # 2 gpu-hours on 2 GPUs: 1 h; 3 USD at 8 USD/h: 1350 s; less a 10 s overrun.
+    assert ceilings.time_limit(7200.0, two_gpus, price, 10.0) == pytest.approx(1340.0)
+    assert ceilings.time_limit(600.0, two_gpus, price, 10.0) == 600.0
+    assert TrialCeilings().time_limit(None, two_gpus, price, 10.0) is None
+
+
+# -- on the probe, with known durations and prices -----------------------------------------
+
+def test_a_money_ceiling_to_the_cent(tmp_path: Path) -> None:
+    # 1 CPU at 36 USD per CPU-hour = 1 cent per second. A trial may run 10 s (10 cents
+    # reserved) and runs 6 s (6 cents spent); 1 USD affords exactly 16 trials.
+    camp = campaign(tmp_path, budget={"money": "1 USD"}, price={"cpu_hour": 36})
+    result, store, _ = run_timed(camp, seconds(6.0))
+
+    assert (result.status, result.end_reason) == ("budget_exhausted", "budget_exhausted")
+    trials = store.trials(result.campaign_id)
+    assert [t["status"] for t in trials] == ["completed"] * 16
+    summary = summarize(store, result.campaign_id)
+    assert round(summary.spent.money, 2) == 0.96
+    assert summary.spent.money <= 1.0
+    assert summary.wall_s == 54.0  # 7 pairs of 6 s, then two single trials
+    assert round(summary.throughput_per_h, 2) == round(16 * 3600 / 54, 2) == 1066.67
+    assert round(summary.effective_per_h, 2) == 1066.67
+    assert summary.cost_per_effective == pytest.approx(0.06)
+    assert summary.compute_per_effective_h("cpu") == pytest.approx(6.0 / 3600.0)
+    for row in store.query("SELECT spend FROM attempts"):
+        assert json.loads(row["spend"]) == pytest.approx(
+            {"wall_s": 6.0, "cpu_s": 6.0, "gpu_s": 0.0, "node_s": 6.0, "money": 0.06}
+        )
+    events = store.events(result.campaign_id, "budget_exhausted")
+    assert len(events) == 1
+    assert json.loads(events[0]["data"])["reason"] == "money ceiling 1 USD"
+    store.close()
+
+
+def test_a_trial_ceiling_cuts_the_trial_at_its_time_limit(tmp_path: Path) -> None:
+    camp = campaign(tmp_path, budget={"trials": 3, "trial": {"money": "0.05 USD"}},
+                    price={"cpu_hour": 36})
+    result, store, _ = run_timed(camp, seconds(30.0))
+
+    assert result.end_reason == "budget_exhausted"
+    rows = store.trials(result.campaign_id)
+    assert [(r["status"], r["failure"]) for r in rows] == [
+        ("budget_exhausted", "time_limit")
+    ] * 3
+    summary = summarize(store, result.campaign_id)
+    assert summary.spent.money == pytest.approx(0.15)  # 3 trials cut at 5 s, 5 cents each
+    assert summary.effective == 0
+    assert summary.cost_per_effective is None
+    store.close()
+
+
+@pytest.mark.parametrize(("on_deadline", "expected"), [
+    ("cancel", ["completed"] * 4 + ["cancelled"] * 2),
+    ("finish", ["completed"] * 2),
+])
+def test_the_wall_clock_ceiling_stops_dispatch(
+    tmp_path: Path, on_deadline: str, expected: list[str]
+) -> None:
+    # Trials of 4 s (time limit 10 s), two at a time, a 10 s deadline. "cancel" starts two
+    # at 0, 4 and 8 s and cancels the last two at 10 s; "finish" starts only those that
+    # could run to their time limit before the deadline: the two at 0 s.
+    camp = campaign(tmp_path, budget={"wall_clock": "10s", "on_deadline": on_deadline})
+    result, store, clock = run_timed(camp, seconds(4.0))
+
+    assert (result.status, result.end_reason) == ("budget_exhausted", "budget_exhausted")
+    assert [t["status"] for t in store.trials(result.campaign_id)] == expected
+    assert clock.now <= 10.0 + 1e-9
+    store.close()
