@@ -197,3 +197,18 @@ def test_the_wall_clock_ceiling_stops_dispatch(
     assert [t["status"] for t in store.trials(result.campaign_id)] == expected
     assert clock.now <= 10.0 + 1e-9
     store.close()
+
+
+def test_spend_follows_the_backends_accounting_when_it_has_one() -> None:
+    price = Price(cpu_hour=3.6, gpu_hour=36.0, node_hour=1.8, billing_hour=0.36)
+    res = dse.Resources(cpus=2, gpus=1)
+    assert price.charge(100.0, res) == Spend(100.0, 200.0, 100.0, 100.0,
+                                             pytest.approx(0.2 + 1.0 + 0.05))
+    # Slurm's sacct: what it says was allocated is what is charged, billing TRES included.
+    charged = price.charge(100.0, res, {"elapsed_s": 50.0, "cpus": 4.0, "billing": 10.0})
+    assert charged == Spend(50.0, 200.0, 50.0, 50.0, pytest.approx(0.2 + 0.5 + 0.025 + 0.05))
+    # A step of a shared allocation pays its share of the allocation.
+    share = price.charge(10.0, res, {"elapsed_s": 10.0, "cpus": 2.0, "allocation_cpu_s": 60.0,
+                                     "allocation_node_s": 10.0})
+    assert (share.cpu_s, share.node_s) == (60.0, 10.0)
+    assert share.money == pytest.approx((3.6 * 60 + 36 * 10 + 1.8 * 10) / 3600)

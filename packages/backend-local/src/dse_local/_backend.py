@@ -200,8 +200,8 @@ class LocalBackend(Backend):
             )
             raise ConfigError(msg)
         self.grace = float(grace)
-        # SIGTERM at the limit, SIGKILL one grace later, noticed within a poll or two.
-        self.overrun_s = self.grace + 2.0
+        # SIGTERM at the limit, SIGKILL one grace later; the wrapper times the run itself.
+        self.overrun_s = self.grace + 1.0
         _compile_wrapper()
         self._server = _Server(os.path.realpath(sys.executable))
         self._bin_dir = os.path.dirname(sys.executable)

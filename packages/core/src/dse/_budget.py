@@ -139,11 +139,16 @@ class Price:
         cpus = float(usage.get("cpus", resources.cpus))
         gpus = float(usage.get("gpus", resources.gpus))
         nodes = float(usage.get("nodes", 1.0))
-        hourly = self.cpu_hour * cpus + self.gpu_hour * gpus + self.node_hour * nodes
+        cpu_s, gpu_s, node_s = elapsed * cpus, elapsed * gpus, elapsed * nodes
+        if "allocation_cpu_s" in usage:
+            # A step of a shared allocation pays its share of it (see dse_slurm allocation
+            # mode), not only what it asked for.
+            cpu_s = float(usage["allocation_cpu_s"])
+            node_s = float(usage.get("allocation_node_s", node_s))
+        money = (self.cpu_hour * cpu_s + self.gpu_hour * gpu_s + self.node_hour * node_s) / 3600
         if self.billing_hour and "billing" in usage:
-            hourly += self.billing_hour * float(usage["billing"])
-        return Spend(elapsed, elapsed * cpus, elapsed * gpus, elapsed * nodes,
-                     elapsed * hourly / 3600.0)
+            money += self.billing_hour * float(usage["billing"]) * elapsed / 3600.0
+        return Spend(elapsed, cpu_s, gpu_s, node_s, money)
 
 
 @dataclass(frozen=True, slots=True)
