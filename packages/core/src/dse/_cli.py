@@ -9,17 +9,32 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse._build import build_engine
 from dse._campaign import Campaign, load_campaign
-from dse._console import Console, LiveView
+from dse._console import (
+    Console,
+    LiveView,
+    duration_text,
+    hours_text,
+    money_text,
+    rate_text,
+)
 from dse._engine import campaign_spec
 from dse._errors import ConfigError, DseError, ExitCode
 from dse._hashing import canonical_json
 from dse._lock import CampaignLock
 from dse._plugins import PluginManager
+from dse._report import (
+    ObjectiveRollup,
+    RunDetail,
+    rollup_by_objective,
+    run_detail,
+    summarize,
+)
 from dse._store import Store, open_existing, workspace_db
 from dse._version import __version__
 
@@ -27,7 +42,35 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import FrameType
 
+    from dse._budget import Spend
     from dse._engine import CampaignResult
+
+
+_REPORT_KEYS = """\
+--json prints {"workspace": PATH, "runs": [RUN...], "objectives": [OBJECTIVE...]}.
+RUN:
+  campaign, run, status, end_reason   the run and how it ended
+  budget_reason    why the budget ended it ("money ceiling 1 USD"), or null
+  serves           the objective labels it serves
+  best             null or {trial, metric, direction, score, params}: the best completed trial
+  trials           {total, <outcome>: count...}; failures: {<failure class>: count}
+  currency         the currency of every money figure of the run
+  spent            {money, cpu_hours, gpu_hours, node_hours, attempt_hours}: every attempt
+  budget           one entry per ceiling the campaign has, each {spent, ceiling, unit}:
+                   money (currency), compute (<unit>-hours), trials (trials run),
+                   wall_clock (seconds since the run was created)
+  wall_clock_s     the run's wall clock (creation to end, or to now while it runs)
+  finished         trials that reached an outcome (not cache hits, not cancelled)
+  effective        trials with a usable, scored result
+  throughput_per_h finished trials per wall-clock hour
+  effective_per_h  effective results per wall-clock hour
+  cost_per_effective       money per effective result (null before the first)
+  compute_per_effective_h  {cpu, gpu, node}: compute-hours per effective result
+  cache_hits       [{trial, reuses_run, reuses_trial, cost (always 0), reused_cost}]
+OBJECTIVE (every run of the workspace serving the label, per currency):
+  objective, currency, runs, spent, finished, effective, cached, cost_per_effective,
+  compute_per_effective_h
+"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +92,20 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("target", nargs="?", help="a campaign file, name or run id")
     status.add_argument("--workspace", type=Path)
     status.add_argument("--json", action="store_true")
+
+    report = sub.add_parser(
+        "report", help="what each run spent and delivered: the three numbers, per objective",
+        description="Report each run of a campaign (or of every campaign in the workspace):\n"
+        "how it ended, the best result, trials by outcome and failure class, spend against\n"
+        "each ceiling of its budget, the three numbers, and a rollup per objective label\n"
+        "across every run of the workspace that serves it.",
+        epilog=_REPORT_KEYS, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument("target", nargs="?",
+                        help="a campaign file, name or run id (default: every campaign)")
+    report.add_argument("--workspace", type=Path)
+    report.add_argument("--json", action="store_true",
+                        help="print one JSON object (keys below)")
 
     plugins = sub.add_parser("plugins", help="list installed backends and agents")
     plugins.add_argument("--json", action="store_true")
@@ -74,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plugins(args, console)
         if args.command == "export":
             return _export(args, console)
+        if args.command == "report":
+            return _report_command(args, console)
     except DseError as exc:
         console.error(str(exc))
         return ExitCode.USAGE_ERROR
@@ -117,11 +176,12 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                 result = engine.run(resume=resume)
             finally:
                 engine.backend.shutdown(wait=not engine.abandoned)
+            detail = run_detail(store, result.campaign_id)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             store.close()
-    _report(result, campaign, console, args.json)
+    _outcome(result, detail, campaign, console, args.json)
     if result.status == "cancelled":
         return ExitCode.INTERRUPTED
     return ExitCode.OK
@@ -147,15 +207,18 @@ def _resumable_run(
     return int(row["id"])
 
 
-def _report(result: CampaignResult, campaign: Campaign, console: Console, as_json: bool) -> None:
+def _outcome(result: CampaignResult, detail: RunDetail, campaign: Campaign, console: Console,
+             as_json: bool) -> None:
     s = result.stats
     best = result.best
+    summary = detail.summary
     if as_json:
         console.data({
             "campaign": result.name,
             "run": result.campaign_id,
             "status": result.status,
             "end_reason": result.end_reason,
+            "budget_reason": detail.budget_reason,
             "trials": s.steps,
             "completed": s.completed,
             "failed": s.failed,
@@ -167,6 +230,12 @@ def _report(result: CampaignResult, campaign: Campaign, console: Console, as_jso
                 "trial": best.number, "score": best.score, "params": dict(best.params),
                 "metric": campaign.objectives[0].metric,
             },
+            "currency": summary.currency,
+            "spent": _spent_json(summary.spent),
+            "budget": _ceilings(detail),
+            "throughput_per_h": summary.throughput_per_h,
+            "effective_per_h": summary.effective_per_h,
+            "cost_per_effective": summary.cost_per_effective,
         })
         return
     console.result(
@@ -180,6 +249,32 @@ def _report(result: CampaignResult, campaign: Campaign, console: Console, as_jso
             f"best: trial {best.number} {metric}={best.score:.6g}"
             f" params {json.dumps(dict(best.params))}"
         )
+    console.result(
+        f"throughput {rate_text(summary.throughput_per_h)} trials/h, effective"
+        f" {rate_text(summary.effective_per_h)} results/h, cost "
+        + _per_effective(summary.cost_per_effective,
+                         {u: summary.compute_per_effective_h(u)
+                          for u in _shown_units(summary.spent, None)}, summary.currency)
+    )
+    if result.status == "budget_exhausted":
+        console.result(_exhausted_line(detail))
+
+
+def _exhausted_line(detail: RunDetail) -> str:
+    """``budget exhausted: money ceiling 1 USD; spent 0.96 USD``: the ceiling that ended
+    the run and what was spent of it."""
+    s = detail.summary
+    why = detail.budget_reason or "budget"
+    ceilings = _ceilings(detail)
+    if why.startswith("compute") and "compute" in ceilings:
+        spent = f"spent {hours_text(ceilings['compute']['spent'])} {ceilings['compute']['unit']}"
+    elif why.startswith("trials"):
+        spent = f"{detail.dispatched} trials run"
+    elif "wall-clock" in why:
+        spent = f"ran {duration_text(s.wall_s)}, spent {money_text(s.spent.money)} {s.currency}"
+    else:
+        spent = f"spent {money_text(s.spent.money)} {s.currency}"
+    return f"budget exhausted: {why}; {spent}"
 
 
 def _open_target(target: str | None, workspace: Path | None) -> tuple[Store, str | None]:
@@ -197,7 +292,9 @@ def _status(args: argparse.Namespace, console: Console) -> int:
         if not rows:
             raise ConfigError(f"{store.path}: no campaign run named {name!r}")
     out = []
+    now = time.time()
     for row in rows:
+        summary = summarize(store, int(row["id"]), now=now)
         counts = {
             r["status"]: r["n"] for r in store.query(
                 "SELECT status, COUNT(*) AS n FROM trials WHERE campaign_id = ? GROUP BY status",
@@ -208,6 +305,10 @@ def _status(args: argparse.Namespace, console: Console) -> int:
             "run": row["id"], "name": row["name"], "status": row["status"],
             "end_reason": row["end_reason"], "agent": row["agent"], "backend": row["backend"],
             "trials": row["trials"], **counts,
+            "throughput_per_h": summary.throughput_per_h,
+            "effective_per_h": summary.effective_per_h,
+            "cost_per_effective": summary.cost_per_effective,
+            "spent": summary.spent.money, "currency": summary.currency,
         })
     if args.json:
         console.data(out)
@@ -215,16 +316,214 @@ def _status(args: argparse.Namespace, console: Console) -> int:
     from rich.table import Table
 
     table = Table("run", "campaign", "status", "trials", "completed", "failed", "cached",
-                  "running", "agent", "backend")
+                  "running", "trials/h", "results/h", "cost/result", "spent", "agent",
+                  "backend")
     for item in out:
+        cost = item["cost_per_effective"]
         table.add_row(
             str(item["run"]), item["name"], f"{item['status']} ({item['end_reason'] or '-'})",
             str(item["trials"]), str(item.get("completed", 0)), str(item.get("failed", 0)),
-            str(item.get("cached", 0)), str(item.get("running", 0)), item["agent"],
-            item["backend"],
+            str(item.get("cached", 0)), str(item.get("running", 0)),
+            rate_text(item["throughput_per_h"]), rate_text(item["effective_per_h"]),
+            "-" if cost is None else f"{money_text(cost)} {item['currency']}",
+            f"{money_text(item['spent'])} {item['currency']}", item["agent"], item["backend"],
         )
     console.out.print(table)
     return ExitCode.OK
+
+
+def _selected_runs(store: Store, name: str | None) -> list[int]:
+    rows = store.campaigns()
+    if name is not None:
+        rows = [r for r in rows if r["name"] == name or str(r["id"]) == name]
+        if not rows:
+            raise ConfigError(f"{store.path}: no campaign run named {name!r}")
+    return [int(r["id"]) for r in rows]
+
+
+def _report_command(args: argparse.Namespace, console: Console) -> int:
+    store, name = _open_target(args.target, args.workspace)
+    now = time.time()
+    every = {int(r["id"]): run_detail(store, int(r["id"]), now=now) for r in store.campaigns()}
+    chosen = [every[i] for i in _selected_runs(store, name)]
+    labels = {label for d in chosen for label in d.summary.serves}
+    rollups = [r for r in rollup_by_objective(d.summary for d in every.values())
+               if r.label in labels]
+    if args.json:
+        console.data({
+            "workspace": str(store.path),
+            "runs": [_detail_json(d) for d in chosen],
+            "objectives": [_rollup_json(r) for r in rollups],
+        })
+        return ExitCode.OK
+    for detail in chosen:
+        for line in _detail_lines(detail):
+            console.result(line)
+        console.result("")
+    for rollup in rollups:
+        console.result(_rollup_line(rollup))
+    return ExitCode.OK
+
+
+def _spent_json(spent: Spend) -> dict[str, float]:
+    return {"money": spent.money, "cpu_hours": spent.cpu_s / 3600.0,
+            "gpu_hours": spent.gpu_s / 3600.0, "node_hours": spent.node_s / 3600.0,
+            "attempt_hours": spent.wall_s / 3600.0}
+
+
+def _ceilings(detail: RunDetail) -> dict[str, dict[str, Any]]:
+    """Spent against each ceiling the run's budget has."""
+    s = detail.summary
+    budget = s.budget
+    out: dict[str, dict[str, Any]] = {}
+    if budget.get("money") is not None:
+        out["money"] = {"spent": s.spent.money, "ceiling": budget["money"], "unit": s.currency}
+    if budget.get("compute"):
+        unit, hours = budget["compute"]
+        out["compute"] = {"spent": s.spent.compute_s(unit) / 3600.0, "ceiling": hours,
+                          "unit": f"{unit}-hours"}
+    if budget.get("trials") is not None:
+        out["trials"] = {"spent": detail.dispatched, "ceiling": budget["trials"],
+                         "unit": "trials"}
+    if budget.get("wall_clock_s") is not None:
+        out["wall_clock"] = {"spent": s.wall_s, "ceiling": budget["wall_clock_s"], "unit": "s"}
+    return out
+
+
+def _detail_json(detail: RunDetail) -> dict[str, Any]:
+    s = detail.summary
+    best = detail.best
+    return {
+        "campaign": s.name, "run": s.campaign_id, "status": s.status,
+        "end_reason": detail.end_reason, "budget_reason": detail.budget_reason,
+        "serves": list(s.serves),
+        "best": None if best is None else {
+            "trial": best.trial, "metric": best.metric, "direction": best.direction,
+            "score": best.score, "params": best.params,
+        },
+        "trials": {"total": sum(detail.outcomes.values()), **detail.outcomes},
+        "failures": dict(s.failures),
+        "currency": s.currency,
+        "spent": _spent_json(s.spent),
+        "budget": _ceilings(detail),
+        "wall_clock_s": s.wall_s,
+        "finished": s.finished,
+        "effective": s.effective,
+        "throughput_per_h": s.throughput_per_h,
+        "effective_per_h": s.effective_per_h,
+        "cost_per_effective": s.cost_per_effective,
+        "compute_per_effective_h": {u: s.compute_per_effective_h(u) for u in _UNITS},
+        "cache_hits": [
+            {"trial": h.trial, "reuses_run": h.reuses_run, "reuses_trial": h.reuses_trial,
+             "cost": 0.0, "reused_cost": h.reuses_spend.money}
+            for h in detail.cache_hits
+        ],
+    }
+
+
+def _rollup_json(rollup: ObjectiveRollup) -> dict[str, Any]:
+    return {
+        "objective": rollup.label, "currency": rollup.currency, "runs": list(rollup.runs),
+        "spent": _spent_json(rollup.spent), "finished": rollup.finished,
+        "effective": rollup.effective, "cached": rollup.cached,
+        "cost_per_effective": rollup.cost_per_effective,
+        "compute_per_effective_h": {u: rollup.compute_per_effective_h(u) for u in _UNITS},
+    }
+
+
+_UNITS = ("cpu", "gpu", "node")
+
+
+def _shown_units(spent: Spend, ceiling_unit: str | None) -> list[str]:
+    """The compute units worth a line: those spent (node-hours only without cpu or gpu
+    ones), and the one with a ceiling."""
+    units = [u for u in ("cpu", "gpu") if spent.compute_s(u) > 0]
+    if not units and spent.node_s > 0:
+        units = ["node"]
+    if ceiling_unit is not None and ceiling_unit not in units:
+        units.append(ceiling_unit)
+    return units or ["cpu"]
+
+
+def _per_effective(cost: float | None, compute: dict[str, float | None], currency: str) -> str:
+    if cost is None:
+        return "- (no effective result yet)"
+    parts = [f"{money_text(cost)} {currency}"]
+    parts += [f"{hours_text(h)} {u}-hours" for u, h in compute.items() if h is not None]
+    return ", ".join(parts) + " per effective result"
+
+
+def _detail_lines(detail: RunDetail) -> list[str]:
+    s = detail.summary
+    cur = s.currency
+    ended = detail.end_reason or "-"
+    if detail.budget_reason:
+        ended += f": {detail.budget_reason}"
+    lines = [f"campaign {s.name} run {s.campaign_id}: {s.status} ({ended})"]
+
+    def row(label: str, text: str) -> None:
+        lines.append(f"  {label:<13}{text}")
+
+    row("serves", ", ".join(s.serves))
+    best = detail.best
+    row("best", "-" if best is None else (
+        f"trial {best.trial}: {best.metric}={best.score:.6g} ({best.direction}),"
+        f" params {json.dumps(best.params)}"))
+    outcomes = ", ".join(f"{n} {status}" for status, n in sorted(
+        detail.outcomes.items(), key=lambda kv: (-kv[1], kv[0])))
+    row("trials", f"{sum(detail.outcomes.values())}" + (f": {outcomes}" if outcomes else ""))
+    row("failures", ", ".join(f"{cls} {n}" for cls, n in sorted(s.failures.items()))
+        or "none")
+    ceilings = _ceilings(detail)
+    spend = []
+    money = ceilings.get("money")
+    spend.append(f"money {money_text(s.spent.money)}" + (
+        f" / {money_text(money['ceiling'])}" if money else "") + f" {cur}")
+    compute = ceilings.get("compute")
+    ceiling_unit = compute["unit"].removesuffix("-hours") if compute else None
+    for unit in _shown_units(s.spent, ceiling_unit):
+        text = f"compute {hours_text(s.spent.compute_s(unit) / 3600.0)}"
+        if unit == ceiling_unit and compute is not None:
+            text += f" / {compute['ceiling']:g}"
+        spend.append(f"{text} {unit}-hours")
+    trials = ceilings.get("trials")
+    if trials:
+        spend.append(f"trials run {detail.dispatched} / {trials['ceiling']}")
+    wall = ceilings.get("wall_clock")
+    spend.append(f"wall clock {duration_text(s.wall_s)}" + (
+        f" / {duration_text(wall['ceiling'])}" if wall else ""))
+    row("spend", spend[0])
+    for text in spend[1:]:
+        row("", text)
+    row("throughput", f"{rate_text(s.throughput_per_h)} trials/h ({s.finished} finished)")
+    row("effective", f"{rate_text(s.effective_per_h)} results/h ({s.effective} usable)")
+    units = _shown_units(s.spent, ceiling_unit)
+    row("cost", _per_effective(s.cost_per_effective,
+                               {u: s.compute_per_effective_h(u) for u in units}, cur))
+    if detail.cache_hits:
+        reuses = "; ".join(
+            f"trial {h.trial} reuses trial {h.reuses_trial}"
+            + ("" if h.reuses_run == s.campaign_id else f" of run {h.reuses_run}")
+            + f" ({money_text(h.reuses_spend.money)} {cur})"
+            for h in detail.cache_hits[:5]
+        ) + ("; ..." if len(detail.cache_hits) > 5 else "")
+        row("cache hits", f"{len(detail.cache_hits)}, costing nothing: {reuses}")
+    return lines
+
+
+def _rollup_line(rollup: ObjectiveRollup) -> str:
+    units = _shown_units(rollup.spent, None)
+    runs = ", ".join(str(r) for r in rollup.runs)
+    compute = ", ".join(f"{hours_text(rollup.spent.compute_s(u) / 3600.0)} {u}-hours"
+                        for u in units)
+    return (
+        f"objective {rollup.label}: run{'s' if len(rollup.runs) > 1 else ''} {runs};"
+        f" spent {money_text(rollup.spent.money)} {rollup.currency}, {compute};"
+        f" {rollup.effective} effective results; "
+        + _per_effective(rollup.cost_per_effective,
+                         {u: rollup.compute_per_effective_h(u) for u in units},
+                         rollup.currency)
+    )
 
 
 def _plugins(args: argparse.Namespace, console: Console) -> int:

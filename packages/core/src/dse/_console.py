@@ -49,6 +49,98 @@ class Console:
         sys.stdout.flush()
 
 
+def money_text(amount: float) -> str:
+    """Money to the cent; amounts below a cent keep three significant digits."""
+    if amount == 0 or abs(amount) >= 0.01:
+        return f"{amount:.2f}"
+    return f"{amount:.3g}"
+
+
+def hours_text(hours: float) -> str:
+    return "0" if hours == 0 else f"{hours:.3g}"
+
+
+def rate_text(per_h: float) -> str:
+    return f"{per_h:,.0f}" if per_h >= 100 else f"{per_h:.3g}"
+
+
+def duration_text(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def budget_bar(spent: float, reserved: float, ceiling: float, width: int = 30) -> Text:
+    """``█`` spent, ``▒`` reserved, ``·`` still free, out of *ceiling*."""
+    if ceiling <= 0:
+        used = width if spent + reserved > 0 else 0
+        return Text("█" * used + "·" * (width - used), style="red" if used else "")
+    full = min(round(spent / ceiling * width), width)
+    held = min(round((spent + reserved) / ceiling * width), width) - full
+    bar = Text()
+    bar.append("█" * full, style="red" if spent >= ceiling else "green")
+    bar.append("▒" * held, style="yellow")
+    bar.append("·" * (width - full - held), style="dim")
+    return bar
+
+
+def _elapsed(engine: Engine) -> float:
+    """Seconds since the run was created: the wall clock the three numbers are per."""
+    return max(engine.clock.time() - engine.ledger.started_at, 0.0)
+
+
+def _numbers_text(engine: Engine) -> str:
+    """The three numbers, live (the same definitions as ``dse report``)."""
+    s = engine.stats
+    hours = _elapsed(engine) / 3600.0
+    finished = s.completed + s.failed + s.budget_exhausted + s.interrupted
+    throughput = finished / hours if hours > 0 else 0.0
+    effective = s.completed / hours if hours > 0 else 0.0
+    spent = engine.ledger.spent
+    currency = engine.ledger.budget.currency or engine.campaign.price.currency
+    if s.completed:
+        compute = engine.ledger.budget.compute
+        unit = compute[0] if compute else ("gpu" if spent.gpu_s > 0 else "cpu")
+        cost = (f"{money_text(spent.money / s.completed)} {currency},"
+                f" {hours_text(spent.compute_s(unit) / 3600.0 / s.completed)} {unit}-h")
+    else:
+        cost = "-"
+    return (f"{rate_text(throughput)} trials/h, {rate_text(effective)} results/h,"
+            f" {cost} per result")
+
+
+def _budget_rows(engine: Engine) -> list[tuple[str, Text, str]]:
+    """A bar per campaign ceiling: spent, reserved (in flight) and what is left."""
+    ledger = engine.ledger
+    budget = ledger.budget
+    spent, reserved = ledger.spent, ledger.reserved
+    rows = []
+    if budget.money is not None:
+        rows.append(("money", budget_bar(spent.money, reserved.money, budget.money),
+                     f"{money_text(spent.money)} spent + {money_text(reserved.money)} reserved"
+                     f" / {money_text(budget.money)} {budget.currency}"))
+    if budget.compute is not None:
+        unit, ceiling = budget.compute
+        used, held = spent.compute_s(unit) / 3600.0, reserved.compute_s(unit) / 3600.0
+        rows.append(("compute", budget_bar(used, held, ceiling),
+                     f"{hours_text(used)} spent + {hours_text(held)} reserved"
+                     f" / {ceiling:g} {unit}-hours"))
+    if budget.trials is not None:
+        running = min(engine.running, ledger.trials)
+        done = ledger.trials - running
+        rows.append(("trials", budget_bar(done, running, budget.trials),
+                     f"{done} ended + {running} in flight / {budget.trials}"))
+    if budget.wall_clock_s is not None:
+        elapsed = _elapsed(engine)
+        rows.append(("wall clock", budget_bar(elapsed, 0.0, budget.wall_clock_s),
+                     f"{duration_text(elapsed)} / {duration_text(budget.wall_clock_s)}"))
+    return rows
+
+
 def _best_text(engine: Engine) -> str:
     best = engine.stats.best
     if best is None:
@@ -63,12 +155,10 @@ class LiveView(EngineListener):
     def __init__(self, console: Console) -> None:
         self.console = console
         self.live: Live | None = None
-        self.started = time.monotonic()
         self._last_refresh = 0.0
 
     def on_start(self, engine: Engine) -> None:
         c = engine.campaign
-        self.started = time.monotonic()
         self.console.status(
             f"campaign {c.name} (run {engine.campaign_id}): agent {c.agent}, backend"
             f" {c.backend}, {c.mode} x{c.max_parallelism}, record {engine.store.path}"
@@ -83,7 +173,6 @@ class LiveView(EngineListener):
     def _render(self, engine: Engine) -> Table:
         s = engine.stats
         c = engine.campaign
-        elapsed = max(time.monotonic() - self.started, 1e-9)
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold")
         table.add_column()
@@ -104,8 +193,9 @@ class LiveView(EngineListener):
             f"{s.completed} completed, {s.failed} failed, {s.cached} cached,"
             f" {s.rejected} rejected, {s.interrupted} interrupted, {s.cancelled} cancelled",
         )
-        finished = s.completed + s.failed
-        table.add_row("throughput", f"{finished / elapsed * 3600:.0f} trials/h")
+        table.add_row("numbers", _numbers_text(engine))
+        for label, gauge, text in _budget_rows(engine):
+            table.add_row(label, Text.assemble(gauge, "  ", text))
         table.add_row("best so far", _best_text(engine))
         return table
 
@@ -113,9 +203,18 @@ class LiveView(EngineListener):
         if self.live is None:
             best = engine.stats.best
             best_part = f"; best {best.score:.6g} (trial {best.number})" if best else ""
-            self.console.status(f"trial {number} {status.value}{best_part}")
+            budget = engine.ledger.budget
+            spend_part = "" if budget.money is None else (
+                f"; spent {money_text(engine.ledger.spent.money)}/{money_text(budget.money)}"
+                f" {budget.currency}"
+            )
+            self.console.status(f"trial {number} {status.value}{best_part}{spend_part}")
 
     def on_alert(self, engine: Engine, message: str) -> None:
+        if message.startswith("budget exhausted"):
+            # Running out of budget is a normal end (DESIGN.md), not something to warn about.
+            self.console.status(message)
+            return
         self.console.err.print(Text(f"dse: warning: {message}", style="bold yellow"))
 
     def on_pass(self, engine: Engine) -> None:

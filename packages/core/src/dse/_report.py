@@ -20,15 +20,45 @@ from typing import TYPE_CHECKING, Any
 from dse._budget import Spend
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from dse._store import Store
 
-__all__ = ["RunSummary", "summarize"]
+__all__ = [
+    "BestResult",
+    "CacheHit",
+    "ObjectiveRollup",
+    "RunDetail",
+    "RunSummary",
+    "rollup_by_objective",
+    "run_detail",
+    "summarize",
+]
 
 _FINISHED = ("completed", "failed", "budget_exhausted", "interrupted")
 
 
+class _PerResult:
+    """Cost per effective result, for anything that has ``spent`` and ``effective``."""
+
+    __slots__ = ()
+    spent: Spend
+    effective: int
+
+    @property
+    def cost_per_effective(self) -> float | None:
+        """Money per usable result (``None`` before the first one)."""
+        return self.spent.money / self.effective if self.effective else None
+
+    def compute_per_effective_h(self, unit: str) -> float | None:
+        """*unit*-hours (``cpu``, ``gpu``, ``node``) per usable result."""
+        if not self.effective:
+            return None
+        return self.spent.compute_s(unit) / 3600.0 / self.effective
+
+
 @dataclass(frozen=True, slots=True)
-class RunSummary:
+class RunSummary(_PerResult):
     """One run's spend and the three numbers."""
 
     campaign_id: int
@@ -55,17 +85,6 @@ class RunSummary:
     @property
     def effective_per_h(self) -> float:
         return self.effective * 3600.0 / self.wall_s if self.wall_s > 0 else 0.0
-
-    @property
-    def cost_per_effective(self) -> float | None:
-        """Money per usable result (``None`` before the first one)."""
-        return self.spent.money / self.effective if self.effective else None
-
-    def compute_per_effective_h(self, unit: str) -> float | None:
-        """*unit*-hours (``cpu``, ``gpu``, ``node``) per usable result."""
-        if not self.effective:
-            return None
-        return self.spent.compute_s(unit) / 3600.0 / self.effective
 
 
 def summarize(store: Store, campaign_id: int, *, now: float | None = None) -> RunSummary:
@@ -110,3 +129,122 @@ def summarize(store: Store, campaign_id: int, *, now: float | None = None) -> Ru
         trial_spend=per_trial,
         failures=failures,
     )
+
+
+# -- what `dse report` shows beyond the three numbers ----------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class BestResult:
+    """The best completed trial of a run by its primary objective."""
+
+    trial: int
+    metric: str
+    direction: str
+    """``minimize`` or ``maximize``."""
+    score: float
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheHit:
+    """A trial answered from the record: it cost nothing and reuses another trial's spend."""
+
+    trial: int
+    reuses_run: int
+    reuses_trial: int
+    reuses_spend: Spend
+    """What the reused trial cost when it ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunDetail:
+    """One run as `dse report` shows it: its :class:`RunSummary` and how it ended."""
+
+    summary: RunSummary
+    end_reason: str | None
+    budget_reason: str | None
+    """Why the budget ended the run (the ledger's refusal), if it did."""
+    outcomes: dict[str, int]
+    """Trial status → trials (cache hits included, as ``cached``)."""
+    dispatched: int
+    """Trials that ran on the backend (not cache hits): what a trials ceiling counts."""
+    best: BestResult | None
+    cache_hits: tuple[CacheHit, ...]
+
+
+def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> RunDetail:
+    """The :class:`RunDetail` of run *campaign_id* as the record has it."""
+    summary = summarize(store, campaign_id, now=now)
+    (run,) = store.query("SELECT spec, end_reason FROM campaigns WHERE id = ?", (campaign_id,))
+    spec = json.loads(run["spec"]) if run["spec"] else {}
+    objectives = spec.get("objectives") or [{}]
+    metric = str(objectives[0].get("metric", "score"))
+    direction = str(objectives[0].get("direction", "minimize"))
+    outcomes: dict[str, int] = {}
+    best: BestResult | None = None
+    reused: list[tuple[int, int]] = []
+    for row in store.trials(campaign_id):
+        outcomes[row["status"]] = outcomes.get(row["status"], 0) + 1
+        if row["cache_of"] is not None:
+            reused.append((row["number"], row["cache_of"]))
+        score = row["score"]
+        if row["status"] != "completed" or score is None:
+            continue
+        if best is None or (score > best.score if direction == "maximize" else score < best.score):
+            best = BestResult(row["number"], metric, direction, float(score),
+                              json.loads(row["params"]))
+    hits = []
+    for number, original in reused:
+        (orig,) = store.query("SELECT campaign_id, number FROM trials WHERE id = ?", (original,))
+        spend = Spend()
+        for a in store.query("SELECT spend FROM attempts WHERE trial_id = ? AND spend IS NOT NULL",
+                             (original,)):
+            spend = spend + Spend(**json.loads(a["spend"]))
+        hits.append(CacheHit(number, orig["campaign_id"], orig["number"], spend))
+    (dispatched,) = store.query(
+        "SELECT COUNT(*) AS n FROM trials t WHERE t.campaign_id = ? AND t.cache_of IS NULL"
+        " AND EXISTS (SELECT 1 FROM attempts a WHERE a.trial_id = t.id)",
+        (campaign_id,),
+    )
+    budget_reason = None
+    for event in store.events(campaign_id, "budget_exhausted"):
+        budget_reason = json.loads(event["data"] or "{}").get("reason")
+    return RunDetail(
+        summary=summary, end_reason=run["end_reason"], budget_reason=budget_reason,
+        outcomes=outcomes, dispatched=int(dispatched["n"]), best=best, cache_hits=tuple(hits),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectiveRollup(_PerResult):
+    """Spend and usable results of every run that serves one objective label (in one
+    currency)."""
+
+    label: str
+    currency: str
+    runs: tuple[int, ...]
+    spent: Spend
+    effective: int
+    finished: int
+    cached: int
+
+
+def rollup_by_objective(summaries: Iterable[RunSummary]) -> list[ObjectiveRollup]:
+    """Roll the runs up to the objective labels they serve; a run serving two labels counts
+    fully towards each. Sorted by label, then currency (money in two currencies is never
+    summed)."""
+    groups: dict[tuple[str, str], list[RunSummary]] = {}
+    for s in summaries:
+        for label in dict.fromkeys(s.serves):
+            groups.setdefault((label, s.currency), []).append(s)
+    out = []
+    for (label, currency), runs in sorted(groups.items()):
+        spent = Spend()
+        for s in runs:
+            spent = spent + s.spent
+        out.append(ObjectiveRollup(
+            label=label, currency=currency, runs=tuple(s.campaign_id for s in runs),
+            spent=spent, effective=sum(s.effective for s in runs),
+            finished=sum(s.finished for s in runs), cached=sum(s.cached for s in runs),
+        ))
+    return out

@@ -80,6 +80,8 @@ class _Job:
     cancelled: bool = False
     ends_at: float | None = None
     """For a timed script: when it ends (its duration or its time limit, whichever first)."""
+    times_out: bool = False
+    """For a timed script: whether its time limit comes before its end."""
     ended_at: float | None = None
 
 
@@ -158,7 +160,7 @@ class ProbeBackend(Backend):
                 job.started_at = self.clock.time()
                 run = job.script.seconds
                 if spec.time_limit is not None and spec.time_limit < run:
-                    run = spec.time_limit
+                    run, job.times_out = spec.time_limit, True
                 job.ends_at = job.started_at + run
             cluster.jobs[job_id] = job
             cluster.timeline.append((cluster.passes, "start", spec.trial_id))
@@ -190,8 +192,7 @@ class ProbeBackend(Backend):
                     job.state = JobState.RUNNING
                 else:
                     job.ended_at = job.ends_at
-                    timed_out = (job.script.seconds or 0.0) > job.ends_at - job.started_at
-                    job.state = JobState.TIMEOUT if timed_out else job.script.state
+                    job.state = JobState.TIMEOUT if job.times_out else job.script.state
             elif job.seen >= job.script.passes:
                 job.state = job.script.state
             else:
