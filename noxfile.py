@@ -8,7 +8,7 @@ nox.options.sessions = ["tests", "isolation", "lint", "types"]
 nox.options.reuse_existing_virtualenvs = True
 
 PACKAGES = ["packages/core", "packages/agents", "packages/backend-local", "packages/backend-slurm"]
-TEST_DEPS = ["pytest>=8", "pytest-xdist>=3"]
+TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6.100"]
 
 
 @nox.session(python="3.11")

@@ -161,20 +161,24 @@ class TrialCeilings:
     money: float | None = None
 
     def time_limit(self, base: float | None, resources: Resources, price: Price,
-                   overrun_s: float) -> float | None:
-        """The time limit that keeps one attempt within these ceilings: the smallest of
-        *base* (the environment's limit), the wall ceiling, and what the compute and money
-        ceilings allow at these resources, less the backend's *overrun_s*."""
-        limits = [x for x in (base, self.wall_s) if x is not None]
+                   overrun_s: float, spent: Spend | None = None) -> float | None:
+        """The time limit that keeps the trial's next attempt within these ceilings: the
+        smallest of *base* (the environment's limit) and what the wall, compute and money
+        ceilings leave at these resources after the trial's earlier attempts (*spent*), less
+        the backend's *overrun_s*. Not positive: nothing is left for another attempt."""
+        spent = spent or Spend()
+        limits = [] if base is None else [base]
+        if self.wall_s is not None:
+            limits.append(self.wall_s - spent.wall_s - overrun_s)
         if self.compute is not None:
             unit, hours = self.compute
             units = {"cpu": resources.cpus, "gpu": resources.gpus, "node": 1}[unit]
             if units:
-                limits.append(hours * 3600.0 / units - overrun_s)
+                limits.append((hours * 3600.0 - spent.compute_s(unit)) / units - overrun_s)
         if self.money is not None:
             rate = price.per_second(resources)
             if rate > 0:
-                limits.append(self.money / rate - overrun_s)
+                limits.append((self.money - spent.money) / rate - overrun_s)
         return min(limits) if limits else None
 
 

@@ -82,6 +82,8 @@ class _Trial:
     """For a cache hit: the outcome of the trial it reuses (what the agent is told)."""
     reserved: Spend | None = None
     """The worst-case spend reserved for the current attempt (``None``: none yet)."""
+    spent: Spend = field(default_factory=Spend)
+    """What the trial's ended attempts spent (its per-trial ceilings count it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +234,7 @@ class Engine:
         self._batch_no = 0
         self._number = 0
         self._consecutive_rejections = 0
+        self._budget_blocked = False
         self._done: str | None = None
         self._stop: str | None = None
         self.abandoned = False
@@ -603,7 +606,7 @@ class Engine:
         time limit that keeps it within the per-trial ceilings."""
         avoid = self._avoid | trial.failed_nodes
         limit = self.campaign.budget.trial.time_limit(
-            spec.time_limit, spec.resources, self.campaign.price, self._overrun
+            spec.time_limit, spec.resources, self.campaign.price, self._overrun, trial.spent
         )
         if not avoid and limit == spec.time_limit:
             return spec
@@ -670,6 +673,7 @@ class Engine:
             elapsed = max(ended_at - started, 0.0) if started is not None else 0.0
             actual = self.campaign.price.charge(elapsed, trial.spec.resources, status.usage)
         self.ledger.settle(reserved, actual)
+        trial.spent = trial.spent + actual
         self._batch.attempt_spend.append((dumps(actual.as_dict()), trial.attempt_row))
 
     def _admit_retries(self, now: float) -> None:
@@ -703,6 +707,8 @@ class Engine:
         deadline = self.ledger.deadline
         if deadline is None or now < deadline or self._done == "budget_exhausted":
             return
+        if self._done is not None and (self._running or self._retries):
+            self._done = None  # work was left when the clock ran out: that is why it ended
         self._budget_exhausted("wall-clock ceiling reached")
         if self.campaign.budget.on_deadline == "cancel" and self._running:
             self._stop = "budget_exhausted"
@@ -748,7 +754,7 @@ class Engine:
         self._dispatch()
         self._commit()
         self._submit()
-        while self._running or self._retries:
+        while self._running or self._retries or self._waiting_out_pause():
             if self._stop:
                 self._cancel_all()
                 return
@@ -774,12 +780,18 @@ class Engine:
         if self._stop:
             self._cancel_all()
 
+    def _waiting_out_pause(self) -> bool:
+        """Dispatch is paused with nothing running: the campaign waits for the interruptions
+        to leave the window, then carries on (it has not ended)."""
+        return self._paused and not self._done and not self._stop
+
     def _dispatch(self) -> None:
         """Queue the waiting retries and pull new trials, unless dispatch is paused."""
-        self._check_pause()
-        if not self._paused:
-            now = self.clock.time()
-            self._check_deadline(now)
+        now = self.clock.time()
+        self._check_deadline(now)
+        self._check_pause(now)
+        if not self._paused or (self._done == "budget_exhausted" and not self._running):
+            # Past the wall-clock ceiling a paused campaign still ends its waiting retries.
             self._admit_retries(now)
             self._refill()
 
@@ -787,8 +799,12 @@ class Engine:
         if self._paused and not self._running and self._interruptions:
             # Nothing to poll: sleep until the oldest interruption leaves the window.
             oldest = self._interruptions[0][0]
-            left = oldest + self.campaign.interruption_window - self.clock.time()
-            self.clock.sleep(max(left, self._poll_wait, 1e-3))
+            now = self.clock.time()
+            left = max(oldest + self.campaign.interruption_window - now, self._poll_wait, 1e-3)
+            deadline = self.ledger.deadline
+            if deadline is not None and now < deadline:
+                left = min(left, deadline - now)
+            self.clock.sleep(left)
             return
         wait = self._poll_wait
         deadline = self.ledger.deadline
@@ -813,7 +829,8 @@ class Engine:
         started = 0
         campaign = self.campaign
         self._batch_no += 1
-        while slots > 0 and not self._done and not self._stop:
+        self._budget_blocked = False
+        while slots > 0 and not self._done and not self._stop and not self._budget_blocked:
             if campaign.max_trials is not None and self.stats.steps >= campaign.max_trials:
                 self._done = "max_trials"
                 break
@@ -848,7 +865,7 @@ class Engine:
                     took = self._take(raw)
                     slots -= took
                     started += took
-                    if self._done or self._stopping():
+                    if self._done or self._stopping() or self._budget_blocked:
                         break
             finally:
                 # Only the proposals the engine took get numbers; a replay compares those.
@@ -926,7 +943,11 @@ class Engine:
         trial.trial_dir = trial_dir
         why = self._reserve(trial, now, new_trial=True)
         if why is not None:
-            # Its resources differ from the campaign's, and its worst case does not fit.
+            # Its resources differ from the campaign's, and its worst case does not fit: no
+            # more pulls until something ends (or the campaign ends, if nothing runs).
+            self._budget_blocked = True
+            if not self._running and not self._to_submit and not self._retries:
+                self._budget_exhausted(why)
             trial.status = TrialStatus.BUDGET_EXHAUSTED
             trial.message = f"not dispatched: {why}"
             self._batch.trials.append((
@@ -1065,6 +1086,14 @@ class Engine:
             trial.status = TrialStatus.FAILED
             trial.failure = FailureClass.PREPARE_ERROR
             trial.message = f"{type(exc).__name__}: {exc}"
+            return False
+        limit = self._avoiding(spec, trial).time_limit
+        if limit is not None and limit <= 0:
+            trial.status = TrialStatus.BUDGET_EXHAUSTED
+            trial.message = (
+                f"{trial.message or status.state.value}; its per-trial ceiling is spent"
+                f" after {trial.attempt} attempts"
+            )
             return False
         cause = trial.failure.value if trial.failure else status.state.value
         self._queue_attempt(
