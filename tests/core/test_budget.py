@@ -12,7 +12,7 @@ import pytest
 import dse
 from dse._budget import Budget, Ledger, Price, Spend, TrialCeilings, parse_budget
 from dse._report import summarize
-from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
+from dse.testing import FakeClock, ProbeBackend, ProbeCluster, ProbeScript, ScriptedAgent
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -212,3 +212,47 @@ def test_spend_follows_the_backends_accounting_when_it_has_one() -> None:
                                      "allocation_node_s": 10.0})
     assert (share.cpu_s, share.node_s) == (60.0, 10.0)
     assert share.money == pytest.approx((3.6 * 60 + 36 * 10 + 1.8 * 10) / 3600)
+
+
+def test_a_resumed_run_counts_what_it_spent_before_the_crash(tmp_path: Path) -> None:
+    camp = campaign(tmp_path, budget={"money": "1 USD"}, price={"cpu_hour": 36})
+    clock = FakeClock(start=0.0)
+    store = dse.Store(camp.workspace / "dse.sqlite")
+    cluster = ProbeCluster()
+
+    class Crash(BaseException):
+        pass
+
+    class Die(dse.EngineListener):
+        def on_pass(self, engine: dse.Engine) -> None:
+            if engine.stats.passes == 4:
+                raise Crash
+
+    def engine(listener: dse.EngineListener | None = None) -> dse.Engine:
+        return dse.Engine(
+            camp, agent=ScriptedAgent({"x": i} for i in range(10_000)),
+            backend=ProbeBackend(seconds(6.0), clock=clock, cluster=cluster), store=store,
+            clock=clock, listener=listener,
+        )
+
+    first = engine(Die())
+    with pytest.raises(Crash):
+        first.run()
+    store.reopen_campaign(first.campaign_id)  # what a real crash leaves: a running run
+    before = summarize(store, first.campaign_id).spent.money
+    assert before > 0
+
+    second = engine()
+    result = second.run(resume=first.campaign_id)
+
+    assert second.ledger.spent.money <= 1.0
+    assert result.end_reason == "budget_exhausted"
+    spent = summarize(store, first.campaign_id).spent.money
+    assert spent == pytest.approx(second.ledger.spent.money)
+    assert before < spent <= 1.0
+    # The budget bought the same 16 full trials (6 cents each) as an uninterrupted run,
+    # less what the trials the crash cancelled had spent before it.
+    completed = [t for t in store.trials(first.campaign_id) if t["status"] == "completed"]
+    assert spent + 0.10 > 1.0
+    assert len(completed) >= 14
+    store.close()

@@ -399,8 +399,11 @@ class Engine:
         for row_id, original_row in cache_of.items():
             by_row[row_id].original_status = originals.get(original_row)
         self._restore_stats(by_proposal, rejected)
-        for spend in self.store.spends(cid):
-            self.ledger.spent = self.ledger.spent + Spend(**json.loads(spend["spend"]))
+        for row in self.store.spends(cid):
+            spend = Spend(**json.loads(row["spend"]))
+            self.ledger.spent = self.ledger.spent + spend
+            if row["trial_id"] in by_row:
+                by_row[row["trial_id"]].spent = by_row[row["trial_id"]].spent + spend
         self.ledger.trials = sum(
             1 for t in by_proposal.values() if t.trial_dir is not None and t.row_id not in cache_of
         )

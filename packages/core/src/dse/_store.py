@@ -449,7 +449,7 @@ class Store:
     def spends(self, campaign_id: int) -> list[sqlite3.Row]:
         """The recorded spend of every attempt of run *campaign_id* that has one."""
         return self.query(
-            "SELECT a.spend FROM attempts a JOIN trials t ON a.trial_id = t.id"
+            "SELECT a.trial_id, a.spend FROM attempts a JOIN trials t ON a.trial_id = t.id"
             " WHERE t.campaign_id = ? AND a.spend IS NOT NULL",
             (campaign_id,),
         )
