@@ -256,3 +256,21 @@ def test_a_resumed_run_counts_what_it_spent_before_the_crash(tmp_path: Path) -> 
     assert spent + 0.10 > 1.0
     assert len(completed) >= 14
     store.close()
+
+
+def test_a_price_per_partition_follows_the_campaigns_partition(tmp_path: Path) -> None:
+    def priced(options: dict[str, Any]) -> dse.Campaign:
+        return dse.campaign_from_dict({
+            "campaign": {"name": "p", "backend": "probe"},
+            "space": {"x": [1, 2]}, "objectives": [{"metric": "value"}],
+            "backend": {"probe": options},
+        }, workspace=tmp_path / "ws")
+
+    table = {"gpu": {"gpu_hour": 2.5}, "default": {"node_hour": 1.0}}
+    # The probe takes no partition option; price selection happens before the backend sees
+    # its options, so build the campaign only.
+    assert priced({"price": table, "partition": "gpu"}).price == Price(gpu_hour=2.5)
+    assert priced({"price": table}).price == Price(node_hour=1.0)
+    with pytest.raises(dse.ConfigError, match=r"backend.probe.price: no price for partition"
+                                              r" 'cpu' and no 'default'"):
+        priced({"price": {"gpu": {"gpu_hour": 1}}, "partition": "cpu"})

@@ -283,7 +283,19 @@ def campaign_from_dict(
     priced = "price" in backend_options
     price = Price()
     if priced:
-        price = Price.from_table(backend_options.pop("price"), f"{where}: backend.{backend}.price")
+        raw_price = backend_options.pop("price")
+        where_price = f"{where}: backend.{backend}.price"
+        if isinstance(raw_price, dict) and any(isinstance(v, dict) for v in raw_price.values()):
+            # One table per partition (queue): the campaign's partition picks, else "default".
+            partition = backend_options.get("partition")
+            key = partition if partition in raw_price else "default"
+            if key not in raw_price:
+                raise ConfigError(
+                    f"{where_price}: no price for partition {partition!r} and no 'default'"
+                    f" (priced: {sorted(raw_price)})"
+                )
+            raw_price, where_price = raw_price[key], f"{where_price}.{key}"
+        price = Price.from_table(raw_price, where_price)
     root.used.add("budget")
     budget = parse_budget(data.get("budget"), f"{where}: budget")
     if budget.currency is not None and priced and budget.currency != price.currency:
