@@ -219,10 +219,12 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
         max_parallelism=1, now=0.0,
     )
     store.close()
-    # What dse 0.1 with schema 3 wrote: no usage or spend column on attempts.
+    # What dse 0.1 with schema 3 wrote: no usage or spend on attempts, no data versions.
     db = sqlite3.connect(path)
     db.execute("ALTER TABLE attempts DROP COLUMN usage")
     db.execute("ALTER TABLE attempts DROP COLUMN spend")
+    db.execute("ALTER TABLE trials DROP COLUMN data_version")
+    db.execute("ALTER TABLE trials DROP COLUMN data_version_read")
     db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
     db.commit()
     db.close()

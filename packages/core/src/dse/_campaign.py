@@ -20,6 +20,7 @@ from dse._constraints import (
     expression_constraint,
     is_callable_ref,
 )
+from dse._data import DataSpec, parse_data
 from dse._errors import ConfigError
 from dse._space import Space
 from dse._types import Direction, Objective, Resources
@@ -101,6 +102,8 @@ class Campaign:
     """Money per resource-hour on this campaign's backend (``[backend.<name>.price]``)."""
     serves: tuple[str, ...] = ()
     """Objective labels this campaign serves (spend rolls up to them; default: its name)."""
+    data: DataSpec | None = None
+    """The inputs the trials read (the ``[data]`` table), whose version stamps every trial."""
     workspace: Path = Path(".dse")
     """Directory holding ``dse.sqlite`` and the trial directories."""
     source: Path | None = None
@@ -296,6 +299,8 @@ def campaign_from_dict(
                 )
             raw_price, where_price = raw_price[key], f"{where_price}.{key}"
         price = Price.from_table(raw_price, where_price)
+    root.used.add("data")
+    data_spec = parse_data(data.get("data"), f"{where}: data", base_dir.resolve())
     root.used.add("budget")
     budget = parse_budget(data.get("budget"), f"{where}: budget")
     if budget.currency is not None and priced and budget.currency != price.currency:
@@ -393,6 +398,7 @@ def campaign_from_dict(
         budget=budget,
         price=price,
         serves=tuple(serves) if serves is not None else (name,),
+        data=data_spec,
         workspace=workspace_path,
         source=source,
     )

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from dse._budget import Ledger, Spend
 from dse._classify import classify_end
 from dse._clock import Clock, SystemClock
+from dse._data import DataVersioner
 from dse._environment import CommandEnvironment
 from dse._errors import ConfigError
 from dse._hashing import ConfigHasher
@@ -84,6 +85,10 @@ class _Trial:
     """The worst-case spend reserved for the current attempt (``None``: none yet)."""
     spent: Spend = field(default_factory=Spend)
     """What the trial's ended attempts spent (its per-trial ceilings count it)."""
+    data_version: str | None = None
+    """The data version the trial was dispatched against (expected)."""
+    data_read: str | None = None
+    """The data version its result says it read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +123,15 @@ class Stats:
     paused: bool = False
     best: BestTrial | None = None
 
-    def count(self, status: TrialStatus, trial: _Trial, objective: Objective) -> None:
-        """Count one trial that reached *status*; keep the best completed one."""
+    def count(
+        self, status: TrialStatus, trial: _Trial, objective: Objective, *, rank: bool = True
+    ) -> None:
+        """Count one trial that reached *status*; keep the best completed one (among those
+        that may be ranked: results about the current data)."""
         if status is TrialStatus.COMPLETED:
             self.completed += 1
             score = trial.score
-            if score is not None and (
+            if rank and score is not None and (
                 self.best is None or objective.direction.better(score, self.best.score)
             ):
                 self.best = BestTrial(trial.number, trial.params, score)
@@ -219,6 +227,7 @@ class Engine:
         self.run_dir = Path()
         self._primary = campaign.objectives[0]
         self._hasher = ConfigHasher(dict(self.environment.identity()), data_version)
+        self._versioner: DataVersioner | None = None
         self._batch = Batch()
         self._running: dict[str, _Trial] = {}
         self._by_hash: dict[str, _Trial] = {}
@@ -300,6 +309,12 @@ class Engine:
             self.campaign_id = self._create_run(now)
         self.ledger.started_at = self.store.campaign_started(self.campaign_id)
         workspace = campaign.workspace.resolve()
+        if campaign.data is not None and self._versioner is None:
+            self._versioner = DataVersioner(
+                campaign.data, cache_dir=workspace,
+                where=f"{campaign.source or '<campaign>'}: data",
+            )
+            self._set_data_version(self._versioner.compute())
         self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._load_cache()
@@ -373,6 +388,7 @@ class Engine:
                 failure=FailureClass(row["failure"]) if row["failure"] else None,
                 message=row["message"],
                 trial_dir=Path(row["trial_dir"]) if row["trial_dir"] else None,
+                data_version=row["data_version"], data_read=row["data_version_read"],
             )
             trial.attempt = len(attempts.get(trial.row_id, ())) or 1
             trial.interruptions = sum(
@@ -485,14 +501,14 @@ class Engine:
                 out[row["id"]] = TrialStatus(row["status"])
         return out
 
-    @staticmethod
-    def _observation(trial: _Trial) -> Observation:
+    def _observation(self, trial: _Trial) -> Observation:
         """What the agent was (or will be) told about *trial*, rebuilt from the record."""
+        current = self._current_data(trial)
         return Observation(
             params=trial.params,
             status=trial.original_status or trial.status,
-            metrics=trial.metrics or {},
-            score=trial.score,
+            metrics=(trial.metrics or {}) if current else {},
+            score=trial.score if current else None,
             trial_number=trial.number,
             failure=trial.failure,
         )
@@ -513,7 +529,7 @@ class Engine:
                 if trial.original_status is not TrialStatus.RUNNING:
                     stats.cached += 1  # a cache hit still waiting for its original is not
             else:
-                stats.count(status, trial, primary)
+                stats.count(status, trial, primary, rank=self._current_data(trial))
                 stats.started += 1
         trailing = 0
         for proposal in range(stats.proposals, 0, -1):
@@ -616,6 +632,34 @@ class Engine:
         return dataclasses.replace(
             spec, avoid_nodes=tuple(sorted(avoid)) or spec.avoid_nodes, time_limit=limit
         )
+
+    # -- data versions --------------------------------------------------------------------
+
+    def _set_data_version(self, version: str) -> None:
+        """Make *version* the current one: new trials are dispatched (and deduplicated)
+        against it, and "best so far" counts only its results."""
+        self.data_version = version
+        self._hasher = ConfigHasher(dict(self.environment.identity()), version)
+        self.stats.best = None
+
+    def _check_data_version(self) -> None:
+        """Before a dispatch batch: has the data changed since it was last read?"""
+        if self._versioner is None:
+            return
+        version = self._versioner.compute()
+        if version != self.data_version:
+            old = self.data_version
+            self._event(None, "data_version_changed", {"old": old, "new": version})
+            self.listener.on_alert(
+                self, f"data changed: version {version} (was {old}); later trials use it"
+            )
+            self._set_data_version(version)
+
+    def _current_data(self, trial: _Trial) -> bool:
+        """Whether *trial*'s result is about the current data (what the agent may learn from
+        and rankings may use): the version it read, else the one it was dispatched against."""
+        version = trial.data_read or trial.data_version
+        return self.data_version is None or version is None or version == self.data_version
 
     # -- budget ---------------------------------------------------------------------------
 
@@ -833,6 +877,7 @@ class Engine:
         campaign = self.campaign
         self._batch_no += 1
         self._budget_blocked = False
+        self._check_data_version()
         while slots > 0 and not self._done and not self._stop and not self._budget_blocked:
             if campaign.max_trials is not None and self.stats.steps >= campaign.max_trials:
                 self._done = "max_trials"
@@ -944,6 +989,8 @@ class Engine:
             return 0
         trial.spec = spec = self._avoiding(spec, trial)
         trial.trial_dir = trial_dir
+        trial.data_version = self.data_version
+        self._batch.trial_data.append((self.data_version, None, row_id))
         why = self._reserve(trial, now, new_trial=True)
         if why is not None:
             # Its resources differ from the campaign's, and its worst case does not fit: no
@@ -1158,6 +1205,7 @@ class Engine:
                     message=f"evaluating the result raised {type(exc).__name__}: {exc}",
                 )
             trial.metrics = dict(evaluation.metrics)
+            self._note_data_read(trial, evaluation.data_version)
             if evaluation.ok:
                 trial.status = TrialStatus.COMPLETED
                 trial.score = evaluation.metrics[self._primary.metric]
@@ -1173,6 +1221,20 @@ class Engine:
             trial.status = TrialStatus.INTERRUPTED
             trial.failure = FailureClass.CANCELLED_OUTSIDE
             trial.message = status.reason or "cancelled outside this campaign"
+
+    def _note_data_read(self, trial: _Trial, read: str | None) -> None:
+        if read is None:
+            return
+        trial.data_read = read
+        self._batch.trial_data.append((None, read, trial.row_id))
+        if trial.data_version is not None and read != trial.data_version:
+            self._event(trial.row_id, "data_version_mismatch", {
+                "trial": trial.number, "expected": trial.data_version, "read": read,
+            })
+            self.listener.on_alert(
+                self, f"trial {trial.number} read data version {read}, expected"
+                f" {trial.data_version}"
+            )
 
     def _record_end(self, trial: _Trial, now: float) -> None:
         self._batch.trial_ends.append((
@@ -1223,13 +1285,15 @@ class Engine:
 
     def _ended(self, trial: _Trial, reported_status: TrialStatus | None = None) -> None:
         status = reported_status or trial.status
-        self.stats.count(status, trial, self._primary)
+        current = self._current_data(trial)
+        self.stats.count(status, trial, self._primary, rank=current)
         if status is not TrialStatus.CANCELLED:
+            # A result about other data than the current is never fed to the agent.
             self._pending_obs.append((trial.proposal, Observation(
                 params=trial.params,
                 status=status,
-                metrics=trial.metrics or {},
-                score=trial.score,
+                metrics=(trial.metrics or {}) if current else {},
+                score=trial.score if current else None,
                 trial_number=trial.number,
                 failure=trial.failure,
             )))

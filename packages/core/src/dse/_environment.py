@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -126,7 +127,9 @@ class CommandEnvironment:
             if isinstance(doc_or_failure, Evaluation):
                 return doc_or_failure
             doc = doc_or_failure
-        return score_document(doc, self.objectives)
+        evaluation = score_document(doc, self.objectives)
+        read = reported_data_version(doc)
+        return dataclasses.replace(evaluation, data_version=read) if read else evaluation
 
 
 def read_result(path: Path) -> Mapping[str, Any] | Evaluation:

@@ -24,7 +24,7 @@ from dse._errors import ConfigError, StoreError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DB_NAME = "dse.sqlite"
 JOURNAL_ENV = "DSE_SQLITE_JOURNAL"
 
@@ -90,6 +90,8 @@ def _journal_mode(path: Path) -> str:
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: ("ALTER TABLE attempts ADD COLUMN usage TEXT",),
     4: ("ALTER TABLE attempts ADD COLUMN spend TEXT",),
+    5: ("ALTER TABLE trials ADD COLUMN data_version TEXT",
+        "ALTER TABLE trials ADD COLUMN data_version_read TEXT"),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
@@ -128,6 +130,8 @@ CREATE TABLE IF NOT EXISTS trials (
     score REAL,
     cache_of INTEGER REFERENCES trials(id),
     trial_dir TEXT,
+    data_version TEXT,
+    data_version_read TEXT,
     created_at REAL NOT NULL,
     ended_at REAL,
     UNIQUE (campaign_id, number)
@@ -190,6 +194,8 @@ class Batch:
     attempt_ends: list[tuple[Any, ...]] = field(default_factory=list)
     attempt_usage: list[tuple[Any, ...]] = field(default_factory=list)
     """(usage JSON, attempt row): what the backend's accounting charged an attempt."""
+    trial_data: list[tuple[Any, ...]] = field(default_factory=list)
+    """(expected data version, version read, trial row): what data a trial ran against."""
     attempt_spend: list[tuple[Any, ...]] = field(default_factory=list)
     """(spend JSON, attempt row): what an attempt cost (wall, compute seconds, money)."""
     events: list[tuple[Any, ...]] = field(default_factory=list)
@@ -200,7 +206,8 @@ class Batch:
     def __bool__(self) -> bool:
         return bool(
             self.trials or self.trial_ends or self.attempts or self.attempt_updates
-            or self.attempt_ends or self.attempt_usage or self.attempt_spend or self.events
+            or self.attempt_ends or self.attempt_usage or self.attempt_spend or self.trial_data
+            or self.events
             or self.campaign_updates or self.agent_log
         )
 
@@ -349,6 +356,12 @@ class Store:
                 )
             if batch.attempt_usage:
                 db.executemany("UPDATE attempts SET usage=? WHERE id=?", batch.attempt_usage)
+            if batch.trial_data:
+                db.executemany(
+                    "UPDATE trials SET data_version=COALESCE(?, data_version),"
+                    " data_version_read=COALESCE(?, data_version_read) WHERE id=?",
+                    batch.trial_data,
+                )
             if batch.attempt_spend:
                 db.executemany("UPDATE attempts SET spend=? WHERE id=?", batch.attempt_spend)
             if batch.trial_ends:
@@ -386,6 +399,7 @@ class Store:
         batch.attempt_ends.clear()
         batch.attempt_usage.clear()
         batch.attempt_spend.clear()
+        batch.trial_data.clear()
         batch.events.clear()
         batch.campaign_updates.clear()
         batch.agent_log.clear()

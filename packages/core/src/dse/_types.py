@@ -218,6 +218,8 @@ class Evaluation:
     """Set when the attempt did not produce a usable result."""
     message: str | None = None
     """A one-line explanation of the failure."""
+    data_version: str | None = None
+    """The data version the result says the trial actually read, if it says one."""
 
     @property
     def ok(self) -> bool:

@@ -40,6 +40,8 @@ class ProbeScript:
     """Node reported."""
     ambiguous: bool = False
     """Report the end as ambiguous (a kill with no known sender, a vanished job)."""
+    data_version: str | None = None
+    """The data version the result document says the trial read (``None``: it says none)."""
     seconds: float | None = None
     """Run for this many seconds of the backend's clock instead of counting passes: the job
     starts when submitted, ends ``seconds`` later, and is ended TIMEOUT at its time limit if
@@ -212,6 +214,8 @@ class ProbeBackend(Backend):
         result = None
         if state is JobState.SUCCEEDED and script.metrics is not None:
             result = {"complete": script.complete, "metrics": dict(script.metrics)}
+            if script.data_version is not None:
+                result["data_version"] = script.data_version
             if self.write_results:
                 path = job.spec.trial_dir / "result.json"
                 path.write_text(json.dumps(result))

@@ -1,0 +1,166 @@
+"""Data versions: declared in ``[data]``, computed at start and before each dispatch batch,
+stamped on every trial, and never mixed in rankings or in what the agent learns."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import dse
+from dse import _data
+from dse._data import DataSpec, DataVersioner, parse_data
+from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({}, r"c.toml: data: declare paths, a command or a version"),
+        ({"paths": [3]}, r"c.toml: data.paths: expected a list of paths"),
+        ({"command": [1]}, r"c.toml: data.command: expected a list of strings"),
+        ({"version": ""}, r"c.toml: data.version: expected a non-empty string"),
+        ({"files": ["a"]}, r"c.toml: data: unknown key\(s\) \['files'\]"),
+    ],
+)
+def test_a_bad_data_table_is_one_error_naming_the_key(
+    tmp_path: Path, raw: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(dse.ConfigError, match=message):
+        parse_data(raw, "c.toml: data", tmp_path)
+
+
+def test_a_path_digest_reads_only_what_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "a.csv").write_text("1,2\n")
+    (data / "sub" / "b.csv").write_text("3,4\n")
+    read: list[str] = []
+    digest = _data._file_digest
+
+    def counting(path: Path) -> str:
+        read.append(path.name)
+        return digest(path)
+
+    monkeypatch.setattr(_data, "_file_digest", counting)
+    spec = parse_data({"paths": ["data"]}, "data", tmp_path)
+    assert spec is not None
+    first = DataVersioner(spec, cache_dir=tmp_path / "ws").compute()
+    assert sorted(read) == ["a.csv", "b.csv"]
+    # A new controller (the cache is on disk) and nothing changed: nothing is read again.
+    read.clear()
+    assert DataVersioner(spec, cache_dir=tmp_path / "ws").compute() == first
+    assert read == []
+    # One file replaced: only it is read, and the version changes.
+    (data / "sub" / "b.csv").write_text("3,5\n")
+    second = DataVersioner(spec, cache_dir=tmp_path / "ws").compute()
+    assert read == ["b.csv"]
+    assert second != first
+    assert first.startswith("sha256:")
+
+
+def test_a_command_and_a_literal_make_the_version(tmp_path: Path) -> None:
+    spec = DataSpec(command=(sys.executable, "-c", "print('rev-42')"), version="2024-06")
+    assert DataVersioner(spec, cache_dir=tmp_path).compute() == "2024-06+rev-42"
+    failing = DataSpec(command=(sys.executable, "-c", "import sys; sys.exit('no repo')"))
+    with pytest.raises(dse.ConfigError, match=r"data.command: exited 1 without a version"):
+        DataVersioner(failing, cache_dir=tmp_path).compute()
+    missing = DataSpec(paths=(tmp_path / "nope",))
+    with pytest.raises(dse.ConfigError, match=r"data.paths: .*nope does not exist"):
+        DataVersioner(missing, cache_dir=tmp_path).compute()
+
+
+class Recording(ScriptedAgent):
+    """A scripted agent that keeps every observation it was given."""
+
+    def __init__(self, proposals: Any) -> None:
+        super().__init__(proposals)
+        self.seen: list[dse.Observation] = []
+
+    def observe(self, observations: Sequence[dse.Observation]) -> None:
+        self.seen.extend(observations)
+        super().observe(observations)
+
+
+def test_a_dataset_replaced_mid_campaign_is_noticed_and_never_mixed(tmp_path: Path) -> None:
+    dataset = tmp_path / "train.csv"
+    dataset.write_text("version one\n")
+    camp = dse.campaign_from_dict({
+        "campaign": {"name": "data", "max_parallelism": 2, "mode": "rolling",
+                     "poll_interval": "1h"},
+        "space": {"x": {"type": "int", "low": 0, "high": 100}},
+        "objectives": [{"metric": "value"}],
+        "environment": {"time_limit": "1m"},
+        "data": {"paths": [str(dataset)]},
+    }, workspace=tmp_path / "ws")
+
+    def script(params: Mapping[str, Any]) -> ProbeScript:
+        if params["x"] == 3:
+            dataset.write_text("version two\n")  # replaced while trial 3 runs
+        # Trial 3 runs long: it is in flight when the change is noticed.
+        return ProbeScript(seconds=10.0 if params["x"] == 3 else 1.0,
+                           metrics={"value": float(params["x"])})
+
+    clock = FakeClock(start=0.0)
+    store = dse.Store(camp.workspace / "dse.sqlite")
+    agent = Recording({"x": x} for x in range(1, 9))
+    engine = dse.Engine(camp, agent=agent, backend=ProbeBackend(script, clock=clock),
+                        store=store, clock=clock)
+    result = engine.run()
+
+    rows = store.trials(result.campaign_id)
+    versions = {row["number"]: row["data_version"] for row in rows}
+    old, new = versions[1], versions[8]
+    assert old != new
+    assert old.startswith("sha256:")
+    assert new.startswith("sha256:")
+    # Trials dispatched before the change was noticed (trial 4 went out with trial 3, whose
+    # start replaced the file) carry the old version; later ones the new one.
+    assert [versions[n] for n in range(1, 9)] == [old] * 4 + [new] * 4
+    (change,) = store.events(result.campaign_id, "data_version_changed")
+    assert json.loads(change["data"]) == {"old": old, "new": new}
+    # The agent learned nothing from a result about the old data once the new was current:
+    # trial 3 ended after the change was noticed, trial 4 before.
+    told = {obs.trial_number: obs.score for obs in agent.seen}
+    assert told == {1: 1.0, 2: 2.0, 3: None, 4: 4.0, 5: 5.0, 6: 6.0, 7: 7.0, 8: 8.0}
+    # Best so far ranks only results about the current data (trials 1 to 4 scored lower).
+    assert result.best is not None
+    assert result.best.number == 5
+    store.close()
+
+
+def test_a_trial_that_read_other_data_is_recorded_and_flagged(tmp_path: Path) -> None:
+    camp = dse.campaign_from_dict({
+        "campaign": {"name": "read", "max_parallelism": 1},
+        "space": {"x": {"type": "int", "low": 0, "high": 100}},
+        "objectives": [{"metric": "value"}],
+        "data": {"version": "v7"},
+    }, workspace=tmp_path / "ws")
+
+    def script(params: Mapping[str, Any]) -> ProbeScript:
+        read = "v6" if params["x"] == 2 else "v7"
+        return ProbeScript(metrics={"value": float(params["x"])}, data_version=read)
+
+    clock = FakeClock()
+    store = dse.Store(camp.workspace / "dse.sqlite")
+    agent = Recording([{"x": 1}, {"x": 2}, {"x": 3}])
+    result = dse.Engine(camp, agent=agent, backend=ProbeBackend(script, clock=clock),
+                        store=store, clock=clock).run()
+
+    rows = {r["number"]: r for r in store.trials(result.campaign_id)}
+    assert [(rows[n]["data_version"], rows[n]["data_version_read"]) for n in (1, 2, 3)] == [
+        ("v7", "v7"), ("v7", "v6"), ("v7", "v7"),
+    ]
+    (mismatch,) = store.events(result.campaign_id, "data_version_mismatch")
+    assert json.loads(mismatch["data"]) == {"trial": 2, "expected": "v7", "read": "v6"}
+    # Its result is about other data: the agent is not taught by it.
+    assert {obs.trial_number: obs.score for obs in agent.seen} == {1: 1.0, 2: None, 3: 3.0}
+    store.close()
