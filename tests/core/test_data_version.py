@@ -4,7 +4,9 @@ stamped on every trial, and never mixed in rankings or in what the agent learns.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +38,13 @@ def test_a_bad_data_table_is_one_error_naming_the_key(
         parse_data(raw, "c.toml: data", tmp_path)
 
 
+def age(*paths: Path, hours: float = 1.0) -> None:
+    """Date *paths* back (a file modified just now is read again every time, on purpose)."""
+    for path in paths:
+        then = time.time() - hours * 3600
+        os.utime(path, (then, then))
+
+
 def test_a_path_digest_reads_only_what_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -43,6 +52,7 @@ def test_a_path_digest_reads_only_what_changed(
     (data / "sub").mkdir(parents=True)
     (data / "a.csv").write_text("1,2\n")
     (data / "sub" / "b.csv").write_text("3,4\n")
+    age(data / "a.csv", data / "sub" / "b.csv")
     read: list[str] = []
     digest = _data._file_digest
 
@@ -61,6 +71,7 @@ def test_a_path_digest_reads_only_what_changed(
     assert read == []
     # One file replaced: only it is read, and the version changes.
     (data / "sub" / "b.csv").write_text("3,5\n")
+    age(data / "sub" / "b.csv", hours=2)
     second = DataVersioner(spec, cache_dir=tmp_path / "ws").compute()
     assert read == ["b.csv"]
     assert second != first
@@ -164,3 +175,15 @@ def test_a_trial_that_read_other_data_is_recorded_and_flagged(tmp_path: Path) ->
     # Its result is about other data: the agent is not taught by it.
     assert {obs.trial_number: obs.score for obs in agent.seen} == {1: 1.0, 2: None, 3: 3.0}
     store.close()
+
+
+def test_a_rewrite_in_the_same_clock_tick_is_not_missed(tmp_path: Path) -> None:
+    data = tmp_path / "d.csv"
+    data.write_text("aaaa\n")
+    versioner = DataVersioner(DataSpec(paths=(data,)), cache_dir=tmp_path / "ws")
+    first = versioner.compute()
+    stamp = data.stat()
+    data.write_text("bbbb\n")  # same size; force the very same stamp as the first write
+    os.utime(data, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert data.stat().st_mtime_ns == stamp.st_mtime_ns
+    assert versioner.compute() != first

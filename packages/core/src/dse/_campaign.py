@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dse._budget import Budget, Price, parse_budget
+from dse._code import detect_code_version
 from dse._constraints import (
     Constraint,
     callable_constraint,
@@ -370,6 +371,10 @@ def campaign_from_dict(
     # Absolute: trials run in other directories and must still find their files.
     workspace_path = (Path(workspace) if workspace is not None else base_dir / ws).resolve()
     environment = _environment(root.table("environment"), where, base_dir.resolve())
+    if environment.code_version is None and source is not None and environment.workdir:
+        # A campaign file names its workload's directory: its git state is the code version.
+        detected = detect_code_version(environment.workdir, exclude=workspace_path)
+        environment = dataclasses.replace(environment, code_version=detected)
     if checkpoint_every is not None:
         environment = dataclasses.replace(environment, checkpoint_every=checkpoint_every)
     top.finish()

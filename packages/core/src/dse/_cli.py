@@ -35,6 +35,7 @@ from dse._report import (
     run_detail,
     summarize,
 )
+from dse._show import EXPORT_SCHEMA, find_trial, record_lines, trial_records
 from dse._store import Store, open_existing, workspace_db
 from dse._version import __version__
 
@@ -110,6 +111,18 @@ def _parser() -> argparse.ArgumentParser:
     plugins = sub.add_parser("plugins", help="list installed backends and agents")
     plugins.add_argument("--json", action="store_true")
 
+    show = sub.add_parser(
+        "show", help="the run record of one trial: the five answers",
+        description="Print what exactly a trial ran, against what data, how it ended, what it\n"
+        "cost, and what was concluded and by which scorer.",
+        epilog="TRIAL: a trial id (<campaign>-<run>-<number>), <campaign>:<number> (the latest\n"
+        "run of the campaign) or <run>:<number>. --json keys: docs/record.md.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    show.add_argument("trial", metavar="TRIAL")
+    show.add_argument("--workspace", type=Path, help="record directory (default: .dse)")
+    show.add_argument("--json", action="store_true", help="print the record as one JSON object")
+
     export = sub.add_parser("export", help="export a campaign run's trajectory")
     export.add_argument("target", help="a campaign file, name or run id")
     export.add_argument("--format", choices=("csv", "json"), default="csv")
@@ -133,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(args, console)
         if args.command == "report":
             return _report_command(args, console)
+        if args.command == "show":
+            return _show(args, console)
     except DseError as exc:
         console.error(str(exc))
         return ExitCode.USAGE_ERROR
@@ -575,6 +590,21 @@ def trajectory(store: Store, campaign_id: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _show(args: argparse.Namespace, console: Console) -> int:
+    store = open_existing(args.workspace or Path(".dse"))
+    try:
+        run, trial = find_trial(store, args.trial)
+        (record,) = trial_records(store, run, [trial])
+    finally:
+        store.close()
+    if args.json:
+        console.data(record)
+        return ExitCode.OK
+    for line in record_lines(record):
+        console.result(line)
+    return ExitCode.OK
+
+
 def _export(args: argparse.Namespace, console: Console) -> int:
     store, name = _open_target(args.target, args.workspace)
     assert name is not None
@@ -583,8 +613,9 @@ def _export(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError(f"{store.path}: no campaign run named {name!r}")
     rows = trajectory(store, row["id"])
     if args.format == "json":
-        text = json.dumps({"campaign": row["name"], "run": row["id"], "status": row["status"],
-                           "trajectory": rows}, indent=2)
+        text = json.dumps({"schema": EXPORT_SCHEMA, "campaign": row["name"], "run": row["id"],
+                           "status": row["status"], "trajectory": rows,
+                           "trials": trial_records(store, row)}, indent=2)
     else:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
