@@ -54,6 +54,8 @@ RUN:
   budget_reason    why the budget ended it ("money ceiling 1 USD"), or null
   serves           the objective labels it serves
   best             null or {trial, metric, direction, score, params}: the best completed trial
+                   about the latest data version
+  data_versions    [{version, trials, completed, mismatched, best: {trial, score}}], oldest first
   trials           {total, <outcome>: count...}; failures: {<failure class>: count}
   currency         the currency of every money figure of the run
   spent            {money, cpu_hours, gpu_hours, node_hours, attempt_hours}: every attempt
@@ -417,6 +419,12 @@ def _detail_json(detail: RunDetail) -> dict[str, Any]:
             "score": best.score, "params": best.params,
         },
         "trials": {"total": sum(detail.outcomes.values()), **detail.outcomes},
+        "data_versions": [
+            {"version": g.version, "trials": g.trials, "completed": g.completed,
+             "mismatched": g.mismatched,
+             "best": None if g.best is None else {"trial": g.best.trial, "score": g.best.score}}
+            for g in detail.data_versions
+        ],
         "failures": dict(s.failures),
         "currency": s.currency,
         "spent": _spent_json(s.spent),
@@ -487,6 +495,14 @@ def _detail_lines(detail: RunDetail) -> list[str]:
     outcomes = ", ".join(f"{n} {status}" for status, n in sorted(
         detail.outcomes.items(), key=lambda kv: (-kv[1], kv[0])))
     row("trials", f"{sum(detail.outcomes.values())}" + (f": {outcomes}" if outcomes else ""))
+    for group in detail.data_versions:
+        flagged = f", {group.mismatched} read other data (flagged)" if group.mismatched else ""
+        best_text = "-" if group.best is None else (
+            f"best trial {group.best.trial} {group.best.metric}={group.best.score:.6g}")
+        row("data", f"{group.version}: {group.trials} trials, {group.completed} completed,"
+                    f" {best_text}{flagged}")
+    if len(detail.data_versions) > 1:
+        row("", "(each data version ranked on its own; best above: the latest)")
     row("failures", ", ".join(f"{cls} {n}" for cls, n in sorted(s.failures.items()))
         or "none")
     ceilings = _ceilings(detail)

@@ -169,7 +169,23 @@ class RunDetail:
     dispatched: int
     """Trials that ran on the backend (not cache hits): what a trials ceiling counts."""
     best: BestResult | None
+    """The best completed trial about the current (latest) data version."""
     cache_hits: tuple[CacheHit, ...]
+    data_versions: tuple[VersionGroup, ...] = ()
+    """Trials grouped by the data version they are about, oldest first; no ranking crosses
+    groups. Empty when the campaign declares no data."""
+
+
+@dataclass(frozen=True, slots=True)
+class VersionGroup:
+    """The trials of a run about one data version (the version read, else the expected)."""
+
+    version: str
+    trials: int
+    completed: int
+    mismatched: int
+    """Trials that read another version than the one they were dispatched against."""
+    best: BestResult | None
 
 
 def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> RunDetail:
@@ -181,18 +197,32 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
     metric = str(objectives[0].get("metric", "score"))
     direction = str(objectives[0].get("direction", "minimize"))
     outcomes: dict[str, int] = {}
-    best: BestResult | None = None
     reused: list[tuple[int, int]] = []
+    groups: dict[str | None, dict[str, Any]] = {}
     for row in store.trials(campaign_id):
         outcomes[row["status"]] = outcomes.get(row["status"], 0) + 1
         if row["cache_of"] is not None:
             reused.append((row["number"], row["cache_of"]))
+        expected, read = row["data_version"], row["data_version_read"]
+        group = groups.setdefault(read or expected, {"trials": 0, "completed": 0,
+                                                     "mismatched": 0, "best": None})
+        group["trials"] += 1
+        group["mismatched"] += int(bool(read and expected and read != expected))
         score = row["score"]
         if row["status"] != "completed" or score is None:
             continue
+        group["completed"] += 1
+        best = group["best"]
         if best is None or (score > best.score if direction == "maximize" else score < best.score):
-            best = BestResult(row["number"], metric, direction, float(score),
-                              json.loads(row["params"]))
+            group["best"] = BestResult(row["number"], metric, direction, float(score),
+                                       json.loads(row["params"]))
+    # Dict order is first appearance: the last group is the current (latest) data version.
+    current = list(groups)[-1] if groups else None
+    best = groups[current]["best"] if groups else None
+    versions = tuple(
+        VersionGroup(v, g["trials"], g["completed"], g["mismatched"], g["best"])
+        for v, g in groups.items() if v is not None
+    )
     hits = []
     for number, original in reused:
         (orig,) = store.query("SELECT campaign_id, number FROM trials WHERE id = ?", (original,))
@@ -212,6 +242,7 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
     return RunDetail(
         summary=summary, end_reason=run["end_reason"], budget_reason=budget_reason,
         outcomes=outcomes, dispatched=int(dispatched["n"]), best=best, cache_hits=tuple(hits),
+        data_versions=versions,
     )
 
 
