@@ -274,3 +274,11 @@ def test_a_price_per_partition_follows_the_campaigns_partition(tmp_path: Path) -
     with pytest.raises(dse.ConfigError, match=r"backend.probe.price: no price for partition"
                                               r" 'cpu' and no 'default'"):
         priced({"price": {"gpu": {"gpu_hour": 1}}, "partition": "cpu"})
+
+
+def test_a_ceiling_at_a_vanishing_price_binds_nothing() -> None:
+    # 1 USD at a subnormal price per node-hour would allow more seconds than a float holds.
+    price = Price(node_hour=2.2e-309)
+    ceilings = TrialCeilings(money=1.0)
+    assert ceilings.time_limit(None, dse.Resources(), price, 0.0) is None
+    assert ceilings.time_limit(60.0, dse.Resources(), price, 0.0) == 60.0

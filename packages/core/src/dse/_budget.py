@@ -179,6 +179,8 @@ class TrialCeilings:
             rate = price.per_second(resources)
             if rate > 0:
                 limits.append((self.money - spent.money) / rate - overrun_s)
+        # A price so small that the ceiling allows more than a float holds binds nothing.
+        limits = [limit for limit in limits if math.isfinite(limit)]
         return min(limits) if limits else None
 
 
