@@ -1,0 +1,90 @@
+"""Reading `dse show` back and checking it against the SQLite record (shared by the core
+and local-backend tests of the run record)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import dse
+from support.cli import run_dse
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+SECTIONS = ("1. What was run", "2. Against what data", "3. How it ended", "4. What it cost",
+            "5. What was concluded")
+
+
+def ran(project: Path, text: str) -> Path:
+    (project / "campaign.toml").write_text(text)
+    proc = run_dse(project, "run", "campaign.toml", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return project / ".dse" / "dse.sqlite"
+
+
+def show_json(project: Path, trial: str) -> dict[str, Any]:
+    proc = run_dse(project, "show", trial, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def record(db_path: Path) -> tuple[sqlite3.Row, list[sqlite3.Row], list[sqlite3.Row]]:
+    """The run, its trials and their attempts, straight from the SQLite file."""
+    db = sqlite3.connect(db_path)
+    db.row_factory = sqlite3.Row
+    try:
+        (run,) = db.execute("SELECT * FROM campaigns").fetchall()
+        trials = db.execute("SELECT * FROM trials ORDER BY number").fetchall()
+        attempts = db.execute("SELECT * FROM attempts ORDER BY trial_id, attempt").fetchall()
+    finally:
+        db.close()
+    return run, trials, attempts
+
+
+def assert_matches_record(doc: dict[str, Any], run: sqlite3.Row, trial: sqlite3.Row,
+                          attempts: list[sqlite3.Row]) -> None:
+    """Every answer of *doc* is what the record holds for *trial*."""
+    mine = [a for a in attempts if a["trial_id"] == trial["id"]]
+    spec = json.loads(run["spec"])
+    name, _, version = run["agent"].partition("==")
+    assert doc["trial"] == {"id": f"{run['name']}-{run['id']}-{trial['number']}",
+                            "campaign": run["name"], "run": run["id"],
+                            "number": trial["number"]}
+    # 1. what was run
+    assert doc["run"]["params"] == json.loads(trial["params"])
+    assert doc["run"]["config_hash"] == trial["config_hash"]
+    assert doc["run"]["code_version"] == spec["environment"]["code_version"]
+    assert doc["run"]["agent"] == {"name": name, "version": version}
+    assert doc["run"]["proposal"] == trial["proposal"]
+    # 2. against what data
+    keys = trial.keys()
+    expected = trial["data_version"] if "data_version" in keys else None
+    read = trial["data_version_read"] if "data_version_read" in keys else None
+    assert doc["data"] == {"expected": expected, "read": read,
+                           "mismatch": None not in (expected, read) and expected != read}
+    # 3. how it ended
+    ended = doc["ended"]
+    assert (ended["outcome"], ended["failure"], ended["message"]) == (
+        trial["status"], trial["failure"], trial["message"])
+    assert [(a["attempt"], a["job_id"], a["state"], a["exit_code"], a["signal"], a["node"],
+             a["started_at"], a["ended_at"]) for a in ended["attempts"]] == [
+        (a["attempt"], a["job_id"], a["state"], a["exit_code"], a["signal"], a["node"],
+         a["started_at"], a["ended_at"]) for a in mine]
+    # 4. what it cost
+    spends = [json.loads(a["spend"]) for a in mine]
+    assert [{k: c[k] for k in s} for c, s in zip(doc["cost"]["attempts"], spends,
+                                                 strict=True)] == spends
+    for key in ("wall_s", "cpu_s", "money"):
+        assert doc["cost"]["total"][key] == pytest.approx(sum(s[key] for s in spends))
+    assert doc["cost"]["currency"] == spec["currency"]
+    # 5. what was concluded
+    assert doc["concluded"]["score"] == trial["score"]
+    assert doc["concluded"]["metrics"] == (json.loads(trial["metrics"])
+                                           if trial["metrics"] else {})
+    assert doc["concluded"]["scorer"] == {"name": "default", "distribution": "dse-core",
+                                          "version": dse.__version__}
