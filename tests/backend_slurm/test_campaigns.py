@@ -48,6 +48,9 @@ time.sleep(p["seconds"])
 trial.report({"value": p["i"] * 1.5}, complete=True)
 """
 
+INTERRUPTIONS = {"preempted", "node_fail", "boot_fail", "lost", "cancelled", "launch_error"}
+"""Attempt ends the engine retries (a cancel is one only when dse did not ask for it)."""
+
 CAMPAIGN = """
 [campaign]
 name = "{name}"
@@ -186,11 +189,15 @@ def test_exit_out_of_memory_and_timeout_end_as_slurm_says(tmp_path):
         4: ("budget_exhausted", "time_limit"),
     }
     attempts = attempts_by_trial(project)
-    # Reproducible failures are results about the design: never retried.
-    assert {n: [a["state"] for a in attempts[n]] for n in rows} == {
-        1: ["succeeded"], 2: ["failed"], 3: ["out_of_memory"], 4: ["timeout"],
+    # Reproducible failures are results about the design: never retried. (A loaded CI
+    # machine may make a node miss its heartbeat: such an interruption is retried, so only
+    # interruptions may come before an attempt's end.)
+    assert {n: attempts[n][-1]["state"] for n in rows} == {
+        1: "succeeded", 2: "failed", 3: "out_of_memory", 4: "timeout",
     }
-    assert attempts[2][0]["exit_code"] == 3
+    for tries in attempts.values():
+        assert {a["state"] for a in tries[:-1]} <= INTERRUPTIONS, [a["state"] for a in tries]
+    assert attempts[2][-1]["exit_code"] == 3
 
 
 def test_preempted_trials_are_retried_as_new_attempts_and_complete(tmp_path):
@@ -223,7 +230,9 @@ def test_preempted_trials_are_retried_as_new_attempts_and_complete(tmp_path):
         assert runs_of(project)[number] == [f"1 {tries[0]['node']}", f"2 {tries[1]['node']}"]
     others = [a for n, a in attempts.items() if n not in preempted]
     assert len(others) == 6 - len(preempted)
-    assert all([x["state"] for x in a] == ["succeeded"] for a in others)
+    for tries in others:
+        assert tries[-1]["state"] == "succeeded"
+        assert {a["state"] for a in tries[:-1]} <= INTERRUPTIONS
 
 
 def test_a_node_going_down_fails_its_attempts_which_are_retried_elsewhere(tmp_path):
