@@ -128,6 +128,26 @@ def started_on(project: Path, node: str) -> bool:
                for log in project.glob(".dse/*/run-*/*/checkpoint/runs.log"))
 
 
+def assert_retried_elsewhere(project: Path, count: int, state: str, node: str) -> None:
+    """All *count* trials completed; those whose first attempt ended *state* on *node* ran a second
+    attempt elsewhere (their workload ran twice, once on each); the rest ended succeeded,
+    after interruptions only."""
+    assert [row["status"] for row in trials(project).values()] == ["completed"] * count
+    attempts = attempts_by_trial(project)
+    hit = {n: a for n, a in attempts.items() if a[0]["state"] == state}
+    assert hit, {n: [x["state"] for x in a] for n, a in attempts.items()}
+    runs = runs_of(project)
+    for number, tries in hit.items():
+        assert [a["state"] for a in tries] == [state, "succeeded"]
+        assert tries[0]["node"] == node
+        assert tries[1]["node"] != node  # the node that interrupted it is avoided
+        assert runs[number] == [f"1 {node}", f"2 {tries[1]['node']}"]
+    for number, tries in attempts.items():
+        if number not in hit:
+            assert tries[-1]["state"] == "succeeded"
+            assert {a["state"] for a in tries[:-1]} <= INTERRUPTIONS
+
+
 def stop(dse: subprocess.Popen[str]) -> None:
     """Kill the controller if a test failed while it ran, and close its pipes."""
     if dse.poll() is None:
@@ -218,21 +238,7 @@ def test_preempted_trials_are_retried_as_new_attempts_and_complete(tmp_path):
         if urgent:
             subprocess.run(["scancel", urgent], check=False)
     assert dse.returncode == 0, err
-    rows = trials(project)
-    assert {row["status"] for row in rows.values()} == {"completed"}
-    attempts = attempts_by_trial(project)
-    preempted = {n: a for n, a in attempts.items() if a[0]["state"] == "preempted"}
-    assert preempted, {n: [x["state"] for x in a] for n, a in attempts.items()}
-    for number, tries in preempted.items():
-        assert [a["state"] for a in tries] == ["preempted", "succeeded"]
-        assert tries[0]["node"] == "n1"
-        assert tries[1]["node"] != "n1"  # the node that interrupted it is avoided
-        assert runs_of(project)[number] == [f"1 {tries[0]['node']}", f"2 {tries[1]['node']}"]
-    others = [a for n, a in attempts.items() if n not in preempted]
-    assert len(others) == 6 - len(preempted)
-    for tries in others:
-        assert tries[-1]["state"] == "succeeded"
-        assert {a["state"] for a in tries[:-1]} <= INTERRUPTIONS
+    assert_retried_elsewhere(project, 6, "preempted", "n1")
 
 
 def test_a_node_going_down_fails_its_attempts_which_are_retried_elsewhere(tmp_path):
@@ -247,15 +253,7 @@ def test_a_node_going_down_fails_its_attempts_which_are_retried_elsewhere(tmp_pa
         stop(dse)
         resume_node("n2")
     assert dse.returncode == 0, err
-    rows = trials(project)
-    assert {row["status"] for row in rows.values()} == {"completed"}
-    attempts = attempts_by_trial(project)
-    failed = {n: a for n, a in attempts.items() if a[0]["state"] == "node_fail"}
-    assert failed, {n: [x["state"] for x in a] for n, a in attempts.items()}
-    for tries in failed.values():
-        assert [(a["state"], a["node"] == "n2") for a in tries] == [
-            ("node_fail", True), ("succeeded", False)
-        ]
+    assert_retried_elsewhere(project, 6, "node_fail", "n2")
 
 
 def test_a_job_cancelled_by_someone_else_is_an_interruption_and_retried(tmp_path):

@@ -9,6 +9,7 @@ never exceeds what was reserved, so the campaign never spends past a ceiling.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import dataclass, fields
@@ -308,6 +309,17 @@ class Ledger:
         if budget.money is not None and committed.money > budget.money + _EPS:
             return f"money ceiling {budget.money:g} {budget.currency}"
         return None
+
+    def affordable(self, worst: Spend, now: float, want: int) -> tuple[int, str | None]:
+        """How many of *want* new trials whose worst case is *worst* could be reserved now
+        (nothing is reserved), and the refusal that stops the next one."""
+        trial = copy.copy(self)
+        for count in range(want):
+            why = trial.refusal(worst, now, new_trial=True)
+            if why is not None:
+                return count, why
+            trial.reserve(worst, new_trial=True)
+        return want, None
 
     def reserve(self, worst: Spend, *, new_trial: bool) -> None:
         self.reserved = self.reserved + worst

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from dse._backend import Backend
     from dse._campaign import Campaign
     from dse._protocols import Agent, Environment
+    from dse._types import Resources
 
 log = logging.getLogger("dse.engine")
 
@@ -666,37 +667,25 @@ class Engine:
     def _worst(self, spec: JobSpec) -> Spend:
         """The most one attempt of *spec* can spend: its time limit plus the backend's
         overrun, times its resources, priced (unbounded time: only wall and trial counts)."""
-        if spec.time_limit is None:
-            return Spend()
-        wall = spec.time_limit + self._overrun
-        res = spec.resources
-        return Spend(wall, wall * res.cpus, wall * res.gpus, wall,
-                     wall * self.campaign.price.per_second(res))
+        return self._worst_case(spec.time_limit, spec.resources)
 
-    def _typical_worst(self) -> Spend:
+    def _worst_case(self, time_limit: float | None, resources: Resources) -> Spend:
+        if time_limit is None:
+            return Spend()
+        wall = time_limit + self._overrun
+        return Spend(wall, wall * resources.cpus, wall * resources.gpus, wall,
+                     wall * self.campaign.price.per_second(resources))
+
+    def _affordable(self, want: int, now: float) -> tuple[int, str | None]:
+        """How many of *want* new trials (of the campaign's resources) the ledger can
+        reserve now, and why not more."""
+        if not self.ledger.budget.limited:
+            return want, None
         env = self.campaign.environment
         limit = self.campaign.budget.trial.time_limit(
             env.time_limit, env.resources, self.campaign.price, self._overrun
         )
-        return self._worst(JobSpec("", 1, {}, Path(), resources=env.resources,
-                                   time_limit=limit))
-
-    def _affordable(self, want: int, now: float) -> tuple[int, str | None]:
-        """How many of *want* new trials the ledger can reserve now, and why not more."""
-        ledger = self.ledger
-        if not ledger.budget.limited:
-            return want, None
-        worst = self._typical_worst()
-        saved = (ledger.reserved, ledger.trials)
-        count, why = 0, None
-        while count < want:
-            why = ledger.refusal(worst, now, new_trial=True)
-            if why is not None:
-                break
-            ledger.reserve(worst, new_trial=True)
-            count += 1
-        ledger.reserved, ledger.trials = saved
-        return count, why
+        return self.ledger.affordable(self._worst_case(limit, env.resources), now, want)
 
     def _reserve(self, trial: _Trial, now: float, *, new_trial: bool) -> str | None:
         """Reserve the worst case of *trial*'s next attempt; the refusal if it cannot be."""
@@ -708,17 +697,18 @@ class Engine:
             trial.reserved = worst
         return why
 
-    def _settle(self, trial: _Trial, status: JobStatus | None, ended_at: float) -> None:
-        """Replace *trial*'s reservation with what its attempt actually spent, and record it.
-        An end the backend never confirmed is charged its whole reservation."""
-        reserved, trial.reserved = trial.reserved or Spend(), None
+    def _charge(self, trial: _Trial, status: JobStatus, ended_at: float) -> Spend:
+        """What an ended attempt spent: its run time (or the backend's accounting), priced."""
         assert trial.spec is not None
-        if status is None:
-            actual = reserved
-        else:
-            started = status.started_at
-            elapsed = max(ended_at - started, 0.0) if started is not None else 0.0
-            actual = self.campaign.price.charge(elapsed, trial.spec.resources, status.usage)
+        started = status.started_at
+        elapsed = max(ended_at - started, 0.0) if started is not None else 0.0
+        return self.campaign.price.charge(elapsed, trial.spec.resources, status.usage)
+
+    def _settle(self, trial: _Trial, actual: Spend | None) -> None:
+        """Replace *trial*'s reservation with what its attempt actually spent, and record it;
+        ``None``: the backend never confirmed the end, so it is charged its reservation."""
+        reserved, trial.reserved = trial.reserved or Spend(), None
+        actual = reserved if actual is None else actual
         self.ledger.settle(reserved, actual)
         trial.spent = trial.spent + actual
         self._batch.attempt_spend.append((dumps(actual.as_dict()), trial.attempt_row))
@@ -1065,7 +1055,7 @@ class Engine:
             del self._running[status.job_id]
             self._conclude(trial, status)
             ended_at = status.ended_at or now
-            self._settle(trial, status, ended_at)
+            self._settle(trial, self._charge(trial, status, ended_at))
             batch.attempt_ends.append((
                 status.job_id, status.state.value, status.exit_code, status.signal,
                 status.node, status.reason, status.peak_rss_kb, status.started_at,
@@ -1337,7 +1327,7 @@ class Engine:
                 None, JobState.CANCELLED.value, None, None, None, trial.message, None, None,
                 now, None, trial.attempt_row,
             ))
-            self._settle(trial, JobStatus("", JobState.CANCELLED), now)
+            self._settle(trial, Spend())  # never submitted: nothing spent
             self._record_end(trial, now)
         self._to_submit = []
         if self._running:
@@ -1360,7 +1350,7 @@ class Engine:
                     job_id, JobState.CANCELLED.value, None, None, None, trial.message, None,
                     None, now, None, trial.attempt_row,
                 ))
-                self._settle(trial, None, now)
+                self._settle(trial, None)
                 self._record_end(trial, now)
         self._commit()
 

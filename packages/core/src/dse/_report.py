@@ -104,11 +104,7 @@ def summarize(store: Store, campaign_id: int, *, now: float | None = None) -> Ru
             failures[row["failure"]] = failures.get(row["failure"], 0) + 1
     spent = Spend()
     per_trial: dict[int, Spend] = {}
-    for row in store.query(
-        "SELECT a.trial_id, a.spend FROM attempts a JOIN trials t ON a.trial_id = t.id"
-        " WHERE t.campaign_id = ? AND a.spend IS NOT NULL",
-        (campaign_id,),
-    ):
+    for row in store.spends(campaign_id):
         spend = Spend(**json.loads(row["spend"]))
         spent = spent + spend
         number = number_of[row["trial_id"]]
