@@ -3,12 +3,21 @@ one without a complete marker has no score."""
 
 from __future__ import annotations
 
+import platform
 from typing import TYPE_CHECKING
 
 import pytest
 
+import dse
 from support.cli import run_dse, write_plugin
-from support.show import SECTIONS, assert_matches_record, ran, record, show_json
+from support.show import (
+    SECTIONS,
+    assert_concluded,
+    assert_matches_record,
+    ran,
+    record,
+    show_json,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -58,11 +67,13 @@ def test_a_real_local_trial_answers_all_five_and_a_partial_one_has_no_score(
     tmp_path: Path,
 ) -> None:
     project = write_plugin(tmp_path)
-    run, trials, attempts = record(ran(project, LOCAL_CAMPAIGN))
+    db_path = ran(project, LOCAL_CAMPAIGN)
+    run, trials, attempts = record(db_path)
     complete, partial = trials
     for trial in trials:
-        assert_matches_record(show_json(project, f"real:{trial['number']}"), run, trial,
-                              attempts)
+        doc = show_json(project, f"real:{trial['number']}")
+        assert_matches_record(doc, run, trial, attempts)
+        assert_concluded(doc, trial, db_path)
 
     doc = show_json(project, "real:1")
     assert doc["run"]["code_version"] == "abc123"
@@ -79,6 +90,16 @@ def test_a_real_local_trial_answers_all_five_and_a_partial_one_has_no_score(
     assert doc["concluded"]["score"] == pytest.approx(0.1) == complete["score"]
     assert doc["concluded"]["no_score"] is None
     assert doc["data"] == {"expected": "2024-06", "read": "2024-06", "mismatch": False}
+    # What ran includes the environment dse.trial.report() saw: this very Python's packages.
+    deps = doc["run"]["dependencies"]
+    assert deps["digest"].startswith("sha256:")
+    assert deps["python"] == platform.python_version()
+    assert deps["distributions"]["dse-core"] == dse.__version__
+    assert deps["distributions"]["dse-backend-local"]
+    (score,) = doc["concluded"]["scores"]
+    assert (score["scorer"], score["version"], score["baseline"], score["invalid"]) == (
+        "default", dse.__version__, None, None)
+    assert doc["concluded"]["valid"] is True
 
     doc = show_json(project, "real:2")
     assert partial["score"] is None
@@ -87,6 +108,7 @@ def test_a_real_local_trial_answers_all_five_and_a_partial_one_has_no_score(
     assert doc["concluded"]["no_score"] == partial["message"]
     assert "not marked complete" in doc["concluded"]["no_score"]
     assert doc["data"] == {"expected": "2024-06", "read": "v0", "mismatch": True}
+    assert doc["concluded"]["scores"] == []  # no complete marker: never scored
     text = run_dse(project, "show", "real:2").stdout
     assert "read v0, expected 2024-06" in text
     assert f"no score: {partial['message']}" in text

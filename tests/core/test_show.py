@@ -57,7 +57,7 @@ def test_show_answers_the_five_questions_from_the_record(project: Path) -> None:
     assert text.returncode == 0, text.stderr
     positions = [text.stdout.index(title) for title in SECTIONS]
     assert positions == sorted(positions)
-    assert f"scorer        default (dse-core {dse.__version__})" in text.stdout
+    assert f"scorer        default {dse.__version__} (minimize)" in text.stdout
     assert "agent list 1, proposal 1" in text.stdout
 
 
@@ -79,7 +79,7 @@ def test_export_json_carries_every_record_and_keeps_the_trajectory(project: Path
     proc = run_dse(project, "export", "demo", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     assert (doc["campaign"], doc["run"], doc["status"]) == ("demo", run["id"], run["status"])
     assert [step["step"] for step in doc["trajectory"]] == [1, 2, 3, 4]
     assert [r["trial"]["number"] for r in doc["trials"]] == [t["number"] for t in trials]
@@ -107,6 +107,10 @@ def test_a_trial_that_read_other_data_than_expected_is_flagged(project: Path) ->
     assert "read v1, expected" not in run_dse(project, "show", "demo:2").stdout
     text = run_dse(project, "show", "demo:3").stdout
     assert "expected      not declared" in text
+    report = run_dse(project, "report", "demo")
+    assert "FLAGGED      read other data than expected: trials 1\n" in report.stdout
+    (run,) = json.loads(run_dse(project, "report", "demo", "--json").stdout)["runs"]
+    assert run["mismatched"] == [1]
 
 
 @pytest.mark.parametrize(

@@ -219,12 +219,16 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
         max_parallelism=1, now=0.0,
     )
     store.close()
-    # What dse 0.1 with schema 3 wrote: no usage or spend on attempts, no data versions.
+    # What dse 0.1 with schema 3 wrote: no usage or spend on attempts, no data versions,
+    # no scores, invalidations, environments or trial links.
     db = sqlite3.connect(path)
     db.execute("ALTER TABLE attempts DROP COLUMN usage")
     db.execute("ALTER TABLE attempts DROP COLUMN spend")
-    db.execute("ALTER TABLE trials DROP COLUMN data_version")
-    db.execute("ALTER TABLE trials DROP COLUMN data_version_read")
+    for column in ("data_version", "data_version_read", "dependencies", "replaces",
+                   "invalidation"):
+        db.execute(f"ALTER TABLE trials DROP COLUMN {column}")
+    for table in ("scores", "invalidations", "environments"):
+        db.execute(f"DROP TABLE {table}")
     db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
     db.commit()
     db.close()
@@ -232,11 +236,16 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
     store = dse.Store(path)
     try:
         columns = {row["name"] for row in store.query("PRAGMA table_info(attempts)")}
+        trial_columns = {row["name"] for row in store.query("PRAGMA table_info(trials)")}
+        tables = {row["name"] for row in store.query(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
         version = store.query("SELECT value FROM meta WHERE key='schema_version'")[0]["value"]
         names = [row["name"] for row in store.query("SELECT name FROM campaigns")]
     finally:
         store.close()
     assert {"usage", "spend"} <= columns
+    assert {"data_version", "dependencies", "replaces", "invalidation"} <= trial_columns
+    assert {"scores", "invalidations", "environments"} <= tables
     assert int(version) == _store.SCHEMA_VERSION
     assert names == ["old"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import textwrap
@@ -131,13 +132,20 @@ def test_a_reported_result_is_scored_by_the_default_environment(run_workload, tr
     evaluation = trial.evaluate()
     assert evaluation.ok
     assert evaluation.metrics == {"time_ms": 1.25, "gflops": 812.0}
-    assert json.loads((trial.dir / "result.json").read_text()) == {
+    written = json.loads((trial.dir / "result.json").read_text())
+    environment = written.pop("environment")
+    assert written == {
         "complete": True,
         "metrics": {"time_ms": 1.25, "gflops": 812},
         "data_version": "v2",
         "note": "warm cache",
         "runs": 3,
     }
+    # The environment the trial ran in: this Python and its distributions (dse-core among them).
+    assert environment["python"] == platform.python_version()
+    assert environment["distributions"]["dse-core"] == dse.__version__
+    assert evaluation.environment == {"python": environment["python"],
+                                      "distributions": environment["distributions"]}
     assert sorted(p.name for p in trial.dir.iterdir()) == ["params.json", "result.json"]
 
 

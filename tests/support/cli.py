@@ -1,7 +1,8 @@
 """Running the `dse` command as a user does: a real subprocess, with a throwaway agent plugin.
 
 The plugin registers the agent ``list``, which proposes the ``points`` of its
-``[agent.list]`` table in order (forever, with ``repeat = true``).
+``[agent.list]`` table in order (forever, with ``repeat = true``), and appends what it is
+told (trial number, status, score) to the JSON-lines file ``log`` names, if any.
 """
 
 from __future__ import annotations
@@ -22,10 +23,20 @@ class ListAgent(ScriptedAgent):
     name = "list"
     version = "1"
 
-    def __init__(self, space, *, seed=0, points=(), repeat=False):
+    def __init__(self, space, *, seed=0, points=(), repeat=False, log=None):
         import itertools
         points = [dict(p) for p in points]
         super().__init__(itertools.cycle(points) if repeat else points)
+        self.log = log
+
+    def observe(self, observations):
+        if self.log:
+            import json
+            with open(self.log, "a") as handle:
+                for o in observations:
+                    status = o.status.value if o.status else None
+                    handle.write(json.dumps([o.trial_number, status, o.score]) + "\\n")
+        super().observe(observations)
 
 
 @dse.hookimpl

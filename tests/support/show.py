@@ -46,6 +46,37 @@ def record(db_path: Path) -> tuple[sqlite3.Row, list[sqlite3.Row], list[sqlite3.
     return run, trials, attempts
 
 
+def conclusions(db_path: Path) -> tuple[dict[int, list[sqlite3.Row]], dict[str, sqlite3.Row]]:
+    """Scores by trial row, and environments by digest, straight from the SQLite file."""
+    db = sqlite3.connect(db_path)
+    db.row_factory = sqlite3.Row
+    try:
+        scores: dict[int, list[sqlite3.Row]] = {}
+        for row in db.execute("SELECT * FROM scores ORDER BY id"):
+            scores.setdefault(row["trial_id"], []).append(row)
+        envs = {row["digest"]: row for row in db.execute("SELECT * FROM environments")}
+    finally:
+        db.close()
+    return scores, envs
+
+
+def assert_concluded(doc: dict[str, Any], trial: sqlite3.Row, db_path: Path) -> None:
+    """The dependencies and scores of *doc* are what the record holds for *trial*."""
+    scores, envs = conclusions(db_path)
+    mine = scores.get(trial["id"], [])
+    assert [(s["scorer"], s["version"], s["score"]) for s in doc["concluded"]["scores"]] == [
+        (s["scorer"], s["scorer_version"], s["score"]) for s in mine]
+    if mine:
+        assert doc["concluded"]["score"] == mine[-1]["score"] == trial["score"]
+    deps = doc["run"]["dependencies"]
+    if trial["dependencies"] is None:
+        assert deps is None
+    else:
+        env = envs[trial["dependencies"]]
+        assert deps == {"digest": trial["dependencies"], "python": env["python"],
+                        "distributions": json.loads(env["distributions"])}
+
+
 def assert_matches_record(doc: dict[str, Any], run: sqlite3.Row, trial: sqlite3.Row,
                           attempts: list[sqlite3.Row]) -> None:
     """Every answer of *doc* is what the record holds for *trial*."""
@@ -86,5 +117,5 @@ def assert_matches_record(doc: dict[str, Any], run: sqlite3.Row, trial: sqlite3.
     assert doc["concluded"]["score"] == trial["score"]
     assert doc["concluded"]["metrics"] == (json.loads(trial["metrics"])
                                            if trial["metrics"] else {})
-    assert doc["concluded"]["scorer"] == {"name": "default", "distribution": "dse-core",
-                                          "version": dse.__version__}
+    assert doc["concluded"]["scorer"]["name"] == "default"
+    assert doc["concluded"]["scorer"]["version"] == dse.__version__

@@ -1,4 +1,5 @@
-"""dse-core's own plugin: registers the probe backend through the public hooks."""
+"""dse-core's own plugin: registers the probe backend and the built-in scorers through the
+public hooks."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dse.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from dse._backend import Backend
+    from dse._scoring import Scorer
 
 
 @hookimpl
@@ -15,3 +17,10 @@ def dse_register_backends() -> list[type[Backend]]:
     from dse.testing._probe import ProbeBackend
 
     return [ProbeBackend]
+
+
+@hookimpl
+def dse_register_scorers() -> list[type[Scorer]]:
+    from dse._scoring import DefaultScorer, RatioScorer
+
+    return [DefaultScorer, RatioScorer]

@@ -23,7 +23,8 @@ from dse._constraints import (
 )
 from dse._data import DataSpec, parse_data
 from dse._errors import ConfigError
-from dse._space import Space
+from dse._scoring import ScorerSpec
+from dse._space import ParamError, Space
 from dse._types import Direction, Objective, Resources
 from dse._units import parse_duration
 
@@ -105,6 +106,10 @@ class Campaign:
     """Objective labels this campaign serves (spend rolls up to them; default: its name)."""
     data: DataSpec | None = None
     """The inputs the trials read (the ``[data]`` table), whose version stamps every trial."""
+    scorer: ScorerSpec = field(default_factory=ScorerSpec)
+    """Who scores a complete run (the ``[scorer]`` table; default: the objective's metric)."""
+    baseline: Baseline | None = None
+    """What scores are compared against (the ``[baseline]`` table), or ``None``."""
     workspace: Path = Path(".dse")
     """Directory holding ``dse.sqlite`` and the trial directories."""
     source: Path | None = None
@@ -232,6 +237,50 @@ def _environment(raw: Mapping[str, Any], source: str, base_dir: Path) -> Environ
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """The ``[baseline]`` table: the params of the reference run, or an existing trial."""
+
+    params: Mapping[str, Any] | None = None
+    """Params of the baseline run (coerced to the space), run once per data version."""
+    trial: str | None = None
+    """An existing trial of the workspace (``<campaign>-<run>-<number>``, ``<campaign>:<n>``);
+    its params are run again when the current data version is not the one it ran on."""
+
+
+def _scorer(raw: Mapping[str, Any], source: str) -> ScorerSpec:
+    table = _Table(raw, source, "scorer.")
+    name = table.get("name", str, "a scorer name or 'module:function'", "default")
+    direction = table.get("direction", str, "'minimize' or 'maximize'", None)
+    try:
+        parsed = None if direction is None else Direction(direction)
+    except ValueError:
+        raise ConfigError(
+            f"{table.where('direction')}: expected 'minimize' or 'maximize', got {direction!r}"
+        ) from None
+    options = {k: v for k, v in raw.items() if k not in ("name", "direction")}
+    return ScorerSpec(name=name or "default", direction=parsed, options=options)
+
+
+def _baseline(raw: Any, source: str, space: Space) -> Baseline | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: baseline: expected a table with 'params' or 'trial'")
+    table = _Table(raw, source, "baseline.")
+    params = table.get("params", dict, "a table of parameter values", None)
+    trial = table.get("trial", str, "a trial id such as 'tiles-1-3' or 'tiles:3'", None)
+    table.finish()
+    if (params is None) == (trial is None):
+        raise ConfigError(f"{source}: baseline: give exactly one of 'params' or 'trial'")
+    if params is not None:
+        try:
+            params = space.coerce(params)
+        except ParamError as exc:
+            raise ConfigError(f"{source}: baseline.params: {exc}") from None
+    return Baseline(params=params, trial=trial)
+
+
 def _plugin_choice(
     top: _Table, section: Mapping[str, Any], key: str, default: str
 ) -> tuple[str, Mapping[str, Any]]:
@@ -302,6 +351,10 @@ def campaign_from_dict(
         price = Price.from_table(raw_price, where_price)
     root.used.add("data")
     data_spec = parse_data(data.get("data"), f"{where}: data", base_dir.resolve())
+    root.used.add("scorer")
+    scorer = _scorer(root.table("scorer"), where)
+    root.used.add("baseline")
+    baseline = _baseline(data.get("baseline"), where, space)
     root.used.add("budget")
     budget = parse_budget(data.get("budget"), f"{where}: budget")
     if budget.currency is not None and priced and budget.currency != price.currency:
@@ -404,6 +457,8 @@ def campaign_from_dict(
         price=price,
         serves=tuple(serves) if serves is not None else (name,),
         data=data_spec,
+        scorer=scorer,
+        baseline=baseline,
         workspace=workspace_path,
         source=source,
     )

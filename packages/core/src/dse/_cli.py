@@ -23,7 +23,7 @@ from dse._console import (
     money_text,
     rate_text,
 )
-from dse._engine import campaign_spec
+from dse._engine import RESOLVED_SCORER, campaign_spec
 from dse._errors import ConfigError, DseError, ExitCode
 from dse._hashing import canonical_json
 from dse._lock import CampaignLock
@@ -56,6 +56,9 @@ RUN:
   best             null or {trial, metric, direction, score, params}: the best completed trial
                    about the latest data version
   data_versions    [{version, trials, completed, mismatched, best: {trial, score}}], oldest first
+  mismatched       trial numbers that read another data version than expected (flagged)
+  invalid          [{trial, reason}]: results or scores flagged by dse invalidate (never ranked)
+  scorer           the scorer of the run's scores ("default 0.1.0")
   trials           {total, <outcome>: count...}; failures: {<failure class>: count}
   currency         the currency of every money figure of the run
   spent            {money, cpu_hours, gpu_hours, node_hours, attempt_hours}: every attempt
@@ -125,6 +128,25 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--workspace", type=Path, help="record directory (default: .dse)")
     show.add_argument("--json", action="store_true", help="print the record as one JSON object")
 
+    invalidate = sub.add_parser(
+        "invalidate", help="flag results invalid (and every comparison that used them)",
+        description="Mark results invalid without deleting anything: the trials (or scores)\n"
+        "named, the cache hits reusing them, and every score compared against them as a\n"
+        "baseline. Reports flag them; the agent is never fed them; a campaign that proposes\n"
+        "the same configuration again runs a new trial linked to the one it replaces.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    which = invalidate.add_mutually_exclusive_group(required=True)
+    which.add_argument("--trial", metavar="TRIAL",
+                       help="one trial: <campaign>-<run>-<number>, <campaign>:<n> or <run>:<n>")
+    which.add_argument("--data-version", metavar="V",
+                       help="every trial that ran against, or read, data version V")
+    which.add_argument("--scorer-version", metavar="S",
+                       help="every score given by scorer version S (or NAME==S)")
+    invalidate.add_argument("--reason", required=True, help="why (kept with the flag)")
+    invalidate.add_argument("--workspace", type=Path, help="record directory (default: .dse)")
+    invalidate.add_argument("--json", action="store_true")
+
     export = sub.add_parser("export", help="export a campaign run's trajectory")
     export.add_argument("target", help="a campaign file, name or run id")
     export.add_argument("--format", choices=("csv", "json"), default="csv")
@@ -150,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report_command(args, console)
         if args.command == "show":
             return _show(args, console)
+        if args.command == "invalidate":
+            return _invalidate(args, console)
     except DseError as exc:
         console.error(str(exc))
         return ExitCode.USAGE_ERROR
@@ -215,7 +239,9 @@ def _resumable_run(
         console.status(f"run {row['id']} of {campaign.name} is {row['status']}; starting a new"
                        " run (--fresh)")
         return None
-    if canonical_json(json.loads(row["spec"])) != canonical_json(campaign_spec(campaign)):
+    stored = json.loads(row["spec"])
+    stored.pop(RESOLVED_SCORER, None)
+    if canonical_json(stored) != canonical_json(campaign_spec(campaign)):
         console.status(f"run {row['id']} of {campaign.name} did not finish, but the campaign"
                        " file changed since; starting a new run")
         return None
@@ -425,6 +451,9 @@ def _detail_json(detail: RunDetail) -> dict[str, Any]:
              "best": None if g.best is None else {"trial": g.best.trial, "score": g.best.score}}
             for g in detail.data_versions
         ],
+        "mismatched": list(detail.mismatched),
+        "invalid": [{"trial": n, "reason": why} for n, why in detail.invalid],
+        "scorer": detail.scorer,
         "failures": dict(s.failures),
         "currency": s.currency,
         "spent": _spent_json(s.spent),
@@ -503,6 +532,15 @@ def _detail_lines(detail: RunDetail) -> list[str]:
                     f" {best_text}{flagged}")
     if len(detail.data_versions) > 1:
         row("", "(each data version ranked on its own; best above: the latest)")
+    if detail.mismatched:
+        row("FLAGGED", "read other data than expected: trials "
+            + ", ".join(str(n) for n in detail.mismatched))
+    reasons: dict[str, list[int]] = {}
+    for number, why in detail.invalid:
+        reasons.setdefault(why, []).append(number)
+    for why, numbers in reasons.items():
+        row("INVALID", f"trials {', '.join(str(n) for n in numbers)}: {why} (not ranked)")
+    row("scorer", detail.scorer)
     row("failures", ", ".join(f"{cls} {n}" for cls, n in sorted(s.failures.items()))
         or "none")
     ceilings = _ceilings(detail)
@@ -587,6 +625,9 @@ def trajectory(store: Store, campaign_id: int) -> list[dict[str, Any]]:
     rows = []
     spec_rows = store.query("SELECT spec FROM campaigns WHERE id = ?", (campaign_id,))
     order = [p["name"] for p in json.loads(spec_rows[0]["spec"]).get("space", [])]
+    bad_scores = {int(r["trial_id"]) for r in store.query(
+        "SELECT s.trial_id FROM scores s JOIN trials t ON t.id = s.trial_id"
+        " WHERE t.campaign_id = ? AND s.invalidation IS NOT NULL", (campaign_id,))}
     for t in store.trials(campaign_id):
         metrics = json.loads(t["metrics"]) if t["metrics"] else {}
         params = json.loads(t["params"])
@@ -602,6 +643,7 @@ def trajectory(store: Store, campaign_id: int) -> list[dict[str, Any]]:
             "config_hash": t["config_hash"],
             "cache_of": t["cache_of"],
             "trial_dir": t["trial_dir"],
+            "valid": t["invalidation"] is None and t["id"] not in bad_scores,
         })
     return rows
 
@@ -621,6 +663,39 @@ def _show(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.OK
 
 
+def _invalidate(args: argparse.Namespace, console: Console) -> int:
+    reason = " ".join(str(args.reason).split())
+    if not reason:
+        raise ConfigError("dse invalidate: --reason must say why")
+    store = open_existing(args.workspace or Path(".dse"))
+    try:
+        row = None
+        if args.trial is not None:
+            kind, target = "trial", str(args.trial)
+            _, row = find_trial(store, target)
+        elif args.data_version is not None:
+            kind, target = "data_version", str(args.data_version)
+        else:
+            kind, target = "scorer_version", str(args.scorer_version)
+        done = store.invalidate(kind, target, reason, time.time(),
+                                trial_row=int(row["id"]) if row is not None else None)
+    finally:
+        store.close()
+    flag = "--" + kind.replace("_", "-")
+    if done is None:
+        what = {"trial": "trial", "data_version": "trial with data version",
+                "scorer_version": "score by scorer version"}[kind]
+        raise ConfigError(f"dse invalidate {flag} {target}: no {what} {target} in the record")
+    mark, trials, scores = done
+    if args.json:
+        console.data({"invalidation": mark, "kind": kind, "target": target, "reason": reason,
+                      "trials": trials, "scores": scores})
+    else:
+        console.result(f"invalidation {mark}: {trials} trial(s) and {scores} score(s) flagged"
+                       f" invalid ({flag} {target}: {reason}); nothing was deleted")
+    return ExitCode.OK
+
+
 def _export(args: argparse.Namespace, console: Console) -> int:
     store, name = _open_target(args.target, args.workspace)
     assert name is not None
@@ -629,19 +704,21 @@ def _export(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError(f"{store.path}: no campaign run named {name!r}")
     rows = trajectory(store, row["id"])
     if args.format == "json":
+        invalidations = [dict(r) for r in store.query("SELECT * FROM invalidations ORDER BY id")]
         text = json.dumps({"schema": EXPORT_SCHEMA, "campaign": row["name"], "run": row["id"],
                            "status": row["status"], "trajectory": rows,
-                           "trials": trial_records(store, row)}, indent=2)
+                           "trials": trial_records(store, row),
+                           "invalidations": invalidations}, indent=2)
     else:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(["step", "action", "reward", "observation", "status", "failure",
-                         "config_hash", "cache_of"])
+                         "config_hash", "cache_of", "valid"])
         for r in rows:
             writer.writerow([
                 r["step"], json.dumps(r["action"]), "" if r["reward"] is None else r["reward"],
                 json.dumps(r["observation"]), r["status"], r["failure"] or "",
-                r["config_hash"], r["cache_of"] or "",
+                r["config_hash"], r["cache_of"] or "", "true" if r["valid"] else "false",
             ])
         text = buffer.getvalue()
     if args.output:

@@ -24,10 +24,11 @@ from dse._budget import Ledger, Spend
 from dse._classify import classify_end
 from dse._clock import Clock, SystemClock
 from dse._data import DataVersioner
-from dse._environment import CommandEnvironment
+from dse._environment import CommandEnvironment, environment_digest
 from dse._errors import ConfigError
 from dse._hashing import ConfigHasher
 from dse._protocols import TrialInfo
+from dse._scoring import ScoringError, compute_score
 from dse._space import ParamError
 from dse._store import Batch, Store, dumps
 from dse._types import (
@@ -48,9 +49,13 @@ if TYPE_CHECKING:
     from dse._backend import Backend
     from dse._campaign import Campaign
     from dse._protocols import Agent, Environment
+    from dse._scoring import Scorer
     from dse._types import Resources
 
 log = logging.getLogger("dse.engine")
+
+RESOLVED_SCORER = "scorer_resolved"
+"""Key of a run's stored spec naming the scorer that ran: name, version, direction."""
 
 
 
@@ -90,6 +95,8 @@ class _Trial:
     """The data version the trial was dispatched against (expected)."""
     data_read: str | None = None
     """The data version its result says it read."""
+    baseline_row: int | None = None
+    """The baseline trial its score was compared against."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +199,7 @@ _TERMINAL_STATUS = {
     "max_consecutive_rejections": "stopped",
     "cancelled": "cancelled",
     "budget_exhausted": "budget_exhausted",
+    "baseline_failed": "stopped",
 }
 
 
@@ -209,6 +217,7 @@ class Engine:
         clock: Clock | None = None,
         listener: EngineListener | None = None,
         data_version: str | None = None,
+        scorer: Scorer | None = None,
     ) -> None:
         self.campaign = campaign
         self.agent = agent
@@ -227,6 +236,23 @@ class Engine:
         self.campaign_id = 0
         self.run_dir = Path()
         self._primary = campaign.objectives[0]
+        if scorer is None:
+            from dse._build import build_scorer
+            from dse._plugins import PluginManager
+
+            scorer = build_scorer(campaign, PluginManager(autoload=False))
+        self.scorer: Scorer = scorer
+        """Who scores complete runs; its name and version are recorded with every score."""
+        self._ranking = Objective(self._primary.metric, scorer.direction)
+        self._baseline_params: dict[str, Any] | None = None
+        self._baselines: dict[str | None, _Trial] = {}
+        """The baseline trial of each data version (scores compare against it)."""
+        self._invalid_rows: set[int] = set()
+        self._invalid_numbers: set[int] = set()
+        self._invalid_hashes: dict[str, int] = {}
+        self._seen_invalidation = -1
+        self._baseline_given: _Trial | None = None
+        self._environments: set[str] = set()
         self._hasher = ConfigHasher(dict(self.environment.identity()), data_version)
         self._versioner: DataVersioner | None = None
         self._batch = Batch()
@@ -303,6 +329,7 @@ class Engine:
         """
         campaign = self.campaign
         now = self.clock.time()
+        self._resolve_baseline()  # before the run is recorded: a bad baseline records nothing
         if resume is not None:
             self.campaign_id = resume
             self.store.reopen_campaign(resume)
@@ -319,6 +346,7 @@ class Engine:
         self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._load_cache()
+        self._check_invalidations()
         if resume is not None:
             self._restore()
         self.listener.on_start(self)
@@ -326,10 +354,15 @@ class Engine:
 
     def _create_run(self, now: float) -> int:
         campaign = self.campaign
+        spec = campaign_spec(campaign)
+        spec[RESOLVED_SCORER] = {
+            "name": self.scorer.name, "version": self.scorer.version,
+            "direction": self.scorer.direction.value,
+        }
         return self.store.create_campaign(
             name=campaign.name,
             source=str(campaign.source) if campaign.source else None,
-            spec=campaign_spec(campaign),
+            spec=spec,
             agent=f"{getattr(self.agent, 'name', type(self.agent).__name__)}"
             f"=={getattr(self.agent, 'version', '?')}",
             backend=f"{type(self.backend).name}=={type(self.backend).version}",
@@ -410,7 +443,13 @@ class Engine:
             if row["cache_of"] is not None:
                 cache_of[trial.row_id] = row["cache_of"]
                 trial.status = TrialStatus.CACHED if row["ended_at"] is None else trial.status
-            by_proposal[trial.proposal] = trial
+            trial.baseline_row = None
+            if trial.proposal == 0:
+                # A baseline run: not the agent's proposal, so keyed apart (and never fed).
+                by_proposal[-trial.row_id] = trial
+                self._baselines[trial.data_version] = trial
+            else:
+                by_proposal[trial.proposal] = trial
             by_row[trial.row_id] = trial
         originals = self._original_statuses(set(cache_of.values()), by_row)
         for row_id, original_row in cache_of.items():
@@ -478,6 +517,8 @@ class Engine:
                 original.waiters.append(waiter)
         for proposal, trial in sorted(by_proposal.items()):
             waiting = trial.original_status is TrialStatus.RUNNING
+            if proposal <= 0 or trial.row_id in self._invalid_rows:
+                continue  # a baseline, or an invalidated result: never fed to the agent
             if proposal in observed or waiting or trial.status in (
                 TrialStatus.RUNNING, TrialStatus.CANCELLED
             ):
@@ -518,19 +559,19 @@ class Engine:
         self, by_proposal: Mapping[int, _Trial], rejected: Mapping[int, Any]
     ) -> None:
         stats = self.stats
-        stats.steps = len(by_proposal)
+        stats.steps = sum(1 for p in by_proposal if p > 0)
         stats.proposals = max([*by_proposal, *rejected, 0])
         stats.rejected = len(rejected)
         self._number = max((t.number for t in by_proposal.values()), default=0)
         self._batch_no = max((t.batch for t in by_proposal.values()), default=0)
-        primary = self._primary
+        primary = self._ranking
         for trial in by_proposal.values():
             status = trial.status
             if status is TrialStatus.CACHED:
                 if trial.original_status is not TrialStatus.RUNNING:
                     stats.cached += 1  # a cache hit still waiting for its original is not
             else:
-                stats.count(status, trial, primary, rank=self._current_data(trial))
+                stats.count(status, trial, primary, rank=self._rankable(trial))
                 stats.started += 1
         trailing = 0
         for proposal in range(stats.proposals, 0, -1):
@@ -575,7 +616,8 @@ class Engine:
                 if proposal in rejected:
                     params, reason = rejected[proposal]
                     observations.append(Observation(params=params, status=None, rejected=reason))
-                else:
+                elif by_proposal[proposal].row_id not in self._invalid_rows:
+                    # An invalidated result is left out: the rebuilt agent never learns it.
                     observations.append(self._observation(by_proposal[proposal]))
             self.agent.observe(observations)
             observed.update(numbers)
@@ -655,6 +697,10 @@ class Engine:
                 self, f"data changed: version {version} (was {old}); later trials use it"
             )
             self._set_data_version(version)
+
+    def _rankable(self, trial: _Trial) -> bool:
+        """Whether *trial* may count for "best so far": a valid result about current data."""
+        return self._current_data(trial) and trial.row_id not in self._invalid_rows
 
     def _current_data(self, trial: _Trial) -> bool:
         """Whether *trial*'s result is about the current data (what the agent may learn from
@@ -868,6 +914,9 @@ class Engine:
         self._batch_no += 1
         self._budget_blocked = False
         self._check_data_version()
+        waiting = self._await_baseline()
+        if waiting is not None:
+            return waiting
         while slots > 0 and not self._done and not self._stop and not self._budget_blocked:
             if campaign.max_trials is not None and self.stats.steps >= campaign.max_trials:
                 self._done = "max_trials"
@@ -928,34 +977,49 @@ class Engine:
             if not constraint(params):
                 self._reject(proposal, params, f"constraint {constraint.text!r}")
                 return 0
-        params_json = self._hasher.canonical(params)
-        digest = self._hasher.digest(params_json)
         self._consecutive_rejections = 0
         stats.steps += 1
+        trial = self._new_trial(params, proposal)
+        return 1 if trial.status is TrialStatus.RUNNING else 0
+
+    def _new_trial(self, params: dict[str, Any], proposal: int) -> _Trial:
+        """Make *params* a trial, or a cache hit, of proposal *proposal* (0: the baseline);
+        it is dispatched (status ``running``) when it took a slot."""
+        stats = self.stats
+        params_json = self._hasher.canonical(params)
+        digest = self._hasher.digest(params_json)
         self._number += 1
         number = self._number
         now = self.clock.time()
         row_id = self.store.new_trial_id()
         trial = _Trial(row_id, number, proposal, self._batch_no, params, digest)
+        trial.data_version = self.data_version
         original = self._cache.get(digest) or self._by_hash.get(digest)
         if original is not None:
             trial.status = TrialStatus.CACHED
             finished = original.status.is_finished()
+            if finished:
+                self._rescore(trial, original)
             self._batch.trials.append((
                 row_id, self.campaign_id, number, proposal, self._batch_no, digest,
                 params_json, TrialStatus.CACHED.value,
                 original.failure.value if finished and original.failure else None,
-                None,
+                trial.message if finished else None,
                 dumps(original.metrics) if finished and original.metrics is not None else None,
-                original.score if finished else None, original.row_id, None, now,
+                trial.score if finished else None, original.row_id, None, now,
                 now if finished else None,
             ))
             if finished:
                 self._cached_end(trial, original)
             else:
                 original.waiters.append(trial)
-            return 0
+            return trial
         trial.trial_id = f"{self.campaign.name}-{self.campaign_id}-{number}"
+        replaced = self._invalid_hashes.get(digest)
+        if replaced is not None:
+            # The trial it re-runs was invalidated: a new trial, linked to the one it replaces.
+            self._batch.trial_links.append((None, replaced, row_id))
+            self._event(row_id, "replaces", {"trial": number, "replaces": replaced})
         trial_dir = self.run_dir / f"{number:06d}"
         try:
             # A directory left by a controller that died before committing this trial is
@@ -976,10 +1040,9 @@ class Engine:
             ))
             self._cache[digest] = trial
             self._ended(trial)
-            return 0
+            return trial
         trial.spec = spec = self._avoiding(spec, trial)
         trial.trial_dir = trial_dir
-        trial.data_version = self.data_version
         self._batch.trial_data.append((self.data_version, None, row_id))
         why = self._reserve(trial, now, new_trial=True)
         if why is not None:
@@ -996,7 +1059,7 @@ class Engine:
                 str(trial_dir), now, now,
             ))
             self._ended(trial)
-            return 0
+            return trial
         trial.attempt_started = now
         trial.attempt_row = self.store.new_attempt_id()
         self._batch.trials.append((
@@ -1009,7 +1072,7 @@ class Engine:
         self._to_submit.append(trial)
         self._by_hash[digest] = trial
         stats.started += 1
-        return 1
+        return trial
 
     def _reject(self, proposal: int, params: dict[str, Any], reason: str) -> None:
         self.stats.rejected += 1
@@ -1196,9 +1259,16 @@ class Engine:
                 )
             trial.metrics = dict(evaluation.metrics)
             self._note_data_read(trial, evaluation.data_version)
+            if evaluation.environment is not None:
+                self._note_environment(trial, evaluation.environment)
             if evaluation.ok:
-                trial.status = TrialStatus.COMPLETED
-                trial.score = evaluation.metrics[self._primary.metric]
+                try:
+                    trial.score, trial.baseline_row = self._score(trial, trial.metrics)
+                    trial.status = TrialStatus.COMPLETED
+                except ScoringError as exc:
+                    trial.status = TrialStatus.FAILED
+                    trial.failure = FailureClass.SCORER_ERROR
+                    trial.message = str(exc)
             else:
                 trial.status = TrialStatus.FAILED
                 trial.failure = evaluation.failure
@@ -1211,6 +1281,170 @@ class Engine:
             trial.status = TrialStatus.INTERRUPTED
             trial.failure = FailureClass.CANCELLED_OUTSIDE
             trial.message = status.reason or "cancelled outside this campaign"
+
+    def _note_environment(self, trial: _Trial, environment: Mapping[str, Any]) -> None:
+        """Stamp *trial* with the digest of the environment it ran in (stored once)."""
+        digest = environment_digest(environment)
+        if digest not in self._environments:
+            self._environments.add(digest)
+            self._batch.environments.append(
+                (digest, environment.get("python"), dumps(environment.get("distributions", {})))
+            )
+        self._batch.trial_links.append((digest, None, trial.row_id))
+
+    # -- scores and baselines -------------------------------------------------------------
+
+    def _score(self, trial: _Trial, metrics: Mapping[str, float]) -> tuple[float, int | None]:
+        """The scorer's score of *metrics* for *trial*, and the baseline trial it compared
+        against: the baseline of the data version *trial* ran against (a baseline run is
+        compared with itself)."""
+        if self._baseline_params is None:
+            return compute_score(self.scorer, metrics, None), None
+        base = trial if trial.proposal == 0 else self._baselines.get(trial.data_version)
+        if base is None or (base is not trial and base.status is not TrialStatus.COMPLETED):
+            raise ScoringError(
+                f"no baseline result for data version {trial.data_version or '(none)'}"
+            )
+        baseline = metrics if base is trial else base.metrics or {}
+        return compute_score(self.scorer, metrics, baseline), base.row_id
+
+    def _rescore(self, trial: _Trial, original: _Trial) -> None:
+        """Score a cache hit: the reused metrics, by this campaign's scorer and baseline."""
+        trial.score = None
+        if original.status is not TrialStatus.COMPLETED or original.metrics is None:
+            return
+        try:
+            trial.score, trial.baseline_row = self._score(trial, original.metrics)
+        except ScoringError as exc:
+            trial.message = str(exc)
+
+    def _resolve_baseline(self) -> None:
+        """Read the campaign's ``[baseline]``: its params, and a given trial's result."""
+        spec = self.campaign.baseline
+        if spec is None:
+            return
+        if spec.params is not None:
+            self._baseline_params = dict(spec.params)
+            return
+        from dse._show import find_trial
+
+        assert spec.trial is not None
+        where = f"{self.campaign.source or '<campaign>'}: baseline.trial"
+        try:
+            _, row = find_trial(self.store, spec.trial)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if row["metrics"] is None or row["status"] not in ("completed", "cached"):
+            raise ConfigError(f"{where}: trial {spec.trial} has no result ({row['status']})")
+        if row["invalidation"] is not None:
+            raise ConfigError(f"{where}: trial {spec.trial} was invalidated")
+        try:
+            params = self.campaign.space.coerce(json.loads(row["params"]))
+        except ParamError as exc:
+            raise ConfigError(f"{where}: trial {spec.trial} is outside the space: {exc}") from None
+        self._baseline_params = params
+        given = _Trial(int(row["id"]), int(row["number"]), -1, 0, params, row["config_hash"],
+                       status=TrialStatus.COMPLETED, metrics=json.loads(row["metrics"]),
+                       score=row["score"])
+        given.data_version = row["data_version_read"] or row["data_version"]
+        self._baseline_given = given
+
+    def _await_baseline(self) -> int | None:
+        """``None`` when trials may be dispatched: the baseline of the current data version
+        has its result. Otherwise the baseline is started (1 is returned: it took a slot) or
+        still runs (0); a baseline that ended without a result ends the campaign."""
+        if self._baseline_params is None:
+            return None
+        version = self.data_version
+        base = self._baselines.get(version)
+        if base is None:
+            given = self._baseline_given
+            digest = self._hasher(self._baseline_params)
+            known = self._cache.get(digest) or self._by_hash.get(digest)
+            if given is not None and given.data_version == version:
+                base = given
+            elif known is not None and known.status is TrialStatus.RUNNING:
+                return 0  # the agent's trial of the same params: its result will serve
+            elif known is not None:
+                base = known
+            else:
+                base = self._new_trial(dict(self._baseline_params), 0)
+                self._event(base.row_id, "baseline", {
+                    "trial": base.number, "data_version": version,
+                })
+            self._baselines[version] = base
+            if base.status is TrialStatus.RUNNING:
+                return 1
+        if base.status is TrialStatus.RUNNING:
+            return 0
+        if base.status is TrialStatus.COMPLETED:
+            return None
+        if self._done is None:
+            self._done = "baseline_failed"
+            why = base.message or (base.failure.value if base.failure else base.status.value)
+            self._event(base.row_id, "baseline_failed", {"trial": base.number, "why": why})
+            self.listener.on_alert(
+                self, f"the baseline (trial {base.number}) ended {base.status.value}: {why};"
+                " nothing can be compared against it"
+            )
+        return 0
+
+    # -- invalidation ---------------------------------------------------------------------
+
+    def _check_invalidations(self) -> None:
+        """Take in results invalidated since the last look (``dse invalidate``, possibly from
+        another process): never reuse them, never feed them to the agent, never rank them."""
+        last = self.store.last_invalidation()
+        if last == self._seen_invalidation:
+            return
+        self._seen_invalidation = last
+        newly = []
+        for row in self.store.invalid_trials():
+            row_id = int(row["id"])
+            if row_id in self._invalid_rows:
+                continue
+            self._invalid_rows.add(row_id)
+            if row["invalidation"] is not None:
+                # A flagged result is never reused; a flagged score only is (scored afresh).
+                self._invalid_hashes[row["config_hash"]] = row_id
+                cached = self._cache.get(row["config_hash"])
+                if cached is not None and cached.row_id == row_id:
+                    del self._cache[row["config_hash"]]
+            if int(row["campaign_id"]) == self.campaign_id:
+                self._invalid_numbers.add(int(row["number"]))
+                newly.append(int(row["number"]))
+        if not newly:
+            return
+        self._pending_obs = [
+            (p, obs) for p, obs in self._pending_obs
+            if obs.trial_number not in self._invalid_numbers
+        ]
+        best = self.stats.best
+        if best is not None and best.number in self._invalid_numbers:
+            self.stats.best = self._best_valid()
+        self._event(None, "invalidated", {"trials": sorted(newly)})
+        self.listener.on_alert(
+            self, f"{len(newly)} result(s) of this run were invalidated; never fed to the"
+            " agent from now on"
+        )
+
+    def _best_valid(self) -> BestTrial | None:
+        """The best valid completed trial of this run about the current data (from the record)."""
+        best: BestTrial | None = None
+        direction = self._ranking.direction
+        for row in self.store.trials(self.campaign_id):
+            score = row["score"]
+            if (
+                row["status"] != "completed" or score is None
+                or int(row["id"]) in self._invalid_rows
+                or (self.data_version is not None
+                    and (row["data_version_read"] or row["data_version"]) not in
+                    (None, self.data_version))
+            ):
+                continue
+            if best is None or direction.better(score, best.score):
+                best = BestTrial(int(row["number"]), json.loads(row["params"]), float(score))
+        return best
 
     def _note_data_read(self, trial: _Trial, read: str | None) -> None:
         if read is None:
@@ -1227,6 +1461,8 @@ class Engine:
             )
 
     def _record_end(self, trial: _Trial, now: float) -> None:
+        if trial.status is TrialStatus.COMPLETED and trial.score is not None:
+            self._record_score(trial, now)
         self._batch.trial_ends.append((
             trial.status.value,
             trial.failure.value if trial.failure else None,
@@ -1236,17 +1472,18 @@ class Engine:
             now,
             trial.row_id,
         ))
-        if trial.status.is_reusable():
+        if trial.status.is_reusable() and trial.row_id not in self._invalid_rows:
             self._cache[trial.config_hash] = trial
         self._ended(trial)
         for waiter in trial.waiters:
             if trial.status.is_reusable():
+                self._rescore(waiter, trial)
                 self._batch.trial_ends.append((
                     TrialStatus.CACHED.value,
                     trial.failure.value if trial.failure else None,
-                    trial.message,
+                    waiter.message or trial.message,
                     dumps(trial.metrics) if trial.metrics is not None else None,
-                    trial.score, now, waiter.row_id,
+                    waiter.score, now, waiter.row_id,
                 ))
                 self._cached_end(waiter, trial)
             else:
@@ -1258,26 +1495,38 @@ class Engine:
                 self._ended(waiter, reported_status=trial.status)
         trial.waiters.clear()
 
+    def _record_score(self, trial: _Trial, now: float) -> None:
+        self._batch.scores.append((
+            trial.row_id, self.scorer.name, self.scorer.version, trial.score,
+            trial.baseline_row, now,
+        ))
+
     def _cached_end(self, trial: _Trial, original: _Trial) -> None:
+        """A cache hit reached its end: scored (by :meth:`_rescore`) and told to the agent."""
         trial.metrics = original.metrics
-        trial.score = original.score
         trial.failure = original.failure
+        if trial.score is not None:
+            self._record_score(trial, self.clock.time())
         self.stats.cached += 1
-        self._pending_obs.append((trial.proposal, Observation(
-            params=trial.params,
-            status=original.status,
-            metrics=original.metrics or {},
-            score=original.score,
-            trial_number=trial.number,
-            failure=original.failure,
-        )))
+        if trial.proposal > 0:
+            self._pending_obs.append((trial.proposal, Observation(
+                params=trial.params,
+                status=original.status,
+                metrics=original.metrics or {},
+                score=trial.score,
+                trial_number=trial.number,
+                failure=original.failure,
+            )))
         self.listener.on_trial_end(self, trial.number, TrialStatus.CACHED)
 
     def _ended(self, trial: _Trial, reported_status: TrialStatus | None = None) -> None:
         status = reported_status or trial.status
         current = self._current_data(trial)
-        self.stats.count(status, trial, self._primary, rank=current)
-        if status is not TrialStatus.CANCELLED:
+        self.stats.count(status, trial, self._ranking, rank=self._rankable(trial))
+        if (
+            status is not TrialStatus.CANCELLED and trial.proposal > 0
+            and trial.number not in self._invalid_numbers
+        ):
             # A result about other data than the current is never fed to the agent.
             self._pending_obs.append((trial.proposal, Observation(
                 params=trial.params,
@@ -1290,6 +1539,7 @@ class Engine:
         self.listener.on_trial_end(self, trial.number, status)
 
     def _deliver(self) -> None:
+        self._check_invalidations()
         if not self._pending_obs:
             return
         pending = sorted(self._pending_obs, key=lambda item: item[0])
@@ -1407,4 +1657,13 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
         },
         "currency": campaign.budget.currency or campaign.price.currency,
         "serves": list(campaign.serves),
+        "scorer": {
+            "name": campaign.scorer.name,
+            "direction": campaign.scorer.direction.value if campaign.scorer.direction else None,
+            "options": dict(campaign.scorer.options),
+        },
+        "baseline": None if campaign.baseline is None else {
+            "params": dict(campaign.baseline.params) if campaign.baseline.params else None,
+            "trial": campaign.baseline.trial,
+        },
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -128,8 +129,10 @@ class CommandEnvironment:
                 return doc_or_failure
             doc = doc_or_failure
         evaluation = score_document(doc, self.objectives)
-        read = reported_data_version(doc)
-        return dataclasses.replace(evaluation, data_version=read) if read else evaluation
+        return dataclasses.replace(
+            evaluation, data_version=reported_data_version(doc),
+            environment=reported_environment(doc),
+        )
 
 
 def read_result(path: Path) -> Mapping[str, Any] | Evaluation:
@@ -222,6 +225,31 @@ def reported_data_version(doc: Mapping[str, Any]) -> str | None:
     """The data version a result document says the trial actually read, if it says one."""
     value = doc.get("data_version")
     return value if isinstance(value, str) and value else None
+
+
+def reported_environment(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The environment a result document says the trial ran in, if it says one usably:
+    ``{"python": str | None, "distributions": {name: version}}`` (other keys dropped)."""
+    value = doc.get("environment")
+    if not isinstance(value, Mapping):
+        return None
+    dists = value.get("distributions")
+    if not isinstance(dists, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in dists.items()
+    ):
+        return None
+    python = value.get("python")
+    return {
+        "python": python if isinstance(python, str) else None,
+        "distributions": dict(sorted(dists.items())),
+    }
+
+
+def environment_digest(environment: Mapping[str, Any]) -> str:
+    """The dependency digest of an environment: sha256 of its canonical JSON."""
+    from dse._hashing import canonical_json
+
+    return "sha256:" + hashlib.sha256(canonical_json(environment).encode()).hexdigest()[:16]
 
 
 def _malformed(message: str) -> Evaluation:

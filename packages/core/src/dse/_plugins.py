@@ -27,7 +27,7 @@ class Registered:
     name: str
     """The registered name."""
     kind: str
-    """``backend`` or ``agent``."""
+    """``backend``, ``agent`` or ``scorer``."""
     cls: type
     """The class."""
     plugin: str
@@ -62,12 +62,13 @@ class PluginManager:
             self.register(plugin, name=f"extra-{i}", distribution=("<in-process>", ""))
         self._backends: dict[str, Registered] | None = None
         self._agents: dict[str, Registered] | None = None
+        self._scorers: dict[str, Registered] | None = None
 
     def register(self, plugin: object, *, name: str, distribution: tuple[str, str]) -> None:
         """Register *plugin* (a module or object with hook implementations)."""
         self.pm.register(plugin, name=name)
         self._dist[name] = distribution
-        self._backends = self._agents = None
+        self._backends = self._agents = self._scorers = None
 
     def _load_entry_points(self) -> None:
         seen: set[str] = set()
@@ -142,11 +143,20 @@ class PluginManager:
             self._agents = self._collect("dse_register_agents", "agent")
         return self._agents
 
+    @property
+    def scorers(self) -> dict[str, Registered]:
+        if self._scorers is None:
+            self._scorers = self._collect("dse_register_scorers", "scorer")
+        return self._scorers
+
     def backend_class(self, name: str) -> type:
         return self._lookup(self.backends, name, "backend")
 
     def agent_class(self, name: str) -> type:
         return self._lookup(self.agents, name, "agent")
+
+    def scorer_class(self, name: str) -> type:
+        return self._lookup(self.scorers, name, "scorer")
 
     @staticmethod
     def _lookup(registry: dict[str, Registered], name: str, kind: str) -> type:

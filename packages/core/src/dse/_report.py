@@ -97,8 +97,11 @@ def summarize(store: Store, campaign_id: int, *, now: float | None = None) -> Ru
     counts: dict[str, int] = {}
     failures: dict[str, int] = {}
     number_of: dict[int, int] = {}
+    invalid = invalid_trials(store, campaign_id)
     for row in store.trials(campaign_id):
         counts[row["status"]] = counts.get(row["status"], 0) + 1
+        if row["status"] == "completed" and row["id"] in invalid:
+            counts["invalid"] = counts.get("invalid", 0) + 1
         number_of[row["id"]] = row["number"]
         if row["failure"] and row["status"] != "cached":
             failures[row["failure"]] = failures.get(row["failure"], 0) + 1
@@ -116,7 +119,7 @@ def summarize(store: Store, campaign_id: int, *, now: float | None = None) -> Ru
         status=run["status"],
         wall_s=max(float(end) - float(run["created_at"]), 0.0),
         finished=sum(counts.get(s, 0) for s in _FINISHED),
-        effective=counts.get("completed", 0),
+        effective=counts.get("completed", 0) - counts.get("invalid", 0),
         cached=counts.get("cached", 0),
         spent=spent,
         currency=spec.get("currency") or budget.get("currency") or "USD",
@@ -125,6 +128,21 @@ def summarize(store: Store, campaign_id: int, *, now: float | None = None) -> Ru
         trial_spend=per_trial,
         failures=failures,
     )
+
+
+def invalid_trials(store: Store, campaign_id: int) -> dict[int, str]:
+    """Trial row → why it is flagged invalid (its result's invalidation, else its score's),
+    for the trials of run *campaign_id*."""
+    out: dict[int, str] = {}
+    for row in store.query(
+        "SELECT t.id, i.reason FROM trials t JOIN invalidations i ON i.id = t.invalidation"
+        " WHERE t.campaign_id = ? UNION ALL"
+        " SELECT t.id, i.reason FROM scores s JOIN trials t ON t.id = s.trial_id"
+        " JOIN invalidations i ON i.id = s.invalidation WHERE t.campaign_id = ?",
+        (campaign_id, campaign_id),
+    ):
+        out.setdefault(int(row["id"]), str(row["reason"]))
+    return out
 
 
 # -- what `dse report` shows beyond the three numbers ----------------------------------------
@@ -170,6 +188,12 @@ class RunDetail:
     data_versions: tuple[VersionGroup, ...] = ()
     """Trials grouped by the data version they are about, oldest first; no ranking crosses
     groups. Empty when the campaign declares no data."""
+    mismatched: tuple[int, ...] = ()
+    """Trials (numbers) that read another data version than they were dispatched against."""
+    invalid: tuple[tuple[int, str], ...] = ()
+    """Trials (number, reason) whose result or score is flagged invalid: never ranked."""
+    scorer: str = "default"
+    """The scorer that scored the run (``name version``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,11 +214,17 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
     (run,) = store.query("SELECT spec, end_reason FROM campaigns WHERE id = ?", (campaign_id,))
     spec = json.loads(run["spec"]) if run["spec"] else {}
     objectives = spec.get("objectives") or [{}]
+    resolved = spec.get("scorer_resolved") or {}
     metric = str(objectives[0].get("metric", "score"))
-    direction = str(objectives[0].get("direction", "minimize"))
+    if resolved.get("name", "default") != "default":
+        metric = f"score ({resolved['name']})"
+    direction = str(resolved.get("direction") or objectives[0].get("direction", "minimize"))
     outcomes: dict[str, int] = {}
     reused: list[tuple[int, int]] = []
     groups: dict[str | None, dict[str, Any]] = {}
+    invalid = invalid_trials(store, campaign_id)
+    mismatched: list[int] = []
+    flagged: list[tuple[int, str]] = []
     for row in store.trials(campaign_id):
         outcomes[row["status"]] = outcomes.get(row["status"], 0) + 1
         if row["cache_of"] is not None:
@@ -203,7 +233,12 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
         group = groups.setdefault(read or expected, {"trials": 0, "completed": 0,
                                                      "mismatched": 0, "best": None})
         group["trials"] += 1
-        group["mismatched"] += int(bool(read and expected and read != expected))
+        if read and expected and read != expected:
+            group["mismatched"] += 1
+            mismatched.append(int(row["number"]))
+        if row["id"] in invalid:
+            flagged.append((int(row["number"]), invalid[row["id"]]))
+            continue  # a flagged result is never ranked
         score = row["score"]
         if row["status"] != "completed" or score is None:
             continue
@@ -238,7 +273,8 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
     return RunDetail(
         summary=summary, end_reason=run["end_reason"], budget_reason=budget_reason,
         outcomes=outcomes, dispatched=int(dispatched["n"]), best=best, cache_hits=tuple(hits),
-        data_versions=versions,
+        data_versions=versions, mismatched=tuple(mismatched), invalid=tuple(flagged),
+        scorer=f"{resolved.get('name', 'default')} {resolved.get('version', '')}".strip(),
     )
 
 

@@ -24,10 +24,10 @@ if TYPE_CHECKING:
 
     from dse._store import Store
 
-SCORER = {"name": "default", "distribution": "dse-core", "version": __version__}
-"""The scorer of every score so far: the default one reads the primary objective's metric."""
+DEFAULT_SCORER = {"name": "default", "version": __version__}
+"""The scorer of a run recorded before scorers were (it read the primary objective's metric)."""
 
-EXPORT_SCHEMA = 1
+EXPORT_SCHEMA = 2
 """Version of the ``dse export --format json`` document (``docs/record.md``)."""
 
 _TRIAL_ID = re.compile(r"(?P<campaign>.+)-(?P<run>\d+)-(?P<number>\d+)")
@@ -86,9 +86,69 @@ def trial_records(
         ):
             reused[int(row["id"])] = row
     spec = json.loads(run["spec"])
+    context = _Context(store, run, trials)
     return [
-        _record(run, spec, t, attempts.get(int(t["id"]), []), reused) for t in trials
+        _record(run, spec, t, attempts.get(int(t["id"]), []), reused, context) for t in trials
     ]
+
+
+class _Context:
+    """What the records of one run's trials refer to, read in a few queries: scores,
+    invalidations, environments and the trials they link to."""
+
+    def __init__(self, store: Store, run: sqlite3.Row, trials: list[sqlite3.Row]) -> None:
+        campaign_id = int(run["id"])
+        self.scores: dict[int, list[sqlite3.Row]] = {}
+        for row in store.query(
+            "SELECT s.* FROM scores s JOIN trials t ON t.id = s.trial_id"
+            " WHERE t.campaign_id = ? ORDER BY s.id", (campaign_id,),
+        ):
+            self.scores.setdefault(int(row["trial_id"]), []).append(row)
+        self.invalidations = {
+            int(row["id"]): row for row in store.query("SELECT * FROM invalidations")
+        }
+        digests = sorted({str(t["dependencies"]) for t in trials if t["dependencies"]})
+        self.environments: dict[str, sqlite3.Row] = {}
+        if digests:
+            marks = ",".join("?" * len(digests))
+            for row in store.query(
+                f"SELECT * FROM environments WHERE digest IN ({marks})", digests
+            ):
+                self.environments[str(row["digest"])] = row
+        linked = {int(t["replaces"]) for t in trials if t["replaces"] is not None}
+        linked |= {int(s["baseline_trial"]) for rows in self.scores.values() for s in rows
+                   if s["baseline_trial"] is not None}
+        self.names: dict[int, dict[str, Any]] = {}
+        if linked:
+            ids = sorted(linked)
+            marks = ",".join("?" * len(ids))
+            for row in store.query(
+                "SELECT t.id, t.number, t.campaign_id, c.name FROM trials t"
+                f" JOIN campaigns c ON c.id = t.campaign_id WHERE t.id IN ({marks})", ids,
+            ):
+                self.names[int(row["id"])] = _trial_ref(row)
+        self.replaced_by: dict[int, list[dict[str, Any]]] = {}
+        ids = [int(t["id"]) for t in trials]
+        for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
+            marks = ",".join("?" * len(chunk))
+            for row in store.query(
+                "SELECT t.id, t.number, t.campaign_id, t.replaces, c.name FROM trials t"
+                f" JOIN campaigns c ON c.id = t.campaign_id WHERE t.replaces IN ({marks})"
+                " ORDER BY t.id", chunk,
+            ):
+                self.replaced_by.setdefault(int(row["replaces"]), []).append(_trial_ref(row))
+
+    def invalid(self, mark: int | None) -> dict[str, Any] | None:
+        if mark is None or mark not in self.invalidations:
+            return None
+        row = self.invalidations[mark]
+        return {"invalidation": int(row["id"]), "kind": row["kind"], "target": row["target"],
+                "reason": row["reason"], "at": row["at"]}
+
+
+def _trial_ref(row: sqlite3.Row) -> dict[str, Any]:
+    return {"trial": f"{row['name']}-{row['campaign_id']}-{row['number']}",
+            "run": int(row["campaign_id"]), "number": int(row["number"])}
 
 
 def _record(
@@ -97,6 +157,7 @@ def _record(
     trial: sqlite3.Row,
     attempts: list[sqlite3.Row],
     reused: dict[int, sqlite3.Row],
+    context: _Context,
 ) -> dict[str, Any]:
     name, number = str(run["name"]), int(trial["number"])
     trial_id = f"{name}-{run['id']}-{number}"
@@ -132,6 +193,29 @@ def _record(
 
     score = trial["score"]
     metrics = json.loads(trial["metrics"]) if trial["metrics"] else {}
+    dependencies = None
+    if trial["dependencies"]:
+        found = context.environments.get(str(trial["dependencies"]))
+        dependencies = {
+            "digest": trial["dependencies"],
+            "python": found["python"] if found is not None else None,
+            "distributions": json.loads(found["distributions"]) if found is not None else None,
+        }
+    scores = [
+        {
+            "scorer": row["scorer"], "version": row["scorer_version"], "score": row["score"],
+            "baseline": context.names.get(int(row["baseline_trial"]))
+            if row["baseline_trial"] is not None else None,
+            "at": row["created_at"], "invalid": context.invalid(row["invalidation"]),
+        }
+        for row in context.scores.get(int(trial["id"]), [])
+    ]
+    latest = scores[-1] if scores else None
+    resolved = spec.get("scorer_resolved") or DEFAULT_SCORER
+    scorer = ({"name": latest["scorer"], "version": latest["version"]} if latest
+              else {"name": resolved["name"], "version": resolved["version"]})
+    invalid = context.invalid(trial["invalidation"])
+    score_invalid = latest["invalid"] if latest else None
     return {
         "trial": {"id": trial_id, "campaign": name, "run": int(run["id"]), "number": number},
         "run": {
@@ -141,8 +225,10 @@ def _record(
             "shell": bool(env.get("shell", False)),
             "argv": argv,
             "code_version": env.get("code_version"),
+            "dependencies": dependencies,
             "agent": {"name": agent_name, "version": agent_version or None},
             "proposal": int(trial["proposal"]),
+            "baseline_run": int(trial["proposal"]) == 0,
             "wave": int(trial["wave"]),
             "backend": run["backend"],
             "trial_dir": trial["trial_dir"],
@@ -153,18 +239,26 @@ def _record(
             "failure": trial["failure"],
             "message": trial["message"],
             "reuses": reuses,
+            "replaces": context.names.get(int(trial["replaces"]))
+            if trial["replaces"] is not None else None,
+            "replaced_by": context.replaced_by.get(int(trial["id"]), []),
             "created_at": trial["created_at"],
             "ended_at": trial["ended_at"],
             "attempts": [_attempt(a) for a in attempts],
         },
         "cost": {"currency": currency, "attempts": costs, "total": total.as_dict()},
         "concluded": {
-            "scorer": dict(SCORER),
+            "scorer": scorer,
             "objective": {"metric": objectives[0].get("metric"),
                           "direction": objectives[0].get("direction")},
+            "direction": resolved.get("direction") or objectives[0].get("direction"),
             "metrics": metrics,
             "score": score,
+            "baseline": latest["baseline"] if latest else None,
             "no_score": None if score is not None else _no_score(trial),
+            "valid": invalid is None and score_invalid is None,
+            "invalid": invalid or score_invalid,
+            "scores": scores,
         },
     }
 
@@ -245,9 +339,19 @@ def record_lines(record: dict[str, Any]) -> list[str]:
     else:
         row("command", "none (the backend runs no command)")
     row("code version", r["code_version"] or "not declared")
+    deps = r["dependencies"]
+    if deps is None:
+        row("dependencies", "not reported (dse.trial.report() records them)")
+    else:
+        count = len(deps["distributions"]) if deps["distributions"] is not None else "?"
+        row("dependencies", f"{deps['digest']} (python {deps['python'] or '?'},"
+            f" {count} distributions)")
     agent = r["agent"]
-    row("candidate", f"agent {agent['name']} {agent['version'] or '(no version)'},"
-        f" proposal {r['proposal']} (wave {r['wave']})")
+    if r["baseline_run"]:
+        row("candidate", f"the campaign's baseline (wave {r['wave']})")
+    else:
+        row("candidate", f"agent {agent['name']} {agent['version'] or '(no version)'},"
+            f" proposal {r['proposal']} (wave {r['wave']})")
     row("backend", r["backend"])
     if r["trial_dir"]:
         row("trial dir", r["trial_dir"])
@@ -269,6 +373,10 @@ def record_lines(record: dict[str, Any]) -> list[str]:
         other = e["reuses"]
         where = "" if other["run"] == t["run"] else f" of run {other['run']}"
         row("cache hit", f"reuses trial {other['number']}{where} ({other['trial']})")
+    if e["replaces"] is not None:
+        row("replaces", f"{e['replaces']['trial']} (invalidated)")
+    for other in e["replaced_by"]:
+        row("replaced by", other["trial"])
     if not e["attempts"]:
         row("attempts", "none")
     for a in e["attempts"]:
@@ -297,13 +405,24 @@ def record_lines(record: dict[str, Any]) -> list[str]:
 
     lines += ["", "5. What was concluded"]
     scorer = k["scorer"]
-    row("scorer", f"{scorer['name']} ({scorer['distribution']} {scorer['version']})")
+    row("scorer", f"{scorer['name']} {scorer['version']} ({k['direction']})")
     row("metrics", json.dumps(k["metrics"]) if k["metrics"] else "none")
     objective = k["objective"]
     if k["score"] is None:
         row("score", f"no score: {k['no_score']}")
-    else:
+    elif scorer["name"] == "default":
         row("score", f"{objective['metric']}={k['score']:.6g} ({objective['direction']})")
+    else:
+        row("score", f"{k['score']:.6g}")
+    if k["baseline"] is not None:
+        row("baseline", f"compared against {k['baseline']['trial']}")
+    if k["invalid"] is not None:
+        bad = k["invalid"]
+        row("INVALID", f"{bad['reason']} (dse invalidate --{bad['kind'].replace('_', '-')}"
+            f" {bad['target']}, {_when(bad['at'])})")
+    for earlier in k["scores"][:-1]:
+        row("earlier score", f"{earlier['score']:.6g} by {earlier['scorer']}"
+            f" {earlier['version']}" + (" (invalid)" if earlier["invalid"] else ""))
     return lines
 
 

@@ -24,7 +24,7 @@ from dse._errors import ConfigError, StoreError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 DB_NAME = "dse.sqlite"
 JOURNAL_ENV = "DSE_SQLITE_JOURNAL"
 
@@ -87,11 +87,44 @@ def _journal_mode(path: Path) -> str:
         return wanted
     return "delete" if filesystem_type(path.parent) in NETWORK_FILESYSTEMS else "wal"
 
+_NEW_TABLES_7 = """
+CREATE TABLE IF NOT EXISTS scores (
+    id INTEGER PRIMARY KEY,
+    trial_id INTEGER NOT NULL REFERENCES trials(id),
+    scorer TEXT NOT NULL,
+    scorer_version TEXT NOT NULL,
+    score REAL NOT NULL,
+    baseline_trial INTEGER REFERENCES trials(id),
+    created_at REAL NOT NULL,
+    invalidation INTEGER REFERENCES invalidations(id)
+);
+CREATE INDEX IF NOT EXISTS scores_trial ON scores(trial_id);
+CREATE INDEX IF NOT EXISTS scores_baseline ON scores(baseline_trial);
+CREATE TABLE IF NOT EXISTS invalidations (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    target TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    trials INTEGER NOT NULL,
+    scores INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS environments (
+    digest TEXT PRIMARY KEY,
+    python TEXT,
+    distributions TEXT NOT NULL
+)
+"""
+
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: ("ALTER TABLE attempts ADD COLUMN usage TEXT",),
     4: ("ALTER TABLE attempts ADD COLUMN spend TEXT",),
     5: ("ALTER TABLE trials ADD COLUMN data_version TEXT",
         "ALTER TABLE trials ADD COLUMN data_version_read TEXT"),
+    6: ("ALTER TABLE trials ADD COLUMN dependencies TEXT",
+        "ALTER TABLE trials ADD COLUMN replaces INTEGER REFERENCES trials(id)",
+        "ALTER TABLE trials ADD COLUMN invalidation INTEGER REFERENCES invalidations(id)",
+        *_NEW_TABLES_7.split(";")),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
@@ -132,6 +165,9 @@ CREATE TABLE IF NOT EXISTS trials (
     trial_dir TEXT,
     data_version TEXT,
     data_version_read TEXT,
+    dependencies TEXT,
+    replaces INTEGER REFERENCES trials(id),
+    invalidation INTEGER REFERENCES invalidations(id),
     created_at REAL NOT NULL,
     ended_at REAL,
     UNIQUE (campaign_id, number)
@@ -176,7 +212,7 @@ CREATE TABLE IF NOT EXISTS agent_log (
     in_flight TEXT
 );
 CREATE INDEX IF NOT EXISTS agent_log_campaign ON agent_log(campaign_id, id);
-"""
+""" + _NEW_TABLES_7
 
 
 dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -198,6 +234,12 @@ class Batch:
     """(expected data version, version read, trial row): what data a trial ran against."""
     attempt_spend: list[tuple[Any, ...]] = field(default_factory=list)
     """(spend JSON, attempt row): what an attempt cost (wall, compute seconds, money)."""
+    scores: list[tuple[Any, ...]] = field(default_factory=list)
+    """(trial row, scorer, scorer version, score, baseline trial row, at): one conclusion."""
+    environments: list[tuple[Any, ...]] = field(default_factory=list)
+    """(digest, python, distributions JSON): an environment trials ran in, stored once."""
+    trial_links: list[tuple[Any, ...]] = field(default_factory=list)
+    """(dependencies digest, replaced trial row, trial row): what ran, what it re-runs."""
     events: list[tuple[Any, ...]] = field(default_factory=list)
     campaign_updates: list[tuple[Any, ...]] = field(default_factory=list)
     agent_log: list[tuple[Any, ...]] = field(default_factory=list)
@@ -207,7 +249,7 @@ class Batch:
         return bool(
             self.trials or self.trial_ends or self.attempts or self.attempt_updates
             or self.attempt_ends or self.attempt_usage or self.attempt_spend or self.trial_data
-            or self.events
+            or self.scores or self.environments or self.trial_links or self.events
             or self.campaign_updates or self.agent_log
         )
 
@@ -272,7 +314,8 @@ class Store:
         db.execute("BEGIN IMMEDIATE")
         while version != SCHEMA_VERSION:
             for statement in _MIGRATIONS[version]:
-                db.execute(statement)
+                if statement.strip():
+                    db.execute(statement)
             version += 1
         db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(version),))
         db.execute("COMMIT")
@@ -370,6 +413,24 @@ class Store:
                     " ended_at=? WHERE id=?",
                     batch.trial_ends,
                 )
+            if batch.environments:
+                db.executemany(
+                    "INSERT OR IGNORE INTO environments(digest, python, distributions)"
+                    " VALUES (?,?,?)",
+                    batch.environments,
+                )
+            if batch.trial_links:
+                db.executemany(
+                    "UPDATE trials SET dependencies=COALESCE(?, dependencies),"
+                    " replaces=COALESCE(?, replaces) WHERE id=?",
+                    batch.trial_links,
+                )
+            if batch.scores:
+                db.executemany(
+                    "INSERT INTO scores(trial_id, scorer, scorer_version, score,"
+                    " baseline_trial, created_at) VALUES (?,?,?,?,?,?)",
+                    batch.scores,
+                )
             if batch.events:
                 db.executemany(
                     "INSERT INTO events(campaign_id, trial_id, at, kind, data)"
@@ -400,6 +461,9 @@ class Store:
         batch.attempt_usage.clear()
         batch.attempt_spend.clear()
         batch.trial_data.clear()
+        batch.scores.clear()
+        batch.environments.clear()
+        batch.trial_links.clear()
         batch.events.clear()
         batch.campaign_updates.clear()
         batch.agent_log.clear()
@@ -407,11 +471,12 @@ class Store:
     # -- reads ----------------------------------------------------------------------------
 
     def reusable(self) -> list[sqlite3.Row]:
-        """Finished, reusable trials (completed or failed) of the whole workspace."""
+        """Finished, reusable trials (completed or failed, not invalidated) of the whole
+        workspace."""
         return self.query(
             "SELECT id, number, campaign_id, config_hash, status, failure, message, metrics,"
             " score FROM trials WHERE status IN ('completed', 'failed') AND cache_of IS NULL"
-            " ORDER BY id"
+            " AND invalidation IS NULL ORDER BY id"
         )
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
@@ -468,6 +533,105 @@ class Store:
             (campaign_id,),
         )
 
+    def invalidate(
+        self, kind: str, target: str, reason: str, now: float, *, trial_row: int | None = None
+    ) -> tuple[int, int, int] | None:
+        """Flag results invalid, and every comparison that used them; delete nothing.
+
+        *kind* ``trial`` (*target*: the trial as the user named it, *trial_row*: its row)
+        flags that trial and the cache hits that reuse it; ``data_version`` flags every trial
+        that ran against, or read, version *target*; ``scorer_version`` flags the scores given
+        by that scorer version (*target*: ``<version>`` or ``<scorer>==<version>``). The
+        scores of flagged trials, and the scores compared against a flagged trial as their
+        baseline, are flagged too. Something already flagged keeps its first reason.
+
+        Returns (invalidation id, trials newly flagged, scores newly flagged), or ``None``
+        when nothing in the record matches *target* (nothing is written then).
+        """
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            trial_ids: list[int] = []
+            score_ids: list[int] = []
+            if kind == "trial":
+                rows = db.execute(
+                    "SELECT id FROM trials WHERE id = ? OR cache_of = ?", (trial_row, trial_row)
+                ).fetchall()
+                trial_ids = [int(r[0]) for r in rows]
+            elif kind == "data_version":
+                rows = db.execute(
+                    "SELECT id FROM trials WHERE data_version = ? OR data_version_read = ?",
+                    (target, target),
+                ).fetchall()
+                trial_ids = [int(r[0]) for r in rows]
+                if trial_ids:
+                    hits = db.execute(
+                        "SELECT id FROM trials WHERE cache_of IN"
+                        " (SELECT id FROM trials WHERE data_version = ?"
+                        " OR data_version_read = ?)", (target, target),
+                    ).fetchall()
+                    trial_ids = sorted({*trial_ids, *(int(r[0]) for r in hits)})
+            elif kind == "scorer_version":
+                rows = db.execute(
+                    "SELECT id FROM scores WHERE scorer_version = ?"
+                    " OR scorer || '==' || scorer_version = ?", (target, target),
+                ).fetchall()
+                score_ids = [int(r[0]) for r in rows]
+            else:
+                raise ValueError(f"unknown invalidation kind {kind!r}")
+            if not trial_ids and not score_ids:
+                db.execute("ROLLBACK")
+                return None
+            cursor = db.execute(
+                "INSERT INTO invalidations(at, kind, target, reason, trials, scores)"
+                " VALUES (?, ?, ?, ?, 0, 0)", (now, kind, target, reason),
+            )
+            mark = cursor.lastrowid
+            flagged_trials = 0
+            for chunk in _chunks(trial_ids):
+                marks = ",".join("?" * len(chunk))
+                flagged_trials += db.execute(
+                    f"UPDATE trials SET invalidation = ? WHERE id IN ({marks})"
+                    " AND invalidation IS NULL", (mark, *chunk),
+                ).rowcount
+                # Their own scores, and every comparison that used one of them as baseline.
+                db.execute(
+                    f"UPDATE scores SET invalidation = ? WHERE invalidation IS NULL AND"
+                    f" (trial_id IN ({marks}) OR baseline_trial IN ({marks}))",
+                    (mark, *chunk, *chunk),
+                )
+            for chunk in _chunks(score_ids):
+                marks = ",".join("?" * len(chunk))
+                db.execute(
+                    f"UPDATE scores SET invalidation = ? WHERE id IN ({marks})"
+                    " AND invalidation IS NULL", (mark, *chunk),
+                )
+            (flagged_scores,) = db.execute(
+                "SELECT COUNT(*) FROM scores WHERE invalidation = ?", (mark,)
+            ).fetchone()
+            db.execute("UPDATE invalidations SET trials = ?, scores = ? WHERE id = ?",
+                       (flagged_trials, flagged_scores, mark))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        assert mark is not None
+        return mark, flagged_trials, int(flagged_scores)
+
+    def last_invalidation(self) -> int:
+        """The id of the latest invalidation (0: none); cheap enough to ask every pass."""
+        return self._max_id("invalidations")
+
+    def invalid_trials(self) -> list[sqlite3.Row]:
+        """Trials whose result, or whose score, is flagged invalid: (id, campaign_id, number,
+        config_hash, invalidation); ``invalidation`` is ``NULL`` when only a score is."""
+        return self.query(
+            "SELECT id, campaign_id, number, config_hash, invalidation FROM trials"
+            " WHERE invalidation IS NOT NULL"
+            " OR id IN (SELECT trial_id FROM scores WHERE invalidation IS NOT NULL)"
+        )
+
     def reopen_campaign(self, campaign_id: int) -> None:
         """Mark a run as running again (it is being resumed)."""
         db = self._db
@@ -488,6 +652,11 @@ class Store:
             "SELECT * FROM events WHERE campaign_id = ? AND kind = ? ORDER BY id",
             (campaign_id, kind),
         )
+
+
+def _chunks(ids: Sequence[int], size: int = 500) -> list[Sequence[int]]:
+    """*ids* in pieces small enough for SQLite's limit on bound parameters."""
+    return [ids[i : i + size] for i in range(0, len(ids), size)]
 
 
 def workspace_db(workspace: str | Path) -> Path:

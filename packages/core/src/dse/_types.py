@@ -194,6 +194,8 @@ class FailureClass(enum.Enum):
     """The result is not marked complete."""
     MISSING_METRIC = "missing_metric"
     INVALID_METRIC = "invalid_metric"
+    SCORER_ERROR = "scorer_error"
+    """The scorer could not score the complete run (it raised, or gave no finite number)."""
     PREPARE_ERROR = "prepare_error"
     INVALID_JOB = "invalid_job"
     """The backend refused the job as specified (a launch error caused by the trial)."""
@@ -220,6 +222,8 @@ class Evaluation:
     """A one-line explanation of the failure."""
     data_version: str | None = None
     """The data version the result says the trial actually read, if it says one."""
+    environment: Mapping[str, Any] | None = None
+    """The environment the result says the trial ran in (Python, installed distributions)."""
 
     @property
     def ok(self) -> bool:

@@ -21,6 +21,7 @@ import pluggy
 if TYPE_CHECKING:
     from dse._backend import Backend
     from dse._protocols import Agent
+    from dse._scoring import Scorer
 
 hookspec = pluggy.HookspecMarker("dse")
 hookimpl = pluggy.HookimplMarker("dse")
@@ -57,4 +58,20 @@ def dse_register_agents() -> list[type[Agent]]:  # type: ignore[empty-body]
     *options*. Two plugins returning the same name is an error naming both distributions.
 
     :return: a list of agent classes (possibly empty).
+    """
+
+
+@hookspec
+def dse_register_scorers() -> list[type[Scorer]]:  # type: ignore[empty-body]
+    """Return the scorer classes this plugin provides.
+
+    Called once per process, when dse first needs a scorer. Every plugin's result is
+    collected. Each class satisfies :class:`dse.Scorer` (``name``, ``version``, ``direction``,
+    ``needs_baseline``, ``score(metrics, baseline)``); the campaign file selects it with
+    ``[scorer] name = "<name>"`` and it is built as ``cls(objective, **options)`` with the
+    primary objective and the rest of the ``[scorer]`` table. A class without a ``version``
+    is recorded with its distribution's version. Two plugins returning the same name is an
+    error naming both distributions.
+
+    :return: a list of scorer classes (possibly empty).
     """

@@ -16,7 +16,8 @@ trial's ``result.json``, with the standard library only::
 Using it is optional: a workload in any language may read the same variables and write
 ``result.json`` itself. The file dse reads is one JSON object::
 
-    {"complete": true, "metrics": {"time_ms": 1.73}, "data_version": "2024-06", ...}
+    {"complete": true, "metrics": {"time_ms": 1.73}, "data_version": "2024-06",
+     "environment": {"python": "3.11.2", "distributions": {"numpy": "1.26.4", ...}}, ...}
 
 ``complete`` must be ``true`` and every objective metric a finite number, or the trial is
 recorded as failed (``incomplete_output``, ``missing_metric``, ``invalid_metric``) and never
@@ -49,6 +50,7 @@ __all__ = [
     "checkpoint_every",
     "checkpointed",
     "data_version",
+    "environment",
     "params",
     "report",
     "trial_dir",
@@ -185,7 +187,10 @@ def report(
 ) -> Path:
     """Write the trial's ``result.json`` atomically and return its path.
 
-    The file holds ``{"complete": ..., "metrics": {...}, "data_version": ..., **extra}``.
+    The file holds ``{"complete": ..., "metrics": {...}, "data_version": ...,
+    "environment": ..., **extra}``: ``environment`` (:func:`environment`) names the Python and
+    the installed distributions this process ran with, which dse records as the trial's
+    dependency digest.
     It is written to a temporary file in the trial directory, flushed and fsynced, then
     renamed over ``result.json``: a reader (dse, after the process ends or is killed) sees
     the previous file or the whole new one, never half of it. Calling ``report`` again
@@ -210,6 +215,7 @@ def report(
         "complete": complete,
         "metrics": dict(metrics),
         "data_version": data_version or os.environ.get("DSE_DATA_VERSION") or None,
+        "environment": environment(),
     }
     document.update(extra)
     # Serialise first: a value JSON cannot hold raises before any file is touched.
@@ -228,6 +234,34 @@ def report(
         raise
     _sync_directory(directory)
     return target
+
+
+_ENVIRONMENT: dict[str, Any] = {}
+
+
+def environment() -> dict[str, Any]:
+    """The environment this trial runs in: the Python version and implementation, and the
+    installed distributions (``{name: version}``, names normalised) that Python can import.
+
+    :func:`report` writes it into ``result.json``; dse keeps it once per distinct digest and
+    stamps the trial with that digest. A workload in another language may write the same
+    ``environment`` object itself (``distributions`` naming its own packages)."""
+    if not _ENVIRONMENT:
+        import importlib.metadata
+        import platform
+        import re
+
+        found: dict[str, str] = {}
+        for dist in importlib.metadata.distributions():
+            name = dist.metadata["Name"] if dist.metadata else None
+            if name:
+                found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), dist.version)
+        _ENVIRONMENT.update(
+            python=platform.python_version(),
+            implementation=platform.python_implementation().lower(),
+            distributions=dict(sorted(found.items())),
+        )
+    return {**_ENVIRONMENT, "distributions": dict(_ENVIRONMENT["distributions"])}
 
 
 def _plain(value: Any) -> Any:

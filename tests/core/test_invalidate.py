@@ -1,0 +1,234 @@
+"""Invalidation, not quiet recomputation: ``dse invalidate`` flags results and every comparison
+that used them, deletes nothing, and the agent is never fed them again."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import dse
+from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
+from support.cli import run_dse
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+class Recording(ScriptedAgent):
+    """A scripted agent that keeps every observation it was given."""
+
+    def __init__(self, proposals: Any) -> None:
+        super().__init__(proposals)
+        self.seen: list[dse.Observation] = []
+
+    def observe(self, observations: Sequence[dse.Observation]) -> None:
+        self.seen.extend(observations)
+        super().observe(observations)
+
+
+def campaign(tmp_path: Path, version: str = "v1", **extra: Any) -> dse.Campaign:
+    doc: dict[str, Any] = {
+        "campaign": {"name": "inv", "max_parallelism": 1},
+        "space": {"x": {"type": "int", "low": 0, "high": 100}},
+        "objectives": [{"metric": "time"}],
+        "data": {"version": version},
+    }
+    doc.update(extra)
+    return dse.campaign_from_dict(doc, source=tmp_path / "inv.toml",
+                                  workspace=tmp_path / "ws")
+
+
+def run(camp: dse.Campaign, proposals: Any, script: Any = None) -> tuple[
+    dse.CampaignResult, Recording, dse.Store
+]:
+    clock = FakeClock()
+    store = dse.Store(camp.workspace / "dse.sqlite")
+
+    def default(params: Mapping[str, Any]) -> ProbeScript:
+        return ProbeScript(metrics={"time": float(params["x"])})
+
+    agent = Recording(proposals)
+    result = dse.Engine(camp, agent=agent, store=store, clock=clock,
+                        backend=ProbeBackend(script or default, clock=clock)).run()
+    return result, agent, store
+
+
+def test_invalidating_a_data_version_flags_trials_and_the_comparisons_that_used_them(
+    tmp_path: Path,
+) -> None:
+    camp = campaign(tmp_path, scorer={"name": "ratio"}, baseline={"params": {"x": 50}})
+    first, _, store = run(camp, [{"x": 10}, {"x": 20}])
+    # A second run on other data compares against its own baseline, then reuses nothing.
+    _second, _, store2 = run(campaign(tmp_path, "v2", scorer={"name": "ratio"},
+                                     baseline={"params": {"x": 50}}), [{"x": 10}])
+    store2.close()
+    counts = {r[0]: r[1] for r in store.query("SELECT 'trials', COUNT(*) FROM trials UNION ALL"
+                                              " SELECT 'scores', COUNT(*) FROM scores")}
+    done = store.invalidate("data_version", "v1", "the v1 export was truncated", 100.0)
+    assert done is not None
+    mark, trials, scores = done
+    assert (trials, scores) == (3, 3)  # baseline + 2 trials of v1, and their 3 scores
+    flagged = {(r["campaign_id"], r["number"]) for r in store.query(
+        "SELECT campaign_id, number FROM trials WHERE invalidation = ?", (mark,))}
+    assert flagged == {(first.campaign_id, 1), (first.campaign_id, 2), (first.campaign_id, 3)}
+    # Nothing was deleted, and v2's results stay valid.
+    again = {r[0]: r[1] for r in store.query("SELECT 'trials', COUNT(*) FROM trials UNION ALL"
+                                             " SELECT 'scores', COUNT(*) FROM scores")}
+    assert again == counts
+    assert store.query("SELECT COUNT(*) AS n FROM scores WHERE invalidation IS NULL")[0]["n"] == 2
+    # Flagging again keeps the first reason; a version nobody ran matches nothing.
+    repeat = store.invalidate("data_version", "v1", "another reason", 200.0)
+    assert repeat is not None
+    assert repeat[1:] == (0, 0)
+    assert store.invalidate("data_version", "v9", "typo", 300.0) is None
+    (row,) = store.query("SELECT reason FROM invalidations i JOIN trials t"
+                         " ON t.invalidation = i.id WHERE t.campaign_id = ? AND t.number = 2",
+                         (first.campaign_id,))
+    assert row["reason"] == "the v1 export was truncated"
+    store.close()
+
+
+def test_invalidating_a_baseline_flags_every_comparison_against_it(tmp_path: Path) -> None:
+    camp = campaign(tmp_path, scorer={"name": "ratio"}, baseline={"params": {"x": 50}})
+    _result, _, store = run(camp, [{"x": 10}, {"x": 20}])
+    (base,) = store.query("SELECT id FROM trials WHERE proposal = 0")
+    done = store.invalidate("trial", "inv:1", "baseline machine was throttled", 1.0,
+                            trial_row=base["id"])
+    assert done is not None
+    assert done[1:] == (1, 3)  # one trial flagged; its own score and the two compared to it
+    valid = store.query("SELECT t.number FROM trials t WHERE t.invalidation IS NULL")
+    assert [r["number"] for r in valid] == [2, 3]  # their results stand; their scores do not
+    store.close()
+
+
+def test_invalid_results_are_never_reused_never_fed_and_are_re_run_as_linked_trials(
+    tmp_path: Path,
+) -> None:
+    first, _, store = run(campaign(tmp_path), [{"x": 1}, {"x": 2}, {"x": 3}])
+    assert store.invalidate("data_version", "v1", "labels were shuffled", 5.0) is not None
+    store.close()
+    # Same campaign, same data: without the flag all three would be cache hits.
+    second, agent, store = run(campaign(tmp_path), [{"x": 1}, {"x": 2}, {"x": 4}])
+    rows = store.trials(second.campaign_id)
+    assert [r["status"] for r in rows] == ["completed", "completed", "completed"]
+    assert all(r["cache_of"] is None for r in rows)
+    old = {r["number"]: r["id"] for r in store.trials(first.campaign_id)}
+    assert [r["replaces"] for r in rows] == [old[1], old[2], None]
+    assert [o.trial_number for o in agent.seen] == [1, 2, 3]
+    assert [o.score for o in agent.seen] == [1.0, 2.0, 4.0]
+    store.close()
+
+
+def test_a_result_invalidated_while_the_campaign_runs_never_reaches_the_agent(
+    tmp_path: Path,
+) -> None:
+    camp = campaign(tmp_path)
+    db = camp.workspace / "dse.sqlite"
+
+    def script(params: Mapping[str, Any]) -> ProbeScript:
+        if params["x"] == 2:
+            # Someone flags trial 2 (this one) from another process while it runs.
+            other = dse.Store(db)
+            (row,) = other.query("SELECT id FROM trials WHERE number = 2")
+            other.invalidate("trial", "inv:2", "wrong GPU clocks", 1.0, trial_row=row["id"])
+            other.close()
+        return ProbeScript(metrics={"time": float(params["x"])})
+
+    result, agent, store = run(camp, [{"x": 5}, {"x": 2}, {"x": 3}], script)
+    assert [o.trial_number for o in agent.seen] == [1, 3]
+    rows = store.trials(result.campaign_id)
+    assert rows[1]["status"] == "completed"
+    assert rows[1]["invalidation"] is not None
+    # Trial 2 was the fastest, but an invalid result is never the best.
+    assert result.best is not None
+    assert result.best.number == 3
+    (event,) = store.events(result.campaign_id, "invalidated")
+    assert json.loads(event["data"]) == {"trials": [2]}
+    store.close()
+
+
+def test_a_resumed_agent_is_rebuilt_without_the_invalidated_results(tmp_path: Path) -> None:
+    camp = campaign(tmp_path, campaign={"name": "inv", "max_parallelism": 1,
+                                        "max_trials": 2})
+    first, agent, store = run(camp, [{"x": 1}, {"x": 2}, {"x": 3}])
+    assert [o.trial_number for o in agent.seen] == [1, 2]
+    (row,) = store.query("SELECT id FROM trials WHERE number = 1")
+    store.invalidate("trial", "inv:1", "bad node", 1.0, trial_row=row["id"])
+    # Make the run resumable (as after a crash) and resume it with a larger allowance.
+    store.reopen_campaign(first.campaign_id)
+    camp3 = campaign(tmp_path, campaign={"name": "inv", "max_parallelism": 1,
+                                         "max_trials": 3})
+    clock = FakeClock()
+    again = Recording([{"x": 1}, {"x": 2}, {"x": 3}])
+    engine = dse.Engine(camp3, agent=again, store=store, clock=clock,
+                        backend=ProbeBackend(lambda p: ProbeScript(metrics={"time": p["x"]}),
+                                             clock=clock))
+    engine.run(resume=first.campaign_id)
+    # The replay fed the agent trial 2 only; then it learned trial 3.
+    assert [o.trial_number for o in again.seen] == [2, 3]
+    store.close()
+
+
+def test_dse_invalidate_flags_and_says_what_when_nothing_matches(tmp_path: Path) -> None:
+    _first, _, store = run(campaign(tmp_path), [{"x": 1}, {"x": 2}])
+    store.close()
+    ws = str(tmp_path / "ws")
+    proc = run_dse(tmp_path, "invalidate", "--data-version", "v0", "--reason", "typo",
+                   "--workspace", ws)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("dse: error: dse invalidate --data-version v0: no trial"
+                                   " with data version v0 in the record")
+    proc = run_dse(tmp_path, "invalidate", "--trial", "inv:2", "--reason", "bad node",
+                   "--workspace", ws, "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert (out["kind"], out["target"], out["trials"], out["scores"]) == (
+        "trial", "inv:2", 1, 1)
+    proc = run_dse(tmp_path, "report", "inv", "--workspace", ws)
+    assert proc.returncode == 0, proc.stderr
+    assert "INVALID      trials 2: bad node (not ranked)" in proc.stdout
+    proc = run_dse(tmp_path, "show", "inv:2", "--workspace", ws)
+    assert "INVALID" in proc.stdout
+    assert "bad node (dse invalidate --trial inv:2" in proc.stdout
+    proc = run_dse(tmp_path, "export", "inv", "--format", "json", "--workspace", ws)
+    doc = json.loads(proc.stdout)
+    assert [t["valid"] for t in doc["trajectory"]] == [True, False]
+    record = doc["trials"][1]["concluded"]
+    assert record["valid"] is False
+    assert record["invalid"]["reason"] == "bad node"
+    assert record["scores"][0]["invalid"]["reason"] == "bad node"
+    assert doc["invalidations"][0]["reason"] == "bad node"
+
+
+SCORER = '''
+def neg(metrics, baseline):
+    return -metrics["time"]
+
+neg.direction = "maximize"
+'''
+
+
+def test_invalidating_a_scorer_version_flags_its_scores_not_the_results(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "negscore.py").write_text(SCORER)
+    camp = campaign(tmp_path, scorer={"name": "negscore:neg"})
+    first, _, store = run(camp, [{"x": 3}, {"x": 1}])
+    (version,) = {r["scorer_version"] for r in store.query("SELECT * FROM scores")}
+    done = store.invalidate("scorer_version", f"negscore:neg=={version}", "sign bug", 1.0)
+    assert done is not None
+    assert done[1:] == (0, 2)  # no result flagged; both scores are
+    assert store.query("SELECT COUNT(*) AS n FROM trials WHERE invalidation IS NOT NULL"
+                       )[0]["n"] == 0
+    # Only the scores are flagged, so the metrics are reused (scored afresh) in a new run,
+    # and the agent of that run is told the fresh scores only.
+    store.close()
+    second, agent, store = run(campaign(tmp_path, scorer={"name": "negscore:neg"}),
+                               [{"x": 3}, {"x": 5}])
+    rows = store.trials(second.campaign_id)
+    assert [r["status"] for r in rows] == ["cached", "completed"]
+    assert [(o.trial_number, o.score) for o in agent.seen] == [(1, -3.0), (2, -5.0)]
+    valid = store.query("SELECT COUNT(*) AS n FROM scores WHERE invalidation IS NULL")
+    assert valid[0]["n"] == 2
+    store.close()
