@@ -214,7 +214,7 @@ def test_invalidating_a_scorer_version_flags_its_scores_not_the_results(
 ) -> None:
     (tmp_path / "negscore.py").write_text(SCORER)
     camp = campaign(tmp_path, scorer={"name": "negscore:neg"})
-    first, _, store = run(camp, [{"x": 3}, {"x": 1}])
+    _, _, store = run(camp, [{"x": 3}, {"x": 1}])
     (version,) = {r["scorer_version"] for r in store.query("SELECT * FROM scores")}
     done = store.invalidate("scorer_version", f"negscore:neg=={version}", "sign bug", 1.0)
     assert done is not None

@@ -14,4 +14,6 @@ if TYPE_CHECKING:
 
 @dse.hookimpl
 def dse_register_agents() -> list[type[Agent]]:
-    return [GridAgent, RandomAgent]
+    from dse_agents._bayesian import BayesianAgent  # numpy and scipy: only when asked
+
+    return [BayesianAgent, GridAgent, RandomAgent]

@@ -553,6 +553,7 @@ class Engine:
             score=trial.score if current else None,
             trial_number=trial.number,
             failure=trial.failure,
+            direction=self._ranking.direction,
         )
 
     def _restore_stats(
@@ -1516,6 +1517,7 @@ class Engine:
                 score=trial.score,
                 trial_number=trial.number,
                 failure=original.failure,
+                direction=self._ranking.direction,
             )))
         self.listener.on_trial_end(self, trial.number, TrialStatus.CACHED)
 
@@ -1535,6 +1537,7 @@ class Engine:
                 score=trial.score if current else None,
                 trial_number=trial.number,
                 failure=trial.failure,
+                direction=self._ranking.direction,
             )))
         self.listener.on_trial_end(self, trial.number, status)
 

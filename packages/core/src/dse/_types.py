@@ -241,13 +241,24 @@ class Observation:
     metrics: Mapping[str, float] = field(default_factory=dict)
     """Metrics of a completed trial (or of the trial a cache hit reuses)."""
     score: float | None = None
-    """Primary objective value of a completed trial, ``None`` otherwise."""
+    """The score of a completed trial (the campaign scorer's; by default the primary
+    objective's value), ``None`` otherwise or when it is about other data than the current."""
     trial_number: int | None = None
     """Trial number in the campaign, ``None`` for a rejection."""
     failure: FailureClass | None = None
     """Failure class of a failed trial."""
     rejected: str | None = None
     """Why the proposal was rejected (constraint, outside the space), or ``None``."""
+    direction: Direction = Direction.MINIMIZE
+    """Whether a lower or a higher :attr:`score` is better (the campaign scorer's)."""
+
+    @property
+    def loss(self) -> float | None:
+        """:attr:`score` oriented so that lower is better (``None`` without a score): what
+        a minimising agent learns from, whatever the campaign's direction."""
+        if self.score is None:
+            return None
+        return -self.score if self.direction is Direction.MAXIMIZE else self.score
 
 
 def finite_float(value: Any) -> float | None:

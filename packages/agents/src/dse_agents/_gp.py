@@ -1,0 +1,233 @@
+"""A Gaussian process for the Bayesian agent: Matérn 5/2 kernel with one length scale per
+input column, hyperparameters by maximum a posteriori marginal likelihood, and log expected
+improvement computed without underflow.
+
+Inputs live in the unit cube (:mod:`dse_agents._encoding`); outputs are standardised before
+fitting. Everything here is plain numpy and scipy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from scipy import linalg, optimize, special
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+__all__ = ["GaussianProcess", "log_expected_improvement"]
+
+_SQRT5 = math.sqrt(5.0)
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+_JITTER = 1e-8
+# Bounds of the log hyperparameters: length scales, signal variance, noise variance.
+_LOG_LENGTH = (math.log(1e-2), math.log(1e2))
+_LOG_SIGNAL = (math.log(1e-2), math.log(1e2))
+_LOG_NOISE = (math.log(1e-6), math.log(1.0))
+
+
+def _matern(scaled_sq: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Matérn 5/2 of squared scaled distances, and the factor of its length-scale gradient:
+    ``k = (1 + √5 r + 5/3 r²) e^{-√5 r}`` and ``g = 5/3 (1 + √5 r) e^{-√5 r}``, so that
+    ``dk/dlog(l_d) = g (delta_d / l_d)^2``."""
+    r = np.sqrt(np.maximum(scaled_sq, 0.0))
+    e = np.exp(-_SQRT5 * r)
+    k = (1.0 + _SQRT5 * r + (5.0 / 3.0) * scaled_sq) * e
+    g = (5.0 / 3.0) * (1.0 + _SQRT5 * r) * e
+    return k, g
+
+
+@dataclass(slots=True)
+class _Fit:
+    theta: NDArray[np.float64]
+    """log length scales (one per column), log signal variance, log noise variance."""
+
+
+class GaussianProcess:
+    """A GP on points of the unit cube; :meth:`fit` then :meth:`predict`.
+
+    The prior on each log length scale is normal, centred on a scale that grows with the
+    dimension (smooth functions are likelier in more dimensions); the signal variance and the
+    noise have weak log-normal priors. The hyperparameters are fitted with L-BFGS-B on the
+    analytic gradient, started from the last fit and from the prior's centre.
+    """
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        centre = math.log(0.4) + 0.5 * math.log(max(width, 1))
+        self._prior_length = (centre, 1.0)
+        self._prior_signal = (0.0, 1.0)
+        self._prior_noise = (math.log(1e-3), 2.0)
+        self._theta = np.concatenate([np.full(width, centre), [0.0, math.log(1e-3)]])
+        self._x = np.zeros((0, width))
+        self._y = np.zeros(0)
+        self._mean = 0.0
+        self._scale = 1.0
+        self._chol: NDArray[np.float64] | None = None
+        self._alpha = np.zeros(0)
+
+    # -- fitting --------------------------------------------------------------------------
+
+    def fit(
+        self, x: NDArray[np.float64], y: NDArray[np.float64], *, optimise: bool = True,
+        fit_on: NDArray[np.intp] | None = None, restart: bool = True,
+    ) -> None:
+        """Condition on points *x* (n by width) with values *y*; refit the hyperparameters
+        unless *optimise* is false (then only the data change: a fantasy for a batch).
+
+        :param fit_on: rows the hyperparameters are fitted on (default: all).
+        :param restart: also start the fit from the prior's centre, not only the last fit.
+        """
+        self._mean = float(np.mean(y)) if y.size else 0.0
+        scale = float(np.std(y)) if y.size > 1 else 1.0
+        self._scale = scale if scale > 1e-12 else 1.0
+        ys = (y - self._mean) / self._scale
+        if optimise and y.size >= 2:
+            rows = slice(None) if fit_on is None else fit_on
+            self._theta = self._optimise(x[rows], ys[rows], restart=restart)
+        self._x, self._y = x, ys
+        self._factor()
+
+    def _optimise(
+        self, x: NDArray[np.float64], ys: NDArray[np.float64], *, restart: bool
+    ) -> NDArray[np.float64]:
+        diff_sq = (x[:, None, :] - x[None, :, :]) ** 2
+        bounds = [_LOG_LENGTH] * self.width + [_LOG_SIGNAL, _LOG_NOISE]
+        centre = np.concatenate([
+            np.full(self.width, self._prior_length[0]),
+            [self._prior_signal[0], self._prior_noise[0]],
+        ])
+        best: tuple[float, NDArray[np.float64]] | None = None
+        for start in (self._theta, centre) if restart else (self._theta,):
+            try:
+                result = optimize.minimize(
+                    self._neg_log_posterior, np.clip(start, *np.array(bounds).T),
+                    args=(diff_sq, ys), jac=True, method="L-BFGS-B", bounds=bounds,
+                    options={"maxiter": 100},
+                )
+            except (linalg.LinAlgError, ValueError, FloatingPointError):
+                continue
+            if np.isfinite(result.fun) and (best is None or result.fun < best[0]):
+                best = (float(result.fun), np.asarray(result.x, dtype=float))
+        return best[1] if best is not None else self._theta
+
+    def _neg_log_posterior(
+        self, theta: NDArray[np.float64], diff_sq: NDArray[np.float64], ys: NDArray[np.float64]
+    ) -> tuple[float, NDArray[np.float64]]:
+        """Negative log marginal likelihood plus log prior, and its gradient in *theta*."""
+        width = self.width
+        lengths = np.exp(theta[:width])
+        signal, noise = math.exp(theta[width]), math.exp(theta[width + 1])
+        scaled = diff_sq / lengths**2  # n by n by width
+        k, g = _matern(scaled.sum(axis=2))
+        n = ys.size
+        cov = signal * k + (noise + _JITTER) * np.eye(n)
+        try:
+            chol = linalg.cholesky(cov, lower=True)
+        except linalg.LinAlgError:
+            return 1e25, np.zeros_like(theta)
+        alpha = linalg.cho_solve((chol, True), ys)
+        value = 0.5 * float(ys @ alpha) + float(np.log(np.diag(chol)).sum()) + n * _LOG_SQRT_2PI
+        inverse, info = linalg.lapack.dpotri(chol, lower=1)
+        if info != 0:
+            return 1e25, np.zeros_like(theta)
+        inverse = np.tril(inverse) + np.tril(inverse, -1).T
+        inner = np.outer(alpha, alpha) - inverse
+        grad = np.empty_like(theta)
+        # dK/dlog(l_d) = s_f^2 g (delta_d/l_d)^2; d(-log p)/dt = -1/2 tr(inner dK/dt).
+        weighted = inner * (signal * g)
+        grad[:width] = -0.5 * (weighted.reshape(-1) @ scaled.reshape(-1, width))
+        grad[width] = -0.5 * float(np.sum(inner * (signal * k)))
+        grad[width + 1] = -0.5 * float(np.trace(inner)) * noise
+        # Log-normal priors (normal on the log parameters).
+        for sl, (mu, sd) in (
+            (slice(0, width), self._prior_length),
+            (slice(width, width + 1), self._prior_signal),
+            (slice(width + 1, width + 2), self._prior_noise),
+        ):
+            z = (theta[sl] - mu) / sd
+            value += 0.5 * float(np.sum(z**2))
+            grad[sl] += z / sd
+        return value, grad
+
+    def _factor(self) -> None:
+        x = self._x
+        if x.shape[0] == 0:
+            self._chol, self._alpha = None, np.zeros(0)
+            return
+        cov = self._kernel(x, x)
+        noise = math.exp(self._theta[self.width + 1])
+        cov[np.diag_indices_from(cov)] += noise + _JITTER
+        for extra in (0.0, 1e-6, 1e-4, 1e-2):
+            try:
+                self._chol = linalg.cholesky(cov + extra * np.eye(cov.shape[0]), lower=True)
+                break
+            except linalg.LinAlgError:
+                continue
+        else:  # pragma: no cover - the last jitter always makes it positive definite
+            raise linalg.LinAlgError("covariance is not positive definite")
+        self._alpha = linalg.cho_solve((self._chol, True), self._y)
+
+    def _kernel(self, a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
+        lengths = np.exp(self._theta[: self.width])
+        a_s, b_s = a / lengths, b / lengths
+        sq = (
+            np.sum(a_s**2, axis=1)[:, None] + np.sum(b_s**2, axis=1)[None, :]
+            - 2.0 * a_s @ b_s.T
+        )
+        k, _ = _matern(np.maximum(sq, 0.0))
+        result: NDArray[np.float64] = math.exp(self._theta[self.width]) * k
+        return result
+
+    # -- prediction -----------------------------------------------------------------------
+
+    def predict(
+        self, x: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Posterior mean and standard deviation at *x* (m by width), in the units of *y*."""
+        signal = math.exp(self._theta[self.width])
+        if self._chol is None:
+            mean = np.full(x.shape[0], self._mean)
+            return mean, np.full(x.shape[0], math.sqrt(signal) * self._scale)
+        cross = self._kernel(x, self._x)
+        mean_s = cross @ self._alpha
+        v = linalg.solve_triangular(self._chol, cross.T, lower=True)
+        var = np.maximum(signal - np.sum(v**2, axis=0), 1e-12)
+        return mean_s * self._scale + self._mean, np.sqrt(var) * self._scale
+
+    @property
+    def length_scales(self) -> NDArray[np.float64]:
+        result: NDArray[np.float64] = np.exp(self._theta[: self.width])
+        return result
+
+
+def log_expected_improvement(
+    mean: NDArray[np.float64], std: NDArray[np.float64], best: float
+) -> NDArray[np.float64]:
+    """log E[max(best - f, 0)] for f ~ N(mean, std²) (minimisation), accurate where the
+    improvement is astronomically unlikely (no ``log(0)``): ``log(std) + log h(z)`` with
+    ``z = (best - mean) / std`` and ``h(z) = φ(z) + z Φ(z)``, through ``erfcx`` for z < 0 and
+    its asymptotic series far in the tail."""
+    z = (best - mean) / std
+    out = np.empty_like(z)
+    pos = z >= 0
+    zp = z[pos]
+    out[pos] = np.log(zp * special.ndtr(zp) + np.exp(-0.5 * zp**2) / math.sqrt(2 * math.pi))
+    neg = ~pos
+    zn = z[neg]
+    mid = zn > -30.0
+    res = np.empty_like(zn)
+    zm = zn[mid]
+    # h(z) = e^{-z²/2} (1/√(2π) + z/2 · erfcx(-z/√2)), the bracket being positive.
+    bracket = 1.0 / math.sqrt(2 * math.pi) + 0.5 * zm * special.erfcx(-zm / math.sqrt(2.0))
+    res[mid] = -0.5 * zm**2 + np.log(np.maximum(bracket, 1e-300))
+    zt = zn[~mid]
+    # Far tail: h(z) ≈ φ(z) / z² (1 - 3/z² + 15/z⁴).
+    res[~mid] = (-0.5 * zt**2 - _LOG_SQRT_2PI - 2.0 * np.log(-zt)
+                 + np.log1p(-3.0 / zt**2 + 15.0 / zt**4))
+    out[neg] = res
+    result: NDArray[np.float64] = out + np.log(std)
+    return result

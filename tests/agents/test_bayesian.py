@@ -1,0 +1,188 @@
+"""The Bayesian agent: batches of distinct points, seeded, mixed spaces, learning from
+failures; and the random agent's Sobol sampler. Search quality against Optuna and proposal
+latency are measured in benchmarks/search_quality.py, not here."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import dse
+from dse.testing.contracts import AgentContract
+from dse_agents import BayesianAgent, RandomAgent
+from support.probe import run_on_probe
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+
+class TestBayesianAgent(AgentContract):
+    @pytest.fixture
+    def agent_factory(self) -> Callable[[dse.Space, int], dse.Agent]:
+        return lambda space, seed: BayesianAgent(space, seed=seed, initial=3)
+
+
+class TestSobolRandomAgent(AgentContract):
+    @pytest.fixture
+    def agent_factory(self) -> Callable[[dse.Space, int], dse.Agent]:
+        return lambda space, seed: RandomAgent(space, seed=seed, sampler="sobol")
+
+
+MIXED = dse.Space((
+    dse.IntRange("tile", 16, 256, step=16),
+    dse.Categorical("layout", ("row", "col", "blocked")),
+    dse.FloatRange("lr", 1e-5, 1e-1, log=True),
+    dse.FloatRange("x", 0.0, 1.0),
+))
+
+
+def mixed_loss(p: dict[str, Any]) -> float:
+    """Best at tile 128, layout 'blocked', lr 1e-3, x 0.3."""
+    return ((p["tile"] - 128) / 64) ** 2 + {"row": 1.0, "col": 0.5, "blocked": 0.0}[
+        p["layout"]] + (math.log10(p["lr"]) + 3) ** 2 + 4 * (p["x"] - 0.3) ** 2
+
+
+def completed(p: dict[str, Any], number: int, loss: float) -> dse.Observation:
+    return dse.Observation(params=p, status=dse.TrialStatus.COMPLETED, score=loss,
+                           metrics={"loss": loss}, trial_number=number)
+
+
+def run_waves(agent: dse.Agent, space: dse.Space, loss: Callable[[dict[str, Any]], float | None],
+              *, trials: int, p: int) -> list[tuple[dict[str, Any], float | None]]:
+    """Drive *agent* in waves of *p*; a loss of ``None`` is a failed trial."""
+    seen: list[tuple[dict[str, Any], float | None]] = []
+    while len(seen) < trials:
+        batch = [space.coerce(x) for x in agent.propose(p, [])]
+        assert batch
+        obs = []
+        for params in batch:
+            value = loss(params)
+            number = len(seen) + 1
+            seen.append((params, value))
+            if value is None:
+                obs.append(dse.Observation(params=params, status=dse.TrialStatus.FAILED,
+                                           trial_number=number,
+                                           failure=dse.FailureClass.NONZERO_EXIT))
+            else:
+                obs.append(completed(params, number, value))
+        agent.observe(obs)
+    return seen
+
+
+def hashes(batch: Sequence[dict[str, Any]]) -> set[str]:
+    return {dse.config_hash(dse.Space.coerce(MIXED, p)) for p in batch}
+
+
+def test_a_batch_of_p_has_p_distinct_config_hashes_none_in_flight() -> None:
+    agent = BayesianAgent(MIXED, seed=3)
+    run_waves(agent, MIXED, mixed_loss, trials=16, p=4)  # past the Sobol start: the model
+    for p in (4, 8, 16):
+        in_flight = [MIXED.coerce(x) for x in agent.propose(3, [])]
+        batch = [MIXED.coerce(x) for x in agent.propose(p, in_flight)]
+        assert len(batch) == p
+        assert len(hashes(batch)) == p
+        assert not hashes(batch) & hashes(in_flight)
+
+
+def test_the_same_seed_gives_the_same_proposals() -> None:
+    first = run_waves(BayesianAgent(MIXED, seed=11), MIXED, mixed_loss, trials=24, p=4)
+    second = run_waves(BayesianAgent(MIXED, seed=11), MIXED, mixed_loss, trials=24, p=4)
+    other = run_waves(BayesianAgent(MIXED, seed=12), MIXED, mixed_loss, trials=24, p=4)
+    assert first == second
+    assert first != other
+
+
+def test_a_categorical_and_a_log_float_are_learnt() -> None:
+    space = dse.Space((dse.Categorical("opt", ("sgd", "adam", "lamb")),
+                       dse.FloatRange("lr", 1e-6, 1.0, log=True)))
+
+    def loss(p: dict[str, Any]) -> float:
+        return {"sgd": 2.0, "adam": 0.0, "lamb": 1.0}[p["opt"]] + (math.log10(p["lr"]) + 4) ** 2
+
+    seen = run_waves(BayesianAgent(space, seed=0), space, loss, trials=30, p=2)
+    assert all(p["opt"] in ("sgd", "adam", "lamb") and 1e-6 <= p["lr"] <= 1.0 for p, _ in seen)
+    best, value = min(seen, key=lambda item: item[1] if item[1] is not None else math.inf)
+    assert best["opt"] == "adam"
+    assert value is not None
+    assert value < 0.05  # lr within a factor 10**0.22 of 1e-4, found on its log scale
+    # Once the model leads, it stays with the best choice most of the time.
+    assert sum(p["opt"] == "adam" for p, _ in seen[12:]) >= 12
+
+
+def test_failed_trials_teach_it_where_not_to_go() -> None:
+    space = dse.Space((dse.FloatRange("x", 0.0, 1.0), dse.FloatRange("y", 0.0, 1.0)))
+
+    def loss(p: dict[str, Any]) -> float | None:
+        if p["x"] > 0.5:
+            return None  # half the space crashes
+        return (p["x"] - 0.4) ** 2 + (p["y"] - 0.5) ** 2
+
+    for seed in range(3):
+        seen = run_waves(BayesianAgent(space, seed=seed, initial=8), space, loss,
+                         trials=40, p=4)
+        later = seen[16:]
+        crashed = sum(value is None for _, value in later)
+        assert crashed <= len(later) // 4, f"seed {seed}: {crashed} of {len(later)} crashed"
+
+
+def test_a_rejected_proposal_is_not_proposed_again_and_counts_against_its_region() -> None:
+    space = dse.Space((dse.IntRange("n", 0, 9),))
+    agent = BayesianAgent(space, seed=0, initial=2)
+    proposed = []
+    for number in range(1, 11):
+        (p,) = agent.propose(1, [])
+        proposed.append(p["n"])
+        if p["n"] % 2:
+            agent.observe([dse.Observation(params=p, status=None, rejected="odd")])
+        else:
+            agent.observe([completed(p, number, float(p["n"]))])
+    assert sorted(proposed) == list(range(10))  # every point once, none twice
+    assert agent.exhausted
+    assert agent.propose(3, []) == []
+
+
+def test_bad_options_are_one_error_naming_the_key() -> None:
+    with pytest.raises(dse.ConfigError, match=r"agent.bayesian: unknown option\(s\) \['beta'\]"):
+        BayesianAgent(MIXED, beta=2)
+    with pytest.raises(dse.ConfigError, match=r"agent.bayesian.initial: expected an integer"):
+        BayesianAgent(MIXED, initial=0)
+    with pytest.raises(dse.ConfigError, match=r"agent.random.sampler: expected 'uniform'"):
+        RandomAgent(MIXED, sampler="halton")
+
+
+def test_a_campaign_records_the_agent_name_and_version(tmp_path: Any) -> None:
+    camp = dse.campaign_from_dict({
+        "campaign": {"name": "bo", "agent": "bayesian", "max_parallelism": 4,
+                     "max_trials": 12, "seed": 5},
+        "agent": {"bayesian": {"initial": 4}},
+        "space": {"x": {"type": "float", "low": -2.0, "high": 2.0},
+                  "k": ["a", "b"]},
+        "objectives": [{"metric": "value"}],
+    }, workspace=tmp_path / "ws")
+    result, rows = run_on_probe(camp)
+    assert result.end_reason == "max_trials"
+    assert len({r["config_hash"] for r in rows}) == len(rows) == 12
+    store = dse.Store(tmp_path / "ws" / "dse.sqlite")
+    (run,) = store.campaigns()
+    assert run["agent"] == f"bayesian=={BayesianAgent.version}"
+    store.close()
+
+
+def test_sobol_covers_the_space_evenly_and_is_seeded() -> None:
+    space = dse.Space((dse.FloatRange("x", 0.0, 1.0), dse.FloatRange("y", 0.0, 1.0)))
+    points = RandomAgent(space, seed=4, sampler="sobol").propose(16, [])
+    cells = {(int(p["x"] * 4), int(p["y"] * 4)) for p in points}
+    assert len(cells) == 16  # one point in each cell of a 4 x 4 grid
+    assert points == RandomAgent(space, seed=4, sampler="sobol").propose(16, [])
+    assert points != RandomAgent(space, seed=5, sampler="sobol").propose(16, [])
+
+
+def test_sobol_on_a_finite_space_draws_every_point_once() -> None:
+    space = dse.Space((dse.Categorical("a", ("x", "y", "z")), dse.IntRange("b", 1, 4)))
+    agent = RandomAgent(space, seed=0, sampler="sobol")
+    drawn = [json.dumps(p, sort_keys=True) for p in agent.propose(100, [])]
+    assert len(drawn) == len(set(drawn)) == 12
+    assert agent.exhausted
