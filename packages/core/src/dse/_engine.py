@@ -915,7 +915,7 @@ class Engine:
         self._batch_no += 1
         self._budget_blocked = False
         self._check_data_version()
-        waiting = self._await_baseline()
+        waiting = self._await_baseline(slots)
         if waiting is not None:
             return waiting
         while slots > 0 and not self._done and not self._stop and not self._budget_blocked:
@@ -1350,10 +1350,11 @@ class Engine:
         given.data_version = row["data_version_read"] or row["data_version"]
         self._baseline_given = given
 
-    def _await_baseline(self) -> int | None:
+    def _await_baseline(self, slots: int) -> int | None:
         """``None`` when trials may be dispatched: the baseline of the current data version
-        has its result. Otherwise the baseline is started (1 is returned: it took a slot) or
-        still runs (0); a baseline that ended without a result ends the campaign."""
+        has its result. Otherwise the baseline is started if a slot is free (1 is returned:
+        it took it) or still runs (0); a baseline that ended without a result ends the
+        campaign."""
         if self._baseline_params is None:
             return None
         version = self.data_version
@@ -1368,6 +1369,8 @@ class Engine:
                 return 0  # the agent's trial of the same params: its result will serve
             elif known is not None:
                 base = known
+            elif slots <= 0:
+                return 0
             else:
                 base = self._new_trial(dict(self._baseline_params), 0)
                 self._event(base.row_id, "baseline", {
