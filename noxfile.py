@@ -44,7 +44,10 @@ def types(session: nox.Session) -> None:
 @nox.session(python="3.11", default=False)
 def bench(session: nox.Session) -> None:
     """Run the benchmarks against their peers (quick mode unless --full is passed)."""
-    session.install("optuna", *(f"-e{p}" for p in PACKAGES))
+    # torch is for Optuna's GPSampler (search_quality); pinned to the CPU-only wheel the
+    # machines have: an unpinned install may fetch a multi-GB CUDA build.
+    session.install("optuna", "numpy", "scipy", "torch==2.13.0", *(f"-e{p}" for p in PACKAGES))
     quick = [] if "--full" in session.posargs else ["--quick"]
     session.run("python", "benchmarks/engine_overhead.py", *quick)
     session.run("python", "benchmarks/local_overhead.py", *quick)
+    session.run("python", "benchmarks/search_quality.py", *quick)
