@@ -3,15 +3,16 @@
 * **Space**: the unit cube of :class:`dse_agents._encoding.Encoding` (log-scaled parameters
   on their log scale, integers and stepped floats snapped to their grid, categoricals
   one-hot).
-* **Start**: a scrambled Sobol sequence (``initial`` points, default ``max(6, 2 * params)``).
+* **Start**: a seeded Latin hypercube (``initial`` points, default ``max(6, 2 * params)``).
 * **Model**: Matérn 5/2 with a length scale per column, hyperparameters by maximum a
   posteriori marginal likelihood on standardised scores (:mod:`dse_agents._gp`). Failed
   trials and rejected proposals are given the worst score seen, so the model learns where
   not to go. Beyond ``max_points`` observations it fits a subsample (the best third and a
   seeded draw of the rest), which keeps a batch well under a second at 1,000 observations.
 * **Acquisition**: log expected improvement over the best posterior mean of the observed
-  points (robust to noise), maximised over Sobol candidates, perturbations of the best
-  points and an L-BFGS-B polish of the most promising.
+  points (robust to noise), maximised over random candidates and perturbations of the best
+  points, then polished by L-BFGS-B from the best of each (a far peak is how the model
+  leaves a basin it has settled in).
 * **Batches**: the trials in flight and the points already picked for the batch are added
   as fantasies at their posterior mean (the kriging believer), so the variance collapses
   there and a wave of *P* gets *P* distinct points, never one already proposed.
@@ -24,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from scipy import optimize
 from scipy.stats import qmc
 from threadpoolctl import ThreadpoolController
 
@@ -53,6 +55,8 @@ def _one_blas_thread() -> Any:
     return _THREADS[0].limit(limits=1, user_api="blas")
 
 _OPTIONS = ("initial", "candidates", "max_points")
+_POLISH_FAR = 8
+_POLISH_NEAR = 2
 _FIT_POINTS = 120
 """Most observations the hyperparameters are fitted on (the posterior uses up to
 ``max_points``)."""
@@ -61,7 +65,7 @@ _FIT_POINTS = 120
 class BayesianAgent:
     """Gaussian-process Bayesian optimisation with batch proposals (see the module docstring).
 
-    Options (``[agent.bayesian]``): ``initial`` (Sobol points before the model, default
+    Options (``[agent.bayesian]``): ``initial`` (design points before the model, default
     ``max(6, 2 * parameters)``), ``candidates`` (random candidates per pick, default 2048),
     ``max_points`` (observations the model is fitted on, default 300).
     """
@@ -80,8 +84,8 @@ class BayesianAgent:
         self._max_points = need_int(self.name, "max_points",
                                     options.get("max_points", 300), minimum=10)
         self._rng = np.random.default_rng(seed)
-        self._sobol = qmc.Sobol(d=self._enc.dims, scramble=True, seed=seed)
-        self._sobol_buffer: list[NDArray[np.float64]] = []
+        self._design = list(qmc.LatinHypercube(d=self._enc.dims, seed=seed).random(
+            self._initial))
         self._size = space.cardinality
         self._gp = GaussianProcess(self._enc.width)
         self._x: list[NDArray[np.float64]] = []
@@ -115,7 +119,7 @@ class BayesianAgent:
         model = None
         while len(out) < n and not self.exhausted:
             if self._proposed < self._initial or self._successes() < 2:
-                params = self._from_sobol()
+                params = self._from_design()
             else:
                 if model is None:
                     model = self._fit()
@@ -152,13 +156,11 @@ class BayesianAgent:
     def _successes(self) -> int:
         return sum(1 for y in self._y if y is not None)
 
-    def _from_sobol(self) -> dict[str, Any] | None:
-        """The next Sobol point not proposed yet (a few tries on a small finite space)."""
-        for _ in range(256):
-            if not self._sobol_buffer:
-                self._sobol_buffer = list(self._sobol.random_base2(6))
-            u = self._sobol_buffer.pop(0)
-            params = self._enc.decode(self._enc.from_unit(u)[0])
+    def _from_design(self) -> dict[str, Any] | None:
+        """The next point of the initial Latin hypercube not proposed yet; past the design
+        (the model still lacks two results), a seeded random one."""
+        while self._design:
+            params = self._enc.decode(self._enc.from_unit(self._design.pop(0))[0])
             if self._enc.key(params) not in self._seen:
                 return params
         return self._any_unseen()
@@ -247,31 +249,67 @@ class BayesianAgent:
         pool = np.vstack(cands)
         mean, std = gp.predict(pool)
         score = log_expected_improvement(mean, std, best)
+        # Polish from the best random candidates (peaks anywhere in the space) and from the
+        # best near the observed optimum: the far peaks are how the model leaves a basin.
+        randoms = np.argsort(-score[:count], kind="stable")[:_POLISH_FAR]
+        near = count + np.argsort(-score[count:], kind="stable")[:_POLISH_NEAR]
+        # The best observed point too: refining the optimum found is most often best.
+        starts = np.vstack([pool[np.concatenate([randoms, near])], x[np.argmin(y)][None, :]])
+        # Every start climbs by rounds of shrinking random steps (all starts in one
+        # prediction per round); the best one is then polished by L-BFGS-B.
+        climbed, values = self._climb(gp, best, starts)
+        top = int(np.argmax(values))
+        polished, value = self._polish(gp, best, climbed[top])
+        ranked = [polished] if value >= values[top] else []
+        ranked += [climbed[i] for i in np.argsort(-values, kind="stable")]
         order = np.argsort(-score, kind="stable")
-        polished = [self._polish(gp, best, pool[i]) for i in order[:3]]
-        polished.sort(key=lambda pair: -pair[1])
-        return [p for p, _ in polished] + [pool[i] for i in order[: 4 * width + 64]]
+        return ranked + [pool[i] for i in order[: 4 * width + 64]]
+
+    def _climb(
+        self, gp: GaussianProcess, best: float, starts: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Rounds of seeded steps on the numeric columns of every start (choices kept),
+        shrinking, each start keeping the best point it found: vectorised across starts."""
+        numeric = ~self._enc.categorical
+        points = starts.copy()
+        mean, std = gp.predict(points)
+        values = log_expected_improvement(mean, std, best)
+        if not numeric.any():
+            return points, values
+        scales = np.clip(gp.length_scales[numeric], 0.01, 1.0)
+        k, per = len(points), 32
+        for shrink in (0.3, 0.1, 0.03, 0.01, 0.003):
+            moved = np.repeat(points, per, axis=0)
+            step = self._rng.normal(0.0, 1.0, (k * per, int(numeric.sum()))) * scales * shrink
+            moved[:, numeric] = np.clip(moved[:, numeric] + step, 0.0, 1.0)
+            mean, std = gp.predict(moved)
+            tried = log_expected_improvement(mean, std, best).reshape(k, per)
+            pick = np.argmax(tried, axis=1)
+            better = tried[np.arange(k), pick] > values
+            chosen = moved.reshape(k, per, -1)[np.arange(k), pick]
+            points[better] = chosen[better]
+            values[better] = tried[np.arange(k), pick][better]
+        return points, values
 
     def _polish(
         self, gp: GaussianProcess, best: float, start: NDArray[np.float64]
     ) -> tuple[NDArray[np.float64], float]:
-        """A local search on the numeric columns of *start* (its choices kept): rounds of
-        seeded steps, shrinking, each round keeping the best point found (vectorised)."""
+        """L-BFGS-B on the numeric columns of *start* (its choices kept)."""
         numeric = ~self._enc.categorical
-        mean, std = gp.predict(start[None, :])
-        value = float(log_expected_improvement(mean, std, best)[0])
         if not numeric.any():
-            return start, value
+            mean, std = gp.predict(start[None, :])
+            return start, float(log_expected_improvement(mean, std, best)[0])
         point = start.copy()
-        scales = np.clip(gp.length_scales[numeric], 0.01, 1.0)
-        rng = self._rng
-        for shrink in (0.3, 0.1, 0.03, 0.01):
-            moved = np.repeat(point[None, :], 64, axis=0)
-            step = rng.normal(0.0, 1.0, (64, int(numeric.sum()))) * scales * shrink
-            moved[:, numeric] = np.clip(moved[:, numeric] + step, 0.0, 1.0)
-            mean, std = gp.predict(moved)
-            scores = log_expected_improvement(mean, std, best)
-            i = int(np.argmax(scores))
-            if scores[i] > value:
-                point, value = moved[i], float(scores[i])
-        return point, value
+
+        def negative(z: NDArray[np.float64]) -> float:
+            point[numeric] = z
+            mean, std = gp.predict(point[None, :])
+            return -float(log_expected_improvement(mean, std, best)[0])
+
+        result = optimize.minimize(
+            negative, start[numeric], method="L-BFGS-B",
+            bounds=[(0.0, 1.0)] * int(numeric.sum()), options={"maxiter": 50},
+        )
+        point[numeric] = np.clip(result.x, 0.0, 1.0)
+        value = -float(result.fun) if np.isfinite(result.fun) else -np.inf
+        return point.copy(), value

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import linalg, optimize, special
@@ -24,9 +24,10 @@ _SQRT5 = math.sqrt(5.0)
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _JITTER = 1e-8
 # Bounds of the log hyperparameters: length scales, signal variance, noise variance.
-_LOG_LENGTH = (math.log(1e-2), math.log(1e2))
+_LOG_LENGTH = (math.log(1e-2), math.log(2.0))
 _LOG_SIGNAL = (math.log(1e-2), math.log(1e2))
 _LOG_NOISE = (math.log(1e-6), math.log(1.0))
+
 
 
 def _matern(scaled_sq: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -49,19 +50,18 @@ class _Fit:
 class GaussianProcess:
     """A GP on points of the unit cube; :meth:`fit` then :meth:`predict`.
 
-    The prior on each log length scale is normal, centred on a scale that grows with the
-    dimension (smooth functions are likelier in more dimensions); the signal variance and the
-    noise have weak log-normal priors. The hyperparameters are fitted with L-BFGS-B on the
-    analytic gradient, started from the last fit and from the prior's centre.
+    Weak priors keep the fit sane with few points: on each inverse squared length scale a
+    density falling off both ways from 1 (length scales are bounded to [0.01, 2] as well: a
+    longer one would declare a parameter irrelevant), Gamma(2, 1) on the signal variance and
+    Gamma(1.1, 30) on the noise variance. The hyperparameters are fitted with L-BFGS-B on the
+    analytic gradient, started from the last fit and, now and then, from length scales of 1.
     """
 
     def __init__(self, width: int) -> None:
         self.width = width
-        centre = math.log(0.4) + 0.5 * math.log(max(width, 1))
-        self._prior_length = (centre, 1.0)
-        self._prior_signal = (0.0, 1.0)
-        self._prior_noise = (math.log(1e-3), 2.0)
-        self._theta = np.concatenate([np.full(width, centre), [0.0, math.log(1e-3)]])
+        self._centre = np.concatenate([np.zeros(width), [0.0, math.log(1e-2)]])
+        """Where a fit starts without a previous one: length scales and signal 1."""
+        self._theta = self._centre.copy()
         self._x = np.zeros((0, width))
         self._y = np.zeros(0)
         self._mean = 0.0
@@ -96,17 +96,16 @@ class GaussianProcess:
     ) -> NDArray[np.float64]:
         diff_sq = (x[:, None, :] - x[None, :, :]) ** 2
         bounds = [_LOG_LENGTH] * self.width + [_LOG_SIGNAL, _LOG_NOISE]
-        centre = np.concatenate([
-            np.full(self.width, self._prior_length[0]),
-            [self._prior_signal[0], self._prior_noise[0]],
-        ])
+        centre = self._centre
         best: tuple[float, NDArray[np.float64]] | None = None
-        for start in (self._theta, centre) if restart else (self._theta,):
+        starts = (self._theta, centre) if restart else (self._theta,)
+        options: dict[str, Any] = {"maxiter": 100}
+        for start in starts:
             try:
                 result = optimize.minimize(
                     self._neg_log_posterior, np.clip(start, *np.array(bounds).T),
                     args=(diff_sq, ys), jac=True, method="L-BFGS-B", bounds=bounds,
-                    options={"maxiter": 100},
+                    options=options,
                 )
             except (linalg.LinAlgError, ValueError, FloatingPointError):
                 continue
@@ -142,15 +141,16 @@ class GaussianProcess:
         grad[:width] = -0.5 * (weighted.reshape(-1) @ scaled.reshape(-1, width))
         grad[width] = -0.5 * float(np.sum(inner * (signal * k)))
         grad[width + 1] = -0.5 * float(np.trace(inner)) * noise
-        # Log-normal priors (normal on the log parameters).
-        for sl, (mu, sd) in (
-            (slice(0, width), self._prior_length),
-            (slice(width, width + 1), self._prior_signal),
-            (slice(width + 1, width + 2), self._prior_noise),
-        ):
-            z = (theta[sl] - mu) / sd
-            value += 0.5 * float(np.sum(z**2))
-            grad[sl] += z / sd
+        # Weak priors (those of Optuna's GP): on the inverse squared length scale l^-2 a
+        # density falling off both ways from 1, on the signal variance Gamma(2, 1), on the
+        # noise variance Gamma(1.1, 30).
+        sq = lengths**2
+        value += float(np.sum(0.1 * sq + 0.1 / sq))
+        grad[:width] += 0.2 * sq - 0.2 / sq
+        value -= math.log(signal) - signal
+        grad[width] -= 1.0 - signal
+        value -= 0.1 * math.log(noise) - 30.0 * noise
+        grad[width + 1] -= 0.1 - 30.0 * noise
         return value, grad
 
     def _factor(self) -> None:
