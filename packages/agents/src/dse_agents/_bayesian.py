@@ -258,9 +258,9 @@ class BayesianAgent:
         # Every start climbs by rounds of shrinking random steps (all starts in one
         # prediction per round); the best one is then polished by L-BFGS-B.
         climbed, values = self._climb(gp, best, starts)
-        top = int(np.argmax(values))
-        polished, value = self._polish(gp, best, climbed[top])
-        ranked = [polished] if value >= values[top] else []
+        lead = int(np.argmax(values))
+        polished, value = self._polish(gp, best, climbed[lead])
+        ranked = [polished] if value >= values[lead] else []
         ranked += [climbed[i] for i in np.argsort(-values, kind="stable")]
         order = np.argsort(-score, kind="stable")
         return ranked + [pool[i] for i in order[: 4 * width + 64]]
