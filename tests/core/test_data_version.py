@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -15,8 +15,9 @@ import pytest
 import dse
 from dse import _data
 from dse._data import DataSpec, DataVersioner, parse_data
-from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
+from dse.testing import FakeClock, ProbeBackend, ProbeScript
 from support.cli import run_dse, write_plugin
+from support.recording import Recording
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -88,18 +89,6 @@ def test_a_command_and_a_literal_make_the_version(tmp_path: Path) -> None:
     missing = DataSpec(paths=(tmp_path / "nope",))
     with pytest.raises(dse.ConfigError, match=r"data.paths: .*nope does not exist"):
         DataVersioner(missing, cache_dir=tmp_path).compute()
-
-
-class Recording(ScriptedAgent):
-    """A scripted agent that keeps every observation it was given."""
-
-    def __init__(self, proposals: Any) -> None:
-        super().__init__(proposals)
-        self.seen: list[dse.Observation] = []
-
-    def observe(self, observations: Sequence[dse.Observation]) -> None:
-        self.seen.extend(observations)
-        super().observe(observations)
 
 
 def test_a_dataset_replaced_mid_campaign_is_noticed_and_never_mixed(tmp_path: Path) -> None:

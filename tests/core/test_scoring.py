@@ -5,29 +5,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 import dse
 from dse._scoring import source_version
-from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
+from dse.testing import FakeClock, ProbeBackend, ProbeScript
+from support.recording import Recording
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-
-class Recording(ScriptedAgent):
-    """A scripted agent that keeps every observation it was given."""
-
-    def __init__(self, proposals: Any) -> None:
-        super().__init__(proposals)
-        self.seen: list[dse.Observation] = []
-
-    def observe(self, observations: Sequence[dse.Observation]) -> None:
-        self.seen.extend(observations)
-        super().observe(observations)
 
 
 def campaign(tmp_path: Path, **extra: Any) -> dse.Campaign:
