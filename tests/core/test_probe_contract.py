@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+import dse
 from dse import Backend
-from dse.testing import BackendContract, ProbeBackend, ProbeCluster
+from dse.testing import (
+    BackendContract,
+    FakeClock,
+    ProbeBackend,
+    ProbeCluster,
+    ProbeScript,
+    ScriptedAgent,
+)
 
 
 class TestProbeBackend(BackendContract):
@@ -15,3 +24,24 @@ class TestProbeBackend(BackendContract):
     def backend_factory(self) -> Callable[[], Backend]:
         cluster = ProbeCluster()
         return lambda: ProbeBackend(cluster=cluster)
+
+
+def test_timed_probe_jobs_end_in_virtual_time_with_a_zero_poll_interval(tmp_path: Path) -> None:
+    # The probe polls without waiting by default; timed jobs must still end on a fake clock
+    # (the engine asks the backend to wait even for 0 s, and the probe moves time on).
+    camp = dse.campaign_from_dict({
+        "campaign": {"name": "timed", "max_parallelism": 2, "max_trials": 4},
+        "space": {"x": {"type": "int", "low": 1, "high": 9}},
+        "objectives": [{"metric": "value"}],
+    }, workspace=tmp_path / "ws")
+    clock = FakeClock(start=0.0)
+    store = dse.Store(camp.workspace / "dse.sqlite")
+    agent = ScriptedAgent([{"x": x} for x in (3, 5, 2, 4)])
+    result = dse.Engine(camp, agent=agent, store=store, clock=clock,
+                        backend=ProbeBackend(lambda p: ProbeScript(
+                            seconds=float(p["x"]), metrics={"value": p["x"]}), clock=clock)
+                        ).run()
+    assert result.end_reason == "max_trials"
+    assert [r["status"] for r in store.trials(result.campaign_id)] == ["completed"] * 4
+    assert clock.time() == 9.0  # waves: max(3, 5) + max(2, 4)
+    store.close()

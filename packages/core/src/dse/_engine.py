@@ -894,7 +894,8 @@ class Engine:
         deadline = self.ledger.deadline
         if deadline is not None and self._done != "budget_exhausted":
             wait = max(min(wait, deadline - self.clock.time()), 0.0)
-        if wait > 0 and not self.backend.wait(wait):
+        # Asked even with no wait: a backend may know nothing changes before some time.
+        if not self.backend.wait(wait) and wait > 0:
             self.clock.sleep(wait)
 
     def _refill(self) -> None:
