@@ -32,16 +32,16 @@ import argparse
 import cProfile
 import io
 import json
-import logging
 import math
 import pstats
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from _peers import BenchmarkError, import_optuna
 
 import dse
 from dse.testing import ProbeBackend
@@ -87,10 +87,6 @@ class Measurement:
     @property
     def rate(self) -> float:
         return self.trials / self.seconds if self.seconds > 0 else math.inf
-
-
-class BenchmarkError(Exception):
-    """The benchmark could not run or its result is not valid."""
 
 
 # -- dse -----------------------------------------------------------------------------------
@@ -200,19 +196,7 @@ def profile_dse(mode: Mode, trials: int, top: int = 25) -> str:
 
 
 def _import_optuna() -> Any:
-    try:
-        import optuna
-    except ImportError:
-        raise BenchmarkError(
-            "optuna is not installed; it is needed only for this benchmark:"
-            " `.venv/bin/pip install optuna`"
-        ) from None
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    optuna.logging.disable_default_handler()
-    logging.getLogger("alembic").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module="optuna")
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    return optuna
+    return import_optuna("optuna")
 
 
 def _journal_storage(optuna: Any, path: Path) -> Any:

@@ -66,7 +66,6 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
-import logging
 import math
 import os
 import random
@@ -74,12 +73,13 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from _peers import BenchmarkError, import_optuna
 
 import dse
 from dse.testing import FakeClock, ProbeBackend, ProbeScript
@@ -103,10 +103,6 @@ DURATION_SIGMA = 0.5
 # Within this distance (unit cube, categorical equal) of an earlier point counts as a repeat.
 REPEAT_TOLERANCE = 1e-3
 EPS = 1e-9
-
-
-class BenchmarkError(Exception):
-    """The benchmark could not run or its result is not valid."""
 
 
 # -- problems ------------------------------------------------------------------------------
@@ -406,19 +402,7 @@ def run_dse(task: Task, agent: str) -> list[tuple[Params, float | None]]:
 
 
 def _import_optuna() -> Any:
-    try:
-        import optuna
-    except ImportError:
-        raise BenchmarkError(
-            "optuna is not installed; this benchmark needs it:"
-            " `.venv/bin/pip install optuna scipy torch==2.13.0`"
-        ) from None
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    optuna.logging.disable_default_handler()
-    logging.getLogger("optuna").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module="optuna")
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    return optuna
+    return import_optuna("optuna scipy torch==2.13.0")
 
 
 def _suggest(trial: Any, space: Mapping[str, Any]) -> dict[str, Any]:

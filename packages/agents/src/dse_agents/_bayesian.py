@@ -95,6 +95,9 @@ class BayesianAgent:
         """Every point proposed (or observed): never proposed again."""
         self._proposed = 0
         self._fits = 0
+        self._fantasy: tuple[NDArray[np.float64], NDArray[np.float64]] = (
+            np.zeros((0, self._enc.width)), np.zeros(0))
+        """The points and losses the model is conditioned on, fantasies included."""
 
     @property
     def exhausted(self) -> bool:
@@ -116,20 +119,23 @@ class BayesianAgent:
         pending = [enc.encode(p) for p in in_flight]
         for p in in_flight:
             self._seen.add(enc.key(p))
-        model = None
+        model: tuple[NDArray[np.float64], NDArray[np.float64], float] | None = None
         while len(out) < n and not self.exhausted:
             if self._proposed < self._initial or self._successes() < 2:
                 params = self._from_design()
             else:
                 if model is None:
-                    model = self._fit()
-                params = self._from_model(model, pending)
+                    model = self._fit(pending)
+                params = self._from_model(model)
             if params is None:
                 break
             self._seen.add(enc.key(params))
             self._proposed += 1
-            pending.append(enc.encode(params))
+            point = enc.encode(params)
+            pending.append(point)
             out.append(params)
+            if model is not None and len(out) < n:
+                self._believe(point)
         return out
 
     def observe(self, observations: Sequence[Observation]) -> None:
@@ -189,8 +195,11 @@ class BayesianAgent:
             x, y = x[keep], y[keep]
         return x, y
 
-    def _fit(self) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
-        """Fit the model to the observations; (points, losses, best posterior mean)."""
+    def _fit(
+        self, pending: list[NDArray[np.float64]]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
+        """Fit the model to the observations, then add *pending* (trials in flight, points
+        already picked) as fantasies; (points, losses, best posterior mean of the points)."""
         x, y = self._training_set()
         fit_on = None
         if len(y) > _FIT_POINTS:
@@ -198,27 +207,28 @@ class BayesianAgent:
         self._fits += 1
         # From the prior's centre as well as from the last fit, now and then (escapes a
         # local optimum the warm start would keep).
-        self._gp.fit(x, y, fit_on=fit_on, restart=len(y) < 30 or self._fits % 5 == 1)
-        mean, _ = self._gp.predict(x)
+        gp = self._gp
+        gp.fit(x, y, fit_on=fit_on, restart=len(y) < 30 or self._fits % 5 == 1)
+        mean, _ = gp.predict(x)
+        self._fantasy = (x, y)
+        for point in pending:
+            self._believe(point)
         return x, y, float(np.min(mean))
 
+    def _believe(self, point: NDArray[np.float64]) -> None:
+        """Kriging believer: condition the model on *point* taking its posterior mean (the
+        mean stays, the uncertainty there collapses, so the next pick goes elsewhere)."""
+        believed, _ = self._gp.predict(point[None, :])
+        fx, fy = self._fantasy
+        self._fantasy = (np.vstack([fx, point[None, :]]), np.concatenate([fy, believed]))
+        self._gp.fit(*self._fantasy, optimise=False)
+
     def _from_model(
-        self,
-        model: tuple[NDArray[np.float64], NDArray[np.float64], float],
-        pending: list[NDArray[np.float64]],
+        self, model: tuple[NDArray[np.float64], NDArray[np.float64], float]
     ) -> dict[str, Any] | None:
-        """The unseen point of highest log EI, given the fantasies of *pending*."""
+        """The unseen point of highest log EI under the model and its fantasies."""
         x, y, best = model
-        gp = self._gp
-        if pending:
-            # Kriging believer: pending points take the mean the real data predict there.
-            gp.fit(x, y, optimise=False)
-            fantasy = np.array(pending)
-            believed, _ = gp.predict(fantasy)
-            gp.fit(np.vstack([x, fantasy]), np.concatenate([y, believed]), optimise=False)
-        else:
-            gp.fit(x, y, optimise=False)
-        for point in self._maximise(gp, best, x, y):
+        for point in self._maximise(self._gp, best, x, y):
             params = self._enc.decode(point)
             if self._enc.key(params) not in self._seen:
                 return params

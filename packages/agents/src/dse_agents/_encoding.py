@@ -117,10 +117,6 @@ class Encoding:
                 x[:, first] = u[:, i]
         return x
 
-    def snap(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
-        """*x* moved onto the point its decoded params encode to (the grid it stands for)."""
-        return self.encode(self.decode(x))
-
     def key(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         """A hashable identity of *params* (to tell proposals apart)."""
         return tuple((type(params[n]).__name__, params[n]) for n in self.names)

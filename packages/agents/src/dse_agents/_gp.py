@@ -9,7 +9,6 @@ fitting. Everything here is plain numpy and scipy.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,12 +38,6 @@ def _matern(scaled_sq: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArra
     k = (1.0 + _SQRT5 * r + (5.0 / 3.0) * scaled_sq) * e
     g = (5.0 / 3.0) * (1.0 + _SQRT5 * r) * e
     return k, g
-
-
-@dataclass(slots=True)
-class _Fit:
-    theta: NDArray[np.float64]
-    """log length scales (one per column), log signal variance, log noise variance."""
 
 
 class GaussianProcess:

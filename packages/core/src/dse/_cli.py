@@ -23,7 +23,7 @@ from dse._console import (
     money_text,
     rate_text,
 )
-from dse._engine import RESOLVED_SCORER, campaign_spec
+from dse._engine import campaign_spec
 from dse._errors import ConfigError, DseError, ExitCode
 from dse._hashing import canonical_json
 from dse._lock import CampaignLock
@@ -35,6 +35,7 @@ from dse._report import (
     run_detail,
     summarize,
 )
+from dse._scoring import RESOLVED_SCORER
 from dse._show import EXPORT_SCHEMA, find_trial, record_lines, trial_records
 from dse._store import Store, open_existing, workspace_db
 from dse._version import __version__
@@ -159,21 +160,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dse`` command; returns the exit code."""
     args = _parser().parse_args(argv)
     console = Console(json_output=getattr(args, "json", False))
+    commands = {
+        "run": _run, "status": _status, "plugins": _plugins, "export": _export,
+        "report": _report_command, "show": _show, "invalidate": _invalidate,
+    }
     try:
-        if args.command == "run":
-            return _run(args, console)
-        if args.command == "status":
-            return _status(args, console)
-        if args.command == "plugins":
-            return _plugins(args, console)
-        if args.command == "export":
-            return _export(args, console)
-        if args.command == "report":
-            return _report_command(args, console)
-        if args.command == "show":
-            return _show(args, console)
-        if args.command == "invalidate":
-            return _invalidate(args, console)
+        return commands[args.command](args, console)
     except DseError as exc:
         console.error(str(exc))
         return ExitCode.USAGE_ERROR
@@ -187,7 +179,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"internal error: {type(exc).__name__}: {exc} (set DSE_DEBUG=1 for a traceback)"
         )
         return ExitCode.INTERNAL_ERROR
-    return ExitCode.USAGE_ERROR  # pragma: no cover - argparse requires a command
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:

@@ -28,7 +28,7 @@ from dse._environment import CommandEnvironment, environment_digest
 from dse._errors import ConfigError
 from dse._hashing import ConfigHasher
 from dse._protocols import TrialInfo
-from dse._scoring import ScoringError, compute_score
+from dse._scoring import RESOLVED_SCORER, ScoringError, compute_score
 from dse._space import ParamError
 from dse._store import Batch, Store, dumps
 from dse._types import (
@@ -54,8 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dse.engine")
 
-RESOLVED_SCORER = "scorer_resolved"
-"""Key of a run's stored spec naming the scorer that ran: name, version, direction."""
 
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dse._budget import Spend
+from dse._scoring import RESOLVED_SCORER
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -87,8 +88,12 @@ class RunSummary(_PerResult):
         return self.effective * 3600.0 / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def summarize(store: Store, campaign_id: int, *, now: float | None = None) -> RunSummary:
-    """The :class:`RunSummary` of run *campaign_id* as the record has it."""
+def summarize(
+    store: Store, campaign_id: int, *, now: float | None = None,
+    invalid: dict[int, str] | None = None,
+) -> RunSummary:
+    """The :class:`RunSummary` of run *campaign_id* as the record has it (*invalid*: its
+    :func:`invalid_trials`, when the caller has them)."""
     (run,) = store.query("SELECT * FROM campaigns WHERE id = ?", (campaign_id,))
     spec = json.loads(run["spec"]) if run["spec"] else {}
     end = run["ended_at"] if run["ended_at"] is not None else now
@@ -97,7 +102,8 @@ def summarize(store: Store, campaign_id: int, *, now: float | None = None) -> Ru
     counts: dict[str, int] = {}
     failures: dict[str, int] = {}
     number_of: dict[int, int] = {}
-    invalid = invalid_trials(store, campaign_id)
+    if invalid is None:
+        invalid = invalid_trials(store, campaign_id)
     for row in store.trials(campaign_id):
         counts[row["status"]] = counts.get(row["status"], 0) + 1
         if row["status"] == "completed" and row["id"] in invalid:
@@ -210,11 +216,12 @@ class VersionGroup:
 
 def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> RunDetail:
     """The :class:`RunDetail` of run *campaign_id* as the record has it."""
-    summary = summarize(store, campaign_id, now=now)
+    invalid = invalid_trials(store, campaign_id)
+    summary = summarize(store, campaign_id, now=now, invalid=invalid)
     (run,) = store.query("SELECT spec, end_reason FROM campaigns WHERE id = ?", (campaign_id,))
     spec = json.loads(run["spec"]) if run["spec"] else {}
     objectives = spec.get("objectives") or [{}]
-    resolved = spec.get("scorer_resolved") or {}
+    resolved = spec.get(RESOLVED_SCORER) or {}
     metric = str(objectives[0].get("metric", "score"))
     if resolved.get("name", "default") != "default":
         metric = f"score ({resolved['name']})"
@@ -222,7 +229,6 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
     outcomes: dict[str, int] = {}
     reused: list[tuple[int, int]] = []
     groups: dict[str | None, dict[str, Any]] = {}
-    invalid = invalid_trials(store, campaign_id)
     mismatched: list[int] = []
     flagged: list[tuple[int, str]] = []
     for row in store.trials(campaign_id):

@@ -32,7 +32,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
 
+RESOLVED_SCORER = "scorer_resolved"
+"""Key of a run's stored spec naming the scorer that ran: name, version, direction."""
+
 __all__ = [
+    "RESOLVED_SCORER",
     "DefaultScorer",
     "FunctionScorer",
     "RatioScorer",
@@ -74,10 +78,10 @@ class Scorer(Protocol):
         ...
 
 
-class DefaultScorer:
-    """The primary objective's metric, as the run reported it."""
+class _ObjectiveScorer:
+    """A built-in scorer of the primary objective, in its direction."""
 
-    name: str = "default"
+    name: str = ""
     version: str = __version__
     needs_baseline: bool = False
 
@@ -85,22 +89,23 @@ class DefaultScorer:
         self.objective = objective
         self.direction = objective.direction
 
+
+class DefaultScorer(_ObjectiveScorer):
+    """The primary objective's metric, as the run reported it."""
+
+    name = "default"
+
     def score(
         self, metrics: Mapping[str, float], baseline: Mapping[str, float] | None
     ) -> float:
         return metrics[self.objective.metric]
 
 
-class RatioScorer:
+class RatioScorer(_ObjectiveScorer):
     """The primary objective's metric relative to the baseline's (value / baseline value)."""
 
-    name: str = "ratio"
-    version: str = __version__
-    needs_baseline: bool = True
-
-    def __init__(self, objective: Objective) -> None:
-        self.objective = objective
-        self.direction = objective.direction
+    name = "ratio"
+    needs_baseline = True
 
     def score(
         self, metrics: Mapping[str, float], baseline: Mapping[str, float] | None

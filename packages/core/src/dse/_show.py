@@ -17,6 +17,7 @@ from dse._budget import Spend
 from dse._console import duration_text, hours_text, money_text
 from dse._environment import _PLACEHOLDER, _render
 from dse._errors import ConfigError
+from dse._scoring import RESOLVED_SCORER
 from dse._version import __version__
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ def _record(
         for row in context.scores.get(int(trial["id"]), [])
     ]
     latest = scores[-1] if scores else None
-    resolved = spec.get("scorer_resolved") or DEFAULT_SCORER
+    resolved = spec.get(RESOLVED_SCORER) or DEFAULT_SCORER
     scorer = ({"name": latest["scorer"], "version": latest["version"]} if latest
               else {"name": resolved["name"], "version": resolved["version"]})
     invalid = context.invalid(trial["invalidation"])

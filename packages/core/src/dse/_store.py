@@ -559,18 +559,14 @@ class Store:
                 ).fetchall()
                 trial_ids = [int(r[0]) for r in rows]
             elif kind == "data_version":
+                # The trials of that version, and the cache hits that reuse one of them.
                 rows = db.execute(
-                    "SELECT id FROM trials WHERE data_version = ? OR data_version_read = ?",
-                    (target, target),
+                    "WITH v AS (SELECT id FROM trials WHERE data_version = ?1"
+                    " OR data_version_read = ?1)"
+                    " SELECT id FROM v UNION SELECT id FROM trials WHERE cache_of IN v",
+                    (target,),
                 ).fetchall()
-                trial_ids = [int(r[0]) for r in rows]
-                if trial_ids:
-                    hits = db.execute(
-                        "SELECT id FROM trials WHERE cache_of IN"
-                        " (SELECT id FROM trials WHERE data_version = ?"
-                        " OR data_version_read = ?)", (target, target),
-                    ).fetchall()
-                    trial_ids = sorted({*trial_ids, *(int(r[0]) for r in hits)})
+                trial_ids = sorted(int(r[0]) for r in rows)
             elif kind == "scorer_version":
                 rows = db.execute(
                     "SELECT id FROM scores WHERE scorer_version = ?"
