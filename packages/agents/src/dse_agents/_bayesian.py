@@ -31,7 +31,11 @@ from threadpoolctl import ThreadpoolController
 
 from dse import TrialStatus
 from dse_agents._encoding import Encoding
-from dse_agents._gp import GaussianProcess, log_expected_improvement
+from dse_agents._gp import (
+    GaussianProcess,
+    log_expected_improvement,
+    log_expected_improvement_gradient,
+)
 from dse_agents._options import need_int, reject_unknown
 
 if TYPE_CHECKING:
@@ -266,12 +270,10 @@ class BayesianAgent:
         # The best observed point too: refining the optimum found is most often best.
         starts = np.vstack([pool[np.concatenate([randoms, near])], x[np.argmin(y)][None, :]])
         # Every start climbs by rounds of shrinking random steps (all starts in one
-        # prediction per round); the best one is then polished by L-BFGS-B.
+        # prediction per round), then all are polished together by L-BFGS-B on the gradient.
         climbed, values = self._climb(gp, best, starts)
-        lead = int(np.argmax(values))
-        polished, value = self._polish(gp, best, climbed[lead])
-        ranked = [polished] if value >= values[lead] else []
-        ranked += [climbed[i] for i in np.argsort(-values, kind="stable")]
+        polished, finals = self._polish(gp, best, climbed, values)
+        ranked = [polished[i] for i in np.argsort(-finals, kind="stable")]
         order = np.argsort(-score, kind="stable")
         return ranked + [pool[i] for i in order[: 4 * width + 64]]
 
@@ -302,24 +304,34 @@ class BayesianAgent:
         return points, values
 
     def _polish(
-        self, gp: GaussianProcess, best: float, start: NDArray[np.float64]
-    ) -> tuple[NDArray[np.float64], float]:
-        """L-BFGS-B on the numeric columns of *start* (its choices kept)."""
+        self, gp: GaussianProcess, best: float, starts: NDArray[np.float64],
+        values: NDArray[np.float64],
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """L-BFGS-B on the numeric columns of every start at once (their choices kept), on the
+        analytic gradient of log EI, in coordinates scaled by the length scales (so that every
+        direction is equally curved); a start keeps its point where polishing did not help."""
         numeric = ~self._enc.categorical
         if not numeric.any():
-            mean, std = gp.predict(start[None, :])
-            return start, float(log_expected_improvement(mean, std, best)[0])
-        point = start.copy()
+            return starts, values
+        k, cols = len(starts), int(numeric.sum())
+        lengths = np.clip(gp.length_scales[numeric], 1e-3, None)
+        points = starts.copy()
 
-        def negative(z: NDArray[np.float64]) -> float:
-            point[numeric] = z
-            mean, std = gp.predict(point[None, :])
-            return -float(log_expected_improvement(mean, std, best)[0])
+        def negative(z: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+            points[:, numeric] = np.clip(z.reshape(k, cols) * lengths, 0.0, 1.0)
+            mean, std, dmean, dstd = gp.predict_gradient(points)
+            value, grad = log_expected_improvement_gradient(mean, std, dmean, dstd, best)
+            return -float(value.sum()), -(grad[:, numeric] * lengths).reshape(-1)
 
+        upper = np.tile(1.0 / lengths, k)
         result = optimize.minimize(
-            negative, start[numeric], method="L-BFGS-B",
-            bounds=[(0.0, 1.0)] * int(numeric.sum()), options={"maxiter": 50},
+            negative, (starts[:, numeric] / lengths).reshape(-1), jac=True, method="L-BFGS-B",
+            bounds=list(zip(np.zeros_like(upper), upper, strict=True)),
+            options={"maxiter": 200},
         )
-        point[numeric] = np.clip(result.x, 0.0, 1.0)
-        value = -float(result.fun) if np.isfinite(result.fun) else -np.inf
-        return point.copy(), value
+        points[:, numeric] = np.clip(result.x.reshape(k, cols) * lengths, 0.0, 1.0)
+        mean, std = gp.predict(points)
+        finals = log_expected_improvement(mean, std, best)
+        keep = ~(finals > values)  # also where polishing gave NaN
+        points[keep], finals[keep] = starts[keep], values[keep]
+        return points, finals

@@ -17,15 +17,15 @@ from scipy import linalg, optimize, special
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-__all__ = ["GaussianProcess", "log_expected_improvement"]
+__all__ = ["GaussianProcess", "log_expected_improvement", "log_expected_improvement_gradient"]
 
 _SQRT5 = math.sqrt(5.0)
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-_JITTER = 1e-8
+_JITTER = 1e-10
 # Bounds of the log hyperparameters: length scales, signal variance, noise variance.
 _LOG_LENGTH = (math.log(1e-2), math.log(2.0))
 _LOG_SIGNAL = (math.log(1e-2), math.log(1e2))
-_LOG_NOISE = (math.log(1e-6), math.log(1.0))
+_LOG_NOISE = (math.log(1e-9), math.log(1.0))
 
 
 
@@ -61,6 +61,7 @@ class GaussianProcess:
         self._scale = 1.0
         self._chol: NDArray[np.float64] | None = None
         self._alpha = np.zeros(0)
+        self._offset = 0.0
 
     # -- fitting --------------------------------------------------------------------------
 
@@ -149,7 +150,7 @@ class GaussianProcess:
     def _factor(self) -> None:
         x = self._x
         if x.shape[0] == 0:
-            self._chol, self._alpha = None, np.zeros(0)
+            self._chol, self._alpha, self._offset = None, np.zeros(0), 0.0
             return
         cov = self._kernel(x, x)
         noise = math.exp(self._theta[self.width + 1])
@@ -162,7 +163,13 @@ class GaussianProcess:
                 continue
         else:  # pragma: no cover - the last jitter always makes it positive definite
             raise linalg.LinAlgError("covariance is not positive definite")
-        self._alpha = linalg.cho_solve((self._chol, True), self._y)
+        # The constant mean by generalised least squares (ordinary kriging): clustered
+        # points near an optimum count as one, so the mean far from the data is the
+        # space's typical value rather than the average of where the search has been.
+        ones = np.ones_like(self._y)
+        inv_ones = linalg.cho_solve((self._chol, True), ones)
+        self._offset = float(inv_ones @ self._y / (inv_ones @ ones))
+        self._alpha = linalg.cho_solve((self._chol, True), self._y - self._offset)
 
     def _kernel(self, a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
         lengths = np.exp(self._theta[: self.width])
@@ -186,10 +193,36 @@ class GaussianProcess:
             mean = np.full(x.shape[0], self._mean)
             return mean, np.full(x.shape[0], math.sqrt(signal) * self._scale)
         cross = self._kernel(x, self._x)
-        mean_s = cross @ self._alpha
+        mean_s = cross @ self._alpha + self._offset
         v = linalg.solve_triangular(self._chol, cross.T, lower=True)
         var = np.maximum(signal - np.sum(v**2, axis=0), 1e-12)
         return mean_s * self._scale + self._mean, np.sqrt(var) * self._scale
+
+    def predict_gradient(
+        self, x: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64],
+               NDArray[np.float64]]:
+        """Posterior mean and standard deviation at *x* (m by width) with their gradients in
+        *x* (m by width each), in the units of *y*."""
+        mean, std = self.predict(x)
+        if self._chol is None:
+            zeros = np.zeros_like(x)
+            return mean, std, zeros, zeros.copy()
+        lengths = np.exp(self._theta[: self.width])
+        signal = math.exp(self._theta[self.width])
+        delta = x[:, None, :] - self._x[None, :, :]  # m by n by width
+        scaled = delta / lengths**2
+        k, g = _matern(np.sum((delta / lengths) ** 2, axis=2))
+        # dk(x, X_j)/dx = -s_f^2 g (x - X_j) / l^2
+        dcross = -(signal * g)[:, :, None] * scaled  # m by n by width
+        dmean_s = np.einsum("mnw,n->mw", dcross, self._alpha)
+        v = linalg.solve_triangular(self._chol, (signal * k).T, lower=True)  # n by m
+        w = linalg.solve_triangular(self._chol, v, lower=True, trans="T")  # K^-1 k, n by m
+        # var = s_f^2 - k^T K^-1 k, so dvar/dx = -2 (dk/dx)^T K^-1 k.
+        dvar = -2.0 * np.einsum("mnw,nm->mw", dcross, w)
+        std_s = std / self._scale
+        dstd_s = dvar / (2.0 * std_s[:, None])
+        return mean, std, dmean_s * self._scale, dstd_s * self._scale
 
     @property
     def length_scales(self) -> NDArray[np.float64]:
@@ -224,3 +257,20 @@ def log_expected_improvement(
     out[neg] = res
     result: NDArray[np.float64] = out + np.log(std)
     return result
+
+
+def log_expected_improvement_gradient(
+    mean: NDArray[np.float64], std: NDArray[np.float64], dmean: NDArray[np.float64],
+    dstd: NDArray[np.float64], best: float,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Log EI (see :func:`log_expected_improvement`) and its gradient, given the gradients
+    of the posterior mean and standard deviation (m by width): with ``h' = Φ``,
+    ``d log EI = ds/s + Φ(z)/h(z) · dz`` and ``dz = -(dm + z ds)/s`` (m the mean, s the
+    standard deviation)."""
+    value = log_expected_improvement(mean, std, best)
+    z = (best - mean) / std
+    # Φ(z)/h(z) = exp(log Φ(z) - log h(z)), log h = log EI - log s: no underflow in the tail.
+    ratio = np.exp(special.log_ndtr(z) - (value - np.log(std)))
+    dz = -(dmean + z[:, None] * dstd) / std[:, None]
+    grad = dstd / std[:, None] + ratio[:, None] * dz
+    return value, grad
