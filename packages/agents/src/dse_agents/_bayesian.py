@@ -5,14 +5,15 @@
   one-hot).
 * **Start**: a seeded Latin hypercube (``initial`` points, default ``max(6, 2 * params)``).
 * **Model**: Matérn 5/2 with a length scale per column, hyperparameters by maximum a
-  posteriori marginal likelihood on standardised scores (:mod:`dse_agents._gp`). Failed
+  posteriori marginal likelihood on standardised scores, the noise allowed down to 1e-9 so
+  that a deterministic objective is interpolated (:mod:`dse_agents._gp`). Failed
   trials and rejected proposals are given the worst score seen, so the model learns where
   not to go. Beyond ``max_points`` observations it fits a subsample (the best third and a
   seeded draw of the rest), which keeps a batch well under a second at 1,000 observations.
 * **Acquisition**: log expected improvement over the best posterior mean of the observed
   points (robust to noise), maximised over random candidates and perturbations of the best
-  points, then polished by L-BFGS-B from the best of each (a far peak is how the model
-  leaves a basin it has settled in).
+  points: the best of each (a far peak is how the model leaves a basin it has settled in)
+  climb, then are polished together by L-BFGS-B on the analytic gradient.
 * **Batches**: the trials in flight and the points already picked for the batch are added
   as fantasies at their posterior mean (the kriging believer), so the variance collapses
   there and a wave of *P* gets *P* distinct points, never one already proposed.

@@ -46,8 +46,11 @@ class GaussianProcess:
     Weak priors keep the fit sane with few points: on each inverse squared length scale a
     density falling off both ways from 1 (length scales are bounded to [0.01, 2] as well: a
     longer one would declare a parameter irrelevant), Gamma(2, 1) on the signal variance and
-    Gamma(1.1, 30) on the noise variance. The hyperparameters are fitted with L-BFGS-B on the
-    analytic gradient, started from the last fit and, now and then, from length scales of 1.
+    Gamma(1.1, 30) on the noise variance, which may fall to 1e-9 (of the standardised
+    variance): low enough to interpolate a deterministic objective's last digits. The
+    hyperparameters are fitted with L-BFGS-B on the analytic gradient, started from the last
+    fit and, now and then, from length scales of 1. The constant mean is the generalised
+    least-squares estimate.
     """
 
     def __init__(self, width: int) -> None:
