@@ -1,0 +1,264 @@
+"""The pool scheduler: which waiting trial gets the resources that just freed.
+
+Several campaigns share one pool of resources (CPU and GPU slots, or a cap on outstanding
+Slurm jobs). Each pass the engine hands the scheduler the waiting requests and what is
+running; :meth:`PoolScheduler.plan` says which requests start now and which one, if any,
+holds a reservation.
+
+* **Fair share.** Campaigns are served in the order of their decayed usage over their weight
+  (lowest first). Usage is counted in dominant-resource seconds: a trial holding 4 of 8 GPUs
+  for 60 s uses 30 s of the pool, whatever else it holds. It decays with a half-life, so a
+  campaign that was idle is not owed the whole past. Within a plan, each start counts at
+  once, so one pass interleaves the campaigns by weight.
+* **Reservations (EASY backfill).** The first request in that order that cannot start gets a
+  reservation: the earliest time enough resources will be free, from the expected ends of
+  the running trials. Later requests start only when they fit now *and* either end before
+  that time or use only what the reservation leaves over. So a large or long trial is never
+  starved by a stream of small ones, and small ones still fill the gaps.
+* **Bounded wait.** A request that has waited ``max_wait`` seconds goes ahead of the fair-share
+  order (oldest first): even a campaign far over its share gets its trial started.
+
+Durations are expectations: a time limit when the trial has one, else an estimate from the
+history of the campaign's trials (:class:`DurationEstimate`). A trial that overruns its
+expected end pushes the reservation later, never past ``max_wait`` of the reserved request.
+Everything here is plain data and arithmetic on a clock the caller passes in, so schedules can
+be checked exactly in virtual time.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from dse._errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+__all__ = ["DurationEstimate", "Plan", "PoolScheduler", "Request", "Reservation", "Running"]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A trial waiting for resources."""
+
+    key: str
+    """The trial's id."""
+    campaign: str
+    size: Mapping[str, int]
+    """Resources it needs, e.g. ``{"cpus": 1, "gpus": 8}``."""
+    duration: float
+    """Expected run time in seconds."""
+    since: float
+    """When it started waiting."""
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A trial holding resources."""
+
+    key: str
+    campaign: str
+    size: Mapping[str, int]
+    ends: float
+    """Expected end (start + expected duration); may lie in the past if it overran."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Resources held for *key* from *start* on."""
+
+    key: str
+    campaign: str
+    start: float
+    size: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to do now: the requests to start, in order, and the reservation, if any."""
+
+    start: tuple[Request, ...]
+    reservation: Reservation | None
+    backfilled: tuple[str, ...] = ()
+    """Keys of the started requests that went ahead of the reserved one."""
+
+
+@dataclass(slots=True)
+class _Usage:
+    value: float = 0.0
+    at: float = 0.0
+
+
+class PoolScheduler:
+    """Fair share by weight and decayed usage, one EASY reservation, bounded wait.
+
+    :param capacity: the pool, e.g. ``{"cpus": 16, "gpus": 8}``.
+    :param weights: each campaign's weight (its target share is its weight over the sum of the
+        weights of the campaigns that have work).
+    :param half_life: seconds after which past usage counts half.
+    :param max_wait: seconds after which a waiting request goes first (``None``: never).
+    """
+
+    def __init__(
+        self,
+        capacity: Mapping[str, int],
+        weights: Mapping[str, float],
+        *,
+        half_life: float = 3600.0,
+        max_wait: float | None = None,
+    ) -> None:
+        if not capacity or any(v <= 0 for v in capacity.values()):
+            raise ConfigError(f"pool capacity must be positive, got {dict(capacity)}")
+        bad = {k: w for k, w in weights.items() if not (w > 0 and math.isfinite(w))}
+        if bad:
+            raise ConfigError(f"campaign weights must be positive numbers, got {bad}")
+        if not half_life > 0:
+            raise ConfigError(f"half_life must be positive, got {half_life}")
+        self.capacity = dict(capacity)
+        self.weights = dict(weights)
+        self.half_life = half_life
+        self.max_wait = max_wait
+        self._usage: dict[str, _Usage] = {c: _Usage() for c in weights}
+
+    # -- usage ----------------------------------------------------------------------------
+
+    def dominant(self, size: Mapping[str, int]) -> float:
+        """The largest fraction of any one resource of the pool that *size* holds."""
+        unknown = set(size) - set(self.capacity)
+        if any(size[k] > 0 for k in unknown):
+            return math.inf
+        return max((size.get(k, 0) / cap for k, cap in self.capacity.items()), default=0.0)
+
+    def usage(self, campaign: str, now: float) -> float:
+        """Decayed dominant-resource seconds *campaign* has been charged by *now*."""
+        entry = self._usage.setdefault(campaign, _Usage(at=now))
+        return entry.value * math.pow(0.5, max(now - entry.at, 0.0) / self.half_life)
+
+    def charge(self, campaign: str, size: Mapping[str, int], seconds: float, now: float) -> None:
+        """Add *seconds* of *size* to *campaign*'s usage (negative to correct an estimate)."""
+        value = self.usage(campaign, now) + self.dominant(size) * seconds
+        self._usage[campaign] = _Usage(max(value, 0.0), now)
+
+    def priority(self, campaign: str, now: float) -> float:
+        """Usage over weight: the campaign with the lowest goes first."""
+        return self.usage(campaign, now) / self.weights.get(campaign, 1.0)
+
+    # -- planning -------------------------------------------------------------------------
+
+    def fits_pool(self, size: Mapping[str, int]) -> bool:
+        """Whether *size* could ever run in this pool."""
+        keys = set(size) | set(self.capacity)
+        return all(size.get(k, 0) <= self.capacity.get(k, 0) for k in keys)
+
+    def order(self, queue: Sequence[Request], now: float) -> list[Request]:
+        """*queue* in the order it is served: overdue requests first (oldest first), then
+        campaigns by fair share (each pick charged at once, so campaigns interleave by weight),
+        first come first served within a campaign."""
+        overdue = [r for r in queue if self.max_wait is not None and now - r.since >= self.max_wait]
+        overdue.sort(key=lambda r: (r.since, r.key))
+        late = {r.key for r in overdue}
+        lines: dict[str, deque[Request]] = {}
+        for r in sorted((r for r in queue if r.key not in late), key=lambda r: (r.since, r.key)):
+            lines.setdefault(r.campaign, deque()).append(r)
+        virtual = {c: self.usage(c, now) for c in lines}
+        out = list(overdue)
+        while lines:
+            campaign = min(lines, key=lambda c: (virtual[c] / self.weights.get(c, 1.0), c))
+            r = lines[campaign].popleft()
+            if not lines[campaign]:
+                del lines[campaign]
+            virtual[campaign] += self.dominant(r.size) * r.duration
+            out.append(r)
+        return out
+
+    def plan(self, queue: Sequence[Request], running: Sequence[Running], now: float) -> Plan:
+        """Which of *queue* start now, and the reservation for the first that cannot."""
+        free = dict(self.capacity)
+        for job in running:
+            _take(free, job.size)
+        ends = [(max(job.ends, now), job.size) for job in running]
+        started: list[Request] = []
+        backfilled: list[str] = []
+        reservation: Reservation | None = None
+        spare: dict[str, int] = {}
+        """What is left at the reservation's start once it has what it needs."""
+        for r in self.order(queue, now):
+            if not self.fits_pool(r.size):
+                continue  # the engine refuses these before they queue
+            if not _fits(free, r.size):
+                if reservation is None:
+                    at, spare = _earliest(free, ends, r.size)
+                    reservation = Reservation(r.key, r.campaign, at, dict(r.size))
+                continue
+            if reservation is not None:
+                if now + r.duration <= reservation.start:
+                    pass  # done before the reserved start: it delays nothing
+                elif _fits(spare, r.size):
+                    _take(spare, r.size)  # holds only what the reservation leaves over
+                else:
+                    continue
+                backfilled.append(r.key)
+            _take(free, r.size)
+            ends.append((now + r.duration, r.size))
+            started.append(r)
+        return Plan(tuple(started), reservation, tuple(backfilled))
+
+
+def _fits(free: Mapping[str, int], size: Mapping[str, int]) -> bool:
+    return all(free.get(k, 0) >= v for k, v in size.items() if v > 0)
+
+
+def _take(free: dict[str, int], size: Mapping[str, int]) -> None:
+    for k, v in size.items():
+        free[k] = free.get(k, 0) - v
+
+
+def _earliest(
+    free: Mapping[str, int], ends: Iterable[tuple[float, Mapping[str, int]]],
+    size: Mapping[str, int],
+) -> tuple[float, dict[str, int]]:
+    """The earliest expected time *size* fits, releasing running trials in the order they
+    end, and what is left over then."""
+    now_free = dict(free)
+    for at, held in sorted(ends, key=lambda e: e[0]):
+        for k, v in held.items():
+            now_free[k] = now_free.get(k, 0) + v
+        if _fits(now_free, size):
+            left = dict(now_free)
+            _take(left, size)
+            return at, left
+    return math.inf, {}  # pragma: no cover - a request that fits the pool fits once all end
+
+
+@dataclass(slots=True)
+class DurationEstimate:
+    """Expected durations per campaign: the time limit when a trial has one, else a high
+    quantile of the campaign's recent actual durations (a reservation built on an
+    underestimate slips), else *default*.
+
+    :param window: how many recent durations per campaign count.
+    :param quantile: which quantile of them is the estimate (0.9: nine in ten end sooner).
+    """
+
+    default: float = 3600.0
+    window: int = 50
+    quantile: float = 0.9
+    _seen: dict[str, deque[float]] = field(default_factory=dict)
+
+    def observe(self, campaign: str, seconds: float) -> None:
+        if seconds >= 0 and math.isfinite(seconds):
+            self._seen.setdefault(campaign, deque(maxlen=self.window)).append(seconds)
+
+    def estimate(self, campaign: str, time_limit: float | None = None) -> float:
+        seen = self._seen.get(campaign)
+        if seen and len(seen) >= 3:
+            guess = statistics.quantiles(seen, n=100, method="inclusive")[
+                round(self.quantile * 100) - 1]
+            return min(guess, time_limit) if time_limit is not None else guess
+        if time_limit is not None:
+            return time_limit
+        return max(seen) if seen else self.default

@@ -1,0 +1,178 @@
+"""The pool scheduler on hand-made cases: exact plans and exact schedules in virtual time."""
+
+from __future__ import annotations
+
+import heapq
+
+import pytest
+
+from dse import ConfigError
+from dse._scheduler import DurationEstimate, PoolScheduler, Request, Reservation, Running
+
+
+def gpus(n: int) -> dict[str, int]:
+    return {"gpus": n}
+
+
+def req(key: str, n: int, duration: float, since: float = 0.0, campaign: str = "a") -> Request:
+    return Request(key, campaign, gpus(n), duration, since)
+
+
+POOL = {"gpus": 8}
+
+
+def test_a_reservation_is_made_for_the_head_and_a_long_small_trial_may_not_delay_it() -> None:
+    sched = PoolScheduler(POOL, {"a": 1.0})
+    plan = sched.plan(
+        [req("big", 8, 50.0, 0.0), req("small", 2, 200.0, 1.0)],
+        [Running("r", "a", gpus(4), ends=100.0)],
+        now=0.0,
+    )
+    assert plan.start == ()
+    assert plan.reservation == Reservation("big", "a", 100.0, gpus(8))
+
+
+def test_a_short_trial_backfills_when_it_ends_before_the_reserved_start() -> None:
+    sched = PoolScheduler(POOL, {"a": 1.0})
+    plan = sched.plan(
+        [req("big", 8, 50.0, 0.0), req("long", 2, 200.0, 1.0), req("short", 2, 100.0, 2.0)],
+        [Running("r", "a", gpus(4), ends=100.0)],
+        now=0.0,
+    )
+    assert [r.key for r in plan.start] == ["short"]
+    assert plan.backfilled == ("short",)
+    assert plan.reservation is not None
+    assert plan.reservation.start == 100.0
+
+
+def test_a_long_trial_backfills_only_into_what_the_reservation_leaves_over() -> None:
+    sched = PoolScheduler(POOL, {"a": 1.0})
+    plan = sched.plan(
+        [req("big", 6, 50.0, 0.0), req("l1", 2, 500.0, 1.0), req("l2", 2, 500.0, 2.0)],
+        [Running("r", "a", gpus(4), ends=100.0)],
+        now=0.0,
+    )
+    # At 100 the 8 GPUs are free; big takes 6, so 2 are spare: l1 may hold them, l2 may not.
+    assert [r.key for r in plan.start] == ["l1"]
+    assert plan.reservation == Reservation("big", "a", 100.0, gpus(6))
+
+
+def simulate(
+    sched: PoolScheduler, arrivals: list[Request], actual: dict[str, float] | None = None
+) -> dict[str, tuple[float, float]]:
+    """Run *arrivals* (each queued at its ``since``) to the end in virtual time; the start
+    and end of every trial. *actual* overrides a trial's real duration."""
+    actual = actual or {}
+    pending = sorted(arrivals, key=lambda r: r.since)
+    queue: list[Request] = []
+    running: dict[str, tuple[Running, Request]] = {}
+    ends: list[tuple[float, str]] = []
+    out: dict[str, tuple[float, float]] = {}
+    now = 0.0
+    while pending or queue or running:
+        while pending and pending[0].since <= now:
+            queue.append(pending.pop(0))
+        plan = sched.plan(queue, [job for job, _ in running.values()], now)
+        for r in plan.start:
+            queue.remove(r)
+            real = actual.get(r.key, r.duration)
+            running[r.key] = (Running(r.key, r.campaign, r.size, now + r.duration), r)
+            heapq.heappush(ends, (now + real, r.key))
+            sched.charge(r.campaign, r.size, real, now)
+            out[r.key] = (now, now + real)
+        times = [t for t in (ends[0][0] if ends else None, pending[0].since if pending else None)
+                 if t is not None]
+        now = min(times)
+        while ends and ends[0][0] <= now:
+            _, key = heapq.heappop(ends)
+            del running[key]
+    return out
+
+
+def test_greedy_packing_would_starve_the_wide_trial_and_the_scheduler_starts_it_on_time() -> None:
+    # A stream of 1-GPU trials of 30 s, one arriving every 5 s, keeps 6 GPUs busy; an 8-GPU
+    # trial arrives at 2 s. First come first served with greedy packing would start every
+    # small trial that fits and the wide one only after the stream dries up.
+    stream = [req(f"s{i}", 1, 30.0, since=5.0 * i) for i in range(60)]
+    wide = req("wide", 8, 40.0, since=2.0)
+    sched = PoolScheduler(POOL, {"a": 1.0})
+    out = simulate(sched, [*stream, wide])
+    # Running at 2 s: s0 (ends 30). The wide trial is reserved for 30 s; s1.. (30 s long) may
+    # not start in the meantime, so it starts exactly when s0 ends.
+    assert out["wide"] == (30.0, 70.0)
+    assert out["s1"][0] == 70.0  # queued behind the reservation, then first served
+    assert all(start >= 70.0 for key, (start, _) in out.items() if key not in {"s0", "wide"})
+
+
+def test_an_overrun_pushes_the_reservation_back_to_the_real_end() -> None:
+    sched = PoolScheduler(POOL, {"a": 1.0})
+    out = simulate(
+        sched, [req("first", 4, 10.0), req("wide", 8, 5.0, since=1.0)], actual={"first": 25.0}
+    )
+    assert out["wide"] == (25.0, 30.0)
+
+
+def test_campaigns_interleave_by_weight_when_usage_is_equal() -> None:
+    sched = PoolScheduler(POOL, {"a": 2.0, "b": 1.0})
+    queue = [req(f"a{i}", 1, 10.0, i, "a") for i in range(6)]
+    queue += [req(f"b{i}", 1, 10.0, i, "b") for i in range(3)]
+    order = [r.key for r in sched.order(queue, now=0.0)]
+    assert order == ["a0", "b0", "a1", "a2", "b1", "a3", "a4", "b2", "a5"]
+
+
+def test_past_usage_decays_with_the_half_life_and_moves_a_campaign_back() -> None:
+    sched = PoolScheduler(POOL, {"a": 1.0, "b": 1.0}, half_life=100.0)
+    sched.charge("a", gpus(8), 100.0, now=0.0)
+    assert sched.usage("a", 0.0) == pytest.approx(100.0)
+    assert sched.usage("a", 100.0) == pytest.approx(50.0)
+    sched.charge("b", gpus(8), 30.0, now=200.0)
+    queue = [req("a0", 1, 10.0, 0.0, "a"), req("b0", 1, 10.0, 0.0, "b")]
+    # Undecayed, a (100) would wait behind b (30); decayed, a has 25 by 200 s and goes first.
+    assert [r.key for r in sched.order(queue, 200.0)] == ["a0", "b0"]
+
+
+def test_a_request_over_max_wait_goes_first_whatever_its_campaigns_share() -> None:
+    sched = PoolScheduler(POOL, {"a": 1.0, "b": 1.0}, max_wait=60.0)
+    sched.charge("a", gpus(8), 1000.0, now=0.0)
+    queue = [req("a0", 1, 10.0, 0.0, "a"), req("b0", 1, 10.0, 50.0, "b")]
+    assert [r.key for r in sched.order(queue, 59.0)] == ["b0", "a0"]
+    assert [r.key for r in sched.order(queue, 60.0)] == ["a0", "b0"]
+
+
+def test_a_trial_larger_than_the_pool_is_never_started_nor_reserved() -> None:
+    sched = PoolScheduler(POOL, {"a": 1.0})
+    plan = sched.plan([req("huge", 9, 1.0), req("ok", 1, 1.0, 1.0)], [], now=0.0)
+    assert [r.key for r in plan.start] == ["ok"]
+    assert plan.reservation is None
+    assert not sched.fits_pool(gpus(9))
+    assert not sched.fits_pool({"cpus": 1})  # a resource the pool does not have
+
+
+def test_the_dominant_resource_counts_the_usage() -> None:
+    sched = PoolScheduler({"cpus": 16, "gpus": 8}, {"a": 1.0})
+    assert sched.dominant({"cpus": 4, "gpus": 1}) == pytest.approx(0.25)
+    assert sched.dominant({"cpus": 2, "gpus": 4}) == pytest.approx(0.5)
+
+
+def test_bad_pools_and_weights_are_one_config_error() -> None:
+    with pytest.raises(ConfigError, match="capacity"):
+        PoolScheduler({"gpus": 0}, {"a": 1.0})
+    with pytest.raises(ConfigError, match="weights"):
+        PoolScheduler(POOL, {"a": 0.0})
+    with pytest.raises(ConfigError, match="half_life"):
+        PoolScheduler(POOL, {"a": 1.0}, half_life=0.0)
+
+
+def test_durations_come_from_the_time_limit_then_from_the_campaigns_history() -> None:
+    est = DurationEstimate(default=600.0)
+    assert est.estimate("a") == 600.0
+    assert est.estimate("a", time_limit=120.0) == 120.0
+    for seconds in (10.0, 20.0):
+        est.observe("a", seconds)
+    assert est.estimate("a") == 20.0  # too few to trust a quantile: the longest seen
+    for seconds in range(1, 101):
+        est.observe("b", float(seconds))
+    assert est.estimate("b") == pytest.approx(95.1)  # window 50: 51..100, 0.9 quantile
+    assert est.estimate("b", time_limit=60.0) == 60.0
+    est.observe("b", float("nan"))
+    assert est.estimate("b") == pytest.approx(95.1)
