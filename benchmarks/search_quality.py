@@ -52,14 +52,14 @@ What is measured (one process run; every method sees the same problems, budgets 
 A second table counts, per run, the points that repeat an earlier one (nearly, or exactly)
 and the failed trials: it shows a method that keeps proposing where it already failed.
 
-Runs are spread over ``--jobs`` processes (default: one per core); full mode takes about 8
+Runs are spread over ``--jobs`` processes (default: one per core); full mode takes about 16
 minutes on 2 cores, ``--quick`` about 25 seconds. BLAS/OpenMP threads are set to 1 (unless
 already set in the environment) so that parallel runs do not oversubscribe the cores: Optuna
 recommends it for GPSampler.
 
 Usage::
 
-    python benchmarks/search_quality.py           # 10 seeds, P=1/4 waves/4 rolling (~8 min)
+    python benchmarks/search_quality.py           # 10 seeds (40 noisy), P=1/4w/4r, ~16 min
     python benchmarks/search_quality.py --quick   # under a minute: 2 seeds, budget 25, P=4 waves
     python benchmarks/search_quality.py --seeds 3 --jobs 2 --no-gp
 
