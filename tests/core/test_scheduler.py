@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import heapq
-
 import pytest
 
 from dse import ConfigError
-from dse._scheduler import DurationEstimate, PoolScheduler, Request, Reservation, Running
+from dse._scheduler import (
+    DurationEstimate,
+    PoolScheduler,
+    Request,
+    Reservation,
+    Running,
+    simulate,
+)
 
 
 def gpus(n: int) -> dict[str, int]:
@@ -57,36 +62,16 @@ def test_a_long_trial_backfills_only_into_what_the_reservation_leaves_over() -> 
     assert plan.reservation == Reservation("big", "a", 100.0, gpus(6))
 
 
-def simulate(
+def run(
     sched: PoolScheduler, arrivals: list[Request], actual: dict[str, float] | None = None
 ) -> dict[str, tuple[float, float]]:
-    """Run *arrivals* (each queued at its ``since``) to the end in virtual time; the start
-    and end of every trial. *actual* overrides a trial's real duration."""
-    actual = actual or {}
-    pending = sorted(arrivals, key=lambda r: r.since)
-    queue: list[Request] = []
-    running: dict[str, tuple[Running, Request]] = {}
-    ends: list[tuple[float, str]] = []
-    out: dict[str, tuple[float, float]] = {}
-    now = 0.0
-    while pending or queue or running:
-        while pending and pending[0].since <= now:
-            queue.append(pending.pop(0))
-        plan = sched.plan(queue, [job for job, _ in running.values()], now)
-        for r in plan.start:
-            queue.remove(r)
-            real = actual.get(r.key, r.duration)
-            running[r.key] = (Running(r.key, r.campaign, r.size, now + r.duration), r)
-            heapq.heappush(ends, (now + real, r.key))
-            sched.charge(r.campaign, r.size, real, now)
-            out[r.key] = (now, now + real)
-        times = [t for t in (ends[0][0] if ends else None, pending[0].since if pending else None)
-                 if t is not None]
-        now = min(times)
-        while ends and ends[0][0] <= now:
-            _, key = heapq.heappop(ends)
-            del running[key]
-    return out
+    """The schedule of *arrivals* under *sched*, charging each start's real duration."""
+    return simulate(
+        lambda queue, running, now: sched.plan(queue, running, now).start,
+        arrivals,
+        actual,
+        on_start=lambda r, now, real: sched.charge(r.campaign, r.size, real, now),
+    )
 
 
 def test_greedy_packing_would_starve_the_wide_trial_and_the_scheduler_starts_it_on_time() -> None:
@@ -96,7 +81,7 @@ def test_greedy_packing_would_starve_the_wide_trial_and_the_scheduler_starts_it_
     stream = [req(f"s{i}", 1, 30.0, since=5.0 * i) for i in range(60)]
     wide = req("wide", 8, 40.0, since=2.0)
     sched = PoolScheduler(POOL, {"a": 1.0})
-    out = simulate(sched, [*stream, wide])
+    out = run(sched, [*stream, wide])
     # Running at 2 s: s0 (ends 30). The wide trial is reserved for 30 s; s1.. (30 s long) may
     # not start in the meantime, so it starts exactly when s0 ends.
     assert out["wide"] == (30.0, 70.0)
@@ -106,7 +91,7 @@ def test_greedy_packing_would_starve_the_wide_trial_and_the_scheduler_starts_it_
 
 def test_an_overrun_pushes_the_reservation_back_to_the_real_end() -> None:
     sched = PoolScheduler(POOL, {"a": 1.0})
-    out = simulate(
+    out = run(
         sched, [req("first", 4, 10.0), req("wide", 8, 5.0, since=1.0)], actual={"first": 25.0}
     )
     assert out["wide"] == (25.0, 30.0)
@@ -176,3 +161,9 @@ def test_durations_come_from_the_time_limit_then_from_the_campaigns_history() ->
     assert est.estimate("b", time_limit=60.0) == 60.0
     est.observe("b", float("nan"))
     assert est.estimate("b") == pytest.approx(95.1)
+
+
+def test_the_simulation_leaves_out_what_can_never_start() -> None:
+    sched = PoolScheduler(POOL, {"a": 1.0})
+    out = run(sched, [req("huge", 9, 1.0), req("ok", 1, 2.0, 1.0)])
+    assert out == {"ok": (1.0, 3.0)}

@@ -22,11 +22,12 @@ Durations are expectations: a time limit when the trial has one, else an estimat
 history of the campaign's trials (:class:`DurationEstimate`). A trial that overruns its
 expected end pushes the reservation later, never past ``max_wait`` of the reserved request.
 Everything here is plain data and arithmetic on a clock the caller passes in, so schedules can
-be checked exactly in virtual time.
+be checked exactly in virtual time (:func:`simulate`).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import statistics
 from collections import deque
@@ -36,9 +37,17 @@ from typing import TYPE_CHECKING
 from dse._errors import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
-__all__ = ["DurationEstimate", "Plan", "PoolScheduler", "Request", "Reservation", "Running"]
+__all__ = [
+    "DurationEstimate",
+    "Plan",
+    "PoolScheduler",
+    "Request",
+    "Reservation",
+    "Running",
+    "simulate",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,3 +271,45 @@ class DurationEstimate:
         if time_limit is not None:
             return time_limit
         return max(seen) if seen else self.default
+
+
+def simulate(
+    plan: Callable[[Sequence[Request], Sequence[Running], float], Sequence[Request]],
+    arrivals: Sequence[Request],
+    actual: Mapping[str, float] | None = None,
+    on_start: Callable[[Request, float, float], None] | None = None,
+) -> dict[str, tuple[float, float]]:
+    """Run *arrivals* (each queued at its ``since``) to the end in virtual time under *plan*
+    (which returns the requests to start now); the start and end of every request.
+
+    *actual* overrides a request's real duration (its ``duration`` stays the expectation the
+    planner sees); *on_start* is called with the request, the time and its real duration
+    (to charge a :class:`PoolScheduler`). A request the planner never starts, with nothing
+    left to wait for, is left out of the result.
+    """
+    actual = actual or {}
+    pending = deque(sorted(arrivals, key=lambda r: (r.since, r.key)))
+    queue: list[Request] = []
+    running: dict[str, Running] = {}
+    ends: list[tuple[float, str]] = []
+    out: dict[str, tuple[float, float]] = {}
+    now = 0.0
+    while pending or running or queue:
+        while pending and pending[0].since <= now:
+            queue.append(pending.popleft())
+        for r in plan(queue, list(running.values()), now):
+            queue.remove(r)
+            real = actual.get(r.key, r.duration)
+            running[r.key] = Running(r.key, r.campaign, r.size, now + r.duration)
+            heapq.heappush(ends, (now + real, r.key))
+            out[r.key] = (now, now + real)
+            if on_start is not None:
+                on_start(r, now, real)
+        upcoming = [t for t in (ends[0][0] if ends else None,
+                                pending[0].since if pending else None) if t is not None]
+        if not upcoming:
+            break  # what is still queued can never start
+        now = min(upcoming)
+        while ends and ends[0][0] <= now:
+            del running[heapq.heappop(ends)[1]]
+    return out
