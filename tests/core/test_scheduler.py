@@ -167,3 +167,13 @@ def test_the_simulation_leaves_out_what_can_never_start() -> None:
     sched = PoolScheduler(POOL, {"a": 1.0})
     out = run(sched, [req("huge", 9, 1.0), req("ok", 1, 2.0, 1.0)])
     assert out == {"ok": (1.0, 3.0)}
+
+
+def test_a_request_waiting_past_its_own_length_times_wait_factor_goes_first() -> None:
+    sched = PoolScheduler(POOL, {"a": 1.0, "b": 1.0}, wait_factor=2.0)
+    sched.charge("a", gpus(8), 1000.0, now=0.0)
+    queue = [req("a0", 1, 10.0, 0.0, "a"), req("b0", 1, 10.0, 5.0, "b")]
+    assert not sched.overdue(queue[0], 19.0)
+    assert [r.key for r in sched.order(queue, 19.0)] == ["b0", "a0"]
+    assert sched.overdue(queue[0], 20.0)
+    assert [r.key for r in sched.order(queue, 20.0)] == ["a0", "b0"]

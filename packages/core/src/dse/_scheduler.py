@@ -15,8 +15,10 @@ holds a reservation.
   the running trials. Later requests start only when they fit now *and* either end before
   that time or use only what the reservation leaves over. So a large or long trial is never
   starved by a stream of small ones, and small ones still fill the gaps.
-* **Bounded wait.** A request that has waited ``max_wait`` seconds goes ahead of the fair-share
-  order (oldest first): even a campaign far over its share gets its trial started.
+* **Bounded wait.** A request that has waited ``wait_factor`` times its own expected duration,
+  or ``max_wait`` seconds, goes ahead of the fair-share order (oldest first) and so gets the
+  reservation: even a campaign far over its share gets its trial started, and a trial's wait
+  is bounded by its own length plus the time the pool needs to make room for it.
 
 Durations are expectations: a time limit when the trial has one, else an estimate from the
 history of the campaign's trials (:class:`DurationEstimate`). A trial that overruns its
@@ -110,6 +112,8 @@ class PoolScheduler:
         weights of the campaigns that have work).
     :param half_life: seconds after which past usage counts half.
     :param max_wait: seconds after which a waiting request goes first (``None``: never).
+    :param wait_factor: a request that has waited this many times its own expected duration
+        goes first too (``None``: never).
     """
 
     def __init__(
@@ -119,6 +123,7 @@ class PoolScheduler:
         *,
         half_life: float = 3600.0,
         max_wait: float | None = None,
+        wait_factor: float | None = None,
     ) -> None:
         if not capacity or any(v <= 0 for v in capacity.values()):
             raise ConfigError(f"pool capacity must be positive, got {dict(capacity)}")
@@ -131,6 +136,7 @@ class PoolScheduler:
         self.weights = dict(weights)
         self.half_life = half_life
         self.max_wait = max_wait
+        self.wait_factor = wait_factor
         self._usage: dict[str, _Usage] = {c: _Usage() for c in weights}
 
     # -- usage ----------------------------------------------------------------------------
@@ -163,11 +169,17 @@ class PoolScheduler:
         keys = set(size) | set(self.capacity)
         return all(size.get(k, 0) <= self.capacity.get(k, 0) for k in keys)
 
+    def overdue(self, request: Request, now: float) -> bool:
+        """Whether *request* has waited past its bound."""
+        waited = now - request.since
+        return (self.max_wait is not None and waited >= self.max_wait) or (
+            self.wait_factor is not None and waited >= self.wait_factor * request.duration)
+
     def order(self, queue: Sequence[Request], now: float) -> list[Request]:
         """*queue* in the order it is served: overdue requests first (oldest first), then
         campaigns by fair share (each pick charged at once, so campaigns interleave by weight),
         first come first served within a campaign."""
-        overdue = [r for r in queue if self.max_wait is not None and now - r.since >= self.max_wait]
+        overdue = [r for r in queue if self.overdue(r, now)]
         overdue.sort(key=lambda r: (r.since, r.key))
         late = {r.key for r in overdue}
         lines: dict[str, deque[Request]] = {}
