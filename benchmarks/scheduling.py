@@ -17,15 +17,15 @@ Scenarios (seeded; every method sees the same trials):
   two hours. Every trial's expected duration is its time limit (twice its median, the very
   long ones included); no trial overruns it. Greedy packing starts whatever fits, oldest
   first. The figure is the longest wait of an 8-GPU trial over its own duration.
-* **(c) fair share**: campaigns weighted 2:1, each with 2,000 queued 1-GPU trials (log-normal,
-  median 60 s) on the 8-GPU pool. The share of GPU-seconds used by each campaign in each
-  10-minute window (the first one left out, the last partial one too); the figure is the
-  largest relative deviation of the heavier campaign's share from 2/3.
+* **(c) fair share**: campaigns weighted 2:1, each with 2,000 (quick: 800) queued 1-GPU
+  trials (log-normal, median 60 s) on the 8-GPU pool. The share of GPU-seconds used by each
+  campaign in each 10-minute window (the first one left out, the last partial one too); the
+  figure is the largest relative deviation of the heavier campaign's share from 2/3.
 
 Usage::
 
-    python benchmarks/scheduling.py          # 5 seeds
-    python benchmarks/scheduling.py --quick  # 1 seed
+    python benchmarks/scheduling.py          # 5 seeds, about 4 minutes
+    python benchmarks/scheduling.py --quick  # 1 seed, about 20 seconds
 
 The last line printed is one JSON object: ``makespan_ratio_to_bound``,
 ``long_wait_ratio_to_duration``, ``greedy_long_wait_ratio_to_duration``, ``share_deviation``
@@ -152,11 +152,11 @@ def starvation(seed: int) -> dict[str, float]:
 # -- (c) fair share ---------------------------------------------------------------------------
 
 
-def fair_share(seed: int, window: float = 600.0) -> dict[str, float]:
+def fair_share(seed: int, per_campaign: int = 2000, window: float = 600.0) -> dict[str, float]:
     rng = random.Random(f"c:{seed}")
     trials = [
         Request(f"{c}{i}", c, {"gpus": 1}, lognormal(rng, 60.0, 0.5), 0.0)
-        for i in range(2000)
+        for i in range(per_campaign)
         for c in ("a", "b")
     ]
     sched = PoolScheduler(GPUS, {"a": 2.0, "b": 1.0}, half_life=600.0)
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.seeds or (1 if args.quick else 5))
     a = [makespan(s) for s in seeds]
     b = [starvation(s) for s in seeds]
-    c = [fair_share(s) for s in seeds]
+    c = [fair_share(s, 800 if args.quick else 2000) for s in seeds]
     print("scheduling: dse._scheduler alone, in virtual time (not yet through the engine)")
     print()
     print("(a) makespan / lower bound, 500 log-normal trials on 8 slots")
