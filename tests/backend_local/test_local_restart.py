@@ -113,3 +113,28 @@ def test_a_restarted_controller_learns_how_orphaned_trials_ended(specs, orphaned
             exit_doc["started_at"], exit_doc["ended_at"]
         )
     assert by_name["ok"].ended_at - by_name["ok"].started_at >= 1.5
+
+
+def test_an_attempt_that_never_started_is_lost_without_blame_and_a_dead_wrapper_with_blame(
+    tmp_path: Path,
+) -> None:
+    """A controller killed while launching an attempt leaves no wrapper pid file: the
+    workload never ran, so the loss is not ambiguous (two such losses must not confirm a
+    failure of the configuration). A wrapper that ran and died without an exit file is."""
+    never = _spec(tmp_path, "ok")
+    died = JobSpec(trial_id="ctl-died", attempt=1, params={}, trial_dir=tmp_path / "died",
+                   argv=("true",), shell=True)
+    adir = died.trial_dir / "attempt-1"
+    adir.mkdir(parents=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (adir / "wrapper.pid").write_text(f"{gone.pid} 1\n")
+    with LocalBackend(cpus=2, gpus=0, grace=0.5) as backend:
+        backend.reattach({"job-never": never, "job-died": died})
+        final = wait_for(backend, ["job-never", "job-died"], timeout=10)
+    assert final["job-never"].state is JobState.LOST
+    assert not final["job-never"].ambiguous
+    assert "never started" in (final["job-never"].reason or "")
+    assert final["job-died"].state is JobState.LOST
+    assert final["job-died"].ambiguous
+    assert "without writing exit.json" in (final["job-died"].reason or "")
