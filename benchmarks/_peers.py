@@ -1,10 +1,13 @@
-"""What the benchmarks share: their error, and Optuna imported quietly."""
+"""What the benchmarks share: their error, Optuna imported quietly, and their tables."""
 
 from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 class BenchmarkError(Exception):
@@ -27,3 +30,14 @@ def import_optuna(install: str = "optuna") -> Any:
     warnings.filterwarnings("ignore", module="optuna")
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return optuna
+
+
+def table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    """A plain-text table: the first column left-aligned, the others right-aligned."""
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join([cells[0].ljust(widths[0]), *rest])
+
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, body)])

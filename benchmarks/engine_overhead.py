@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from _peers import BenchmarkError, import_optuna
+from _peers import BenchmarkError, import_optuna, table
 
 import dse
 from dse.testing import ProbeBackend
@@ -263,15 +263,7 @@ def _table(rows: list[Measurement], dse_rate: float) -> str:
         )
         for m in rows
     ]
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-
-    def line(cells: tuple[str, ...]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
-        return "  ".join([first, *rest])
-
-    sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(header), sep, *(line(r) for r in body)])
+    return table(header, body)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,9 @@ import random
 import sys
 from collections.abc import Callable, Sequence
 
-from dse._scheduler import PoolScheduler, Request, Running, simulate
+from _peers import table
+
+from dse._scheduler import PoolScheduler, Request, Running, fits, simulate, take
 
 Planner = Callable[[Sequence[Request], Sequence[Running], float], Sequence[Request]]
 GPUS = {"gpus": 8}
@@ -63,13 +65,11 @@ def greedy(capacity: dict[str, int]) -> Planner:
     def plan(queue: Sequence[Request], running: Sequence[Running], now: float) -> list[Request]:
         free = dict(capacity)
         for job in running:
-            for k, v in job.size.items():
-                free[k] -= v
+            take(free, job.size)
         out = []
         for r in sorted(queue, key=lambda r: (r.since, r.key)):
-            if all(free.get(k, 0) >= v for k, v in r.size.items()):
-                for k, v in r.size.items():
-                    free[k] -= v
+            if fits(free, r.size):
+                take(free, r.size)
                 out.append(r)
         return out
 
@@ -191,21 +191,22 @@ def main(argv: list[str] | None = None) -> int:
     print("scheduling: dse._scheduler alone, in virtual time (not yet through the engine)")
     print()
     print("(a) makespan / lower bound, 500 log-normal trials on 8 slots")
-    print("seed  bound s  waves  rolling FCFS  dse")
-    for s, row in zip(seeds, a, strict=True):
-        print(f"{s:>4}  {row['bound_s']:>7.0f}  {row['waves']:>5.2f}  {row['rolling']:>12.3f}"
-              f"  {row['dse']:.3f}")
+    print(table(("seed", "bound s", "waves", "rolling FCFS", "dse"), [
+        (str(s), f"{r['bound_s']:.0f}", f"{r['waves']:.2f}", f"{r['rolling']:.3f}",
+         f"{r['dse']:.3f}")
+        for s, r in zip(seeds, a, strict=True)
+    ]))
     print()
     print("(b) longest wait of an 8-GPU trial / its duration, 8-GPU pool, short 1-GPU stream")
-    print("seed  8-GPU trials  greedy packing  dse")
-    for s, row in zip(seeds, b, strict=True):
-        print(f"{s:>4}  {row['wide_8gpu_trials']:>12.0f}  {row['greedy']:>14.2f}"
-              f"  {row['dse']:.2f}")
+    print(table(("seed", "8-GPU trials", "greedy packing", "dse"), [
+        (str(s), f"{r['wide_8gpu_trials']:.0f}", f"{r['greedy']:.2f}", f"{r['dse']:.2f}")
+        for s, r in zip(seeds, b, strict=True)
+    ]))
     print()
     print("(c) campaigns weighted 2:1: largest relative deviation from 2/3 per 10-min window")
-    print("seed  windows  dse")
-    for s, row in zip(seeds, c, strict=True):
-        print(f"{s:>4}  {row['windows']:>7.0f}  {row['dse']:.4f}")
+    print(table(("seed", "windows", "dse"), [
+        (str(s), f"{r['windows']:.0f}", f"{r['dse']:.4f}") for s, r in zip(seeds, c, strict=True)
+    ]))
     summary = {
         "makespan_ratio_to_bound": round(max(r["dse"] for r in a), 4),
         "waves_makespan_ratio_to_bound": round(max(r["waves"] for r in a), 4),

@@ -86,7 +86,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from _peers import BenchmarkError, import_optuna
+from _peers import BenchmarkError, import_optuna, table
 
 import dse
 from dse.testing import FakeClock, ProbeBackend, ProbeScript
@@ -602,18 +602,6 @@ def _fmt(value: float | None) -> str:
     return f"{value:.3g}" if abs(value) >= 1e-3 else f"{value:.2e}"
 
 
-def _table(header: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-
-    def line(cells: tuple[str, ...]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
-        return "  ".join([first, *rest])
-
-    sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(header), sep, *(line(r) for r in body)])
-
-
 def _round(value: float | None) -> float | None:
     return None if value is None else float(f"{value:.6g}")
 
@@ -771,7 +759,7 @@ def main(argv: list[str] | None = None) -> int:
                 *(_fmt(medians[key][s.label][method]) for s in settings),
                 f"{sum(r.seconds for r in runs):.1f}",
             ))
-        print(_table(("median regret", *(s.label for s in settings), "run s"), body))
+        print(table(("median regret", *(s.label for s in settings), "run s"), body))
         if problem.noise_sd:
             # What the search found, told apart from what the noise let it recognise.
             found[key] = {
@@ -781,7 +769,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 for s in settings
             }
-            print(_table(
+            print(table(
                 ("best evaluated, noiseless", *(s.label for s in settings)),
                 [(m, *(_fmt(found[key][s.label][m]) for s in settings)) for m in methods],
             ))
@@ -820,7 +808,7 @@ def main(argv: list[str] | None = None) -> int:
                     for field in ("repeats", "exact_repeats", "failed")
                 ))
             body.append(tuple(row))
-    print(_table(("function / method", *(f"{s.label} near/exact/fail" for s in settings)), body))
+    print(table(("function / method", *(f"{s.label} near/exact/fail" for s in settings)), body))
 
     print()
     latency_s: float | None = None

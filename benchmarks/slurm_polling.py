@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from _peers import table
+
 import dse
 from dse import JobSpec, JobState, Resources
 from dse_slurm import SlurmBackend, SlurmOptions
@@ -213,13 +215,7 @@ def _table(rows: list[Row], dse_row: Row) -> str:
         )
         for r in rows
     ]
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-
-    def line(cells: tuple[str, ...]) -> str:
-        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
-        return "  ".join([cells[0].ljust(widths[0]), *rest])
-
-    return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, body)])
+    return table(header, body)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -191,15 +191,10 @@ class GaussianProcess:
         self, x: NDArray[np.float64]
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Posterior mean and standard deviation at *x* (m by width), in the units of *y*."""
-        signal = math.exp(self._theta[self.width])
         if self._chol is None:
-            mean = np.full(x.shape[0], self._mean)
-            return mean, np.full(x.shape[0], math.sqrt(signal) * self._scale)
-        cross = self._kernel(x, self._x)
-        mean_s = cross @ self._alpha + self._offset
-        v = linalg.solve_triangular(self._chol, cross.T, lower=True)
-        var = np.maximum(signal - np.sum(v**2, axis=0), 1e-12)
-        return mean_s * self._scale + self._mean, np.sqrt(var) * self._scale
+            return self._prior(x)
+        mean, std, _ = self._posterior(self._kernel(x, self._x))
+        return mean, std
 
     def predict_gradient(
         self, x: NDArray[np.float64]
@@ -207,25 +202,40 @@ class GaussianProcess:
                NDArray[np.float64]]:
         """Posterior mean and standard deviation at *x* (m by width) with their gradients in
         *x* (m by width each), in the units of *y*."""
-        mean, std = self.predict(x)
         if self._chol is None:
-            zeros = np.zeros_like(x)
-            return mean, std, zeros, zeros.copy()
+            mean, std = self._prior(x)
+            return mean, std, np.zeros_like(x), np.zeros_like(x)
         lengths = np.exp(self._theta[: self.width])
         signal = math.exp(self._theta[self.width])
         delta = x[:, None, :] - self._x[None, :, :]  # m by n by width
-        scaled = delta / lengths**2
         k, g = _matern(np.sum((delta / lengths) ** 2, axis=2))
+        mean, std, v = self._posterior(signal * k)
         # dk(x, X_j)/dx = -s_f^2 g (x - X_j) / l^2
-        dcross = -(signal * g)[:, :, None] * scaled  # m by n by width
+        dcross = -(signal * g)[:, :, None] * (delta / lengths**2)  # m by n by width
         dmean_s = np.einsum("mnw,n->mw", dcross, self._alpha)
-        v = linalg.solve_triangular(self._chol, (signal * k).T, lower=True)  # n by m
         w = linalg.solve_triangular(self._chol, v, lower=True, trans="T")  # K^-1 k, n by m
         # var = s_f^2 - k^T K^-1 k, so dvar/dx = -2 (dk/dx)^T K^-1 k.
         dvar = -2.0 * np.einsum("mnw,nm->mw", dcross, w)
         std_s = std / self._scale
         dstd_s = dvar / (2.0 * std_s[:, None])
         return mean, std, dmean_s * self._scale, dstd_s * self._scale
+
+    def _prior(self, x: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        signal = math.exp(self._theta[self.width])
+        return (np.full(x.shape[0], self._mean),
+                np.full(x.shape[0], math.sqrt(signal) * self._scale))
+
+    def _posterior(
+        self, cross: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+        """Mean and standard deviation (units of *y*) from the cross-covariance of m points
+        with the data (m by n), and ``L^-1 cross^T`` (n by m), which the gradient reuses."""
+        assert self._chol is not None
+        signal = math.exp(self._theta[self.width])
+        mean_s = cross @ self._alpha + self._offset
+        v = linalg.solve_triangular(self._chol, cross.T, lower=True)
+        var = np.maximum(signal - np.sum(v**2, axis=0), 1e-12)
+        return mean_s * self._scale + self._mean, np.sqrt(var) * self._scale, v
 
     @property
     def length_scales(self) -> NDArray[np.float64]:

@@ -102,9 +102,6 @@ class _Job:
     final: JobStatus | None = None
     started_at: float | None = None
     reattached: bool = False
-    never_started: bool = False
-    """Reattached without a wrapper pid file: the wrapper, which writes it before it starts
-    the workload, never ran (the last controller stopped while launching it)."""
     released: bool = False
 
 
@@ -379,9 +376,11 @@ class LocalBackend(Backend):
             doc = None
         if not isinstance(doc, dict):
             state = JobState.CANCELLED if job.cancel_at is not None else JobState.LOST
-            if job.never_started and not (attempt_dir(spec) / PID_FILE).exists():
-                # The workload never ran, so it cannot have caused the loss: not ambiguous
-                # (two such losses must not confirm a failure of the configuration).
+            if not (attempt_dir(spec) / PID_FILE).exists():
+                # No wrapper pid file: the wrapper, which writes it before it starts the
+                # workload, never ran (its controller stopped while launching it). The
+                # workload cannot have caused the loss: not ambiguous, so two such losses
+                # never confirm a failure of the configuration.
                 lost = "the attempt never started (its controller stopped while launching it)"
                 return JobStatus(job.job_id, state, node="localhost", reason=lost,
                                  ended_at=time.time())
@@ -455,9 +454,7 @@ class LocalBackend(Backend):
                 words = (adir / PID_FILE).read_text().split()
                 pid, recorded = int(words[0]), int(words[1])
             except (OSError, ValueError, IndexError):
-                # Never started: decided by the exit file at the next poll.
-                job.never_started = not (adir / EXIT_FILE).exists()
-                continue
+                continue  # never started: decided by the exit file at the next poll
             ticks = _start_ticks(pid)
             if ticks is None or (recorded and ticks != recorded):
                 continue  # ended, or the pid now belongs to another process

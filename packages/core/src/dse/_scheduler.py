@@ -48,7 +48,9 @@ __all__ = [
     "Request",
     "Reservation",
     "Running",
+    "fits",
     "simulate",
+    "take",
 ]
 
 
@@ -200,7 +202,7 @@ class PoolScheduler:
         """Which of *queue* start now, and the reservation for the first that cannot."""
         free = dict(self.capacity)
         for job in running:
-            _take(free, job.size)
+            take(free, job.size)
         ends = [(max(job.ends, now), job.size) for job in running]
         started: list[Request] = []
         backfilled: list[str] = []
@@ -210,7 +212,7 @@ class PoolScheduler:
         for r in self.order(queue, now):
             if not self.fits_pool(r.size):
                 continue  # the engine refuses these before they queue
-            if not _fits(free, r.size):
+            if not fits(free, r.size):
                 if reservation is None:
                     at, spare = _earliest(free, ends, r.size)
                     reservation = Reservation(r.key, r.campaign, at, dict(r.size))
@@ -218,22 +220,24 @@ class PoolScheduler:
             if reservation is not None:
                 if now + r.duration <= reservation.start:
                     pass  # done before the reserved start: it delays nothing
-                elif _fits(spare, r.size):
-                    _take(spare, r.size)  # holds only what the reservation leaves over
+                elif fits(spare, r.size):
+                    take(spare, r.size)  # holds only what the reservation leaves over
                 else:
                     continue
                 backfilled.append(r.key)
-            _take(free, r.size)
+            take(free, r.size)
             ends.append((now + r.duration, r.size))
             started.append(r)
         return Plan(tuple(started), reservation, tuple(backfilled))
 
 
-def _fits(free: Mapping[str, int], size: Mapping[str, int]) -> bool:
+def fits(free: Mapping[str, int], size: Mapping[str, int]) -> bool:
+    """Whether *size* fits in the *free* resources."""
     return all(free.get(k, 0) >= v for k, v in size.items() if v > 0)
 
 
-def _take(free: dict[str, int], size: Mapping[str, int]) -> None:
+def take(free: dict[str, int], size: Mapping[str, int]) -> None:
+    """Take *size* out of *free* (in place)."""
     for k, v in size.items():
         free[k] = free.get(k, 0) - v
 
@@ -248,9 +252,9 @@ def _earliest(
     for at, held in sorted(ends, key=lambda e: e[0]):
         for k, v in held.items():
             now_free[k] = now_free.get(k, 0) + v
-        if _fits(now_free, size):
+        if fits(now_free, size):
             left = dict(now_free)
-            _take(left, size)
+            take(left, size)
             return at, left
     return math.inf, {}  # pragma: no cover - a request that fits the pool fits once all end
 
@@ -268,7 +272,7 @@ class DurationEstimate:
     default: float = 3600.0
     window: int = 50
     quantile: float = 0.9
-    _seen: dict[str, deque[float]] = field(default_factory=dict)
+    _seen: dict[str, deque[float]] = field(default_factory=dict, init=False, repr=False)
 
     def observe(self, campaign: str, seconds: float) -> None:
         if seconds >= 0 and math.isfinite(seconds):
