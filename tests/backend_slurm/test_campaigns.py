@@ -130,8 +130,9 @@ def started_on(project: Path, node: str) -> bool:
 
 def assert_retried_elsewhere(project: Path, count: int, state: str, node: str) -> None:
     """All *count* trials completed; those whose first attempt ended *state* on *node* ran a second
-    attempt elsewhere (their workload ran twice, once on each); the rest ended succeeded,
-    after interruptions only."""
+    attempt elsewhere, and the rest ended succeeded, after interruptions only. The trial the
+    test waited for ran its workload twice, once on each node; another trial the node held may
+    have been taken down between its allocation and its workload's first line, so it ran once."""
     assert [row["status"] for row in trials(project).values()] == ["completed"] * count
     attempts = attempts_by_trial(project)
     hit = {n: a for n, a in attempts.items() if a[0]["state"] == state}
@@ -141,7 +142,8 @@ def assert_retried_elsewhere(project: Path, count: int, state: str, node: str) -
         assert [a["state"] for a in tries] == [state, "succeeded"]
         assert tries[0]["node"] == node
         assert tries[1]["node"] != node  # the node that interrupted it is avoided
-        assert runs[number] == [f"1 {node}", f"2 {tries[1]['node']}"]
+        assert runs[number] in ([f"1 {node}", f"2 {tries[1]['node']}"], [f"2 {tries[1]['node']}"])
+    assert any(runs[number][0] == f"1 {node}" for number in hit), runs
     for number, tries in attempts.items():
         if number not in hit:
             assert tries[-1]["state"] == "succeeded"
