@@ -1,31 +1,34 @@
 """Scheduling: dse's pool scheduler against waves, rolling first-come-first-served and greedy
-packing, in virtual time.
+packing, through the engine on the probe backend in virtual time.
 
-**This version drives ``dse._scheduler.PoolScheduler`` alone**, through its discrete-event
-:func:`dse._scheduler.simulate`; the engine does not use the scheduler yet (issue 9). When it
-does, the same scenarios run through the engine on the probe backend.
+Every method runs the same trials as real dse campaigns (``dse.Engine`` in a
+``dse._pool`` pool, a ``ProbeBackend`` whose jobs last their scripted seconds on a
+``FakeClock``); starts and ends are read back from each run's SQLite record.
 
 Scenarios (seeded; every method sees the same trials):
 
-* **(a) makespan**: one campaign, 500 trials of log-normal duration (median 60 s, sigma 1), 8
-  slots. Waves (start 8, wait for all), rolling first come first served, and the scheduler
-  (one campaign: first come first served, since every trial expects the same duration).
-  Against the lower bound max(total work / 8, longest trial).
-* **(b) starvation**: an 8-GPU pool. Campaign ``wide`` submits a trial every 5 minutes for
-  two hours, of 1, 2, 4 or 8 GPUs, log-normal around 120 s, one in twenty 20 times longer; campaign
-  ``short`` keeps the pool oversubscribed with 1-GPU trials of about 30 s, one every 3 s, for
-  two hours. Every trial's expected duration is its time limit (twice its median, the very
-  long ones included); no trial overruns it. Greedy packing starts whatever fits, oldest
-  first. The figure is the longest wait of an 8-GPU trial over its own duration.
-* **(c) fair share**: campaigns weighted 2:1, each with 2,000 (quick: 800) queued 1-GPU
-  trials (log-normal, median 60 s) on the 8-GPU pool. The share of GPU-seconds used by each
-  campaign in each 10-minute window (the first one left out, the last partial one too); the
+* **(a) makespan**: one campaign, 500 trials, 8 slots. Each trial's params hold its ``work``
+  (log-normal), and it runs ``60 s x work x noise`` (log-normal noise, sigma 0.4; overall
+  sigma about 1). Waves (start 8, wait for all), rolling first come first served (the
+  default), and dse's scheduler with ``lookahead = 64``: it prepares up to 64 trials ahead
+  and starts the longest expected first, expected from the 5 nearest ended trials. Against
+  the lower bound max(total work / 8, longest trial).
+* **(b) starvation**: an 8-GPU pool. Campaign ``wide`` runs 24 trials one after the other, of
+  1, 2, 4 or 8 GPUs (``environment.gpus = "{gpus}"``), log-normal around 120 s, one in twenty
+  20 times longer; campaign ``short`` keeps the pool oversubscribed with 1-GPU trials of
+  about 30 s (a stream of 3,000). Every trial's time limit is twice its median, and that is
+  what the scheduler expects until history says otherwise. Greedy packing (the same engine,
+  the plan replaced by: start every queued trial that fits, oldest first) against dse. The
+  figure is the longest wait of an 8-GPU trial (queued to started) over its own duration.
+* **(c) fair share**: campaigns weighted 2:1 (half-life 10 min), each with 2,000 (quick: 800)
+  1-GPU trials (log-normal, median 60 s) on the 8-GPU pool. The share of GPU-seconds each
+  campaign used in each 10-minute window while both ran (the first window left out); the
   figure is the largest relative deviation of the heavier campaign's share from 2/3.
 
 Usage::
 
-    python benchmarks/scheduling.py          # 5 seeds, about 4 minutes
-    python benchmarks/scheduling.py --quick  # 1 seed, about 20 seconds
+    python benchmarks/scheduling.py          # 5 seeds, about 3 minutes
+    python benchmarks/scheduling.py --quick  # 1 seed, under a minute
 
 The last line printed is one JSON object: ``makespan_ratio_to_bound``,
 ``long_wait_ratio_to_duration``, ``greedy_long_wait_ratio_to_duration``, ``share_deviation``
@@ -35,35 +38,60 @@ The last line printed is one JSON object: ``makespan_ratio_to_bound``,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from _peers import table
 
-from dse._scheduler import PoolScheduler, Request, Running, fits, simulate, take
+import dse
+from dse._campaign import EnvironmentConfig
+from dse._environment import CommandEnvironment
+from dse._pool import Pool, PoolConfig, drive
+from dse._scheduler import Plan, PoolScheduler, Request, Running, fits, take
+from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 
-Planner = Callable[[Sequence[Request], Sequence[Running], float], Sequence[Request]]
-GPUS = {"gpus": 8}
-WIDE_TRIALS = 24
-WIDE_EVERY = 300.0
-"""(b): the wide campaign submits one trial every 5 minutes for two hours (on average 3.75
-GPUs of about 240 s with the long ones: a third of the pool), the short stream the rest."""
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from dse._protocols import TrialInfo
+    from dse._types import JobSpec
+
+START = 1_000_000.0
+SPACE = dse.Space.from_dict({
+    "kind": {"type": "categorical", "choices": ["a", "b", "wide", "short"]},
+    "work": {"type": "float", "low": 1e-4, "high": 1e4, "log": True},
+    "seconds": {"type": "float", "low": 0.0, "high": 1e9},
+    "limit": {"type": "float", "low": 0.0, "high": 1e9},
+    "gpus": {"type": "int", "low": 1, "high": 8},
+})
+"""Every scenario's trials: ``work`` is what the scheduler may learn durations from;
+``seconds`` (how long it really runs) and ``limit`` are hidden from its similarity (they are
+scaled over a range so wide they weigh nothing next to ``work``)."""
 
 
-def lognormal(rng: random.Random, median: float, sigma: float) -> float:
-    return median * rng.lognormvariate(0.0, sigma)
+class LimitFromParams(CommandEnvironment):
+    """Each trial's time limit from its ``limit`` param (0: none)."""
+
+    def prepare(self, trial: TrialInfo) -> JobSpec:
+        spec = super().prepare(trial)
+        limit = float(trial.params["limit"])
+        return dataclasses.replace(spec, time_limit=limit or None)
 
 
-# -- planners --------------------------------------------------------------------------------
+def script(params: Mapping[str, Any]) -> ProbeScript:
+    return ProbeScript(seconds=float(params["seconds"]), metrics={"value": 1.0})
 
 
-def greedy(capacity: dict[str, int]) -> Planner:
-    """Start every queued request that fits, oldest first (no reservation)."""
+class Greedy(PoolScheduler):
+    """Greedy packing: start every queued trial that fits, oldest first, no reservation."""
 
-    def plan(queue: Sequence[Request], running: Sequence[Running], now: float) -> list[Request]:
-        free = dict(capacity)
+    def plan(self, queue: Sequence[Request], running: Sequence[Running], now: float) -> Plan:
+        free = dict(self.capacity)
         for job in running:
             take(free, job.size)
         out = []
@@ -71,22 +99,72 @@ def greedy(capacity: dict[str, int]) -> Planner:
             if fits(free, r.size):
                 take(free, r.size)
                 out.append(r)
-        return out
-
-    return plan
+        return Plan(tuple(out), None)
 
 
-def scheduler(sched: PoolScheduler) -> tuple[Planner, Callable[[Request, float, float], None]]:
-    """The pool scheduler's plan, charging each start its expected duration (the engine
-    charges the expectation and corrects it at the end)."""
+@dataclasses.dataclass
+class Spec:
+    name: str
+    trials: list[dict[str, Any]]
+    mode: str = "rolling"
+    parallelism: int = 8
+    lookahead: int = 0
 
-    def plan(queue: Sequence[Request], running: Sequence[Running], now: float) -> Sequence[Request]:
-        return sched.plan(queue, running, now).start
 
-    def charge(r: Request, now: float, _real: float) -> None:
-        sched.charge(r.campaign, r.size, r.duration, now)
+def run(specs: Sequence[Spec], capacity: dict[str, int], *, weights: Mapping[str, float] = {},
+        half_life: float = 3600.0, greedy: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """Run *specs* as campaigns of one pool; each campaign's attempts (params, queued, start,
+    end, expected), times relative to the start."""
+    clock = FakeClock(START)
+    backend = ProbeBackend(script, clock=clock)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        pool = Pool(PoolConfig(capacity, dict(weights), half_life=half_life))
+        engines = []
+        for spec in specs:
+            env = EnvironmentConfig(resource_params={"gpus": "gpus"},
+                                    resources=dse.Resources(cpus=1, gpus=8))
+            campaign = dse.Campaign(
+                name=spec.name, space=SPACE, objectives=(dse.Objective("value"),),
+                mode=spec.mode,  # type: ignore[arg-type]
+                max_parallelism=spec.parallelism, lookahead=spec.lookahead,
+                max_trials=len(spec.trials), environment=env, workspace=root / spec.name,
+            )
+            store = dse.Store(root / spec.name / "dse.sqlite")
+            engine = dse.Engine(
+                campaign, agent=ScriptedAgent(spec.trials), backend=backend, store=store,
+                clock=clock,
+                environment=LimitFromParams(env, campaign.objectives, param_names=SPACE.names),
+            )
+            pool.join(engine)
+            engines.append(engine)
+        pool.start()
+        if greedy:
+            assert pool.scheduler is not None
+            pool.scheduler = Greedy(pool.scheduler.capacity, pool.scheduler.weights)
+        for engine in engines:
+            engine.open()
+        results = drive(pool)
+        out: dict[str, list[dict[str, Any]]] = {}
+        for engine, result in zip(engines, results, strict=True):
+            if result.status != "completed" or result.stats.completed != len(
+                    next(s for s in specs if s.name == engine.campaign.name).trials):
+                raise RuntimeError(f"{engine.campaign.name}: {result}")
+            rows = engine.store.query(
+                "SELECT t.params, a.submitted_at, a.started_at, a.ended_at, a.expected_s"
+                " FROM attempts a JOIN trials t ON t.id = a.trial_id ORDER BY t.number")
+            out[engine.campaign.name] = [
+                {"params": json.loads(r[0]), "queued": r[1] - START, "start": r[2] - START,
+                 "end": r[3] - START, "expected": r[4]}
+                for r in rows
+            ]
+            engine.store.close()
+    return out
 
-    return plan, charge
+
+def trial(kind: str, seconds: float, *, work: float = 1.0, gpus: int = 1,
+          limit: float = 0.0) -> dict[str, Any]:
+    return {"kind": kind, "work": work, "seconds": seconds, "limit": limit, "gpus": gpus}
 
 
 # -- (a) makespan -----------------------------------------------------------------------------
@@ -94,58 +172,49 @@ def scheduler(sched: PoolScheduler) -> tuple[Planner, Callable[[Request, float, 
 
 def makespan(seed: int) -> dict[str, float]:
     rng = random.Random(f"a:{seed}")
-    durations = [lognormal(rng, 60.0, 1.0) for _ in range(500)]
-    slots = {"cpus": 8}
+    trials = []
+    for _ in range(500):
+        work = rng.lognormvariate(0.0, 0.9)
+        trials.append(trial("a", 60.0 * work * rng.lognormvariate(0.0, 0.4), work=work))
+    durations = [t["seconds"] for t in trials]
     bound = max(sum(durations) / 8, max(durations))
-    trials = [Request(f"t{i}", "a", {"cpus": 1}, d, 0.0) for i, d in enumerate(durations)]
-    waves = 0.0
-    for i in range(0, len(durations), 8):
-        waves += max(durations[i : i + 8])
-    rolling = max(end for _, end in simulate(greedy(slots), trials).values())
-    plan, charge = scheduler(PoolScheduler(slots, {"a": 1.0}))
-    dse = max(end for _, end in simulate(plan, trials, on_start=charge).values())
-    return {"bound_s": bound, "waves": waves / bound, "rolling": rolling / bound,
-            "dse": dse / bound}
+
+    def span(**kw: Any) -> float:
+        out = run([Spec("a", trials, **kw)], {"slots": 8})["a"]
+        return max(r["end"] for r in out) / bound
+
+    return {
+        "bound_s": bound,
+        "waves": span(mode="waves"),
+        "rolling": span(),
+        "dse": span(lookahead=64),
+    }
 
 
 # -- (b) starvation ---------------------------------------------------------------------------
 
 
-def starvation_trials(seed: int) -> tuple[list[Request], dict[str, float]]:
-    rng = random.Random(f"b:{seed}")
-    trials: list[Request] = []
-    actual: dict[str, float] = {}
-    for i in range(WIDE_TRIALS):
-        gpus = rng.choice([1, 2, 4, 8])
-        long = rng.random() < 0.05
-        median = 120.0 * (20 if long else 1)
-        limit = 2 * median
-        key = f"w{i}-{gpus}g"
-        trials.append(Request(key, "wide", {"gpus": gpus}, limit, WIDE_EVERY * i + 1.0))
-        actual[key] = min(lognormal(rng, median, 0.3), limit)
-    t = 0.0
-    i = 0
-    while t < 7200.0:
-        key = f"s{i}"
-        trials.append(Request(key, "short", {"gpus": 1}, 60.0, t))
-        actual[key] = min(lognormal(rng, 30.0, 0.3), 60.0)
-        t += 3.0
-        i += 1
-    return trials, actual
-
-
 def starvation(seed: int) -> dict[str, float]:
-    trials, actual = starvation_trials(seed)
-    wide = [r for r in trials if r.size["gpus"] == 8]
+    rng = random.Random(f"b:{seed}")
+    wide = []
+    for _ in range(24):
+        gpus = rng.choice([1, 2, 4, 8])
+        median = 120.0 * (20 if rng.random() < 0.05 else 1)
+        seconds = min(median * rng.lognormvariate(0.0, 0.3), 2 * median)
+        wide.append(trial("wide", seconds, gpus=gpus, limit=2 * median))
+    short = [trial("short", min(30.0 * rng.lognormvariate(0.0, 0.3), 60.0), limit=60.0)
+             for _ in range(3000)]
+    specs = [Spec("wide", wide, parallelism=1), Spec("short", short, parallelism=8)]
 
-    def worst(out: dict[str, tuple[float, float]]) -> float:
-        return max((out[r.key][0] - r.since) / actual[r.key] for r in wide)
+    def worst(out: dict[str, list[dict[str, Any]]]) -> float:
+        eight = [r for r in out["wide"] if r["params"]["gpus"] == 8]
+        return max((r["start"] - r["queued"]) / (r["end"] - r["start"]) for r in eight)
 
-    plan, charge = scheduler(PoolScheduler(GPUS, {"wide": 1.0, "short": 1.0}))
+    dse_run = run(specs, {"gpus": 8})
     return {
-        "wide_8gpu_trials": float(len(wide)),
-        "greedy": worst(simulate(greedy(GPUS), trials, actual)),
-        "dse": worst(simulate(plan, trials, actual, on_start=charge)),
+        "wide_8gpu_trials": float(sum(1 for t in wide if t["gpus"] == 8)),
+        "greedy": worst(run(specs, {"gpus": 8}, greedy=True)),
+        "dse": worst(dse_run),
     }
 
 
@@ -154,25 +223,20 @@ def starvation(seed: int) -> dict[str, float]:
 
 def fair_share(seed: int, per_campaign: int = 2000, window: float = 600.0) -> dict[str, float]:
     rng = random.Random(f"c:{seed}")
-    trials = [
-        Request(f"{c}{i}", c, {"gpus": 1}, lognormal(rng, 60.0, 0.5), 0.0)
-        for i in range(per_campaign)
-        for c in ("a", "b")
-    ]
-    sched = PoolScheduler(GPUS, {"a": 2.0, "b": 1.0}, half_life=600.0)
-    plan, charge = scheduler(sched)
-    out = simulate(plan, trials, on_start=charge)
-    campaign = {r.key: r.campaign for r in trials}
-    # Both campaigns compete until the first runs out of trials.
-    until = min(max(end for k, (_, end) in out.items() if campaign[k] == c) for c in "ab")
+    trials = {c: [trial(c, 60.0 * rng.lognormvariate(0.0, 0.5)) for _ in range(per_campaign)]
+              for c in ("a", "b")}
+    out = run([Spec("a", trials["a"]), Spec("b", trials["b"])], {"gpus": 8},
+              weights={"a": 2.0, "b": 1.0}, half_life=600.0)
+    until = min(max(r["end"] for r in out[c]) for c in "ab")  # both compete until then
     deviations = []
     start = window  # the first window fills the pool: left out
     while start + window <= until:
         used = {"a": 0.0, "b": 0.0}
-        for key, (s, e) in out.items():
-            overlap = min(e, start + window) - max(s, start)
-            if overlap > 0:
-                used[campaign[key]] += overlap
+        for c in "ab":
+            for r in out[c]:
+                overlap = min(r["end"], start + window) - max(r["start"], start)
+                if overlap > 0:
+                    used[c] += overlap
         share = used["a"] / (used["a"] + used["b"])
         deviations.append(abs(share - 2 / 3) / (2 / 3))
         start += window
@@ -188,10 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     a = [makespan(s) for s in seeds]
     b = [starvation(s) for s in seeds]
     c = [fair_share(s, 800 if args.quick else 2000) for s in seeds]
-    print("scheduling: dse._scheduler alone, in virtual time (not yet through the engine)")
+    print("scheduling: the engine on the probe backend in virtual time")
     print()
     print("(a) makespan / lower bound, 500 log-normal trials on 8 slots")
-    print(table(("seed", "bound s", "waves", "rolling FCFS", "dse"), [
+    print(table(("seed", "bound s", "waves", "rolling FCFS", "dse (lookahead 64)"), [
         (str(s), f"{r['bound_s']:.0f}", f"{r['waves']:.2f}", f"{r['rolling']:.3f}",
          f"{r['dse']:.3f}")
         for s, r in zip(seeds, a, strict=True)
@@ -215,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
         "greedy_long_wait_ratio_to_duration": round(max(r["greedy"] for r in b), 4),
         "share_deviation": round(max(r["dse"] for r in c), 4),
         "seeds": len(seeds),
-        "through_engine": False,
+        "through_engine": True,
+        "targets_met": max(r["dse"] for r in a) <= 1.05 and max(r["dse"] for r in b) <= 2.0
+        and max(r["dse"] for r in c) <= 0.05,
     }
     print()
     print(json.dumps(summary))

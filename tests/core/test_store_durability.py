@@ -220,10 +220,11 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
     )
     store.close()
     # What dse 0.1 with schema 3 wrote: no usage or spend on attempts, no data versions,
-    # no scores, invalidations, environments or trial links.
+    # no scores, invalidations, environments or trial links, no expected durations.
     db = sqlite3.connect(path)
     db.execute("ALTER TABLE attempts DROP COLUMN usage")
     db.execute("ALTER TABLE attempts DROP COLUMN spend")
+    db.execute("ALTER TABLE attempts DROP COLUMN expected_s")
     for column in ("data_version", "data_version_read", "dependencies", "replaces",
                    "invalidation"):
         db.execute(f"ALTER TABLE trials DROP COLUMN {column}")
@@ -243,7 +244,7 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
         names = [row["name"] for row in store.query("SELECT name FROM campaigns")]
     finally:
         store.close()
-    assert {"usage", "spend"} <= columns
+    assert {"usage", "spend", "expected_s"} <= columns
     assert {"data_version", "dependencies", "replaces", "invalidation"} <= trial_columns
     assert {"scores", "invalidations", "environments"} <= tables
     assert int(version) == _store.SCHEMA_VERSION

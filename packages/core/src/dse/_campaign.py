@@ -43,7 +43,9 @@ class EnvironmentConfig:
     time_limit: float | None = None
     """Per-trial wall-clock limit in seconds."""
     resources: Resources = field(default_factory=Resources)
-    """CPUs, GPUs, memory per trial."""
+    """CPUs, GPUs, memory per trial (the largest a trial may ask, when a param sets them)."""
+    resource_params: Mapping[str, str] = field(default_factory=dict)
+    """``cpus``/``gpus`` set per trial by a param (``gpus = "{gpus}"``): resource -> param."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment variables for every trial."""
     code_version: str | None = None
@@ -78,6 +80,9 @@ class Campaign:
     """``waves``: start up to ``max_parallelism``, wait for all; ``rolling``: refill at once."""
     max_parallelism: int = 1
     """Most trials running at once."""
+    lookahead: int = 0
+    """Trials prepared ahead of free resources, so the pool scheduler can choose among them
+    (longest expected first); 0: a trial is pulled from the agent only when it can start."""
     max_trials: int | None = None
     """Step allowance: most proposals accepted as trials or cache hits (``None``: no bound)."""
     seed: int = 0
@@ -128,6 +133,8 @@ class Campaign:
             raise ConfigError(f"{where}: campaign.max_parallelism: expected >= 1")
         if self.max_trials is not None and self.max_trials < 0:
             raise ConfigError(f"{where}: campaign.max_trials: expected >= 0")
+        if self.lookahead < 0:
+            raise ConfigError(f"{where}: campaign.lookahead: expected >= 0")
         if self.max_consecutive_rejections < 1:
             raise ConfigError(f"{where}: campaign.max_consecutive_rejections: expected >= 1")
 
@@ -211,8 +218,19 @@ def _environment(raw: Mapping[str, Any], source: str, base_dir: Path) -> Environ
     if not all(isinstance(c, str) for c in command):
         raise ConfigError(f"{table.where('command')}: expected a list of strings, got {command!r}")
     limit = table.get("time_limit", (int, float, str), "a duration", None)
-    cpus = table.get("cpus", int, "a positive integer", 1)
-    gpus = table.get("gpus", int, "a non-negative integer", 0)
+    resource_params: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for key, low in (("cpus", 1), ("gpus", 0)):
+        value = table.get(key, (int, str), "an integer or '{param}'", low)
+        if isinstance(value, str):
+            match = re.fullmatch(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", value)
+            if match is None:
+                raise ConfigError(
+                    f"{table.where(key)}: expected an integer or '{{param}}', got {value!r}")
+            resource_params[key] = match.group(1)
+            value = low
+        counts[key] = value
+    cpus, gpus = counts["cpus"], counts["gpus"]
     memory = table.get("memory_mb", int, "a positive integer (MiB)", None)
     if cpus < 1 or gpus < 0 or (memory is not None and memory < 1):
         raise ConfigError(f"{source}: environment: cpus >= 1, gpus >= 0, memory_mb >= 1 expected")
@@ -231,10 +249,33 @@ def _environment(raw: Mapping[str, Any], source: str, base_dir: Path) -> Environ
         shell=shell,
         time_limit=None if limit is None else parse_duration(limit, table.where("time_limit")),
         resources=Resources(cpus, gpus, memory),
+        resource_params=resource_params,
         env=dict(env),
         code_version=code_version,
         workdir=base_dir / workdir if workdir else base_dir,
     )
+
+
+def _sized_by_params(env: EnvironmentConfig, space: Space, where: str) -> EnvironmentConfig:
+    """Check the params that set a trial's CPUs or GPUs, and make the campaign's resources the
+    largest they allow (what budgets reserve for a trial not yet proposed)."""
+    largest = {"cpus": env.resources.cpus, "gpus": env.resources.gpus}
+    for key, name in env.resource_params.items():
+        at = f"{where}: environment.{key}"
+        if name not in space.names:
+            raise ConfigError(f"{at}: {{{name}}} is not a parameter of the space")
+        param = space[name]
+        values = param.values() if param.size is not None else ()
+        low = 1 if key == "cpus" else 0
+        if not values or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= low for v in values
+        ):
+            raise ConfigError(
+                f"{at}: parameter {name!r} must take only integers >= {low} (an int range or"
+                " integer choices)")
+        largest[key] = max(int(v) for v in values)
+    resources = Resources(largest["cpus"], largest["gpus"], env.resources.memory_mb)
+    return dataclasses.replace(env, resources=resources)
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +416,9 @@ def campaign_from_dict(
         raise ConfigError(
             f"{top.where('max_parallelism')}: expected a positive integer, got {parallel}"
         )
+    lookahead = top.get("lookahead", int, "a non-negative integer", 0)
+    if lookahead < 0:
+        raise ConfigError(f"{top.where('lookahead')}: expected a non-negative integer")
     max_trials = top.get("max_trials", int, "a non-negative integer", None)
     if max_trials is not None and max_trials < 0:
         raise ConfigError(f"{top.where('max_trials')}: expected a non-negative integer")
@@ -424,6 +468,8 @@ def campaign_from_dict(
     # Absolute: trials run in other directories and must still find their files.
     workspace_path = (Path(workspace) if workspace is not None else base_dir / ws).resolve()
     environment = _environment(root.table("environment"), where, base_dir.resolve())
+    if environment.resource_params:
+        environment = _sized_by_params(environment, space, where)
     if environment.code_version is None and source is not None and environment.workdir:
         # A campaign file names its workload's directory: its git state is the code version.
         detected = detect_code_version(environment.workdir, exclude=workspace_path)
@@ -443,6 +489,7 @@ def campaign_from_dict(
         environment=environment,
         mode=mode,
         max_parallelism=parallel,
+        lookahead=lookahead,
         max_trials=max_trials,
         seed=seed,
         constraints=tuple(constraints),

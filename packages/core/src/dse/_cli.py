@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
@@ -28,6 +29,7 @@ from dse._errors import ConfigError, DseError, ExitCode
 from dse._hashing import canonical_json
 from dse._lock import CampaignLock
 from dse._plugins import PluginManager
+from dse._pool import PoolConfig, is_pool_file, load_pool, run_pool
 from dse._report import (
     ObjectiveRollup,
     RunDetail,
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from dse._budget import Spend
-    from dse._engine import CampaignResult
+    from dse._engine import CampaignResult, Engine
 
 
 _REPORT_KEYS = """\
@@ -87,8 +89,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dse {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run a campaign file")
-    run.add_argument("campaign", type=Path, metavar="CAMPAIGN.toml")
+    run = sub.add_parser(
+        "run", help="run a campaign file (or several sharing one pool)",
+        description="Run a campaign. Several campaign files, or a pool file ([pool] capacity\n"
+        "and [[campaign]] tables with a file and a weight each), run in one controller and\n"
+        "share its resources: fair share by weight, reservations for trials that cannot\n"
+        "start yet, short trials backfilled into the gaps (docs/scheduling.md).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("campaign", type=Path, nargs="+", metavar="CAMPAIGN.toml",
+                     help="campaign files, or one pool file")
     run.add_argument("--workspace", type=Path, help="record directory (default: .dse beside"
                      " the campaign file)")
     run.add_argument("--json", action="store_true", help="print the outcome as JSON")
@@ -181,16 +191,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.INTERNAL_ERROR
 
 
+def _pool_files(paths: Sequence[Path]) -> tuple[list[Path], PoolConfig | None]:
+    """The campaign files to run and their pool: a pool file's, one of their own for several
+    campaign files (weights 1, as many slots as the largest max_parallelism), or none."""
+    if len(paths) == 1 and is_pool_file(paths[0]):
+        config = load_pool(paths[0])
+        return list(config.campaigns), config
+    if len(paths) == 1:
+        return list(paths), None
+    for path in paths:
+        if is_pool_file(path):
+            raise ConfigError(f"{path}: a pool file runs alone (it names its campaigns)")
+    return list(paths), PoolConfig({}, source="command line")
+
+
 def _run(args: argparse.Namespace, console: Console) -> int:
-    campaign = load_campaign(args.campaign, workspace=args.workspace)
+    files, pool = _pool_files(args.campaign)
+    campaigns = [load_campaign(path, workspace=args.workspace) for path in files]
+    for c in campaigns[1:]:
+        first = campaigns[0]
+        if (c.backend, dict(c.backend_options)) != (first.backend, dict(first.backend_options)):
+            raise ConfigError(
+                f"{c.source}: backend: the campaigns of a pool run on one backend, and"
+                f" {first.source} uses {first.backend} with other options"
+            )
     plugins = PluginManager()
-    with CampaignLock(campaign.workspace, campaign.name) as lock:
-        if lock.notice is not None:
-            console.status(lock.notice)
-        store = Store(workspace_db(campaign.workspace))
+    with contextlib.ExitStack() as stack:
+        stores: dict[Path, Store] = {}
+        for c in campaigns:
+            lock = stack.enter_context(CampaignLock(c.workspace, c.name))
+            if lock.notice is not None:
+                console.status(lock.notice)
+            if c.workspace not in stores:
+                stores[c.workspace] = Store(workspace_db(c.workspace))
+                stack.callback(stores[c.workspace].close)
         listener = LiveView(console)
-        engine = build_engine(campaign, store=store, plugins=plugins, listener=listener)
-        resume = _resumable_run(store, campaign, console, fresh=args.fresh)
+        engines = []
+        backend = None
+        for c in campaigns:
+            engine = build_engine(c, store=stores[c.workspace], plugins=plugins,
+                                  listener=listener, backend=backend)
+            backend = engine.backend
+            engines.append(engine)
+        resume = {
+            c.name: run for c in campaigns
+            if (run := _resumable_run(stores[c.workspace], c, console, fresh=args.fresh))
+            is not None
+        }
         interrupts = 0
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -198,25 +245,60 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             interrupts += 1
             if interrupts > 1:
                 raise KeyboardInterrupt
-            engine.request_stop("cancelled")
+            for engine in engines:
+                engine.request_stop("cancelled")
 
         previous = {
             sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
         }
         try:
             try:
-                result = engine.run(resume=resume)
+                if pool is None:
+                    results = [engines[0].run(resume=resume.get(campaigns[0].name))]
+                else:
+                    results = run_pool(engines, pool, resume=resume)
             finally:
-                engine.backend.shutdown(wait=not engine.abandoned)
-            detail = run_detail(store, result.campaign_id)
+                assert backend is not None
+                backend.shutdown(wait=not any(e.abandoned for e in engines))
+            details = [run_detail(stores[c.workspace], r.campaign_id)
+                       for c, r in zip(campaigns, results, strict=True)]
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            store.close()
-    _outcome(result, detail, campaign, console, args.json)
-    if result.status == "cancelled":
+    if pool is None:
+        _outcome(results[0], details[0], campaigns[0], console, args.json)
+    else:
+        _pool_outcome(engines, results, details, campaigns, console, args.json)
+    if any(r.status == "cancelled" for r in results):
         return ExitCode.INTERRUPTED
     return ExitCode.OK
+
+
+def _pool_outcome(
+    engines: Sequence[Engine], results: Sequence[CampaignResult], details: Sequence[RunDetail],
+    campaigns: Sequence[Campaign], console: Console, as_json: bool,
+) -> None:
+    """Each campaign's outcome, then its share of the pool against its weight's."""
+    pool = engines[0].pool
+    assert pool is not None
+    shares = pool.shares(time.time())
+    weights = {e.campaign.name: pool.weight(e) for e in engines}
+    total = sum(weights.values())
+    if as_json:
+        out = []
+        for r, d, c in zip(results, details, campaigns, strict=True):
+            entry = _outcome_json(r, d, c)
+            entry["pool"] = {"weight": weights[c.name], "target_share": weights[c.name] / total,
+                             "share": shares[c.name][1]}
+            out.append(entry)
+        console.data({"pool": dict(pool.config.capacity), "campaigns": out})
+        return
+    for r, d, c in zip(results, details, campaigns, strict=True):
+        _outcome(r, d, c, console, False)
+    capacity = ", ".join(f"{v} {k}" for k, v in pool.config.capacity.items())
+    console.result(f"pool ({capacity}), while the campaigns competed: " + "; ".join(
+        f"{name} used {shares[name][1]:.0%} (weight {weights[name]:g}, target"
+        f" {weights[name] / total:.0%})" for name in weights))
 
 
 def _resumable_run(
@@ -241,36 +323,43 @@ def _resumable_run(
     return int(row["id"])
 
 
+def _outcome_json(result: CampaignResult, detail: RunDetail, campaign: Campaign) -> dict[str, Any]:
+    s = result.stats
+    best = result.best
+    summary = detail.summary
+    return {
+        "campaign": result.name,
+        "run": result.campaign_id,
+        "status": result.status,
+        "end_reason": result.end_reason,
+        "budget_reason": detail.budget_reason,
+        "trials": s.steps,
+        "completed": s.completed,
+        "failed": s.failed,
+        "cached": s.cached,
+        "rejected": s.rejected,
+        "cancelled": s.cancelled,
+        "interrupted": s.interrupted,
+        "best": None if best is None else {
+            "trial": best.number, "score": best.score, "params": dict(best.params),
+            "metric": campaign.objectives[0].metric,
+        },
+        "currency": summary.currency,
+        "spent": _spent_json(summary.spent),
+        "budget": _ceilings(detail),
+        "throughput_per_h": summary.throughput_per_h,
+        "effective_per_h": summary.effective_per_h,
+        "cost_per_effective": summary.cost_per_effective,
+    }
+
+
 def _outcome(result: CampaignResult, detail: RunDetail, campaign: Campaign, console: Console,
              as_json: bool) -> None:
     s = result.stats
     best = result.best
     summary = detail.summary
     if as_json:
-        console.data({
-            "campaign": result.name,
-            "run": result.campaign_id,
-            "status": result.status,
-            "end_reason": result.end_reason,
-            "budget_reason": detail.budget_reason,
-            "trials": s.steps,
-            "completed": s.completed,
-            "failed": s.failed,
-            "cached": s.cached,
-            "rejected": s.rejected,
-            "cancelled": s.cancelled,
-            "interrupted": s.interrupted,
-            "best": None if best is None else {
-                "trial": best.number, "score": best.score, "params": dict(best.params),
-                "metric": campaign.objectives[0].metric,
-            },
-            "currency": summary.currency,
-            "spent": _spent_json(summary.spent),
-            "budget": _ceilings(detail),
-            "throughput_per_h": summary.throughput_per_h,
-            "effective_per_h": summary.effective_per_h,
-            "cost_per_effective": summary.cost_per_effective,
-        })
+        console.data(_outcome_json(result, detail, campaign))
         return
     console.result(
         f"campaign {result.name} run {result.campaign_id}: {result.status}"

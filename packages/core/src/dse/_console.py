@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console as RichConsole
+from rich.console import Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
@@ -149,6 +150,14 @@ def _best_text(engine: Engine) -> str:
     return f"{metric}={best.score:.6g} (trial {best.number}) {dict(best.params)}"
 
 
+def _share_text(engine: Engine) -> str:
+    """``62% of the pool (target 67%)``: what the campaign used while the campaigns competed,
+    against its weight's share."""
+    assert engine.pool is not None
+    target, actual = engine.pool.shares(engine.clock.time())[engine.campaign.name]
+    return f"{actual:.0%} of the pool's use (target {target:.0%})"
+
+
 class LiveView(EngineListener):
     """Shows a campaign's progress: a Rich live view on a terminal, plain lines otherwise."""
 
@@ -156,19 +165,35 @@ class LiveView(EngineListener):
         self.console = console
         self.live: Live | None = None
         self._last_refresh = 0.0
+        self.engines: list[Engine] = []
+        """The campaigns shown (several when they share a pool)."""
 
     def on_start(self, engine: Engine) -> None:
         c = engine.campaign
+        self.engines.append(engine)
         self.console.status(
             f"campaign {c.name} (run {engine.campaign_id}): agent {c.agent}, backend"
             f" {c.backend}, {c.mode} x{c.max_parallelism}, record {engine.store.path}"
         )
         if self.console.interactive:
-            self.live = Live(
-                self._render(engine), console=self.console.err, auto_refresh=False,
-                transient=False,
-            )
-            self.live.start()
+            if self.live is None:
+                self.live = Live(
+                    self._view(), console=self.console.err, auto_refresh=False,
+                    transient=False,
+                )
+                self.live.start()
+            else:
+                self.live.update(self._view(), refresh=True)
+
+    def _view(self) -> Group:
+        """Every campaign's table, each under its name when several share a pool."""
+        if len(self.engines) == 1:
+            return Group(self._render(self.engines[0]))
+        parts: list[Any] = []
+        for engine in self.engines:
+            parts.append(Text(f"campaign {engine.campaign.name}", style="bold underline"))
+            parts.append(self._render(engine))
+        return Group(*parts)
 
     def _render(self, engine: Engine) -> Table:
         s = engine.stats
@@ -197,10 +222,20 @@ class LiveView(EngineListener):
         for label, gauge, text in _budget_rows(engine):
             table.add_row(label, Text.assemble(gauge, "  ", text))
         table.add_row("best so far", _best_text(engine))
+        pool = engine.pool
+        if pool is not None and not pool.trivial:
+            table.add_row("share", _share_text(engine))
+            reservation = pool.reservation
+            if reservation is not None and reservation.campaign == c.name:
+                held = ", ".join(f"{v} {k}" for k, v in reservation.size.items())
+                start = max(reservation.start - engine.clock.time(), 0.0)
+                table.add_row("reservation", f"trial {reservation.key} ({held}) in"
+                              f" {duration_text(start)}")
         return table
 
     def on_trial_end(self, engine: Engine, number: int, status: TrialStatus) -> None:
         if self.live is None:
+            name = f"{engine.campaign.name}: " if len(self.engines) > 1 else ""
             best = engine.stats.best
             best_part = f"; best {best.score:.6g} (trial {best.number})" if best else ""
             budget = engine.ledger.budget
@@ -208,7 +243,7 @@ class LiveView(EngineListener):
                 f"; spent {money_text(engine.ledger.spent.money)}/{money_text(budget.money)}"
                 f" {budget.currency}"
             )
-            self.console.status(f"trial {number} {status.value}{best_part}{spend_part}")
+            self.console.status(f"{name}trial {number} {status.value}{best_part}{spend_part}")
 
     def on_alert(self, engine: Engine, message: str) -> None:
         if message.startswith("budget exhausted"):
@@ -222,10 +257,11 @@ class LiveView(EngineListener):
             now = time.monotonic()
             if now - self._last_refresh >= 0.1:
                 self._last_refresh = now
-                self.live.update(self._render(engine), refresh=True)
+                self.live.update(self._view(), refresh=True)
 
     def on_finish(self, engine: Engine, result: CampaignResult) -> None:
         if self.live is not None:
-            self.live.update(self._render(engine), refresh=True)
-            self.live.stop()
-            self.live = None
+            self.live.update(self._view(), refresh=True)
+            if all(e.finished is not None for e in self.engines):
+                self.live.stop()
+                self.live = None

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from dse._backend import Backend
     from dse._campaign import Campaign
+    from dse._pool import Pool
     from dse._protocols import Agent, Environment
     from dse._scoring import Scorer
     from dse._types import Resources
@@ -95,6 +96,14 @@ class _Trial:
     """The data version its result says it read."""
     baseline_row: int | None = None
     """The baseline trial its score was compared against."""
+    queued_at: float = 0.0
+    """When its current attempt was queued for resources."""
+    granted: bool = False
+    """The pool has let its current attempt start (it is submitted in this pass)."""
+    expected: float | None = None
+    """The run time the pool expected when it started the current attempt."""
+    expected_end: float = 0.0
+    """When the pool expects the current attempt to end."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +282,10 @@ class Engine:
         self._stop: str | None = None
         self.abandoned = False
         """True when a second interrupt ended the run without waiting for its trials."""
+        self.pool: Pool | None = None
+        """The pool whose resources the campaign's trials wait for (set by the pool)."""
+        self.finished: CampaignResult | None = None
+        """How the run ended, once it has."""
         self._cancel_requested: set[str] = set()
         poll = campaign.poll_interval or backend.default_poll_interval
         self._poll_first, self._poll_max = poll
@@ -325,6 +338,14 @@ class Engine:
         :param resume: the id of an unfinished run of this campaign to continue (after a
             crash or a cancel) instead of starting a new run.
         """
+        from dse._pool import Pool, drive
+
+        self.open(resume=resume)
+        return drive(self.pool or Pool.alone(self))[0]
+
+    def open(self, *, resume: int | None = None) -> None:
+        """Record the run (or reopen *resume*) and rebuild its state, ready for the loop
+        (:func:`dse._pool.drive` runs several campaigns' loops in one pool)."""
         campaign = self.campaign
         now = self.clock.time()
         self._resolve_baseline()  # before the run is recorded: a bad baseline records nothing
@@ -348,7 +369,6 @@ class Engine:
         if resume is not None:
             self._restore()
         self.listener.on_start(self)
-        return self._run_loop()
 
     def _create_run(self, now: float) -> int:
         campaign = self.campaign
@@ -363,7 +383,7 @@ class Engine:
             spec=spec,
             agent=f"{getattr(self.agent, 'name', type(self.agent).__name__)}"
             f"=={getattr(self.agent, 'version', '?')}",
-            backend=f"{type(self.backend).name}=={type(self.backend).version}",
+            backend=f"{self.backend.name}=={self.backend.version}",
             mode=campaign.mode,
             max_parallelism=campaign.max_parallelism,
             now=now,
@@ -653,7 +673,7 @@ class Engine:
         trial.job_id, trial.job_id_recorded = None, False
         trial.status, trial.failure, trial.message = TrialStatus.RUNNING, None, None
         self._batch.attempts.append((
-            trial.attempt_row, trial.row_id, spec.attempt, type(self.backend).name, None,
+            trial.attempt_row, trial.row_id, spec.attempt, self.backend.name, None,
             "submitting", now, int(resumed),
         ))
         self._event(trial.row_id, "retry", {
@@ -764,7 +784,7 @@ class Engine:
         for trial in self._retries:
             why = self._reserve(trial, now, new_trial=False)
             if why is None:
-                self._to_submit.append(trial)
+                self._queue(trial, now)
             else:
                 waiting.append((trial, why))
         self._retries.clear()
@@ -804,63 +824,64 @@ class Engine:
             })
             self.listener.on_alert(self, f"budget exhausted: {why}")
 
-    def _run_loop(self) -> CampaignResult:
-        try:
-            self._loop()
-            # The last results are told too: the loop stops pulling once the agent is done
-            # (or max_trials is reached), not once the agent has heard about every trial.
-            self._deliver()
-        except KeyboardInterrupt:
-            # Asked twice to stop: cancel without waiting and leave a consistent record;
-            # trials still running are reattached when the campaign is resumed.
-            self.request_stop("cancelled")
-            self.abandoned = True
-            self._cancel_requested.update(self._running)
-            self.backend.cancel(list(self._running))
+    # -- the loop (driven by dse._pool.drive, one pass at a time) -----------------------------
+
+    def _live(self) -> bool:
+        """Whether the loop goes on: something runs, waits to be retried or for resources, or
+        a pause is waited out."""
+        return bool(
+            self._running or self._retries or self._to_submit or self._waiting_out_pause()
+        )
+
+    def _pass(self) -> bool:
+        """One polling pass: apply what changed, then queue what may start; False when the
+        campaign stopped in it (what ran is cancelled and recorded)."""
+        statuses = self.backend.poll()
+        self.stats.passes += 1
+        if self.backend.last_pass_commands:
+            self._event(None, "backend_commands", {
+                "pass": self.stats.passes, "commands": self.backend.last_pass_commands,
+            })
+        changed = self._apply(statuses)
+        self._poll_wait = (
+            self._poll_first if changed else min(self._poll_wait * 2, self._poll_max)
+        )
+        if self._stopping():
             self._commit()
-        except BaseException as exc:
-            self._stop = self._stop or "error"
-            self._event(None, "error", {"error": f"{type(exc).__name__}: {exc}"})
-            try:
-                self._cancel_all()
-            finally:
-                self._finish("failed", f"error: {type(exc).__name__}")
-            raise
-        reason = self._stop or self._done or "agent_exhausted"
-        status = _TERMINAL_STATUS.get(reason, "completed")
-        return self._finish(status, reason)
-
-    # -- the loop -------------------------------------------------------------------------
-
-    def _loop(self) -> None:
+            self._cancel_all()
+            return False
         self._dispatch()
         self._commit()
-        self._submit()
-        while self._running or self._retries or self._waiting_out_pause():
-            if self._stop:
-                self._cancel_all()
-                return
-            self._wait()
-            statuses = self.backend.poll()
-            self.stats.passes += 1
-            if self.backend.last_pass_commands:
-                self._event(None, "backend_commands", {
-                    "pass": self.stats.passes, "commands": self.backend.last_pass_commands,
-                })
-            changed = self._apply(statuses)
-            self._poll_wait = (
-                self._poll_first if changed else min(self._poll_wait * 2, self._poll_max)
-            )
-            if self._stopping():
-                self._commit()
-                self._cancel_all()
-                return
-            self._dispatch()
-            self._commit()
-            self._submit()
-            self.listener.on_pass(self)
-        if self._stop:
+        return True
+
+    def _close(self, *, deliver: bool = True) -> None:
+        """End the run: the last results are told too (the loop stops pulling once the agent
+        is done or max_trials is reached, not once the agent has heard every trial)."""
+        if self.finished is not None:
+            return
+        if deliver:
+            self._deliver()
+        reason = self._stop or self._done or "agent_exhausted"
+        self._finish(_TERMINAL_STATUS.get(reason, "completed"), reason)
+
+    def _abandon(self) -> None:
+        """Asked twice to stop: cancel without waiting and leave a consistent record; trials
+        still running are reattached when the campaign is resumed."""
+        self.request_stop("cancelled")
+        self.abandoned = True
+        self._cancel_requested.update(self._running)
+        self.backend.cancel(list(self._running))
+        self._commit()
+        self._close(deliver=False)
+
+    def _crash(self, exc: BaseException) -> None:
+        """The loop raised: cancel what runs and record the run as failed."""
+        self._stop = self._stop or "error"
+        self._event(None, "error", {"error": f"{type(exc).__name__}: {exc}"})
+        try:
             self._cancel_all()
+        finally:
+            self._finish("failed", f"error: {type(exc).__name__}")
 
     def _waiting_out_pause(self) -> bool:
         """Dispatch is paused with nothing running: the campaign waits for the interruptions
@@ -877,7 +898,9 @@ class Engine:
             self._admit_retries(now)
             self._refill()
 
-    def _wait(self) -> None:
+    def _wait_for(self) -> tuple[float, bool]:
+        """How long to wait before the next pass, and whether to ask the backend (which may
+        return sooner, when a job changed)."""
         if self._paused and not self._running and self._interruptions:
             # Nothing to poll: sleep until the oldest interruption leaves the window.
             oldest = self._interruptions[0][0]
@@ -886,14 +909,17 @@ class Engine:
             deadline = self.ledger.deadline
             if deadline is not None and now < deadline:
                 left = min(left, deadline - now)
-            self.clock.sleep(left)
-            return
+            return left, False
         wait = self._poll_wait
         deadline = self.ledger.deadline
         if deadline is not None and self._done != "budget_exhausted":
             wait = max(min(wait, deadline - self.clock.time()), 0.0)
+        return wait, True
+
+    def _wait(self) -> None:
+        wait, ask = self._wait_for()
         # Asked even with no wait: a backend may know nothing changes before some time.
-        if not self.backend.wait(wait) and wait > 0:
+        if not ask or (not self.backend.wait(wait) and wait > 0):
             self.clock.sleep(wait)
 
     def _refill(self) -> None:
@@ -903,7 +929,10 @@ class Engine:
             if waves and busy:
                 return
             self._deliver()
-            started = self._fill(self.campaign.max_parallelism - busy)
+            room = self.campaign.max_parallelism - busy
+            if not waves and self.pool is not None:
+                room = self.pool.room(self)
+            started = self._fill(room)
             if started or busy or not self._pending_obs:
                 return
 
@@ -1067,9 +1096,9 @@ class Engine:
             TrialStatus.RUNNING.value, None, None, None, None, None, str(trial_dir), now, None,
         ))
         self._batch.attempts.append(
-            (trial.attempt_row, row_id, 1, type(self.backend).name, None, "submitting", now, 0)
+            (trial.attempt_row, row_id, 1, self.backend.name, None, "submitting", now, 0)
         )
-        self._to_submit.append(trial)
+        self._queue(trial, now)
         self._by_hash[digest] = trial
         stats.started += 1
         return trial
@@ -1089,11 +1118,20 @@ class Engine:
                                   "count": self._consecutive_rejections},
             )
 
+    def _queue(self, trial: _Trial, now: float) -> None:
+        """Queue *trial*'s attempt for the pool's resources."""
+        trial.queued_at, trial.granted = now, False
+        trial.expected = None
+        self._to_submit.append(trial)
+
     def _submit(self) -> None:
-        trials = self._to_submit
+        """Submit the queued attempts the pool granted, in the order they were queued."""
+        if not self._to_submit:
+            return
+        trials = [t for t in self._to_submit if t.granted]
         if not trials:
             return
-        self._to_submit = []
+        self._to_submit = [t for t in self._to_submit if not t.granted]
         specs = [t.spec for t in trials]
         ids = self.backend.submit(specs)  # type: ignore[arg-type]
         for trial, job_id in zip(trials, ids, strict=True):
@@ -1118,6 +1156,8 @@ class Engine:
             del self._running[status.job_id]
             self._conclude(trial, status)
             ended_at = status.ended_at or now
+            if self.pool is not None:
+                self.pool.ended(self, trial, status, ended_at)
             self._settle(trial, self._charge(trial, status, ended_at))
             batch.attempt_ends.append((
                 status.job_id, status.state.value, status.exit_code, status.signal,
@@ -1615,6 +1655,7 @@ class Engine:
         )
         self._commit()
         result = CampaignResult(self.campaign_id, self.campaign.name, status, reason, self.stats)
+        self.finished = result
         self.listener.on_finish(self, result)
         return result
 
@@ -1630,7 +1671,7 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
                 entry[key] = list(value) if isinstance(value, tuple) else value
         space.append(entry)
     env = campaign.environment
-    return {
+    spec: dict[str, Any] = {
         "name": campaign.name,
         "space": space,
         "objectives": [
@@ -1653,6 +1694,7 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
             "cpus": env.resources.cpus,
             "gpus": env.resources.gpus,
             "memory_mb": env.resources.memory_mb,
+            **{f"{k}_param": v for k, v in env.resource_params.items()},
             "code_version": env.code_version,
         },
         "budget": campaign.budget.as_dict(),
@@ -1672,3 +1714,6 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
             "trial": campaign.baseline.trial,
         },
     }
+    if campaign.lookahead:
+        spec["lookahead"] = campaign.lookahead
+    return spec

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from dse._campaign import EnvironmentConfig
     from dse._protocols import TrialInfo
+    from dse._types import Resources
 
 RESULT_FILE = "result.json"
 PARAMS_FILE = "params.json"
@@ -115,11 +116,21 @@ class CommandEnvironment:
             trial_dir=trial_dir,
             argv=argv,
             env=env,
-            resources=self.config.resources,
+            resources=self.resources(trial.params),
             time_limit=self.config.time_limit,
             shell=self.config.shell,
             cwd=self.config.workdir,
         )
+
+    def resources(self, params: Mapping[str, Any]) -> Resources:
+        """What a trial of *params* holds: the campaign's resources, with the CPUs or GPUs a
+        param sets (``gpus = "{gpus}"``) taken from it."""
+        chosen = self.config.resource_params
+        base = self.config.resources
+        if not chosen:
+            return base
+        counts = {k: int(params[name]) for k, name in chosen.items()}
+        return dataclasses.replace(base, **counts)
 
     def evaluate(self, job: JobSpec, status: JobStatus) -> Evaluation:
         doc = status.result

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DurationEstimate",
     "Plan",
+    "Point",
     "PoolScheduler",
     "Request",
     "Reservation",
@@ -116,6 +117,8 @@ class PoolScheduler:
     :param max_wait: seconds after which a waiting request goes first (``None``: never).
     :param wait_factor: a request that has waited this many times its own expected duration
         goes first too (``None``: never).
+    :param longest_first: campaigns whose own requests are served longest expected first
+        instead of first come first served.
     """
 
     def __init__(
@@ -126,6 +129,7 @@ class PoolScheduler:
         half_life: float = 3600.0,
         max_wait: float | None = None,
         wait_factor: float | None = None,
+        longest_first: Iterable[str] = (),
     ) -> None:
         if not capacity or any(v <= 0 for v in capacity.values()):
             raise ConfigError(f"pool capacity must be positive, got {dict(capacity)}")
@@ -139,6 +143,7 @@ class PoolScheduler:
         self.half_life = half_life
         self.max_wait = max_wait
         self.wait_factor = wait_factor
+        self.longest_first = frozenset(longest_first)
         self._usage: dict[str, _Usage] = {c: _Usage() for c in weights}
 
     # -- usage ----------------------------------------------------------------------------
@@ -180,12 +185,16 @@ class PoolScheduler:
     def order(self, queue: Sequence[Request], now: float) -> list[Request]:
         """*queue* in the order it is served: overdue requests first (oldest first), then
         campaigns by fair share (each pick charged at once, so campaigns interleave by weight),
-        first come first served within a campaign."""
+        first come first served within a campaign, or longest expected first for the campaigns
+        in ``longest_first`` (those that queue ahead: a long trial started last would hold the
+        campaign's end back on its own)."""
         overdue = [r for r in queue if self.overdue(r, now)]
         overdue.sort(key=lambda r: (r.since, r.key))
         late = {r.key for r in overdue}
         lines: dict[str, deque[Request]] = {}
-        for r in sorted((r for r in queue if r.key not in late), key=lambda r: (r.since, r.key)):
+        lpt = self.longest_first
+        for r in sorted((r for r in queue if r.key not in late),
+                        key=lambda r: (-r.duration if r.campaign in lpt else 0.0, r.since, r.key)):
             lines.setdefault(r.campaign, deque()).append(r)
         virtual = {c: self.usage(c, now) for c in lines}
         out = list(overdue)
@@ -259,34 +268,73 @@ def _earliest(
     return math.inf, {}  # pragma: no cover - a request that fits the pool fits once all end
 
 
+Point = tuple["float | str", ...]
+"""A trial's params as the estimate compares them: numbers scaled to [0, 1] (log-scaled where
+the parameter is), categories as they are."""
+
+
 @dataclass(slots=True)
 class DurationEstimate:
-    """Expected durations per campaign: the time limit when a trial has one, else a high
-    quantile of the campaign's recent actual durations (a reservation built on an
-    underestimate slips), else *default*.
+    """Expected durations per campaign, from the history of similar trials.
 
-    :param window: how many recent durations per campaign count.
-    :param quantile: which quantile of them is the estimate (0.9: nine in ten end sooner).
+    A trial's estimate is the mean duration of the *neighbours* most similar trials of its
+    campaign among the last *window* that ended (similar: nearest params, see :data:`Point`),
+    capped by its time limit; with fewer than three ended, the time limit, else the longest
+    seen, else *default*. Without params, a high *quantile* of the campaign's recent durations
+    (a reservation built on an underestimate slips).
     """
 
     default: float = 3600.0
     window: int = 50
     quantile: float = 0.9
-    _seen: dict[str, deque[float]] = field(default_factory=dict, init=False, repr=False)
+    neighbours: int = 5
+    _seen: dict[str, deque[tuple[Point | None, float]]] = field(
+        default_factory=dict, init=False, repr=False)
+    _quantiles: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
-    def observe(self, campaign: str, seconds: float) -> None:
+    def observe(self, campaign: str, seconds: float, point: Point | None = None) -> None:
+        """Add an ended trial's actual duration (and its params) to *campaign*'s history."""
         if seconds >= 0 and math.isfinite(seconds):
-            self._seen.setdefault(campaign, deque(maxlen=self.window)).append(seconds)
+            seen = self._seen.setdefault(campaign, deque(maxlen=self.window))
+            seen.append((point, seconds))
+            self._quantiles.pop(campaign, None)
 
-    def estimate(self, campaign: str, time_limit: float | None = None) -> float:
+    def estimate(
+        self, campaign: str, time_limit: float | None = None, point: Point | None = None
+    ) -> float:
+        """The expected duration of a trial of *campaign* with params *point*."""
         seen = self._seen.get(campaign)
         if seen and len(seen) >= 3:
-            guess = statistics.quantiles(seen, n=100, method="inclusive")[
-                round(self.quantile * 100) - 1]
+            guess = self._similar(seen, point) if point is not None else None
+            if guess is None:
+                guess = self._quantiles.get(campaign)
+                if guess is None:
+                    guess = statistics.quantiles([s for _, s in seen], n=100, method="inclusive")[
+                        round(self.quantile * 100) - 1]
+                    self._quantiles[campaign] = guess
             return min(guess, time_limit) if time_limit is not None else guess
         if time_limit is not None:
             return time_limit
-        return max(seen) if seen else self.default
+        return max(s for _, s in seen) if seen else self.default
+
+    def _similar(self, seen: Iterable[tuple[Point | None, float]], point: Point) -> float | None:
+        near = heapq.nsmallest(
+            self.neighbours,
+            ((_distance(point, p), s) for p, s in seen if p is not None and len(p) == len(point)),
+            key=lambda pair: pair[0],
+        )
+        return sum(s for _, s in near) / len(near) if near else None
+
+
+def _distance(a: Point, b: Point) -> float:
+    """Squared distance: numbers by difference, categories 1 when they differ."""
+    total = 0.0
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, str) or isinstance(y, str):
+            total += x != y
+        else:
+            total += (x - y) ** 2
+    return total
 
 
 def simulate(

@@ -24,7 +24,7 @@ from dse._errors import ConfigError, StoreError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 DB_NAME = "dse.sqlite"
 JOURNAL_ENV = "DSE_SQLITE_JOURNAL"
 
@@ -125,6 +125,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE trials ADD COLUMN replaces INTEGER REFERENCES trials(id)",
         "ALTER TABLE trials ADD COLUMN invalidation INTEGER REFERENCES invalidations(id)",
         *_NEW_TABLES_7.split(";")),
+    7: ("ALTER TABLE attempts ADD COLUMN expected_s REAL",),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
@@ -189,6 +190,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     work_lost_s REAL,
     usage TEXT,
     spend TEXT,
+    expected_s REAL,
     submitted_at REAL NOT NULL,
     started_at REAL,
     ended_at REAL,
@@ -233,6 +235,8 @@ class Batch:
     trial_data: list[tuple[Any, ...]] = field(default_factory=list)
     """(expected data version, version read, trial row): what data a trial ran against."""
     attempt_spend: list[tuple[Any, ...]] = field(default_factory=list)
+    attempt_expected: list[tuple[Any, ...]] = field(default_factory=list)
+    """(expected seconds, attempt row): the run time the scheduler expected when it started."""
     """(spend JSON, attempt row): what an attempt cost (wall, compute seconds, money)."""
     scores: list[tuple[Any, ...]] = field(default_factory=list)
     """(trial row, scorer, scorer version, score, baseline trial row, at): one conclusion."""
@@ -248,7 +252,8 @@ class Batch:
     def __bool__(self) -> bool:
         return bool(
             self.trials or self.trial_ends or self.attempts or self.attempt_updates
-            or self.attempt_ends or self.attempt_usage or self.attempt_spend or self.trial_data
+            or self.attempt_ends or self.attempt_usage or self.attempt_spend
+            or self.attempt_expected or self.trial_data
             or self.scores or self.environments or self.trial_links or self.events
             or self.campaign_updates or self.agent_log
         )
@@ -407,6 +412,10 @@ class Store:
                 )
             if batch.attempt_spend:
                 db.executemany("UPDATE attempts SET spend=? WHERE id=?", batch.attempt_spend)
+            if batch.attempt_expected:
+                db.executemany(
+                    "UPDATE attempts SET expected_s=? WHERE id=?", batch.attempt_expected
+                )
             if batch.trial_ends:
                 db.executemany(
                     "UPDATE trials SET status=?, failure=?, message=?, metrics=?, score=?,"
@@ -460,6 +469,7 @@ class Store:
         batch.attempt_ends.clear()
         batch.attempt_usage.clear()
         batch.attempt_spend.clear()
+        batch.attempt_expected.clear()
         batch.trial_data.clear()
         batch.scores.clear()
         batch.environments.clear()

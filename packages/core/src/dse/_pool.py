@@ -1,0 +1,581 @@
+"""Pools: the resources one controller shares among its campaigns, and the loop that runs them.
+
+Every run goes through a :class:`Pool`. A campaign run alone has a pool of its own, of
+``max_parallelism`` slots; ``dse run a.toml b.toml`` (or a pool file, :func:`load_pool`) puts
+several campaigns in one pool, with one backend, a capacity (slots, CPUs, GPUs; on Slurm the
+slots cap the outstanding jobs of the set) and a weight per campaign.
+
+Each polling pass (:func:`drive`) every campaign applies what changed and queues the trials it
+wants to start (:meth:`Pool.room` says how many it may pull); then the pool asks the
+:class:`~dse._scheduler.PoolScheduler` which queued trials start now (:meth:`Pool.grant`): fair
+share by weight and decayed usage, one reservation (EASY backfill), bounded wait. When every
+queued trial fits, all start and no estimate is needed; otherwise each trial's expected
+duration comes from its time limit or the history of similar trials of its campaign, and is
+recorded with its attempt (``attempts.expected_s``) next to the actual run time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dse._backend import Backend
+from dse._errors import ConfigError
+from dse._scheduler import (
+    DurationEstimate,
+    Point,
+    PoolScheduler,
+    Request,
+    Reservation,
+    Running,
+    fits,
+    take,
+)
+from dse._space import Categorical, FloatRange, IntRange, Space
+from dse._types import JobSpec, JobState, JobStatus, Resources
+from dse._units import parse_duration
+
+if TYPE_CHECKING:
+    from dse._engine import CampaignResult, Engine, _Trial
+
+__all__ = ["Pool", "PoolConfig", "drive", "is_pool_file", "load_pool", "run_pool"]
+
+RESOURCES = ("slots", "cpus", "gpus")
+"""What a pool can count: trials at once (or outstanding Slurm jobs), CPUs, GPUs."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    """What several campaigns share: a capacity, a weight each, and the scheduler's bounds."""
+
+    capacity: Mapping[str, int]
+    """``slots`` (trials at once; on Slurm, outstanding jobs), ``cpus``, ``gpus``."""
+    weights: Mapping[str, float] = field(default_factory=dict)
+    """Each campaign's weight by name (default 1)."""
+    half_life: float = 3600.0
+    """Seconds after which past usage counts half in the fair share."""
+    max_wait: float | None = None
+    """Seconds after which a waiting trial goes ahead of the fair-share order."""
+    wait_factor: float | None = None
+    """A trial that waited this many times its expected duration goes ahead too."""
+    campaigns: tuple[Path, ...] = ()
+    """The campaign files of a pool file."""
+    source: str = "<pool>"
+
+
+def is_pool_file(path: Path) -> bool:
+    """Whether *path* reads as a pool file (a ``[pool]`` table or ``[[campaign]]`` tables)
+    rather than a campaign file (whose ``[campaign]`` is one table)."""
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False  # reading it as a campaign file reports what is wrong
+    return "pool" in raw or isinstance(raw.get("campaign"), list)
+
+
+def load_pool(path: str | Path) -> PoolConfig:
+    """Read a pool file: a ``[pool]`` table and one ``[[campaign]]`` table per campaign."""
+    path = Path(path)
+    where = str(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: not valid TOML: {exc}") from None
+    unknown = sorted(set(raw) - {"pool", "campaign"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown table(s) {unknown}; expected [pool], [[campaign]]")
+    table = raw.get("pool", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}: pool: expected a table")
+    known = {*RESOURCES, "half_life", "max_wait", "wait_factor"}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(f"{where}: pool: unknown key(s) {unknown}; expected {sorted(known)}")
+    capacity: dict[str, int] = {}
+    for key in RESOURCES:
+        value = table.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{where}: pool.{key}: expected a positive integer, got {value!r}")
+        capacity[key] = value
+    entries = raw.get("campaign", [])
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{where}: campaign: expected one or more [[campaign]] tables")
+    files: list[Path] = []
+    weights: dict[str, float] = {}
+    for i, entry in enumerate(entries):
+        at = f"{where}: campaign[{i}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("file"), str):
+            raise ConfigError(f"{at}: expected a table with 'file' (a campaign file)")
+        extra = sorted(set(entry) - {"file", "weight"})
+        if extra:
+            raise ConfigError(f"{at}: unknown key(s) {extra}; expected 'file' and 'weight'")
+        weight = entry.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not (
+            weight > 0 and math.isfinite(weight)
+        ):
+            raise ConfigError(f"{at}.weight: expected a positive number, got {weight!r}")
+        file = path.parent / entry["file"]
+        files.append(file)
+        weights[str(file.resolve())] = float(weight)
+    factor = table.get("wait_factor")
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int | float)
+                               or factor <= 0):
+        raise ConfigError(f"{where}: pool.wait_factor: expected a positive number, got {factor!r}")
+
+    def duration(key: str, default: float | None) -> float | None:
+        value = table.get(key)
+        return default if value is None else parse_duration(value, f"{where}: pool.{key}")
+
+    half_life = duration("half_life", 3600.0)
+    assert half_life is not None
+    return PoolConfig(
+        capacity=capacity, weights=weights, half_life=half_life,
+        max_wait=duration("max_wait", None),
+        wait_factor=None if factor is None else float(factor),
+        campaigns=tuple(files), source=where,
+    )
+
+
+def size_of(resources: Resources, capacity: Mapping[str, int]) -> dict[str, int]:
+    """What one trial of *resources* holds of a pool that counts *capacity*'s keys."""
+    held = {"slots": 1, "cpus": resources.cpus, "gpus": resources.gpus}
+    return {k: held[k] for k in capacity}
+
+
+def _smallest(engine: Engine) -> Resources:
+    """The least a trial of *engine*'s campaign may hold (its resources, or the smallest
+    value of the params that size it)."""
+    env = engine.campaign.environment
+    least: dict[str, int] = {}
+    for key, name in env.resource_params.items():
+        values = engine.campaign.space[name].values()
+        least[key] = min(int(v) for v in values if isinstance(v, int))
+    return dataclasses.replace(env.resources, **least) if least else env.resources
+
+
+def point_of(space: Space, params: Mapping[str, Any]) -> Point:
+    """*params* as :class:`~dse._scheduler.DurationEstimate` compares them."""
+    out: list[float | str] = []
+    for p in space:
+        value = params.get(p.name)
+        if isinstance(p, Categorical) or not isinstance(value, int | float):
+            out.append(repr(value))
+        elif isinstance(p, FloatRange) and p.log and value > 0:
+            out.append((math.log(value) - math.log(p.low)) / (math.log(p.high / p.low) or 1.0))
+        elif isinstance(p, IntRange | FloatRange):
+            out.append((value - p.low) / ((p.high - p.low) or 1.0))
+    return tuple(out)
+
+
+class Pool:
+    """The resources of one controller and the scheduler that hands them out.
+
+    :param config: capacity, weights and bounds.
+    :param names: how each campaign of the pool is named in *config*'s weights (its file).
+    """
+
+    def __init__(self, config: PoolConfig, names: Mapping[str, str] | None = None) -> None:
+        self.config = config
+        self.engines: list[Engine] = []
+        self._names = dict(names or {})
+        self.scheduler: PoolScheduler | None = None
+        self.estimate = DurationEstimate()
+        self.reservation: Reservation | None = None
+        """The reservation the last plan made, if any."""
+        self._spans: list[tuple[str, float, float, float]] = []
+        """(campaign, start, end, dominant share) of every ended attempt."""
+        self._left: list[float] = []
+        """When each campaign that ended left the pool."""
+        self.backend: Backend | None = None
+        self._router: _Router | None = None
+
+    @classmethod
+    def alone(cls, engine: Engine) -> Pool:
+        """The pool of a campaign run by itself: ``max_parallelism`` slots."""
+        pool = cls(PoolConfig({"slots": engine.campaign.max_parallelism}))
+        pool.join(engine)
+        pool.start()
+        return pool
+
+    def join(self, engine: Engine) -> None:
+        """Add *engine*'s campaign (before :meth:`start`)."""
+        if any(e.campaign.name == engine.campaign.name for e in self.engines):
+            raise ConfigError(
+                f"{engine.campaign.source or '<campaign>'}: campaign {engine.campaign.name!r}"
+                " is in this pool twice"
+            )
+        self.engines.append(engine)
+        engine.pool = self
+
+    def start(self) -> None:
+        """Fix the members: the shared backend and the scheduler."""
+        engines = self.engines
+        capacity = dict(self.config.capacity) or {
+            "slots": max(e.campaign.max_parallelism for e in engines)
+        }
+        self.config = PoolConfig(
+            capacity, self.config.weights, self.config.half_life, self.config.max_wait,
+            self.config.wait_factor, self.config.campaigns, self.config.source,
+        )
+        weights = {e.campaign.name: self.weight(e) for e in engines}
+        self.scheduler = PoolScheduler(
+            capacity, weights, half_life=self.config.half_life, max_wait=self.config.max_wait,
+            wait_factor=self.config.wait_factor,
+            longest_first=[e.campaign.name for e in engines if e.campaign.lookahead],
+        )
+        for e in engines:
+            big = size_of(e.campaign.environment.resources, capacity)
+            if not self.scheduler.fits_pool(big):
+                raise ConfigError(
+                    f"{e.campaign.source or '<campaign>'}: environment: a trial needs"
+                    f" {big}, more than the pool has ({capacity})"
+                )
+        self.backend = engines[0].backend
+        if any(e.backend is not self.backend for e in engines):
+            raise ConfigError(
+                f"{self.config.source}: the campaigns of a pool share one backend; build their"
+                " engines with the same backend instance"
+            )
+        if len(engines) > 1:
+            self._router = _Router(self.backend)
+            for e in engines:
+                e.backend = _Share(self._router, self.backend)
+
+    def weight(self, engine: Engine) -> float:
+        """*engine*'s campaign's weight (by its file, else its name; default 1)."""
+        source = engine.campaign.source
+        key = self._names.get(engine.campaign.name) or (
+            str(source.resolve()) if source is not None else engine.campaign.name
+        )
+        return self.config.weights.get(key, self.config.weights.get(engine.campaign.name, 1.0))
+
+    @property
+    def trivial(self) -> bool:
+        """One campaign counting slots only, pulling no further ahead than it can start: the
+        plan always starts every queued trial, so none is needed."""
+        return (
+            len(self.engines) == 1 and set(self.config.capacity) == {"slots"}
+            and self.config.capacity["slots"] >= self.engines[0].campaign.max_parallelism
+            and not self.engines[0].campaign.lookahead
+        )
+
+    # -- what a campaign may pull -----------------------------------------------------------
+
+    def _free(self) -> dict[str, int]:
+        free = dict(self.config.capacity)
+        for e in self.engines:
+            for trial in e._running.values():
+                take(free, self._size(e, trial))
+            for trial in e._to_submit:
+                if trial.granted:
+                    take(free, self._size(e, trial))
+        return free
+
+    def room(self, engine: Engine) -> int:
+        """How many new trials *engine* may pull now: as many of its trials as fit in what is
+        free, plus its lookahead, less what it has queued; at least one when it has none
+        queued (every campaign keeps a trial at the head, or the scheduler could never pick
+        it), and never more than ``max_parallelism`` running plus ``lookahead`` queued."""
+        campaign = engine.campaign
+        queued = len(engine._to_submit) + len(engine._retries)
+        cap = campaign.max_parallelism + campaign.lookahead - len(engine._running) - queued
+        if self.trivial:
+            return cap
+        size = size_of(_smallest(engine), self.config.capacity)
+        free = self._free()
+        fit = min((free.get(k, 0) // v for k, v in size.items() if v > 0), default=cap)
+        want = max(fit, 0) + campaign.lookahead - queued
+        if queued == 0:
+            want = max(want, 1)
+        return max(min(want, cap), 0)
+
+    # -- starting trials --------------------------------------------------------------------
+
+    def _size(self, engine: Engine, trial: _Trial) -> dict[str, int]:
+        assert trial.spec is not None
+        return size_of(trial.spec.resources, self.config.capacity)
+
+    def _expected(self, engine: Engine, trial: _Trial) -> float:
+        assert trial.spec is not None
+        point = None if self.trivial else point_of(engine.campaign.space, trial.params)
+        return self.estimate.estimate(engine.campaign.name, trial.spec.time_limit, point)
+
+    def grant(self, engines: Sequence[Engine], now: float) -> None:
+        """Decide which queued trials start now (``trial.granted``), and record the expected
+        duration of each (the scheduler charges it to the campaign at once)."""
+        queued = [(e, t) for e in engines for t in e._to_submit if not t.granted]
+        if not queued:
+            return
+        if self.trivial:
+            for e, t in queued:
+                self._start(e, t, now)
+            return
+        free = self._free()
+        need: dict[str, int] = {}
+        for e, t in queued:
+            for k, v in self._size(e, t).items():
+                need[k] = need.get(k, 0) + v
+        if fits(free, need):
+            # Everything fits: every plan starts it all, so there is nothing to decide.
+            self.reservation = None
+            for e, t in queued:
+                self._start(e, t, now)
+            return
+        assert self.scheduler is not None
+        by_key = {t.trial_id: (e, t) for e, t in queued}
+        running = [
+            Running(t.trial_id, e.campaign.name, self._size(e, t), t.expected_end)
+            for e in self.engines for t in (*e._running.values(),
+                                            *(x for x in e._to_submit if x.granted))
+        ]
+        requests = [
+            Request(t.trial_id, e.campaign.name, self._size(e, t), self._expected(e, t),
+                    t.queued_at)
+            for e, t in queued
+        ]
+        plan = self.scheduler.plan(requests, running, now)
+        self.reservation = plan.reservation
+        for r in plan.start:
+            e, t = by_key[r.key]
+            self._start(e, t, now, r.duration)
+
+    def _start(self, engine: Engine, trial: _Trial, now: float,
+               expected: float | None = None) -> None:
+        if expected is None:
+            expected = self._expected(engine, trial)
+        trial.granted = True
+        trial.expected = expected
+        trial.expected_end = now + expected
+        engine._batch.attempt_expected.append((expected, trial.attempt_row))
+        if self.scheduler is not None and not self.trivial:
+            self.scheduler.charge(engine.campaign.name, self._size(engine, trial), expected, now)
+
+    def ended(self, engine: Engine, trial: _Trial, status: JobStatus, ended_at: float) -> None:
+        """An attempt of *trial* ended: count what it used, and learn its duration."""
+        started = status.started_at or trial.attempt_started
+        if started is None or trial.spec is None:
+            return
+        actual = max(ended_at - started, 0.0)
+        name = engine.campaign.name
+        size = self._size(engine, trial)
+        scheduler = self.scheduler
+        dominant = scheduler.dominant(size) if scheduler is not None else 0.0
+        if len(self.engines) > 1:
+            self._spans.append((name, started, started + actual, dominant))
+        if scheduler is not None and not self.trivial and trial.expected is not None:
+            scheduler.charge(name, size, actual - trial.expected, ended_at)
+        if status.state in (JobState.SUCCEEDED, JobState.FAILED):
+            # An interrupted or cancelled attempt says nothing about how long the trial takes.
+            point = None if self.trivial else point_of(engine.campaign.space, trial.params)
+            self.estimate.observe(name, actual, point)
+
+    # -- what the live view shows -----------------------------------------------------------
+
+    def left(self, engine: Engine, now: float) -> None:
+        """*engine*'s run ended at *now*."""
+        self._left.append(now)
+
+    def shares(self, now: float) -> dict[str, tuple[float, float]]:
+        """Each campaign's (target, actual) share of the pool while the campaigns competed for
+        it (until all but one had ended): the target is its weight over the sum of the
+        weights; the actual counts the dominant-resource seconds its attempts held then
+        (those still running up to *now*)."""
+        engines = self.engines
+        weights = {e.campaign.name: self.weight(e) for e in engines}
+        total_weight = sum(weights.values())
+        until = sorted(self._left)[len(engines) - 2] if len(self._left) >= len(engines) - 1 \
+            and len(engines) > 1 else now
+        spans = list(self._spans)
+        scheduler = self.scheduler
+        for e in engines:
+            for t in e._running.values():
+                if t.attempt_started is not None and scheduler is not None:
+                    spans.append((e.campaign.name, t.attempt_started, now,
+                                  scheduler.dominant(self._size(e, t))))
+        used = dict.fromkeys(weights, 0.0)
+        for name, start, end, dominant in spans:
+            held = min(end, until) - start
+            if held > 0:
+                used[name] += dominant * held
+        total = sum(used.values())
+        return {name: (weights[name] / total_weight, used[name] / total if total > 0 else 0.0)
+                for name in weights}
+
+
+# -- one backend shared by several campaigns -----------------------------------------------
+
+
+class _Router:
+    """One real poll per pass, its statuses handed to the campaign that owns each job."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.owner: dict[str, _Share] = {}
+        self.inbox: dict[_Share, list[JobStatus]] = {}
+        self.fresh: dict[_Share, bool] = {}
+
+    def poll(self, share: _Share) -> list[JobStatus]:
+        share.last_pass_commands = {}
+        if not self.fresh.get(share):
+            for status in self.backend.poll():
+                owner = self.owner.get(status.job_id)
+                if owner is None:
+                    continue
+                self.inbox.setdefault(owner, []).append(status)
+                if status.state.is_finished():
+                    del self.owner[status.job_id]
+            for other in self.fresh:
+                self.fresh[other] = True
+            share.last_pass_commands = self.backend.last_pass_commands
+        self.fresh[share] = False
+        out, self.inbox[share] = self.inbox.get(share, []), []
+        return out
+
+
+class _Share(Backend):
+    """A campaign's view of the pool's backend: its own jobs only."""
+
+    name: ClassVar[str] = "shared"
+    version: ClassVar[str] = "1"
+
+    def __init__(self, router: _Router, backend: Backend) -> None:
+        super().__init__()
+        self._router = router
+        self._real = backend
+        router.fresh[self] = False
+        # The real backend's identity is what the record keeps.
+        self.name = backend.name  # type: ignore[misc]
+        self.version = backend.version  # type: ignore[misc]
+        self.default_poll_interval = backend.default_poll_interval  # type: ignore[misc]
+        self.overrun_s = backend.overrun_s
+
+    def submit(self, jobs: Sequence[JobSpec]) -> list[str]:
+        ids = self._real.submit(jobs)
+        for job_id in ids:
+            self._router.owner[job_id] = self
+        return ids
+
+    def poll(self) -> list[JobStatus]:
+        return self._router.poll(self)
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        self._real.cancel(job_ids)
+
+    def wait(self, timeout: float) -> bool:
+        return self._real.wait(timeout)
+
+    def reattach(self, jobs: Mapping[str, JobSpec]) -> None:
+        for job_id in jobs:
+            self._router.owner[job_id] = self
+        self._real.reattach(jobs)
+
+    def job_id_for(self, job: JobSpec) -> str | None:
+        return self._real.job_id_for(job)
+
+    def shutdown(self, *, cancel: bool = True, wait: bool = True) -> None:
+        """The pool's backend is shut down once, by whoever runs the pool."""
+
+    def _submit(self, jobs: Sequence[JobSpec]) -> Sequence[str]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _cancel(self, job_ids: Sequence[str]) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+# -- the loop ------------------------------------------------------------------------------
+
+
+def drive(pool: Pool) -> list[CampaignResult]:
+    """Run every campaign of *pool* (each already opened) to its end, one polling pass at a
+    time; the results in the pool's order."""
+    live = list(pool.engines)
+    try:
+        _loop(pool, live)
+    except KeyboardInterrupt:
+        for e in live:
+            e._abandon()
+    except BaseException as exc:
+        for e in live:
+            e._crash(exc)
+        raise
+    results = [e.finished for e in pool.engines]
+    assert all(r is not None for r in results)
+    return results  # type: ignore[return-value]
+
+
+def _loop(pool: Pool, live: list[Engine]) -> None:
+    """Pass after pass until every campaign of *live* has ended (each leaves *live* once its
+    run is recorded as ended)."""
+    clock = live[0].clock
+    for e in live:
+        e._dispatch()
+        e._commit()
+    pool.grant(live, clock.time())
+    for e in live:
+        e._submit()
+    while True:
+        for e in list(live):
+            if e._stop or not e._live():
+                if e._stop:
+                    e._cancel_all()
+                e._close()
+                live.remove(e)
+                pool.left(e, clock.time())
+        if not live:
+            return
+        _wait(pool, live)
+        for e in list(live):
+            if not e._pass():
+                e._close()
+                live.remove(e)
+                pool.left(e, clock.time())
+        pool.grant(live, clock.time())
+        for e in live:
+            e._submit()
+            e.listener.on_pass(e)
+
+
+def _wait(pool: Pool, live: Sequence[Engine]) -> None:
+    if len(live) == 1:
+        live[0]._wait()
+        return
+    plans = [e._wait_for() for e in live]
+    seconds = min(s for s, _ in plans)
+    clock = live[0].clock
+    backend = pool.backend
+    assert backend is not None
+    if any(ask for _, ask in plans):
+        if not backend.wait(seconds) and seconds > 0:
+            clock.sleep(seconds)
+    else:
+        clock.sleep(seconds)
+
+
+def run_pool(
+    engines: Sequence[Engine], config: PoolConfig, *, resume: Mapping[str, int] | None = None,
+    names: Mapping[str, str] | None = None,
+) -> list[CampaignResult]:
+    """Run *engines* (which share one backend) in one pool to their ends.
+
+    :param resume: the run to continue, by campaign name.
+    :param names: each campaign's key in ``config.weights`` (default: its file, its name).
+    """
+    pool = Pool(config, names)
+    for engine in engines:
+        pool.join(engine)
+    pool.start()
+    for engine in engines:
+        engine.open(resume=(resume or {}).get(engine.campaign.name))
+    return drive(pool)

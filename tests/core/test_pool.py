@@ -1,0 +1,184 @@
+"""The pool scheduler inside the engine, on the probe in virtual time: exact schedules.
+
+Each trial's params say how long it runs (``seconds``), its time limit (``limit``, which is
+what the scheduler expects before any history) and how many GPUs it holds (``gpus``, through
+``environment.gpus = "{gpus}"``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dse
+from dse._campaign import EnvironmentConfig
+from dse._environment import CommandEnvironment
+from dse._pool import PoolConfig, load_pool, run_pool
+from dse._protocols import TrialInfo
+from dse._types import JobSpec
+from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
+
+SPACE = dse.Space.from_dict({
+    "name": {"type": "categorical", "choices": ["t1", "t2", "t3", "t4", "a", "b"]},
+    "n": {"type": "int", "low": 0, "high": 1000},
+    "seconds": {"type": "float", "low": 1, "high": 1000},
+    "limit": {"type": "float", "low": 1, "high": 1000},
+    "gpus": {"type": "int", "low": 1, "high": 8},
+})
+
+
+class LimitFromParams(CommandEnvironment):
+    """The campaign's environment, with each trial's time limit taken from its params."""
+
+    def prepare(self, trial: TrialInfo) -> JobSpec:
+        spec = super().prepare(trial)
+        return dataclasses.replace(spec, time_limit=float(trial.params["limit"]))
+
+
+def script(params: Mapping[str, Any]) -> ProbeScript:
+    return ProbeScript(seconds=float(params["seconds"]), metrics={"value": 1.0})
+
+
+def engine(
+    tmp_path: Path, name: str, trials: Sequence[Mapping[str, Any]], backend: ProbeBackend,
+    clock: FakeClock, *, parallelism: int, lookahead: int = 0,
+) -> dse.Engine:
+    env = EnvironmentConfig(resource_params={"gpus": "gpus"},
+                            resources=dse.Resources(cpus=1, gpus=8))
+    campaign = dse.Campaign(
+        name=name, space=SPACE, objectives=(dse.Objective("value"),), mode="rolling",
+        max_parallelism=parallelism, lookahead=lookahead, max_trials=len(trials),
+        environment=env, workspace=tmp_path / ".dse",
+    )
+    store = dse.Store(tmp_path / ".dse" / "dse.sqlite")
+    return dse.Engine(
+        campaign, agent=ScriptedAgent(trials), backend=backend, store=store, clock=clock,
+        environment=LimitFromParams(env, campaign.objectives, param_names=SPACE.names),
+    )
+
+
+def trial(name: str, gpus: int, seconds: float, n: int = 0) -> dict[str, Any]:
+    return {"name": name, "n": n, "seconds": seconds, "limit": seconds, "gpus": gpus}
+
+
+def schedule(e: dse.Engine) -> dict[str, tuple[float, float]]:
+    """Trial name (with its number when names repeat) -> (start, end) of its attempt, on the
+    fake clock's scale (relative to the start)."""
+    rows = e.store.query(
+        "SELECT t.number, t.params, a.started_at, a.ended_at, a.expected_s FROM attempts a"
+        " JOIN trials t ON t.id = a.trial_id WHERE t.campaign_id = ? ORDER BY t.number",
+        (e.campaign_id,),
+    )
+    import json
+
+    out = {}
+    for row in rows:
+        params = json.loads(row["params"])
+        key = params["name"] if params["name"].startswith("t") else f"{params['name']}{row[0]}"
+        out[key] = (row["started_at"] - START, row["ended_at"] - START)
+    return out
+
+
+START = 1_000_000.0
+
+
+def test_a_reservation_is_honoured_a_short_trial_backfills_and_a_long_one_may_not(tmp_path):
+    clock = FakeClock(START)
+    backend = ProbeBackend(script, clock=clock)
+    e = engine(tmp_path, "easy", [
+        trial("t1", 4, 100.0),   # starts at once
+        trial("t2", 8, 50.0),    # the head that cannot start: reserved for t1's end, 100 s
+        trial("t3", 2, 200.0),   # fits now, but would still hold 2 GPUs at 100 s: refused
+        trial("t4", 2, 60.0),    # fits and ends before 100 s: backfilled
+    ], backend, clock, parallelism=4)
+    [result] = run_pool([e], PoolConfig({"gpus": 8}))
+
+    assert result.status == "completed"
+    assert schedule(e) == {
+        "t1": (0.0, 100.0),
+        "t4": (0.0, 60.0),
+        "t2": (100.0, 150.0),  # exactly at the reserved start
+        "t3": (150.0, 350.0),  # greedy packing would have started it at 0 and t2 at 200
+    }
+    expected = [row[0] for row in e.store.query(
+        "SELECT expected_s FROM attempts ORDER BY trial_id")]
+    # The time limits while fewer than three trials had ended; t3 started after three had:
+    # the mean of its nearest (here: all three) ended trials, 70 s, under its limit.
+    assert expected == [100.0, 50.0, 70.0, 60.0]
+
+
+def test_two_campaigns_weighted_2_to_1_share_the_pool_2_to_1(tmp_path):
+    clock = FakeClock(START)
+    backend = ProbeBackend(script, clock=clock)
+    a = engine(tmp_path / "a", "a", [trial("a", 1, 10.0, n) for n in range(30)], backend,
+               clock, parallelism=3)
+    b = engine(tmp_path / "b", "b", [trial("b", 1, 10.0, n) for n in range(30)], backend,
+               clock, parallelism=3)
+    results = run_pool([a, b], PoolConfig({"slots": 3}, weights={"a": 2.0, "b": 1.0}))
+
+    assert [r.status for r in results] == ["completed", "completed"]
+    starts = {name: sorted(s for s, _ in schedule(e).values()) for name, e in (("a", a),
+                                                                                ("b", b))}
+    # Every 10 s round starts two trials of a and one of b, until a has run its 30...
+    for k in range(15):
+        assert starts["a"][2 * k: 2 * k + 2] == [10.0 * k] * 2
+        assert starts["b"][k] == 10.0 * k
+    # ...then b has the pool to itself.
+    assert starts["b"][15:] == [150.0 + 10.0 * (k // 3) for k in range(15)]
+    assert a.pool is not None
+    shares = a.pool.shares(clock.time())
+    # While both ran (the first 150 s), a held two thirds of the pool: its target.
+    assert shares == {"a": (pytest.approx(2 / 3), pytest.approx(2 / 3)),
+                      "b": (pytest.approx(1 / 3), pytest.approx(1 / 3))}
+    # One poll per pass serves both campaigns: b saw all 20 rounds, a the 15 it ran in.
+    assert (backend.cluster.passes, b.stats.passes, a.stats.passes) == (20, 20, 15)
+
+
+def test_lookahead_starts_the_longest_expected_first(tmp_path):
+    clock = FakeClock(START)
+    backend = ProbeBackend(script, clock=clock)
+    durations = [10.0, 10.0, 10.0, 10.0, 40.0]
+    e = engine(tmp_path, "lpt", [trial("a", 1, d, n) for n, d in enumerate(durations)],
+               backend, clock, parallelism=2, lookahead=3)
+    run_pool([e], PoolConfig({"slots": 2}))
+    # All five are queued at once (two slots plus three ahead) and expect their time limits:
+    # the longest starts first and the short ones run beside it, ending together at 40 s,
+    # where first come first served starts it last and ends at 10 + 10 + 40 = 60 s.
+    got = schedule(e)
+    assert got["a5"] == (0.0, 40.0)
+    assert sorted(got[f"a{n}"] for n in range(1, 5)) == [
+        (0.0, 10.0), (10.0, 20.0), (20.0, 30.0), (30.0, 40.0)]
+
+
+def test_a_pool_file_names_campaigns_weights_and_capacity(tmp_path):
+    (tmp_path / "pool.toml").write_text(
+        '[pool]\nslots = 4\ngpus = 2\nhalf_life = "10m"\nwait_factor = 3\n'
+        '[[campaign]]\nfile = "a.toml"\nweight = 2\n[[campaign]]\nfile = "b.toml"\n'
+    )
+    config = load_pool(tmp_path / "pool.toml")
+    assert config.capacity == {"slots": 4, "gpus": 2}
+    assert config.half_life == 600.0
+    assert config.wait_factor == 3.0
+    assert [p.name for p in config.campaigns] == ["a.toml", "b.toml"]
+    assert config.weights == {str((tmp_path / "a.toml").resolve()): 2.0,
+                              str((tmp_path / "b.toml").resolve()): 1.0}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[pool]\nslots = 0\n[[campaign]]\nfile = "a.toml"\n', "pool.slots: expected a positive"),
+    ('[pool]\ncores = 2\n[[campaign]]\nfile = "a.toml"\n', "pool: unknown key(s) ['cores']"),
+    ("[pool]\nslots = 2\n", "campaign: expected one or more [[campaign]] tables"),
+    ('[[campaign]]\nfile = "a.toml"\nweight = -1\n', "campaign[0].weight: expected a positive"),
+    ('[[campaign]]\nname = "a"\n', "campaign[0]: expected a table with 'file'"),
+])
+def test_a_bad_pool_file_is_one_config_error_naming_the_key(tmp_path, text, message):
+    path = tmp_path / "pool.toml"
+    path.write_text(text)
+    with pytest.raises(dse.ConfigError) as info:
+        load_pool(path)
+    assert message in str(info.value)
+    assert str(path) in str(info.value)
