@@ -290,14 +290,17 @@ class DurationEstimate:
     neighbours: int = 5
     _seen: dict[str, deque[tuple[Point | None, float]]] = field(
         default_factory=dict, init=False, repr=False)
-    _quantiles: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+    _quantiles: dict[str, tuple[float, int]] = field(
+        default_factory=dict, init=False, repr=False)
+    """Per campaign: the quantile, and how many durations had been seen when it was taken."""
+    _count: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
     def observe(self, campaign: str, seconds: float, point: Point | None = None) -> None:
         """Add an ended trial's actual duration (and its params) to *campaign*'s history."""
         if seconds >= 0 and math.isfinite(seconds):
             seen = self._seen.setdefault(campaign, deque(maxlen=self.window))
             seen.append((point, seconds))
-            self._quantiles.pop(campaign, None)
+            self._count[campaign] = self._count.get(campaign, 0) + 1
 
     def estimate(
         self, campaign: str, time_limit: float | None = None, point: Point | None = None
@@ -307,15 +310,23 @@ class DurationEstimate:
         if seen and len(seen) >= 3:
             guess = self._similar(seen, point) if point is not None else None
             if guess is None:
-                guess = self._quantiles.get(campaign)
-                if guess is None:
-                    guess = statistics.quantiles([s for _, s in seen], n=100, method="inclusive")[
-                        round(self.quantile * 100) - 1]
-                    self._quantiles[campaign] = guess
+                guess = self._quantile(campaign, seen)
             return min(guess, time_limit) if time_limit is not None else guess
         if time_limit is not None:
             return time_limit
         return max(s for _, s in seen) if seen else self.default
+
+    def _quantile(self, campaign: str, seen: Iterable[tuple[Point | None, float]]) -> float:
+        """The quantile of *campaign*'s recent durations, taken again after every tenth of
+        a window of new ones (a run of thousands of trials asks it at each start)."""
+        count = self._count.get(campaign, 0)
+        cached = self._quantiles.get(campaign)
+        if cached is not None and count - cached[1] < max(self.window // 10, 1):
+            return cached[0]
+        value = statistics.quantiles([s for _, s in seen], n=100, method="inclusive")[
+            round(self.quantile * 100) - 1]
+        self._quantiles[campaign] = (value, count)
+        return value
 
     def _similar(self, seen: Iterable[tuple[Point | None, float]], point: Point) -> float | None:
         near = heapq.nsmallest(

@@ -294,6 +294,7 @@ def _attempt(row: sqlite3.Row) -> dict[str, Any]:
         "ended_at": row["ended_at"],
         "resumed": bool(row["resumed"]),
         "work_lost_s": row["work_lost_s"],
+        "expected_s": row["expected_s"],
     }
 
 
@@ -445,7 +446,10 @@ def _attempt_text(a: dict[str, Any]) -> str:
     start, end = a["started_at"], a["ended_at"]
     text += f"; {_when(start)} to {_when(end) if end is not None else 'now'}"
     if start is not None and end is not None:
-        text += f" ({duration_text(max(end - start, 0.0))})"
+        text += f" ({duration_text(max(end - start, 0.0))}"
+        if a["expected_s"] is not None:
+            text += f", expected {duration_text(a['expected_s'])}"
+        text += ")"
     return text
 
 
