@@ -154,6 +154,17 @@ def test_lookahead_starts_the_longest_expected_first(tmp_path):
         (0.0, 10.0), (10.0, 20.0), (20.0, 30.0), (30.0, 40.0)]
 
 
+def test_a_campaign_never_runs_more_than_max_parallelism_in_a_larger_pool(tmp_path):
+    clock = FakeClock(START)
+    backend = ProbeBackend(script, clock=clock)
+    e = engine(tmp_path, "capped", [trial("a", 1, 10.0, n) for n in range(6)], backend, clock,
+               parallelism=2, lookahead=4)
+    run_pool([e], PoolConfig({"slots": 8}))
+    starts = sorted(start for start, _ in schedule(e).values())
+    assert starts == [0.0, 0.0, 10.0, 10.0, 20.0, 20.0]
+    assert backend.cluster.running_peak == 2
+
+
 def test_a_pool_file_names_campaigns_weights_and_capacity(tmp_path):
     (tmp_path / "pool.toml").write_text(
         '[pool]\nslots = 4\ngpus = 2\nhalf_life = "10m"\nwait_factor = 3\n'

@@ -324,7 +324,13 @@ class Pool:
         for e, t in queued:
             for k, v in self._size(e, t).items():
                 need[k] = need.get(k, 0) + v
-        if fits(free, need):
+        slots = {e.campaign.name: e.campaign.max_parallelism - len(e._running)
+                 - sum(1 for x in e._to_submit if x.granted) for e in engines}
+        within = all(
+            sum(1 for x in e._to_submit if not x.granted) <= slots[e.campaign.name]
+            for e in engines
+        )
+        if within and fits(free, need):
             # Everything fits: every plan starts it all, so there is nothing to decide.
             self.reservation = None
             for e, t in queued:
@@ -346,6 +352,9 @@ class Pool:
         self.reservation = plan.reservation
         for r in plan.start:
             e, t = by_key[r.key]
+            if slots[r.campaign] <= 0:
+                continue  # the campaign runs max_parallelism trials already
+            slots[r.campaign] -= 1
             self._start(e, t, now, r.duration)
 
     def _start(self, engine: Engine, trial: _Trial, now: float,
