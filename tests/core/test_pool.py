@@ -8,6 +8,7 @@ what the scheduler expects before any history) and how many GPUs it holds (``gpu
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,6 @@ def schedule(e: dse.Engine) -> dict[str, tuple[float, float]]:
         " JOIN trials t ON t.id = a.trial_id WHERE t.campaign_id = ? ORDER BY t.number",
         (e.campaign_id,),
     )
-    import json
-
     out = {}
     for row in rows:
         params = json.loads(row["params"])
@@ -152,6 +151,42 @@ def test_lookahead_starts_the_longest_expected_first(tmp_path):
     assert got["a5"] == (0.0, 40.0)
     assert sorted(got[f"a{n}"] for n in range(1, 5)) == [
         (0.0, 10.0), (10.0, 20.0), (20.0, 30.0), (30.0, 40.0)]
+
+
+def test_a_trial_still_queued_when_the_controller_dies_waits_again_as_the_same_attempt(
+    tmp_path,
+):
+    clock = FakeClock(START)
+    cluster = ProbeBackend(script, clock=clock).cluster
+    # t4 and t1 start at once; t2 waits for all 8 GPUs. The controller dies after the first
+    # pass (t4 ended at 10 s), with t2 still queued.
+    trials = [trial("t4", 4, 10.0), trial("t1", 4, 100.0), trial("t2", 8, 50.0)]
+
+    class Die(dse.EngineListener):
+        def on_pass(self, engine: dse.Engine) -> None:
+            raise KeyboardInterrupt  # asked twice to stop: no waiting, no cancelling t2
+
+    first = engine(tmp_path, "easy", trials, ProbeBackend(script, clock=clock, cluster=cluster),
+                   clock, parallelism=3)
+    first.listener = Die()
+    [result] = run_pool([first], PoolConfig({"gpus": 8}))
+    assert result.status == "cancelled"
+    states = {row["number"]: row["state"] for row in first.store.query(
+        "SELECT t.number, a.state FROM attempts a JOIN trials t ON t.id = a.trial_id")}
+    assert states[3] == "queued"  # t2 waited for t1's GPUs: never submitted
+
+    second = engine(tmp_path, "easy", trials,
+                    ProbeBackend(script, clock=clock, cluster=cluster), clock, parallelism=3)
+    [resumed] = run_pool([second], PoolConfig({"gpus": 8}), resume={"easy": result.campaign_id})
+
+    assert resumed.status == "completed"
+    attempts = second.store.query(
+        "SELECT t.number, a.attempt, a.state FROM attempts a JOIN trials t ON t.id = a.trial_id"
+        " WHERE t.number = 3")
+    assert [(a["attempt"], a["state"]) for a in attempts] == [(1, "succeeded")]
+    retried = [json.loads(e["data"])["trial"] for e in second.store.events(
+        result.campaign_id, "retry")]
+    assert 3 not in retried  # nothing ran, so nothing was interrupted
 
 
 def test_a_campaign_never_runs_more_than_max_parallelism_in_a_larger_pool(tmp_path):

@@ -446,7 +446,8 @@ class Engine:
             trial.interruptions = sum(
                 1 for a in attempts.get(trial.row_id, ())
                 if a["state"] not in (
-                    "submitting", "submitted", "pending", "running", "succeeded", "cancelled"
+                    "queued", "submitting", "submitted", "pending", "running", "succeeded",
+                    "cancelled",
                 )
             )
             for a in attempts.get(trial.row_id, ()):
@@ -455,7 +456,7 @@ class Engine:
                 if a["state"] in (JobState.KILLED.value, JobState.LOST.value):
                     trial.ambiguous_ends.append((a["attempt"], JobState(a["state"])))
                 if a["node"] and a["node"] != "localhost" and a["state"] not in (
-                    "submitting", "submitted", "pending", "running", "succeeded"
+                    "queued", "submitting", "submitted", "pending", "running", "succeeded"
                 ):
                     trial.failed_nodes.add(a["node"])
             if row["cache_of"] is not None:
@@ -506,6 +507,12 @@ class Engine:
             ))
             trial.spec, trial.attempt_row = spec, last["id"]
             trial.attempt_started = last["submitted_at"]
+            if last["state"] == "queued":
+                # It was waiting for the pool and never submitted: it waits again, as the
+                # same attempt (nothing ran, so nothing was interrupted).
+                trial.spec = self._avoiding(spec, trial)
+                self._retries.append(trial)
+                continue
             job_id = last["job_id"] or self.backend.job_id_for(spec)
             if job_id is not None and last["state"] in (
                 "submitting", "submitted", "pending", "running"
@@ -674,7 +681,7 @@ class Engine:
         trial.status, trial.failure, trial.message = TrialStatus.RUNNING, None, None
         self._batch.attempts.append((
             trial.attempt_row, trial.row_id, spec.attempt, self.backend.name, None,
-            "submitting", now, int(resumed),
+            self._queued_state(), now, int(resumed),
         ))
         self._event(trial.row_id, "retry", {
             "trial": trial.number, "attempt": spec.attempt, "after": after, "class": cause,
@@ -1096,7 +1103,8 @@ class Engine:
             TrialStatus.RUNNING.value, None, None, None, None, None, str(trial_dir), now, None,
         ))
         self._batch.attempts.append(
-            (trial.attempt_row, row_id, 1, self.backend.name, None, "submitting", now, 0)
+            (trial.attempt_row, row_id, 1, self.backend.name, None, self._queued_state(), now,
+             0)
         )
         self._queue(trial, now)
         self._by_hash[digest] = trial
@@ -1117,6 +1125,13 @@ class Engine:
                 None, "stopped", {"reason": "max_consecutive_rejections",
                                   "count": self._consecutive_rejections},
             )
+
+    def _queued_state(self) -> str:
+        """The state a new attempt is recorded in: ``queued`` while it may wait for the
+        pool's resources (it becomes ``submitting`` when granted, committed before it is
+        submitted), ``submitting`` when the pool starts every queued trial at once."""
+        pool = self.pool
+        return "queued" if pool is not None and not pool.trivial else "submitting"
 
     def _queue(self, trial: _Trial, now: float) -> None:
         """Queue *trial*'s attempt for the pool's resources."""

@@ -366,6 +366,7 @@ class Pool:
         trial.expected_end = now + expected
         engine._batch.attempt_expected.append((expected, trial.attempt_row))
         if self.scheduler is not None and not self.trivial:
+            engine._batch.attempt_updates.append((None, "submitting", None, trial.attempt_row))
             self.scheduler.charge(engine.campaign.name, self._size(engine, trial), expected, now)
 
     def ended(self, engine: Engine, trial: _Trial, status: JobStatus, ended_at: float) -> None:
@@ -531,7 +532,7 @@ def _loop(pool: Pool, live: list[Engine]) -> None:
     for e in live:
         e._dispatch()
         e._commit()
-    pool.grant(live, clock.time())
+    _grant(pool, live)
     for e in live:
         e._submit()
     while True:
@@ -550,10 +551,21 @@ def _loop(pool: Pool, live: list[Engine]) -> None:
                 e._close()
                 live.remove(e)
                 pool.left(e, clock.time())
-        pool.grant(live, clock.time())
+        _grant(pool, live)
         for e in live:
             e._submit()
             e.listener.on_pass(e)
+
+
+def _grant(pool: Pool, live: Sequence[Engine]) -> None:
+    """Let the pool start what it may; a granted attempt is recorded ``submitting`` before it
+    is submitted (intent first), so a restart never takes a submitted job for a queued one."""
+    if not live:
+        return
+    pool.grant(live, live[0].clock.time())
+    if not pool.trivial:
+        for e in live:
+            e._commit()
 
 
 def _wait(pool: Pool, live: Sequence[Engine]) -> None:
