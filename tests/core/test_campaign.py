@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from dse import CommandEnvironment, ConfigError, Direction, load_campaign
+from dse._protocols import TrialInfo
 
 GOOD = """
 [campaign]
@@ -76,6 +77,19 @@ def test_a_callable_constraint_is_imported_beside_the_file(tmp_path: Path) -> No
     assert c.constraints[0]({"a": 3, "b": "x"}) is False
 
 
+def test_a_param_sets_each_trials_gpus_and_time_limit(tmp_path: Path) -> None:
+    text = GOOD.replace('time_limit = "2m"\ncpus = 2', 'time_limit = "{a}"\ngpus = "{g}"')
+    text = text.replace('b = ["x", "y"]', 'b = ["x", "y"]\ng = [1, 2, 4]')
+    c = load_campaign(write(tmp_path, text))
+    # Budgets reserve the largest a trial may take.
+    assert (c.environment.resources.gpus, c.environment.time_limit) == (4, 4.0)
+    env = CommandEnvironment(c.environment, c.objectives, param_names=c.space.names)
+    trial_dir = tmp_path / "t"
+    trial_dir.mkdir()
+    spec = env.prepare(TrialInfo("tiles-1-1", 1, 1, {"a": 3, "b": "x", "g": 2}, trial_dir))
+    assert (spec.resources.gpus, spec.resources.cpus, spec.time_limit) == (2, 1, 3.0)
+
+
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
@@ -93,6 +107,12 @@ def test_a_callable_constraint_is_imported_beside_the_file(tmp_path: Path) -> No
         ('metric = "loss"', 'metric = "loss"\nweight = 2', "objectives[0].weight"),
         ('direction = "maximize"', 'direction = "up"', "objectives[1].direction"),
         ('name = "tiles"', 'name = "../x"', "campaign.name"),
+        ("cpus = 2", 'cpus = "{zz}"', "environment.cpus: {zz} is not a parameter"),
+        ("cpus = 2", 'cpus = "{b}"', "parameter 'b' must take only integers >= 1"),
+        ("cpus = 2", 'cpus = "two"', "environment.cpus: expected an integer or '{param}'"),
+        ('time_limit = "2m"', 'time_limit = "{b}"', "parameter 'b' must be an int or float"),
+        ('time_limit = "2m"', 'time_limit = "{zz}"', "{zz} is not a parameter"),
+        ("max_trials = 12", "lookahead = -1", "campaign.lookahead: expected a non-negative"),
     ],
 )
 def test_errors_name_the_file_and_key(tmp_path: Path, old: str, new: str, message: str) -> None:

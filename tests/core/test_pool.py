@@ -1,13 +1,12 @@
 """The pool scheduler inside the engine, on the probe in virtual time: exact schedules.
 
-Each trial's params say how long it runs (``seconds``), its time limit (``limit``, which is
-what the scheduler expects before any history) and how many GPUs it holds (``gpus``, through
-``environment.gpus = "{gpus}"``).
+Each trial's params say how long it runs (``seconds``), its time limit (``limit``, through
+``environment.time_limit = "{limit}"``: what the scheduler expects before any history) and how
+many GPUs it holds (``gpus``, through ``environment.gpus = "{gpus}"``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,10 +16,7 @@ import pytest
 
 import dse
 from dse._campaign import EnvironmentConfig
-from dse._environment import CommandEnvironment
 from dse._pool import PoolConfig, load_pool, run_pool
-from dse._protocols import TrialInfo
-from dse._types import JobSpec
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 
 SPACE = dse.Space.from_dict({
@@ -32,14 +28,6 @@ SPACE = dse.Space.from_dict({
 })
 
 
-class LimitFromParams(CommandEnvironment):
-    """The campaign's environment, with each trial's time limit taken from its params."""
-
-    def prepare(self, trial: TrialInfo) -> JobSpec:
-        spec = super().prepare(trial)
-        return dataclasses.replace(spec, time_limit=float(trial.params["limit"]))
-
-
 def script(params: Mapping[str, Any]) -> ProbeScript:
     return ProbeScript(seconds=float(params["seconds"]), metrics={"value": 1.0})
 
@@ -48,8 +36,8 @@ def engine(
     tmp_path: Path, name: str, trials: Sequence[Mapping[str, Any]], backend: ProbeBackend,
     clock: FakeClock, *, parallelism: int, lookahead: int = 0,
 ) -> dse.Engine:
-    env = EnvironmentConfig(resource_params={"gpus": "gpus"},
-                            resources=dse.Resources(cpus=1, gpus=8))
+    env = EnvironmentConfig(resource_params={"gpus": "gpus"}, time_limit_param="limit",
+                            resources=dse.Resources(cpus=1, gpus=8), time_limit=1000.0)
     campaign = dse.Campaign(
         name=name, space=SPACE, objectives=(dse.Objective("value"),), mode="rolling",
         max_parallelism=parallelism, lookahead=lookahead, max_trials=len(trials),
@@ -57,9 +45,7 @@ def engine(
     )
     store = dse.Store(tmp_path / ".dse" / "dse.sqlite")
     return dse.Engine(
-        campaign, agent=ScriptedAgent(trials), backend=backend, store=store, clock=clock,
-        environment=LimitFromParams(env, campaign.objectives, param_names=SPACE.names),
-    )
+        campaign, agent=ScriptedAgent(trials), backend=backend, store=store, clock=clock)
 
 
 def trial(name: str, gpus: int, seconds: float, n: int = 0) -> dict[str, Any]:

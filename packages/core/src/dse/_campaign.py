@@ -24,11 +24,13 @@ from dse._constraints import (
 from dse._data import DataSpec, parse_data
 from dse._errors import ConfigError
 from dse._scoring import ScorerSpec
-from dse._space import ParamError, Space
+from dse._space import FloatRange, IntRange, ParamError, Space
 from dse._types import Direction, Objective, Resources
 from dse._units import parse_duration
 
 Mode = Literal["waves", "rolling"]
+_PARAM_REF = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+"""``"{name}"``: a setting taken from each trial's param *name*."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -41,7 +43,10 @@ class EnvironmentConfig:
     shell: bool = False
     """Run the command through ``/bin/sh -c`` (values are still passed as arguments)."""
     time_limit: float | None = None
-    """Per-trial wall-clock limit in seconds."""
+    """Per-trial wall-clock limit in seconds (the largest a trial may have, when a param sets
+    it)."""
+    time_limit_param: str | None = None
+    """The param that sets each trial's limit in seconds (``time_limit = "{param}"``)."""
     resources: Resources = field(default_factory=Resources)
     """CPUs, GPUs, memory per trial (the largest a trial may ask, when a param sets them)."""
     resource_params: Mapping[str, str] = field(default_factory=dict)
@@ -217,13 +222,16 @@ def _environment(raw: Mapping[str, Any], source: str, base_dir: Path) -> Environ
         command = [command] if shell else command.split()
     if not all(isinstance(c, str) for c in command):
         raise ConfigError(f"{table.where('command')}: expected a list of strings, got {command!r}")
-    limit = table.get("time_limit", (int, float, str), "a duration", None)
+    limit = table.get("time_limit", (int, float, str), "a duration or '{param}'", None)
+    limit_param = None
+    if isinstance(limit, str) and (match := _PARAM_REF.fullmatch(limit)) is not None:
+        limit_param, limit = match.group(1), None
     resource_params: dict[str, str] = {}
     counts: dict[str, int] = {}
     for key, low in (("cpus", 1), ("gpus", 0)):
         value = table.get(key, (int, str), "an integer or '{param}'", low)
         if isinstance(value, str):
-            match = re.fullmatch(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", value)
+            match = _PARAM_REF.fullmatch(value)
             if match is None:
                 raise ConfigError(
                     f"{table.where(key)}: expected an integer or '{{param}}', got {value!r}")
@@ -248,6 +256,7 @@ def _environment(raw: Mapping[str, Any], source: str, base_dir: Path) -> Environ
         command=tuple(command),
         shell=shell,
         time_limit=None if limit is None else parse_duration(limit, table.where("time_limit")),
+        time_limit_param=limit_param,
         resources=Resources(cpus, gpus, memory),
         resource_params=resource_params,
         env=dict(env),
@@ -257,8 +266,9 @@ def _environment(raw: Mapping[str, Any], source: str, base_dir: Path) -> Environ
 
 
 def _sized_by_params(env: EnvironmentConfig, space: Space, where: str) -> EnvironmentConfig:
-    """Check the params that set a trial's CPUs or GPUs, and make the campaign's resources the
-    largest they allow (what budgets reserve for a trial not yet proposed)."""
+    """Check the params that set a trial's CPUs, GPUs or time limit, and make the campaign's
+    resources and limit the largest they allow (what budgets reserve for a trial not yet
+    proposed)."""
     largest = {"cpus": env.resources.cpus, "gpus": env.resources.gpus}
     for key, name in env.resource_params.items():
         at = f"{where}: environment.{key}"
@@ -275,7 +285,18 @@ def _sized_by_params(env: EnvironmentConfig, space: Space, where: str) -> Enviro
                 " integer choices)")
         largest[key] = max(int(v) for v in values)
     resources = Resources(largest["cpus"], largest["gpus"], env.resources.memory_mb)
-    return dataclasses.replace(env, resources=resources)
+    limit = env.time_limit
+    seconds = env.time_limit_param
+    if seconds is not None:
+        at = f"{where}: environment.time_limit"
+        if seconds not in space.names:
+            raise ConfigError(f"{at}: {{{seconds}}} is not a parameter of the space")
+        given = space[seconds]
+        if not isinstance(given, IntRange | FloatRange) or given.low <= 0:
+            raise ConfigError(
+                f"{at}: parameter {seconds!r} must be an int or float range of seconds above 0")
+        limit = float(given.high)
+    return dataclasses.replace(env, resources=resources, time_limit=limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,7 +489,7 @@ def campaign_from_dict(
     # Absolute: trials run in other directories and must still find their files.
     workspace_path = (Path(workspace) if workspace is not None else base_dir / ws).resolve()
     environment = _environment(root.table("environment"), where, base_dir.resolve())
-    if environment.resource_params:
+    if environment.resource_params or environment.time_limit_param:
         environment = _sized_by_params(environment, space, where)
     if environment.code_version is None and source is not None and environment.workdir:
         # A campaign file names its workload's directory: its git state is the code version.

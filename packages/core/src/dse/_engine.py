@@ -1710,6 +1710,7 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
             "gpus": env.resources.gpus,
             "memory_mb": env.resources.memory_mb,
             **{f"{k}_param": v for k, v in env.resource_params.items()},
+            **({"time_limit_param": env.time_limit_param} if env.time_limit_param else {}),
             "code_version": env.code_version,
         },
         "budget": campaign.budget.as_dict(),

@@ -117,7 +117,10 @@ class CommandEnvironment:
             argv=argv,
             env=env,
             resources=self.resources(trial.params),
-            time_limit=self.config.time_limit,
+            time_limit=(
+                float(trial.params[self.config.time_limit_param])
+                if self.config.time_limit_param else self.config.time_limit
+            ),
             shell=self.config.shell,
             cwd=self.config.workdir,
         )
