@@ -84,7 +84,9 @@ def test_two_campaigns_share_the_pool_2_to_1_and_both_finish_with_their_shares(t
     shown = re.findall(r"(\w+) used (\d+)% \(weight (\d), target (\d+)%\)", pool_line)
     assert [(name, weight, target) for name, _, weight, target in shown] == [
         ("heavy", "2", "67"), ("light", "1", "33")]
-    assert 60 <= int(shown[0][1]) <= 72  # the share it used while light competed
+    # The share heavy used while light competed: two thirds, less its last round, where it
+    # had fewer trials left than slots (and real processes on a loaded machine jitter).
+    assert 55 <= int(shown[0][1]) <= 75
     # While both had trials to run, heavy held two of the three slots and light one.
     heavy, light = spans(tmp_path, "heavy"), spans(tmp_path, "light")
     assert len(heavy) == len(light) == 16

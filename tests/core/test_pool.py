@@ -16,7 +16,7 @@ import pytest
 
 import dse
 from dse._campaign import EnvironmentConfig
-from dse._pool import PoolConfig, load_pool, run_pool
+from dse._pool import Pool, PoolConfig, drive, load_pool, run_pool
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 
 SPACE = dse.Space.from_dict({
@@ -173,6 +173,52 @@ def test_a_trial_still_queued_when_the_controller_dies_waits_again_as_the_same_a
     retried = [json.loads(e["data"])["trial"] for e in second.store.events(
         result.campaign_id, "retry")]
     assert 3 not in retried  # nothing ran, so nothing was interrupted
+
+
+def test_a_resumed_pool_remembers_the_durations_and_usage_of_the_run_so_far(tmp_path):
+    clock = FakeClock(START)
+    cluster = ProbeBackend(script, clock=clock).cluster
+    # One 8-GPU trial at a time, each 10 s under a 100 s limit.
+    trials = [{**trial(f"t{n}", 8, 10.0, n), "limit": 100.0} for n in range(6)]
+
+    class DieAfter(dse.EngineListener):
+        def on_pass(self, engine: dse.Engine) -> None:
+            if engine.stats.passes == 3:
+                raise KeyboardInterrupt
+
+    first = engine(tmp_path, "recall", trials, ProbeBackend(script, clock=clock,
+                                                            cluster=cluster), clock,
+                   parallelism=1)
+    first.listener = DieAfter()
+    [result] = run_pool([first], PoolConfig({"gpus": 8}))
+    assert first.pool is not None
+    assert first.pool.scheduler is not None
+    before = first.pool.scheduler.usage("recall", clock.time())
+
+    second = engine(tmp_path, "recall", trials, ProbeBackend(script, clock=clock,
+                                                             cluster=cluster), clock,
+                    parallelism=1)
+    pool = Pool(PoolConfig({"gpus": 8}))
+    pool.join(second)
+    pool.start()
+    second.open(resume=result.campaign_id)
+    pool.recall([second])
+    assert pool.scheduler is not None
+    # Three attempts ended before the crash, 10 s of the whole pool each; the fourth (started
+    # and charged its expectation) had not ended, so it is not in the record's usage.
+    now = clock.time() - START
+    decayed = sum(10.0 * 0.5 ** ((now - end) / 3600.0) for end in (10.0, 20.0, 30.0))
+    assert pool.scheduler.usage("recall", clock.time()) == pytest.approx(decayed)
+    assert before > 30.0
+    drive(pool)
+    rows = second.store.query(
+        "SELECT t.number, a.attempt, a.expected_s FROM attempts a JOIN trials t"
+        " ON t.id = a.trial_id ORDER BY a.submitted_at, t.number")
+    after = [row["expected_s"] for row in rows if row["attempt"] > 1 or row["number"] > 4]
+    # Every attempt started after the restart expects 10 s, from the three that ended before
+    # it, not its 100 s limit.
+    assert after
+    assert all(x == pytest.approx(10.0) for x in after)
 
 
 def test_a_campaign_never_runs_more_than_max_parallelism_in_a_larger_pool(tmp_path):

@@ -341,7 +341,10 @@ class Engine:
         from dse._pool import Pool, drive
 
         self.open(resume=resume)
-        return drive(self.pool or Pool.alone(self))[0]
+        pool = self.pool or Pool.alone(self)
+        if resume is not None:
+            pool.recall([self])
+        return drive(pool)[0]
 
     def open(self, *, resume: int | None = None) -> None:
         """Record the run (or reopen *resume*) and rebuild its state, ready for the loop

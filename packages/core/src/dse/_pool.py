@@ -17,6 +17,7 @@ recorded with its attempt (``attempts.expected_s``) next to the actual run time.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -160,6 +161,13 @@ def _smallest(engine: Engine) -> Resources:
         values = engine.campaign.space[name].values()
         least[key] = min(int(v) for v in values if isinstance(v, int))
     return dataclasses.replace(env.resources, **least) if least else env.resources
+
+
+def _resources_of(engine: Engine, params: Mapping[str, Any]) -> Resources:
+    """What a trial of *params* held (the campaign's resources, or those its params set)."""
+    env = engine.campaign.environment
+    chosen = {k: int(params[name]) for k, name in env.resource_params.items() if name in params}
+    return dataclasses.replace(env.resources, **chosen) if chosen else env.resources
 
 
 def point_of(space: Space, params: Mapping[str, Any]) -> Point:
@@ -368,6 +376,32 @@ class Pool:
         if self.scheduler is not None and not self.trivial:
             engine._batch.attempt_updates.append((None, "submitting", None, trial.attempt_row))
             self.scheduler.charge(engine.campaign.name, self._size(engine, trial), expected, now)
+
+    def recall(self, engines: Sequence[Engine]) -> None:
+        """Rebuild what the pool knew of *engines*' resumed runs from their record: the usage
+        their ended attempts were charged (decayed since), their shares and the durations
+        the estimates learn from, so a restarted controller stays fair and informed."""
+        ended: list[tuple[float, float, Engine, dict[str, Any], str]] = []
+        for e in engines:
+            params = {row["id"]: json.loads(row["params"])
+                      for row in e.store.trials(e.campaign_id)}
+            for row in e.store.attempts(e.campaign_id):
+                if row["started_at"] is not None and row["ended_at"] is not None:
+                    ended.append((row["ended_at"], row["started_at"], e,
+                                  params[row["trial_id"]], row["state"]))
+        ended.sort(key=lambda x: x[0])
+        for end, start, e, given, state in ended:
+            name = e.campaign.name
+            size = size_of(_resources_of(e, given), self.config.capacity)
+            actual = max(end - start, 0.0)
+            if self.scheduler is not None:
+                if len(self.engines) > 1:
+                    self._spans.append((name, start, end, self.scheduler.dominant(size)))
+                if not self.trivial:
+                    self.scheduler.charge(name, size, actual, end)
+            if state in (JobState.SUCCEEDED.value, JobState.FAILED.value):
+                point = None if self.trivial else point_of(e.campaign.space, given)
+                self.estimate.observe(name, actual, point)
 
     def ended(self, engine: Engine, trial: _Trial, status: JobStatus, ended_at: float) -> None:
         """An attempt of *trial* ended: count what it used, and learn its duration."""
@@ -597,6 +631,11 @@ def run_pool(
     for engine in engines:
         pool.join(engine)
     pool.start()
+    resumed = []
     for engine in engines:
-        engine.open(resume=(resume or {}).get(engine.campaign.name))
+        run = (resume or {}).get(engine.campaign.name)
+        engine.open(resume=run)
+        if run is not None:
+            resumed.append(engine)
+    pool.recall(resumed)
     return drive(pool)
