@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.support.cli import run_dse, write_plugin
+
+from support.cli import run_dse, write_plugin
 
 WORK = '''
 import json, os, time

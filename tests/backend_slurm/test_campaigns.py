@@ -26,6 +26,7 @@ from support.slurm import (
     resume_node,
     run,
     trials,
+    wait_for_an_idle_cluster,
     wait_until,
 )
 
@@ -164,6 +165,9 @@ def running_jobs(prefix: str) -> int:
 
 
 def test_27_trials_at_p9_go_out_as_arrays_and_run_on_all_three_nodes(tmp_path):
+    # A job an earlier test cancelled may still hold a node (CI once saw this test's trials
+    # only on n2 and n3): every node must be free for all three to run them.
+    wait_for_an_idle_cluster()
     project = project_with(tmp_path, "arrays", sleepers(27, 1.0), parallelism=9)
 
     proc = run_dse(project, "run", "campaign.toml", timeout=240)

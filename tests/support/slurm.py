@@ -37,6 +37,18 @@ def node_states() -> dict[str, str]:
     return dict(line.split()[:2] for line in out.splitlines() if line.strip())
 
 
+def wait_for_an_idle_cluster(timeout: float = 60.0) -> None:
+    """Wait until no job is left in the queue and every node is idle: jobs an earlier test
+    cancelled may still be completing on a node, and a test that asserts where its trials
+    ran needs every node free."""
+    def idle() -> bool:
+        queue = run(["squeue", "--noheader", "--format=%i"]).strip()
+        return not queue and all(
+            state.rstrip("*") == "idle" for state in node_states().values())
+
+    wait_until(idle, timeout, "an idle cluster (no jobs left, every node idle)")
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster() -> str:
     """The cluster's usable nodes (comma-separated), once it answers; skips (saying why)
