@@ -7,14 +7,18 @@ import nox
 nox.options.sessions = ["tests", "isolation", "lint", "types"]
 nox.options.reuse_existing_virtualenvs = True
 
-PACKAGES = ["packages/core", "packages/agents", "packages/backend-local", "packages/backend-slurm"]
+PACKAGES = ["packages/core[report]", "packages/agents", "packages/backend-local",
+            "packages/backend-slurm"]
 TEST_DEPS = ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6.100"]
+BROWSER_DEPS = ["playwright>=1.40"]
+"""Drives Debian's Chromium (installed by .ci/run) to open the HTML report; never downloads
+a browser of its own."""
 
 
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """Run every package's tests in parallel with all four distributions installed."""
-    session.install(*TEST_DEPS, *(f"-e{p}" for p in PACKAGES))
+    session.install(*TEST_DEPS, *BROWSER_DEPS, *(f"-e{p}" for p in PACKAGES))
     session.run("pytest", "-n", "auto", "--dist", "loadgroup", *session.posargs)
 
 

@@ -123,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--workspace", type=Path)
     report.add_argument("--json", action="store_true",
                         help="print one JSON object (keys below)")
+    report.add_argument("--html", type=Path, metavar="OUT.html",
+                        help="also write a self-contained HTML report with plots of the run"
+                        " (the latest run of the campaign named; needs dse-core[report])")
 
     plugins = sub.add_parser("plugins", help="list installed backends and agents")
     plugins.add_argument("--json", action="store_true")
@@ -485,6 +488,15 @@ def _report_command(args: argparse.Namespace, console: Console) -> int:
         console.result("")
     for rollup in rollups:
         console.result(_rollup_line(rollup))
+    if args.html is not None:
+        if not chosen:
+            raise ConfigError(f"{store.path}: no campaign run to report")
+        detail = chosen[-1]
+        from dse._html import render_html
+
+        out = render_html(store, detail.summary.campaign_id, args.html, _detail_lines(detail))
+        console.status(f"HTML report of {detail.summary.name} run {detail.summary.campaign_id}:"
+                       f" {out}")
     return ExitCode.OK
 
 

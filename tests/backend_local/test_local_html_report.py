@@ -1,0 +1,119 @@
+"""The HTML report of a real local-backend campaign, opened in headless Chromium.
+
+The campaign runs real processes (one configuration in four fails); ``dse report --html``
+writes the page; Debian's Chromium (``.ci/run`` installs it) loads it through Playwright with
+no network. The screenshot is kept in the test's tmp dir as the CI artifact.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from dse._html import PLOTS
+from support.cli import run_dse, write_plugin
+
+WORK = '''
+import sys
+import dse.trial
+p = dse.trial.params()
+if p["x"] % 4 == 3:
+    sys.exit(3)
+dse.trial.report({"loss": (p["x"] - 7) ** 2 * p["lr"]})
+'''
+
+CAMPAIGN = f'''
+[campaign]
+name = "html"
+agent = "random"
+backend = "local"
+mode = "rolling"
+max_parallelism = 2
+max_trials = 16
+
+[environment]
+command = ["{sys.executable}", "work.py"]
+time_limit = "60s"
+
+[[objectives]]
+metric = "loss"
+
+[space]
+x = {{ type = "int", low = 0, high = 15 }}
+lr = {{ type = "float", low = 1e-3, high = 1.0, log = true }}
+layout = ["row", "col"]
+'''
+
+CHROMIUM_FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.skip("no Chromium here: `apt-get install chromium` (.ci/run installs it)")
+    return path
+
+
+def test_the_html_report_loads_in_chromium_offline_with_every_plot(tmp_path: Path) -> None:
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    browser_path = chromium()
+    write_plugin(tmp_path)
+    (tmp_path / "work.py").write_text(WORK)
+    (tmp_path / "campaign.toml").write_text(CAMPAIGN)
+    done = run_dse(tmp_path, "run", "campaign.toml", timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = tmp_path / "report.html"
+    made = run_dse(tmp_path, "report", "html", "--html", str(report), timeout=120)
+    assert made.returncode == 0, made.stderr
+    assert f"HTML report of html run 1: {report}" in made.stderr
+    text = report.read_text()
+    assert "campaign html run 1: completed" in text  # the console report is in the page
+    assert "http://" not in text
+    assert "https://" not in text
+
+    errors: list[str] = []
+    requests: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(report.as_uri(), wait_until="load")
+            loaded = {
+                key: page.eval_on_selector(
+                    f"#plot-{key}", "img => img.complete && img.naturalWidth > 300")
+                for key in PLOTS
+            }
+            captions = page.eval_on_selector_all("figcaption", "cs => cs.map(c => c.textContent)")
+            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+        finally:
+            browser.close()
+
+    assert errors == []
+    assert loaded == dict.fromkeys(PLOTS, True)
+    assert len(captions) == len(PLOTS)
+    assert any("completed, valid trials" in c for c in captions)
+    # Nothing but the page itself and its embedded images: it needs no network.
+    assert all(url.startswith(("file:", "data:")) for url in requests), requests
+    assert (tmp_path / "report.png").stat().st_size > 20_000
+
+
+def test_report_html_names_the_missing_run_in_one_line(tmp_path: Path) -> None:
+    write_plugin(tmp_path)
+    (tmp_path / "work.py").write_text(WORK)
+    (tmp_path / "campaign.toml").write_text(CAMPAIGN.replace("max_trials = 16",
+                                                             "max_trials = 2"))
+    assert run_dse(tmp_path, "run", "campaign.toml", timeout=120).returncode == 0
+    done = run_dse(tmp_path, "report", "nothing", "--html", str(tmp_path / "r.html"))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert "no campaign run named 'nothing'" in done.stderr
+    assert not (tmp_path / "r.html").exists()
