@@ -56,3 +56,4 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/local_overhead.py", *quick)
     session.run("python", "benchmarks/search_quality.py", *quick)
     session.run("python", "benchmarks/scheduling.py", *quick)
+    session.run("python", "benchmarks/report_render.py", *quick)

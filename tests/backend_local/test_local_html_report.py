@@ -117,3 +117,28 @@ def test_report_html_names_the_missing_run_in_one_line(tmp_path: Path) -> None:
     assert done.stderr.count("\n") == 1
     assert "no campaign run named 'nothing'" in done.stderr
     assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("outcome", ["fail", "none"])
+def test_a_run_with_no_completed_trial_still_renders_every_plot(tmp_path: Path,
+                                                               outcome: str) -> None:
+    import dse
+    from dse._html import render_html
+    from dse.testing import FakeClock, ProbeBackend, ScriptedAgent
+
+    points = [] if outcome == "none" else [{"x": i, "outcome": "fail"} for i in range(3)]
+    campaign = dse.campaign_from_dict(
+        {"campaign": {"name": "empty", "max_trials": 3},
+         "space": {"x": {"type": "int", "low": 0, "high": 9},
+                   "outcome": ["succeed", "fail"]},
+         "objectives": [{"metric": "value"}]},
+        workspace=tmp_path / ".dse",
+    )
+    store = dse.Store(tmp_path / ".dse" / "dse.sqlite")
+    clock = FakeClock()
+    result = dse.Engine(campaign, agent=ScriptedAgent(points), store=store, clock=clock,
+                        backend=ProbeBackend(clock=clock)).run()
+    out = render_html(store, result.campaign_id, tmp_path / "r.html", ["report"])
+    text = out.read_text()
+    assert all(f'id="plot-{key}"' in text for key in PLOTS)
+    assert "No completed, valid trial to draw." in text

@@ -300,3 +300,31 @@ def test_the_live_view_shows_the_three_numbers_and_budget_bars(tmp_path: Path) -
     assert "money        ████▒▒▒▒▒▒····················  0.12 spent" in first
     last = frames[-1]
     assert "0.96 spent + 0.00 reserved / 1.00 USD" in last
+
+
+def test_report_html_without_matplotlib_says_what_to_install_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dse._cli import main
+
+    store = dse.Store(tmp_path / ".dse" / "dse.sqlite")
+    campaign = dse.campaign_from_dict(
+        {"campaign": {"name": "plain", "max_trials": 2},
+         "space": {"x": {"type": "int", "low": 0, "high": 9}},
+         "objectives": [{"metric": "value"}]},
+        workspace=tmp_path / ".dse",
+    )
+    clock = FakeClock()
+    dse.Engine(campaign, agent=ScriptedAgent([{"x": 1}, {"x": 2}]), store=store, clock=clock,
+               backend=ProbeBackend(clock=clock)).run()
+    store.close()
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # not installed
+    monkeypatch.chdir(tmp_path)
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    code = main(["report", "plain", "--html", str(tmp_path / "r.html")])
+    assert code == 2
+    lines = [line for line in err.getvalue().splitlines() if "error" in line]
+    assert lines == ["dse: error: dse report --html draws its plots with matplotlib, which is"
+                     " not installed: pip install 'dse-core[report]'"]
+    assert not (tmp_path / "r.html").exists()
