@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from dse._types import Resources
 
 __all__ = [
+    "BUDGET_KEYS",
+    "PRICE_KEYS",
+    "TRIAL_CEILING_KEYS",
     "Budget",
     "Ledger",
     "Price",
@@ -40,6 +43,13 @@ _COMPUTE_UNITS = {
     "node-hour": "node", "node-hours": "node",
 }
 _EPS = 1e-9
+
+BUDGET_KEYS = frozenset({"trials", "wall_clock", "compute", "money", "on_deadline", "trial"})
+"""The keys of a ``[budget]`` table."""
+TRIAL_CEILING_KEYS = frozenset({"wall_time", "compute", "money"})
+"""The keys of a ``[budget.trial]`` table."""
+PRICE_KEYS = frozenset({"cpu_hour", "gpu_hour", "node_hour", "billing_hour", "currency"})
+"""The keys of a ``[backend.<name>.price]`` table."""
 
 
 def _number(value: object, where: str) -> float:
@@ -114,8 +124,7 @@ class Price:
     def from_table(cls, raw: object, where: str) -> Price:
         if not isinstance(raw, dict):
             raise ConfigError(f"{where}: expected a table such as {{ cpu_hour = 0.05 }}")
-        unknown = sorted(set(raw) - {"cpu_hour", "gpu_hour", "node_hour", "billing_hour",
-                                     "currency"})
+        unknown = sorted(set(raw) - PRICE_KEYS)
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {unknown}")
         currency = raw.get("currency", "USD")
@@ -223,8 +232,7 @@ def parse_budget(raw: object, where: str) -> Budget:
         return Budget()
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a table")
-    known = {"trials", "wall_clock", "compute", "money", "on_deadline", "trial"}
-    unknown = sorted(set(raw) - known)
+    unknown = sorted(set(raw) - BUDGET_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}")
     trials = raw.get("trials")
@@ -246,7 +254,7 @@ def parse_budget(raw: object, where: str) -> Budget:
     trial_raw = raw.get("trial", {})
     if not isinstance(trial_raw, dict):
         raise ConfigError(f"{where}.trial: expected a table")
-    unknown = sorted(set(trial_raw) - {"wall_time", "compute", "money"})
+    unknown = sorted(set(trial_raw) - TRIAL_CEILING_KEYS)
     if unknown:
         raise ConfigError(f"{where}.trial: unknown key(s) {unknown}")
     trial_money = None

@@ -30,8 +30,10 @@ from dse._errors import ConfigError
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["DataSpec", "DataVersioner", "parse_data"]
+__all__ = ["DATA_KEYS", "DataSpec", "DataVersioner", "parse_data"]
 
+DATA_KEYS = frozenset({"paths", "command", "version"})
+"""The keys of a ``[data]`` table."""
 _CACHE = "data-digests.json"
 _RACY_S = 2.0
 
@@ -51,7 +53,7 @@ def parse_data(raw: object, where: str, base_dir: Path) -> DataSpec | None:
         return None
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a table")
-    unknown = sorted(set(raw) - {"paths", "command", "version"})
+    unknown = sorted(set(raw) - DATA_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}")
     paths = raw.get("paths", [])

@@ -48,6 +48,12 @@ __all__ = ["Pool", "PoolConfig", "drive", "is_pool_file", "load_pool", "run_pool
 
 RESOURCES = ("slots", "cpus", "gpus")
 """What a pool can count: trials at once (or outstanding Slurm jobs), CPUs, GPUs."""
+POOL_FILE_KEYS = frozenset({"pool", "campaign"})
+"""The tables of a pool file: ``[pool]`` and ``[[campaign]]``."""
+POOL_KEYS = frozenset({*RESOURCES, "half_life", "max_wait", "wait_factor"})
+"""The keys of a pool file's ``[pool]`` table."""
+POOL_CAMPAIGN_KEYS = frozenset({"file", "weight"})
+"""The keys of each ``[[campaign]]`` table of a pool file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,16 +95,16 @@ def load_pool(path: str | Path) -> PoolConfig:
         raise ConfigError(f"{where}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: not valid TOML: {exc}") from None
-    unknown = sorted(set(raw) - {"pool", "campaign"})
+    unknown = sorted(set(raw) - POOL_FILE_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown table(s) {unknown}; expected [pool], [[campaign]]")
     table = raw.get("pool", {})
     if not isinstance(table, Mapping):
         raise ConfigError(f"{where}: pool: expected a table")
-    known = {*RESOURCES, "half_life", "max_wait", "wait_factor"}
-    unknown = sorted(set(table) - known)
+    unknown = sorted(set(table) - POOL_KEYS)
     if unknown:
-        raise ConfigError(f"{where}: pool: unknown key(s) {unknown}; expected {sorted(known)}")
+        raise ConfigError(
+            f"{where}: pool: unknown key(s) {unknown}; expected {sorted(POOL_KEYS)}")
     capacity: dict[str, int] = {}
     for key in RESOURCES:
         value = table.get(key)
@@ -116,7 +122,7 @@ def load_pool(path: str | Path) -> PoolConfig:
         at = f"{where}: campaign[{i}]"
         if not isinstance(entry, Mapping) or not isinstance(entry.get("file"), str):
             raise ConfigError(f"{at}: expected a table with 'file' (a campaign file)")
-        extra = sorted(set(entry) - {"file", "weight"})
+        extra = sorted(set(entry) - POOL_CAMPAIGN_KEYS)
         if extra:
             raise ConfigError(f"{at}: unknown key(s) {extra}; expected 'file' and 'weight'")
         weight = entry.get("weight", 1.0)

@@ -278,6 +278,14 @@ class Space:
         return cls(tuple(_parse_param(name, spec, source) for name, spec in table.items()))
 
 
+PARAM_KEYS: Mapping[str, frozenset[str]] = {
+    "categorical": frozenset({"type", "choices"}),
+    "int": frozenset({"type", "low", "high", "step", "log"}),
+    "float": frozenset({"type", "low", "high", "step", "log"}),
+}
+"""The keys of a parameter's table in ``[space]``, by its ``type``."""
+
+
 def _need(spec: Mapping[str, Any], key: str, where: str, expected: str) -> Any:
     if key not in spec:
         raise ConfigError(f"{where}: missing key {key!r} ({expected})")
@@ -293,16 +301,11 @@ def _parse_param(name: str, spec: Any, source: str) -> Parameter:
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: expected a table or a list of choices, got {spec!r}")
     kind = spec.get("type")
-    allowed = {
-        "categorical": {"type", "choices"},
-        "int": {"type", "low", "high", "step", "log"},
-        "float": {"type", "low", "high", "step", "log"},
-    }
-    if kind not in allowed:
+    if not isinstance(kind, str) or kind not in PARAM_KEYS:
         raise ConfigError(
             f"{where}.type: expected one of 'categorical', 'int', 'float', got {kind!r}"
         )
-    unknown = sorted(set(spec) - allowed[kind])
+    unknown = sorted(set(spec) - PARAM_KEYS[kind])
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown} for a {kind} parameter")
     if kind == "categorical":
