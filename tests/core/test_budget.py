@@ -274,6 +274,13 @@ def test_a_price_per_partition_follows_the_campaigns_partition(tmp_path: Path) -
     with pytest.raises(dse.ConfigError, match=r"backend.probe.price: no price for partition"
                                               r" 'cpu' and no 'default'"):
         priced({"price": {"gpu": {"gpu_hour": 1}}, "partition": "cpu"})
+    # Keys beside the partition tables apply to each, unless it sets its own: a currency
+    # given once is not lost (it was, silently, falling back to USD).
+    shared = {"currency": "EUR", "cpu_hour": 0.5, "gpu": {"gpu_hour": 2.5},
+              "default": {"cpu_hour": 0.1}}
+    assert priced({"price": shared, "partition": "gpu"}).price == Price(
+        cpu_hour=0.5, gpu_hour=2.5, currency="EUR")
+    assert priced({"price": shared}).price == Price(cpu_hour=0.1, currency="EUR")
 
 
 def test_a_ceiling_at_a_vanishing_price_binds_nothing() -> None:

@@ -409,7 +409,10 @@ def campaign_from_dict(
                     f"{where_price}: no price for partition {partition!r} and no 'default'"
                     f" (priced: {sorted(raw_price)})"
                 )
-            raw_price, where_price = raw_price[key], f"{where_price}.{key}"
+            # Keys beside the partition tables (a currency, a common rate) apply to every
+            # partition that does not set its own.
+            shared = {k: v for k, v in raw_price.items() if not isinstance(v, dict)}
+            raw_price, where_price = {**shared, **raw_price[key]}, f"{where_price}.{key}"
         price = Price.from_table(raw_price, where_price)
     root.used.add("data")
     data_spec = parse_data(data.get("data"), f"{where}: data", base_dir.resolve())
