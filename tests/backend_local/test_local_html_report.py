@@ -73,7 +73,10 @@ def test_the_html_report_loads_in_chromium_offline_with_every_plot(tmp_path: Pat
     assert made.returncode == 0, made.stderr
     assert f"HTML report of html run 1: {report}" in made.stderr
     text = report.read_text()
-    assert "campaign html run 1: completed" in text  # the console report is in the page
+    # The console report is in the page: the run, its three numbers, its objective's spend.
+    assert "campaign html run 1: completed" in text
+    assert "throughput" in text
+    assert "objective html: run 1; spent" in text
     assert "http://" not in text
     assert "https://" not in text
 

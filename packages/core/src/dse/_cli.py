@@ -494,7 +494,9 @@ def _report_command(args: argparse.Namespace, console: Console) -> int:
         detail = chosen[-1]
         from dse._html import render_html
 
-        out = render_html(store, detail.summary.campaign_id, args.html, _detail_lines(detail))
+        lines = [*_detail_lines(detail), "", *(_rollup_line(r) for r in rollups
+                                                   if r.label in detail.summary.serves)]
+        out = render_html(store, detail.summary.campaign_id, args.html, lines)
         console.status(f"HTML report of {detail.summary.name} run {detail.summary.campaign_id}:"
                        f" {out}")
     return ExitCode.OK
