@@ -138,3 +138,10 @@ def test_missing_objectives_is_explained(tmp_path: Path) -> None:
 def test_the_name_defaults_to_the_file_stem(tmp_path: Path) -> None:
     c = load_campaign(write(tmp_path, GOOD.replace('name = "tiles"\n', "")))
     assert c.name == "c"
+
+
+def test_objective_and_objectives_together_is_one_error(tmp_path: Path) -> None:
+    text = GOOD.replace('[[objectives]]\nmetric = "loss"',
+                        '[objective]\nmetric = "x"\n\n[[objectives]]\nmetric = "loss"', 1)
+    with pytest.raises(ConfigError, match=r"give either \[objective\] or \[\[objectives\]\]"):
+        load_campaign(write(tmp_path, text))

@@ -40,6 +40,21 @@ def test_a_bad_data_table_is_one_error_naming_the_key(
         parse_data(raw, "c.toml: data", tmp_path)
 
 
+def test_the_data_command_runs_beside_the_campaign_file_wherever_dse_was_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "VERSION").write_text("v7\n")
+    spec = parse_data({"command": [sys.executable, "-c", "print(open('VERSION').read())"]},
+                      "c.toml: data", project)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert spec is not None
+    assert DataVersioner(spec, cache_dir=tmp_path / "ws").compute() == "v7"
+
+
 def age(*paths: Path, hours: float = 1.0) -> None:
     """Date *paths* back (a file modified just now is read again every time, on purpose)."""
     for path in paths:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from dse._lock import CampaignLock, LockHolder
     from dse._plugins import PluginManager, Registered
     from dse._protocols import Agent, Environment, TrialInfo
+    from dse._scoring import Scorer
     from dse._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
     from dse._store import Store, filesystem_type
     from dse._types import (
@@ -87,6 +88,7 @@ _LAZY: dict[str, str] = {
     "PluginManager": "dse._plugins",
     "Registered": "dse._plugins",
     "Resources": "dse._types",
+    "Scorer": "dse._scoring",
     "Space": "dse._space",
     "Stats": "dse._engine",
     "Store": "dse._store",
@@ -143,6 +145,7 @@ __all__ = [
     "PluginManager",
     "Registered",
     "Resources",
+    "Scorer",
     "Space",
     "Stats",
     "Store",

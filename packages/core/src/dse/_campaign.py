@@ -388,6 +388,9 @@ def campaign_from_dict(
     space = Space.from_dict(root.table("space"), source=where)
     root.used.add("objectives")
     root.used.add("objective")
+    if "objectives" in data and "objective" in data:
+        raise ConfigError(
+            f"{where}: objective: give either [objective] or [[objectives]], not both")
     raw_obj = data.get("objectives", data.get("objective"))
     if raw_obj is None:
         raise ConfigError(f"{where}: objectives: missing; add [[objectives]] with metric = \"...\"")

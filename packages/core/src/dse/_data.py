@@ -45,6 +45,9 @@ class DataSpec:
     paths: tuple[Path, ...] = ()
     command: tuple[str, ...] = ()
     version: str | None = None
+    cwd: Path | None = None
+    """Where the command runs: the campaign file's directory (its paths are relative to it
+    too), wherever ``dse run`` was started."""
 
 
 def parse_data(raw: object, where: str, base_dir: Path) -> DataSpec | None:
@@ -71,7 +74,7 @@ def parse_data(raw: object, where: str, base_dir: Path) -> DataSpec | None:
         raise ConfigError(f"{where}.version: expected a non-empty string")
     if not paths and not command and version is None:
         raise ConfigError(f"{where}: declare paths, a command or a version")
-    return DataSpec(tuple(base_dir / p for p in paths), tuple(command), version)
+    return DataSpec(tuple(base_dir / p for p in paths), tuple(command), version, base_dir)
 
 
 class DataVersioner:
@@ -98,7 +101,7 @@ class DataVersioner:
     def _run_command(self) -> str:
         try:
             proc = subprocess.run(list(self.spec.command), capture_output=True, text=True,
-                                  timeout=60, check=False)
+                                  timeout=60, check=False, cwd=self.spec.cwd)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ConfigError(f"{self.where}.command: cannot run it: {exc}") from None
         out = proc.stdout.strip()
