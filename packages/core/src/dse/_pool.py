@@ -9,9 +9,9 @@ Each polling pass (:func:`drive`) every campaign applies what changed and queues
 wants to start (:meth:`Pool.room` says how many it may pull); then the pool asks the
 :class:`~dse._scheduler.PoolScheduler` which queued trials start now (:meth:`Pool.grant`): fair
 share by weight and decayed usage, one reservation (EASY backfill), bounded wait. When every
-queued trial fits, all start and no estimate is needed; otherwise each trial's expected
-duration comes from its time limit or the history of similar trials of its campaign, and is
-recorded with its attempt (``attempts.expected_s``) next to the actual run time.
+queued trial fits, all start without a plan. Each started trial's expected duration comes
+from its time limit or the history of similar trials of its campaign, and is recorded with
+its attempt (``attempts.expected_s``) next to the actual run time.
 """
 
 from __future__ import annotations
