@@ -318,6 +318,9 @@ def time_limit(case: Scenario) -> float | None:
             allowed.append(hours * 3600 / units)
     if trial.money is not None and rate > 0:
         allowed.append(trial.money / rate)
+    # A price so small that the ceiling allows more than a float holds binds nothing (as
+    # TrialCeilings.time_limit says): 1 USD at 2.2e-308 per node-hour is no limit at all.
+    allowed = [x for x in allowed if math.isfinite(x)]
     limits = [min(allowed) - case.overrun_s] if allowed else []
     if case.time_limit is not None:
         limits.append(case.time_limit)
