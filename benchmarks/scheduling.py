@@ -60,7 +60,6 @@ from _peers import table
 
 import dse
 from dse._campaign import EnvironmentConfig
-from dse._environment import CommandEnvironment
 from dse._pool import Pool, PoolConfig, drive
 from dse._scheduler import Plan, PoolScheduler, Request, Running, fits, take
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
@@ -68,8 +67,6 @@ from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from dse._protocols import TrialInfo
-    from dse._types import JobSpec
 
 START = 1_000_000.0
 WAIT_FACTOR = 0.5
@@ -86,15 +83,6 @@ SPACE = dse.Space.from_dict({
 """Every scenario's trials: ``work`` is what the scheduler may learn durations from;
 ``seconds`` (how long it really runs) and ``limit`` are hidden from its similarity (they are
 scaled over a range so wide they weigh nothing next to ``work``)."""
-
-
-class LimitFromParams(CommandEnvironment):
-    """Each trial's time limit from its ``limit`` param (0: none)."""
-
-    def prepare(self, trial: TrialInfo) -> JobSpec:
-        spec = super().prepare(trial)
-        limit = float(trial.params["limit"])
-        return dataclasses.replace(spec, time_limit=limit or None)
 
 
 def script(params: Mapping[str, Any]) -> ProbeScript:
@@ -138,7 +126,10 @@ def run(specs: Sequence[Spec], capacity: dict[str, int], *, weights: Mapping[str
                                wait_factor=wait_factor))
         engines = []
         for spec in specs:
+            # A trial's GPUs, and its time limit where it has one, come from its params.
+            limited = any(t["limit"] for t in spec.trials)
             env = EnvironmentConfig(resource_params={"gpus": "gpus"},
+                                    time_limit_param="limit" if limited else None,
                                     resources=dse.Resources(cpus=1, gpus=8))
             campaign = dse.Campaign(
                 name=spec.name, space=SPACE, objectives=(dse.Objective("value"),),
@@ -150,7 +141,6 @@ def run(specs: Sequence[Spec], capacity: dict[str, int], *, weights: Mapping[str
             engine = dse.Engine(
                 campaign, agent=ScriptedAgent(spec.trials), backend=backend, store=store,
                 clock=clock,
-                environment=LimitFromParams(env, campaign.objectives, param_names=SPACE.names),
             )
             pool.join(engine)
             engines.append(engine)

@@ -60,6 +60,13 @@ class EnvironmentConfig:
     checkpoint_every: float | None = None
     """Seconds between checkpoints the campaign asks for (``DSE_CHECKPOINT_EVERY``)."""
 
+    def resources_for(self, params: Mapping[str, Any]) -> Resources:
+        """What a trial of *params* holds: :attr:`resources`, with the CPUs or GPUs a param
+        sets (``gpus = "{gpus}"``) taken from it."""
+        chosen = {k: int(params[name]) for k, name in self.resource_params.items()
+                  if name in params}
+        return dataclasses.replace(self.resources, **chosen) if chosen else self.resources
+
 
 @dataclass(frozen=True, slots=True)
 class Campaign:

@@ -256,10 +256,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         }
         try:
             try:
-                if pool is None:
-                    results = [engines[0].run(resume=resume.get(campaigns[0].name))]
-                else:
-                    results = run_pool(engines, pool, resume=resume)
+                alone = PoolConfig({"slots": campaigns[0].max_parallelism})
+                results = run_pool(engines, pool or alone, resume=resume)
             finally:
                 assert backend is not None
                 backend.shutdown(wait=not any(e.abandoned for e in engines))

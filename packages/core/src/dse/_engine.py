@@ -102,8 +102,8 @@ class _Trial:
     """The pool has let its current attempt start (it is submitted in this pass)."""
     expected: float | None = None
     """The run time the pool expected when it started the current attempt."""
-    expected_end: float = 0.0
-    """When the pool expects the current attempt to end."""
+    granted_at: float = 0.0
+    """When the pool let the current attempt start (it holds its resources from then)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,13 +338,11 @@ class Engine:
         :param resume: the id of an unfinished run of this campaign to continue (after a
             crash or a cancel) instead of starting a new run.
         """
-        from dse._pool import Pool, drive
+        from dse._pool import PoolConfig, run_pool
 
-        self.open(resume=resume)
-        pool = self.pool or Pool.alone(self)
-        if resume is not None:
-            pool.recall([self])
-        return drive(pool)[0]
+        config = PoolConfig({"slots": self.campaign.max_parallelism})
+        resumed = {} if resume is None else {self.campaign.name: resume}
+        return run_pool([self], config, resume=resumed)[0]
 
     def open(self, *, resume: int | None = None) -> None:
         """Record the run (or reopen *resume*) and rebuild its state, ready for the loop
@@ -509,7 +507,7 @@ class Engine:
                 self.data_version,
             ))
             trial.spec, trial.attempt_row = spec, last["id"]
-            trial.attempt_started = last["submitted_at"]
+            trial.attempt_started = trial.granted_at = last["submitted_at"]
             if last["state"] == "queued":
                 # It was waiting for the pool and never submitted: it waits again, as the
                 # same attempt (nothing ran, so nothing was interrupted).

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
     from dse._campaign import EnvironmentConfig
     from dse._protocols import TrialInfo
-    from dse._types import Resources
 
 RESULT_FILE = "result.json"
 PARAMS_FILE = "params.json"
@@ -116,7 +115,7 @@ class CommandEnvironment:
             trial_dir=trial_dir,
             argv=argv,
             env=env,
-            resources=self.resources(trial.params),
+            resources=self.config.resources_for(trial.params),
             time_limit=(
                 float(trial.params[self.config.time_limit_param])
                 if self.config.time_limit_param else self.config.time_limit
@@ -124,16 +123,6 @@ class CommandEnvironment:
             shell=self.config.shell,
             cwd=self.config.workdir,
         )
-
-    def resources(self, params: Mapping[str, Any]) -> Resources:
-        """What a trial of *params* holds: the campaign's resources, with the CPUs or GPUs a
-        param sets (``gpus = "{gpus}"``) taken from it."""
-        chosen = self.config.resource_params
-        base = self.config.resources
-        if not chosen:
-            return base
-        counts = {k: int(params[name]) for k, name in chosen.items()}
-        return dataclasses.replace(base, **counts)
 
     def evaluate(self, job: JobSpec, status: JobStatus) -> Evaluation:
         doc = status.result

@@ -169,13 +169,6 @@ def _smallest(engine: Engine) -> Resources:
     return dataclasses.replace(env.resources, **least) if least else env.resources
 
 
-def _resources_of(engine: Engine, params: Mapping[str, Any]) -> Resources:
-    """What a trial of *params* held (the campaign's resources, or those its params set)."""
-    env = engine.campaign.environment
-    chosen = {k: int(params[name]) for k, name in env.resource_params.items() if name in params}
-    return dataclasses.replace(env.resources, **chosen) if chosen else env.resources
-
-
 def point_of(space: Space, params: Mapping[str, Any]) -> Point:
     """*params* as :class:`~dse._scheduler.DurationEstimate` compares them."""
     out: list[float | str] = []
@@ -194,31 +187,25 @@ class Pool:
     """The resources of one controller and the scheduler that hands them out.
 
     :param config: capacity, weights and bounds.
-    :param names: how each campaign of the pool is named in *config*'s weights (its file).
     """
 
-    def __init__(self, config: PoolConfig, names: Mapping[str, str] | None = None) -> None:
+    def __init__(self, config: PoolConfig) -> None:
         self.config = config
         self.engines: list[Engine] = []
-        self._names = dict(names or {})
         self.scheduler: PoolScheduler | None = None
         self.estimate = DurationEstimate()
         self.reservation: Reservation | None = None
         """The reservation the last plan made, if any."""
-        self._spans: list[tuple[str, float, float, float]] = []
-        """(campaign, start, end, dominant share) of every ended attempt."""
-        self._left: list[float] = []
-        """When each campaign that ended left the pool."""
+        self.trivial = False
+        """One campaign counting slots only, pulling no further ahead than it can start: the
+        plan would always start every queued trial, so none is made (set by :meth:`start`)."""
+        self._used: dict[str, float] = {}
+        """Dominant-resource seconds each campaign's ended attempts held while the campaigns
+        competed for the pool."""
+        self._final: dict[str, float] | None = None
+        """The use of each campaign when the contest ended (all but one campaign had)."""
         self.backend: Backend | None = None
         self._router: _Router | None = None
-
-    @classmethod
-    def alone(cls, engine: Engine) -> Pool:
-        """The pool of a campaign run by itself: ``max_parallelism`` slots."""
-        pool = cls(PoolConfig({"slots": engine.campaign.max_parallelism}))
-        pool.join(engine)
-        pool.start()
-        return pool
 
     def join(self, engine: Engine) -> None:
         """Add *engine*'s campaign (before :meth:`start`)."""
@@ -236,9 +223,11 @@ class Pool:
         capacity = dict(self.config.capacity) or {
             "slots": max(e.campaign.max_parallelism for e in engines)
         }
-        self.config = PoolConfig(
-            capacity, self.config.weights, self.config.half_life, self.config.max_wait,
-            self.config.wait_factor, self.config.campaigns, self.config.source,
+        self.config = dataclasses.replace(self.config, capacity=capacity)
+        self.trivial = (
+            len(engines) == 1 and set(capacity) == {"slots"}
+            and capacity["slots"] >= engines[0].campaign.max_parallelism
+            and not engines[0].campaign.lookahead
         )
         weights = {e.campaign.name: self.weight(e) for e in engines}
         self.scheduler = PoolScheduler(
@@ -267,31 +256,18 @@ class Pool:
     def weight(self, engine: Engine) -> float:
         """*engine*'s campaign's weight (by its file, else its name; default 1)."""
         source = engine.campaign.source
-        key = self._names.get(engine.campaign.name) or (
-            str(source.resolve()) if source is not None else engine.campaign.name
-        )
+        key = str(source.resolve()) if source is not None else engine.campaign.name
         return self.config.weights.get(key, self.config.weights.get(engine.campaign.name, 1.0))
-
-    @property
-    def trivial(self) -> bool:
-        """One campaign counting slots only, pulling no further ahead than it can start: the
-        plan always starts every queued trial, so none is needed."""
-        return (
-            len(self.engines) == 1 and set(self.config.capacity) == {"slots"}
-            and self.config.capacity["slots"] >= self.engines[0].campaign.max_parallelism
-            and not self.engines[0].campaign.lookahead
-        )
 
     # -- what a campaign may pull -----------------------------------------------------------
 
     def _free(self) -> dict[str, int]:
+        """What the running trials leave free (a granted trial is submitted, and so running,
+        in the pass that grants it)."""
         free = dict(self.config.capacity)
         for e in self.engines:
             for trial in e._running.values():
                 take(free, self._size(e, trial))
-            for trial in e._to_submit:
-                if trial.granted:
-                    take(free, self._size(e, trial))
         return free
 
     def room(self, engine: Engine) -> int:
@@ -329,23 +305,9 @@ class Pool:
         queued = [(e, t) for e in engines for t in e._to_submit if not t.granted]
         if not queued:
             return
-        if self.trivial:
-            for e, t in queued:
-                self._start(e, t, now)
-            return
-        free = self._free()
-        need: dict[str, int] = {}
-        for e, t in queued:
-            for k, v in self._size(e, t).items():
-                need[k] = need.get(k, 0) + v
-        slots = {e.campaign.name: e.campaign.max_parallelism - len(e._running)
-                 - sum(1 for x in e._to_submit if x.granted) for e in engines}
-        within = all(
-            sum(1 for x in e._to_submit if not x.granted) <= slots[e.campaign.name]
-            for e in engines
-        )
-        if within and fits(free, need):
-            # Everything fits: every plan starts it all, so there is nothing to decide.
+        slots = {e.campaign.name: e.campaign.max_parallelism - len(e._running) for e in engines}
+        if self.trivial or self._all_fit(queued, slots):
+            # Every plan would start them all: there is nothing to decide.
             self.reservation = None
             for e, t in queued:
                 self._start(e, t, now)
@@ -353,9 +315,9 @@ class Pool:
         assert self.scheduler is not None
         by_key = {t.trial_id: (e, t) for e, t in queued}
         running = [
-            Running(t.trial_id, e.campaign.name, self._size(e, t), t.expected_end)
-            for e in self.engines for t in (*e._running.values(),
-                                            *(x for x in e._to_submit if x.granted))
+            Running(t.trial_id, e.campaign.name, self._size(e, t),
+                    t.granted_at + (t.expected or 0.0))
+            for e in self.engines for t in e._running.values()
         ]
         requests = [
             Request(t.trial_id, e.campaign.name, self._size(e, t), self._expected(e, t),
@@ -371,13 +333,24 @@ class Pool:
             slots[r.campaign] -= 1
             self._start(e, t, now, r.duration)
 
+    def _all_fit(self, queued: Sequence[tuple[Engine, _Trial]], slots: Mapping[str, int]) -> bool:
+        """Whether every queued trial fits in what is free, and within its campaign's
+        ``max_parallelism``."""
+        need: dict[str, int] = {}
+        count: dict[str, int] = {}
+        for e, t in queued:
+            count[e.campaign.name] = count.get(e.campaign.name, 0) + 1
+            for k, v in self._size(e, t).items():
+                need[k] = need.get(k, 0) + v
+        return all(n <= slots[c] for c, n in count.items()) and fits(self._free(), need)
+
     def _start(self, engine: Engine, trial: _Trial, now: float,
                expected: float | None = None) -> None:
         if expected is None:
             expected = self._expected(engine, trial)
         trial.granted = True
         trial.expected = expected
-        trial.expected_end = now + expected
+        trial.granted_at = now
         engine._batch.attempt_expected.append((expected, trial.attempt_row))
         if self.scheduler is not None and not self.trivial:
             engine._batch.attempt_updates.append((None, "submitting", None, trial.attempt_row))
@@ -398,11 +371,10 @@ class Pool:
         ended.sort(key=lambda x: x[0])
         for end, start, e, given, state in ended:
             name = e.campaign.name
-            size = size_of(_resources_of(e, given), self.config.capacity)
+            size = size_of(e.campaign.environment.resources_for(given), self.config.capacity)
             actual = max(end - start, 0.0)
             if self.scheduler is not None:
-                if len(self.engines) > 1:
-                    self._spans.append((name, start, end, self.scheduler.dominant(size)))
+                self._use(name, self.scheduler.dominant(size) * actual)
                 if not self.trivial:
                     self.scheduler.charge(name, size, actual, end)
             if state in (JobState.SUCCEEDED.value, JobState.FAILED.value):
@@ -418,9 +390,8 @@ class Pool:
         name = engine.campaign.name
         size = self._size(engine, trial)
         scheduler = self.scheduler
-        dominant = scheduler.dominant(size) if scheduler is not None else 0.0
-        if len(self.engines) > 1:
-            self._spans.append((name, started, started + actual, dominant))
+        if scheduler is not None:
+            self._use(name, scheduler.dominant(size) * actual)
         if scheduler is not None and not self.trivial and trial.expected is not None:
             scheduler.charge(name, size, actual - trial.expected, ended_at)
         if status.state in (JobState.SUCCEEDED, JobState.FAILED):
@@ -430,32 +401,38 @@ class Pool:
 
     # -- what the live view shows -----------------------------------------------------------
 
+    def _use(self, campaign: str, seconds: float) -> None:
+        """Count *seconds* of the pool an ended attempt of *campaign* held, while the
+        campaigns compete."""
+        if self._final is None:
+            self._used[campaign] = self._used.get(campaign, 0.0) + seconds
+
+    def _use_now(self, now: float) -> dict[str, float]:
+        """Each campaign's use so far: its ended attempts, and what its running ones held up
+        to *now*."""
+        used = {e.campaign.name: self._used.get(e.campaign.name, 0.0) for e in self.engines}
+        if self.scheduler is not None:
+            for e in self.engines:
+                for t in e._running.values():
+                    used[e.campaign.name] += self.scheduler.dominant(
+                        self._size(e, t)) * max(now - t.granted_at, 0.0)
+        return used
+
     def left(self, engine: Engine, now: float) -> None:
-        """*engine*'s run ended at *now*."""
-        self._left.append(now)
+        """*engine*'s run ended at *now*: once all but one campaign have, the contest is over
+        and the shares are what they were then."""
+        live = sum(1 for e in self.engines if e.finished is None)
+        if self._final is None and len(self.engines) > 1 and live <= 1:
+            self._final = self._use_now(now)
 
     def shares(self, now: float) -> dict[str, tuple[float, float]]:
         """Each campaign's (target, actual) share of the pool while the campaigns competed for
         it (until all but one had ended): the target is its weight over the sum of the
         weights; the actual counts the dominant-resource seconds its attempts held then
         (those still running up to *now*)."""
-        engines = self.engines
-        weights = {e.campaign.name: self.weight(e) for e in engines}
+        weights = {e.campaign.name: self.weight(e) for e in self.engines}
         total_weight = sum(weights.values())
-        until = sorted(self._left)[len(engines) - 2] if len(self._left) >= len(engines) - 1 \
-            and len(engines) > 1 else now
-        spans = list(self._spans)
-        scheduler = self.scheduler
-        for e in engines:
-            for t in e._running.values():
-                if t.attempt_started is not None and scheduler is not None:
-                    spans.append((e.campaign.name, t.attempt_started, now,
-                                  scheduler.dominant(self._size(e, t))))
-        used = dict.fromkeys(weights, 0.0)
-        for name, start, end, dominant in spans:
-            held = min(end, until) - start
-            if held > 0:
-                used[name] += dominant * held
+        used = self._final if self._final is not None else self._use_now(now)
         total = sum(used.values())
         return {name: (weights[name] / total_weight, used[name] / total if total > 0 else 0.0)
                 for name in weights}
@@ -626,14 +603,12 @@ def _wait(pool: Pool, live: Sequence[Engine]) -> None:
 
 def run_pool(
     engines: Sequence[Engine], config: PoolConfig, *, resume: Mapping[str, int] | None = None,
-    names: Mapping[str, str] | None = None,
 ) -> list[CampaignResult]:
     """Run *engines* (which share one backend) in one pool to their ends.
 
     :param resume: the run to continue, by campaign name.
-    :param names: each campaign's key in ``config.weights`` (default: its file, its name).
     """
-    pool = Pool(config, names)
+    pool = Pool(config)
     for engine in engines:
         pool.join(engine)
     pool.start()

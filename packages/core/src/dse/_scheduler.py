@@ -165,10 +165,6 @@ class PoolScheduler:
         value = self.usage(campaign, now) + self.dominant(size) * seconds
         self._usage[campaign] = _Usage(max(value, 0.0), now)
 
-    def priority(self, campaign: str, now: float) -> float:
-        """Usage over weight: the campaign with the lowest goes first."""
-        return self.usage(campaign, now) / self.weights.get(campaign, 1.0)
-
     # -- planning -------------------------------------------------------------------------
 
     def fits_pool(self, size: Mapping[str, int]) -> bool:
