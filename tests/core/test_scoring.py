@@ -224,6 +224,10 @@ def test_a_scorer_that_raises_or_gives_nan_fails_that_trial_alone(tmp_path: Path
         ({"baseline": {"params": {"x": 500}}}, r"sc.toml: baseline.params: .*x"),
         ({"scorer": {"name": "default", "direction": "up"}},
          r"sc.toml: scorer.direction: expected 'minimize' or 'maximize', got 'up'"),
+        ({"scorer": {"name": "default", "scale": 2}},
+         r"sc.toml: scorer.default: bad option\(s\): .*'scale'"),
+        ({"scorer": {"name": "myscore_c:speedup", "wieght": 2}},
+         r"sc.toml: scorer.wieght: unknown key; a 'module:function' scorer takes only 'name'"),
     ],
 )
 def test_a_bad_scorer_or_baseline_is_one_error_naming_it(

@@ -63,6 +63,12 @@ def build_scorer(campaign: Campaign, plugins: PluginManager) -> Scorer:
     objective = campaign.objectives[0]
     scorer: Scorer
     if is_callable_ref(spec.name):
+        if spec.options:
+            key = sorted(spec.options)[0]
+            raise ConfigError(
+                f"{source}: scorer.{key}: unknown key; a 'module:function' scorer takes only"
+                " 'name' and 'direction'"
+            )
         base_dir = campaign.source.parent if campaign.source else None
         scorer = function_scorer(spec.name, objective, spec, base_dir, where)
     else:
