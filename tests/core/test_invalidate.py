@@ -137,6 +137,36 @@ def test_a_result_invalidated_while_the_campaign_runs_never_reaches_the_agent(
     store.close()
 
 
+def test_a_trial_invalidated_while_it_runs_is_reused_by_nothing(tmp_path: Path) -> None:
+    # Trial 1 (x=2) runs long; trial 2 (x=2 again) waits to reuse it. While it runs, trial 1 is
+    # flagged from another process; x=2 proposed after that is run afresh, not made a third
+    # reuse of a result already known invalid, and trial 2's reuse never reaches the agent.
+    camp = campaign(tmp_path, campaign={"name": "inv", "max_parallelism": 2, "mode": "rolling"})
+    db = camp.workspace / "dse.sqlite"
+
+    def script(params: Mapping[str, Any]) -> ProbeScript:
+        if params["x"] == 9:
+            other = dse.Store(db)
+            (row,) = other.query("SELECT id FROM trials WHERE number = 1")
+            other.invalidate("trial", "inv:1", "wrong GPU clocks", 1.0, trial_row=row["id"])
+            other.close()
+        return ProbeScript(metrics={"time": float(params["x"])},
+                           seconds=10.0 if params["x"] == 2 else 1.0)
+
+    result, agent, store = run(camp, [{"x": 2}, {"x": 2}, {"x": 9}, {"x": 2}], script)
+    rows = {r["number"]: r for r in store.trials(result.campaign_id)}
+    ids = {n: r["id"] for n, r in rows.items()}
+    assert [(n, r["status"], r["cache_of"], r["replaces"]) for n, r in rows.items()] == [
+        (1, "completed", None, None), (2, "cached", ids[1], None),
+        (3, "completed", None, None), (4, "completed", None, ids[1]),
+    ]
+    assert {n for n, r in rows.items() if r["invalidation"] is not None} == {1, 2}
+    assert [o.trial_number for o in agent.seen] == [3, 4]
+    assert result.best is not None
+    assert (result.best.number, result.best.score) == (4, 2.0)
+    store.close()
+
+
 def test_a_resumed_agent_is_rebuilt_without_the_invalidated_results(tmp_path: Path) -> None:
     camp = campaign(tmp_path, campaign={"name": "inv", "max_parallelism": 1,
                                         "max_trials": 2})

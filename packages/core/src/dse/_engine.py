@@ -255,6 +255,8 @@ class Engine:
         self._baselines: dict[str | None, _Trial] = {}
         """The baseline trial of each data version (scores compare against it)."""
         self._invalid_rows: set[int] = set()
+        self._invalid_results: set[int] = set()
+        """Rows whose result (not only a score) is flagged: never reused, even while running."""
         self._invalid_numbers: set[int] = set()
         self._invalid_hashes: dict[str, int] = {}
         self._seen_invalidation = -1
@@ -809,7 +811,7 @@ class Engine:
                 None, JobState.CANCELLED.value, None, None, None, trial.message, None, None,
                 now, None, trial.attempt_row,
             ))
-            self._by_hash.pop(trial.config_hash, None)
+            self._forget_running(trial)
             self._record_end(trial, now)
 
     def _check_deadline(self, now: float) -> None:
@@ -1031,7 +1033,7 @@ class Engine:
         row_id = self.store.new_trial_id()
         trial = _Trial(row_id, number, proposal, self._batch_no, params, digest)
         trial.data_version = self.data_version
-        original = self._cache.get(digest) or self._by_hash.get(digest)
+        original = self._reusable(digest)
         if original is not None:
             trial.status = TrialStatus.CACHED
             finished = original.status.is_finished()
@@ -1188,7 +1190,7 @@ class Engine:
                 trial.status, trial.failure = TrialStatus.CANCELLED, None
             elif trial.status is TrialStatus.INTERRUPTED and self._retry(trial, status, now):
                 continue
-            self._by_hash.pop(trial.config_hash, None)
+            self._forget_running(trial)
             self._record_end(trial, now)
         return changed
 
@@ -1364,6 +1366,20 @@ class Engine:
         baseline = metrics if base is trial else base.metrics or {}
         return compute_score(self.scorer, metrics, baseline), base.row_id
 
+    def _reusable(self, digest: str) -> _Trial | None:
+        """The trial of config *digest* a new one would reuse: one that ended (cached), else
+        one still running; never one whose result was flagged invalid, even while it runs."""
+        known = self._cache.get(digest) or self._by_hash.get(digest)
+        if known is None or known.row_id in self._invalid_results:
+            return None
+        return known
+
+    def _forget_running(self, trial: _Trial) -> None:
+        """*trial* runs no more: new trials of its config stop waiting on it (a re-run of it,
+        after it was invalidated, may hold its config by now)."""
+        if self._by_hash.get(trial.config_hash) is trial:
+            del self._by_hash[trial.config_hash]
+
     def _rescore(self, trial: _Trial, original: _Trial) -> None:
         """Score a cache hit: the reused metrics, by this campaign's scorer and baseline."""
         trial.score = None
@@ -1417,7 +1433,7 @@ class Engine:
         if base is None:
             given = self._baseline_given
             digest = self._hasher(self._baseline_params)
-            known = self._cache.get(digest) or self._by_hash.get(digest)
+            known = self._reusable(digest)
             if given is not None and given.data_version == version:
                 base = given
             elif known is not None and known.status is TrialStatus.RUNNING:
@@ -1465,7 +1481,9 @@ class Engine:
             self._invalid_rows.add(row_id)
             if row["invalidation"] is not None:
                 # A flagged result is never reused; a flagged score only is (scored afresh).
-                self._invalid_hashes[row["config_hash"]] = row_id
+                self._invalid_results.add(row_id)
+                if row["cache_of"] is None:  # what a re-run replaces: the trial that ran
+                    self._invalid_hashes[row["config_hash"]] = row_id
                 cached = self._cache.get(row["config_hash"])
                 if cached is not None and cached.row_id == row_id:
                     del self._cache[row["config_hash"]]
@@ -1567,7 +1585,11 @@ class Engine:
         if trial.score is not None:
             self._record_score(trial, self.clock.time())
         self.stats.cached += 1
-        if trial.proposal > 0:
+        if (
+            trial.proposal > 0 and trial.number not in self._invalid_numbers
+            and original.row_id not in self._invalid_results
+        ):
+            # A reuse of a result flagged while it ran is flagged with it: never fed.
             self._pending_obs.append((trial.proposal, Observation(
                 params=trial.params,
                 status=original.status,

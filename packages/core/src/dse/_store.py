@@ -631,9 +631,10 @@ class Store:
 
     def invalid_trials(self) -> list[sqlite3.Row]:
         """Trials whose result, or whose score, is flagged invalid: (id, campaign_id, number,
-        config_hash, invalidation); ``invalidation`` is ``NULL`` when only a score is."""
+        config_hash, invalidation, cache_of); ``invalidation`` is ``NULL`` when only a score
+        is."""
         return self.query(
-            "SELECT id, campaign_id, number, config_hash, invalidation FROM trials"
+            "SELECT id, campaign_id, number, config_hash, invalidation, cache_of FROM trials"
             " WHERE invalidation IS NOT NULL"
             " OR id IN (SELECT trial_id FROM scores WHERE invalidation IS NOT NULL)"
         )
