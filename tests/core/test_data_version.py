@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -106,7 +106,11 @@ def test_a_command_and_a_literal_make_the_version(tmp_path: Path) -> None:
         DataVersioner(missing, cache_dir=tmp_path).compute()
 
 
-def test_a_dataset_replaced_mid_campaign_is_noticed_and_never_mixed(tmp_path: Path) -> None:
+def replaced_mid_campaign(
+    tmp_path: Path,
+) -> tuple[dse.Campaign, Callable[[Mapping[str, Any]], ProbeScript]]:
+    """A campaign reading train.csv, and a probe script that replaces the file when trial 3
+    (x = 3) starts; trial 3 runs long, so it is in flight when the change is noticed."""
     dataset = tmp_path / "train.csv"
     dataset.write_text("version one\n")
     camp = dse.campaign_from_dict({
@@ -120,11 +124,15 @@ def test_a_dataset_replaced_mid_campaign_is_noticed_and_never_mixed(tmp_path: Pa
 
     def script(params: Mapping[str, Any]) -> ProbeScript:
         if params["x"] == 3:
-            dataset.write_text("version two\n")  # replaced while trial 3 runs
-        # Trial 3 runs long: it is in flight when the change is noticed.
+            dataset.write_text("version two\n")
         return ProbeScript(seconds=10.0 if params["x"] == 3 else 1.0,
                            metrics={"value": float(params["x"])})
 
+    return camp, script
+
+
+def test_a_dataset_replaced_mid_campaign_is_noticed_and_never_mixed(tmp_path: Path) -> None:
+    camp, script = replaced_mid_campaign(tmp_path)
     clock = FakeClock(start=0.0)
     store = dse.Store(camp.workspace / "dse.sqlite")
     agent = Recording({"x": x} for x in range(1, 9))
@@ -150,6 +158,45 @@ def test_a_dataset_replaced_mid_campaign_is_noticed_and_never_mixed(tmp_path: Pa
     # Best so far ranks only results about the current data (trials 1 to 4 scored lower).
     assert result.best is not None
     assert result.best.number == 5
+    store.close()
+
+
+def test_with_a_factory_the_agent_is_rebuilt_without_what_it_learnt_of_the_old_data(
+    tmp_path: Path,
+) -> None:
+    # As above, but the engine can make the agent afresh (as `dse run` can): when the change is
+    # noticed, a new agent is told the record again, results about the old data without their
+    # metrics, so nothing it learnt of the old data is mixed with what it learns of the new.
+    camp, script = replaced_mid_campaign(tmp_path)
+    agents: list[Recording] = []
+
+    def make() -> Recording:
+        agents.append(Recording({"x": x} for x in range(1, 9)))
+        return agents[-1]
+
+    clock = FakeClock(start=0.0)
+    store = dse.Store(camp.workspace / "dse.sqlite")
+    engine = dse.Engine(camp, agent=make(), agent_factory=make,
+                        backend=ProbeBackend(script, clock=clock), store=store, clock=clock)
+    result = engine.run()
+
+    rows = store.trials(result.campaign_id)
+    assert [json.loads(r["params"]) for r in rows] == [{"x": x} for x in range(1, 9)]
+    new = rows[-1]["data_version"]
+    old_data = {r["number"] for r in rows if r["data_version"] != new}
+    assert old_data == {1, 2, 3, 4}
+    # The first agent was told old-data results with their scores; it was replaced by one
+    # that knows of trials 1 to 4 only that they ran, and the scores of the new data's.
+    assert len(agents) == 2
+    assert engine.agent is agents[1]
+    first = {obs.trial_number: obs.score for obs in agents[0].seen}
+    assert first.get(1) == 1.0
+    told = {obs.trial_number: obs.score for obs in agents[1].seen}
+    assert told == {1: None, 2: None, 3: None, 4: None, 5: 5.0, 6: 6.0, 7: 7.0, 8: 8.0}
+    assert all(not obs.metrics for obs in agents[1].seen if obs.trial_number in old_data)
+    (rebuilt,) = store.events(result.campaign_id, "agent_rebuilt")
+    assert json.loads(rebuilt["data"])["data_version"] == new
+    assert not store.events(result.campaign_id, "agent_replay_diverged")
     store.close()
 
 
@@ -252,3 +299,8 @@ def test_dse_report_groups_trials_by_data_version_and_ranks_each_alone(tmp_path:
     assert run["best"]["trial"] == 5
     text = run_dse(project, "report", "campaign.toml").stdout
     assert "each data version ranked on its own" in text
+    # `dse run` can make its agent afresh: it was rebuilt once, on the second version.
+    store = dse.Store(project / ".dse" / "dse.sqlite")
+    (rebuilt,) = store.events(run["run"], "agent_rebuilt")
+    assert json.loads(rebuilt["data"])["data_version"] == groups[1]["version"]
+    store.close()

@@ -43,6 +43,14 @@ def run(camp: dse.Campaign, proposals: Any, script: Any = None) -> tuple[
     return result, agent, store
 
 
+def flag_from_outside(camp: dse.Campaign, number: int) -> None:
+    """Flag trial *number* as ``dse invalidate --trial`` from another shell would."""
+    other = dse.Store(camp.workspace / "dse.sqlite")
+    (row,) = other.query("SELECT id FROM trials WHERE number = ?", (number,))
+    other.invalidate("trial", f"inv:{number}", "wrong GPU clocks", 1.0, trial_row=row["id"])
+    other.close()
+
+
 def test_invalidating_a_data_version_flags_trials_and_the_comparisons_that_used_them(
     tmp_path: Path,
 ) -> None:
@@ -113,15 +121,10 @@ def test_a_result_invalidated_while_the_campaign_runs_never_reaches_the_agent(
     tmp_path: Path,
 ) -> None:
     camp = campaign(tmp_path)
-    db = camp.workspace / "dse.sqlite"
 
     def script(params: Mapping[str, Any]) -> ProbeScript:
         if params["x"] == 2:
-            # Someone flags trial 2 (this one) from another process while it runs.
-            other = dse.Store(db)
-            (row,) = other.query("SELECT id FROM trials WHERE number = 2")
-            other.invalidate("trial", "inv:2", "wrong GPU clocks", 1.0, trial_row=row["id"])
-            other.close()
+            flag_from_outside(camp, 2)  # this very trial, while it runs
         return ProbeScript(metrics={"time": float(params["x"])})
 
     result, agent, store = run(camp, [{"x": 5}, {"x": 2}, {"x": 3}], script)
@@ -142,14 +145,10 @@ def test_a_trial_invalidated_while_it_runs_is_reused_by_nothing(tmp_path: Path) 
     # flagged from another process; x=2 proposed after that is run afresh, not made a third
     # reuse of a result already known invalid, and trial 2's reuse never reaches the agent.
     camp = campaign(tmp_path, campaign={"name": "inv", "max_parallelism": 2, "mode": "rolling"})
-    db = camp.workspace / "dse.sqlite"
 
     def script(params: Mapping[str, Any]) -> ProbeScript:
         if params["x"] == 9:
-            other = dse.Store(db)
-            (row,) = other.query("SELECT id FROM trials WHERE number = 1")
-            other.invalidate("trial", "inv:1", "wrong GPU clocks", 1.0, trial_row=row["id"])
-            other.close()
+            flag_from_outside(camp, 1)  # while it runs
         return ProbeScript(metrics={"time": float(params["x"])},
                            seconds=10.0 if params["x"] == 2 else 1.0)
 
@@ -164,6 +163,37 @@ def test_a_trial_invalidated_while_it_runs_is_reused_by_nothing(tmp_path: Path) 
     assert [o.trial_number for o in agent.seen] == [3, 4]
     assert result.best is not None
     assert (result.best.number, result.best.score) == (4, 2.0)
+    store.close()
+
+
+def test_with_a_factory_an_agent_told_a_result_later_invalidated_is_rebuilt_without_it(
+    tmp_path: Path,
+) -> None:
+    camp = campaign(tmp_path)
+
+    def script(params: Mapping[str, Any]) -> ProbeScript:
+        if params["x"] == 3:
+            flag_from_outside(camp, 1)  # it ended and the agent was told
+        return ProbeScript(metrics={"time": float(params["x"])})
+
+    proposals = [{"x": 5}, {"x": 2}, {"x": 3}, {"x": 4}]
+    agents: list[Recording] = []
+
+    def make() -> Recording:
+        agents.append(Recording(proposals))
+        return agents[-1]
+
+    clock = FakeClock()
+    store = dse.Store(camp.workspace / "dse.sqlite")
+    engine = dse.Engine(camp, agent=make(), agent_factory=make, store=store, clock=clock,
+                        backend=ProbeBackend(script, clock=clock))
+    result = engine.run()
+    assert [o.trial_number for o in agents[0].seen][:2] == [1, 2]
+    assert engine.agent is agents[-1]
+    assert [o.trial_number for o in agents[-1].seen] == [2, 3, 4]
+    rows = store.trials(result.campaign_id)
+    assert [json.loads(r["params"])["x"] for r in rows] == [5, 2, 3, 4]
+    assert len(store.events(result.campaign_id, "agent_rebuilt")) == 1
     store.close()
 
 

@@ -52,6 +52,9 @@ def build_engine(
     return Engine(
         campaign, agent=agent, backend=backend, store=store, listener=listener, clock=clock,
         scorer=scorer,
+        # The same class and options make the same agent again (when it must be rebuilt).
+        agent_factory=lambda: agent_cls(campaign.space, seed=campaign.seed,
+                                        **campaign.agent_options),
     )
 
 

@@ -44,7 +44,7 @@ from dse._types import (
 from dse.trial import CHECKPOINT_MARK
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from dse._backend import Backend
     from dse._campaign import Campaign
@@ -225,9 +225,15 @@ class Engine:
         listener: EngineListener | None = None,
         data_version: str | None = None,
         scorer: Scorer | None = None,
+        agent_factory: Callable[[], Agent] | None = None,
     ) -> None:
         self.campaign = campaign
         self.agent = agent
+        self._agent_factory = agent_factory
+        """Makes a fresh agent like *agent*: when the data changes or a result the agent was
+        told is invalidated, the agent is rebuilt from the record (see :meth:`_rebuild_agent`);
+        without it, the agent keeps what it was told."""
+        self._agent_stale = False
         self.backend = backend
         self.store = store
         self.environment: Environment = environment or CommandEnvironment(
@@ -418,8 +424,45 @@ class Engine:
         running are reattached; one whose job id was never recorded is asked of the backend
         by name, and retried as lost to the restart when the backend cannot tell.
         """
-        store, cid, space = self.store, self.campaign_id, self.campaign.space
         now = self.clock.time()
+        attempts, rejected, by_proposal, by_row, cache_of = self._recorded()
+        for key, trial in by_proposal.items():
+            if key < 0:
+                self._baselines[trial.data_version] = trial
+        self._restore_stats(by_proposal, rejected)
+        for row in self.store.spends(self.campaign_id):
+            spend = Spend(**json.loads(row["spend"]))
+            self.ledger.spent = self.ledger.spent + spend
+            if row["trial_id"] in by_row:
+                by_row[row["trial_id"]].spent = by_row[row["trial_id"]].spent + spend
+        self.ledger.trials = sum(
+            1 for t in by_proposal.values() if t.trial_dir is not None and t.row_id not in cache_of
+        )
+        observed = self._replay_agent(by_proposal, rejected)
+        reattach = self._resume_attempts(now, attempts, by_proposal, cache_of)
+        for row_id, original_row in cache_of.items():
+            waiter, original = by_row[row_id], by_row.get(original_row)
+            if (
+                waiter.original_status is TrialStatus.RUNNING
+                and original is not None
+                and original.status is TrialStatus.RUNNING
+            ):
+                original.waiters.append(waiter)
+        self._pending_obs = self._untold(by_proposal, observed)
+        self._agent_stale = False  # just told the record as it stands
+        self.backend.reattach(reattach)
+        self._event(None, "resumed", {
+            "running": len(self._running), "retrying": len(self._retries),
+            "trials": len(by_proposal), "pending_feedback": len(self._pending_obs),
+        })
+
+    def _recorded(self) -> tuple[
+        dict[int, list[Any]], dict[int, tuple[dict[str, Any], str]], dict[int, _Trial],
+        dict[int, _Trial], dict[int, int],
+    ]:
+        """This run's record read back: (attempts by trial row, rejected proposals, trials by
+        proposal (a baseline under minus its row id), trials by row, cache hit → original)."""
+        store, cid, space = self.store, self.campaign_id, self.campaign.space
         names = space.names
         attempts: dict[int, list[Any]] = {}
         for row in store.attempts(cid):
@@ -469,23 +512,20 @@ class Engine:
             if trial.proposal == 0:
                 # A baseline run: not the agent's proposal, so keyed apart (and never fed).
                 by_proposal[-trial.row_id] = trial
-                self._baselines[trial.data_version] = trial
             else:
                 by_proposal[trial.proposal] = trial
             by_row[trial.row_id] = trial
         originals = self._original_statuses(set(cache_of.values()), by_row)
         for row_id, original_row in cache_of.items():
             by_row[row_id].original_status = originals.get(original_row)
-        self._restore_stats(by_proposal, rejected)
-        for row in self.store.spends(cid):
-            spend = Spend(**json.loads(row["spend"]))
-            self.ledger.spent = self.ledger.spent + spend
-            if row["trial_id"] in by_row:
-                by_row[row["trial_id"]].spent = by_row[row["trial_id"]].spent + spend
-        self.ledger.trials = sum(
-            1 for t in by_proposal.values() if t.trial_dir is not None and t.row_id not in cache_of
-        )
-        observed = self._replay_agent(by_proposal, rejected)
+        return attempts, rejected, by_proposal, by_row, cache_of
+
+    def _resume_attempts(
+        self, now: float, attempts: Mapping[int, list[Any]], by_proposal: Mapping[int, _Trial],
+        cache_of: Mapping[int, int],
+    ) -> dict[str, JobSpec]:
+        """Continue the attempts of a resumed run: queue again what waited, retry what was
+        lost to the restart; return the jobs still running, to reattach."""
         reattach: dict[str, JobSpec] = {}
         for trial in by_proposal.values():
             if trial.row_id in cache_of:
@@ -535,14 +575,14 @@ class Engine:
             ))
             if not self._retry(trial, lost, now):
                 self._record_end(trial, now)
-        for row_id, original_row in cache_of.items():
-            waiter, original = by_row[row_id], by_row.get(original_row)
-            if (
-                waiter.original_status is TrialStatus.RUNNING
-                and original is not None
-                and original.status is TrialStatus.RUNNING
-            ):
-                original.waiters.append(waiter)
+        return reattach
+
+    def _untold(
+        self, by_proposal: Mapping[int, _Trial], observed: set[int]
+    ) -> list[tuple[int, Observation]]:
+        """What the agent is still to be told: the recorded ends of its proposals not among
+        *observed*, as :meth:`_observation` has them now."""
+        out = []
         for proposal, trial in sorted(by_proposal.items()):
             waiting = trial.original_status is TrialStatus.RUNNING
             if proposal <= 0 or trial.row_id in self._invalid_rows:
@@ -551,11 +591,23 @@ class Engine:
                 TrialStatus.RUNNING, TrialStatus.CANCELLED
             ):
                 continue
-            self._pending_obs.append((proposal, self._observation(trial)))
-        self.backend.reattach(reattach)
-        self._event(None, "resumed", {
-            "running": len(self._running), "retrying": len(self._retries),
-            "trials": len(by_proposal), "pending_feedback": len(self._pending_obs),
+            out.append((proposal, self._observation(trial)))
+        return out
+
+    def _rebuild_agent(self) -> None:
+        """A fresh agent told the record again, as a resumed run's is: after the data changed
+        (results about other data are told without their metrics) or a result it was told was
+        invalidated (left out), so the agent never holds what it may no longer learn from."""
+        self._agent_stale = False
+        if self._agent_factory is None:
+            return
+        self._commit()  # the record replayed is the whole of it
+        _, rejected, by_proposal, _, _ = self._recorded()
+        self.agent = self._agent_factory()
+        observed = self._replay_agent(by_proposal, rejected, same_feedback=False)
+        self._pending_obs = self._untold(by_proposal, observed)
+        self._event(None, "agent_rebuilt", {
+            "data_version": self.data_version, "trials": len(by_proposal),
         })
 
     def _original_statuses(
@@ -610,9 +662,12 @@ class Engine:
         self._consecutive_rejections = trailing
 
     def _replay_agent(
-        self, by_proposal: Mapping[int, _Trial], rejected: Mapping[int, tuple[Any, str]]
+        self, by_proposal: Mapping[int, _Trial], rejected: Mapping[int, tuple[Any, str]],
+        *, same_feedback: bool = True,
     ) -> set[int]:
-        """Replay the agent's logged calls; return the proposals it has been told about."""
+        """Replay the agent's logged calls; return the proposals it has been told about.
+        Without *same_feedback* (a rebuild told less than the agent was) its proposals may
+        differ from the recorded ones, and that is no sign of a nondeterministic agent."""
         observed: set[int] = set()
         diverged: str | None = None
         space = self.campaign.space
@@ -650,7 +705,7 @@ class Engine:
                     observations.append(self._observation(by_proposal[proposal]))
             self.agent.observe(observations)
             observed.update(numbers)
-        if diverged is not None:
+        if diverged is not None and same_feedback:
             message = (
                 f"the agent did not replay as recorded ({diverged}); it is not deterministic,"
                 " so its state after the restart may differ"
@@ -726,6 +781,7 @@ class Engine:
                 self, f"data changed: version {version} (was {old}); later trials use it"
             )
             self._set_data_version(version)
+            self._agent_stale = True  # what it learnt about the old data must go
 
     def _rankable(self, trial: _Trial) -> bool:
         """Whether *trial* may count for "best so far": a valid result about current data."""
@@ -953,6 +1009,8 @@ class Engine:
         self._batch_no += 1
         self._budget_blocked = False
         self._check_data_version()
+        if self._agent_stale:
+            self._rebuild_agent()
         waiting = self._await_baseline(slots)
         if waiting is not None:
             return waiting
@@ -1492,6 +1550,7 @@ class Engine:
                 newly.append(int(row["number"]))
         if not newly:
             return
+        self._agent_stale = True  # it may have been told some of them
         self._pending_obs = [
             (p, obs) for p, obs in self._pending_obs
             if obs.trial_number not in self._invalid_numbers
