@@ -184,3 +184,33 @@ def test_a_run_that_died_mid_pass_resumes_without_running_anything_twice(tmp_pat
             assert states[row["id"]] == ["succeeded"]
     retries = [json.loads(e["data"]) for e in store.events(run_id, "retry")]
     assert sorted(r["class"] for r in retries) == ["cancelled"] * len(cut_short)
+
+
+def test_an_agent_that_does_not_replay_as_recorded_is_reported(tmp_path: Any) -> None:
+    c = campaign(tmp_path / "run")
+    store = dse.Store(c.workspace / "dse.sqlite")
+    cluster, clock = ProbeCluster(), FakeClock()
+    first = run_engine(c, store, cluster, clock, SeededAgent(3), StopAfter(4))
+    # Another seed: not the agent that made the record.
+    second = run_engine(c, store, cluster, clock, SeededAgent(4), resume=first.campaign_id)
+    assert second.status == "completed"
+    (event,) = store.events(first.campaign_id, "agent_replay_diverged")
+    assert "differs" in json.loads(event["data"])["detail"]
+
+
+def test_a_resume_told_less_than_the_agent_was_is_no_sign_of_a_nondeterministic_agent(
+    tmp_path: Any,
+) -> None:
+    # The best result so far is flagged while the controller is down: the replayed agent is
+    # not told it, so (adaptive as it is) it proposes otherwise than the record, rightly.
+    c = campaign(tmp_path / "run")
+    store = dse.Store(c.workspace / "dse.sqlite")
+    cluster, clock = ProbeCluster(), FakeClock()
+    first = run_engine(c, store, cluster, clock, SeededAgent(3), StopAfter(4))
+    scored = [r for r in store.trials(first.campaign_id) if r["score"] is not None]
+    best = min(scored, key=lambda r: r["score"])
+    assert store.invalidate("trial", f"r:{best['number']}", "bad node", 1.0,
+                            trial_row=best["id"]) is not None
+    second = run_engine(c, store, cluster, clock, SeededAgent(3), resume=first.campaign_id)
+    assert second.status == "completed"
+    assert store.events(first.campaign_id, "agent_replay_diverged") == []

@@ -438,7 +438,11 @@ class Engine:
         self.ledger.trials = sum(
             1 for t in by_proposal.values() if t.trial_dir is not None and t.row_id not in cache_of
         )
-        observed = self._replay_agent(by_proposal, rejected)
+        # Results about other data, or flagged since, are told less than the agent was told:
+        # its proposals may then differ from the recorded ones without it being at fault.
+        same = not self._invalid_numbers and all(
+            self._current_data(t) for t in by_proposal.values())
+        observed = self._replay_agent(by_proposal, rejected, same_feedback=same)
         reattach = self._resume_attempts(now, attempts, by_proposal, cache_of)
         for row_id, original_row in cache_of.items():
             waiter, original = by_row[row_id], by_row.get(original_row)
