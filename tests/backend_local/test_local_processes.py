@@ -19,6 +19,7 @@ import dse
 from dse import JobSpec, JobState, Resources
 from dse.testing.contracts import wait_for
 from dse_local import LocalBackend
+from support.cli import run_dse, write_plugin
 from support.procs import alive, live_pids_mentioning
 
 # Three ways to outlive a plain SIGTERM of the workload: a background child, a grandchild
@@ -223,3 +224,20 @@ def test_every_one_of_many_commands_that_end_at_once_is_reported(tmp_path):
     states = [final[job_id].state for job_id in ids]
     assert states == [JobState.SUCCEEDED if i % 2 else JobState.INVALID
                       for i in range(len(jobs))]
+
+
+def test_a_campaign_without_a_command_is_one_error_before_anything_runs(tmp_path: Path) -> None:
+    # Every trial would fail the same way ("the job has no command"): dse says so once.
+    write_plugin(tmp_path)
+    (tmp_path / "c.toml").write_text(
+        '[campaign]\nname = "nocmd"\nagent = "random"\nbackend = "local"\nmax_trials = 3\n\n'
+        '[environment]\ncommand = []\n\n[[objectives]]\nmetric = "t"\n\n'
+        '[space]\nx = { type = "int", low = 0, high = 5 }\n'
+    )
+    done = run_dse(tmp_path, "run", "c.toml")
+    assert done.returncode == 2
+    assert done.stderr == (
+        "dse: error: c.toml: environment.command: missing; the local backend runs each"
+        " trial's command\n"
+    )
+    assert not (tmp_path / ".dse" / "nocmd").exists()

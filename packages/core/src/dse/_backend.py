@@ -44,6 +44,9 @@ class Backend(ABC):
     """Version recorded with every attempt."""
     default_poll_interval: ClassVar[tuple[float, float]] = (0.5, 10.0)
     """(first, largest) wait in seconds between passes that saw no change."""
+    runs_commands: ClassVar[bool] = True
+    """Whether it runs each trial's command: a campaign on it must then name one
+    (``[environment] command``). The probe backend plays scripts instead."""
     overrun_s: float = 0.0
     """How long past its time limit an attempt may still run before the backend has ended it
     (a grace period, a scheduler's check interval). Budgets reserve it on top of the limit."""

@@ -242,6 +242,12 @@ class Engine:
             param_names=campaign.space.names,
             source=str(campaign.source or "<campaign>"),
         )
+        if environment is None and not campaign.environment.command and backend.runs_commands:
+            # Every trial would fail the same way: say it once, before anything runs.
+            raise ConfigError(
+                f"{campaign.source or '<campaign>'}: environment.command: missing; the"
+                f" {backend.name} backend runs each trial's command"
+            )
         self.clock: Clock = clock or SystemClock()
         self.listener = listener or EngineListener()
         self.data_version = data_version

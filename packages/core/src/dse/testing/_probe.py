@@ -110,6 +110,7 @@ class ProbeBackend(Backend):
 
     name: ClassVar[str] = "probe"
     version: ClassVar[str] = "1"
+    runs_commands: ClassVar[bool] = False
     default_poll_interval: ClassVar[tuple[float, float]] = (0.0, 0.0)
 
     def __init__(
