@@ -174,9 +174,15 @@ def test_with_a_factory_the_agent_is_rebuilt_without_what_it_learnt_of_the_old_d
         agents.append(Recording({"x": x} for x in range(1, 9)))
         return agents[-1]
 
+    alerts: list[str] = []
+
+    class Alerts(dse.EngineListener):
+        def on_alert(self, engine: dse.Engine, message: str) -> None:
+            alerts.append(message)
+
     clock = FakeClock(start=0.0)
     store = dse.Store(camp.workspace / "dse.sqlite")
-    engine = dse.Engine(camp, agent=make(), agent_factory=make,
+    engine = dse.Engine(camp, agent=make(), agent_factory=make, listener=Alerts(),
                         backend=ProbeBackend(script, clock=clock), store=store, clock=clock)
     result = engine.run()
 
@@ -197,6 +203,10 @@ def test_with_a_factory_the_agent_is_rebuilt_without_what_it_learnt_of_the_old_d
     (rebuilt,) = store.events(result.campaign_id, "agent_rebuilt")
     assert json.loads(rebuilt["data"])["data_version"] == new
     assert not store.events(result.campaign_id, "agent_replay_diverged")
+    # The console says so, right after it says the data changed.
+    assert alerts[-1] == ("agent rebuilt from the record of 4 trial(s), forgetting results"
+                          " about other data and invalidated ones")
+    assert alerts[-2].startswith("data changed: version ")
     store.close()
 
 

@@ -619,6 +619,10 @@ class Engine:
         self._event(None, "agent_rebuilt", {
             "data_version": self.data_version, "trials": len(by_proposal),
         })
+        self.listener.on_alert(
+            self, f"agent rebuilt from the record of {len(by_proposal)} trial(s), forgetting"
+            " results about other data and invalidated ones"
+        )
 
     def _original_statuses(
         self, rows: set[int], by_row: Mapping[int, _Trial]
