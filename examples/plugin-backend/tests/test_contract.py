@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -145,6 +146,37 @@ def test_cancel_kills_every_process_of_the_namespace(
     backend.cancel([job_id])
     assert wait_for(backend, [job_id])[job_id].state is JobState.CANCELLED
     assert _pids_in_namespace(ns) == []
+
+
+def test_a_workload_sigkilled_from_outside_ends_killed_not_failed(
+    backend: UnshareBackend, tmp_path: Path
+) -> None:
+    # The OOM killer or an operator: not a result about the design, so not FAILED (util-linux
+    # 2.38's unshare reports it as exit status 1; the backend reads what it printed).
+    job = _job(tmp_path, "readlink /proc/self/ns/pid > ns; echo > ready; exec sleep 600",
+               shell=True)
+    (job_id,) = backend.submit([job])
+    _wait_for_file(job.trial_dir / "ready")
+    (pid,) = _pids_in_namespace((job.trial_dir / "ns").read_text().strip())
+    os.kill(pid, signal.SIGKILL)
+    final = wait_for(backend, [job_id], timeout=30.0)[job_id]
+    assert (final.state, final.signal, final.exit_code) == (JobState.KILLED, 9, None)
+    assert final.ambiguous
+    assert final.reason == "killed by SIGKILL from outside dse"
+
+
+def test_a_workload_exiting_1_by_itself_still_fails(
+    backend: UnshareBackend, tmp_path: Path
+) -> None:
+    job = _job(tmp_path, "echo 'unshare: sigprocmask unblock failed' >&2; exit 2", shell=True)
+    (job_id,) = backend.submit([job])
+    final = wait_for(backend, [job_id], timeout=30.0)[job_id]
+    assert (final.state, final.exit_code, final.signal) == (JobState.FAILED, 2, None)
+    (tmp_path / "b").mkdir()
+    job = _job(tmp_path / "b", sys.executable, "-c", "import sys; sys.exit(1)")
+    (job_id,) = backend.submit([job])
+    final = wait_for(backend, [job_id], timeout=30.0)[job_id]
+    assert (final.state, final.exit_code, final.signal) == (JobState.FAILED, 1, None)
 
 
 HANDLES_SIGTERM = r"""

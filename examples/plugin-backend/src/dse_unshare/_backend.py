@@ -28,6 +28,9 @@ UNSHARE_FLAGS = ("--fork", "--pid", "--mount-proc", "--kill-child")
 # file, so a controller started later learns how an attempt it does not parent ended.
 _RECORD_EXIT = 'd=$1; shift; "$@"; echo $? >"$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit_code"'
 JOB_FILE, EXIT_FILE, STOP_FILE = "job.json", "exit_code", "stopped"
+UNSHARE_LOST_SIGKILL = "unshare: sigprocmask unblock failed"
+"""What util-linux 2.38 ``unshare`` prints, before exiting 1, when its child was SIGKILLed: it
+cannot re-raise SIGKILL on itself, so the signal shows only in this line of stderr.log."""
 
 
 def attempt_dir(spec: JobSpec) -> Path:
@@ -181,6 +184,7 @@ class UnshareBackend(Backend):
         code = int(code_text) if code_text is not None and code_text.isdigit() else None
         ended_at = _mtime(job.dir / EXIT_FILE)
         reason = None
+        killed_by: int | None = None
         if stopped == "cancelled":
             state = JobState.CANCELLED
         elif stopped == "timeout":
@@ -188,17 +192,24 @@ class UnshareBackend(Backend):
             reason = f"over its time limit of {job.spec.time_limit or 0:g}s"
         elif code == 0:
             state = JobState.SUCCEEDED
+        elif code == 1 and _last_line(job.dir / "stderr.log").startswith(UNSHARE_LOST_SIGKILL):
+            # SIGKILLed, and not by this backend (it records why it stops a job first): the
+            # OOM killer, an operator. Not a result about the design: dse decides on a retry.
+            state, code, killed_by = JobState.KILLED, None, int(signal.SIGKILL)
+            reason = "killed by SIGKILL from outside dse"
         elif code is not None:
-            # unshare passes the workload's exit status on; a workload killed by a signal
-            # shows as 128 + the signal (util-linux 2.38 reports a SIGKILLed one as 1).
+            # unshare passes the workload's exit status on; a workload killed by another
+            # signal shows as 128 + the signal.
             state = JobState.FAILED
         else:  # killed from outside before it could record one, or never started at all
             state = JobState.LOST
             reason = ("the attempt ended without recording its exit status" if job.pid
                       else "the attempt never started (its controller stopped first)")
-        return JobStatus(job_id, state, exit_code=code, node=self._node,
+        return JobStatus(job_id, state, exit_code=code, signal=killed_by, node=self._node,
                          started_at=job.started_at, ended_at=ended_at or time.time(),
-                         reason=reason, ambiguous=state is JobState.LOST and job.pid is not None)
+                         reason=reason,
+                         ambiguous=state is JobState.KILLED
+                         or (state is JobState.LOST and job.pid is not None))
 
     def _stop(self, job: _Job, why: str) -> None:
         """Record why the job is being stopped (a later controller reads it), then SIGTERM."""
@@ -279,6 +290,19 @@ def _read(path: Path) -> str | None:
         return path.read_text().strip()
     except OSError:
         return None
+
+
+def _last_line(path: Path) -> str:
+    """The last non-empty line of *path* ('' if none or unreadable); reads only its tail."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [line for line in tail.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
 
 
 def _mtime(path: Path) -> float | None:
