@@ -18,9 +18,25 @@ def pytest_runtest_makereport(
     """In CI (``CI`` set) a skipped test fails: CI installs and starts everything the suite
     needs (Slurm included), so a skip there means a missing install step, not a pass."""
     report = yield
-    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
+    if not hasattr(report, "wasxfail"):
+        _fail_a_skip_in_ci(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """The same for a whole module skipped while it is collected (``allow_module_level``):
+    it would otherwise drop its tests from the run and still end green."""
+    report = yield
+    _fail_a_skip_in_ci(report)
+    return report
+
+
+def _fail_a_skip_in_ci(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if os.environ.get("CI") and report.skipped:
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where every test must run: {reason}"
-    return report
