@@ -4,7 +4,7 @@ that used them, deletes nothing, and the agent is never fed them again."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import dse
@@ -49,6 +49,20 @@ def flag_from_outside(camp: dse.Campaign, number: int) -> None:
     (row,) = other.query("SELECT id FROM trials WHERE number = ?", (number,))
     other.invalidate("trial", f"inv:{number}", "wrong GPU clocks", 1.0, trial_row=row["id"])
     other.close()
+
+
+def flagging(
+    camp: dse.Campaign, when_x: int, number: int, seconds: Mapping[int, float] | None = None
+) -> Callable[[Mapping[str, Any]], ProbeScript]:
+    """A probe script (metric ``time`` = x, running ``seconds[x]`` if given) that flags trial
+    *number* from outside when the trial of x = *when_x* starts."""
+    def script(params: Mapping[str, Any]) -> ProbeScript:
+        if params["x"] == when_x:
+            flag_from_outside(camp, number)
+        return ProbeScript(metrics={"time": float(params["x"])},
+                           seconds=(seconds or {}).get(params["x"]))
+
+    return script
 
 
 def test_invalidating_a_data_version_flags_trials_and_the_comparisons_that_used_them(
@@ -122,11 +136,7 @@ def test_a_result_invalidated_while_the_campaign_runs_never_reaches_the_agent(
 ) -> None:
     camp = campaign(tmp_path)
 
-    def script(params: Mapping[str, Any]) -> ProbeScript:
-        if params["x"] == 2:
-            flag_from_outside(camp, 2)  # this very trial, while it runs
-        return ProbeScript(metrics={"time": float(params["x"])})
-
+    script = flagging(camp, 2, 2)  # this very trial, while it runs
     result, agent, store = run(camp, [{"x": 5}, {"x": 2}, {"x": 3}], script)
     assert [o.trial_number for o in agent.seen] == [1, 3]
     rows = store.trials(result.campaign_id)
@@ -146,12 +156,7 @@ def test_a_trial_invalidated_while_it_runs_is_reused_by_nothing(tmp_path: Path) 
     # reuse of a result already known invalid, and trial 2's reuse never reaches the agent.
     camp = campaign(tmp_path, campaign={"name": "inv", "max_parallelism": 2, "mode": "rolling"})
 
-    def script(params: Mapping[str, Any]) -> ProbeScript:
-        if params["x"] == 9:
-            flag_from_outside(camp, 1)  # while it runs
-        return ProbeScript(metrics={"time": float(params["x"])},
-                           seconds=10.0 if params["x"] == 2 else 1.0)
-
+    script = flagging(camp, 9, 1, seconds={2: 10.0, 9: 1.0})  # trial 1 (x=2), while it runs
     result, agent, store = run(camp, [{"x": 2}, {"x": 2}, {"x": 9}, {"x": 2}], script)
     rows = {r["number"]: r for r in store.trials(result.campaign_id)}
     ids = {n: r["id"] for n, r in rows.items()}
@@ -166,17 +171,11 @@ def test_a_trial_invalidated_while_it_runs_is_reused_by_nothing(tmp_path: Path) 
     store.close()
 
 
-def test_with_a_factory_an_agent_told_a_result_later_invalidated_is_rebuilt_without_it(
-    tmp_path: Path,
-) -> None:
-    camp = campaign(tmp_path)
-
-    def script(params: Mapping[str, Any]) -> ProbeScript:
-        if params["x"] == 3:
-            flag_from_outside(camp, 1)  # it ended and the agent was told
-        return ProbeScript(metrics={"time": float(params["x"])})
-
-    proposals = [{"x": 5}, {"x": 2}, {"x": 3}, {"x": 4}]
+def run_rebuildable(camp: dse.Campaign, proposals: Any, script: Any) -> tuple[
+    dse.CampaignResult, list[Recording], dse.Store
+]:
+    """Run *camp* with an engine that can make its agent afresh; every agent it made, in order
+    (the last is the one it ended with)."""
     agents: list[Recording] = []
 
     def make() -> Recording:
@@ -188,8 +187,34 @@ def test_with_a_factory_an_agent_told_a_result_later_invalidated_is_rebuilt_with
     engine = dse.Engine(camp, agent=make(), agent_factory=make, store=store, clock=clock,
                         backend=ProbeBackend(script, clock=clock))
     result = engine.run()
-    assert [o.trial_number for o in agents[0].seen][:2] == [1, 2]
     assert engine.agent is agents[-1]
+    return result, agents, store
+
+
+def test_with_a_factory_a_result_flagged_before_the_agent_heard_of_it_rebuilds_nothing(
+    tmp_path: Path,
+) -> None:
+    # Flagged while it runs: dropped before it is told, so there is nothing to forget (a
+    # rebuild would replay the whole record for nothing).
+    camp = campaign(tmp_path)
+
+    script = flagging(camp, 2, 2)
+    result, agents, store = run_rebuildable(camp, [{"x": 5}, {"x": 2}, {"x": 3}], script)
+    assert len(agents) == 1
+    assert [o.trial_number for o in agents[0].seen] == [1, 3]
+    assert store.events(result.campaign_id, "agent_rebuilt") == []
+    store.close()
+
+
+def test_with_a_factory_an_agent_told_a_result_later_invalidated_is_rebuilt_without_it(
+    tmp_path: Path,
+) -> None:
+    camp = campaign(tmp_path)
+
+    script = flagging(camp, 3, 1)  # trial 1 ended and the agent was told
+    result, agents, store = run_rebuildable(camp, [{"x": 5}, {"x": 2}, {"x": 3}, {"x": 4}],
+                                            script)
+    assert [o.trial_number for o in agents[0].seen][:2] == [1, 2]
     assert [o.trial_number for o in agents[-1].seen] == [2, 3, 4]
     rows = store.trials(result.campaign_id)
     assert [json.loads(r["params"])["x"] for r in rows] == [5, 2, 3, 4]

@@ -43,18 +43,20 @@ def build_engine(
     if backend is None:
         backend_cls = _resolve(plugins.backend_class, campaign.backend, source, "backend")
         backend = backend_cls.from_options(campaign.backend_options, source=source)
+
+    def make_agent() -> Any:
+        """The campaign's agent; called again, the same agent afresh (when it is rebuilt)."""
+        return agent_cls(campaign.space, seed=campaign.seed, **campaign.agent_options)
+
     try:
-        agent = agent_cls(campaign.space, seed=campaign.seed, **campaign.agent_options)
+        agent = make_agent()
     except TypeError as exc:
         msg = f"{source}: agent.{campaign.agent}: bad option(s): {exc}"
         raise ConfigError(msg) from None
     scorer = build_scorer(campaign, plugins)
     return Engine(
         campaign, agent=agent, backend=backend, store=store, listener=listener, clock=clock,
-        scorer=scorer,
-        # The same class and options make the same agent again (when it must be rebuilt).
-        agent_factory=lambda: agent_cls(campaign.space, seed=campaign.seed,
-                                        **campaign.agent_options),
+        scorer=scorer, agent_factory=make_agent,
     )
 
 

@@ -1564,7 +1564,14 @@ class Engine:
                 newly.append(int(row["number"]))
         if not newly:
             return
-        self._agent_stale = True  # it may have been told some of them
+        # Those still running (or waiting on a running trial), or ended but not yet told, the
+        # agent never heard of; any other it was told, and must forget.
+        untold = {obs.trial_number for _, obs in self._pending_obs}
+        for trial in (*self._running.values(), *self._retries, *self._to_submit):
+            untold.add(trial.number)
+            untold.update(waiter.number for waiter in trial.waiters)
+        if any(number not in untold for number in newly):
+            self._agent_stale = True
         self._pending_obs = [
             (p, obs) for p, obs in self._pending_obs
             if obs.trial_number not in self._invalid_numbers
