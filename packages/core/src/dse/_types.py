@@ -179,6 +179,128 @@ class TrialStatus(enum.Enum):
         return self in (TrialStatus.COMPLETED, TrialStatus.FAILED)
 
 
+class AttemptState(enum.Enum):
+    """Where one attempt is, as the record keeps it: the controller's own steps before a
+    backend has the job (``queued``, ``submitting``, ``submitted``), then the backend's raw
+    :class:`JobState`, whose values it shares."""
+
+    QUEUED = "queued"
+    """Recorded and waiting for the pool's resources; nothing was submitted."""
+    SUBMITTING = "submitting"
+    """Granted: about to be submitted (intent first, so a restart looks for the job)."""
+    SUBMITTED = "submitted"
+    """Submitted; the backend has not reported on it yet."""
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    OUT_OF_MEMORY = "out_of_memory"
+    TIMEOUT = "timeout"
+    KILLED = "killed"
+    CANCELLED = "cancelled"
+    PREEMPTED = "preempted"
+    NODE_FAIL = "node_fail"
+    BOOT_FAIL = "boot_fail"
+    LOST = "lost"
+    LAUNCH_ERROR = "launch_error"
+    INVALID = "invalid"
+
+    @classmethod
+    def of(cls, state: JobState) -> AttemptState:
+        """The record's state for a backend's raw *state*."""
+        return cls(state.value)
+
+    def is_finished(self) -> bool:
+        """``True`` once the attempt has ended (every raw end state)."""
+        return self not in _UNFINISHED_ATTEMPT
+
+    def is_submitted(self) -> bool:
+        """Whether a backend may have the job (submitting, submitted, pending, running)."""
+        return self in _SUBMITTED_ATTEMPT
+
+    def is_unsuccessful_end(self) -> bool:
+        """An end other than success (what a trial's interruption count and the nodes it
+        avoids are rebuilt from)."""
+        return self.is_finished() and self is not AttemptState.SUCCEEDED
+
+    def is_ambiguous(self) -> bool:
+        """An end a backend calls ambiguous (a kill nobody here sent, a vanished job)."""
+        return self is AttemptState.KILLED or self is AttemptState.LOST
+
+
+_UNFINISHED_ATTEMPT = frozenset({
+    AttemptState.QUEUED, AttemptState.SUBMITTING, AttemptState.SUBMITTED,
+    AttemptState.PENDING, AttemptState.RUNNING,
+})
+_SUBMITTED_ATTEMPT = frozenset({
+    AttemptState.SUBMITTING, AttemptState.SUBMITTED, AttemptState.PENDING,
+    AttemptState.RUNNING,
+})
+
+
+class CampaignStatus(enum.StrEnum):
+    """How a campaign run stands (``campaigns.status``); a ``str``, so it compares equal to
+    the text the record and ``--json`` output carry."""
+
+    RUNNING = "running"
+    """Not ended (or its controller died: ``dse run`` continues it)."""
+    COMPLETED = "completed"
+    """Ended normally: the agent was exhausted, or ``max_trials`` was reached."""
+    STOPPED = "stopped"
+    """Ended early by a rule: too many rejections in a row, a failed baseline."""
+    CANCELLED = "cancelled"
+    """Stopped by the user (Ctrl+C, SIGTERM); ``dse run`` continues it."""
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    """A ceiling of ``[budget]`` was reached: a normal end."""
+    FAILED = "failed"
+    """The controller hit an internal error."""
+
+    def is_finished(self) -> bool:
+        return self is not CampaignStatus.RUNNING
+
+
+class EndReason(enum.StrEnum):
+    """Why a campaign run ended (``campaigns.end_reason``); each implies a status."""
+
+    AGENT_EXHAUSTED = "agent_exhausted"
+    """The agent had nothing more to propose."""
+    MAX_TRIALS = "max_trials"
+    """``max_trials`` steps were taken."""
+    AGENT_STALLED = "agent_stalled"
+    """The agent proposed nothing while nothing ran and nothing was left to tell it."""
+    MAX_CONSECUTIVE_REJECTIONS = "max_consecutive_rejections"
+    """That many proposals in a row were rejected."""
+    CANCELLED = "cancelled"
+    """The user stopped it."""
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    """Nothing more fits a ceiling of ``[budget]``."""
+    BASELINE_FAILED = "baseline_failed"
+    """The baseline run ended without a result: nothing can be compared against it."""
+    ERROR = "error"
+    """The controller raised (the record says ``error: <exception type>``)."""
+
+    @property
+    def status(self) -> CampaignStatus:
+        """The campaign status this reason ends a run with."""
+        return _END_STATUS[self]
+
+    def text(self, detail: str | None = None) -> str:
+        """What the record keeps: the reason, with its *detail* (an error's type)."""
+        return f"{self.value}: {detail}" if detail else self.value
+
+
+_END_STATUS = {
+    EndReason.AGENT_EXHAUSTED: CampaignStatus.COMPLETED,
+    EndReason.MAX_TRIALS: CampaignStatus.COMPLETED,
+    EndReason.AGENT_STALLED: CampaignStatus.COMPLETED,
+    EndReason.MAX_CONSECUTIVE_REJECTIONS: CampaignStatus.STOPPED,
+    EndReason.CANCELLED: CampaignStatus.CANCELLED,
+    EndReason.BUDGET_EXHAUSTED: CampaignStatus.BUDGET_EXHAUSTED,
+    EndReason.BASELINE_FAILED: CampaignStatus.STOPPED,
+    EndReason.ERROR: CampaignStatus.FAILED,
+}
+
+
 class FailureClass(enum.Enum):
     """Why a trial failed (reproducibly) or was interrupted."""
 
