@@ -296,3 +296,12 @@ def _describe(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return _clip(repr(value), 40)
+
+
+def substitute(item: str, values: Mapping[str, Any]) -> str:
+    """One command *item* with each ``{name}`` replaced by ``values[name]`` (a boolean as
+    ``true``/``false``), as :meth:`CommandEnvironment.prepare` builds argv without a shell.
+
+    :raises KeyError: when *values* lacks the name of a placeholder.
+    """
+    return _PLACEHOLDER.sub(lambda m: _render(values[m.group(1)]), item)

@@ -17,23 +17,24 @@ import base64
 import heapq
 import html
 import io
-import json
 import math
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dse._errors import DseError
-from dse._report import invalid_trials
+from dse._render import detail_lines, rollup_line
+from dse._report import invalid_trials, rollup_by_objective, run_detail
 from dse._scoring import RESOLVED_SCORER
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from pathlib import Path
 
+    from dse._report import RunDetail
     from dse._store import Store
 
-__all__ = ["PLOTS", "render_html"]
+__all__ = ["PLOTS", "render_html", "write_html_report"]
 
 PLOTS = ("convergence", "timeline", "parameters", "cost", "outcomes")
 """The figures every report has, in page order (each an ``<img id="plot-NAME">``)."""
@@ -62,38 +63,39 @@ class _Run:
 
 
 def _load(store: Store, campaign_id: int) -> _Run:
-    rows = store.query("SELECT * FROM campaigns WHERE id = ?", (campaign_id,))
-    if not rows:
+    row = store.campaign(campaign_id)
+    if row is None:
         raise DseError(f"{store.path}: no campaign run {campaign_id}")
-    row = rows[0]
-    spec = json.loads(row["spec"]) if row["spec"] else {}
+    spec = row.spec
     objective = (spec.get("objectives") or [{}])[0]
     resolved = spec.get(RESOLVED_SCORER) or {}
     run = _Run(
-        name=row["name"], run=campaign_id,
+        name=row.name, run=campaign_id,
         direction=str(resolved.get("direction") or objective.get("direction", "minimize")),
         metric=str(objective.get("metric", "score")),
-        currency=str(spec.get("currency") or "USD"), created=float(row["created_at"]),
+        currency=str(spec.get("currency") or "USD"), created=float(row.created_at),
         space=list(spec.get("space") or []),
     )
     invalid = invalid_trials(store, campaign_id)
+    number_of: dict[int, int] = {}
     for t in store.trials(campaign_id):
+        number_of[t.id] = t.number
         run.trials.append({
-            "number": t["number"], "status": t["status"], "failure": t["failure"],
-            "score": t["score"], "params": json.loads(t["params"]),
-            "valid": t["id"] not in invalid, "ended": t["ended_at"],
-            "cached": t["cache_of"] is not None,
+            "number": t.number, "status": t.status.value,
+            "failure": t.failure.value if t.failure is not None else None,
+            "score": t.score, "params": t.params,
+            "valid": t.id not in invalid, "ended": t.ended_at,
+            "cached": t.cache_of is not None,
         })
-    for a in store.query(
-        "SELECT t.number, a.state, a.started_at, a.ended_at, a.spend FROM attempts a"
-        " JOIN trials t ON t.id = a.trial_id WHERE t.campaign_id = ? ORDER BY a.started_at",
-        (campaign_id,),
-    ):
-        spend = json.loads(a["spend"]) if a["spend"] else {}
+    attempts = store.attempts(campaign_id)
+    # By start (an attempt that never started first, as SQL orders NULL).
+    attempts.sort(key=lambda a: (a.started_at is not None, a.started_at or 0.0))
+    for a in attempts:
+        spend = a.spend
         run.attempts.append({
-            "number": a["number"], "state": a["state"], "start": a["started_at"],
-            "end": a["ended_at"], "money": float(spend.get("money", 0.0)),
-            "cpu_s": float(spend.get("cpu_s", 0.0)),
+            "number": number_of[a.trial_id], "state": a.state.value, "start": a.started_at,
+            "end": a.ended_at, "money": float(spend.money) if spend is not None else 0.0,
+            "cpu_s": float(spend.cpu_s) if spend is not None else 0.0,
         })
     return run
 
@@ -362,3 +364,21 @@ def _outcomes(fig: Any, run: _Run) -> str:
         ax.text(counts[k], i, f" {counts[k]}", va="center", fontsize="small")
     fig.tight_layout()
     return f"{len(run.trials)} trials by outcome, with the failure class of each that failed."
+
+
+def write_html_report(
+    store: Store, campaign_id: int, out: Path, *, details: Iterable[RunDetail] | None = None,
+) -> Path:
+    """Write the page ``dse report --html`` writes for run *campaign_id* to *out*: its
+    report, the rollup of each objective label it serves (over every run of the workspace,
+    or of *details* when the caller has them read), and the plots. Needs matplotlib
+    (``pip install 'dse-core[report]'``); returns *out*."""
+    every = list(details) if details is not None else [
+        run_detail(store, run.id) for run in store.campaigns()
+    ]
+    found = [d for d in every if d.summary.campaign_id == campaign_id]
+    detail = found[-1] if found else run_detail(store, campaign_id)
+    rollups = [r for r in rollup_by_objective(d.summary for d in every)
+               if r.label in detail.summary.serves]
+    lines = [*detail_lines(detail), "", *(rollup_line(r) for r in rollups)]
+    return render_html(store, campaign_id, out, lines)

@@ -13,16 +13,18 @@ it reuses.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dse._budget import Spend
+from dse._errors import DseError
 from dse._scoring import RESOLVED_SCORER
+from dse._types import TrialStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
+    from dse._records import CampaignRun, Trial
     from dse._store import Store
 
 __all__ = [
@@ -36,7 +38,8 @@ __all__ = [
     "summarize",
 ]
 
-_FINISHED = ("completed", "failed", "budget_exhausted", "interrupted")
+_FINISHED = (TrialStatus.COMPLETED, TrialStatus.FAILED, TrialStatus.BUDGET_EXHAUSTED,
+             TrialStatus.INTERRUPTED)
 
 
 class _PerResult:
@@ -90,65 +93,64 @@ class RunSummary(_PerResult):
 
 def summarize(
     store: Store, campaign_id: int, *, now: float | None = None,
-    invalid: dict[int, str] | None = None,
+    invalid: dict[int, str] | None = None, trials: Sequence[Trial] | None = None,
 ) -> RunSummary:
     """The :class:`RunSummary` of run *campaign_id* as the record has it (*invalid*: its
-    :func:`invalid_trials`, when the caller has them)."""
-    (run,) = store.query("SELECT * FROM campaigns WHERE id = ?", (campaign_id,))
-    spec = json.loads(run["spec"]) if run["spec"] else {}
-    end = run["ended_at"] if run["ended_at"] is not None else now
+    :func:`invalid_trials`, and *trials*: its trials, when the caller has them)."""
+    run = _run(store, campaign_id)
+    spec = run.spec
+    end = run.ended_at if run.ended_at is not None else now
     if end is None:
-        end = run["created_at"]
-    counts: dict[str, int] = {}
+        end = run.created_at
+    counts: dict[TrialStatus, int] = {}
+    invalid_completed = 0
     failures: dict[str, int] = {}
     number_of: dict[int, int] = {}
     if invalid is None:
         invalid = invalid_trials(store, campaign_id)
-    for row in store.trials(campaign_id):
-        counts[row["status"]] = counts.get(row["status"], 0) + 1
-        if row["status"] == "completed" and row["id"] in invalid:
-            counts["invalid"] = counts.get("invalid", 0) + 1
-        number_of[row["id"]] = row["number"]
-        if row["failure"] and row["status"] != "cached":
-            failures[row["failure"]] = failures.get(row["failure"], 0) + 1
+    for row in store.trials(campaign_id) if trials is None else trials:
+        status = row.status
+        counts[status] = counts.get(status, 0) + 1
+        if status is TrialStatus.COMPLETED and row.id in invalid:
+            invalid_completed += 1
+        number_of[row.id] = row.number
+        if row.failure is not None and status is not TrialStatus.CACHED:
+            failures[row.failure.value] = failures.get(row.failure.value, 0) + 1
     spent = Spend()
     per_trial: dict[int, Spend] = {}
-    for row in store.spends(campaign_id):
-        spend = Spend(**json.loads(row["spend"]))
-        spent = spent + spend
-        number = number_of[row["trial_id"]]
-        per_trial[number] = per_trial.get(number, Spend()) + spend
+    for paid in store.spends(campaign_id):
+        spent = spent + paid.spend
+        number = number_of[paid.trial_id]
+        per_trial[number] = per_trial.get(number, Spend()) + paid.spend
     budget = spec.get("budget") or {}
     return RunSummary(
         campaign_id=campaign_id,
-        name=run["name"],
-        status=run["status"],
-        wall_s=max(float(end) - float(run["created_at"]), 0.0),
+        name=run.name,
+        status=run.status.value,
+        wall_s=max(float(end) - float(run.created_at), 0.0),
         finished=sum(counts.get(s, 0) for s in _FINISHED),
-        effective=counts.get("completed", 0) - counts.get("invalid", 0),
-        cached=counts.get("cached", 0),
+        effective=counts.get(TrialStatus.COMPLETED, 0) - invalid_completed,
+        cached=counts.get(TrialStatus.CACHED, 0),
         spent=spent,
         currency=spec.get("currency") or budget.get("currency") or "USD",
         budget=budget,
-        serves=tuple(spec.get("serves") or (run["name"],)),
+        serves=tuple(spec.get("serves") or (run.name,)),
         trial_spend=per_trial,
         failures=failures,
     )
 
 
+def _run(store: Store, campaign_id: int) -> CampaignRun:
+    run = store.campaign(campaign_id)
+    if run is None:
+        raise DseError(f"{store.path}: no campaign run {campaign_id}")
+    return run
+
+
 def invalid_trials(store: Store, campaign_id: int) -> dict[int, str]:
     """Trial row → why it is flagged invalid (its result's invalidation, else its score's),
     for the trials of run *campaign_id*."""
-    out: dict[int, str] = {}
-    for row in store.query(
-        "SELECT t.id, i.reason FROM trials t JOIN invalidations i ON i.id = t.invalidation"
-        " WHERE t.campaign_id = ? UNION ALL"
-        " SELECT t.id, i.reason FROM scores s JOIN trials t ON t.id = s.trial_id"
-        " JOIN invalidations i ON i.id = s.invalidation WHERE t.campaign_id = ?",
-        (campaign_id, campaign_id),
-    ):
-        out.setdefault(int(row["id"]), str(row["reason"]))
-    return out
+    return store.invalid_reasons(campaign_id)
 
 
 # -- what `dse report` shows beyond the three numbers ----------------------------------------
@@ -217,9 +219,10 @@ class VersionGroup:
 def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> RunDetail:
     """The :class:`RunDetail` of run *campaign_id* as the record has it."""
     invalid = invalid_trials(store, campaign_id)
-    summary = summarize(store, campaign_id, now=now, invalid=invalid)
-    (run,) = store.query("SELECT spec, end_reason FROM campaigns WHERE id = ?", (campaign_id,))
-    spec = json.loads(run["spec"]) if run["spec"] else {}
+    trials = store.trials(campaign_id)
+    summary = summarize(store, campaign_id, now=now, invalid=invalid, trials=trials)
+    run = _run(store, campaign_id)
+    spec = run.spec
     objectives = spec.get("objectives") or [{}]
     resolved = spec.get(RESOLVED_SCORER) or {}
     metric = str(objectives[0].get("metric", "score"))
@@ -231,28 +234,29 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
     groups: dict[str | None, dict[str, Any]] = {}
     mismatched: list[int] = []
     flagged: list[tuple[int, str]] = []
-    for row in store.trials(campaign_id):
-        outcomes[row["status"]] = outcomes.get(row["status"], 0) + 1
-        if row["cache_of"] is not None:
-            reused.append((row["number"], row["cache_of"]))
-        expected, read = row["data_version"], row["data_version_read"]
+    for row in trials:
+        status = row.status.value
+        outcomes[status] = outcomes.get(status, 0) + 1
+        if row.cache_of is not None:
+            reused.append((row.number, row.cache_of))
+        expected, read = row.data_version, row.data_version_read
         group = groups.setdefault(read or expected, {"trials": 0, "completed": 0,
                                                      "mismatched": 0, "best": None})
         group["trials"] += 1
         if read and expected and read != expected:
             group["mismatched"] += 1
-            mismatched.append(int(row["number"]))
-        if row["id"] in invalid:
-            flagged.append((int(row["number"]), invalid[row["id"]]))
+            mismatched.append(row.number)
+        if row.id in invalid:
+            flagged.append((row.number, invalid[row.id]))
             continue  # a flagged result is never ranked
-        score = row["score"]
-        if row["status"] != "completed" or score is None:
+        score = row.score
+        if row.status is not TrialStatus.COMPLETED or score is None:
             continue
         group["completed"] += 1
         best = group["best"]
         if best is None or (score > best.score if direction == "maximize" else score < best.score):
-            group["best"] = BestResult(row["number"], metric, direction, float(score),
-                                       json.loads(row["params"]))
+            group["best"] = BestResult(row.number, metric, direction, float(score),
+                                       dict(row.params))
     # Dict order is first appearance: the last group is the current (latest) data version.
     current = list(groups)[-1] if groups else None
     best = groups[current]["best"] if groups else None
@@ -260,26 +264,23 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
         VersionGroup(v, g["trials"], g["completed"], g["mismatched"], g["best"])
         for v, g in groups.items() if v is not None
     )
-    hits = []
-    for number, original in reused:
-        (orig,) = store.query("SELECT campaign_id, number FROM trials WHERE id = ?", (original,))
-        spend = Spend()
-        for a in store.query("SELECT spend FROM attempts WHERE trial_id = ? AND spend IS NOT NULL",
-                             (original,)):
-            spend = spend + Spend(**json.loads(a["spend"]))
-        hits.append(CacheHit(number, orig["campaign_id"], orig["number"], spend))
-    (dispatched,) = store.query(
-        "SELECT COUNT(*) AS n FROM trials t WHERE t.campaign_id = ? AND t.cache_of IS NULL"
-        " AND EXISTS (SELECT 1 FROM attempts a WHERE a.trial_id = t.id)",
-        (campaign_id,),
-    )
+    originals = store.trial_refs(original for _, original in reused)
+    paid: dict[int, Spend] = {}
+    for attempt in store.trial_spends(originals):
+        paid[attempt.trial_id] = paid.get(attempt.trial_id, Spend()) + attempt.spend
+    hits = [
+        CacheHit(number, originals[original].campaign_id, originals[original].number,
+                 paid.get(original, Spend()))
+        for number, original in reused
+    ]
     budget_reason = None
     for event in store.events(campaign_id, "budget_exhausted"):
-        budget_reason = json.loads(event["data"] or "{}").get("reason")
+        budget_reason = (event.data or {}).get("reason")
     return RunDetail(
-        summary=summary, end_reason=run["end_reason"], budget_reason=budget_reason,
-        outcomes=outcomes, dispatched=int(dispatched["n"]), best=best, cache_hits=tuple(hits),
-        data_versions=versions, mismatched=tuple(mismatched), invalid=tuple(flagged),
+        summary=summary, end_reason=run.end_reason, budget_reason=budget_reason,
+        outcomes=outcomes, dispatched=store.dispatched(campaign_id), best=best,
+        cache_hits=tuple(hits), data_versions=versions, mismatched=tuple(mismatched),
+        invalid=tuple(flagged),
         scorer=f"{resolved.get('name', 'default')} {resolved.get('version', '')}".strip(),
     )
 

@@ -8,21 +8,28 @@ per trial, the schema in ``docs/record.md``); :func:`record_lines` prints it for
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dse._budget import Spend
 from dse._console import duration_text, hours_text, money_text
-from dse._environment import _PLACEHOLDER, _render
-from dse._errors import ConfigError
+from dse._environment import substitute
 from dse._scoring import RESOLVED_SCORER
 from dse._version import __version__
 
 if TYPE_CHECKING:
-    import sqlite3
+    from collections.abc import Mapping, Sequence
 
+    from dse._records import (
+        Attempt,
+        CampaignRun,
+        EnvironmentRecord,
+        Invalidation,
+        Score,
+        Trial,
+        TrialRef,
+    )
     from dse._store import Store
 
 DEFAULT_SCORER = {"name": "default", "version": __version__}
@@ -31,220 +38,149 @@ DEFAULT_SCORER = {"name": "default", "version": __version__}
 EXPORT_SCHEMA = 2
 """Version of the ``dse export --format json`` document (``docs/record.md``)."""
 
-_TRIAL_ID = re.compile(r"(?P<campaign>.+)-(?P<run>\d+)-(?P<number>\d+)")
-_SHORT = re.compile(r"(?P<run>[^:]+):(?P<number>\d+)")
-_FORMS = "<campaign>-<run>-<number>, <campaign>:<number> or <run>:<number>"
 _SPEND_KEYS = ("wall_s", "cpu_s", "gpu_s", "node_s", "money")
 
 
-def find_trial(store: Store, text: str) -> tuple[sqlite3.Row, sqlite3.Row]:
-    """The (run, trial) rows *text* names: a trial id ``<campaign>-<run>-<number>``, or
-    ``<campaign>:<number>`` (the latest run of the campaign) or ``<run>:<number>``."""
-    short = _SHORT.fullmatch(text)
-    full = None if short else _TRIAL_ID.fullmatch(text)
-    if short is not None:
-        run = store.find_campaign(short["run"])
-        if run is None:
-            raise ConfigError(f"{store.path}: no campaign run named {short['run']!r}")
-        number = int(short["number"])
-    elif full is not None:
-        rows = store.query("SELECT * FROM campaigns WHERE id = ? AND name = ?",
-                           (int(full["run"]), full["campaign"]))
-        if not rows:
-            raise ConfigError(
-                f"{store.path}: no run {full['run']} of a campaign named {full['campaign']!r}"
-            )
-        run, number = rows[0], int(full["number"])
-    else:
-        raise ConfigError(f"trial {text!r}: expected {_FORMS}")
-    trials = store.query("SELECT * FROM trials WHERE campaign_id = ? AND number = ?",
-                         (run["id"], number))
-    if not trials:
-        raise ConfigError(
-            f"{store.path}: run {run['id']} of {run['name']} has no trial {number}"
-        )
-    return run, trials[0]
+def find_trial(store: Store, text: str) -> tuple[CampaignRun, Trial]:
+    """The run and the trial *text* names (see :meth:`Store.find_trial`)."""
+    # TRANSITION: removed once _engine calls Store.find_trial itself.
+    return store.find_trial(text)
 
 
 def trial_records(
-    store: Store, run: sqlite3.Row, trials: list[sqlite3.Row] | None = None
+    store: Store, run: CampaignRun, trials: Sequence[Trial] | None = None
 ) -> list[dict[str, Any]]:
     """The record of each of *trials* (default: every trial of *run*), in their order."""
-    campaign_id = int(run["id"])
     if trials is None:
-        trials = store.trials(campaign_id)
-    attempts: dict[int, list[sqlite3.Row]] = {}
-    for row in store.attempts(campaign_id):
-        attempts.setdefault(int(row["trial_id"]), []).append(row)
-    reused_ids = sorted({int(t["cache_of"]) for t in trials if t["cache_of"] is not None})
-    reused: dict[int, sqlite3.Row] = {}
-    if reused_ids:
-        marks = ",".join("?" * len(reused_ids))
-        for row in store.query(
-            "SELECT t.id, t.number, t.campaign_id, c.name FROM trials t"
-            f" JOIN campaigns c ON c.id = t.campaign_id WHERE t.id IN ({marks})",
-            reused_ids,
-        ):
-            reused[int(row["id"])] = row
-    spec = json.loads(run["spec"])
+        trials = store.trials(run.id)
+    attempts: dict[int, list[Attempt]] = {}
+    for attempt in store.attempts(run.id):
+        attempts.setdefault(attempt.trial_id, []).append(attempt)
+    reused = store.trial_refs(t.cache_of for t in trials if t.cache_of is not None)
     context = _Context(store, run, trials)
-    return [
-        _record(run, spec, t, attempts.get(int(t["id"]), []), reused, context) for t in trials
-    ]
+    return [_record(run, t, attempts.get(t.id, []), reused, context) for t in trials]
 
 
 class _Context:
     """What the records of one run's trials refer to, read in a few queries: scores,
     invalidations, environments and the trials they link to."""
 
-    def __init__(self, store: Store, run: sqlite3.Row, trials: list[sqlite3.Row]) -> None:
-        campaign_id = int(run["id"])
-        self.scores: dict[int, list[sqlite3.Row]] = {}
-        for row in store.query(
-            "SELECT s.* FROM scores s JOIN trials t ON t.id = s.trial_id"
-            " WHERE t.campaign_id = ? ORDER BY s.id", (campaign_id,),
-        ):
-            self.scores.setdefault(int(row["trial_id"]), []).append(row)
-        self.invalidations = {
-            int(row["id"]): row for row in store.query("SELECT * FROM invalidations")
+    def __init__(self, store: Store, run: CampaignRun, trials: Sequence[Trial]) -> None:
+        self.scores: dict[int, list[Score]] = {}
+        for score in store.scores(run.id):
+            self.scores.setdefault(score.trial_id, []).append(score)
+        self.invalidations: dict[int, Invalidation] = {i.id: i for i in store.invalidations()}
+        self.environments: Mapping[str, EnvironmentRecord] = store.environments(
+            t.dependencies for t in trials if t.dependencies
+        )
+        linked = {t.replaces for t in trials if t.replaces is not None}
+        linked |= {s.baseline_trial for rows in self.scores.values() for s in rows
+                   if s.baseline_trial is not None}
+        self.names = {row: _trial_ref(ref) for row, ref in store.trial_refs(linked).items()}
+        self.replaced_by = {
+            row: [_trial_ref(ref) for ref in refs]
+            for row, refs in store.replacements(t.id for t in trials).items()
         }
-        digests = sorted({str(t["dependencies"]) for t in trials if t["dependencies"]})
-        self.environments: dict[str, sqlite3.Row] = {}
-        if digests:
-            marks = ",".join("?" * len(digests))
-            for row in store.query(
-                f"SELECT * FROM environments WHERE digest IN ({marks})", digests
-            ):
-                self.environments[str(row["digest"])] = row
-        linked = {int(t["replaces"]) for t in trials if t["replaces"] is not None}
-        linked |= {int(s["baseline_trial"]) for rows in self.scores.values() for s in rows
-                   if s["baseline_trial"] is not None}
-        self.names: dict[int, dict[str, Any]] = {}
-        if linked:
-            ids = sorted(linked)
-            marks = ",".join("?" * len(ids))
-            for row in store.query(
-                "SELECT t.id, t.number, t.campaign_id, c.name FROM trials t"
-                f" JOIN campaigns c ON c.id = t.campaign_id WHERE t.id IN ({marks})", ids,
-            ):
-                self.names[int(row["id"])] = _trial_ref(row)
-        self.replaced_by: dict[int, list[dict[str, Any]]] = {}
-        ids = [int(t["id"]) for t in trials]
-        for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
-            marks = ",".join("?" * len(chunk))
-            for row in store.query(
-                "SELECT t.id, t.number, t.campaign_id, t.replaces, c.name FROM trials t"
-                f" JOIN campaigns c ON c.id = t.campaign_id WHERE t.replaces IN ({marks})"
-                " ORDER BY t.id", chunk,
-            ):
-                self.replaced_by.setdefault(int(row["replaces"]), []).append(_trial_ref(row))
 
     def invalid(self, mark: int | None) -> dict[str, Any] | None:
         if mark is None or mark not in self.invalidations:
             return None
         row = self.invalidations[mark]
-        return {"invalidation": int(row["id"]), "kind": row["kind"], "target": row["target"],
-                "reason": row["reason"], "at": row["at"]}
+        return {"invalidation": row.id, "kind": row.kind, "target": row.target,
+                "reason": row.reason, "at": row.at}
 
 
-def _trial_ref(row: sqlite3.Row) -> dict[str, Any]:
-    return {"trial": f"{row['name']}-{row['campaign_id']}-{row['number']}",
-            "run": int(row["campaign_id"]), "number": int(row["number"])}
+def _trial_ref(ref: TrialRef) -> dict[str, Any]:
+    return {"trial": ref.trial_id, "run": ref.campaign_id, "number": ref.number}
 
 
 def _record(
-    run: sqlite3.Row,
-    spec: dict[str, Any],
-    trial: sqlite3.Row,
-    attempts: list[sqlite3.Row],
-    reused: dict[int, sqlite3.Row],
+    run: CampaignRun,
+    trial: Trial,
+    attempts: list[Attempt],
+    reused: Mapping[int, TrialRef],
     context: _Context,
 ) -> dict[str, Any]:
-    name, number = str(run["name"]), int(trial["number"])
-    trial_id = f"{name}-{run['id']}-{number}"
-    params = json.loads(trial["params"])
+    spec = run.spec
+    name, number = run.name, trial.number
+    trial_id = f"{name}-{run.id}-{number}"
+    params = dict(trial.params)
     env = spec.get("environment", {})
-    agent_name, _, agent_version = str(run["agent"]).partition("==")
+    agent_name, _, agent_version = run.agent.partition("==")
     objectives = spec.get("objectives") or [{}]
     currency = spec.get("currency") or "USD"
 
     command = list(env.get("command") or [])
     argv = None
-    if command and trial["trial_dir"]:
-        argv = _argv(command, params, trial_id, str(trial["trial_dir"]),
-                     max((int(a["attempt"]) for a in attempts), default=1))
+    if command and trial.trial_dir:
+        argv = _argv(command, params, trial_id, trial.trial_dir,
+                     max((a.attempt for a in attempts), default=1))
 
-    keys = trial.keys()
-    expected = trial["data_version"] if "data_version" in keys else None
-    read = trial["data_version_read"] if "data_version_read" in keys else None
+    expected, read = trial.data_version, trial.data_version_read
     mismatch = expected is not None and read is not None and read != expected
 
     reuses = None
-    if trial["cache_of"] is not None and int(trial["cache_of"]) in reused:
-        other = reused[int(trial["cache_of"])]
-        reuses = {
-            "trial": f"{other['name']}-{other['campaign_id']}-{other['number']}",
-            "run": int(other["campaign_id"]), "number": int(other["number"]),
-        }
+    if trial.cache_of is not None and trial.cache_of in reused:
+        reuses = _trial_ref(reused[trial.cache_of])
 
     costs = [_attempt_cost(a) for a in attempts]
     total = Spend()
     for cost in costs:
         total = total + Spend(**{k: cost[k] for k in _SPEND_KEYS})
 
-    score = trial["score"]
-    metrics = json.loads(trial["metrics"]) if trial["metrics"] else {}
+    score = trial.score
+    metrics = dict(trial.metrics) if trial.metrics else {}
     dependencies = None
-    if trial["dependencies"]:
-        found = context.environments.get(str(trial["dependencies"]))
+    if trial.dependencies:
+        found = context.environments.get(trial.dependencies)
         dependencies = {
-            "digest": trial["dependencies"],
-            "python": found["python"] if found is not None else None,
-            "distributions": json.loads(found["distributions"]) if found is not None else None,
+            "digest": trial.dependencies,
+            "python": found.python if found is not None else None,
+            "distributions": dict(found.distributions) if found is not None else None,
         }
     scores = [
         {
-            "scorer": row["scorer"], "version": row["scorer_version"], "score": row["score"],
-            "baseline": context.names.get(int(row["baseline_trial"]))
-            if row["baseline_trial"] is not None else None,
-            "at": row["created_at"], "invalid": context.invalid(row["invalidation"]),
+            "scorer": row.scorer, "version": row.scorer_version, "score": row.score,
+            "baseline": context.names.get(row.baseline_trial)
+            if row.baseline_trial is not None else None,
+            "at": row.created_at, "invalid": context.invalid(row.invalidation),
         }
-        for row in context.scores.get(int(trial["id"]), [])
+        for row in context.scores.get(trial.id, [])
     ]
     latest = scores[-1] if scores else None
     resolved = spec.get(RESOLVED_SCORER) or DEFAULT_SCORER
     scorer = ({"name": latest["scorer"], "version": latest["version"]} if latest
               else {"name": resolved["name"], "version": resolved["version"]})
-    invalid = context.invalid(trial["invalidation"])
+    invalid = context.invalid(trial.invalidation)
     score_invalid = latest["invalid"] if latest else None
     return {
-        "trial": {"id": trial_id, "campaign": name, "run": int(run["id"]), "number": number},
+        "trial": {"id": trial_id, "campaign": name, "run": run.id, "number": number},
         "run": {
             "params": params,
-            "config_hash": trial["config_hash"],
+            "config_hash": trial.config_hash,
             "command": command or None,
             "shell": bool(env.get("shell", False)),
             "argv": argv,
             "code_version": env.get("code_version"),
             "dependencies": dependencies,
             "agent": {"name": agent_name, "version": agent_version or None},
-            "proposal": int(trial["proposal"]),
-            "baseline_run": int(trial["proposal"]) == 0,
-            "wave": int(trial["wave"]),
-            "backend": run["backend"],
-            "trial_dir": trial["trial_dir"],
+            "proposal": trial.proposal,
+            "baseline_run": trial.proposal == 0,
+            "wave": trial.wave,
+            "backend": run.backend,
+            "trial_dir": trial.trial_dir,
         },
         "data": {"expected": expected, "read": read, "mismatch": mismatch},
         "ended": {
-            "outcome": trial["status"],
-            "failure": trial["failure"],
-            "message": trial["message"],
+            "outcome": trial.status.value,
+            "failure": trial.failure.value if trial.failure is not None else None,
+            "message": trial.message,
             "reuses": reuses,
-            "replaces": context.names.get(int(trial["replaces"]))
-            if trial["replaces"] is not None else None,
-            "replaced_by": context.replaced_by.get(int(trial["id"]), []),
-            "created_at": trial["created_at"],
-            "ended_at": trial["ended_at"],
+            "replaces": context.names.get(trial.replaces)
+            if trial.replaces is not None else None,
+            "replaced_by": context.replaced_by.get(trial.id, []),
+            "created_at": trial.created_at,
+            "ended_at": trial.ended_at,
             "attempts": [_attempt(a) for a in attempts],
         },
         "cost": {"currency": currency, "attempts": costs, "total": total.as_dict()},
@@ -272,48 +208,47 @@ def _argv(command: list[str], params: dict[str, Any], trial_id: str, trial_dir: 
                   checkpoint_dir=f"{trial_dir}/checkpoint",
                   params_file=f"{trial_dir}/params.json")
     try:
-        return [_PLACEHOLDER.sub(lambda m: _render(values[m.group(1)]), item)
-                for item in command]
+        return [substitute(item, values) for item in command]
     except KeyError:
         return None
 
 
-def _attempt(row: sqlite3.Row) -> dict[str, Any]:
+def _attempt(row: Attempt) -> dict[str, Any]:
     return {
-        "attempt": int(row["attempt"]),
-        "backend": row["backend"],
-        "job_id": row["job_id"],
-        "state": row["state"],
-        "exit_code": row["exit_code"],
-        "signal": row["signal"],
-        "node": row["node"],
-        "reason": row["reason"],
-        "peak_rss_kb": row["peak_rss_kb"],
-        "submitted_at": row["submitted_at"],
-        "started_at": row["started_at"],
-        "ended_at": row["ended_at"],
-        "resumed": bool(row["resumed"]),
-        "work_lost_s": row["work_lost_s"],
-        "expected_s": row["expected_s"],
+        "attempt": row.attempt,
+        "backend": row.backend,
+        "job_id": row.job_id,
+        "state": row.state.value,
+        "exit_code": row.exit_code,
+        "signal": row.signal,
+        "node": row.node,
+        "reason": row.reason,
+        "peak_rss_kb": row.peak_rss_kb,
+        "submitted_at": row.submitted_at,
+        "started_at": row.started_at,
+        "ended_at": row.ended_at,
+        "resumed": row.resumed,
+        "work_lost_s": row.work_lost_s,
+        "expected_s": row.expected_s,
     }
 
 
-def _attempt_cost(row: sqlite3.Row) -> dict[str, Any]:
-    spend = json.loads(row["spend"]) if row["spend"] else {}
-    out: dict[str, Any] = {"attempt": int(row["attempt"])}
-    out.update({k: float(spend.get(k, 0.0)) for k in _SPEND_KEYS})
-    out["recorded"] = bool(row["spend"])
-    out["usage"] = json.loads(row["usage"]) if row["usage"] else None
+def _attempt_cost(row: Attempt) -> dict[str, Any]:
+    spend = row.spend
+    out: dict[str, Any] = {"attempt": row.attempt}
+    out.update({k: float(getattr(spend, k)) if spend is not None else 0.0 for k in _SPEND_KEYS})
+    out["recorded"] = spend is not None
+    out["usage"] = dict(row.usage) if row.usage is not None else None
     return out
 
 
-def _no_score(trial: sqlite3.Row) -> str:
+def _no_score(trial: Trial) -> str:
     """Why a trial has no score, in the words of the record."""
-    status = str(trial["status"])
-    if trial["message"]:
-        return str(trial["message"])
-    if trial["failure"]:
-        return str(trial["failure"])
+    status = trial.status.value
+    if trial.message:
+        return trial.message
+    if trial.failure is not None:
+        return trial.failure.value
     if status in ("running", "pending"):
         return "the trial has not ended"
     return f"the trial was {status}"

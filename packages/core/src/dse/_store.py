@@ -19,10 +19,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dse._budget import Spend
 from dse._errors import ConfigError, StoreError
+from dse._records import (
+    AgentCall,
+    Attempt,
+    AttemptSpend,
+    CampaignRun,
+    EnvironmentRecord,
+    Event,
+    Invalidation,
+    Score,
+    Trial,
+    TrialRef,
+)
+from dse._types import AttemptState, CampaignStatus, FailureClass, TrialStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
 SCHEMA_VERSION = 8
 DB_NAME = "dse.sqlite"
@@ -86,6 +100,304 @@ def _journal_mode(path: Path) -> str:
             )
         return wanted
     return "delete" if filesystem_type(path.parent) in NETWORK_FILESYSTEMS else "wal"
+
+
+# -- reads: rows as values ---------------------------------------------------------------------
+
+_loads = json.JSONDecoder().decode
+_TRIAL_STATUS = {s.value: s for s in TrialStatus}
+_FAILURE: dict[str | None, FailureClass | None] = {f.value: f for f in FailureClass}
+_FAILURE[None] = None
+_ATTEMPT_STATE = {s.value: s for s in AttemptState}
+_CAMPAIGN_STATUS = {s.value: s for s in CampaignStatus}
+
+_CAMPAIGN = ("id, name, source, spec, agent, backend, mode, max_parallelism, status,"
+             " end_reason, created_at, ended_at")
+_TRIAL = ("id, campaign_id, number, proposal, wave, config_hash, params, status, failure,"
+          " message, metrics, score, cache_of, trial_dir, data_version, data_version_read,"
+          " dependencies, replaces, invalidation, created_at, ended_at")
+_ATTEMPT = ("id, trial_id, attempt, backend, job_id, state, exit_code, signal, node, reason,"
+            " peak_rss_kb, resumed, work_lost_s, usage, spend, expected_s, submitted_at,"
+            " started_at, ended_at")
+_SCORE = "id, trial_id, scorer, scorer_version, score, baseline_trial, created_at, invalidation"
+
+
+def _columns(names: str, table: str) -> str:
+    """*names* (``"a, b"``) qualified by a table alias (``"t.a, t.b"``)."""
+    return ", ".join(f"{table}.{name}" for name in names.split(", "))
+
+
+_TRIAL_T = _columns(_TRIAL, "t")
+_ATTEMPT_A = _columns(_ATTEMPT, "a")
+_SCORE_S = _columns(_SCORE, "s")
+_TRIAL_REF = "t.id, t.campaign_id, c.name, t.number"
+_TRIAL_REF_FROM = "FROM trials t JOIN campaigns c ON c.id = t.campaign_id"
+
+_TRIAL_FORM = re.compile(r"(?P<campaign>.+)-(?P<run>\d+)-(?P<number>\d+)")
+_SHORT_FORM = re.compile(r"(?P<run>[^:]+):(?P<number>\d+)")
+_FORMS = "<campaign>-<run>-<number>, <campaign>:<number> or <run>:<number>"
+
+
+def _campaign(r: tuple[Any, ...]) -> CampaignRun:
+    return CampaignRun(r[0], r[1], r[2], _loads(r[3]) if r[3] else {}, r[4], r[5], r[6], r[7],
+                       _CAMPAIGN_STATUS[r[8]], r[9], r[10], r[11])
+
+
+def _trial(r: tuple[Any, ...]) -> Trial:
+    metrics = r[10]
+    return Trial(r[0], r[1], r[2], r[3], r[4], r[5], _loads(r[6]), _TRIAL_STATUS[r[7]],
+                 _FAILURE[r[8]], r[9], _loads(metrics) if metrics else None, r[11], r[12],
+                 r[13], r[14], r[15], r[16], r[17], r[18], r[19], r[20])
+
+
+def _spend(text: str) -> Spend:
+    return Spend(**_loads(text))
+
+
+def _attempt(r: tuple[Any, ...]) -> Attempt:
+    usage, spend = r[13], r[14]
+    return Attempt(r[0], r[1], r[2], r[3], r[4], _ATTEMPT_STATE[r[5]], r[6], r[7], r[8], r[9],
+                   r[10], bool(r[11]), r[12], _loads(usage) if usage else None,
+                   _spend(spend) if spend else None, r[15], r[16], r[17], r[18])
+
+
+def _score(r: tuple[Any, ...]) -> Score:
+    return Score(*r)
+
+
+def _trial_ref(r: tuple[Any, ...]) -> TrialRef:
+    return TrialRef(*r)
+
+
+class _Reads:
+    """The read side of the :class:`Store`: every read returns the values of
+    :mod:`dse._records`, never a driver row; the SQL stays here."""
+
+    __slots__ = ()
+    path: Path
+    _db: sqlite3.Connection
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._db.execute(sql, params).fetchall()
+
+    def _in(self, sql: str, ids: Iterable[int], *rest: Any) -> list[tuple[Any, ...]]:
+        """*sql* with ``{marks}`` run once per chunk of *ids* (bound first, then *rest*)."""
+        out: list[tuple[Any, ...]] = []
+        for chunk in _chunks(sorted(set(ids))):
+            marks = ",".join("?" * len(chunk))
+            out += self._rows(sql.format(marks=marks), (*chunk, *rest))
+        return out
+
+    # -- campaign runs --------------------------------------------------------------------
+
+    def campaigns(self) -> list[CampaignRun]:
+        """Every run of the workspace, oldest first."""
+        return [_campaign(r) for r in self._rows(f"SELECT {_CAMPAIGN} FROM campaigns ORDER BY id")]
+
+    def campaign(self, campaign_id: int) -> CampaignRun | None:
+        """Run *campaign_id*, or ``None`` when the record has none."""
+        rows = self._rows(f"SELECT {_CAMPAIGN} FROM campaigns WHERE id = ?", (campaign_id,))
+        return _campaign(rows[0]) if rows else None
+
+    def find_campaign(self, name_or_id: str) -> CampaignRun | None:
+        """The latest run of the campaign *name_or_id* (a name, or a numeric run id)."""
+        if name_or_id.isdigit():
+            return self.campaign(int(name_or_id))
+        rows = self._rows(
+            f"SELECT {_CAMPAIGN} FROM campaigns WHERE name = ? ORDER BY id DESC LIMIT 1",
+            (name_or_id,),
+        )
+        return _campaign(rows[0]) if rows else None
+
+    def campaign_started(self, campaign_id: int) -> float:
+        """When run *campaign_id* was created (its wall-clock budget counts from there)."""
+        rows = self._rows("SELECT created_at FROM campaigns WHERE id = ?", (campaign_id,))
+        return float(rows[0][0]) if rows else 0.0
+
+    # -- trials ---------------------------------------------------------------------------
+
+    def trials(self, campaign_id: int) -> list[Trial]:
+        """The trials of run *campaign_id*, by number."""
+        return [_trial(r) for r in self._rows(
+            f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? ORDER BY number", (campaign_id,)
+        )]
+
+    def find_trial(self, text: str) -> tuple[CampaignRun, Trial]:
+        """The run and the trial *text* names: a trial id ``<campaign>-<run>-<number>``, or
+        ``<campaign>:<number>`` (the latest run of the campaign) or ``<run>:<number>``.
+
+        :raises ConfigError: when *text* has none of these forms or names nothing recorded.
+        """
+        short = _SHORT_FORM.fullmatch(text)
+        full = None if short else _TRIAL_FORM.fullmatch(text)
+        if short is not None:
+            run = self.find_campaign(short["run"])
+            if run is None:
+                raise ConfigError(f"{self.path}: no campaign run named {short['run']!r}")
+            number = int(short["number"])
+        elif full is not None:
+            run = self.campaign(int(full["run"]))
+            if run is None or run.name != full["campaign"]:
+                raise ConfigError(
+                    f"{self.path}: no run {full['run']} of a campaign named {full['campaign']!r}"
+                )
+            number = int(full["number"])
+        else:
+            raise ConfigError(f"trial {text!r}: expected {_FORMS}")
+        rows = self._rows(f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND number = ?",
+                          (run.id, number))
+        if not rows:
+            raise ConfigError(f"{self.path}: run {run.id} of {run.name} has no trial {number}")
+        return run, _trial(rows[0])
+
+    def reusable(self) -> list[Trial]:
+        """Finished, reusable trials (completed or failed, not invalidated) of the whole
+        workspace, oldest first."""
+        return [_trial(r) for r in self._rows(
+            f"SELECT {_TRIAL} FROM trials WHERE status IN ('completed', 'failed')"
+            " AND cache_of IS NULL AND invalidation IS NULL ORDER BY id"
+        )]
+
+    def trial_counts(self, campaign_id: int) -> dict[TrialStatus, int]:
+        """How many trials of run *campaign_id* stand at each status (those with any)."""
+        return {_TRIAL_STATUS[status]: n for status, n in self._rows(
+            "SELECT status, COUNT(*) FROM trials WHERE campaign_id = ? GROUP BY status"
+            " ORDER BY status", (campaign_id,),
+        )}
+
+    def trial_statuses(self, rows: Iterable[int]) -> dict[int, TrialStatus]:
+        """The status of each trial row of *rows* the record has (of any run)."""
+        return {row: _TRIAL_STATUS[status] for row, status in self._in(
+            "SELECT id, status FROM trials WHERE id IN ({marks})", rows
+        )}
+
+    def trial_refs(self, rows: Iterable[int]) -> dict[int, TrialRef]:
+        """Where each trial row of *rows* the record has is (of any run)."""
+        return {r[0]: _trial_ref(r) for r in self._in(
+            f"SELECT {_TRIAL_REF} {_TRIAL_REF_FROM} WHERE t.id IN ({{marks}})", rows
+        )}
+
+    def replacements(self, rows: Iterable[int]) -> dict[int, list[TrialRef]]:
+        """The trials (of any run) that re-run each invalidated trial row of *rows*, oldest
+        first; rows nothing replaces are left out."""
+        out: dict[int, list[TrialRef]] = {}
+        for r in self._in(f"SELECT {_TRIAL_REF}, t.replaces {_TRIAL_REF_FROM}"
+                          " WHERE t.replaces IN ({marks}) ORDER BY t.id", rows):
+            out.setdefault(r[4], []).append(_trial_ref(r[:4]))
+        return out
+
+    def dispatched(self, campaign_id: int) -> int:
+        """Trials of run *campaign_id* that ran on the backend (not cache hits): what a
+        trials ceiling counts."""
+        ((n,),) = self._rows(
+            "SELECT COUNT(*) FROM trials t WHERE t.campaign_id = ? AND t.cache_of IS NULL"
+            " AND EXISTS (SELECT 1 FROM attempts a WHERE a.trial_id = t.id)", (campaign_id,),
+        )
+        return int(n)
+
+    # -- attempts -------------------------------------------------------------------------
+
+    def attempts(self, campaign_id: int) -> list[Attempt]:
+        """The attempts of run *campaign_id*, by trial number then attempt."""
+        return [_attempt(r) for r in self._rows(
+            f"SELECT {_ATTEMPT_A} FROM attempts a JOIN trials t ON a.trial_id = t.id"
+            " WHERE t.campaign_id = ? ORDER BY t.number, a.attempt", (campaign_id,),
+        )]
+
+    def spends(self, campaign_id: int) -> list[AttemptSpend]:
+        """The recorded spend of every attempt of run *campaign_id* that has one."""
+        return [AttemptSpend(trial, _spend(spend)) for trial, spend in self._rows(
+            "SELECT a.trial_id, a.spend FROM attempts a JOIN trials t ON a.trial_id = t.id"
+            " WHERE t.campaign_id = ? AND a.spend IS NOT NULL", (campaign_id,),
+        )]
+
+    def trial_spends(self, rows: Iterable[int]) -> list[AttemptSpend]:
+        """The recorded spend of every attempt of the trial rows *rows* (of any run) that
+        has one, by trial row then attempt."""
+        found = self._in("SELECT trial_id, attempt, spend FROM attempts"
+                         " WHERE trial_id IN ({marks}) AND spend IS NOT NULL", rows)
+        return [AttemptSpend(trial, _spend(spend)) for trial, _, spend in sorted(found)]
+
+    # -- what a run noted -----------------------------------------------------------------
+
+    def events(self, campaign_id: int, kind: str | None = None) -> list[Event]:
+        """The events of run *campaign_id* (only those of *kind*, when given), in order."""
+        if kind is None:
+            rows = self._rows("SELECT id, campaign_id, trial_id, at, kind, data FROM events"
+                              " WHERE campaign_id = ? ORDER BY id", (campaign_id,))
+        else:
+            rows = self._rows("SELECT id, campaign_id, trial_id, at, kind, data FROM events"
+                              " WHERE campaign_id = ? AND kind = ? ORDER BY id",
+                              (campaign_id, kind))
+        return [Event(r[0], r[1], r[2], r[3], r[4], _loads(r[5]) if r[5] else None)
+                for r in rows]
+
+    def agent_log(self, campaign_id: int) -> list[AgentCall]:
+        """The agent's calls of run *campaign_id*, in the order they were made."""
+        return [
+            AgentCall(r[0], r[1], r[2], r[3], _loads(r[4]), _loads(r[5]) if r[5] else None)
+            for r in self._rows("SELECT id, campaign_id, kind, n, proposals, in_flight"
+                                " FROM agent_log WHERE campaign_id = ? ORDER BY id",
+                                (campaign_id,))
+        ]
+
+    # -- conclusions and flags ------------------------------------------------------------
+
+    def scores(self, campaign_id: int) -> list[Score]:
+        """Every score given to a trial of run *campaign_id*, oldest first."""
+        return [_score(r) for r in self._rows(
+            f"SELECT {_SCORE_S} FROM scores s JOIN trials t ON t.id = s.trial_id"
+            " WHERE t.campaign_id = ? ORDER BY s.id", (campaign_id,),
+        )]
+
+    def environments(self, digests: Iterable[str]) -> dict[str, EnvironmentRecord]:
+        """The recorded environment of each digest of *digests* the record has."""
+        wanted = sorted(set(digests))
+        out: dict[str, EnvironmentRecord] = {}
+        for chunk in (wanted[i : i + 500] for i in range(0, len(wanted), 500)):
+            marks = ",".join("?" * len(chunk))
+            for digest, python, distributions in self._rows(
+                "SELECT digest, python, distributions FROM environments"
+                f" WHERE digest IN ({marks})", chunk,
+            ):
+                out[digest] = EnvironmentRecord(digest, python, _loads(distributions))
+        return out
+
+    def invalidations(self) -> list[Invalidation]:
+        """Every ``dse invalidate`` of the workspace, oldest first."""
+        return [Invalidation(*r) for r in self._rows(
+            "SELECT id, at, kind, target, reason, trials, scores FROM invalidations ORDER BY id"
+        )]
+
+    def invalid_trials(self) -> list[Trial]:
+        """Trials of the workspace whose result, or whose score, is flagged invalid;
+        :attr:`Trial.invalidation` is ``None`` when only a score is."""
+        return [_trial(r) for r in self._rows(
+            f"SELECT {_TRIAL} FROM trials WHERE invalidation IS NOT NULL"
+            " OR id IN (SELECT trial_id FROM scores WHERE invalidation IS NOT NULL)"
+        )]
+
+    def invalid_reasons(self, campaign_id: int) -> dict[int, str]:
+        """Trial row → why it is flagged invalid (its result's invalidation, else its
+        score's), for the flagged trials of run *campaign_id*."""
+        out: dict[int, str] = {}
+        for row, reason in self._rows(
+            "SELECT t.id, i.reason FROM trials t JOIN invalidations i ON i.id = t.invalidation"
+            " WHERE t.campaign_id = ? UNION ALL"
+            " SELECT t.id, i.reason FROM scores s JOIN trials t ON t.id = s.trial_id"
+            " JOIN invalidations i ON i.id = s.invalidation WHERE t.campaign_id = ?",
+            (campaign_id, campaign_id),
+        ):
+            out.setdefault(int(row), str(reason))
+        return out
+
+    def invalid_scores(self, campaign_id: int) -> set[int]:
+        """The trial rows of run *campaign_id* with a score flagged invalid."""
+        return {int(row) for (row,) in self._rows(
+            "SELECT s.trial_id FROM scores s JOIN trials t ON t.id = s.trial_id"
+            " WHERE t.campaign_id = ? AND s.invalidation IS NOT NULL", (campaign_id,),
+        )}
+
 
 _NEW_TABLES_7 = """
 CREATE TABLE IF NOT EXISTS scores (
@@ -259,7 +571,7 @@ class Batch:
         )
 
 
-class Store:
+class Store(_Reads):
     """The SQLite record of a workspace (``<workspace>/dse.sqlite``).
 
     ``journal_mode`` is the journal SQLite runs with: ``wal`` on a local disk, ``delete``
@@ -480,68 +792,20 @@ class Store:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def reusable(self) -> list[sqlite3.Row]:
-        """Finished, reusable trials (completed or failed, not invalidated) of the whole
-        workspace."""
-        return self.query(
-            "SELECT id, number, campaign_id, config_hash, status, failure, message, metrics,"
-            " score FROM trials WHERE status IN ('completed', 'failed') AND cache_of IS NULL"
-            " AND invalidation IS NULL ORDER BY id"
-        )
+    def last_invalidation(self) -> int:
+        """The id of the latest invalidation (0: none); cheap enough to ask every pass."""
+        return self._max_id("invalidations")
 
+    # TRANSITION: removed once _engine asks trial_statuses() (its only caller); no other
+    # module may run SQL through the store.
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        """Run a read-only query; rows are addressable by column name."""
         self._db.row_factory = sqlite3.Row
         try:
             return self._db.execute(sql, params).fetchall()
         finally:
             self._db.row_factory = None
 
-    def campaigns(self) -> list[sqlite3.Row]:
-        return self.query(
-            "SELECT c.*, (SELECT COUNT(*) FROM trials t WHERE t.campaign_id = c.id) AS trials"
-            " FROM campaigns c ORDER BY c.id"
-        )
-
-    def find_campaign(self, name_or_id: str) -> sqlite3.Row | None:
-        """The latest run of the campaign *name_or_id* (a name, or a numeric run id)."""
-        if name_or_id.isdigit():
-            rows = self.query("SELECT * FROM campaigns WHERE id = ?", (int(name_or_id),))
-        else:
-            rows = self.query(
-                "SELECT * FROM campaigns WHERE name = ? ORDER BY id DESC LIMIT 1", (name_or_id,)
-            )
-        return rows[0] if rows else None
-
-    def trials(self, campaign_id: int) -> list[sqlite3.Row]:
-        return self.query(
-            "SELECT * FROM trials WHERE campaign_id = ? ORDER BY number", (campaign_id,)
-        )
-
-    def attempts(self, campaign_id: int) -> list[sqlite3.Row]:
-        return self.query(
-            "SELECT a.* FROM attempts a JOIN trials t ON a.trial_id = t.id"
-            " WHERE t.campaign_id = ? ORDER BY t.number, a.attempt",
-            (campaign_id,),
-        )
-
-    def agent_log(self, campaign_id: int) -> list[sqlite3.Row]:
-        return self.query(
-            "SELECT * FROM agent_log WHERE campaign_id = ? ORDER BY id", (campaign_id,)
-        )
-
-    def campaign_started(self, campaign_id: int) -> float:
-        """When run *campaign_id* was created (its wall-clock budget counts from there)."""
-        rows = self.query("SELECT created_at FROM campaigns WHERE id = ?", (campaign_id,))
-        return float(rows[0]["created_at"]) if rows else 0.0
-
-    def spends(self, campaign_id: int) -> list[sqlite3.Row]:
-        """The recorded spend of every attempt of run *campaign_id* that has one."""
-        return self.query(
-            "SELECT a.trial_id, a.spend FROM attempts a JOIN trials t ON a.trial_id = t.id"
-            " WHERE t.campaign_id = ? AND a.spend IS NOT NULL",
-            (campaign_id,),
-        )
+    # -- changes outside a polling pass -------------------------------------------------
 
     def invalidate(
         self, kind: str, target: str, reason: str, now: float, *, trial_row: int | None = None
@@ -625,20 +889,6 @@ class Store:
         assert mark is not None
         return mark, flagged_trials, int(flagged_scores)
 
-    def last_invalidation(self) -> int:
-        """The id of the latest invalidation (0: none); cheap enough to ask every pass."""
-        return self._max_id("invalidations")
-
-    def invalid_trials(self) -> list[sqlite3.Row]:
-        """Trials whose result, or whose score, is flagged invalid: (id, campaign_id, number,
-        config_hash, invalidation, cache_of); ``invalidation`` is ``NULL`` when only a score
-        is."""
-        return self.query(
-            "SELECT id, campaign_id, number, config_hash, invalidation, cache_of FROM trials"
-            " WHERE invalidation IS NOT NULL"
-            " OR id IN (SELECT trial_id FROM scores WHERE invalidation IS NOT NULL)"
-        )
-
     def reopen_campaign(self, campaign_id: int) -> None:
         """Mark a run as running again (it is being resumed)."""
         db = self._db
@@ -649,16 +899,6 @@ class Store:
             (campaign_id,),
         )
         db.execute("COMMIT")
-
-    def events(self, campaign_id: int, kind: str | None = None) -> list[sqlite3.Row]:
-        if kind is None:
-            return self.query(
-                "SELECT * FROM events WHERE campaign_id = ? ORDER BY id", (campaign_id,)
-            )
-        return self.query(
-            "SELECT * FROM events WHERE campaign_id = ? AND kind = ? ORDER BY id",
-            (campaign_id, kind),
-        )
 
 
 def _chunks(ids: Sequence[int], size: int = 500) -> list[Sequence[int]]:

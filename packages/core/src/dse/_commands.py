@@ -1,0 +1,336 @@
+"""The ``dse`` subcommands: each reads its arguments, does the work through the engine and
+the store, and hands the values to :mod:`dse._render` (or :mod:`dse._show`, :mod:`dse._html`)
+to print. :data:`COMMANDS` is what :mod:`dse._cli` dispatches to."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dse._build import build_engine
+from dse._campaign import load_campaign
+from dse._console import LiveView
+from dse._engine import campaign_spec
+from dse._errors import ConfigError, ExitCode
+from dse._hashing import canonical_json
+from dse._lock import CampaignLock
+from dse._plugins import PluginManager
+from dse._pool import PoolConfig, is_pool_file, load_pool, run_pool
+from dse._render import (
+    detail_lines,
+    export_csv,
+    export_json,
+    outcome_json,
+    outcome_lines,
+    plugin_rows,
+    plugins_table,
+    pool_share_line,
+    report_json,
+    rollup_line,
+    status_entry,
+    status_table,
+    trajectory,
+)
+from dse._report import rollup_by_objective, run_detail, summarize
+from dse._scoring import RESOLVED_SCORER
+from dse._show import EXPORT_SCHEMA, record_lines, trial_records
+from dse._store import Store, open_existing, workspace_db
+from dse._types import CampaignStatus
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Sequence
+    from types import FrameType
+
+    from dse._campaign import Campaign
+    from dse._console import Console
+    from dse._engine import CampaignResult, Engine
+    from dse._report import RunDetail
+
+__all__ = ["COMMANDS"]
+
+
+def _pool_files(paths: Sequence[Path]) -> tuple[list[Path], PoolConfig | None]:
+    """The campaign files to run and their pool: a pool file's, one of their own for several
+    campaign files (weights 1, as many slots as the largest max_parallelism), or none."""
+    if len(paths) == 1 and is_pool_file(paths[0]):
+        config = load_pool(paths[0])
+        return list(config.campaigns), config
+    if len(paths) == 1:
+        return list(paths), None
+    for path in paths:
+        if is_pool_file(path):
+            raise ConfigError(f"{path}: a pool file runs alone (it names its campaigns)")
+    return list(paths), PoolConfig({}, source="command line")
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    files, pool = _pool_files(args.campaign)
+    campaigns = [load_campaign(path, workspace=args.workspace) for path in files]
+    for c in campaigns[1:]:
+        first = campaigns[0]
+        if (c.backend, dict(c.backend_options)) != (first.backend, dict(first.backend_options)):
+            raise ConfigError(
+                f"{c.source}: backend: the campaigns of a pool run on one backend, and"
+                f" {first.source} uses {first.backend} with other options"
+            )
+    plugins = PluginManager()
+    with contextlib.ExitStack() as stack:
+        stores: dict[Path, Store] = {}
+        for c in campaigns:
+            lock = stack.enter_context(CampaignLock(c.workspace, c.name))
+            if lock.notice is not None:
+                console.status(lock.notice)
+            if c.workspace not in stores:
+                stores[c.workspace] = Store(workspace_db(c.workspace))
+                stack.callback(stores[c.workspace].close)
+        listener = LiveView(console)
+        engines = []
+        backend = None
+        for c in campaigns:
+            engine = build_engine(c, store=stores[c.workspace], plugins=plugins,
+                                  listener=listener, backend=backend)
+            backend = engine.backend
+            engines.append(engine)
+        resume = {
+            c.name: run for c in campaigns
+            if (run := _resumable_run(stores[c.workspace], c, console, fresh=args.fresh))
+            is not None
+        }
+        interrupts = 0
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            nonlocal interrupts
+            interrupts += 1
+            if interrupts > 1:
+                raise KeyboardInterrupt
+            for engine in engines:
+                engine.request_stop("cancelled")
+
+        previous = {
+            sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            try:
+                alone = PoolConfig({"slots": campaigns[0].max_parallelism})
+                results = run_pool(engines, pool or alone, resume=resume)
+            finally:
+                assert backend is not None
+                backend.shutdown(wait=not any(e.abandoned for e in engines))
+            details = [run_detail(stores[c.workspace], r.campaign_id)
+                       for c, r in zip(campaigns, results, strict=True)]
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    if pool is None:
+        _outcome(results[0], details[0], campaigns[0], console, args.json)
+    else:
+        _pool_outcome(engines, results, details, campaigns, console, args.json)
+    if any(r.status == "cancelled" for r in results):
+        return ExitCode.INTERRUPTED
+    return ExitCode.OK
+
+
+def _outcome(result: CampaignResult, detail: RunDetail, campaign: Campaign, console: Console,
+             as_json: bool) -> None:
+    if as_json:
+        console.data(outcome_json(result, detail, campaign))
+        return
+    for line in outcome_lines(result, detail, campaign):
+        console.result(line)
+
+
+def _pool_outcome(
+    engines: Sequence[Engine], results: Sequence[CampaignResult], details: Sequence[RunDetail],
+    campaigns: Sequence[Campaign], console: Console, as_json: bool,
+) -> None:
+    """Each campaign's outcome, then its share of the pool against its weight's."""
+    pool = engines[0].pool
+    assert pool is not None
+    shares = {name: share[1] for name, share in pool.shares(time.time()).items()}
+    weights = {e.campaign.name: pool.weight(e) for e in engines}
+    total = sum(weights.values())
+    if as_json:
+        out = []
+        for r, d, c in zip(results, details, campaigns, strict=True):
+            entry = outcome_json(r, d, c)
+            entry["pool"] = {"weight": weights[c.name], "target_share": weights[c.name] / total,
+                             "share": shares[c.name]}
+            out.append(entry)
+        console.data({"pool": dict(pool.config.capacity), "campaigns": out})
+        return
+    for r, d, c in zip(results, details, campaigns, strict=True):
+        _outcome(r, d, c, console, False)
+    console.result(pool_share_line(pool.config.capacity, weights, shares))
+
+
+def _resumable_run(
+    store: Store, campaign: Campaign, console: Console, *, fresh: bool
+) -> int | None:
+    """The run of *campaign* to continue: the latest one, if it crashed or was cancelled."""
+    row = store.find_campaign(campaign.name)
+    if row is None or row.status not in (CampaignStatus.RUNNING, CampaignStatus.CANCELLED):
+        return None
+    if fresh:
+        console.status(f"run {row.id} of {campaign.name} is {row.status.value}; starting a new"
+                       " run (--fresh)")
+        return None
+    stored = dict(row.spec)
+    stored.pop(RESOLVED_SCORER, None)
+    if canonical_json(stored) != canonical_json(campaign_spec(campaign)):
+        console.status(f"run {row.id} of {campaign.name} did not finish, but the campaign"
+                       " file changed since; starting a new run")
+        return None
+    what = "was cancelled" if row.status is CampaignStatus.CANCELLED else "did not finish"
+    console.status(f"run {row.id} of {campaign.name} {what}: resuming it")
+    return row.id
+
+
+def _open_target(target: str | None, workspace: Path | None) -> tuple[Store, str | None]:
+    if target is not None and target.endswith(".toml"):
+        campaign = load_campaign(target, workspace=workspace)
+        return open_existing(campaign.workspace), campaign.name
+    return open_existing(workspace or Path(".dse")), target
+
+
+def _selected_runs(store: Store, name: str | None) -> list[int]:
+    rows = store.campaigns()
+    if name is not None:
+        rows = [r for r in rows if r.name == name or str(r.id) == name]
+        if not rows:
+            raise ConfigError(f"{store.path}: no campaign run named {name!r}")
+    return [r.id for r in rows]
+
+
+def _status(args: argparse.Namespace, console: Console) -> int:
+    store, name = _open_target(args.target, args.workspace)
+    runs = {r.id: r for r in store.campaigns()}
+    now = time.time()
+    out = [
+        status_entry(runs[run], summarize(store, run, now=now), store.trial_counts(run))
+        for run in _selected_runs(store, name)
+    ]
+    if args.json:
+        console.data(out)
+    else:
+        console.out.print(status_table(out))
+    return ExitCode.OK
+
+
+def _report(args: argparse.Namespace, console: Console) -> int:
+    store, name = _open_target(args.target, args.workspace)
+    now = time.time()
+    every = {r.id: run_detail(store, r.id, now=now) for r in store.campaigns()}
+    chosen = [every[i] for i in _selected_runs(store, name)]
+    labels = {label for d in chosen for label in d.summary.serves}
+    rollups = [r for r in rollup_by_objective(d.summary for d in every.values())
+               if r.label in labels]
+    if args.json:
+        console.data(report_json(str(store.path), chosen, rollups))
+        return ExitCode.OK
+    for detail in chosen:
+        for line in detail_lines(detail):
+            console.result(line)
+        console.result("")
+    for rollup in rollups:
+        console.result(rollup_line(rollup))
+    if args.html is not None:
+        if not chosen:
+            raise ConfigError(f"{store.path}: no campaign run to report")
+        detail = chosen[-1]
+        from dse._html import write_html_report
+
+        out = write_html_report(store, detail.summary.campaign_id, args.html,
+                                details=every.values())
+        console.status(f"HTML report of {detail.summary.name} run {detail.summary.campaign_id}:"
+                       f" {out}")
+    return ExitCode.OK
+
+
+def _plugins(args: argparse.Namespace, console: Console) -> int:
+    rows = plugin_rows(PluginManager())
+    if args.json:
+        console.data(rows)
+    else:
+        console.out.print(plugins_table(rows))
+    return ExitCode.OK
+
+
+def _show(args: argparse.Namespace, console: Console) -> int:
+    store = open_existing(args.workspace or Path(".dse"))
+    try:
+        run, trial = store.find_trial(args.trial)
+        (record,) = trial_records(store, run, [trial])
+    finally:
+        store.close()
+    if args.json:
+        console.data(record)
+        return ExitCode.OK
+    for line in record_lines(record):
+        console.result(line)
+    return ExitCode.OK
+
+
+def _invalidate(args: argparse.Namespace, console: Console) -> int:
+    reason = " ".join(str(args.reason).split())
+    if not reason:
+        raise ConfigError("dse invalidate: --reason must say why")
+    store = open_existing(args.workspace or Path(".dse"))
+    try:
+        trial_row = None
+        if args.trial is not None:
+            kind, target = "trial", str(args.trial)
+            trial_row = store.find_trial(target)[1].id
+        elif args.data_version is not None:
+            kind, target = "data_version", str(args.data_version)
+        else:
+            kind, target = "scorer_version", str(args.scorer_version)
+        done = store.invalidate(kind, target, reason, time.time(), trial_row=trial_row)
+    finally:
+        store.close()
+    flag = "--" + kind.replace("_", "-")
+    if done is None:
+        what = {"trial": "trial", "data_version": "trial with data version",
+                "scorer_version": "score by scorer version"}[kind]
+        raise ConfigError(f"dse invalidate {flag} {target}: no {what} {target} in the record")
+    mark, trials, scores = done
+    if args.json:
+        console.data({"invalidation": mark, "kind": kind, "target": target, "reason": reason,
+                      "trials": trials, "scores": scores})
+    else:
+        console.result(f"invalidation {mark}: {trials} trial(s) and {scores} score(s) flagged"
+                       f" invalid ({flag} {target}: {reason}); nothing was deleted")
+    return ExitCode.OK
+
+
+def _export(args: argparse.Namespace, console: Console) -> int:
+    store, name = _open_target(args.target, args.workspace)
+    assert name is not None
+    run = store.find_campaign(name)
+    if run is None:
+        raise ConfigError(f"{store.path}: no campaign run named {name!r}")
+    trials = store.trials(run.id)
+    steps = trajectory(run, trials, store.invalid_scores(run.id))
+    if args.format == "json":
+        text = export_json(run, steps, trial_records(store, run, trials),
+                           store.invalidations(), EXPORT_SCHEMA)
+    else:
+        text = export_csv(steps)
+    if args.output:
+        args.output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+        console.status(f"wrote {len(steps)} steps to {args.output}")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return ExitCode.OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
+    "run": _run, "status": _status, "plugins": _plugins, "export": _export,
+    "report": _report, "show": _show, "invalidate": _invalidate,
+}
+"""Each subcommand's handler: it takes the parsed arguments and the console, and returns the
+exit code."""

@@ -1,0 +1,300 @@
+"""The record's rows as values: what :class:`dse.Store` reads return.
+
+One frozen, slotted dataclass per kind of row (a campaign run, a trial, an attempt, an event,
+an agent call, a score, an invalidation, an environment), with typed fields: states are the
+enums of :mod:`dse._types`, JSON columns are decoded, booleans are ``bool``. Only the store
+builds them (it holds the SQL); everything else reads attributes.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dse._budget import Spend
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from dse._types import AttemptState, CampaignStatus, FailureClass, TrialStatus
+
+__all__ = [
+    "AgentCall",
+    "Attempt",
+    "AttemptSpend",
+    "CampaignRun",
+    "EnvironmentRecord",
+    "Event",
+    "Invalidation",
+    "Score",
+    "Trial",
+    "TrialRef",
+]
+
+_raw_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class _Row:
+    """What every row shares: the transition shim below."""
+
+    __slots__ = ()
+
+    # TRANSITION: removed once _engine/_pool read attributes. ``row["key"]`` answers the
+    # value as the record stores it (an enum's text, a JSON column's text, 0/1 for a flag), so
+    # code written against ``sqlite3.Row`` keeps working unchanged.
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self, key)
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, Spend):
+            return _raw_json(value.as_dict())
+        if isinstance(value, dict | list):
+            return _raw_json(value)
+        if isinstance(value, bool):
+            return int(value)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignRun(_Row):
+    """One run of a campaign (a row of ``campaigns``)."""
+
+    id: int
+    """The run id (what ``dse status`` lists, and ``<run>:<n>`` names)."""
+    name: str
+    """The campaign's name."""
+    source: str | None
+    """The campaign file it was loaded from, ``None`` when built in Python."""
+    spec: Mapping[str, Any]
+    """The campaign as it was run (what a resumed run must match), decoded."""
+    agent: str
+    """The agent as ``<name>==<version>``."""
+    backend: str
+    """The backend as ``<name>==<version>``."""
+    mode: str
+    """``waves`` or ``rolling``."""
+    max_parallelism: int
+    """Trials run at once at most."""
+    status: CampaignStatus
+    """How the run stands."""
+    end_reason: str | None
+    """Why it ended (an :class:`~dse._types.EndReason`'s text, with a detail), ``None``
+    while it runs."""
+    created_at: float
+    """When the run was recorded (its wall-clock budget counts from there)."""
+    ended_at: float | None
+    """When it ended, ``None`` while it runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Trial(_Row):
+    """One evaluation of one config hash (a row of ``trials``)."""
+
+    id: int
+    """The row id: unique in the workspace (what cache hits, scores and links point at)."""
+    campaign_id: int
+    """The run it belongs to."""
+    number: int
+    """Its number in the run, from 1."""
+    proposal: int
+    """The agent's proposal it answers (0: the campaign's baseline run)."""
+    wave: int
+    """The batch it was dispatched in."""
+    config_hash: str
+    """The identity of its result."""
+    params: Mapping[str, Any]
+    """The coerced params, decoded (canonical key order)."""
+    status: TrialStatus
+    """Where it is in its life, or its outcome."""
+    failure: FailureClass | None
+    """Why it failed or was interrupted."""
+    message: str | None
+    """A one-line explanation of the failure (or of a missing score)."""
+    metrics: Mapping[str, Any] | None
+    """The metrics of its result, decoded; ``None`` without a result."""
+    score: float | None
+    """Its (latest) score."""
+    cache_of: int | None
+    """The trial row whose result a cache hit reuses."""
+    trial_dir: str | None
+    """Its output directory, as recorded (``None`` for a cache hit)."""
+    data_version: str | None
+    """The data version it was dispatched against."""
+    data_version_read: str | None
+    """The data version its result says it read."""
+    dependencies: str | None
+    """The digest of the environment it ran in (see :class:`EnvironmentRecord`)."""
+    replaces: int | None
+    """The invalidated trial row it re-runs."""
+    invalidation: int | None
+    """The invalidation that flags its result, ``None`` while valid."""
+    created_at: float
+    """When it was recorded."""
+    ended_at: float | None
+    """When it reached its outcome."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRef(_Row):
+    """Where a trial is: enough to name it (a cache hit's original, a link, a baseline)."""
+
+    id: int
+    """The trial row."""
+    campaign_id: int
+    """The run it belongs to."""
+    campaign: str
+    """The name of that run's campaign."""
+    number: int
+    """Its number in the run."""
+
+    @property
+    def trial_id(self) -> str:
+        """``<campaign>-<run>-<number>``."""
+        return f"{self.campaign}-{self.campaign_id}-{self.number}"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt(_Row):
+    """One submission of a trial to a backend (a row of ``attempts``)."""
+
+    id: int
+    """The row id."""
+    trial_id: int
+    """The trial row it belongs to."""
+    attempt: int
+    """Its number within the trial, from 1."""
+    backend: str
+    """The backend it was submitted to."""
+    job_id: str | None
+    """The backend's id of the job, once known."""
+    state: AttemptState
+    """Where it is, or how it ended (the backend's raw state)."""
+    exit_code: int | None
+    """The workload's exit status, when it exited."""
+    signal: int | None
+    """The signal that killed it, when one did."""
+    node: str | None
+    """Where it ran, when known."""
+    reason: str | None
+    """The backend's own words on why it ended this way."""
+    peak_rss_kb: int | None
+    """Largest resident set size, in KiB, when known."""
+    resumed: bool
+    """It resumed from a checkpoint of an earlier attempt."""
+    work_lost_s: float | None
+    """Seconds of work an interruption threw away (since the last checkpoint)."""
+    usage: Mapping[str, float] | None
+    """What the backend's accounting charged, decoded; ``None`` when it keeps none."""
+    spend: Spend | None
+    """What it cost; ``None`` until it ended."""
+    expected_s: float | None
+    """The run time the scheduler expected when it granted the attempt."""
+    submitted_at: float
+    """When it was recorded for submission."""
+    started_at: float | None
+    """When it started, when known."""
+    ended_at: float | None
+    """When it ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSpend(_Row):
+    """The recorded spend of one attempt."""
+
+    trial_id: int
+    """The trial row the attempt belongs to."""
+    spend: Spend
+    """What the attempt cost."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event(_Row):
+    """Something a run noted in its record (a row of ``events``): a retry, a rejection…"""
+
+    id: int
+    """The row id (events are read in this order)."""
+    campaign_id: int
+    """The run."""
+    trial_id: int | None
+    """The trial row it is about, if one."""
+    at: float
+    """When."""
+    kind: str
+    """What happened (``retry``, ``rejected``, ``budget_exhausted``…)."""
+    data: Mapping[str, Any] | None
+    """Its details, decoded, or ``None``."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentCall(_Row):
+    """One ``propose`` or ``observe`` call of a run's agent (a row of ``agent_log``), replayed
+    to rebuild the agent."""
+
+    id: int
+    """The row id (calls are replayed in this order)."""
+    campaign_id: int
+    """The run."""
+    kind: str
+    """``propose`` or ``observe``."""
+    n: int | None
+    """How many proposals a ``propose`` call asked for."""
+    proposals: Sequence[int]
+    """The proposal numbers it returned (``propose``) or told the results of (``observe``)."""
+    in_flight: Sequence[int] | None
+    """The proposals still in flight when ``propose`` was called."""
+
+
+@dataclass(frozen=True, slots=True)
+class Score(_Row):
+    """One conclusion about a trial (a row of ``scores``)."""
+
+    id: int
+    """The row id (a trial's latest score has the largest)."""
+    trial_id: int
+    """The trial row scored."""
+    scorer: str
+    """The scorer's name."""
+    scorer_version: str
+    """The scorer's version."""
+    score: float
+    """The score."""
+    baseline_trial: int | None
+    """The trial row it was compared against, if any."""
+    created_at: float
+    """When it was given."""
+    invalidation: int | None
+    """The invalidation that flags it, ``None`` while valid."""
+
+
+@dataclass(frozen=True, slots=True)
+class Invalidation(_Row):
+    """One ``dse invalidate`` (a row of ``invalidations``)."""
+
+    id: int
+    """The invalidation id."""
+    at: float
+    """When."""
+    kind: str
+    """``trial``, ``data_version`` or ``scorer_version``."""
+    target: str
+    """What was named (a trial, a data version, a scorer version)."""
+    reason: str
+    """Why, in the user's words."""
+    trials: int
+    """Trials it flagged."""
+    scores: int
+    """Scores it flagged."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentRecord(_Row):
+    """An environment trials ran in, stored once by digest (a row of ``environments``)."""
+
+    digest: str
+    """Its digest (what :attr:`Trial.dependencies` names)."""
+    python: str | None
+    """The Python version, when reported."""
+    distributions: Mapping[str, str]
+    """Installed distributions and their versions, decoded."""

@@ -1,0 +1,506 @@
+"""What the ``dse`` commands print: text lines and JSON documents of a run's outcome, of
+``dse report``, ``dse status``, ``dse plugins``, ``dse export`` and ``dse invalidate``.
+
+Everything here is a pure function of values already read (nothing here reads the record or
+writes to the terminal); the ``dse show`` record has its own module, :mod:`dse._show`, and
+the HTML page :mod:`dse._html`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import TYPE_CHECKING, Any
+
+from dse._console import duration_text, hours_text, money_text, rate_text
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from rich.table import Table
+
+    from dse._budget import Spend
+    from dse._campaign import Campaign
+    from dse._engine import CampaignResult
+    from dse._plugins import PluginManager
+    from dse._records import CampaignRun, Invalidation, Trial
+    from dse._report import ObjectiveRollup, RunDetail, RunSummary
+    from dse._types import TrialStatus
+
+__all__ = [
+    "REPORT_KEYS",
+    "detail_json",
+    "detail_lines",
+    "export_csv",
+    "export_json",
+    "invalidation_json",
+    "outcome_json",
+    "outcome_lines",
+    "plugin_rows",
+    "plugins_table",
+    "pool_share_line",
+    "report_json",
+    "rollup_json",
+    "rollup_line",
+    "status_entry",
+    "status_table",
+    "trajectory",
+]
+
+REPORT_KEYS = """\
+--json prints {"workspace": PATH, "runs": [RUN...], "objectives": [OBJECTIVE...]}.
+RUN:
+  campaign, run, status, end_reason   the run and how it ended
+  budget_reason    why the budget ended it ("money ceiling 1 USD"), or null
+  serves           the objective labels it serves
+  best             null or {trial, metric, direction, score, params}: the best completed trial
+                   about the latest data version
+  data_versions    [{version, trials, completed, mismatched, best: {trial, score}}], oldest first
+  mismatched       trial numbers that read another data version than expected (flagged)
+  invalid          [{trial, reason}]: results or scores flagged by dse invalidate (never ranked)
+  scorer           the scorer of the run's scores ("default 0.1.0")
+  trials           {total, <outcome>: count...}; failures: {<failure class>: count}
+  currency         the currency of every money figure of the run
+  spent            {money, cpu_hours, gpu_hours, node_hours, attempt_hours}: every attempt
+  budget           one entry per ceiling the campaign has, each {spent, ceiling, unit}:
+                   money (currency), compute (<unit>-hours), trials (trials run),
+                   wall_clock (seconds since the run was created)
+  wall_clock_s     the run's wall clock (creation to end, or to now while it runs)
+  finished         trials that reached an outcome (not cache hits, not cancelled)
+  effective        trials with a usable, scored result
+  throughput_per_h finished trials per wall-clock hour
+  effective_per_h  effective results per wall-clock hour
+  cost_per_effective       money per effective result (null before the first)
+  compute_per_effective_h  {cpu, gpu, node}: compute-hours per effective result
+  cache_hits       [{trial, reuses_run, reuses_trial, cost (always 0), reused_cost}]
+OBJECTIVE (every run of the workspace serving the label, per currency):
+  objective, currency, runs, spent, finished, effective, cached, cost_per_effective,
+  compute_per_effective_h
+"""
+"""The keys of ``dse report --json`` (the epilog of ``dse report --help``)."""
+
+_UNITS = ("cpu", "gpu", "node")
+
+
+# -- a run's outcome (`dse run`) --------------------------------------------------------------
+
+
+def outcome_json(result: CampaignResult, detail: RunDetail, campaign: Campaign) -> dict[str, Any]:
+    """The ``dse run --json`` document of one campaign."""
+    s = result.stats
+    best = result.best
+    summary = detail.summary
+    return {
+        "campaign": result.name,
+        "run": result.campaign_id,
+        "status": result.status,
+        "end_reason": result.end_reason,
+        "budget_reason": detail.budget_reason,
+        "trials": s.steps,
+        "completed": s.completed,
+        "failed": s.failed,
+        "cached": s.cached,
+        "rejected": s.rejected,
+        "cancelled": s.cancelled,
+        "interrupted": s.interrupted,
+        "best": None if best is None else {
+            "trial": best.number, "score": best.score, "params": dict(best.params),
+            "metric": campaign.objectives[0].metric,
+        },
+        "currency": summary.currency,
+        "spent": _spent_json(summary.spent),
+        "budget": _ceilings(detail),
+        "throughput_per_h": summary.throughput_per_h,
+        "effective_per_h": summary.effective_per_h,
+        "cost_per_effective": summary.cost_per_effective,
+    }
+
+
+def outcome_lines(result: CampaignResult, detail: RunDetail, campaign: Campaign) -> list[str]:
+    """What ``dse run`` prints of one campaign when it ends."""
+    s = result.stats
+    best = result.best
+    summary = detail.summary
+    lines = [
+        f"campaign {result.name} run {result.campaign_id}: {result.status}"
+        f" ({result.end_reason}); {s.steps} trials: {s.completed} completed, {s.failed} failed,"
+        f" {s.cached} cached, {s.rejected} rejected, {s.cancelled} cancelled"
+    ]
+    if best is not None:
+        metric = campaign.objectives[0].metric
+        lines.append(
+            f"best: trial {best.number} {metric}={best.score:.6g}"
+            f" params {json.dumps(dict(best.params))}"
+        )
+    lines.append(
+        f"throughput {rate_text(summary.throughput_per_h)} trials/h, effective"
+        f" {rate_text(summary.effective_per_h)} results/h, cost "
+        + _per_effective(summary.cost_per_effective,
+                         {u: summary.compute_per_effective_h(u)
+                          for u in _shown_units(summary.spent, None)}, summary.currency)
+    )
+    if result.status == "budget_exhausted":
+        lines.append(_exhausted_line(detail))
+    return lines
+
+
+def pool_share_line(capacity: Mapping[str, Any], weights: Mapping[str, float],
+                    shares: Mapping[str, float]) -> str:
+    """Each campaign's share of a pool (*shares*, by name) against its weight's."""
+    total = sum(weights.values())
+    text = ", ".join(f"{v} {k}" for k, v in capacity.items())
+    return f"pool ({text}), while the campaigns competed: " + "; ".join(
+        f"{name} used {shares[name]:.0%} (weight {weights[name]:g}, target"
+        f" {weights[name] / total:.0%})" for name in weights)
+
+
+def _exhausted_line(detail: RunDetail) -> str:
+    """``budget exhausted: money ceiling 1 USD; spent 0.96 USD``: the ceiling that ended
+    the run and what was spent of it."""
+    s = detail.summary
+    why = detail.budget_reason or "budget"
+    ceilings = _ceilings(detail)
+    if why.startswith("compute") and "compute" in ceilings:
+        spent = f"spent {hours_text(ceilings['compute']['spent'])} {ceilings['compute']['unit']}"
+    elif why.startswith("trials"):
+        spent = f"{detail.dispatched} trials run"
+    elif "wall-clock" in why:
+        spent = f"ran {duration_text(s.wall_s)}, spent {money_text(s.spent.money)} {s.currency}"
+    else:
+        spent = f"spent {money_text(s.spent.money)} {s.currency}"
+    return f"budget exhausted: {why}; {spent}"
+
+
+# -- `dse report` ------------------------------------------------------------------------------
+
+
+def report_json(workspace: str, details: Iterable[RunDetail],
+                rollups: Iterable[ObjectiveRollup]) -> dict[str, Any]:
+    """The ``dse report --json`` document (keys: :data:`REPORT_KEYS`)."""
+    return {
+        "workspace": workspace,
+        "runs": [detail_json(d) for d in details],
+        "objectives": [rollup_json(r) for r in rollups],
+    }
+
+
+def _spent_json(spent: Spend) -> dict[str, float]:
+    return {"money": spent.money, "cpu_hours": spent.cpu_s / 3600.0,
+            "gpu_hours": spent.gpu_s / 3600.0, "node_hours": spent.node_s / 3600.0,
+            "attempt_hours": spent.wall_s / 3600.0}
+
+
+def _ceilings(detail: RunDetail) -> dict[str, dict[str, Any]]:
+    """Spent against each ceiling the run's budget has."""
+    s = detail.summary
+    budget = s.budget
+    out: dict[str, dict[str, Any]] = {}
+    if budget.get("money") is not None:
+        out["money"] = {"spent": s.spent.money, "ceiling": budget["money"], "unit": s.currency}
+    if budget.get("compute"):
+        unit, hours = budget["compute"]
+        out["compute"] = {"spent": s.spent.compute_s(unit) / 3600.0, "ceiling": hours,
+                          "unit": f"{unit}-hours"}
+    if budget.get("trials") is not None:
+        out["trials"] = {"spent": detail.dispatched, "ceiling": budget["trials"],
+                         "unit": "trials"}
+    if budget.get("wall_clock_s") is not None:
+        out["wall_clock"] = {"spent": s.wall_s, "ceiling": budget["wall_clock_s"], "unit": "s"}
+    return out
+
+
+def detail_json(detail: RunDetail) -> dict[str, Any]:
+    """One run of ``dse report --json``."""
+    s = detail.summary
+    best = detail.best
+    return {
+        "campaign": s.name, "run": s.campaign_id, "status": s.status,
+        "end_reason": detail.end_reason, "budget_reason": detail.budget_reason,
+        "serves": list(s.serves),
+        "best": None if best is None else {
+            "trial": best.trial, "metric": best.metric, "direction": best.direction,
+            "score": best.score, "params": best.params,
+        },
+        "trials": {"total": sum(detail.outcomes.values()), **detail.outcomes},
+        "data_versions": [
+            {"version": g.version, "trials": g.trials, "completed": g.completed,
+             "mismatched": g.mismatched,
+             "best": None if g.best is None else {"trial": g.best.trial, "score": g.best.score}}
+            for g in detail.data_versions
+        ],
+        "mismatched": list(detail.mismatched),
+        "invalid": [{"trial": n, "reason": why} for n, why in detail.invalid],
+        "scorer": detail.scorer,
+        "failures": dict(s.failures),
+        "currency": s.currency,
+        "spent": _spent_json(s.spent),
+        "budget": _ceilings(detail),
+        "wall_clock_s": s.wall_s,
+        "finished": s.finished,
+        "effective": s.effective,
+        "throughput_per_h": s.throughput_per_h,
+        "effective_per_h": s.effective_per_h,
+        "cost_per_effective": s.cost_per_effective,
+        "compute_per_effective_h": {u: s.compute_per_effective_h(u) for u in _UNITS},
+        "cache_hits": [
+            {"trial": h.trial, "reuses_run": h.reuses_run, "reuses_trial": h.reuses_trial,
+             "cost": 0.0, "reused_cost": h.reuses_spend.money}
+            for h in detail.cache_hits
+        ],
+    }
+
+
+def rollup_json(rollup: ObjectiveRollup) -> dict[str, Any]:
+    """One objective label of ``dse report --json``."""
+    return {
+        "objective": rollup.label, "currency": rollup.currency, "runs": list(rollup.runs),
+        "spent": _spent_json(rollup.spent), "finished": rollup.finished,
+        "effective": rollup.effective, "cached": rollup.cached,
+        "cost_per_effective": rollup.cost_per_effective,
+        "compute_per_effective_h": {u: rollup.compute_per_effective_h(u) for u in _UNITS},
+    }
+
+
+def _shown_units(spent: Spend, ceiling_unit: str | None) -> list[str]:
+    """The compute units worth a line: those spent (node-hours only without cpu or gpu
+    ones), and the one with a ceiling."""
+    units = [u for u in ("cpu", "gpu") if spent.compute_s(u) > 0]
+    if not units and spent.node_s > 0:
+        units = ["node"]
+    if ceiling_unit is not None and ceiling_unit not in units:
+        units.append(ceiling_unit)
+    return units or ["cpu"]
+
+
+def _per_effective(cost: float | None, compute: dict[str, float | None], currency: str) -> str:
+    if cost is None:
+        return "- (no effective result yet)"
+    parts = [f"{money_text(cost)} {currency}"]
+    parts += [f"{hours_text(h)} {u}-hours" for u, h in compute.items() if h is not None]
+    return ", ".join(parts) + " per effective result"
+
+
+def detail_lines(detail: RunDetail) -> list[str]:
+    """One run as ``dse report`` prints it."""
+    s = detail.summary
+    ended = detail.end_reason or "-"
+    if detail.budget_reason:
+        ended += f": {detail.budget_reason}"
+    lines = [f"campaign {s.name} run {s.campaign_id}: {s.status} ({ended})"]
+
+    def row(label: str, text: str) -> None:
+        lines.append(f"  {label:<13}{text}")
+
+    row("serves", ", ".join(s.serves))
+    best = detail.best
+    row("best", "-" if best is None else (
+        f"trial {best.trial}: {best.metric}={best.score:.6g} ({best.direction}),"
+        f" params {json.dumps(best.params)}"))
+    outcomes = ", ".join(f"{n} {status}" for status, n in sorted(
+        detail.outcomes.items(), key=lambda kv: (-kv[1], kv[0])))
+    row("trials", f"{sum(detail.outcomes.values())}" + (f": {outcomes}" if outcomes else ""))
+    _data_rows(detail, row)
+    row("scorer", detail.scorer)
+    row("failures", ", ".join(f"{cls} {n}" for cls, n in sorted(s.failures.items()))
+        or "none")
+    ceiling_unit = _spend_rows(detail, row)
+    row("throughput", f"{rate_text(s.throughput_per_h)} trials/h ({s.finished} finished)")
+    row("effective", f"{rate_text(s.effective_per_h)} results/h ({s.effective} usable)")
+    units = _shown_units(s.spent, ceiling_unit)
+    row("cost", _per_effective(s.cost_per_effective,
+                               {u: s.compute_per_effective_h(u) for u in units}, s.currency))
+    if detail.cache_hits:
+        reuses = "; ".join(
+            f"trial {h.trial} reuses trial {h.reuses_trial}"
+            + ("" if h.reuses_run == s.campaign_id else f" of run {h.reuses_run}")
+            + f" ({money_text(h.reuses_spend.money)} {s.currency})"
+            for h in detail.cache_hits[:5]
+        ) + ("; ..." if len(detail.cache_hits) > 5 else "")
+        row("cache hits", f"{len(detail.cache_hits)}, costing nothing: {reuses}")
+    return lines
+
+
+def _data_rows(detail: RunDetail, row: Callable[[str, str], None]) -> None:
+    """The data versions of a run, and the results flagged."""
+    for group in detail.data_versions:
+        flagged = f", {group.mismatched} read other data (flagged)" if group.mismatched else ""
+        best_text = "-" if group.best is None else (
+            f"best trial {group.best.trial} {group.best.metric}={group.best.score:.6g}")
+        row("data", f"{group.version}: {group.trials} trials, {group.completed} completed,"
+                    f" {best_text}{flagged}")
+    if len(detail.data_versions) > 1:
+        row("", "(each data version ranked on its own; best above: the latest)")
+    if detail.mismatched:
+        row("FLAGGED", "read other data than expected: trials "
+            + ", ".join(str(n) for n in detail.mismatched))
+    reasons: dict[str, list[int]] = {}
+    for number, why in detail.invalid:
+        reasons.setdefault(why, []).append(number)
+    for why, numbers in reasons.items():
+        row("INVALID", f"trials {', '.join(str(n) for n in numbers)}: {why} (not ranked)")
+
+
+def _spend_rows(detail: RunDetail, row: Callable[[str, str], None]) -> str | None:
+    """What a run spent against each ceiling; returns the compute unit with a ceiling."""
+    s = detail.summary
+    ceilings = _ceilings(detail)
+    spend = []
+    money = ceilings.get("money")
+    spend.append(f"money {money_text(s.spent.money)}" + (
+        f" / {money_text(money['ceiling'])}" if money else "") + f" {s.currency}")
+    compute = ceilings.get("compute")
+    ceiling_unit = compute["unit"].removesuffix("-hours") if compute else None
+    for unit in _shown_units(s.spent, ceiling_unit):
+        text = f"compute {hours_text(s.spent.compute_s(unit) / 3600.0)}"
+        if unit == ceiling_unit and compute is not None:
+            text += f" / {compute['ceiling']:g}"
+        spend.append(f"{text} {unit}-hours")
+    trials = ceilings.get("trials")
+    if trials:
+        spend.append(f"trials run {detail.dispatched} / {trials['ceiling']}")
+    wall = ceilings.get("wall_clock")
+    spend.append(f"wall clock {duration_text(s.wall_s)}" + (
+        f" / {duration_text(wall['ceiling'])}" if wall else ""))
+    row("spend", spend[0])
+    for text in spend[1:]:
+        row("", text)
+    return ceiling_unit
+
+
+def rollup_line(rollup: ObjectiveRollup) -> str:
+    """One objective label as ``dse report`` prints it."""
+    units = _shown_units(rollup.spent, None)
+    runs = ", ".join(str(r) for r in rollup.runs)
+    compute = ", ".join(f"{hours_text(rollup.spent.compute_s(u) / 3600.0)} {u}-hours"
+                        for u in units)
+    return (
+        f"objective {rollup.label}: run{'s' if len(rollup.runs) > 1 else ''} {runs};"
+        f" spent {money_text(rollup.spent.money)} {rollup.currency}, {compute};"
+        f" {rollup.effective} effective results; "
+        + _per_effective(rollup.cost_per_effective,
+                         {u: rollup.compute_per_effective_h(u) for u in units},
+                         rollup.currency)
+    )
+
+
+# -- `dse status` and `dse plugins` -----------------------------------------------------------
+
+
+def status_entry(run: CampaignRun, summary: RunSummary,
+                 counts: Mapping[TrialStatus, int]) -> dict[str, Any]:
+    """One run of ``dse status --json``; *counts*: its trials by status."""
+    return {
+        "run": run.id, "name": run.name, "status": run.status.value,
+        "end_reason": run.end_reason, "agent": run.agent, "backend": run.backend,
+        "trials": sum(counts.values()), **{s.value: n for s, n in counts.items()},
+        "throughput_per_h": summary.throughput_per_h,
+        "effective_per_h": summary.effective_per_h,
+        "cost_per_effective": summary.cost_per_effective,
+        "spent": summary.spent.money, "currency": summary.currency,
+    }
+
+
+def status_table(entries: Iterable[Mapping[str, Any]]) -> Table:
+    """``dse status`` for people: one row per :func:`status_entry`."""
+    from rich.table import Table
+
+    table = Table("run", "campaign", "status", "trials", "completed", "failed", "cached",
+                  "running", "trials/h", "results/h", "cost/result", "spent", "agent",
+                  "backend")
+    for item in entries:
+        cost = item["cost_per_effective"]
+        table.add_row(
+            str(item["run"]), item["name"], f"{item['status']} ({item['end_reason'] or '-'})",
+            str(item["trials"]), str(item.get("completed", 0)), str(item.get("failed", 0)),
+            str(item.get("cached", 0)), str(item.get("running", 0)),
+            rate_text(item["throughput_per_h"]), rate_text(item["effective_per_h"]),
+            "-" if cost is None else f"{money_text(cost)} {item['currency']}",
+            f"{money_text(item['spent'])} {item['currency']}", item["agent"], item["backend"],
+        )
+    return table
+
+
+def plugin_rows(plugins: PluginManager) -> list[dict[str, Any]]:
+    """``dse plugins --json``: every backend and agent installed."""
+    entries = [*plugins.backends.values(), *plugins.agents.values()]
+    return [
+        {
+            "name": e.name, "kind": e.kind,
+            "version": str(getattr(e.cls, "version", "") or e.version),
+            "distribution": e.distribution, "distribution_version": e.version,
+            "plugin": e.plugin,
+        }
+        for e in entries
+    ]
+
+
+def plugins_table(rows: Iterable[Mapping[str, Any]]) -> Table:
+    """``dse plugins`` for people."""
+    from rich.table import Table
+
+    table = Table("name", "kind", "version", "distribution")
+    for row in rows:
+        table.add_row(row["name"], row["kind"], row["version"],
+                      f"{row['distribution']} {row['distribution_version']}")
+    return table
+
+
+# -- `dse export` and `dse invalidate` ---------------------------------------------------------
+
+
+def trajectory(run: CampaignRun, trials: Iterable[Trial],
+               invalid_scores: set[int]) -> list[dict[str, Any]]:
+    """The steps of *run* (*trials* in step order), with CloudAI's trajectory columns first;
+    *invalid_scores*: the trial rows whose score is flagged."""
+    order = [p["name"] for p in run.spec.get("space", [])]
+    rows = []
+    for t in trials:
+        params = t.params
+        # The record keeps canonical (sorted) params; show them in the declared order.
+        action = {k: params[k] for k in order if k in params}
+        action.update(params)
+        rows.append({
+            "step": t.number,
+            "action": action,
+            "reward": t.score,
+            "observation": dict(t.metrics) if t.metrics else {},
+            "status": t.status.value,
+            "failure": t.failure.value if t.failure is not None else None,
+            "config_hash": t.config_hash,
+            "cache_of": t.cache_of,
+            "trial_dir": t.trial_dir,
+            "valid": t.invalidation is None and t.id not in invalid_scores,
+        })
+    return rows
+
+
+def invalidation_json(mark: Invalidation) -> dict[str, Any]:
+    """One ``dse invalidate`` as ``dse export --format json`` lists it."""
+    return {"id": mark.id, "at": mark.at, "kind": mark.kind, "target": mark.target,
+            "reason": mark.reason, "trials": mark.trials, "scores": mark.scores}
+
+
+def export_json(run: CampaignRun, steps: Sequence[Mapping[str, Any]],
+                records: Sequence[Mapping[str, Any]],
+                invalidations: Iterable[Invalidation], schema: int) -> str:
+    """The ``dse export --format json`` document (``docs/record.md``)."""
+    return json.dumps({"schema": schema, "campaign": run.name, "run": run.id,
+                       "status": run.status.value, "trajectory": steps, "trials": records,
+                       "invalidations": [invalidation_json(i) for i in invalidations]},
+                      indent=2)
+
+
+def export_csv(steps: Iterable[Mapping[str, Any]]) -> str:
+    """``dse export --format csv``: one line per step."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["step", "action", "reward", "observation", "status", "failure",
+                     "config_hash", "cache_of", "valid"])
+    for r in steps:
+        writer.writerow([
+            r["step"], json.dumps(r["action"]), "" if r["reward"] is None else r["reward"],
+            json.dumps(r["observation"]), r["status"], r["failure"] or "",
+            r["config_hash"], r["cache_of"] or "", "true" if r["valid"] else "false",
+        ])
+    return buffer.getvalue()
