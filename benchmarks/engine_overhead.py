@@ -150,14 +150,10 @@ def _verify_record(db_path: Path, campaign_id: int, trials: int, mode: Mode) -> 
     """Reopen the record with a fresh Store: exactly *trials* completed trial rows."""
     store = dse.Store(db_path)
     try:
-        rows = store.query(
-            "SELECT status, COUNT(*) AS n FROM trials WHERE campaign_id = ? GROUP BY status",
-            (campaign_id,),
-        )
-        journal_mode = store.query("PRAGMA journal_mode")[0][0]
+        by_status = {s.value: n for s, n in store.trial_counts(campaign_id).items()}
+        journal_mode = store.journal_mode
     finally:
         store.close()
-    by_status = {row["status"]: row["n"] for row in rows}
     if by_status != {"completed": trials}:
         raise BenchmarkError(
             f"dse {mode}: {db_path} holds {by_status}, expected {{'completed': {trials}}}"

@@ -75,8 +75,10 @@ def run_dse(
             result = engine.run()
         wall = time.perf_counter() - start
         counts: dict[str, int] = {}
-        for row in dse.Store(Path(tmp) / "dse.sqlite").trials(result.campaign_id):
-            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        reread = dse.Store(Path(tmp) / "dse.sqlite")
+        for row in reread.trials(result.campaign_id):
+            counts[row.status.value] = counts.get(row.status.value, 0) + 1
+        reread.close()
         store.close()
     if counts != {"completed": len(points)}:
         sys.exit(f"dse did not complete every trial: {counts}")

@@ -33,9 +33,6 @@ from typing import Any
 from _peers import BenchmarkError, import_optuna, table
 
 import dse
-from dse._cli import _detail_lines
-from dse._html import render_html
-from dse._report import run_detail
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 
 START = 1_000_000.0
@@ -83,8 +80,7 @@ def record(count: int, root: Path) -> tuple[dse.Store, int]:
 
 def render_dse(store: dse.Store, run: int, out: Path) -> float:
     began = time.perf_counter()
-    detail = run_detail(store, run)
-    render_html(store, run, out, _detail_lines(detail))
+    dse.write_html_report(store, run, out)
     return time.perf_counter() - began
 
 
@@ -101,21 +97,19 @@ def render_optuna(store: dse.Store, run: int, out: Path) -> float:
         "x": FloatDistribution(-5.0, 5.0), "y": FloatDistribution(1e-4, 1.0, log=True),
         "n": IntDistribution(1, 64), "layout": CategoricalDistribution(["row", "col", "tile"]),
     }
-    rows = store.query(
-        "SELECT t.params, t.score, t.status, a.started_at, a.ended_at FROM trials t"
-        " JOIN attempts a ON a.trial_id = t.id WHERE t.campaign_id = ? ORDER BY t.number",
-        (run,))
+    by_row = {t.id: t for t in store.trials(run)}
     trials = []
-    for r in rows:
-        done = r["status"] == "completed"
+    for a in store.attempts(run):
+        t = by_row[a.trial_id]
+        done = t.status is dse.TrialStatus.COMPLETED
         # Optuna's timeline reads the start and end times: the record's virtual seconds.
         trials.append(FrozenTrial(
             number=len(trials), trial_id=len(trials),
             state=TrialState.COMPLETE if done else TrialState.FAIL,
-            value=r["score"] if done else None, params=json.loads(r["params"]),
+            value=t.score if done else None, params=t.params,
             distributions=distributions, user_attrs={}, system_attrs={},
-            intermediate_values={}, datetime_start=_at(r["started_at"]),
-            datetime_complete=_at(r["ended_at"]),
+            intermediate_values={}, datetime_start=_at(a.started_at),
+            datetime_complete=_at(a.ended_at),
         ))
     study = optuna.create_study(direction="minimize")
     study.add_trials(trials)
@@ -130,7 +124,8 @@ def render_optuna(store: dse.Store, run: int, out: Path) -> float:
     return time.perf_counter() - began
 
 
-def _at(seconds: float) -> datetime.datetime:
+def _at(seconds: float | None) -> datetime.datetime:
+    assert seconds is not None  # every attempt of the record ran to its end
     return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).replace(tzinfo=None)
 
 

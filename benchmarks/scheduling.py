@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 from _peers import table
 
 import dse
-from dse._campaign import EnvironmentConfig
+from dse import EnvironmentConfig
 from dse._pool import Pool, PoolConfig, drive
 from dse._scheduler import Plan, PoolScheduler, Request, Running, fits, take
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
@@ -156,13 +156,12 @@ def run(specs: Sequence[Spec], capacity: dict[str, int], *, weights: Mapping[str
             if result.status != "completed" or result.stats.completed != len(
                     next(s for s in specs if s.name == engine.campaign.name).trials):
                 raise RuntimeError(f"{engine.campaign.name}: {result}")
-            rows = engine.store.query(
-                "SELECT t.params, a.submitted_at, a.started_at, a.ended_at, a.expected_s"
-                " FROM attempts a JOIN trials t ON t.id = a.trial_id ORDER BY t.number")
+            params = {t.id: t.params for t in engine.store.trials(result.campaign_id)}
             out[engine.campaign.name] = [
-                {"params": json.loads(r[0]), "queued": r[1] - START, "start": r[2] - START,
-                 "end": r[3] - START, "expected": r[4]}
-                for r in rows
+                {"params": params[a.trial_id], "queued": a.submitted_at - START,
+                 "start": a.started_at - START, "end": a.ended_at - START,
+                 "expected": a.expected_s}
+                for a in engine.store.attempts(result.campaign_id)
             ]
             engine.store.close()
     return out

@@ -411,8 +411,8 @@ def run_dse(task: Task, agent: str) -> list[tuple[Params, float | None]]:
         )
     evaluated: list[tuple[Params, float | None]] = []
     for row in rows:
-        params = json.loads(row["params"])
-        metrics = json.loads(row["metrics"]) if row["metrics"] else {}
+        params = row.params
+        metrics = row.metrics or {}
         ok = row["status"] in ("completed", "cached") and "value" in metrics
         evaluated.append((params, float(metrics["value"]) if ok else None))
     if len(evaluated) != task.budget:

@@ -68,17 +68,18 @@ def test_a_money_ceiling_runs_exactly_the_trials_it_affords(tmp_path: Path) -> N
     assert "budget exhausted" in (proc.stdout + proc.stderr).lower()
     store = dse.Store(project / ".dse" / "dse.sqlite")
     try:
-        (run,) = store.query("SELECT * FROM campaigns")
-        assert (run["status"], run["end_reason"]) == ("budget_exhausted", "budget_exhausted")
-        trials = store.trials(run["id"])
-        assert [t["status"] for t in trials] == ["completed"] * 7
-        summary = summarize(store, run["id"])
+        (run,) = store.campaigns()
+        assert (run.status, run.end_reason) == ("budget_exhausted", "budget_exhausted")
+        trials = store.trials(run.id)
+        assert [t.status for t in trials] == [dse.TrialStatus.COMPLETED] * 7
+        summary = summarize(store, run.id)
         assert 21.0 < summary.spent.money <= 33.0
         # Each trial's spend is its own run time at 1 USD per second: never the reservation.
-        for row in store.query("SELECT spend, started_at, ended_at FROM attempts"):
-            spend = json.loads(row["spend"])
-            assert spend["money"] == spend["cpu_s"]
-            assert 3.0 < spend["money"] < 10.0
+        for attempt in store.attempts(run.id):
+            spend = attempt.spend
+            assert spend is not None
+            assert spend.money == spend.cpu_s
+            assert 3.0 < spend.money < 10.0
         assert summary.effective == 7
         assert summary.cost_per_effective == summary.spent.money / 7
         assert summary.throughput_per_h > 0

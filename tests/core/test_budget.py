@@ -3,7 +3,6 @@ per attempt, and the three numbers to the cent on a probe with known durations a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -144,7 +143,7 @@ def test_a_money_ceiling_to_the_cent(tmp_path: Path) -> None:
 
     assert (result.status, result.end_reason) == ("budget_exhausted", "budget_exhausted")
     trials = store.trials(result.campaign_id)
-    assert [t["status"] for t in trials] == ["completed"] * 16
+    assert [t.status for t in trials] == [dse.TrialStatus.COMPLETED] * 16
     summary = summarize(store, result.campaign_id)
     assert round(summary.spent.money, 2) == 0.96
     assert summary.spent.money <= 1.0
@@ -153,13 +152,13 @@ def test_a_money_ceiling_to_the_cent(tmp_path: Path) -> None:
     assert round(summary.effective_per_h, 2) == 1066.67
     assert summary.cost_per_effective == pytest.approx(0.06)
     assert summary.compute_per_effective_h("cpu") == pytest.approx(6.0 / 3600.0)
-    for row in store.query("SELECT spend FROM attempts"):
-        assert json.loads(row["spend"]) == pytest.approx(
+    for attempt in store.attempts(result.campaign_id):
+        assert attempt.spend is not None
+        assert attempt.spend.as_dict() == pytest.approx(
             {"wall_s": 6.0, "cpu_s": 6.0, "gpu_s": 0.0, "node_s": 6.0, "money": 0.06}
         )
     events = store.events(result.campaign_id, "budget_exhausted")
-    assert len(events) == 1
-    assert json.loads(events[0]["data"])["reason"] == "money ceiling 1 USD"
+    assert [(e.data or {}).get("reason") for e in events] == ["money ceiling 1 USD"]
     store.close()
 
 
@@ -170,8 +169,8 @@ def test_a_trial_ceiling_cuts_the_trial_at_its_time_limit(tmp_path: Path) -> Non
 
     assert result.end_reason == "budget_exhausted"
     rows = store.trials(result.campaign_id)
-    assert [(r["status"], r["failure"]) for r in rows] == [
-        ("budget_exhausted", "time_limit")
+    assert [(r.status, r.failure) for r in rows] == [
+        (dse.TrialStatus.BUDGET_EXHAUSTED, dse.FailureClass.TIME_LIMIT)
     ] * 3
     summary = summarize(store, result.campaign_id)
     assert summary.spent.money == pytest.approx(0.15)  # 3 trials cut at 5 s, 5 cents each
@@ -194,7 +193,7 @@ def test_the_wall_clock_ceiling_stops_dispatch(
     result, store, clock = run_timed(camp, seconds(4.0))
 
     assert (result.status, result.end_reason) == ("budget_exhausted", "budget_exhausted")
-    assert [t["status"] for t in store.trials(result.campaign_id)] == expected
+    assert [t.status.value for t in store.trials(result.campaign_id)] == expected
     assert clock.now <= 10.0 + 1e-9
     store.close()
 
@@ -252,7 +251,8 @@ def test_a_resumed_run_counts_what_it_spent_before_the_crash(tmp_path: Path) -> 
     assert before < spent <= 1.0
     # The budget bought the same 16 full trials (6 cents each) as an uninterrupted run,
     # less what the trials the crash cancelled had spent before it.
-    completed = [t for t in store.trials(first.campaign_id) if t["status"] == "completed"]
+    completed = [t for t in store.trials(first.campaign_id)
+                 if t.status is dse.TrialStatus.COMPLETED]
     assert spent + 0.10 > 1.0
     assert len(completed) >= 14
     store.close()

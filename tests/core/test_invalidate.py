@@ -15,6 +15,8 @@ from support.recording import Recording
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from dse._records import Score, Trial
+
 
 def campaign(tmp_path: Path, version: str = "v1", **extra: Any) -> dse.Campaign:
     doc: dict[str, Any] = {
@@ -43,11 +45,18 @@ def run(camp: dse.Campaign, proposals: Any, script: Any = None) -> tuple[
     return result, agent, store
 
 
+def everything(store: dse.Store) -> tuple[list[Trial], list[Score]]:
+    """Every trial and every score of the workspace."""
+    runs = store.campaigns()
+    return ([t for r in runs for t in store.trials(r.id)],
+            [score for r in runs for score in store.scores(r.id)])
+
+
 def flag_from_outside(camp: dse.Campaign, number: int) -> None:
     """Flag trial *number* as ``dse invalidate --trial`` from another shell would."""
     other = dse.Store(camp.workspace / "dse.sqlite")
-    (row,) = other.query("SELECT id FROM trials WHERE number = ?", (number,))
-    other.invalidate("trial", f"inv:{number}", "wrong GPU clocks", 1.0, trial_row=row["id"])
+    _, trial = other.find_trial(f"inv:{number}")
+    other.invalidate("trial", f"inv:{number}", "wrong GPU clocks", 1.0, trial_row=trial.id)
     other.close()
 
 
@@ -74,42 +83,38 @@ def test_invalidating_a_data_version_flags_trials_and_the_comparisons_that_used_
     _second, _, store2 = run(campaign(tmp_path, "v2", scorer={"name": "ratio"},
                                      baseline={"params": {"x": 50}}), [{"x": 10}])
     store2.close()
-    counts = {r[0]: r[1] for r in store.query("SELECT 'trials', COUNT(*) FROM trials UNION ALL"
-                                              " SELECT 'scores', COUNT(*) FROM scores")}
+    trials_before, scores_before = everything(store)
     done = store.invalidate("data_version", "v1", "the v1 export was truncated", 100.0)
     assert done is not None
     mark, trials, scores = done
     assert (trials, scores) == (3, 3)  # baseline + 2 trials of v1, and their 3 scores
-    flagged = {(r["campaign_id"], r["number"]) for r in store.query(
-        "SELECT campaign_id, number FROM trials WHERE invalidation = ?", (mark,))}
+    trials_after, scores_after = everything(store)
+    flagged = {(t.campaign_id, t.number) for t in trials_after if t.invalidation == mark}
     assert flagged == {(first.campaign_id, 1), (first.campaign_id, 2), (first.campaign_id, 3)}
     # Nothing was deleted, and v2's results stay valid.
-    again = {r[0]: r[1] for r in store.query("SELECT 'trials', COUNT(*) FROM trials UNION ALL"
-                                             " SELECT 'scores', COUNT(*) FROM scores")}
-    assert again == counts
-    assert store.query("SELECT COUNT(*) AS n FROM scores WHERE invalidation IS NULL")[0]["n"] == 2
+    assert (len(trials_after), len(scores_after)) == (len(trials_before), len(scores_before))
+    assert sum(1 for score in scores_after if score.invalidation is None) == 2
     # Flagging again keeps the first reason; a version nobody ran matches nothing.
     repeat = store.invalidate("data_version", "v1", "another reason", 200.0)
     assert repeat is not None
     assert repeat[1:] == (0, 0)
     assert store.invalidate("data_version", "v9", "typo", 300.0) is None
-    (row,) = store.query("SELECT reason FROM invalidations i JOIN trials t"
-                         " ON t.invalidation = i.id WHERE t.campaign_id = ? AND t.number = 2",
-                         (first.campaign_id,))
-    assert row["reason"] == "the v1 export was truncated"
+    _, trial = store.find_trial(f"{first.campaign_id}:2")
+    reasons = {i.id: i.reason for i in store.invalidations()}
+    assert reasons[trial.invalidation] == "the v1 export was truncated"
     store.close()
 
 
 def test_invalidating_a_baseline_flags_every_comparison_against_it(tmp_path: Path) -> None:
     camp = campaign(tmp_path, scorer={"name": "ratio"}, baseline={"params": {"x": 50}})
-    _result, _, store = run(camp, [{"x": 10}, {"x": 20}])
-    (base,) = store.query("SELECT id FROM trials WHERE proposal = 0")
+    result, _, store = run(camp, [{"x": 10}, {"x": 20}])
+    (base,) = [t for t in store.trials(result.campaign_id) if t.proposal == 0]
     done = store.invalidate("trial", "inv:1", "baseline machine was throttled", 1.0,
-                            trial_row=base["id"])
+                            trial_row=base.id)
     assert done is not None
     assert done[1:] == (1, 3)  # one trial flagged; its own score and the two compared to it
-    valid = store.query("SELECT t.number FROM trials t WHERE t.invalidation IS NULL")
-    assert [r["number"] for r in valid] == [2, 3]  # their results stand; their scores do not
+    valid = [t.number for t in store.trials(result.campaign_id) if t.invalidation is None]
+    assert valid == [2, 3]  # their results stand; their scores do not
     store.close()
 
 
@@ -122,10 +127,10 @@ def test_invalid_results_are_never_reused_never_fed_and_are_re_run_as_linked_tri
     # Same campaign, same data: without the flag all three would be cache hits.
     second, agent, store = run(campaign(tmp_path), [{"x": 1}, {"x": 2}, {"x": 4}])
     rows = store.trials(second.campaign_id)
-    assert [r["status"] for r in rows] == ["completed", "completed", "completed"]
-    assert all(r["cache_of"] is None for r in rows)
-    old = {r["number"]: r["id"] for r in store.trials(first.campaign_id)}
-    assert [r["replaces"] for r in rows] == [old[1], old[2], None]
+    assert [r.status for r in rows] == [dse.TrialStatus.COMPLETED] * 3
+    assert all(r.cache_of is None for r in rows)
+    old = {r.number: r.id for r in store.trials(first.campaign_id)}
+    assert [r.replaces for r in rows] == [old[1], old[2], None]
     assert [o.trial_number for o in agent.seen] == [1, 2, 3]
     assert [o.score for o in agent.seen] == [1.0, 2.0, 4.0]
     store.close()
@@ -140,13 +145,13 @@ def test_a_result_invalidated_while_the_campaign_runs_never_reaches_the_agent(
     result, agent, store = run(camp, [{"x": 5}, {"x": 2}, {"x": 3}], script)
     assert [o.trial_number for o in agent.seen] == [1, 3]
     rows = store.trials(result.campaign_id)
-    assert rows[1]["status"] == "completed"
-    assert rows[1]["invalidation"] is not None
+    assert rows[1].status is dse.TrialStatus.COMPLETED
+    assert rows[1].invalidation is not None
     # Trial 2 was the fastest, but an invalid result is never the best.
     assert result.best is not None
     assert result.best.number == 3
     (event,) = store.events(result.campaign_id, "invalidated")
-    assert json.loads(event["data"]) == {"trials": [2]}
+    assert event.data == {"trials": [2]}
     store.close()
 
 
@@ -158,13 +163,13 @@ def test_a_trial_invalidated_while_it_runs_is_reused_by_nothing(tmp_path: Path) 
 
     script = flagging(camp, 9, 1, seconds={2: 10.0, 9: 1.0})  # trial 1 (x=2), while it runs
     result, agent, store = run(camp, [{"x": 2}, {"x": 2}, {"x": 9}, {"x": 2}], script)
-    rows = {r["number"]: r for r in store.trials(result.campaign_id)}
-    ids = {n: r["id"] for n, r in rows.items()}
-    assert [(n, r["status"], r["cache_of"], r["replaces"]) for n, r in rows.items()] == [
+    rows = {r.number: r for r in store.trials(result.campaign_id)}
+    ids = {n: r.id for n, r in rows.items()}
+    assert [(n, r.status.value, r.cache_of, r.replaces) for n, r in rows.items()] == [
         (1, "completed", None, None), (2, "cached", ids[1], None),
         (3, "completed", None, None), (4, "completed", None, ids[1]),
     ]
-    assert {n for n, r in rows.items() if r["invalidation"] is not None} == {1, 2}
+    assert {n for n, r in rows.items() if r.invalidation is not None} == {1, 2}
     assert [o.trial_number for o in agent.seen] == [3, 4]
     assert result.best is not None
     assert (result.best.number, result.best.score) == (4, 2.0)
@@ -217,7 +222,7 @@ def test_with_a_factory_an_agent_told_a_result_later_invalidated_is_rebuilt_with
     assert [o.trial_number for o in agents[0].seen][:2] == [1, 2]
     assert [o.trial_number for o in agents[-1].seen] == [2, 3, 4]
     rows = store.trials(result.campaign_id)
-    assert [json.loads(r["params"])["x"] for r in rows] == [5, 2, 3, 4]
+    assert [r.params["x"] for r in rows] == [5, 2, 3, 4]
     assert len(store.events(result.campaign_id, "agent_rebuilt")) == 1
     store.close()
 
@@ -227,8 +232,8 @@ def test_a_resumed_agent_is_rebuilt_without_the_invalidated_results(tmp_path: Pa
                                         "max_trials": 2})
     first, agent, store = run(camp, [{"x": 1}, {"x": 2}, {"x": 3}])
     assert [o.trial_number for o in agent.seen] == [1, 2]
-    (row,) = store.query("SELECT id FROM trials WHERE number = 1")
-    store.invalidate("trial", "inv:1", "bad node", 1.0, trial_row=row["id"])
+    _, trial = store.find_trial("inv:1")
+    store.invalidate("trial", "inv:1", "bad node", 1.0, trial_row=trial.id)
     # Make the run resumable (as after a crash) and resume it with a larger allowance.
     store.reopen_campaign(first.campaign_id)
     camp3 = campaign(tmp_path, campaign={"name": "inv", "max_parallelism": 1,
@@ -288,21 +293,20 @@ def test_invalidating_a_scorer_version_flags_its_scores_not_the_results(
 ) -> None:
     (tmp_path / "negscore.py").write_text(SCORER)
     camp = campaign(tmp_path, scorer={"name": "negscore:neg"})
-    _, _, store = run(camp, [{"x": 3}, {"x": 1}])
-    (version,) = {r["scorer_version"] for r in store.query("SELECT * FROM scores")}
+    first, _, store = run(camp, [{"x": 3}, {"x": 1}])
+    (version,) = {score.scorer_version for score in store.scores(first.campaign_id)}
     done = store.invalidate("scorer_version", f"negscore:neg=={version}", "sign bug", 1.0)
     assert done is not None
     assert done[1:] == (0, 2)  # no result flagged; both scores are
-    assert store.query("SELECT COUNT(*) AS n FROM trials WHERE invalidation IS NOT NULL"
-                       )[0]["n"] == 0
+    assert all(t.invalidation is None for t in store.trials(first.campaign_id))
     # Only the scores are flagged, so the metrics are reused (scored afresh) in a new run,
     # and the agent of that run is told the fresh scores only.
     store.close()
     second, agent, store = run(campaign(tmp_path, scorer={"name": "negscore:neg"}),
                                [{"x": 3}, {"x": 5}])
     rows = store.trials(second.campaign_id)
-    assert [r["status"] for r in rows] == ["cached", "completed"]
+    assert [r.status.value for r in rows] == ["cached", "completed"]
     assert [(o.trial_number, o.score) for o in agent.seen] == [(1, -3.0), (2, -5.0)]
-    valid = store.query("SELECT COUNT(*) AS n FROM scores WHERE invalidation IS NULL")
-    assert valid[0]["n"] == 2
+    _, scores = everything(store)
+    assert sum(1 for score in scores if score.invalidation is None) == 2
     store.close()

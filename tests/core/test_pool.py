@@ -7,17 +7,20 @@ many GPUs it holds (``gpus``, through ``environment.gpus = "{gpus}"``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 import dse
 from dse._campaign import EnvironmentConfig
 from dse._pool import Pool, PoolConfig, drive, load_pool, run_pool
+from dse._types import AttemptState
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
+
+if TYPE_CHECKING:
+    from dse._records import Attempt, Trial
 
 SPACE = dse.Space.from_dict({
     "name": {"type": "categorical", "choices": ["t1", "t2", "t3", "t4", "a", "b"]},
@@ -55,17 +58,20 @@ def trial(name: str, gpus: int, seconds: float, n: int = 0) -> dict[str, Any]:
 def schedule(e: dse.Engine) -> dict[str, tuple[float, float]]:
     """Trial name (with its number when names repeat) -> (start, end) of its attempt, on the
     fake clock's scale (relative to the start)."""
-    rows = e.store.query(
-        "SELECT t.number, t.params, a.started_at, a.ended_at, a.expected_s FROM attempts a"
-        " JOIN trials t ON t.id = a.trial_id WHERE t.campaign_id = ? ORDER BY t.number",
-        (e.campaign_id,),
-    )
     out = {}
-    for row in rows:
-        params = json.loads(row["params"])
-        key = params["name"] if params["name"].startswith("t") else f"{params['name']}{row[0]}"
-        out[key] = (row["started_at"] - START, row["ended_at"] - START)
+    for trial, attempt in attempts(e.store, e.campaign_id):
+        name = trial.params["name"]
+        key = name if name.startswith("t") else f"{name}{trial.number}"
+        assert attempt.started_at is not None
+        assert attempt.ended_at is not None
+        out[key] = (attempt.started_at - START, attempt.ended_at - START)
     return out
+
+
+def attempts(store: dse.Store, run: int) -> list[tuple[Trial, Attempt]]:
+    """Each attempt of run *run* with its trial, by trial number then attempt."""
+    trials = {t.id: t for t in store.trials(run)}
+    return [(trials[a.trial_id], a) for a in store.attempts(run)]
 
 
 START = 1_000_000.0
@@ -89,8 +95,7 @@ def test_a_reservation_is_honoured_a_short_trial_backfills_and_a_long_one_may_no
         "t2": (100.0, 150.0),  # exactly at the reserved start
         "t3": (150.0, 350.0),  # greedy packing would have started it at 0 and t2 at 200
     }
-    expected = [row[0] for row in e.store.query(
-        "SELECT expected_s FROM attempts ORDER BY trial_id")]
+    expected = [a.expected_s for _, a in attempts(e.store, e.campaign_id)]
     # The time limits while fewer than three trials had ended; t3 started after three had:
     # the mean of its nearest (here: all three) ended trials, 70 s, under its limit.
     assert expected == [100.0, 50.0, 70.0, 60.0]
@@ -157,21 +162,19 @@ def test_a_trial_still_queued_when_the_controller_dies_waits_again_as_the_same_a
     first.listener = Die()
     [result] = run_pool([first], PoolConfig({"gpus": 8}))
     assert result.status == "cancelled"
-    states = {row["number"]: row["state"] for row in first.store.query(
-        "SELECT t.number, a.state FROM attempts a JOIN trials t ON t.id = a.trial_id")}
-    assert states[3] == "queued"  # t2 waited for t1's GPUs: never submitted
+    states = {t.number: a.state for t, a in attempts(first.store, result.campaign_id)}
+    assert states[3] is AttemptState.QUEUED  # t2 waited for t1's GPUs: never submitted
 
     second = engine(tmp_path, "easy", trials,
                     ProbeBackend(script, clock=clock, cluster=cluster), clock, parallelism=3)
     [resumed] = run_pool([second], PoolConfig({"gpus": 8}), resume={"easy": result.campaign_id})
 
     assert resumed.status == "completed"
-    attempts = second.store.query(
-        "SELECT t.number, a.attempt, a.state FROM attempts a JOIN trials t ON t.id = a.trial_id"
-        " WHERE t.number = 3")
-    assert [(a["attempt"], a["state"]) for a in attempts] == [(1, "succeeded")]
-    retried = [json.loads(e["data"])["trial"] for e in second.store.events(
-        result.campaign_id, "retry")]
+    third = [(a.attempt, a.state) for t, a in attempts(second.store, result.campaign_id)
+             if t.number == 3]
+    assert third == [(1, AttemptState.SUCCEEDED)]
+    retried = [e.data["trial"] for e in second.store.events(result.campaign_id, "retry")
+               if e.data is not None]
     assert 3 not in retried  # nothing ran, so nothing was interrupted
 
 
@@ -211,10 +214,8 @@ def test_a_resumed_pool_remembers_the_durations_and_usage_of_the_run_so_far(tmp_
     assert pool.scheduler.usage("recall", clock.time()) == pytest.approx(decayed)
     assert before > 30.0
     drive(pool)
-    rows = second.store.query(
-        "SELECT t.number, a.attempt, a.expected_s FROM attempts a JOIN trials t"
-        " ON t.id = a.trial_id ORDER BY a.submitted_at, t.number")
-    after = [row["expected_s"] for row in rows if row["attempt"] > 1 or row["number"] > 4]
+    after = [a.expected_s for t, a in attempts(second.store, result.campaign_id)
+             if a.attempt > 1 or t.number > 4]
     # Every attempt started after the restart expects 10 s, from the three that ended before
     # it, not its 100 s limit.
     assert after

@@ -3,7 +3,6 @@ baseline trial it was compared against; the baseline runs once per data version.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -46,14 +45,13 @@ def run(
 
 def scores(store: dse.Store, campaign_id: int) -> dict[int, tuple[Any, ...]]:
     """Trial number → (scorer, version, score, baseline trial number)."""
-    rows = store.query(
-        "SELECT t.number, s.scorer, s.scorer_version, s.score, b.number AS base"
-        " FROM scores s JOIN trials t ON t.id = s.trial_id"
-        " LEFT JOIN trials b ON b.id = s.baseline_trial WHERE t.campaign_id = ?",
-        (campaign_id,),
-    )
-    return {r["number"]: (r["scorer"], r["scorer_version"], r["score"], r["base"])
-            for r in rows}
+    given = store.scores(campaign_id)
+    numbers = {t.id: t.number for t in store.trials(campaign_id)}
+    bases = store.trial_refs(s.baseline_trial for s in given if s.baseline_trial is not None)
+    return {numbers[s.trial_id]: (s.scorer, s.scorer_version, s.score,
+                                  bases[s.baseline_trial].number
+                                  if s.baseline_trial is not None else None)
+            for s in given}
 
 
 def test_every_score_names_the_default_scorer_and_a_cache_hit_is_scored_too(
@@ -64,9 +62,11 @@ def test_every_score_names_the_default_scorer_and_a_cache_hit_is_scored_too(
     assert got == {1: ("default", dse.__version__, 3.0, None),
                    2: ("default", dse.__version__, 5.0, None),
                    3: ("default", dse.__version__, 3.0, None)}
-    statuses = [r["status"] for r in store.trials(result.campaign_id)]
+    statuses = [r.status.value for r in store.trials(result.campaign_id)]
     assert statuses == ["completed", "completed", "cached"]
-    spec = json.loads(store.find_campaign("sc")["spec"])  # type: ignore[index]
+    run_row = store.find_campaign("sc")
+    assert run_row is not None
+    spec = run_row.spec
     assert spec["scorer_resolved"] == {"name": "default", "version": dse.__version__,
                                        "direction": "minimize"}
     store.close()
@@ -77,10 +77,10 @@ def test_a_ratio_against_the_baseline_which_runs_first_and_alone(tmp_path: Path)
     result, agent, store = run(camp, [{"x": 10}, {"x": 25}, {"x": 100}])
     rows = store.trials(result.campaign_id)
     # Trial 1 is the baseline (proposal 0), dispatched in its own batch before any proposal.
-    assert [(r["number"], r["proposal"], json.loads(r["params"])["x"]) for r in rows] == [
+    assert [(r.number, r.proposal, r.params["x"]) for r in rows] == [
         (1, 0, 50), (2, 1, 10), (3, 2, 25), (4, 3, 100),
     ]
-    assert rows[0]["wave"] < rows[1]["wave"]
+    assert rows[0].wave < rows[1].wave
     assert scores(store, result.campaign_id) == {
         1: ("ratio", dse.__version__, 1.0, 1),
         2: ("ratio", dse.__version__, 0.2, 1),
@@ -112,12 +112,12 @@ def test_a_new_data_version_gets_its_own_baseline(tmp_path: Path) -> None:
         return ProbeScript(metrics={"time": scale * params["x"]})
 
     result, _agent, store = run(camp, [{"x": 10}, {"x": 20}, {"x": 30}], script)
-    rows = {r["number"]: r for r in store.trials(result.campaign_id)}
-    params = {n: json.loads(r["params"])["x"] for n, r in rows.items()}
+    rows = {r.number: r for r in store.trials(result.campaign_id)}
+    params = {n: r.params["x"] for n, r in rows.items()}
     # baseline v1, x=10, x=20 (replaces the data as it starts), new baseline v2, x=30.
     assert params == {1: 50, 2: 10, 3: 20, 4: 50, 5: 30}
-    assert [rows[n]["proposal"] for n in range(1, 6)] == [0, 1, 2, 0, 3]
-    v1, v2 = rows[1]["data_version"], rows[4]["data_version"]
+    assert [rows[n].proposal for n in range(1, 6)] == [0, 1, 2, 0, 3]
+    v1, v2 = rows[1].data_version, rows[4].data_version
     assert v1 != v2
     got = scores(store, result.campaign_id)
     assert got[2][2:] == (0.2, 1)
@@ -136,12 +136,10 @@ def test_a_baseline_trial_of_an_earlier_run_is_reused_without_running_again(
                     baseline={"trial": f"sc-{first.campaign_id}-1"})
     result, _agent, store = run(camp, [{"x": 10}, {"x": 80}])
     rows = store.trials(result.campaign_id)
-    assert [json.loads(r["params"])["x"] for r in rows] == [10, 80]  # no baseline re-run
+    assert [r.params["x"] for r in rows] == [10, 80]  # no baseline re-run
     (old,) = store.trials(first.campaign_id)
-    got = store.query("SELECT score, baseline_trial FROM scores WHERE trial_id IN (?, ?)",
-                      (rows[0]["id"], rows[1]["id"]))
-    assert [(g["score"], g["baseline_trial"]) for g in got] == [(0.25, old["id"]),
-                                                                 (2.0, old["id"])]
+    got = [(s.trial_id, s.score, s.baseline_trial) for s in store.scores(result.campaign_id)]
+    assert got == [(rows[0].id, 0.25, old.id), (rows[1].id, 2.0, old.id)]
     store.close()
 
 
@@ -155,10 +153,11 @@ def test_a_failed_baseline_stops_the_campaign_before_any_proposal(tmp_path: Path
 
     result, agent, store = run(camp, [{"x": 10}], script)
     assert (result.status, result.end_reason) == ("stopped", "baseline_failed")
-    assert [r["proposal"] for r in store.trials(result.campaign_id)] == [0]
+    assert [r.proposal for r in store.trials(result.campaign_id)] == [0]
     assert agent.seen == []
     (event,) = store.events(result.campaign_id, "baseline_failed")
-    assert json.loads(event["data"])["trial"] == 1
+    assert event.data is not None
+    assert event.data["trial"] == 1
     store.close()
 
 
@@ -201,13 +200,14 @@ def test_a_scorer_that_raises_or_gives_nan_fails_that_trial_alone(tmp_path: Path
     camp = campaign(tmp_path, scorer={"name": "myscore_b:broken"})
     result, _agent, store = run(camp, [{"x": 7}, {"x": 9}, {"x": 4}])
     rows = store.trials(result.campaign_id)
-    assert [(r["status"], r["failure"]) for r in rows] == [
-        ("failed", "scorer_error"), ("failed", "scorer_error"), ("completed", None),
+    failed = (dse.TrialStatus.FAILED, dse.FailureClass.SCORER_ERROR)
+    assert [(r.status, r.failure) for r in rows] == [
+        failed, failed, (dse.TrialStatus.COMPLETED, None),
     ]
-    assert "raised KeyError" in rows[0]["message"]
-    assert "returned NaN" in rows[1]["message"]
-    assert rows[0]["score"] is None
-    assert math.isclose(rows[2]["score"], 4.0)
+    assert "raised KeyError" in (rows[0].message or "")
+    assert "returned NaN" in (rows[1].message or "")
+    assert rows[0].score is None
+    assert math.isclose(rows[2].score or 0.0, 4.0)
     assert set(scores(store, result.campaign_id)) == {3}
     store.close()
 

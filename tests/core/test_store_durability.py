@@ -36,7 +36,7 @@ run = store.create_campaign(
     name="durability", source=None, spec={}, agent="none", backend="none", mode="waves",
     max_parallelism=1, now=0.0,
 )
-committed = store.query("SELECT COUNT(*) AS n FROM trials")[0]["n"]
+committed = sum(len(store.trials(r.id)) for r in store.campaigns())
 ack = os.open(acks, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 payload = "p" * 200
 number = 0
@@ -100,17 +100,22 @@ def test_a_kill_during_a_transaction_leaves_a_sound_record(
         if (tmp_path / "dse.sqlite-journal").exists():
             hot_journals += 1
 
-        store = dse.Store(db)
+        store = dse.Store(db)  # opens as a dse record (rolling back a hot journal)
         try:
             assert store.journal_mode == mode
-            assert [tuple(r) for r in store.query("PRAGMA integrity_check")] == [("ok",)]
-            now = store.query("SELECT COUNT(*) AS n FROM trials")[0]["n"]
-            per_run = store.query(
-                "SELECT campaign_id, COUNT(*) AS n, SUM(status = 'running') AS running"
-                " FROM trials GROUP BY campaign_id"
-            )
         finally:
             store.close()
+        raw = sqlite3.connect(db)
+        raw.row_factory = sqlite3.Row
+        try:
+            assert [tuple(r) for r in raw.execute("PRAGMA integrity_check")] == [("ok",)]
+            (now,) = raw.execute("SELECT COUNT(*) FROM trials").fetchone()
+            per_run = raw.execute(
+                "SELECT campaign_id, COUNT(*) AS n, SUM(status = 'running') AS running"
+                " FROM trials GROUP BY campaign_id"
+            ).fetchall()
+        finally:
+            raw.close()
         # Nothing committed is lost; at most the batch in flight at the kill got through.
         assert acked <= now <= acked + BATCH, (kill, acked, now)
         assert now >= rows
@@ -234,16 +239,20 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
     db.commit()
     db.close()
 
-    store = dse.Store(path)
+    store = dse.Store(path)  # migrates the record in place
     try:
-        columns = {row["name"] for row in store.query("PRAGMA table_info(attempts)")}
-        trial_columns = {row["name"] for row in store.query("PRAGMA table_info(trials)")}
-        tables = {row["name"] for row in store.query(
-            "SELECT name FROM sqlite_master WHERE type = 'table'")}
-        version = store.query("SELECT value FROM meta WHERE key='schema_version'")[0]["value"]
-        names = [row["name"] for row in store.query("SELECT name FROM campaigns")]
+        names = [run.name for run in store.campaigns()]
     finally:
         store.close()
+    db = sqlite3.connect(path)
+    try:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(attempts)")}
+        trial_columns = {row[1] for row in db.execute("PRAGMA table_info(trials)")}
+        tables = {row[0] for row in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        (version,) = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    finally:
+        db.close()
     assert {"usage", "spend", "expected_s"} <= columns
     assert {"data_version", "dependencies", "replaces", "invalidation"} <= trial_columns
     assert {"scores", "invalidations", "environments"} <= tables

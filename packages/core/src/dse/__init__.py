@@ -1,7 +1,9 @@
 """dse: design-space-exploration campaigns that lose no trial.
 
 The public API is re-exported here; implementation lives in private modules. Names are
-imported on first use (PEP 562), so ``import dse.trial`` inside a trial stays fast.
+imported on first use (PEP 562), so ``import dse.trial`` inside a trial stays fast. Each name
+is written three times (the imports for type checkers, ``_LAZY``, ``__all__``), since type
+checkers read only literal lists; ``tests/core/test_public_api.py`` fails when they disagree.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
         StoreError,
     )
     from dse._hashing import canonical_json, config_hash
+    from dse._html import write_html_report
     from dse._lock import CampaignLock, LockHolder
     from dse._plugins import PluginManager, Registered
     from dse._protocols import Agent, Environment, TrialInfo
@@ -105,6 +108,7 @@ _LAZY: dict[str, str] = {
     "hookimpl": "dse.hookspecs",
     "load_campaign": "dse._campaign",
     "parse_duration": "dse._units",
+    "write_html_report": "dse._html",
 }
 
 __all__ = [
@@ -162,6 +166,7 @@ __all__ = [
     "hookimpl",
     "load_campaign",
     "parse_duration",
+    "write_html_report",
 ]
 
 

@@ -104,7 +104,7 @@ def _record(
     spec = run.spec
     name, number = run.name, trial.number
     trial_id = f"{name}-{run.id}-{number}"
-    params = dict(trial.params)
+    params = trial.params
     env = spec.get("environment", {})
     agent_name, _, agent_version = run.agent.partition("==")
     objectives = spec.get("objectives") or [{}]
@@ -129,7 +129,7 @@ def _record(
         total = total + Spend(**{k: cost[k] for k in _SPEND_KEYS})
 
     score = trial.score
-    metrics = dict(trial.metrics) if trial.metrics else {}
+    metrics = trial.metrics or {}
     dependencies = None
     if trial.dependencies:
         found = context.environments.get(trial.dependencies)
@@ -238,7 +238,7 @@ def _attempt_cost(row: Attempt) -> dict[str, Any]:
     out: dict[str, Any] = {"attempt": row.attempt}
     out.update({k: float(getattr(spend, k)) if spend is not None else 0.0 for k in _SPEND_KEYS})
     out["recorded"] = spend is not None
-    out["usage"] = dict(row.usage) if row.usage is not None else None
+    out["usage"] = row.usage
     return out
 
 

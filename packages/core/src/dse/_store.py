@@ -144,10 +144,9 @@ def _campaign(r: tuple[Any, ...]) -> CampaignRun:
 
 
 def _trial(r: tuple[Any, ...]) -> Trial:
-    metrics = r[10]
-    return Trial(r[0], r[1], r[2], r[3], r[4], r[5], _loads(r[6]), _TRIAL_STATUS[r[7]],
-                 _FAILURE[r[8]], r[9], _loads(metrics) if metrics else None, r[11], r[12],
-                 r[13], r[14], r[15], r[16], r[17], r[18], r[19], r[20])
+    return Trial(r[0], r[1], r[2], r[3], r[4], r[5], r[6], _TRIAL_STATUS[r[7]], _FAILURE[r[8]],
+                 r[9], r[10], r[11], r[12], r[13], r[14], r[15], r[16], r[17], r[18], r[19],
+                 r[20])
 
 
 def _spend(text: str) -> Spend:
@@ -155,10 +154,8 @@ def _spend(text: str) -> Spend:
 
 
 def _attempt(r: tuple[Any, ...]) -> Attempt:
-    usage, spend = r[13], r[14]
     return Attempt(r[0], r[1], r[2], r[3], r[4], _ATTEMPT_STATE[r[5]], r[6], r[7], r[8], r[9],
-                   r[10], bool(r[11]), r[12], _loads(usage) if usage else None,
-                   _spend(spend) if spend else None, r[15], r[16], r[17], r[18])
+                   r[10], bool(r[11]), r[12], r[13], r[14], r[15], r[16], r[17], r[18])
 
 
 def _score(r: tuple[Any, ...]) -> Score:
