@@ -16,7 +16,7 @@ from dse._render import REPORT_KEYS
 from dse._version import __version__
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,8 +66,13 @@ def _parser() -> argparse.ArgumentParser:
 
     plugins = sub.add_parser("plugins", help="list installed backends and agents")
     plugins.add_argument("--json", action="store_true")
+    _record_commands(sub.add_parser)
+    return parser
 
-    show = sub.add_parser(
+
+def _record_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """The subcommands about single trials and a run's steps: show, invalidate, export."""
+    show = add(
         "show", help="the run record of one trial: the five answers",
         description="Print what exactly a trial ran, against what data, how it ended, what it\n"
         "cost, and what was concluded and by which scorer.",
@@ -79,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--workspace", type=Path, help="record directory (default: .dse)")
     show.add_argument("--json", action="store_true", help="print the record as one JSON object")
 
-    invalidate = sub.add_parser(
+    invalidate = add(
         "invalidate", help="flag results invalid (and every comparison that used them)",
         description="Mark results invalid without deleting anything: the trials (or scores)\n"
         "named, the cache hits reusing them, and every score compared against them as a\n"
@@ -98,12 +103,11 @@ def _parser() -> argparse.ArgumentParser:
     invalidate.add_argument("--workspace", type=Path, help="record directory (default: .dse)")
     invalidate.add_argument("--json", action="store_true")
 
-    export = sub.add_parser("export", help="export a campaign run's trajectory")
+    export = add("export", help="export a campaign run's trajectory")
     export.add_argument("target", help="a campaign file, name or run id")
     export.add_argument("--format", choices=("csv", "json"), default="csv")
     export.add_argument("--workspace", type=Path)
     export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from dse._scoring import RESOLVED_SCORER
 from dse._version import __version__
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from dse._records import (
         Attempt,
@@ -101,35 +101,49 @@ def _record(
     reused: Mapping[int, TrialRef],
     context: _Context,
 ) -> dict[str, Any]:
-    spec = run.spec
-    name, number = run.name, trial.number
-    trial_id = f"{name}-{run.id}-{number}"
-    params = trial.params
-    env = spec.get("environment", {})
-    agent_name, _, agent_version = run.agent.partition("==")
-    objectives = spec.get("objectives") or [{}]
-    currency = spec.get("currency") or "USD"
+    trial_id = f"{run.name}-{run.id}-{trial.number}"
+    expected, read = trial.data_version, trial.data_version_read
+    reuses = None
+    if trial.cache_of is not None and trial.cache_of in reused:
+        reuses = _trial_ref(reused[trial.cache_of])
+    costs = [_attempt_cost(a) for a in attempts]
+    total = Spend()
+    for cost in costs:
+        total = total + Spend(**{k: cost[k] for k in _SPEND_KEYS})
+    return {
+        "trial": {"id": trial_id, "campaign": run.name, "run": run.id, "number": trial.number},
+        "run": _what_ran(run, trial, trial_id, attempts, context),
+        "data": {"expected": expected, "read": read,
+                 "mismatch": expected is not None and read is not None and read != expected},
+        "ended": {
+            "outcome": trial.status.value,
+            "failure": trial.failure.value if trial.failure is not None else None,
+            "message": trial.message,
+            "reuses": reuses,
+            "replaces": context.names.get(trial.replaces)
+            if trial.replaces is not None else None,
+            "replaced_by": context.replaced_by.get(trial.id, []),
+            "created_at": trial.created_at,
+            "ended_at": trial.ended_at,
+            "attempts": [_attempt(a) for a in attempts],
+        },
+        "cost": {"currency": run.spec.get("currency") or "USD", "attempts": costs,
+                 "total": total.as_dict()},
+        "concluded": _concluded(run, trial, context),
+    }
 
+
+def _what_ran(run: CampaignRun, trial: Trial, trial_id: str, attempts: list[Attempt],
+              context: _Context) -> dict[str, Any]:
+    """Answer 1: the params, the command, the environment and the candidate."""
+    env = run.spec.get("environment", {})
+    params = trial.params
+    agent_name, _, agent_version = run.agent.partition("==")
     command = list(env.get("command") or [])
     argv = None
     if command and trial.trial_dir:
         argv = _argv(command, params, trial_id, trial.trial_dir,
                      max((a.attempt for a in attempts), default=1))
-
-    expected, read = trial.data_version, trial.data_version_read
-    mismatch = expected is not None and read is not None and read != expected
-
-    reuses = None
-    if trial.cache_of is not None and trial.cache_of in reused:
-        reuses = _trial_ref(reused[trial.cache_of])
-
-    costs = [_attempt_cost(a) for a in attempts]
-    total = Spend()
-    for cost in costs:
-        total = total + Spend(**{k: cost[k] for k in _SPEND_KEYS})
-
-    score = trial.score
-    metrics = trial.metrics or {}
     dependencies = None
     if trial.dependencies:
         found = context.environments.get(trial.dependencies)
@@ -138,6 +152,27 @@ def _record(
             "python": found.python if found is not None else None,
             "distributions": dict(found.distributions) if found is not None else None,
         }
+    return {
+        "params": params,
+        "config_hash": trial.config_hash,
+        "command": command or None,
+        "shell": bool(env.get("shell", False)),
+        "argv": argv,
+        "code_version": env.get("code_version"),
+        "dependencies": dependencies,
+        "agent": {"name": agent_name, "version": agent_version or None},
+        "proposal": trial.proposal,
+        "baseline_run": trial.proposal == 0,
+        "wave": trial.wave,
+        "backend": run.backend,
+        "trial_dir": trial.trial_dir,
+    }
+
+
+def _concluded(run: CampaignRun, trial: Trial, context: _Context) -> dict[str, Any]:
+    """Answer 5: the metrics, every score given and by which scorer, and the flags."""
+    spec = run.spec
+    objectives = spec.get("objectives") or [{}]
     scores = [
         {
             "scorer": row.scorer, "version": row.scorer_version, "score": row.score,
@@ -154,49 +189,17 @@ def _record(
     invalid = context.invalid(trial.invalidation)
     score_invalid = latest["invalid"] if latest else None
     return {
-        "trial": {"id": trial_id, "campaign": name, "run": run.id, "number": number},
-        "run": {
-            "params": params,
-            "config_hash": trial.config_hash,
-            "command": command or None,
-            "shell": bool(env.get("shell", False)),
-            "argv": argv,
-            "code_version": env.get("code_version"),
-            "dependencies": dependencies,
-            "agent": {"name": agent_name, "version": agent_version or None},
-            "proposal": trial.proposal,
-            "baseline_run": trial.proposal == 0,
-            "wave": trial.wave,
-            "backend": run.backend,
-            "trial_dir": trial.trial_dir,
-        },
-        "data": {"expected": expected, "read": read, "mismatch": mismatch},
-        "ended": {
-            "outcome": trial.status.value,
-            "failure": trial.failure.value if trial.failure is not None else None,
-            "message": trial.message,
-            "reuses": reuses,
-            "replaces": context.names.get(trial.replaces)
-            if trial.replaces is not None else None,
-            "replaced_by": context.replaced_by.get(trial.id, []),
-            "created_at": trial.created_at,
-            "ended_at": trial.ended_at,
-            "attempts": [_attempt(a) for a in attempts],
-        },
-        "cost": {"currency": currency, "attempts": costs, "total": total.as_dict()},
-        "concluded": {
-            "scorer": scorer,
-            "objective": {"metric": objectives[0].get("metric"),
-                          "direction": objectives[0].get("direction")},
-            "direction": resolved.get("direction") or objectives[0].get("direction"),
-            "metrics": metrics,
-            "score": score,
-            "baseline": latest["baseline"] if latest else None,
-            "no_score": None if score is not None else _no_score(trial),
-            "valid": invalid is None and score_invalid is None,
-            "invalid": invalid or score_invalid,
-            "scores": scores,
-        },
+        "scorer": scorer,
+        "objective": {"metric": objectives[0].get("metric"),
+                      "direction": objectives[0].get("direction")},
+        "direction": resolved.get("direction") or objectives[0].get("direction"),
+        "metrics": trial.metrics or {},
+        "score": trial.score,
+        "baseline": latest["baseline"] if latest else None,
+        "no_score": None if trial.score is not None else _no_score(trial),
+        "valid": invalid is None and score_invalid is None,
+        "invalid": invalid or score_invalid,
+        "scores": scores,
     }
 
 
@@ -267,6 +270,36 @@ def record_lines(record: dict[str, Any]) -> list[str]:
         lines.append(f"  {label:<14}{text}")
 
     lines += ["", "1. What was run"]
+    _ran_lines(r, row)
+
+    lines += ["", "2. Against what data"]
+    row("expected", d["expected"] or "not declared")
+    row("read", d["read"] or ("not reported" if d["expected"] else "not declared"))
+    if d["mismatch"]:
+        row("MISMATCH", f"read {d['read']}, expected {d['expected']}")
+
+    lines += ["", "3. How it ended"]
+    _ended_lines(t, e, row)
+
+    lines += ["", "4. What it cost"]
+    cur = c["currency"]
+    for a in c["attempts"]:
+        text = _spend_text(a, cur) if a["recorded"] else "not recorded"
+        if a["usage"]:
+            text += f"; backend usage {json.dumps(a['usage'], sort_keys=True)}"
+        row(f"attempt {a['attempt']}", text)
+    total = _spend_text(c["total"], cur)
+    if e["reuses"] is not None and not c["attempts"]:
+        total += f" (a cache hit costs nothing: trial {e['reuses']['number']} paid)"
+    row("total", total)
+
+    lines += ["", "5. What was concluded"]
+    _concluded_lines(k, row)
+    return lines
+
+
+def _ran_lines(r: Mapping[str, Any], row: Callable[[str, str], None]) -> None:
+    """Answer 1 for people."""
     row("params", json.dumps(r["params"]))
     row("config hash", r["config_hash"])
     if r["command"]:
@@ -293,13 +326,11 @@ def record_lines(record: dict[str, Any]) -> list[str]:
     if r["trial_dir"]:
         row("trial dir", r["trial_dir"])
 
-    lines += ["", "2. Against what data"]
-    row("expected", d["expected"] or "not declared")
-    row("read", d["read"] or ("not reported" if d["expected"] else "not declared"))
-    if d["mismatch"]:
-        row("MISMATCH", f"read {d['read']}, expected {d['expected']}")
 
-    lines += ["", "3. How it ended"]
+def _ended_lines(
+    t: Mapping[str, Any], e: Mapping[str, Any], row: Callable[[str, str], None]
+) -> None:
+    """Answer 3 for people."""
     outcome = e["outcome"]
     if e["failure"]:
         outcome += f" ({e['failure']}: {e['message'] or '-'})"
@@ -328,19 +359,9 @@ def record_lines(record: dict[str, Any]) -> list[str]:
         if extra:
             row("", "; ".join(extra))
 
-    lines += ["", "4. What it cost"]
-    cur = c["currency"]
-    for a in c["attempts"]:
-        text = _spend_text(a, cur) if a["recorded"] else "not recorded"
-        if a["usage"]:
-            text += f"; backend usage {json.dumps(a['usage'], sort_keys=True)}"
-        row(f"attempt {a['attempt']}", text)
-    total = _spend_text(c["total"], cur)
-    if e["reuses"] is not None and not c["attempts"]:
-        total += f" (a cache hit costs nothing: trial {e['reuses']['number']} paid)"
-    row("total", total)
 
-    lines += ["", "5. What was concluded"]
+def _concluded_lines(k: Mapping[str, Any], row: Callable[[str, str], None]) -> None:
+    """Answer 5 for people."""
     scorer = k["scorer"]
     row("scorer", f"{scorer['name']} {scorer['version']} ({k['direction']})")
     row("metrics", json.dumps(k["metrics"]) if k["metrics"] else "none")
@@ -360,7 +381,6 @@ def record_lines(record: dict[str, Any]) -> list[str]:
     for earlier in k["scores"][:-1]:
         row("earlier score", f"{earlier['score']:.6g} by {earlier['scorer']}"
             f" {earlier['version']}" + (" (invalid)" if earlier["invalid"] else ""))
-    return lines
 
 
 def _when(stamp: float | None) -> str:
