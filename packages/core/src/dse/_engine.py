@@ -136,7 +136,7 @@ class Engine:
         ranking = Objective(campaign.objectives[0].metric, self.scorer.direction)
         self.feedback = Feedback(ranking.direction)
         self.baselines = Baselines(self.scorer)
-        self.invalid = InvalidationView()
+        self.invalid = InvalidationView(0)  # its run id is set when the run is recorded
         policy = RetryPolicy(campaign.max_interruptions)
         self.results = Results(
             journal=self.journal, table=self.table, feedback=self.feedback, stats=self.stats,

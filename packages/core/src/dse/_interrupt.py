@@ -79,9 +79,9 @@ class Interruptions:
         journal = self._dispatcher.parts.journal
         node = self.watch.note(now, status.node, trial.number)
         if node is not None:
-            trials = self.watch.node_trials(node)
-            journal.event(None, "suspect_node", {"node": node, "trials": trials})
-            journal.alert(f"node {node} interrupted {len(trials)} trials; avoiding it from now on")
+            journal.event(None, "suspect_node", {"node": node,
+                                                 "trials": self.watch.node_trials(node)})
+            journal.alert(self.watch.suspect_message(node))
         self.check_pause(now)
 
     def check_pause(self, now: float) -> None:
@@ -91,16 +91,5 @@ class Interruptions:
         parts.stats.paused = self.watch.paused
         if change is None:
             return
-        journal = parts.journal
-        window = self._campaign.interruption_window
-        if change.systematic:
-            journal.event(None, "systematic_interruptions", {
-                "count": change.count, "window_s": window, "paused": change.paused,
-            })
-            journal.alert(
-                f"{change.count} interruptions in the last {window:g}s"
-                + ("; dispatch paused" if change.paused else "")
-            )
-        else:
-            journal.event(None, "dispatch_resumed", {"count": change.count})
-            journal.alert("interruptions subsided; dispatch resumed")
+        parts.journal.event(None, change.kind, change.data())
+        parts.journal.alert(change.message)
