@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse._baseline import Baselines
-from dse._budget import Spend
 from dse._clock import SystemClock
+from dse._collect import Collector
 from dse._data import DataVersioner
 from dse._dispatch import Dispatcher, Parts
 from dse._environment import CommandEnvironment
@@ -33,22 +33,21 @@ from dse._errors import ConfigError
 from dse._feedback import Feedback
 from dse._gate import BudgetGate
 from dse._interrupt import Interruptions, watch_for
-from dse._invalidation import Flag, InvalidationView
+from dse._invalidation import InvalidationView
 from dse._journal import Journal
 from dse._live import CurrentData, LiveTrial, TrialTable
 from dse._outcome import BestTrial, CampaignResult, EngineListener, RunEnd, Stats
 from dse._plugins import PluginManager
 from dse._pool import PoolConfig, run_pool
 from dse._results import Results
-from dse._resume import Resume
+from dse._resume import Resume, load_cache
 from dse._retry import RetryPolicy
-from dse._scoring import RESOLVED_SCORER, build_scorer
-from dse._spec import campaign_spec
-from dse._types import AttemptState, EndReason, FailureClass, Objective, TrialStatus
-from dse.trial import CHECKPOINT_MARK
+from dse._scoring import build_scorer
+from dse._spec import campaign_spec, record_run
+from dse._types import AttemptState, EndReason, FailureClass, Objective
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     from dse._budget import Ledger
     from dse._campaign import Campaign
@@ -57,7 +56,6 @@ if TYPE_CHECKING:
     from dse._protocols import Agent, Environment, Runner
     from dse._scoring import Scorer
     from dse._store import Store
-    from dse._types import JobStatus
 
 __all__ = ["BestTrial", "CampaignResult", "Engine", "EngineListener", "Stats", "campaign_spec"]
 
@@ -110,7 +108,6 @@ class Engine:
         self.scorer: Scorer = scorer or build_scorer(
             campaign, plugins or PluginManager(autoload=False))
         """Who scores complete runs; its name and version are recorded with every score."""
-        self._versioner: DataVersioner | None = None
         self.abandoned = False
         """True when a second interrupt ended the run without waiting for its trials."""
         self.pool: Pool | None = None
@@ -151,6 +148,11 @@ class Engine:
             backend=self.backend.name,
         ))
         self.interruptions = Interruptions(campaign, self.dispatcher, policy)
+        self.collector = Collector(
+            table=self.table, gate=self.gate, results=self.results,
+            interruptions=self.interruptions, journal=self.journal, end=self.end,
+            clock=self.clock, runner=self.backend,
+        )
 
     # -- public ---------------------------------------------------------------------------
 
@@ -168,6 +170,11 @@ class Engine:
     def running(self) -> int:
         """Trials that hold or wait for a slot."""
         return self.table.busy()
+
+    def use_runner(self, runner: Runner) -> None:
+        """Run trials on *runner* from now on (a pool's share of the backend it holds)."""
+        self.backend = runner
+        self.collector.use_runner(runner)
 
     def request_stop(self, reason: str = "cancelled") -> None:
         """Stop the campaign: no new trials; running trials are cancelled and recorded."""
@@ -194,162 +201,67 @@ class Engine:
             self.campaign_id = resume
             self.store.reopen_campaign(resume)
         else:
-            self.campaign_id = self._create_run(now)
+            self.campaign_id = record_run(self.store, campaign, scorer=self.scorer,
+                                          agent=self.agent, runner=self.backend, now=now)
         self.journal.campaign_id = self.campaign_id
         self.invalid.campaign_id = self.campaign_id
         self.gate.ledger.started_at = self.store.campaign_started(self.campaign_id)
         workspace = campaign.workspace.resolve()
-        if campaign.data is not None and self._versioner is None:
-            self._versioner = DataVersioner(
-                campaign.data, cache_dir=workspace,
-                where=f"{campaign.source or '<campaign>'}: data",
-            )
-            self._set_data_version(self._versioner.compute())
+        if campaign.data is not None and not self.data.following:
+            self.data.follow(DataVersioner(campaign.data, cache_dir=workspace,
+                                           where=f"{campaign.source or '<campaign>'}: data"))
+            self.stats.best = None
         self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.dispatcher.run_dir = self.run_dir
-        if self.pool is not None and not self.pool.trivial:
-            self.dispatcher.first_state = AttemptState.QUEUED
-        self._load_cache()
+        if self.pool is not None:
+            pool, engine = self.pool, self
+            self.collector.on_attempt_end = (
+                lambda trial, status, at: pool.ended(engine, trial, status, at))
+            if not pool.trivial:
+                self.dispatcher.first_state = AttemptState.QUEUED
+        load_cache(self.table, self.store)
         self._check_invalidations()
         if resume is not None:
             self._restore()
         self.listener.on_start(self)
 
-    def _create_run(self, now: float) -> int:
-        campaign = self.campaign
-        spec = campaign_spec(campaign)
-        spec[RESOLVED_SCORER] = {
-            "name": self.scorer.name, "version": self.scorer.version,
-            "direction": self.scorer.direction.value,
-        }
-        return self.store.create_campaign(
-            name=campaign.name,
-            source=str(campaign.source) if campaign.source else None,
-            spec=spec,
-            agent=f"{getattr(self.agent, 'name', type(self.agent).__name__)}"
-            f"=={getattr(self.agent, 'version', '?')}",
-            backend=f"{self.backend.name}=={self.backend.version}",
-            mode=campaign.mode,
-            max_parallelism=campaign.max_parallelism,
-            now=now,
-        )
-
-    def _load_cache(self) -> None:
-        for row in self.store.reusable():
-            self.table.cache(LiveTrial(
-                row_id=row["id"], number=row["number"], proposal=0, batch=0, params={},
-                config_hash=row["config_hash"], status=TrialStatus(row["status"]),
-                metrics=_json(row["metrics"]), score=row["score"],
-                failure=_failure(row["failure"]), message=row["message"],
-            ))
-
     def _restore(self) -> None:
         """Rebuild an unfinished run from the record (see :class:`dse._resume.Resume`)."""
-        resume = Resume(self.dispatcher, self.interruptions)
-        reattach = resume.restore(self.agent, self.backend, self.clock.time())
-        assert resume.last is not None
+        reattach = Resume(self.dispatcher, self.interruptions).restore(
+            self.agent, self.backend, self.clock.time())
         self._agent_stale = False  # just told the record as it stands
         self.backend.reattach(reattach)
-        self.journal.event(None, "resumed", {
-            "running": len(self.table.running), "retrying": len(self.table.retries),
-            "trials": len(resume.last.by_proposal), "pending_feedback": self.feedback.count(),
-        })
 
     def _rebuild_agent(self) -> None:
-        """A fresh agent told the record again, as a resumed run's is: after the data changed
-        (results about other data are told without their metrics) or a result it was told was
-        invalidated (left out), so the agent never holds what it may no longer learn from."""
+        """A fresh agent told the record again, as a resumed run's is (after the data changed
+        or a result it was told was invalidated), so the agent never holds what it may no
+        longer learn from; without a factory the agent keeps what it was told."""
         self._agent_stale = False
-        if self._agent_factory is None:
-            return
-        self.commit()  # the record replayed is the whole of it
-        resume = Resume(self.dispatcher, self.interruptions)
-        recorded = resume.read()
-        self.agent = self._agent_factory()
-        observed = resume.replay(self.agent, recorded, same_feedback=False)
-        self.feedback.replace(resume.untold(recorded, observed))
-        self.journal.event(None, "agent_rebuilt", {
-            "data_version": self.data.version, "trials": len(recorded.by_proposal),
-        })
-        self.journal.alert(
-            f"agent rebuilt from the record of {len(recorded.by_proposal)} trial(s), forgetting"
-            " results about other data and invalidated ones"
-        )
+        if self._agent_factory is not None:
+            self.commit()  # the record replayed is the whole of it
+            resume = Resume(self.dispatcher, self.interruptions)
+            self.agent = resume.rebuild(self._agent_factory)
 
     # -- data versions --------------------------------------------------------------------
 
-    def _set_data_version(self, version: str) -> None:
-        """Make *version* the current one: new trials are dispatched (and deduplicated)
-        against it, and "best so far" counts only its results."""
-        self.data.set(version)
-        self.stats.best = None
-
     def _check_data_version(self) -> None:
         """Before a dispatch batch: has the data changed since it was last read?"""
-        if self._versioner is None:
-            return
-        version = self._versioner.compute()
-        if version != self.data.version:
-            old = self.data.version
+        change = self.data.refresh()
+        if change is not None:
+            old, version = change
             self.journal.event(None, "data_version_changed", {"old": old, "new": version})
             self.journal.alert(f"data changed: version {version} (was {old}); later trials use it")
-            self._set_data_version(version)
+            self.stats.best = None  # "best so far" counts only results about the current data
             self._agent_stale = True  # what it learnt about the old data must go
 
     # -- invalidation -----------------------------------------------------------------------
 
     def _check_invalidations(self) -> None:
         """Take in results invalidated since the last look (``dse invalidate``, possibly from
-        another process): never reuse them, never feed them to the agent, never rank them."""
-        last = self.store.last_invalidation()
-        if self.invalid.seen(last):
-            return
-        refreshed = self.invalid.refresh(last, (
-            Flag(int(row["id"]), int(row["campaign_id"]), int(row["number"]),
-                 row["config_hash"], row["invalidation"] is not None, row["cache_of"])
-            for row in self.store.invalid_trials()
-        ))
-        for digest, row_id in refreshed.results:
-            self.table.uncache(digest, row_id)
-        newly = refreshed.numbers
-        if not newly:
-            return
-        # Those still running (or waiting on a running trial), or ended but not yet told, the
-        # agent never heard of; any other it was told, and must forget.
-        untold = self.feedback.untold()
-        for trial in self.table.unfinished():
-            untold.add(trial.number)
-            untold.update(waiter.number for waiter in trial.waiters)
-        if any(number not in untold for number in newly):
+        another process); the agent is rebuilt if it was told one of them."""
+        if self.results.take_in_invalidations(self.store, self.table):
             self._agent_stale = True
-        self.feedback.drop({n for n in self.feedback.untold() if self.invalid.number_flagged(n)})
-        best = self.stats.best
-        if best is not None and self.invalid.number_flagged(best.number):
-            self.stats.best = self._best_valid()
-        self.journal.event(None, "invalidated", {"trials": sorted(newly)})
-        self.journal.alert(
-            f"{len(newly)} result(s) of this run were invalidated; never fed to the agent from"
-            " now on"
-        )
-
-    def _best_valid(self) -> BestTrial | None:
-        """The best valid completed trial of this run about the current data (from the record)."""
-        best: BestTrial | None = None
-        direction = self.results.ranking.direction
-        version = self.data.version
-        for row in self.store.trials(self.campaign_id):
-            score = row["score"]
-            if (
-                row["status"] != "completed" or score is None
-                or self.invalid.row_flagged(int(row["id"]))
-                or (version is not None
-                    and (row["data_version_read"] or row["data_version"]) not in (None, version))
-            ):
-                continue
-            if best is None or direction.better(score, best.score):
-                best = BestTrial(int(row["number"]), _json(row["params"]) or {}, float(score))
-        return best
 
     # -- the per-pass API (called by dse._pool.drive) ---------------------------------------
 
@@ -371,7 +283,7 @@ class Engine:
             self.journal.event(None, "backend_commands", {
                 "pass": self.stats.passes, "commands": self.backend.last_pass_commands,
             })
-        changed = self._apply(statuses)
+        changed = self.collector.apply(statuses)
         self._poll_wait = (
             self._poll_first if changed else min(self._poll_wait * 2, self._poll_max)
         )
@@ -393,7 +305,7 @@ class Engine:
                           and not self.table.running):
             # Past the wall-clock ceiling a paused campaign still ends its waiting retries.
             for trial, why in self.dispatcher.admit_retries(now):
-                self._never_retried(trial, why, now)
+                self.collector.never_retried(trial, why, now)
             self._refill()
 
     def commit(self) -> None:
@@ -444,13 +356,6 @@ class Engine:
         if deadline is not None and self.end.done is not EndReason.BUDGET_EXHAUSTED:
             wait = max(min(wait, deadline - self.clock.time()), 0.0)
         return wait, True
-
-    def wait(self) -> None:
-        """Wait until the next pass (on the runner, or on the clock)."""
-        wait, ask = self.wait_plan()
-        # Asked even with no wait: a runner may know nothing changes before some time.
-        if not ask or (not self.backend.wait(wait) and wait > 0):
-            self.clock.sleep(wait)
 
     def close(self, *, deliver: bool = True) -> None:
         """End the run: the last results are told too (the loop stops pulling once the agent
@@ -534,122 +439,11 @@ class Engine:
         self._check_invalidations()
         self.feedback.deliver(self.agent, self.journal.batch, self.campaign_id)
 
-    def _apply(self, statuses: Sequence[JobStatus]) -> bool:
-        changed = False
-        now = self.clock.time()
-        for status in statuses:
-            trial = self.table.running.get(status.job_id)
-            if trial is None:
-                continue
-            changed = True
-            assert trial.attempt_row is not None
-            if not status.state.is_finished():
-                trial.job_id_recorded = True
-                self.journal.batch.update_attempt(
-                    row=trial.attempt_row, job_id=status.job_id,
-                    state=AttemptState.of(status.state), started_at=status.started_at,
-                )
-                continue
-            self.table.ended(status.job_id)
-            self._attempt_ended(trial, status, now)
-        return changed
-
-    def _attempt_ended(self, trial: LiveTrial, status: JobStatus, now: float) -> None:
-        """Conclude, charge and record an ended attempt; retry it or record the trial's end."""
-        assert trial.attempt_row is not None
-        assert trial.spec is not None
-        self.results.conclude(trial, status)
-        ended_at = status.ended_at or now
-        if self.pool is not None:
-            self.pool.ended(self, trial, status, ended_at)
-        self._settle(trial, self.gate.charge(trial.spec, status, ended_at))
-        batch = self.journal.batch
-        batch.end_attempt(
-            row=trial.attempt_row, job_id=status.job_id, state=AttemptState.of(status.state),
-            exit_code=status.exit_code, signal=status.signal, node=status.node,
-            reason=status.reason, peak_rss_kb=status.peak_rss_kb, started_at=status.started_at,
-            ended_at=ended_at, work_lost_s=self._work_lost(trial, status, ended_at),
-        )
-        if status.usage:
-            batch.attempt_usage(row=trial.attempt_row, usage=status.usage)
-        if trial.status is TrialStatus.INTERRUPTED and self.end.stopping():
-            # Not retried while the campaign stops; a resumed run will run it again.
-            trial.message = f"{status.state.value} while the campaign was stopping"
-            trial.status, trial.failure = TrialStatus.CANCELLED, None
-        elif trial.status is TrialStatus.INTERRUPTED and self.interruptions.retry(
-            trial, status, now
-        ):
-            return
-        self.table.forget(trial)
-        self.results.record_end(trial, now)
-
-    def _settle(self, trial: LiveTrial, actual: Spend | None) -> None:
-        """Replace *trial*'s reservation with what its attempt actually spent, and record it;
-        ``None``: the runner never confirmed the end, so it is charged its reservation."""
-        reserved, trial.reserved = trial.reserved, None
-        charged = self.gate.settle(reserved, actual)
-        trial.spent = trial.spent + charged
-        assert trial.attempt_row is not None
-        self.journal.batch.attempt_spend(row=trial.attempt_row, spend=charged.as_dict())
-
-    def _work_lost(self, trial: LiveTrial, status: JobStatus, ended_at: float) -> float | None:
-        """Seconds of work an unsuccessful attempt lost since its last checkpoint."""
-        if trial.status is TrialStatus.COMPLETED or trial.trial_dir is None:
-            return None
-        started = status.started_at or trial.attempt_started
-        if started is None:
-            return None
-        try:
-            mark = (trial.trial_dir / "checkpoint" / CHECKPOINT_MARK).stat().st_mtime
-        except OSError:
-            mark = None
-        since = max(started, mark) if mark is not None else started
-        return max(ended_at - since, 0.0)
-
-    def _never_retried(self, trial: LiveTrial, why: str, now: float) -> None:
-        """A waiting attempt the budget will never admit: the trial ends interrupted."""
-        trial.status = TrialStatus.INTERRUPTED
-        trial.message = f"not retried: {why}"
-        self._end_unsubmitted(trial, now)
-        self.table.forget(trial)
-        self.results.record_end(trial, now)
-
-    def _end_unsubmitted(self, trial: LiveTrial, now: float, job_id: str | None = None) -> None:
-        assert trial.attempt_row is not None
-        self.journal.batch.end_attempt(row=trial.attempt_row, job_id=job_id,
-                                       state=AttemptState.CANCELLED, reason=trial.message,
-                                       ended_at=now)
-
     # -- stopping -------------------------------------------------------------------------
 
-    def cancel_all(self, grace: float = 30.0) -> None:
+    def cancel_all(self) -> None:
         """Cancel what runs, collect final states for a while, record the rest as cancelled."""
-        now = self.clock.time()
-        for trial in self.table.take_unsubmitted():
-            trial.status = TrialStatus.CANCELLED
-            trial.message = "cancelled before submission"
-            self._end_unsubmitted(trial, now)
-            self._settle(trial, Spend())  # never submitted: nothing spent
-            self.results.record_end(trial, now)
-        if self.table.running:
-            running = list(self.table.running)
-            self.journal.event(None, "cancel", {"running": len(running)})
-            self.results.cancel_requested.update(running)
-            self.backend.cancel(running)
-            deadline = now + grace
-            wait = 0.0
-            while self.table.running and self.clock.time() < deadline:
-                self._apply(self.backend.poll())
-                if self.table.running:
-                    wait = min(max(wait * 2, 0.01), 0.5)
-                    self.clock.sleep(wait)
-            now = self.clock.time()
-            for job_id, trial in self.table.take_running():
-                trial.status = TrialStatus.CANCELLED
-                trial.message = "cancel requested; the backend did not confirm the end"
-                self._end_unsubmitted(trial, now, job_id)
-                self._settle(trial, None)
-                self.results.record_end(trial, now)
+        self.collector.cancel_all()
         self.commit()
 
     def _finish(self, reason: EndReason, detail: str | None = None) -> CampaignResult:

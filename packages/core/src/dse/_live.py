@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
     from pathlib import Path
 
+    from dse._data import DataVersioner
     from dse._types import FailureClass, JobSpec
 
 
@@ -211,6 +212,27 @@ class CurrentData:
         self._identity = dict(identity)
         self.version = version
         self.hasher = ConfigHasher(self._identity, version)
+        self._versioner: DataVersioner | None = None
+
+    @property
+    def following(self) -> bool:
+        """Whether the version is read from the data (a campaign's ``[data]``)."""
+        return self._versioner is not None
+
+    def follow(self, versioner: DataVersioner) -> None:
+        """Read the version from *versioner*, now and at each :meth:`refresh`."""
+        self._versioner = versioner
+        self.set(versioner.compute())
+
+    def refresh(self) -> tuple[str | None, str] | None:
+        """Read the data's version again; (old, new) when it changed."""
+        if self._versioner is None:
+            return None
+        version, old = self._versioner.compute(), self.version
+        if version == old:
+            return None
+        self.set(version)
+        return old, version
 
     def set(self, version: str) -> None:
         """Make *version* the current one."""

@@ -253,7 +253,7 @@ class Pool:
         if len(engines) > 1:
             self._router = _Router(self.backend)
             for e in engines:
-                e.backend = _Share(self._router, self.backend)
+                e.use_runner(_Share(self._router, self.backend))
 
     def weight(self, engine: Engine) -> float:
         """*engine*'s campaign's weight (by its file, else its name; default 1)."""
@@ -589,9 +589,8 @@ def _grant(pool: Pool, live: Sequence[Engine]) -> None:
 
 
 def _wait(pool: Pool, live: Sequence[Engine]) -> None:
-    if len(live) == 1:
-        live[0].wait()
-        return
+    """Wait until the next pass: the shortest wait any campaign asks for, on the backend
+    (which may return sooner, when a job changed) unless none asks it, else on the clock."""
     plans = [e.wait_plan() for e in live]
     seconds = min(s for s, _ in plans)
     clock = live[0].clock

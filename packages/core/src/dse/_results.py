@@ -3,9 +3,12 @@ hits waiting on it ended with it, the count kept and the agent's feedback queued
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from dse._environment import environment_digest
+from dse._invalidation import Flag
+from dse._outcome import BestTrial
 from dse._scoring import ScoringError
 from dse._types import Evaluation, FailureClass, JobState, TrialStatus
 
@@ -20,6 +23,7 @@ if TYPE_CHECKING:
     from dse._outcome import Stats
     from dse._protocols import Environment
     from dse._retry import RetryPolicy
+    from dse._store import Store
     from dse._types import JobStatus, Objective
 
 
@@ -109,6 +113,60 @@ class Results:
                 distributions=environment.get("distributions", {}),
             )
         self._journal.batch.link_trial(row=trial.row_id, dependencies=digest)
+
+    def take_in_invalidations(self, store: Store, table: TrialTable) -> bool:
+        """Take in results invalidated since the last look (``dse invalidate``, possibly from
+        another process): never reuse them, never feed them to the agent, never rank them.
+        True when the agent was told one of them (it must be rebuilt to forget it)."""
+        last = store.last_invalidation()
+        if self._invalid.seen(last):
+            return False
+        refreshed = self._invalid.refresh(last, (
+            Flag(int(row["id"]), int(row["campaign_id"]), int(row["number"]),
+                 row["config_hash"], row["invalidation"] is not None, row["cache_of"])
+            for row in store.invalid_trials()
+        ))
+        for digest, row_id in refreshed.results:
+            table.uncache(digest, row_id)
+        newly = refreshed.numbers
+        if not newly:
+            return False
+        # Those still running (or waiting on a running trial), or ended but not yet told, the
+        # agent never heard of; any other it was told, and must forget.
+        untold = self._feedback.untold()
+        for trial in table.unfinished():
+            untold.add(trial.number)
+            untold.update(waiter.number for waiter in trial.waiters)
+        stale = any(number not in untold for number in newly)
+        self._feedback.drop(
+            {n for n in self._feedback.untold() if self._invalid.number_flagged(n)})
+        best = self._stats.best
+        if best is not None and self._invalid.number_flagged(best.number):
+            self._stats.best = self._best_valid(store)
+        self._journal.event(None, "invalidated", {"trials": sorted(newly)})
+        self._journal.alert(
+            f"{len(newly)} result(s) of this run were invalidated; never fed to the agent from"
+            " now on"
+        )
+        return stale
+
+    def _best_valid(self, store: Store) -> BestTrial | None:
+        """The best valid completed trial of this run about the current data (from the record)."""
+        best: BestTrial | None = None
+        direction = self.ranking.direction
+        version = self._data.version
+        for row in store.trials(self._journal.campaign_id):
+            score = row["score"]
+            if (
+                row["status"] != "completed" or score is None
+                or self._invalid.row_flagged(int(row["id"]))
+                or (version is not None
+                    and (row["data_version_read"] or row["data_version"]) not in (None, version))
+            ):
+                continue
+            if best is None or direction.better(score, best.score):
+                best = BestTrial(int(row["number"]), json.loads(row["params"]), float(score))
+        return best
 
     # -- recording an end -------------------------------------------------------------------
 

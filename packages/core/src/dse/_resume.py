@@ -23,11 +23,13 @@ from dse._types import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from dse._dispatch import Dispatcher
     from dse._interrupt import Interruptions
+    from dse._live import TrialTable
     from dse._protocols import Agent, Runner
+    from dse._store import Store
     from dse._types import JobSpec
 
 
@@ -54,8 +56,6 @@ class Resume:
         self._dispatcher = dispatcher
         self._interruptions = interruptions
         self._parts = dispatcher.parts
-        self.last: Recorded | None = None
-        """The record :meth:`restore` read back."""
 
     # -- reading the record back --------------------------------------------------------------
 
@@ -129,7 +129,7 @@ class Resume:
         return the jobs still running, to reattach (*runner* is asked the job id of an
         attempt whose id was never recorded)."""
         p = self._parts
-        recorded = self.last = self.read()
+        recorded = self.read()
         for key, trial in recorded.by_proposal.items():
             if key < 0:
                 p.baselines.by_version[trial.data_version] = trial
@@ -150,7 +150,28 @@ class Resume:
             ):
                 original.waiters.append(waiter)
         p.feedback.replace(self.untold(recorded, observed))
+        p.journal.event(None, "resumed", {
+            "running": len(reattach), "retrying": len(p.table.retries),
+            "trials": len(recorded.by_proposal), "pending_feedback": p.feedback.count(),
+        })
         return reattach
+
+    def rebuild(self, factory: Callable[[], Agent]) -> Agent:
+        """A fresh agent from *factory*, told the record as it stands: results about other
+        data without their metrics, invalidated ones left out."""
+        p = self._parts
+        recorded = self.read()
+        agent = factory()
+        observed = self.replay(agent, recorded, same_feedback=False)
+        p.feedback.replace(self.untold(recorded, observed))
+        p.journal.event(None, "agent_rebuilt", {
+            "data_version": p.data.version, "trials": len(recorded.by_proposal),
+        })
+        p.journal.alert(
+            f"agent rebuilt from the record of {len(recorded.by_proposal)} trial(s), forgetting"
+            " results about other data and invalidated ones"
+        )
+        return agent
 
     def _restore_spend(self, recorded: Recorded) -> None:
         p = self._parts
@@ -319,3 +340,15 @@ class Resume:
             if not same:
                 return f"proposal {proposal} differs"
         return None
+
+
+def load_cache(table: TrialTable, store: Store) -> None:
+    """Give *table* every reusable result of the workspace's record."""
+    for row in store.reusable():
+        table.cache(LiveTrial(
+            row_id=row["id"], number=row["number"], proposal=0, batch=0, params={},
+            config_hash=row["config_hash"], status=TrialStatus(row["status"]),
+            metrics=json.loads(row["metrics"]) if row["metrics"] else None, score=row["score"],
+            failure=FailureClass(row["failure"]) if row["failure"] else None,
+            message=row["message"],
+        ))

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dse._scoring import RESOLVED_SCORER
+
 if TYPE_CHECKING:
     from dse._campaign import Campaign
+    from dse._protocols import Runner
+    from dse._scoring import Scorer
+    from dse._store import Store
 
 
 def campaign_spec(campaign: Campaign) -> dict[str, Any]:
@@ -66,3 +71,26 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
     if campaign.lookahead:
         spec["lookahead"] = campaign.lookahead
     return spec
+
+
+def record_run(
+    store: Store, campaign: Campaign, *, scorer: Scorer, agent: object, runner: Runner,
+    now: float,
+) -> int:
+    """Record a new run of *campaign* (its spec, and the scorer, agent and runner it runs
+    with); return its id."""
+    spec = campaign_spec(campaign)
+    spec[RESOLVED_SCORER] = {
+        "name": scorer.name, "version": scorer.version, "direction": scorer.direction.value,
+    }
+    return store.create_campaign(
+        name=campaign.name,
+        source=str(campaign.source) if campaign.source else None,
+        spec=spec,
+        agent=f"{getattr(agent, 'name', type(agent).__name__)}"
+        f"=={getattr(agent, 'version', '?')}",
+        backend=f"{runner.name}=={runner.version}",
+        mode=campaign.mode,
+        max_parallelism=campaign.max_parallelism,
+        now=now,
+    )
