@@ -205,7 +205,7 @@ class Engine:
                                           agent=self.agent, runner=self.backend, now=now)
         self.journal.campaign_id = self.campaign_id
         self.invalid.campaign_id = self.campaign_id
-        self.gate.ledger.started_at = self.store.campaign_started(self.campaign_id)
+        self.gate.open(self.store.campaign_started(self.campaign_id))
         workspace = campaign.workspace.resolve()
         if campaign.data is not None and not self.data.following:
             self.data.follow(DataVersioner(campaign.data, cache_dir=workspace,

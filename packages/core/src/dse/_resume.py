@@ -175,17 +175,17 @@ class Resume:
 
     def _restore_spend(self, recorded: Recorded) -> None:
         p = self._parts
-        ledger = p.gate.ledger
+        spends = []
         for row in p.store.spends(p.journal.campaign_id):
             spend = Spend(**json.loads(row["spend"]))
-            ledger.spent = ledger.spent + spend
+            spends.append(spend)
             if row["trial_id"] in recorded.by_row:
                 trial = recorded.by_row[row["trial_id"]]
                 trial.spent = trial.spent + spend
-        ledger.trials = sum(
+        p.gate.restore(spends, trials=sum(
             1 for t in recorded.by_proposal.values()
             if t.trial_dir is not None and t.row_id not in recorded.cache_of
-        )
+        ))
 
     def _restore_stats(self, recorded: Recorded) -> None:
         p = self._parts
