@@ -2,7 +2,7 @@
 packing, through the engine on the probe backend in virtual time.
 
 Every method runs the same trials as real dse campaigns (``dse.Engine`` in a
-``dse._pool`` pool, a ``ProbeBackend`` whose jobs last their scripted seconds on a
+``dse.Pool``, a ``ProbeBackend`` whose jobs last their scripted seconds on a
 ``FakeClock``); starts and ends are read back from each run's SQLite record.
 
 Scenarios (seeded; every method sees the same trials):
@@ -59,13 +59,13 @@ from typing import TYPE_CHECKING, Any
 from _peers import table
 
 import dse
-from dse import EnvironmentConfig
-from dse._pool import Pool, PoolConfig, drive
-from dse._scheduler import Plan, PoolScheduler, Request, Running, fits, take
+from dse import EnvironmentConfig, Plan, Pool, PoolConfig, PoolScheduler, drive
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+
+    from dse import Request
 
 
 START = 1_000_000.0
@@ -92,16 +92,21 @@ def script(params: Mapping[str, Any]) -> ProbeScript:
 class Greedy(PoolScheduler):
     """Greedy packing: start every queued trial that fits, oldest first, no reservation."""
 
-    def plan(self, queue: Sequence[Request], running: Sequence[Running], now: float) -> Plan:
+    def plan(self, queue: Sequence[Request], running: Sequence[Any], now: float) -> Plan:
         free = dict(self.capacity)
         for job in running:
-            take(free, job.size)
+            _take(free, job.size)
         out = []
         for r in sorted(queue, key=lambda r: (r.since, r.key)):
-            if fits(free, r.size):
-                take(free, r.size)
+            if all(free.get(k, 0) >= v for k, v in r.size.items() if v > 0):
+                _take(free, r.size)
                 out.append(r)
         return Plan(tuple(out), None)
+
+
+def _take(free: dict[str, int], size: Mapping[str, int]) -> None:
+    for k, v in size.items():
+        free[k] = free.get(k, 0) - v
 
 
 @dataclasses.dataclass

@@ -1,11 +1,23 @@
 """The budget guarantee as a property (issue 6): over random trial durations, resources,
-prices, failures, interruptions and retries, parallelism, modes and ceilings on the timed
-probe, spend never exceeds a ceiling, the campaign always ends, and every spend belongs to
-exactly one trial.
+prices, failures, interruptions and retries, parallelism, modes and ceilings, spend never
+exceeds a ceiling, every reservation is settled, per-trial ceilings hold across a trial's
+attempts, a ceiling too small for one attempt starts nothing and one that fits lets the first
+start.
 
-The cases are split into shards (one test each, so ``pytest -n`` spreads them over workers),
-each run from a fixed seed so that every CI run checks the same cases; the number of cases is
-printed and checked.
+Two layers check the same generated cases with the same :func:`check`:
+
+- the **gate layer** (10,000 cases) drives :class:`dse._gate.BudgetGate` through
+  :class:`GateModel`, a small model of how the engine uses it: about a millisecond a case;
+- the **engine layer** (a few hundred of those cases) runs each as a whole campaign through
+  the engine on the timed probe, reads what it recorded from the store file, and checks that
+  the engine did what the model did (same trials, attempts, spend and end), so the engine's
+  use of the gate stays proven and the model stays faithful.
+
+Case *n* is drawn from a :class:`random.Random` seeded with *n*, so every run checks the same
+cases; a failing case is named, with its full description, in the failure. (Hypothesis drew
+these cases before; its ~150 draws per case cost ten times more than checking the case on the
+gate.) The cases are split into shards, one test each so that ``pytest -n`` spreads them over
+workers; the number of cases is printed and checked.
 """
 
 from __future__ import annotations
@@ -15,26 +27,33 @@ import itertools
 import json
 import math
 import os
+import random
 import shutil
+import sqlite3
 import sys
 import tempfile
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
-from hypothesis import strategies as st
 
 import dse
-from dse import JobSpec, JobState
+from dse import JobSpec, JobState, JobStatus
 from dse._budget import Budget, Price, Spend, TrialCeilings
-from dse._report import summarize
+from dse._gate import BudgetGate
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 
-SHARDS = 4
-CASES_PER_SHARD = 2_500
+LAYERS = {"gate": (4, 2_500), "engine": (2, 200)}
+"""Layer -> (shards, cases per shard). The gate layer checks cases 0 to 9,999; the engine
+layer every :data:`ENGINE_STRIDE`-th of them."""
+ENGINE_STRIDE = 25
+POLL_INTERVAL = 3600.0
+"""The campaigns' polling interval (the probe sleeps the fake clock to the next end)."""
+INTERRUPTION_WINDOW = 600.0
+"""The campaigns' ``interruption_window`` (the default)."""
 MAX_PASSES = 10_000
 """Polling passes (and agent calls) after which a run counts as spinning."""
 TOLERANCE = 1e-6
@@ -42,6 +61,8 @@ TOLERANCE = 1e-6
 UNFINISHED = ("submitting", "submitted", "pending", "running")
 FRESH = 1_000
 """The first ``x`` an endless agent proposes after its script."""
+
+T = TypeVar("T")
 
 _END_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.PREEMPTED, JobState.NODE_FAIL)
 
@@ -78,39 +99,67 @@ class Scenario:
         """The scripted ``x`` whose behaviour and resources a proposal ``x`` has."""
         return x if x < FRESH else x % len(self.scripts)
 
-
-def _seconds(low: float, high: float) -> st.SearchStrategy[float]:
-    """Round numbers (exact ties with a ceiling) as well as arbitrary floats."""
-    return st.one_of(
-        st.integers(math.ceil(low), math.floor(high)).map(float),
-        st.floats(low, high, allow_nan=False, allow_infinity=False),
-    )
+    def attempt_script(self, x: int, attempt: int) -> ProbeScript:
+        """How attempt *attempt* (from 1) of a trial of *x* behaves (the last script
+        repeats), as the probe plays it."""
+        scripts = self.scripts[self.like(x)]
+        return scripts[min(attempt, len(scripts)) - 1]
 
 
-def _hours(seconds: float) -> float:
-    return seconds / 3600
+class Draw:
+    """Draws the parts of one case from a :class:`random.Random` seeded with its name."""
 
+    def __init__(self, seed: str) -> None:
+        self.rng = random.Random(seed)
 
-# Strategies are built once: building them per draw costs more than running a case.
-_RATE = st.one_of(st.sampled_from([0.0, 0.5, 3.6, 36.0]), _seconds(0.0, 50.0))
-_UNIT = st.sampled_from(["cpu", "gpu", "node"])
-# Mostly short, sometimes up to 60 s against time limits of at most 30 s: some attempts run
-# into their limit.
-_ATTEMPT = st.tuples(
-    st.sampled_from(_END_STATES), st.one_of(_seconds(0.0, 10.0), _seconds(0.0, 60.0))
-)
-_ATTEMPTS = st.lists(_ATTEMPT, min_size=1, max_size=4)
-_TIME_LIMIT = st.one_of(_seconds(0.5, 30.0), _seconds(10.0, 30.0))
-# One attempt's worst case is at most 30 s x 8 CPUs = 240 cpu-seconds (and 30 s x 36 USD/h
-# x 13 units = 3.9 USD), so these ceilings sometimes bind at once, sometimes never.
-_TRIAL_WALL = _seconds(0.5, 40.0)
-_TRIAL_COMPUTE = st.tuples(_UNIT, _seconds(1.0, 300.0).map(_hours))
-_TRIAL_MONEY = _seconds(0.001, 5.0)
-_TRIALS = st.one_of(st.none(), st.integers(0, 12))
-_WALL_CLOCK = _seconds(1.0, 200.0)
-_COMPUTE_HOURS = _seconds(1.0, 2000.0).map(_hours)
-_MONEY = _seconds(0.01, 10.0)
-_OVERRUN = st.one_of(st.just(0.0), _seconds(0.0, 5.0))
+    def integer(self, low: int, high: int) -> int:
+        return self.rng.randint(low, high)
+
+    def choice(self, options: Sequence[T]) -> T:
+        return options[self.rng.randrange(len(options))]
+
+    def one_in(self, n: int) -> bool:
+        return self.rng.randrange(n) == 0
+
+    def seconds(self, low: float, high: float) -> float:
+        """Round numbers (exact ties with a ceiling) as well as arbitrary floats, and now and
+        then an edge: a bound, the float next to it, or a tiny or subnormal amount."""
+        kind = self.rng.randrange(10)
+        if kind < 4:
+            return float(self.rng.randint(math.ceil(low), math.floor(high)))
+        if kind == 4:
+            edges = [low, high, math.nextafter(low, high), math.nextafter(high, low)]
+            if low == 0.0:
+                edges += [5e-324, 2.2e-308, 1e-300, 1e-12]
+            return self.choice(edges)
+        return self.rng.uniform(low, high)
+
+    def hours(self, low_s: float, high_s: float) -> float:
+        return self.seconds(low_s, high_s) / 3600
+
+    def rate(self) -> float:
+        return self.choice([0.0, 0.5, 3.6, 36.0]) if self.one_in(2) else self.seconds(0.0, 50.0)
+
+    def unit(self) -> str:
+        return self.choice(["cpu", "gpu", "node"])
+
+    def attempt(self) -> tuple[JobState, float]:
+        # Mostly short, sometimes up to 60 s against time limits of at most 30 s: some
+        # attempts run into their limit.
+        state = self.choice(_END_STATES)
+        return state, self.seconds(0.0, 10.0) if self.one_in(2) else self.seconds(0.0, 60.0)
+
+    def trials(self) -> int | None:
+        return None if self.one_in(2) else self.integer(0, 12)
+
+    def sometimes(self, draw: Callable[[], T]) -> T | None:
+        # Each per-trial ceiling in one case of three: together they often leave little time.
+        return draw() if self.one_in(3) else None
+
+    def ceiling(self, draw: Callable[[], float]) -> float | None:
+        # A campaign ceiling in one case of two, and zero (nothing may start) now and then.
+        kind = self.integer(0, 19)
+        return None if kind < 10 else 0.0 if kind == 10 else draw()
 
 
 def _script(x: int, state: JobState, seconds: float) -> ProbeScript:
@@ -118,66 +167,358 @@ def _script(x: int, state: JobState, seconds: float) -> ProbeScript:
     return ProbeScript(seconds=seconds, state=state, metrics=metrics)
 
 
-@st.composite
-def scenarios(draw: st.DrawFn) -> Scenario:
-    distinct = draw(st.integers(1, 12))
-    proposals = tuple(draw(st.lists(st.integers(0, distinct - 1), min_size=1, max_size=12)))
+def scenario(number: int) -> Scenario:
+    """Generated case *number* (the same case on every run)."""
+    draw = Draw(f"dse-budget-property-{number}")
+    distinct = draw.integer(1, 12)
+    proposals = tuple(draw.integer(0, distinct - 1) for _ in range(draw.integer(1, 12)))
     scripts = {
-        x: tuple(_script(x, state, seconds) for state, seconds in draw(_ATTEMPTS))
+        x: tuple(_script(x, *draw.attempt()) for _ in range(draw.integer(1, 4)))
         for x in range(distinct)
     }
     # One trial in four asks for resources of its own (an environment may set them per trial).
     resources = {
-        x: (draw(st.integers(1, 8)), draw(st.integers(0, 4)))
-        for x in range(distinct) if draw(st.integers(0, 3)) == 0
+        x: (draw.integer(1, 8), draw.integer(0, 4)) for x in range(distinct) if draw.one_in(4)
     }
     # Rarely no time limit: then only the trials and a cancelling wall-clock ceiling apply.
-    no_limit = draw(st.integers(0, 7)) == 0
-
-    def sometimes(strategy: st.SearchStrategy[Any]) -> Any:
-        # Each per-trial ceiling in one case of three: together they often leave little time.
-        return draw(strategy) if draw(st.integers(0, 2)) == 0 else None
-
-    def ceiling(strategy: st.SearchStrategy[float]) -> float | None:
-        # A campaign ceiling in one case of two, and zero (nothing may start) now and then.
-        kind = draw(st.integers(0, 19))
-        return None if kind < 10 else 0.0 if kind == 10 else draw(strategy)
-
-    compute_hours = ceiling(_COMPUTE_HOURS)
+    no_limit = draw.one_in(8)
+    # One attempt's worst case is at most 30 s x 8 CPUs = 240 cpu-seconds (and 30 s x 36
+    # USD/h x 13 units = 3.9 USD), so these ceilings sometimes bind at once, sometimes never.
     trial = TrialCeilings(
-        wall_s=sometimes(_TRIAL_WALL), compute=sometimes(_TRIAL_COMPUTE),
-        money=sometimes(_TRIAL_MONEY),
+        wall_s=draw.sometimes(lambda: draw.seconds(0.5, 40.0)),
+        compute=draw.sometimes(lambda: (draw.unit(), draw.hours(1.0, 300.0))),
+        money=draw.sometimes(lambda: draw.seconds(0.001, 5.0)),
     )
-    trials, max_trials = draw(_TRIALS), draw(_TRIALS)
+    compute_hours = draw.ceiling(lambda: draw.hours(1.0, 2000.0))
+    trials, max_trials = draw.trials(), draw.trials()
     bounded = trials is not None or max_trials is not None
     return Scenario(
         proposals=proposals,
-        endless=bounded and draw(st.booleans()),
+        endless=bounded and draw.one_in(2),
         scripts=scripts,
         resources=resources,
-        time_limit=None if no_limit else draw(_TIME_LIMIT),
-        cpus=draw(st.integers(1, 8)),
-        gpus=draw(st.integers(0, 4)),
-        price=Price(cpu_hour=draw(_RATE), gpu_hour=draw(_RATE), node_hour=draw(_RATE)),
-        mode=draw(st.sampled_from(["waves", "rolling"])),
-        parallelism=draw(st.integers(1, 8)),
+        time_limit=None if no_limit else (
+            draw.seconds(0.5, 30.0) if draw.one_in(2) else draw.seconds(10.0, 30.0)),
+        cpus=draw.integer(1, 8),
+        gpus=draw.integer(0, 4),
+        price=Price(cpu_hour=draw.rate(), gpu_hour=draw.rate(), node_hour=draw.rate()),
+        mode=draw.choice(["waves", "rolling"]),
+        parallelism=draw.integer(1, 8),
         max_trials=max_trials,
-        max_interruptions=draw(st.integers(0, 3)),
-        interruption_threshold=draw(st.integers(1, 10)),
+        max_interruptions=draw.integer(0, 3),
+        interruption_threshold=draw.integer(1, 10),
         budget=Budget(
             trials=trials,
-            wall_clock_s=ceiling(_WALL_CLOCK),
-            compute=None if compute_hours is None else (draw(_UNIT), compute_hours),
-            money=ceiling(_MONEY),
+            wall_clock_s=draw.ceiling(lambda: draw.seconds(1.0, 200.0)),
+            compute=None if compute_hours is None else (draw.unit(), compute_hours),
+            money=draw.ceiling(lambda: draw.seconds(0.01, 10.0)),
             currency="USD",
-            on_deadline=draw(st.sampled_from(["cancel", "finish"])),
+            on_deadline=draw.choice(["cancel", "finish"]),
             trial=trial,
         ),
-        overrun_s=draw(_OVERRUN),
+        overrun_s=0.0 if draw.one_in(2) else draw.seconds(0.0, 5.0),
     )
 
 
-# -- running one case --------------------------------------------------------------------
+# -- what a run left: both layers are checked on this --------------------------------------
+
+@dataclass(frozen=True)
+class Charged:
+    """One attempt's settled spend."""
+
+    trial: int
+    """The trial it belongs to (a key unique within the run)."""
+    spend: Spend
+    ended_at: float
+    reserved: Spend | None = None
+    """What the gate reserved for it (the gate layer knows; the record does not keep it)."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """How a run of one case ended, what it dispatched and what each attempt spent."""
+
+    refusal: str | None = None
+    """The configuration error that refused the campaign before it started."""
+    status: str = ""
+    end_reason: str = ""
+    started: float = 0.0
+    ended: float = 0.0
+    clock: float = 0.0
+    """The clock when the run was over."""
+    dispatched: frozenset[int] = frozenset()
+    """Trials that got an attempt (those the trials ceiling counts)."""
+    attempts: tuple[Charged, ...] = ()
+    spent: Spend = field(default_factory=Spend)
+    """What the gate's ledger says was spent."""
+    reserved: Spend = field(default_factory=Spend)
+    """What the gate's ledger still holds in reservations."""
+
+
+# -- the gate layer: the engine's use of the gate, modelled --------------------------------
+
+@dataclass(eq=False)
+class ModelTrial:
+    number: int
+    x: int
+    spec: JobSpec
+    """As the environment prepares it: the environment's time limit, the trial's resources."""
+    attempt: int = 1
+    interruptions: int = 0
+    spent: Spend = field(default_factory=Spend)
+
+
+@dataclass(eq=False)
+class ModelAttempt:
+    trial: ModelTrial
+    spec: JobSpec
+    """With the time limit the per-trial ceilings leave it."""
+    reserved: Spend
+    started: float
+    ends: float
+    """When the backend ends it: its duration, cut at its limit plus the overrun (before it
+    started when the per-trial ceilings leave a trial of its resources less than nothing)."""
+    state: JobState
+
+    @property
+    def due(self) -> float:
+        return max(self.ends, self.started)
+
+
+_INTERRUPTED = (JobState.PREEMPTED, JobState.NODE_FAIL)
+_REUSABLE = (JobState.SUCCEEDED, JobState.FAILED)
+"""Ends whose trial (completed or failed) later proposals of its configuration reuse."""
+
+
+class GateModel:
+    """The engine's use of the budget gate in one campaign, on a clock that jumps from one
+    attempt's end to the next (the timed probe's): before a pull, how many new trials the
+    gate affords; each new trial reserves its worst case at the time limit the per-trial
+    ceilings leave it (``new_trial=True``) and is not dispatched when refused; an attempt runs
+    its scripted duration, cut at its limit plus the backend's overrun (ended ``timeout``),
+    and is charged and settled when it ends; an interrupted one is retried, up to
+    ``max_interruptions``, at what its trial's ceilings leave (``new_trial=False``), and
+    retries that do not fit while nothing runs are given up; at the wall-clock ceiling
+    dispatch stops, and with ``cancel`` what runs is cancelled (charged up to then). A repeated
+    configuration reuses a completed or failed trial, or waits for a running one, at no cost.
+    Dispatch pauses while ``interruption_threshold`` interruptions are in the window; paused
+    with nothing running, the clock sleeps a polling interval or to the deadline. Not
+    modelled (it moves neither time nor money on the probe): node avoidance."""
+
+    def __init__(self, case: Scenario) -> None:
+        self.case = case
+        self.gate = BudgetGate(case.budget, case.price, overrun_s=case.overrun_s)
+        self.environment = dse.EnvironmentConfig(
+            time_limit=case.time_limit, resources=dse.Resources(case.cpus, case.gpus))
+        fresh = itertools.count(FRESH) if case.endless else iter(())
+        self.agent: Iterator[int] = itertools.chain(case.proposals, fresh)
+        self.numbers = itertools.count(1)
+        self.now = 0.0
+        self.running: list[ModelAttempt] = []
+        self.retries: list[ModelTrial] = []
+        self.known: set[int] = set()
+        """Configurations a new proposal reuses (they ended completed or failed) or waits for
+        (they run)."""
+        self.steps = 0
+        self.done: str | None = None
+        self.stopping = False
+        self.interruptions: deque[float] = deque()
+        self.paused = False
+        self.dispatched: set[int] = set()
+        self.charged: list[Charged] = []
+
+    def run(self) -> Record:
+        try:
+            self.gate.check(self.environment, where="<campaign>")
+        except dse.ConfigError as exc:
+            return Record(refusal=str(exc))
+        self.gate.open(0.0)
+        for _ in range(MAX_PASSES):
+            self.check_deadline()
+            if self.stopping:
+                self.cancel_all()
+                break
+            self.check_pause()
+            if not self.paused or (self.done == "budget_exhausted" and not self.running):
+                # Past the wall-clock ceiling a paused campaign still ends its waiting retries.
+                self.admit_retries()
+                self.refill()
+            if self.idle() and not (self.paused and not self.done):
+                break
+            self.advance()
+        else:
+            raise Spinning(f"the model still ran after {MAX_PASSES} passes")
+        reason = self.done or "agent_exhausted"
+        return Record(
+            status="budget_exhausted" if reason == "budget_exhausted" else "completed",
+            end_reason=reason, started=0.0, ended=self.now, clock=self.now,
+            dispatched=frozenset(self.dispatched), attempts=tuple(self.charged),
+            spent=self.gate.spent, reserved=self.gate.reserved,
+        )
+
+    def idle(self) -> bool:
+        return not self.running and not self.retries
+
+    def check_deadline(self) -> None:
+        deadline = self.gate.deadline
+        if deadline is None or self.now < deadline or self.done == "budget_exhausted":
+            return
+        if self.done is not None and not self.idle():
+            self.done = None  # work was left when the clock ran out: that is why it ended
+        self.done = self.done or "budget_exhausted"
+        if self.case.budget.on_deadline == "cancel" and self.running:
+            self.stopping = True
+
+    def check_pause(self) -> None:
+        window = self.interruptions
+        while window and window[0] < self.now - INTERRUPTION_WINDOW:
+            window.popleft()
+        self.paused = len(window) >= self.case.interruption_threshold
+
+    def refill(self) -> None:
+        case = self.case
+        while not self.done:
+            busy = len(self.running) + len(self.retries)
+            if case.mode == "waves" and busy:
+                return
+            slots = case.parallelism - busy
+            if slots <= 0 or self.fill(slots) or busy:
+                return
+
+    def fill(self, slots: int) -> int:
+        """Pull proposals until *slots* trials started (or none may); how many started."""
+        case, started = self.case, 0
+        while slots > started and not self.done:
+            if case.max_trials is not None and self.steps >= case.max_trials:
+                self.done = "max_trials"
+                break
+            want = slots - started
+            if case.max_trials is not None:
+                want = min(want, case.max_trials - self.steps)
+            want, _ = self.gate.affordable(want, self.now, self.environment)
+            if want == 0:
+                if self.idle():
+                    self.done = "budget_exhausted"
+                break
+            proposals = list(itertools.islice(self.agent, want))
+            if not proposals:
+                self.done = "agent_exhausted"
+                break
+            for x in proposals:
+                self.steps += 1
+                took = self.new_trial(x)
+                if took is None:
+                    return started  # refused: no more pulls until something ends
+                started += took
+        return started
+
+    def new_trial(self, x: int) -> int | None:
+        """Dispatch a trial of *x*: 1 if it started, 0 if it reused another, ``None`` if the
+        gate refused it."""
+        if x in self.known:
+            return 0
+        case = self.case
+        own = case.resources.get(case.like(x))
+        resources = dse.Resources(*own) if own else self.environment.resources
+        spec = JobSpec(f"t{x}", 1, {"x": x}, Path(f"t{x}"), resources=resources,
+                       time_limit=case.time_limit)
+        trial = ModelTrial(next(self.numbers), x, spec)
+        limited = dataclasses.replace(spec, time_limit=self.gate.time_limit(spec, Spend()))
+        taken = self.gate.reserve(limited, self.now, new_trial=True)
+        if isinstance(taken, str):
+            if self.idle():
+                self.done = "budget_exhausted"
+            return None
+        self.dispatched.add(trial.number)
+        self.known.add(x)
+        self.start(trial, limited, taken)
+        return 1
+
+    def start(self, trial: ModelTrial, spec: JobSpec, reserved: Spend) -> None:
+        script = self.case.attempt_script(trial.x, trial.attempt)
+        assert script.seconds is not None
+        run, state, limit = script.seconds, script.state, spec.time_limit
+        if limit is not None and limit < run:
+            run, state = min(run, limit + self.case.overrun_s), JobState.TIMEOUT
+        self.running.append(
+            ModelAttempt(trial, spec, reserved, self.now, self.now + run, state))
+
+    def admit_retries(self) -> None:
+        waiting = []
+        for trial in self.retries:
+            spec = dataclasses.replace(
+                trial.spec, attempt=trial.attempt,
+                time_limit=self.gate.time_limit(trial.spec, trial.spent))
+            taken = self.gate.reserve(spec, self.now, new_trial=False)
+            if isinstance(taken, str):
+                waiting.append(trial)
+            else:
+                self.start(trial, spec, taken)
+        if waiting and not self.running:
+            # Nothing runs, so nothing will free a reservation: these retries never fit.
+            for trial in waiting:
+                self.known.discard(trial.x)
+            waiting = []
+        self.retries = waiting
+
+    def advance(self) -> None:
+        """Move the clock to the next end (or to a cancelling deadline) and settle what
+        ended, in the order the attempts were submitted."""
+        deadline = self.gate.deadline
+        if not self.running:
+            # Paused: sleep until the oldest interruption leaves the window, at least one
+            # polling interval, and no further than the deadline.
+            left = max(self.interruptions[0] + INTERRUPTION_WINDOW - self.now, POLL_INTERVAL)
+            if deadline is not None and self.now < deadline:
+                left = min(left, deadline - self.now)
+            self.now += left
+            return
+        due = min(attempt.due for attempt in self.running)
+        if deadline is not None and self.case.budget.on_deadline == "cancel" and due > deadline:
+            self.now = deadline
+            return
+        self.now = due
+        ended = [attempt for attempt in self.running if attempt.due <= due]
+        self.running = [attempt for attempt in self.running if attempt.due > due]
+        for attempt in ended:
+            self.settle(attempt, attempt.ends)
+            trial = attempt.trial
+            if attempt.state in _INTERRUPTED:
+                self.interruptions.append(self.now)
+                if self.retry(trial):
+                    continue
+            if attempt.state not in _REUSABLE:
+                self.known.discard(trial.x)
+
+    def settle(self, attempt: ModelAttempt, ended_at: float) -> None:
+        status = JobStatus("probe", attempt.state, started_at=attempt.started,
+                           ended_at=ended_at)
+        spend = self.gate.settle(attempt.reserved,
+                                 self.gate.charge(attempt.spec, status, ended_at))
+        attempt.trial.spent = attempt.trial.spent + spend
+        self.charged.append(Charged(attempt.trial.number, spend, ended_at, attempt.reserved))
+
+    def retry(self, trial: ModelTrial) -> bool:
+        trial.interruptions += 1
+        if trial.interruptions > self.case.max_interruptions:
+            return False
+        limit = self.gate.time_limit(trial.spec, trial.spent)
+        if limit is not None and limit <= 0:
+            return False  # its per-trial ceilings are spent
+        trial.attempt += 1
+        self.retries.append(trial)
+        return True
+
+    def cancel_all(self) -> None:
+        for trial in self.retries:
+            self.gate.settle(None, Spend())  # never submitted: nothing reserved or spent
+            self.charged.append(Charged(trial.number, Spend(), self.now))
+        for attempt in self.running:
+            self.settle(attempt, self.now)
+        self.retries, self.running = [], []
+
+
+# -- the engine layer: the same cases as whole campaigns on the timed probe --------------
 
 class Spinning(AssertionError):
     """The engine kept polling (or asking the agent) without ending."""
@@ -248,16 +589,6 @@ class OverrunningProbe(ProbeBackend):
         return ids
 
 
-@dataclass
-class Outcome:
-    clock: FakeClock
-    refusal: str | None = None
-    """The configuration error that refused the campaign before it started."""
-    engine: dse.Engine | None = None
-    store: dse.Store | None = None
-    result: dse.CampaignResult | None = None
-
-
 def _campaign(case: Scenario, workspace: Path) -> dse.Campaign:
     environment: dict[str, Any] = {"cpus": case.cpus, "gpus": case.gpus}
     if case.time_limit is not None:
@@ -268,7 +599,7 @@ def _campaign(case: Scenario, workspace: Path) -> dse.Campaign:
         "interruption_threshold": case.interruption_threshold,
         "pause_on_interruptions": True,
         # The probe sleeps the fake clock to the next end, so the cadence may be long.
-        "poll_interval": "1h",
+        "poll_interval": POLL_INTERVAL,
     }
     if case.max_trials is not None:
         table["max_trials"] = case.max_trials
@@ -281,26 +612,100 @@ def _campaign(case: Scenario, workspace: Path) -> dse.Campaign:
     return dataclasses.replace(camp, budget=case.budget, price=case.price)
 
 
-def run_case(case: Scenario, root: Path) -> Outcome:
-    scripts = case.scripts
+def run_engine(case: Scenario, root: Path) -> Record:
+    """Run *case* as a campaign through the engine and read what it recorded."""
 
     def script(params: Mapping[str, Any]) -> Sequence[ProbeScript]:
-        return scripts[case.like(params["x"])]
+        return case.scripts[case.like(params["x"])]
 
     clock = FakeClock(start=0.0)
     camp = _campaign(case, root)
-    store = dse.Store(root / "dse.sqlite", durable=False)
+    path = root / "dse.sqlite"
+    store = dse.Store(path, durable=False)
     try:
-        engine = dse.Engine(
-            camp, agent=EndlessAgent(case.proposals, endless=case.endless),
-            environment=SizedEnvironment(camp, case),
-            backend=OverrunningProbe(script, clock=clock, overrun_s=case.overrun_s),
-            store=store, clock=clock, listener=PassGuard(),
-        )
-    except dse.ConfigError as exc:
+        agent = EndlessAgent(case.proposals, endless=case.endless)
+        try:
+            engine = dse.Engine(
+                camp, agent=agent, environment=SizedEnvironment(camp, case),
+                backend=OverrunningProbe(script, clock=clock, overrun_s=case.overrun_s),
+                store=store, clock=clock, listener=PassGuard(),
+            )
+        except dse.ConfigError as exc:
+            return Record(refusal=str(exc))
+        result = engine.run()
+    finally:
         store.close()
-        return Outcome(clock, refusal=str(exc))
-    return Outcome(clock, engine=engine, store=store, result=engine.run())
+    assert result.status in ("completed", "budget_exhausted"), result
+    if result.end_reason == "agent_exhausted":
+        assert agent.exhausted, "ended as if the agent were exhausted"
+    record = read_record(path, result.campaign_id)
+    ledger = engine.ledger
+    return dataclasses.replace(record, clock=clock.now, spent=ledger.spent,
+                               reserved=ledger.reserved)
+
+
+def read_record(path: Path, campaign_id: int) -> Record:
+    """What the run left in the store file, checked to be finished and consistent (read with
+    SQL, as any other program may read it)."""
+    db = sqlite3.connect(path)
+    db.row_factory = sqlite3.Row
+    try:
+        (run,) = db.execute("SELECT status, end_reason, created_at, ended_at FROM campaigns"
+                            " WHERE id = ?", (campaign_id,)).fetchall()
+        trials = {row["id"]: dict(row) for row in db.execute(
+            "SELECT id, status, cache_of, ended_at FROM trials WHERE campaign_id = ?",
+            (campaign_id,))}
+        attempts = [dict(row) for row in db.execute(
+            "SELECT trial_id, job_id, state, spend, ended_at FROM attempts ORDER BY id")]
+    finally:
+        db.close()
+
+    # The run ended, and left nothing behind.
+    assert run["ended_at"] is not None
+    for trial in trials.values():
+        assert trial["status"] != "running", trial
+        assert trial["ended_at"] is not None, trial
+    for attempt in attempts:
+        assert attempt["state"] not in UNFINISHED, attempt
+        assert attempt["ended_at"] is not None, attempt
+
+    # Every spend belongs to exactly one trial of this run, never to a cache hit.
+    charged = []
+    for attempt in attempts:
+        owner = trials.get(attempt["trial_id"])
+        assert owner is not None, attempt
+        assert owner["cache_of"] is None, owner
+        if attempt["job_id"] is not None:
+            assert attempt["spend"] is not None, attempt
+        if attempt["spend"] is None:
+            continue
+        spend = Spend(**json.loads(attempt["spend"]))
+        if attempt["job_id"] is None:
+            # Ended before it was submitted (the campaign stopped): it cannot have cost.
+            assert spend == Spend(), attempt
+        charged.append(Charged(attempt["trial_id"], spend, float(attempt["ended_at"])))
+    return Record(
+        status=run["status"], end_reason=run["end_reason"], started=float(run["created_at"]),
+        ended=float(run["ended_at"]),
+        dispatched=frozenset(attempt["trial_id"] for attempt in attempts),
+        attempts=tuple(charged),
+    )
+
+
+def agrees_with_the_model(case: Scenario, record: Record) -> None:
+    """The engine used the gate as :class:`GateModel` does, so that the gate layer's cases
+    stand for campaigns: the same refusal, or the same trials and attempts, the same spend
+    and the same end. (A change to how the engine dispatches, retries, pauses or stops that
+    fails here is a change to make in the model too.)"""
+    model = GateModel(case).run()
+    assert model.refusal == record.refusal
+    if record.refusal is not None:
+        return
+    assert (model.end_reason, len(model.dispatched), len(model.attempts)) == (
+        record.end_reason, len(record.dispatched), len(record.attempts))
+    assert model.ended == pytest.approx(record.ended, abs=TOLERANCE)
+    for name, value in record.spent.as_dict().items():
+        assert model.spent.as_dict()[name] == pytest.approx(value, abs=TOLERANCE), name
 
 
 # -- what must hold ----------------------------------------------------------------------
@@ -377,125 +782,96 @@ def one_fits(case: Scenario) -> bool:
     return budget.money is None or worst.money * margin < budget.money
 
 
-def check(case: Scenario, out: Outcome) -> None:
+def check(case: Scenario, record: Record) -> None:
     budget = case.budget
     limit = time_limit(case)
-    if out.refusal is not None:
+    if record.refusal is not None:
         # Refused up front: the per-trial ceilings leave no time to run, or a compute, money
         # or finishing ceiling has no time limit to reserve.
         if limit is None:
-            assert "needs a time limit" in out.refusal, out.refusal
+            assert "needs a time limit" in record.refusal, record.refusal
             assert budget.compute is not None or budget.money is not None or (
                 budget.wall_clock_s is not None and budget.on_deadline == "finish"
             )
         else:
-            assert "leave no time" in out.refusal, out.refusal
+            assert "leave no time" in record.refusal, record.refusal
             assert limit <= TOLERANCE, limit
         return
     assert limit is None or limit > 0, limit
-    assert out.store is not None
-    assert out.engine is not None
-    assert out.result is not None
-    store, result = out.store, out.result
-    (run,) = store.query("SELECT * FROM campaigns WHERE id = ?", (result.campaign_id,))
-    assert result.status in ("completed", "budget_exhausted"), result
-    if result.end_reason == "agent_exhausted":
-        assert out.engine.agent.exhausted, "ended as if the agent were exhausted"
-    assert run["ended_at"] is not None
-    started = float(run["created_at"])
-    trials = {row["id"]: row for row in store.trials(result.campaign_id)}
-    attempts = store.query("SELECT * FROM attempts")
+    assert record.status in ("completed", "budget_exhausted"), record.status
 
-    # The run ended, and left nothing behind.
-    for trial in trials.values():
-        assert trial["status"] != "running", dict(trial)
-        assert trial["ended_at"] is not None, dict(trial)
-    for attempt in attempts:
-        assert attempt["state"] not in UNFINISHED, dict(attempt)
-        assert attempt["ended_at"] is not None, dict(attempt)
-
-    # Every spend belongs to exactly one trial of this run, never to a cache hit.
+    # What the ledger says was spent is what the attempts spent, trial by trial; every
+    # reservation was settled.
     total = Spend()
     per_trial: dict[int, Spend] = {}
-    spends: list[tuple[Any, Spend]] = []
-    for attempt in attempts:
-        owner = trials.get(attempt["trial_id"])
-        assert owner is not None, dict(attempt)
-        assert owner["cache_of"] is None, dict(owner)
-        if attempt["job_id"] is not None:
-            assert attempt["spend"] is not None, dict(attempt)
-        if attempt["spend"] is None:
-            continue
-        spend = Spend(**json.loads(attempt["spend"]))
-        if attempt["job_id"] is None:
-            # Ended before it was submitted (the campaign stopped): it cannot have cost.
-            assert spend == Spend(), dict(attempt)
-        spends.append((attempt, spend))
-        total = total + spend
-        per_trial[owner["number"]] = per_trial.get(owner["number"], Spend()) + spend
-    summary = summarize(store, result.campaign_id)
+    for attempt in record.attempts:
+        total = total + attempt.spend
+        per_trial[attempt.trial] = per_trial.get(attempt.trial, Spend()) + attempt.spend
     for name, value in total.as_dict().items():
-        assert summary.spent.as_dict()[name] == pytest.approx(value, abs=TOLERANCE)
-        assert out.engine.ledger.spent.as_dict()[name] == pytest.approx(value, abs=TOLERANCE)
+        assert record.spent.as_dict()[name] == pytest.approx(value, abs=TOLERANCE)
         assert sum(s.as_dict()[name] for s in per_trial.values()) == pytest.approx(
             value, abs=TOLERANCE
         )
-    assert set(summary.trial_spend) == set(per_trial)
-    # Every reservation was settled.
-    for name, value in out.engine.ledger.reserved.as_dict().items():
+    for name, value in record.reserved.as_dict().items():
         assert value == pytest.approx(0.0, abs=TOLERANCE), (name, value)
 
     # Campaign ceilings.
-    dispatched = {attempt["trial_id"] for attempt in attempts}
     if budget.trials is not None:
-        assert len(dispatched) <= budget.trials
+        assert len(record.dispatched) <= budget.trials
     if budget.compute is not None:
         unit, hours = budget.compute
         assert not _exceeds(total.compute_s(unit), hours * 3600), (total, budget.compute)
     if budget.money is not None:
         assert not _exceeds(total.money, budget.money), (total, budget.money)
     if budget.wall_clock_s is not None:
-        deadline = started + budget.wall_clock_s
+        deadline = record.started + budget.wall_clock_s
         # "cancel" stops what runs at the deadline; "finish" only starts what can end by it.
-        assert not _exceeds(float(run["ended_at"]), deadline), (dict(run), deadline)
-        assert not _exceeds(out.clock.now, deadline)
-        for attempt in attempts:
-            assert not _exceeds(float(attempt["ended_at"]), deadline), dict(attempt)
+        assert not _exceeds(record.ended, deadline), (record.ended, deadline)
+        assert not _exceeds(record.clock, deadline)
+        for attempt in record.attempts:
+            assert not _exceeds(attempt.ended_at, deadline), attempt
 
-    # The environment's time limit holds per attempt; the per-trial ceilings hold for the
-    # sum of a trial's attempts (a retry gets only what its earlier attempts left).
-    trial_ceilings = budget.trial
-    per_trial: dict[int, Spend] = {}
-    for attempt, spend in spends:
-        per_trial[attempt["trial_id"]] = per_trial.get(attempt["trial_id"], Spend()) + spend
-        if case.time_limit is not None:
-            assert not _exceeds(spend.wall_s, case.time_limit + case.overrun_s), (
-                dict(attempt), spend
-            )
-    for trial_id, spend in per_trial.items():
-        if trial_ceilings.wall_s is not None:
-            assert not _exceeds(spend.wall_s, trial_ceilings.wall_s), (trial_id, spend)
-        if trial_ceilings.compute is not None:
-            unit, hours = trial_ceilings.compute
-            assert not _exceeds(spend.compute_s(unit), hours * 3600), (trial_id, spend)
-        if trial_ceilings.money is not None:
-            assert not _exceeds(spend.money, trial_ceilings.money), (trial_id, spend)
+    _check_trials(case, record, per_trial)
 
     # A ceiling too small for one trial ends the campaign at once, having spent nothing;
     # one that clearly fits a trial (of the campaign's size) lets the first one start.
     if case.max_trials != 0 and nothing_fits(case):
-        assert (result.status, result.end_reason) == ("budget_exhausted", "budget_exhausted")
-        assert not attempts
-        assert float(run["ended_at"]) == started
+        assert (record.status, record.end_reason) == ("budget_exhausted", "budget_exhausted")
+        assert not record.dispatched
+        assert record.ended == record.started
     if case.max_trials != 0 and one_fits(case) and case.proposals[0] not in case.resources:
-        assert attempts, "a trial that fits every ceiling was never dispatched"
+        assert record.dispatched, "a trial that fits every ceiling was never dispatched"
+
+
+def _check_trials(case: Scenario, record: Record, per_trial: Mapping[int, Spend]) -> None:
+    # An attempt spends no more than it reserved, and the environment's time limit holds
+    # for each; the per-trial ceilings hold for the sum of a trial's attempts (a retry gets
+    # only what its earlier attempts left).
+    for attempt in record.attempts:
+        reserved = attempt.reserved
+        if reserved is not None and reserved.wall_s > 0:  # it had a time limit
+            for name, value in attempt.spend.as_dict().items():
+                assert not _exceeds(value, reserved.as_dict()[name]), (attempt, name)
+        if case.time_limit is not None:
+            assert not _exceeds(attempt.spend.wall_s, case.time_limit + case.overrun_s), (
+                attempt
+            )
+    trial_ceilings = case.budget.trial
+    for trial, spend in per_trial.items():
+        if trial_ceilings.wall_s is not None:
+            assert not _exceeds(spend.wall_s, trial_ceilings.wall_s), (trial, spend)
+        if trial_ceilings.compute is not None:
+            unit, hours = trial_ceilings.compute
+            assert not _exceeds(spend.compute_s(unit), hours * 3600), (trial, spend)
+        if trial_ceilings.money is not None:
+            assert not _exceeds(spend.money, trial_ceilings.money), (trial, spend)
 
 
 # -- the shards ----------------------------------------------------------------------------
 
 @pytest.fixture
 def scratch(tmp_path: Path) -> Iterator[Path]:
-    """A directory on a RAM disk when there is one (each case makes a store and trial
+    """A directory on a RAM disk when there is one (each engine case makes a store and trial
     directories; the record need not survive a crash here)."""
     shm = Path("/dev/shm")
     base = shm if shm.is_dir() and os.access(shm, os.W_OK) else tmp_path
@@ -505,24 +881,26 @@ def scratch(tmp_path: Path) -> Iterator[Path]:
 
 
 def _tally(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, shard: int,
-    cases: int,
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, layer: str,
+    shard: int, cases: int,
 ) -> str:
     """Note this shard's count where every shard of this session sees it (xdist workers
     share the parent of their temporary directories); return the line to print."""
     base = tmp_path_factory.getbasetemp()
     if hasattr(request.config, "workerinput"):  # an xdist worker
         base = base.parent
-    tally = base / "budget-property-cases"
+    tally = base / f"budget-property-{layer}-cases"
     tally.mkdir(exist_ok=True)
     part = tally / f"shard-{shard}.tmp"
     part.write_text(str(cases))
     part.replace(tally / f"shard-{shard}")
     counts = [int(path.read_text()) for path in tally.glob("shard-*[0-9]")]
-    line = f"budget property: shard {shard + 1}/{SHARDS} checked {cases:,} generated cases"
-    if len(counts) == SHARDS:
+    shards = LAYERS[layer][0]
+    line = (f"budget property ({layer}): shard {shard + 1}/{shards} checked {cases:,}"
+            " generated cases")
+    if len(counts) == shards:
         return f"{line}; {sum(counts):,} in all"
-    return f"{line}; {sum(counts):,} so far ({len(counts)} of {SHARDS} shards)"
+    return f"{line}; {sum(counts):,} so far ({len(counts)} of {shards} shards)"
 
 
 def _print(request: pytest.FixtureRequest, line: str) -> None:
@@ -533,31 +911,49 @@ def _print(request: pytest.FixtureRequest, line: str) -> None:
         sys.stderr.flush()
 
 
-@pytest.mark.parametrize("shard", range(SHARDS))
-def test_spend_never_exceeds_a_ceiling_and_the_campaign_ends(
+def _check_generated(
+    layer: str, shard: int, run: Callable[[Scenario], Record], request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory, record_property: Callable[[str, object], None],
+) -> None:
+    """Check this shard's cases of *layer*, each as *run* records it, and report how many."""
+    per_shard = LAYERS[layer][1]
+    stride = ENGINE_STRIDE if layer == "engine" else 1
+    cases = 0
+    for index in range(shard * per_shard, (shard + 1) * per_shard):
+        number = index * stride
+        case = scenario(number)
+        try:
+            check(case, run(case))
+        except Exception as exc:
+            exc.add_note(f"generated case {number} ({layer} layer): {case!r}")
+            raise
+        cases += 1
+    record_property("generated_cases", cases)
+    _print(request, _tally(request, tmp_path_factory, layer, shard, cases))
+    assert cases == per_shard
+
+
+@pytest.mark.parametrize("shard", range(LAYERS["gate"][0]))
+def test_the_gate_never_lets_spend_pass_a_ceiling(
+    shard: int, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest,
+    record_property: Callable[[str, object], None],
+) -> None:
+    _check_generated("gate", shard, lambda case: GateModel(case).run(), request,
+                     tmp_path_factory, record_property)
+
+
+@pytest.mark.parametrize("shard", range(LAYERS["engine"][0]))
+def test_a_campaign_never_spends_past_a_ceiling_and_ends(
     shard: int, scratch: Path, tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest, record_property: Callable[[str, object], None],
 ) -> None:
-    cases = 0
-
-    # A fixed seed per shard: every run checks the same cases, and the shards differ.
-    @seed(20_260_006 + shard)
-    @settings(max_examples=CASES_PER_SHARD, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow])
-    @given(case=scenarios())
-    def holds(case: Scenario) -> None:
-        nonlocal cases
-        cases += 1
+    def run(case: Scenario) -> Record:
         root = Path(tempfile.mkdtemp(dir=scratch))
-        out = run_case(case, root)
         try:
-            check(case, out)
+            record = run_engine(case, root)
         finally:
-            if out.store is not None:
-                out.store.close()
             shutil.rmtree(root, ignore_errors=True)
+        agrees_with_the_model(case, record)
+        return record
 
-    holds()
-    record_property("generated_cases", cases)
-    _print(request, _tally(request, tmp_path_factory, shard, cases))
-    assert cases >= CASES_PER_SHARD
+    _check_generated("engine", shard, run, request, tmp_path_factory, record_property)

@@ -28,6 +28,7 @@ KILLS = 10
 WRITER = r"""
 import os, sys
 import dse
+from dse import TrialStatus
 from dse._store import Batch
 
 path, acks, batch_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -46,17 +47,17 @@ while True:
     # Each pass ends the previous batch's trials and starts new ones, so a transaction both
     # rewrites existing pages and adds new ones.
     for row_id in previous:
-        batch.trial_ends.append(("completed", None, None, '{"value":1}', 1.0, 1.0, row_id))
+        batch.end_trial(row=row_id, status=TrialStatus.COMPLETED, metrics={"value": 1},
+                        score=1.0, ended_at=1.0)
     previous = []
     for _ in range(batch_size):
         number += 1
         row_id = store.new_trial_id()
         previous.append(row_id)
-        batch.trials.append((
-            row_id, run, number, number, 1, f"hash-{run}-{number}", payload, "running",
-            None, None, None, None, None, None, 0.0, None,
-        ))
-    batch.events.append((run, None, 0.0, "pass", payload))
+        batch.add_trial(row=row_id, campaign=run, number=number, proposal=number, wave=1,
+                        config_hash=f"hash-{run}-{number}", params_json=payload,
+                        status=TrialStatus.RUNNING, created_at=0.0)
+    batch.add_event(campaign=run, trial=None, at=0.0, kind="pass", data={"p": payload})
     store.commit(batch)
     committed += batch_size
     os.write(ack, b"%d\n" % committed)

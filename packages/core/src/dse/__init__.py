@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from dse._html import write_html_report
     from dse._lock import CampaignLock, LockHolder
     from dse._plugins import PluginManager, Registered
+    from dse._pool import Pool, PoolConfig, drive, run_pool
     from dse._protocols import Agent, Environment, TrialInfo
+    from dse._scheduler import Plan, PoolScheduler, Request
     from dse._scoring import Scorer
     from dse._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
     from dse._store import Store, filesystem_type
@@ -87,9 +89,14 @@ _LAZY: dict[str, str] = {
     "Observation": "dse._types",
     "ParamError": "dse._space",
     "Parameter": "dse._space",
+    "Plan": "dse._scheduler",
     "PluginError": "dse._errors",
     "PluginManager": "dse._plugins",
+    "Pool": "dse._pool",
+    "PoolConfig": "dse._pool",
+    "PoolScheduler": "dse._scheduler",
     "Registered": "dse._plugins",
+    "Request": "dse._scheduler",
     "Resources": "dse._types",
     "Scorer": "dse._scoring",
     "Space": "dse._space",
@@ -104,10 +111,12 @@ _LAZY: dict[str, str] = {
     "campaign_from_dict": "dse._campaign",
     "canonical_json": "dse._hashing",
     "config_hash": "dse._hashing",
+    "drive": "dse._pool",
     "filesystem_type": "dse._store",
     "hookimpl": "dse.hookspecs",
     "load_campaign": "dse._campaign",
     "parse_duration": "dse._units",
+    "run_pool": "dse._pool",
     "write_html_report": "dse._html",
 }
 
@@ -145,9 +154,14 @@ __all__ = [
     "Observation",
     "ParamError",
     "Parameter",
+    "Plan",
     "PluginError",
     "PluginManager",
+    "Pool",
+    "PoolConfig",
+    "PoolScheduler",
     "Registered",
+    "Request",
     "Resources",
     "Scorer",
     "Space",
@@ -162,10 +176,12 @@ __all__ = [
     "campaign_from_dict",
     "canonical_json",
     "config_hash",
+    "drive",
     "filesystem_type",
     "hookimpl",
     "load_campaign",
     "parse_duration",
+    "run_pool",
     "write_html_report",
 ]
 

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dse._constraints import is_callable_ref
 from dse._engine import Engine
 from dse._errors import ConfigError, PluginError
 from dse._plugins import PluginManager
-from dse._scoring import function_scorer
+from dse._scoring import build_scorer
 
 if TYPE_CHECKING:
     from dse._backend import Backend
     from dse._campaign import Campaign
     from dse._clock import Clock
-    from dse._engine import EngineListener
-    from dse._scoring import Scorer
+    from dse._outcome import EngineListener
     from dse._store import Store
 
 
@@ -56,42 +54,8 @@ def build_engine(
     scorer = build_scorer(campaign, plugins)
     return Engine(
         campaign, agent=agent, backend=backend, store=store, listener=listener, clock=clock,
-        scorer=scorer, agent_factory=make_agent,
+        scorer=scorer, agent_factory=make_agent, plugins=plugins,
     )
-
-
-def build_scorer(campaign: Campaign, plugins: PluginManager) -> Scorer:
-    """The campaign's scorer: a registered one by name, or ``module:function``."""
-    spec = campaign.scorer
-    source = str(campaign.source or "<campaign>")
-    where = f"{source}: scorer.name"
-    objective = campaign.objectives[0]
-    scorer: Scorer
-    if is_callable_ref(spec.name):
-        if spec.options:
-            key = sorted(spec.options)[0]
-            raise ConfigError(
-                f"{source}: scorer.{key}: unknown key; a 'module:function' scorer takes only"
-                " 'name' and 'direction'"
-            )
-        base_dir = campaign.source.parent if campaign.source else None
-        scorer = function_scorer(spec.name, objective, spec, base_dir, where)
-    else:
-        cls = _resolve(plugins.scorer_class, spec.name, source, "scorer")
-        try:
-            scorer = cls(objective, **spec.options)
-        except TypeError as exc:
-            raise ConfigError(f"{source}: scorer.{spec.name}: bad option(s): {exc}") from None
-        if not isinstance(getattr(scorer, "version", None), str):
-            scorer.version = plugins.scorers[spec.name].version
-        if spec.direction is not None:
-            scorer.direction = spec.direction
-    if scorer.needs_baseline and campaign.baseline is None:
-        raise ConfigError(
-            f"{where}: scorer {scorer.name!r} compares against a baseline; add a [baseline]"
-            " table with 'params' or 'trial'"
-        )
-    return scorer
 
 
 def _resolve(lookup: Any, name: str, source: str, kind: str) -> Any:

@@ -393,6 +393,63 @@ def campaign_from_dict(
         raise ConfigError(f"{where}: campaign.name: missing")
     check_name(name, f"{where}: campaign.name")
     space = Space.from_dict(root.table("space"), source=where)
+    objectives = _campaign_objectives(root, data, where)
+    agent, agent_options = _plugin_choice(top, root.table("agent"), "agent", "random")
+    backend, chosen = _plugin_choice(top, root.table("backend"), "backend", "probe")
+    backend_options = dict(chosen)
+    price = _price(backend_options, f"{where}: backend.{backend}.price")
+    root.used.update(("data", "scorer", "baseline", "budget"))
+    data_spec = parse_data(data.get("data"), f"{where}: data", base_dir.resolve())
+    scorer = _scorer(root.table("scorer"), where)
+    baseline = _baseline(data.get("baseline"), where, space)
+    budget = parse_budget(data.get("budget"), f"{where}: budget")
+    if budget.currency is not None and price is not None and budget.currency != price.currency:
+        raise ConfigError(
+            f"{where}: budget: ceilings in {budget.currency} but backend.{backend}.price is in"
+            f" {price.currency}"
+        )
+    serves = _serves(top)
+    settings = _dispatch_settings(top)
+    constraints = _campaign_constraints(top, space, base_dir, where)
+    settings.update(_poll_and_interruptions(top, where))
+    every = top.get("checkpoint_every", (int, float, str), "a duration", None)
+    checkpoint_every = None if every is None else parse_duration(
+        every, top.where("checkpoint_every")
+    )
+    ws = top.get("workspace", str, "a directory path", ".dse")
+    # Absolute: trials run in other directories and must still find their files.
+    workspace_path = (Path(workspace) if workspace is not None else base_dir / ws).resolve()
+    environment = _campaign_environment(
+        root, space, where, base_dir, detect=source is not None, exclude=workspace_path,
+        checkpoint_every=checkpoint_every,
+    )
+    top.finish()
+    root.finish()
+    return Campaign(
+        name=name,
+        space=space,
+        objectives=objectives,
+        agent=agent,
+        agent_options=agent_options,
+        backend=backend,
+        backend_options=backend_options,
+        environment=environment,
+        constraints=constraints,
+        budget=budget,
+        price=price or Price(),
+        serves=tuple(serves) if serves is not None else (name,),
+        data=data_spec,
+        scorer=scorer,
+        baseline=baseline,
+        workspace=workspace_path,
+        source=source,
+        **settings,
+    )
+
+
+def _campaign_objectives(
+    root: _Table, data: Mapping[str, Any], where: str
+) -> tuple[Objective, ...]:
     root.used.add("objectives")
     root.used.add("objective")
     if "objectives" in data and "objective" in data:
@@ -401,47 +458,44 @@ def campaign_from_dict(
     raw_obj = data.get("objectives", data.get("objective"))
     if raw_obj is None:
         raise ConfigError(f"{where}: objectives: missing; add [[objectives]] with metric = \"...\"")
-    objectives = _objectives(raw_obj, where)
-    agent, agent_options = _plugin_choice(top, root.table("agent"), "agent", "random")
-    backend, chosen = _plugin_choice(top, root.table("backend"), "backend", "probe")
-    backend_options = dict(chosen)
-    priced = "price" in backend_options
-    price = Price()
-    if priced:
-        raw_price = backend_options.pop("price")
-        where_price = f"{where}: backend.{backend}.price"
-        if isinstance(raw_price, dict) and any(isinstance(v, dict) for v in raw_price.values()):
-            # One table per partition (queue): the campaign's partition picks, else "default".
-            partition = backend_options.get("partition")
-            key = partition if partition in raw_price else "default"
-            if key not in raw_price:
-                raise ConfigError(
-                    f"{where_price}: no price for partition {partition!r} and no 'default'"
-                    f" (priced: {sorted(raw_price)})"
-                )
-            # Keys beside the partition tables (a currency, a common rate) apply to every
-            # partition that does not set its own.
-            shared = {k: v for k, v in raw_price.items() if not isinstance(v, dict)}
-            raw_price, where_price = {**shared, **raw_price[key]}, f"{where_price}.{key}"
-        price = Price.from_table(raw_price, where_price)
-    root.used.add("data")
-    data_spec = parse_data(data.get("data"), f"{where}: data", base_dir.resolve())
-    root.used.add("scorer")
-    scorer = _scorer(root.table("scorer"), where)
-    root.used.add("baseline")
-    baseline = _baseline(data.get("baseline"), where, space)
-    root.used.add("budget")
-    budget = parse_budget(data.get("budget"), f"{where}: budget")
-    if budget.currency is not None and priced and budget.currency != price.currency:
-        raise ConfigError(
-            f"{where}: budget: ceilings in {budget.currency} but backend.{backend}.price is in"
-            f" {price.currency}"
-        )
-    serves = top.get("serves", (list, str), "a list of objective labels", None)
+    return _objectives(raw_obj, where)
+
+
+def _price(backend_options: dict[str, Any], where_price: str) -> Price | None:
+    """The backend's ``price`` table, taken out of its options (``None`` when unpriced)."""
+    if "price" not in backend_options:
+        return None
+    raw_price = backend_options.pop("price")
+    if isinstance(raw_price, dict) and any(isinstance(v, dict) for v in raw_price.values()):
+        # One table per partition (queue): the campaign's partition picks, else "default".
+        partition = backend_options.get("partition")
+        key = partition if partition in raw_price else "default"
+        if key not in raw_price:
+            raise ConfigError(
+                f"{where_price}: no price for partition {partition!r} and no 'default'"
+                f" (priced: {sorted(raw_price)})"
+            )
+        # Keys beside the partition tables (a currency, a common rate) apply to every
+        # partition that does not set its own.
+        shared = {k: v for k, v in raw_price.items() if not isinstance(v, dict)}
+        raw_price, where_price = {**shared, **raw_price[key]}, f"{where_price}.{key}"
+    return Price.from_table(raw_price, where_price)
+
+
+def _serves(top: _Table) -> list[str] | None:
+    serves: list[str] | str | None = top.get(
+        "serves", (list, str), "a list of objective labels", None
+    )
     if isinstance(serves, str):
         serves = [serves]
     if serves is not None and not all(isinstance(x, str) and x for x in serves):
         raise ConfigError(f"{top.where('serves')}: expected a list of non-empty strings")
+    return serves
+
+
+def _dispatch_settings(top: _Table) -> dict[str, Any]:
+    """``mode``, ``max_parallelism``, ``lookahead``, ``max_trials``, ``seed`` and
+    ``max_consecutive_rejections``, checked, as :class:`Campaign` fields."""
     mode = top.get("mode", str, "'waves' or 'rolling'", "waves")
     if mode not in ("waves", "rolling"):
         raise ConfigError(f"{top.where('mode')}: expected 'waves' or 'rolling', got {mode!r}")
@@ -460,6 +514,15 @@ def campaign_from_dict(
     max_rej = top.get("max_consecutive_rejections", int, "a positive integer", 1000)
     if max_rej < 1:
         raise ConfigError(f"{top.where('max_consecutive_rejections')}: expected a positive integer")
+    return {
+        "mode": mode, "max_parallelism": parallel, "lookahead": lookahead,
+        "max_trials": max_trials, "seed": seed, "max_consecutive_rejections": max_rej,
+    }
+
+
+def _campaign_constraints(
+    top: _Table, space: Space, base_dir: Path, where: str
+) -> tuple[Constraint, ...]:
     raw_constraints = top.get("constraints", (list, str), "a list of expressions", [])
     if isinstance(raw_constraints, str):
         raw_constraints = [raw_constraints]
@@ -473,6 +536,12 @@ def campaign_from_dict(
             constraints.append(callable_constraint(text, base_dir, cwhere))
         else:
             constraints.append(expression_constraint(text, names, cwhere))
+    return tuple(constraints)
+
+
+def _poll_and_interruptions(top: _Table, where: str) -> dict[str, Any]:
+    """``poll_interval`` and the interruption settings, checked, as :class:`Campaign`
+    fields."""
     poll = top.get("poll_interval", (int, float, str, list), "a duration or [first, max]", None)
     poll_interval = None
     if poll is not None:
@@ -494,52 +563,24 @@ def campaign_from_dict(
             f"{where}: campaign: max_interruptions >= 0, interruption_threshold >= 1 and"
             " node_interruption_threshold >= 1 expected"
         )
-    every = top.get("checkpoint_every", (int, float, str), "a duration", None)
-    checkpoint_every = None if every is None else parse_duration(
-        every, top.where("checkpoint_every")
-    )
-    ws = top.get("workspace", str, "a directory path", ".dse")
-    # Absolute: trials run in other directories and must still find their files.
-    workspace_path = (Path(workspace) if workspace is not None else base_dir / ws).resolve()
+    return {
+        "poll_interval": poll_interval, "max_interruptions": max_interruptions,
+        "interruption_threshold": threshold, "interruption_window": window,
+        "node_interruption_threshold": node_threshold, "pause_on_interruptions": pause,
+    }
+
+
+def _campaign_environment(
+    root: _Table, space: Space, where: str, base_dir: Path, *, detect: bool, exclude: Path,
+    checkpoint_every: float | None,
+) -> EnvironmentConfig:
     environment = _environment(root.table("environment"), where, base_dir.resolve())
     if environment.resource_params or environment.time_limit_param:
         environment = _sized_by_params(environment, space, where)
-    if environment.code_version is None and source is not None and environment.workdir:
+    if environment.code_version is None and detect and environment.workdir:
         # A campaign file names its workload's directory: its git state is the code version.
-        detected = detect_code_version(environment.workdir, exclude=workspace_path)
+        detected = detect_code_version(environment.workdir, exclude=exclude)
         environment = dataclasses.replace(environment, code_version=detected)
     if checkpoint_every is not None:
         environment = dataclasses.replace(environment, checkpoint_every=checkpoint_every)
-    top.finish()
-    root.finish()
-    return Campaign(
-        name=name,
-        space=space,
-        objectives=objectives,
-        agent=agent,
-        agent_options=agent_options,
-        backend=backend,
-        backend_options=backend_options,
-        environment=environment,
-        mode=mode,
-        max_parallelism=parallel,
-        lookahead=lookahead,
-        max_trials=max_trials,
-        seed=seed,
-        constraints=tuple(constraints),
-        max_consecutive_rejections=max_rej,
-        poll_interval=poll_interval,
-        max_interruptions=max_interruptions,
-        interruption_threshold=threshold,
-        interruption_window=window,
-        node_interruption_threshold=node_threshold,
-        pause_on_interruptions=pause,
-        budget=budget,
-        price=price,
-        serves=tuple(serves) if serves is not None else (name,),
-        data=data_spec,
-        scorer=scorer,
-        baseline=baseline,
-        workspace=workspace_path,
-        source=source,
-    )
+    return environment

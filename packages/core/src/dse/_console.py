@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dse._engine import CampaignResult, Engine, EngineListener
+from dse._render import duration_text, hours_text, money_text, rate_text
 
 if TYPE_CHECKING:
     from dse._types import TrialStatus
@@ -48,31 +49,6 @@ class Console:
     def data(self, value: Any) -> None:
         sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
         sys.stdout.flush()
-
-
-def money_text(amount: float) -> str:
-    """Money to the cent; amounts below a cent keep three significant digits."""
-    if amount == 0 or abs(amount) >= 0.01:
-        return f"{amount:.2f}"
-    return f"{amount:.3g}"
-
-
-def hours_text(hours: float) -> str:
-    return "0" if hours == 0 else f"{hours:.3g}"
-
-
-def rate_text(per_h: float) -> str:
-    return f"{per_h:,.0f}" if per_h >= 100 else f"{per_h:.3g}"
-
-
-def duration_text(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 def budget_bar(spent: float, reserved: float, ceiling: float, width: int = 30) -> Text:

@@ -16,6 +16,7 @@ from dse._errors import ConfigError
 from dse._types import Evaluation, FailureClass, JobSpec, JobStatus, Objective, finite_float
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from dse._campaign import EnvironmentConfig
@@ -33,6 +34,17 @@ def _render(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def substitute(
+    item: str, values: Mapping[str, Any], quote: Callable[[str], str] = str
+) -> str:
+    """One item of a command template with each ``{name}`` replaced by ``values[name]``
+    (a boolean as ``true``/``false``), passed through *quote*.
+
+    :raises KeyError: a placeholder names nothing in *values*.
+    """
+    return _PLACEHOLDER.sub(lambda m: quote(_render(values[m.group(1)])), item)
 
 
 class CommandEnvironment:
@@ -87,10 +99,7 @@ class CommandEnvironment:
             )
             # Each value stays inside its own argv item; through a shell it is quoted.
             quote = shlex.quote if self.config.shell else str
-            argv = tuple(
-                _PLACEHOLDER.sub(lambda m: quote(_render(values[m.group(1)])), item)
-                for item in self.config.command
-            )
+            argv = tuple(substitute(item, values, quote) for item in self.config.command)
             # The trial contract promises DSE_PARAMS_FILE to a command; the probe runs none.
             # Replaced atomically: a resumed controller rewrites it while the trial may read.
             tmp = f"{params_file}.{os.getpid()}.tmp"
@@ -296,12 +305,3 @@ def _describe(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return _clip(repr(value), 40)
-
-
-def substitute(item: str, values: Mapping[str, Any]) -> str:
-    """One command *item* with each ``{name}`` replaced by ``values[name]`` (a boolean as
-    ``true``/``false``), as :meth:`CommandEnvironment.prepare` builds argv without a shell.
-
-    :raises KeyError: when *values* lacks the name of a placeholder.
-    """
-    return _PLACEHOLDER.sub(lambda m: _render(values[m.group(1)]), item)

@@ -42,7 +42,9 @@ from dse._types import JobSpec, JobState, JobStatus, Resources
 from dse._units import parse_duration
 
 if TYPE_CHECKING:
-    from dse._engine import CampaignResult, Engine, _Trial
+    from dse._engine import Engine
+    from dse._live import LiveTrial
+    from dse._outcome import CampaignResult
 
 __all__ = ["Pool", "PoolConfig", "drive", "is_pool_file", "load_pool", "run_pool"]
 
@@ -251,7 +253,7 @@ class Pool:
         if len(engines) > 1:
             self._router = _Router(self.backend)
             for e in engines:
-                e.backend = _Share(self._router, self.backend)
+                e.use_runner(_Share(self._router, self.backend))
 
     def weight(self, engine: Engine) -> float:
         """*engine*'s campaign's weight (by its file, else its name; default 1)."""
@@ -266,7 +268,7 @@ class Pool:
         in the pass that grants it)."""
         free = dict(self.config.capacity)
         for e in self.engines:
-            for trial in e._running.values():
+            for trial in e.table.running.values():
                 take(free, self._size(e, trial))
         return free
 
@@ -276,8 +278,9 @@ class Pool:
         queued (every campaign keeps a trial at the head, or the scheduler could never pick
         it), and never more than ``max_parallelism`` running plus ``lookahead`` queued."""
         campaign = engine.campaign
-        queued = len(engine._to_submit) + len(engine._retries)
-        cap = campaign.max_parallelism + campaign.lookahead - len(engine._running) - queued
+        table = engine.table
+        queued = len(table.queued) + len(table.retries)
+        cap = campaign.max_parallelism + campaign.lookahead - len(table.running) - queued
         if self.trivial:
             return cap
         size = size_of(_smallest(engine), self.config.capacity)
@@ -290,11 +293,11 @@ class Pool:
 
     # -- starting trials --------------------------------------------------------------------
 
-    def _size(self, engine: Engine, trial: _Trial) -> dict[str, int]:
+    def _size(self, engine: Engine, trial: LiveTrial) -> dict[str, int]:
         assert trial.spec is not None
         return size_of(trial.spec.resources, self.config.capacity)
 
-    def _expected(self, engine: Engine, trial: _Trial) -> float:
+    def _expected(self, engine: Engine, trial: LiveTrial) -> float:
         assert trial.spec is not None
         point = None if self.trivial else point_of(engine.campaign.space, trial.params)
         return self.estimate.estimate(engine.campaign.name, trial.spec.time_limit, point)
@@ -302,10 +305,11 @@ class Pool:
     def grant(self, engines: Sequence[Engine], now: float) -> None:
         """Decide which queued trials start now (``trial.granted``), and record the expected
         duration of each (the scheduler charges it to the campaign at once)."""
-        queued = [(e, t) for e in engines for t in e._to_submit if not t.granted]
+        queued = [(e, t) for e in engines for t in e.table.queued if not t.granted]
         if not queued:
             return
-        slots = {e.campaign.name: e.campaign.max_parallelism - len(e._running) for e in engines}
+        slots = {e.campaign.name: e.campaign.max_parallelism - len(e.table.running)
+                 for e in engines}
         if self.trivial or self._all_fit(queued, slots):
             # Every plan would start them all: there is nothing to decide.
             self.reservation = None
@@ -317,7 +321,7 @@ class Pool:
         running = [
             Running(t.trial_id, e.campaign.name, self._size(e, t),
                     t.granted_at + (t.expected or 0.0))
-            for e in self.engines for t in e._running.values()
+            for e in self.engines for t in e.table.running.values()
         ]
         requests = [
             Request(t.trial_id, e.campaign.name, self._size(e, t), self._expected(e, t),
@@ -333,7 +337,9 @@ class Pool:
             slots[r.campaign] -= 1
             self._start(e, t, now, r.duration)
 
-    def _all_fit(self, queued: Sequence[tuple[Engine, _Trial]], slots: Mapping[str, int]) -> bool:
+    def _all_fit(
+        self, queued: Sequence[tuple[Engine, LiveTrial]], slots: Mapping[str, int]
+    ) -> bool:
         """Whether every queued trial fits in what is free, and within its campaign's
         ``max_parallelism``."""
         need: dict[str, int] = {}
@@ -344,16 +350,13 @@ class Pool:
                 need[k] = need.get(k, 0) + v
         return all(n <= slots[c] for c, n in count.items()) and fits(self._free(), need)
 
-    def _start(self, engine: Engine, trial: _Trial, now: float,
+    def _start(self, engine: Engine, trial: LiveTrial, now: float,
                expected: float | None = None) -> None:
         if expected is None:
             expected = self._expected(engine, trial)
-        trial.granted = True
-        trial.expected = expected
-        trial.granted_at = now
-        engine._batch.attempt_expected.append((expected, trial.attempt_row))
-        if self.scheduler is not None and not self.trivial:
-            engine._batch.attempt_updates.append((None, "submitting", None, trial.attempt_row))
+        planned = self.scheduler is not None and not self.trivial
+        engine.grant(trial, expected, now, record=planned)
+        if self.scheduler is not None and planned:
             self.scheduler.charge(engine.campaign.name, self._size(engine, trial), expected, now)
 
     def recall(self, engines: Sequence[Engine]) -> None:
@@ -381,7 +384,7 @@ class Pool:
                 point = None if self.trivial else point_of(e.campaign.space, given)
                 self.estimate.observe(name, actual, point)
 
-    def ended(self, engine: Engine, trial: _Trial, status: JobStatus, ended_at: float) -> None:
+    def ended(self, engine: Engine, trial: LiveTrial, status: JobStatus, ended_at: float) -> None:
         """An attempt of *trial* ended: count what it used, and learn its duration."""
         started = status.started_at or trial.attempt_started
         if started is None or trial.spec is None:
@@ -413,7 +416,7 @@ class Pool:
         used = {e.campaign.name: self._used.get(e.campaign.name, 0.0) for e in self.engines}
         if self.scheduler is not None:
             for e in self.engines:
-                for t in e._running.values():
+                for t in e.table.running.values():
                     used[e.campaign.name] += self.scheduler.dominant(
                         self._size(e, t)) * max(now - t.granted_at, 0.0)
         return used
@@ -532,10 +535,10 @@ def drive(pool: Pool) -> list[CampaignResult]:
         _loop(pool, live)
     except KeyboardInterrupt:
         for e in live:
-            e._abandon()
+            e.abandon()
     except BaseException as exc:
         for e in live:
-            e._crash(exc)
+            e.crash(exc)
         raise
     results = [e.finished for e in pool.engines]
     assert all(r is not None for r in results)
@@ -547,30 +550,30 @@ def _loop(pool: Pool, live: list[Engine]) -> None:
     run is recorded as ended)."""
     clock = live[0].clock
     for e in live:
-        e._dispatch()
-        e._commit()
+        e.dispatch()
+        e.commit()
     _grant(pool, live)
     for e in live:
-        e._submit()
+        e.submit_granted()
     while True:
         for e in list(live):
-            if e._stop or not e._live():
-                if e._stop:
-                    e._cancel_all()
-                e._close()
+            if e.stop_requested() or not e.is_live():
+                if e.stop_requested():
+                    e.cancel_all()
+                e.close()
                 live.remove(e)
                 pool.left(e, clock.time())
         if not live:
             return
         _wait(pool, live)
         for e in list(live):
-            if not e._pass():
-                e._close()
+            if not e.poll_pass():
+                e.close()
                 live.remove(e)
                 pool.left(e, clock.time())
         _grant(pool, live)
         for e in live:
-            e._submit()
+            e.submit_granted()
             e.listener.on_pass(e)
 
 
@@ -582,14 +585,13 @@ def _grant(pool: Pool, live: Sequence[Engine]) -> None:
     pool.grant(live, live[0].clock.time())
     if not pool.trivial:
         for e in live:
-            e._commit()
+            e.commit()
 
 
 def _wait(pool: Pool, live: Sequence[Engine]) -> None:
-    if len(live) == 1:
-        live[0]._wait()
-        return
-    plans = [e._wait_for() for e in live]
+    """Wait until the next pass: the shortest wait any campaign asks for, on the backend
+    (which may return sooner, when a job changed) unless none asks it, else on the clock."""
+    plans = [e.wait_plan() for e in live]
     seconds = min(s for s, _ in plans)
     clock = live[0].clock
     backend = pool.backend

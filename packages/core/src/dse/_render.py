@@ -13,8 +13,6 @@ import io
 import json
 from typing import TYPE_CHECKING, Any
 
-from dse._console import duration_text, hours_text, money_text, rate_text
-
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -32,14 +30,18 @@ __all__ = [
     "REPORT_KEYS",
     "detail_json",
     "detail_lines",
+    "duration_text",
     "export_csv",
     "export_json",
+    "hours_text",
     "invalidation_json",
+    "money_text",
     "outcome_json",
     "outcome_lines",
     "plugin_rows",
     "plugins_table",
     "pool_share_line",
+    "rate_text",
     "report_json",
     "rollup_json",
     "rollup_line",
@@ -81,6 +83,34 @@ OBJECTIVE (every run of the workspace serving the label, per currency):
 """The keys of ``dse report --json`` (the epilog of ``dse report --help``)."""
 
 _UNITS = ("cpu", "gpu", "node")
+
+
+# -- numbers as text ----------------------------------------------------------------------------
+
+
+def money_text(amount: float) -> str:
+    """Money to the cent; amounts below a cent keep three significant digits."""
+    if amount == 0 or abs(amount) >= 0.01:
+        return f"{amount:.2f}"
+    return f"{amount:.3g}"
+
+
+def hours_text(hours: float) -> str:
+    return "0" if hours == 0 else f"{hours:.3g}"
+
+
+def rate_text(per_h: float) -> str:
+    return f"{per_h:,.0f}" if per_h >= 100 else f"{per_h:.3g}"
+
+
+def duration_text(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
 
 
 # -- a run's outcome (`dse run`) --------------------------------------------------------------

@@ -24,13 +24,17 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from dse._errors import ConfigError
+from dse._constraints import is_callable_ref
+from dse._errors import ConfigError, PluginError
 from dse._types import Direction, Objective, finite_float
 from dse._version import __version__
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
+
+    from dse._campaign import Campaign
+    from dse._plugins import PluginManager
 
 RESOLVED_SCORER = "scorer_resolved"
 """Key of a run's stored spec naming the scorer that ran: name, version, direction."""
@@ -43,6 +47,7 @@ __all__ = [
     "Scorer",
     "ScorerSpec",
     "ScoringError",
+    "build_scorer",
     "compute_score",
     "source_version",
 ]
@@ -201,3 +206,44 @@ def function_scorer(
         name=text, version=source_version(function), direction=direction, function=function,
         needs_baseline=bool(getattr(function, "needs_baseline", False)),
     )
+
+
+def build_scorer(campaign: Campaign, plugins: PluginManager) -> Scorer:
+    """The campaign's scorer: a registered one by name, or ``module:function``."""
+    spec = campaign.scorer
+    source = str(campaign.source or "<campaign>")
+    where = f"{source}: scorer.name"
+    objective = campaign.objectives[0]
+    scorer: Scorer
+    if is_callable_ref(spec.name):
+        if spec.options:
+            key = sorted(spec.options)[0]
+            raise ConfigError(
+                f"{source}: scorer.{key}: unknown key; a 'module:function' scorer takes only"
+                " 'name' and 'direction'"
+            )
+        base_dir = campaign.source.parent if campaign.source else None
+        scorer = function_scorer(spec.name, objective, spec, base_dir, where)
+    else:
+        cls = _scorer_class(plugins, spec.name, source)
+        try:
+            scorer = cls(objective, **spec.options)
+        except TypeError as exc:
+            raise ConfigError(f"{source}: scorer.{spec.name}: bad option(s): {exc}") from None
+        if not isinstance(getattr(scorer, "version", None), str):
+            scorer.version = plugins.scorers[spec.name].version
+        if spec.direction is not None:
+            scorer.direction = spec.direction
+    if scorer.needs_baseline and campaign.baseline is None:
+        raise ConfigError(
+            f"{where}: scorer {scorer.name!r} compares against a baseline; add a [baseline]"
+            " table with 'params' or 'trial'"
+        )
+    return scorer
+
+
+def _scorer_class(plugins: PluginManager, name: str, source: str) -> Any:
+    try:
+        return plugins.scorer_class(name)
+    except PluginError as exc:
+        raise PluginError(f"{source}: campaign.scorer: {exc}") from None

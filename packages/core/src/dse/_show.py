@@ -13,8 +13,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dse._budget import Spend
-from dse._console import duration_text, hours_text, money_text
 from dse._environment import substitute
+from dse._render import duration_text, hours_text, money_text
 from dse._scoring import RESOLVED_SCORER
 from dse._version import __version__
 

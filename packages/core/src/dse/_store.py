@@ -15,7 +15,6 @@ import json
 import os
 import re
 import sqlite3
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +35,7 @@ from dse._records import (
 from dse._types import AttemptState, CampaignStatus, FailureClass, TrialStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
 SCHEMA_VERSION = 8
 DB_NAME = "dse.sqlite"
@@ -526,46 +525,224 @@ CREATE INDEX IF NOT EXISTS agent_log_campaign ON agent_log(campaign_id, id);
 """ + _NEW_TABLES_7
 
 
+_INSERT_TRIAL = (
+    "INSERT INTO trials(id, campaign_id, number, proposal, wave, config_hash, params, status,"
+    " failure, message, metrics, score, cache_of, trial_dir, created_at, ended_at)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+_INSERT_ATTEMPT = (
+    "INSERT INTO attempts(id, trial_id, attempt, backend, job_id, state, submitted_at,"
+    " resumed) VALUES (?,?,?,?,?,?,?,?)"
+)
+_UPDATE_ATTEMPT = (
+    "UPDATE attempts SET job_id=?, state=?, started_at=COALESCE(?, started_at) WHERE id=?"
+)
+_END_ATTEMPT = (
+    "UPDATE attempts SET job_id=?, state=?, exit_code=?, signal=?, node=?, reason=?,"
+    " peak_rss_kb=?, started_at=COALESCE(?, started_at), ended_at=?, work_lost_s=? WHERE id=?"
+)
+_TRIAL_DATA = (
+    "UPDATE trials SET data_version=COALESCE(?, data_version),"
+    " data_version_read=COALESCE(?, data_version_read) WHERE id=?"
+)
+_END_TRIAL = (
+    "UPDATE trials SET status=?, failure=?, message=?, metrics=?, score=?, ended_at=?"
+    " WHERE id=?"
+)
+_INSERT_ENVIRONMENT = (
+    "INSERT OR IGNORE INTO environments(digest, python, distributions) VALUES (?,?,?)"
+)
+_LINK_TRIAL = (
+    "UPDATE trials SET dependencies=COALESCE(?, dependencies), replaces=COALESCE(?, replaces)"
+    " WHERE id=?"
+)
+_INSERT_SCORE = (
+    "INSERT INTO scores(trial_id, scorer, scorer_version, score, baseline_trial, created_at)"
+    " VALUES (?,?,?,?,?,?)"
+)
+_INSERT_EVENT = "INSERT INTO events(campaign_id, trial_id, at, kind, data) VALUES (?,?,?,?,?)"
+_INSERT_AGENT_CALL = (
+    "INSERT INTO agent_log(campaign_id, kind, n, proposals, in_flight) VALUES (?,?,?,?,?)"
+)
+_END_CAMPAIGN = "UPDATE campaigns SET status=?, end_reason=?, ended_at=? WHERE id=?"
+
+
 dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 """Compact JSON for record columns (one encoder, built once: this is on the hot path)."""
 
 
-@dataclass(slots=True)
 class Batch:
-    """State changes of one polling pass, committed together by :meth:`Store.commit`."""
+    """The changes of one polling pass, committed together by :meth:`Store.commit`.
 
-    trials: list[tuple[Any, ...]] = field(default_factory=list)
-    trial_ends: list[tuple[Any, ...]] = field(default_factory=list)
-    attempts: list[tuple[Any, ...]] = field(default_factory=list)
-    attempt_updates: list[tuple[Any, ...]] = field(default_factory=list)
-    attempt_ends: list[tuple[Any, ...]] = field(default_factory=list)
-    attempt_usage: list[tuple[Any, ...]] = field(default_factory=list)
-    """(usage JSON, attempt row): what the backend's accounting charged an attempt."""
-    trial_data: list[tuple[Any, ...]] = field(default_factory=list)
-    """(expected data version, version read, trial row): what data a trial ran against."""
-    attempt_spend: list[tuple[Any, ...]] = field(default_factory=list)
-    attempt_expected: list[tuple[Any, ...]] = field(default_factory=list)
-    """(expected seconds, attempt row): the run time the scheduler expected when it started."""
-    """(spend JSON, attempt row): what an attempt cost (wall, compute seconds, money)."""
-    scores: list[tuple[Any, ...]] = field(default_factory=list)
-    """(trial row, scorer, scorer version, score, baseline trial row, at): one conclusion."""
-    environments: list[tuple[Any, ...]] = field(default_factory=list)
-    """(digest, python, distributions JSON): an environment trials ran in, stored once."""
-    trial_links: list[tuple[Any, ...]] = field(default_factory=list)
-    """(dependencies digest, replaced trial row, trial row): what ran, what it re-runs."""
-    events: list[tuple[Any, ...]] = field(default_factory=list)
-    campaign_updates: list[tuple[Any, ...]] = field(default_factory=list)
-    agent_log: list[tuple[Any, ...]] = field(default_factory=list)
-    """The agent's propose and observe calls, replayed to rebuild it after a crash."""
+    Each method records one change, by keyword; the columns they fill are this module's
+    business. Changes are kept as plain tuples in the order :meth:`Store.commit` writes
+    them: a frozen dataclass per change cost about a fifth of the engine's time per trial
+    (measured with ``benchmarks/engine_overhead.py``), for nothing a caller could see.
+    """
+
+    __slots__ = (  # noqa: RUF023 - in the order Store.commit writes them
+        "_trials", "_trial_ends", "_attempts", "_attempt_updates", "_attempt_ends",
+        "_attempt_usage", "_trial_data", "_attempt_spend", "_attempt_expected", "_scores",
+        "_environments", "_trial_links", "_events", "_campaign_updates", "_agent_log",
+    )
+
+    def __init__(self) -> None:
+        self._trials: list[tuple[Any, ...]] = []
+        self._trial_ends: list[tuple[Any, ...]] = []
+        self._attempts: list[tuple[Any, ...]] = []
+        self._attempt_updates: list[tuple[Any, ...]] = []
+        self._attempt_ends: list[tuple[Any, ...]] = []
+        self._attempt_usage: list[tuple[Any, ...]] = []
+        self._trial_data: list[tuple[Any, ...]] = []
+        self._attempt_spend: list[tuple[Any, ...]] = []
+        self._attempt_expected: list[tuple[Any, ...]] = []
+        self._scores: list[tuple[Any, ...]] = []
+        self._environments: list[tuple[Any, ...]] = []
+        self._trial_links: list[tuple[Any, ...]] = []
+        self._events: list[tuple[Any, ...]] = []
+        self._campaign_updates: list[tuple[Any, ...]] = []
+        self._agent_log: list[tuple[Any, ...]] = []
 
     def __bool__(self) -> bool:
-        return bool(
-            self.trials or self.trial_ends or self.attempts or self.attempt_updates
-            or self.attempt_ends or self.attempt_usage or self.attempt_spend
-            or self.attempt_expected or self.trial_data
-            or self.scores or self.environments or self.trial_links or self.events
-            or self.campaign_updates or self.agent_log
+        return any(getattr(self, name) for name in self.__slots__)
+
+    def clear(self) -> None:
+        """Forget every change (they were committed)."""
+        for name in self.__slots__:
+            getattr(self, name).clear()
+
+    # -- trials ---------------------------------------------------------------------------
+
+    def add_trial(
+        self, *, row: int, campaign: int, number: int, proposal: int, wave: int,
+        config_hash: str, params_json: str, status: TrialStatus, created_at: float,
+        failure: FailureClass | None = None, message: str | None = None,
+        metrics: Mapping[str, float] | None = None, score: float | None = None,
+        cache_of: int | None = None, trial_dir: str | None = None,
+        ended_at: float | None = None,
+    ) -> None:
+        """A new trial (or cache hit: *cache_of* is the trial it reuses)."""
+        self._trials.append((
+            row, campaign, number, proposal, wave, config_hash, params_json, status.value,
+            failure.value if failure is not None else None, message,
+            dumps(metrics) if metrics is not None else None, score, cache_of, trial_dir,
+            created_at, ended_at,
+        ))
+
+    def end_trial(
+        self, *, row: int, status: TrialStatus, ended_at: float | None,
+        failure: FailureClass | None = None, message: str | None = None,
+        metrics: Mapping[str, float] | None = None, score: float | None = None,
+    ) -> None:
+        """A trial's outcome (``running`` with no end again: a cancelled trial resumed)."""
+        self._trial_ends.append((
+            status.value, failure.value if failure is not None else None, message,
+            dumps(metrics) if metrics is not None else None, score, ended_at, row,
+        ))
+
+    def trial_data(
+        self, *, row: int, expected: str | None = None, read: str | None = None
+    ) -> None:
+        """The data version a trial was dispatched against (*expected*) or says it *read*."""
+        self._trial_data.append((expected, read, row))
+
+    def link_trial(
+        self, *, row: int, dependencies: str | None = None, replaces: int | None = None
+    ) -> None:
+        """What a trial ran with (its dependency digest) or the invalidated trial it re-runs."""
+        self._trial_links.append((dependencies, replaces, row))
+
+    def add_score(
+        self, *, trial: int, scorer: str, version: str, score: float, baseline: int | None,
+        at: float,
+    ) -> None:
+        """One conclusion: *scorer* gave *trial* *score*, compared against *baseline*."""
+        self._scores.append((trial, scorer, version, score, baseline, at))
+
+    def add_environment(
+        self, *, digest: str, python: str | None, distributions: Mapping[str, Any]
+    ) -> None:
+        """An environment trials ran in (stored once per digest)."""
+        self._environments.append((digest, python, dumps(dict(distributions))))
+
+    # -- attempts -------------------------------------------------------------------------
+
+    def add_attempt(
+        self, *, row: int, trial: int, attempt: int, backend: str, state: AttemptState,
+        submitted_at: float, resumed: bool = False,
+    ) -> None:
+        """A new attempt of *trial*, recorded before it is submitted (intent first)."""
+        self._attempts.append(
+            (row, trial, attempt, backend, None, state.value, submitted_at, int(resumed))
         )
+
+    def update_attempt(
+        self, *, row: int, state: AttemptState, job_id: str | None = None,
+        started_at: float | None = None,
+    ) -> None:
+        """An attempt moved on (granted, submitted, started); *job_id* ``None`` clears it."""
+        self._attempt_updates.append((job_id, state.value, started_at, row))
+
+    def end_attempt(
+        self, *, row: int, state: AttemptState, ended_at: float, job_id: str | None = None,
+        exit_code: int | None = None, signal: int | None = None, node: str | None = None,
+        reason: str | None = None, peak_rss_kb: int | None = None,
+        started_at: float | None = None, work_lost_s: float | None = None,
+    ) -> None:
+        """How an attempt ended."""
+        self._attempt_ends.append((
+            job_id, state.value, exit_code, signal, node, reason, peak_rss_kb, started_at,
+            ended_at, work_lost_s, row,
+        ))
+
+    def attempt_usage(self, *, row: int, usage: Mapping[str, float]) -> None:
+        """What the backend's accounting charged an attempt."""
+        self._attempt_usage.append((dumps(dict(usage)), row))
+
+    def attempt_spend(self, *, row: int, spend: Mapping[str, float]) -> None:
+        """What an attempt cost (wall, compute seconds, money)."""
+        self._attempt_spend.append((dumps(spend), row))
+
+    def attempt_expected(self, *, row: int, seconds: float) -> None:
+        """The run time the scheduler expected when it started an attempt."""
+        self._attempt_expected.append((seconds, row))
+
+    # -- campaigns, events, the agent -----------------------------------------------------
+
+    def add_event(
+        self, *, campaign: int, trial: int | None, at: float, kind: str,
+        data: Mapping[str, Any],
+    ) -> None:
+        """Something that happened in a run (a retry, an alert, a pass's commands)."""
+        self._events.append((campaign, trial, at, kind, dumps(data)))
+
+    def end_campaign(
+        self, *, campaign: int, status: CampaignStatus, reason: str, ended_at: float
+    ) -> None:
+        """A run ended with *status*, for *reason* (:meth:`EndReason.text`)."""
+        self._campaign_updates.append((status.value, reason, ended_at, campaign))
+
+    def agent_call(
+        self, *, campaign: int, kind: str, proposals: Sequence[int], n: int | None = None,
+        in_flight: Sequence[int] | None = None, slot: int | None = None,
+    ) -> int:
+        """One ``propose`` (asked for *n*, with the proposals *in_flight*) or ``observe``
+        call of the agent, replayed to rebuild it after a crash; returns its slot. A call
+        given the *slot* of :meth:`agent_slot` fills it in, keeping its place in order."""
+        entry = (campaign, kind, n, dumps(list(proposals)),
+                 None if in_flight is None else dumps(list(in_flight)))
+        if slot is not None:
+            self._agent_log[slot] = entry
+            return slot
+        self._agent_log.append(entry)
+        return len(self._agent_log) - 1
+
+    def agent_slot(self) -> int:
+        """Hold the place of an agent call that :meth:`agent_call` fills in later (a
+        ``propose`` whose numbers are known once its proposals were taken, after the calls
+        made while taking them)."""
+        self._agent_log.append(())
+        return len(self._agent_log) - 1
 
 
 class Store(_Reads):
@@ -685,107 +862,31 @@ class Store(_Reads):
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            if batch.trials:
-                db.executemany(
-                    "INSERT INTO trials(id, campaign_id, number, proposal, wave, config_hash,"
-                    " params, status, failure, message, metrics, score, cache_of, trial_dir,"
-                    " created_at, ended_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    batch.trials,
-                )
-            if batch.attempts:
-                db.executemany(
-                    "INSERT INTO attempts(id, trial_id, attempt, backend, job_id, state,"
-                    " submitted_at, resumed) VALUES (?,?,?,?,?,?,?,?)",
-                    batch.attempts,
-                )
-            if batch.attempt_updates:
-                db.executemany(
-                    "UPDATE attempts SET job_id=?, state=?, started_at=COALESCE(?, started_at)"
-                    " WHERE id=?",
-                    batch.attempt_updates,
-                )
-            if batch.attempt_ends:
-                db.executemany(
-                    "UPDATE attempts SET job_id=?, state=?, exit_code=?, signal=?, node=?,"
-                    " reason=?, peak_rss_kb=?, started_at=COALESCE(?, started_at), ended_at=?,"
-                    " work_lost_s=? WHERE id=?",
-                    batch.attempt_ends,
-                )
-            if batch.attempt_usage:
-                db.executemany("UPDATE attempts SET usage=? WHERE id=?", batch.attempt_usage)
-            if batch.trial_data:
-                db.executemany(
-                    "UPDATE trials SET data_version=COALESCE(?, data_version),"
-                    " data_version_read=COALESCE(?, data_version_read) WHERE id=?",
-                    batch.trial_data,
-                )
-            if batch.attempt_spend:
-                db.executemany("UPDATE attempts SET spend=? WHERE id=?", batch.attempt_spend)
-            if batch.attempt_expected:
-                db.executemany(
-                    "UPDATE attempts SET expected_s=? WHERE id=?", batch.attempt_expected
-                )
-            if batch.trial_ends:
-                db.executemany(
-                    "UPDATE trials SET status=?, failure=?, message=?, metrics=?, score=?,"
-                    " ended_at=? WHERE id=?",
-                    batch.trial_ends,
-                )
-            if batch.environments:
-                db.executemany(
-                    "INSERT OR IGNORE INTO environments(digest, python, distributions)"
-                    " VALUES (?,?,?)",
-                    batch.environments,
-                )
-            if batch.trial_links:
-                db.executemany(
-                    "UPDATE trials SET dependencies=COALESCE(?, dependencies),"
-                    " replaces=COALESCE(?, replaces) WHERE id=?",
-                    batch.trial_links,
-                )
-            if batch.scores:
-                db.executemany(
-                    "INSERT INTO scores(trial_id, scorer, scorer_version, score,"
-                    " baseline_trial, created_at) VALUES (?,?,?,?,?,?)",
-                    batch.scores,
-                )
-            if batch.events:
-                db.executemany(
-                    "INSERT INTO events(campaign_id, trial_id, at, kind, data)"
-                    " VALUES (?,?,?,?,?)",
-                    batch.events,
-                )
-            if batch.agent_log:
-                db.executemany(
-                    "INSERT INTO agent_log(campaign_id, kind, n, proposals, in_flight)"
-                    " VALUES (?,?,?,?,?)",
-                    batch.agent_log,
-                )
-            if batch.campaign_updates:
-                db.executemany(
-                    "UPDATE campaigns SET status=?, end_reason=?, ended_at=? WHERE id=?",
-                    batch.campaign_updates,
-                )
+            for sql, rows in (
+                (_INSERT_TRIAL, batch._trials),
+                (_INSERT_ATTEMPT, batch._attempts),
+                (_UPDATE_ATTEMPT, batch._attempt_updates),
+                (_END_ATTEMPT, batch._attempt_ends),
+                ("UPDATE attempts SET usage=? WHERE id=?", batch._attempt_usage),
+                (_TRIAL_DATA, batch._trial_data),
+                ("UPDATE attempts SET spend=? WHERE id=?", batch._attempt_spend),
+                ("UPDATE attempts SET expected_s=? WHERE id=?", batch._attempt_expected),
+                (_END_TRIAL, batch._trial_ends),
+                (_INSERT_ENVIRONMENT, batch._environments),
+                (_LINK_TRIAL, batch._trial_links),
+                (_INSERT_SCORE, batch._scores),
+                (_INSERT_EVENT, batch._events),
+                (_INSERT_AGENT_CALL, batch._agent_log),
+                (_END_CAMPAIGN, batch._campaign_updates),
+            ):
+                if rows:
+                    db.executemany(sql, rows)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        batch.trials.clear()
-        batch.trial_ends.clear()
-        batch.attempts.clear()
-        batch.attempt_updates.clear()
-        batch.attempt_ends.clear()
-        batch.attempt_usage.clear()
-        batch.attempt_spend.clear()
-        batch.attempt_expected.clear()
-        batch.trial_data.clear()
-        batch.scores.clear()
-        batch.environments.clear()
-        batch.trial_links.clear()
-        batch.events.clear()
-        batch.campaign_updates.clear()
-        batch.agent_log.clear()
+        batch.clear()
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -822,30 +923,7 @@ class Store(_Reads):
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            trial_ids: list[int] = []
-            score_ids: list[int] = []
-            if kind == "trial":
-                rows = db.execute(
-                    "SELECT id FROM trials WHERE id = ? OR cache_of = ?", (trial_row, trial_row)
-                ).fetchall()
-                trial_ids = [int(r[0]) for r in rows]
-            elif kind == "data_version":
-                # The trials of that version, and the cache hits that reuse one of them.
-                rows = db.execute(
-                    "WITH v AS (SELECT id FROM trials WHERE data_version = ?1"
-                    " OR data_version_read = ?1)"
-                    " SELECT id FROM v UNION SELECT id FROM trials WHERE cache_of IN v",
-                    (target,),
-                ).fetchall()
-                trial_ids = sorted(int(r[0]) for r in rows)
-            elif kind == "scorer_version":
-                rows = db.execute(
-                    "SELECT id FROM scores WHERE scorer_version = ?"
-                    " OR scorer || '==' || scorer_version = ?", (target, target),
-                ).fetchall()
-                score_ids = [int(r[0]) for r in rows]
-            else:
-                raise ValueError(f"unknown invalidation kind {kind!r}")
+            trial_ids, score_ids = self._matching(kind, target, trial_row)
             if not trial_ids and not score_ids:
                 db.execute("ROLLBACK")
                 return None
@@ -885,6 +963,33 @@ class Store(_Reads):
             raise
         assert mark is not None
         return mark, flagged_trials, int(flagged_scores)
+
+    def _matching(
+        self, kind: str, target: str, trial_row: int | None
+    ) -> tuple[list[int], list[int]]:
+        """The trial rows and the score rows an invalidation of *kind* flags directly."""
+        db = self._db
+        if kind == "trial":
+            rows = db.execute(
+                "SELECT id FROM trials WHERE id = ? OR cache_of = ?", (trial_row, trial_row)
+            ).fetchall()
+            return [int(r[0]) for r in rows], []
+        if kind == "data_version":
+            # The trials of that version, and the cache hits that reuse one of them.
+            rows = db.execute(
+                "WITH v AS (SELECT id FROM trials WHERE data_version = ?1"
+                " OR data_version_read = ?1)"
+                " SELECT id FROM v UNION SELECT id FROM trials WHERE cache_of IN v",
+                (target,),
+            ).fetchall()
+            return sorted(int(r[0]) for r in rows), []
+        if kind == "scorer_version":
+            rows = db.execute(
+                "SELECT id FROM scores WHERE scorer_version = ?"
+                " OR scorer || '==' || scorer_version = ?", (target, target),
+            ).fetchall()
+            return [], [int(r[0]) for r in rows]
+        raise ValueError(f"unknown invalidation kind {kind!r}")
 
     def reopen_campaign(self, campaign_id: int) -> None:
         """Mark a run as running again (it is being resumed)."""

@@ -1,0 +1,94 @@
+"""The campaign's baseline and its scoring: what each complete run is compared against.
+
+``[baseline]`` names params (run first, once per data version) or a recorded trial; every
+score is the scorer's on a trial's metrics and the baseline of the data version it ran against
+(a baseline run is compared with itself).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from dse._errors import ConfigError
+from dse._live import LiveTrial
+from dse._scoring import ScoringError, compute_score
+from dse._space import ParamError
+from dse._types import TrialStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from dse._campaign import Campaign
+    from dse._scoring import Scorer
+    from dse._store import Store
+
+
+class Baselines:
+    """The baseline's params and the baseline trial of each data version (one owner).
+
+    :param scorer: who scores complete runs.
+    """
+
+    def __init__(self, scorer: Scorer) -> None:
+        self.scorer = scorer
+        self.params: dict[str, Any] | None = None
+        """The baseline's params (``None``: the campaign has no baseline)."""
+        self.given: LiveTrial | None = None
+        """The recorded trial ``[baseline] trial`` names."""
+        self.by_version: dict[str | None, LiveTrial] = {}
+        """The baseline trial of each data version."""
+
+    def resolve(self, campaign: Campaign, store: Store) -> None:
+        """Read the campaign's ``[baseline]``: its params, and a given trial's result."""
+        spec = campaign.baseline
+        if spec is None:
+            return
+        if spec.params is not None:
+            self.params = dict(spec.params)
+            return
+        assert spec.trial is not None
+        where = f"{campaign.source or '<campaign>'}: baseline.trial"
+        try:
+            from dse._show import find_trial  # TRANSITION: Store.find_trial on merge
+
+            _, row = find_trial(store, spec.trial)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if row["metrics"] is None or row["status"] not in ("completed", "cached"):
+            raise ConfigError(f"{where}: trial {spec.trial} has no result ({row['status']})")
+        if row["invalidation"] is not None:
+            raise ConfigError(f"{where}: trial {spec.trial} was invalidated")
+        try:
+            params = campaign.space.coerce(json.loads(row["params"]))
+        except ParamError as exc:
+            raise ConfigError(f"{where}: trial {spec.trial} is outside the space: {exc}") from None
+        self.params = params
+        given = LiveTrial(int(row["id"]), int(row["number"]), -1, 0, params, row["config_hash"],
+                          status=TrialStatus.COMPLETED, metrics=json.loads(row["metrics"]),
+                          score=row["score"])
+        given.data_version = row["data_version_read"] or row["data_version"]
+        self.given = given
+
+    def score(self, trial: LiveTrial, metrics: Mapping[str, float]) -> tuple[float, int | None]:
+        """The scorer's score of *metrics* for *trial*, and the baseline trial it compared
+        against: the baseline of the data version *trial* ran against."""
+        if self.params is None:
+            return compute_score(self.scorer, metrics, None), None
+        base = trial if trial.proposal == 0 else self.by_version.get(trial.data_version)
+        if base is None or (base is not trial and base.status is not TrialStatus.COMPLETED):
+            raise ScoringError(
+                f"no baseline result for data version {trial.data_version or '(none)'}"
+            )
+        baseline = metrics if base is trial else base.metrics or {}
+        return compute_score(self.scorer, metrics, baseline), base.row_id
+
+    def rescore(self, trial: LiveTrial, original: LiveTrial) -> None:
+        """Score a cache hit: the reused metrics, by this campaign's scorer and baseline."""
+        trial.score = None
+        if original.status is not TrialStatus.COMPLETED or original.metrics is None:
+            return
+        try:
+            trial.score, trial.baseline_row = self.score(trial, original.metrics)
+        except ScoringError as exc:
+            trial.message = str(exc)

@@ -1,0 +1,166 @@
+"""What a pass brings back: the statuses a runner reports applied to the live trials — each
+ended attempt concluded, charged, recorded, then retried or its trial's end recorded — and
+the cancels of a stopping run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dse._budget import Spend
+from dse._types import AttemptState, TrialStatus
+from dse.trial import CHECKPOINT_MARK
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from dse._clock import Clock
+    from dse._gate import BudgetGate
+    from dse._interrupt import Interruptions
+    from dse._journal import Journal
+    from dse._live import LiveTrial, TrialTable
+    from dse._outcome import RunEnd
+    from dse._protocols import Runner
+    from dse._results import Results
+    from dse._types import JobStatus
+
+
+class Collector:
+    """Applies what the runner reports (it owns no state of its own: every change goes to
+    the part that owns it).
+
+    :param on_attempt_end: told of each ended attempt (the pool learns durations from it).
+    """
+
+    def __init__(
+        self, *, table: TrialTable, gate: BudgetGate, results: Results,
+        interruptions: Interruptions, journal: Journal, end: RunEnd, clock: Clock,
+        runner: Runner,
+    ) -> None:
+        self._table = table
+        self._gate = gate
+        self._results = results
+        self._interruptions = interruptions
+        self._journal = journal
+        self._end = end
+        self._clock = clock
+        self._runner = runner
+        self.on_attempt_end: Callable[[LiveTrial, JobStatus, float], None] | None = None
+
+    def use_runner(self, runner: Runner) -> None:
+        """Poll and cancel through *runner* from now on (a pool's share of its backend)."""
+        self._runner = runner
+
+    def apply(self, statuses: Sequence[JobStatus]) -> bool:
+        changed = False
+        now = self._clock.time()
+        for status in statuses:
+            trial = self._table.running.get(status.job_id)
+            if trial is None:
+                continue
+            changed = True
+            assert trial.attempt_row is not None
+            if not status.state.is_finished():
+                trial.job_id_recorded = True
+                self._journal.batch.update_attempt(
+                    row=trial.attempt_row, job_id=status.job_id,
+                    state=AttemptState.of(status.state), started_at=status.started_at,
+                )
+                continue
+            self._table.ended(status.job_id)
+            self._attempt_ended(trial, status, now)
+        return changed
+
+    def _attempt_ended(self, trial: LiveTrial, status: JobStatus, now: float) -> None:
+        """Conclude, charge and record an ended attempt; retry it or record the trial's end."""
+        assert trial.attempt_row is not None
+        assert trial.spec is not None
+        self._results.conclude(trial, status)
+        ended_at = status.ended_at or now
+        if self.on_attempt_end is not None:
+            self.on_attempt_end(trial, status, ended_at)
+        self._settle(trial, self._gate.charge(trial.spec, status, ended_at))
+        batch = self._journal.batch
+        batch.end_attempt(
+            row=trial.attempt_row, job_id=status.job_id, state=AttemptState.of(status.state),
+            exit_code=status.exit_code, signal=status.signal, node=status.node,
+            reason=status.reason, peak_rss_kb=status.peak_rss_kb, started_at=status.started_at,
+            ended_at=ended_at, work_lost_s=self._work_lost(trial, status, ended_at),
+        )
+        if status.usage:
+            batch.attempt_usage(row=trial.attempt_row, usage=status.usage)
+        if trial.status is TrialStatus.INTERRUPTED and self._end.stopping():
+            # Not retried while the campaign stops; a resumed run will run it again.
+            trial.message = f"{status.state.value} while the campaign was stopping"
+            trial.status, trial.failure = TrialStatus.CANCELLED, None
+        elif trial.status is TrialStatus.INTERRUPTED and self._interruptions.retry(
+            trial, status, now
+        ):
+            return
+        self._table.forget(trial)
+        self._results.record_end(trial, now)
+
+    def _settle(self, trial: LiveTrial, actual: Spend | None) -> None:
+        """Replace *trial*'s reservation with what its attempt actually spent, and record it;
+        ``None``: the runner never confirmed the end, so it is charged its reservation."""
+        reserved, trial.reserved = trial.reserved, None
+        charged = self._gate.settle(reserved, actual)
+        trial.spent = trial.spent + charged
+        assert trial.attempt_row is not None
+        self._journal.batch.attempt_spend(row=trial.attempt_row, spend=charged.as_dict())
+
+    def _work_lost(self, trial: LiveTrial, status: JobStatus, ended_at: float) -> float | None:
+        """Seconds of work an unsuccessful attempt lost since its last checkpoint."""
+        if trial.status is TrialStatus.COMPLETED or trial.trial_dir is None:
+            return None
+        started = status.started_at or trial.attempt_started
+        if started is None:
+            return None
+        try:
+            mark = (trial.trial_dir / "checkpoint" / CHECKPOINT_MARK).stat().st_mtime
+        except OSError:
+            mark = None
+        since = max(started, mark) if mark is not None else started
+        return max(ended_at - since, 0.0)
+
+    def never_retried(self, trial: LiveTrial, why: str, now: float) -> None:
+        """A waiting attempt the budget will never admit: the trial ends interrupted."""
+        trial.status = TrialStatus.INTERRUPTED
+        trial.message = f"not retried: {why}"
+        self._end_unsubmitted(trial, now)
+        self._table.forget(trial)
+        self._results.record_end(trial, now)
+
+    def _end_unsubmitted(self, trial: LiveTrial, now: float, job_id: str | None = None) -> None:
+        assert trial.attempt_row is not None
+        self._journal.batch.end_attempt(row=trial.attempt_row, job_id=job_id,
+                                       state=AttemptState.CANCELLED, reason=trial.message,
+                                       ended_at=now)
+
+    def cancel_all(self, grace: float = 30.0) -> None:
+        """Cancel what runs, collect final states for a while, record the rest as cancelled."""
+        now = self._clock.time()
+        for trial in self._table.take_unsubmitted():
+            trial.status = TrialStatus.CANCELLED
+            trial.message = "cancelled before submission"
+            self._end_unsubmitted(trial, now)
+            self._settle(trial, Spend())  # never submitted: nothing spent
+            self._results.record_end(trial, now)
+        if self._table.running:
+            running = list(self._table.running)
+            self._journal.event(None, "cancel", {"running": len(running)})
+            self._results.cancel_requested.update(running)
+            self._runner.cancel(running)
+            deadline = now + grace
+            wait = 0.0
+            while self._table.running and self._clock.time() < deadline:
+                self.apply(self._runner.poll())
+                if self._table.running:
+                    wait = min(max(wait * 2, 0.01), 0.5)
+                    self._clock.sleep(wait)
+            now = self._clock.time()
+            for job_id, trial in self._table.take_running():
+                trial.status = TrialStatus.CANCELLED
+                trial.message = "cancel requested; the backend did not confirm the end"
+                self._end_unsubmitted(trial, now, job_id)
+                self._settle(trial, None)
+                self._results.record_end(trial, now)

@@ -1,0 +1,85 @@
+"""What the agent is still to be told, and the agent's calls as the record logs them.
+
+Results are told a batch at a time (never one by one mid-pass), in proposal order; every
+``propose`` and ``observe`` call is logged so that a restarted controller can replay them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dse._types import Observation, TrialStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from dse._live import LiveTrial
+    from dse._protocols import Agent
+    from dse._store import Batch
+    from dse._types import Direction
+
+
+class Feedback:
+    """The observations waiting to be told to the agent (one owner of them).
+
+    :param direction: which way the campaign's scores are better (told with each one).
+    """
+
+    def __init__(self, direction: Direction) -> None:
+        self.direction = direction
+        self._pending: list[tuple[int, Observation]] = []
+
+    def observation(
+        self, trial: LiveTrial, *, status: TrialStatus | None = None, current: bool = True
+    ) -> Observation:
+        """What the agent is told of *trial* (with *status*, default its own); a result about
+        other data than the current is told without its metrics and score."""
+        return Observation(
+            params=trial.params,
+            status=status or trial.original_status or trial.status,
+            metrics=(trial.metrics or {}) if current else {},
+            score=trial.score if current else None,
+            trial_number=trial.number,
+            failure=trial.failure,
+            direction=self.direction,
+        )
+
+    def tell(self, proposal: int, observation: Observation) -> None:
+        """Tell the agent *observation* about *proposal* at the next delivery."""
+        self._pending.append((proposal, observation))
+
+    def replace(self, pending: Iterable[tuple[int, Observation]]) -> None:
+        """Wait to tell exactly *pending* (a rebuilt agent's untold results)."""
+        self._pending = list(pending)
+
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    def count(self) -> int:
+        return len(self._pending)
+
+    def untold(self) -> set[int]:
+        """The trial numbers waiting to be told."""
+        return {obs.trial_number for _, obs in self._pending if obs.trial_number is not None}
+
+    def drop(self, numbers: set[int]) -> None:
+        """Never tell the results of trials *numbers* (they were invalidated)."""
+        self._pending = [(p, obs) for p, obs in self._pending if obs.trial_number not in numbers]
+
+    def deliver(self, agent: Agent, batch: Batch, campaign_id: int) -> None:
+        """Tell the agent every waiting result, in proposal order, and log the call."""
+        if not self._pending:
+            return
+        pending = sorted(self._pending, key=lambda item: item[0])
+        self._pending = []
+        batch.agent_call(campaign=campaign_id, kind="observe", proposals=[p for p, _ in pending])
+        agent.observe([obs for _, obs in pending])
+
+    def reject(
+        self, agent: Agent, batch: Batch, campaign_id: int, proposal: int,
+        params: dict[str, object], reason: str,
+    ) -> None:
+        """Tell the agent at once that *proposal* was rejected, and log the call."""
+        batch.agent_call(campaign=campaign_id, kind="observe", proposals=[proposal])
+        agent.observe([Observation(params=params, status=None, rejected=reason)])
+

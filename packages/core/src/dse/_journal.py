@@ -1,0 +1,48 @@
+"""What a run writes and tells as it goes: the changes of the current pass, the run's events,
+and the listener's notices — one owner, so every part writes the same way."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dse._store import Batch
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from dse._clock import Clock
+    from dse._engine import Engine
+    from dse._outcome import EngineListener
+    from dse._types import TrialStatus
+
+
+class Journal:
+    """The changes of the current pass (:attr:`batch`, committed once per pass) and the
+    notices the listener gets about *engine*.
+
+    :param clock: stamps the events.
+    """
+
+    def __init__(self, engine: Engine, listener: EngineListener, clock: Clock) -> None:
+        self.batch = Batch()
+        self.campaign_id = 0
+        """The run the events belong to (set when the run is recorded)."""
+        self.listener = listener
+        self._engine = engine
+        self._clock = clock
+
+    def now(self) -> float:
+        return self._clock.time()
+
+    def event(self, trial_row: int | None, kind: str, data: Mapping[str, Any]) -> None:
+        """Record that *kind* happened (to trial *trial_row*, or to the run)."""
+        self.batch.add_event(campaign=self.campaign_id, trial=trial_row,
+                             at=self._clock.time(), kind=kind, data=data)
+
+    def alert(self, message: str) -> None:
+        """Tell the listener something systematic happened."""
+        self.listener.on_alert(self._engine, message)
+
+    def trial_ended(self, number: int, status: TrialStatus) -> None:
+        """Tell the listener trial *number* reached *status*."""
+        self.listener.on_trial_end(self._engine, number, status)

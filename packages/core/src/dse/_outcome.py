@@ -1,0 +1,135 @@
+"""What a campaign run shows of itself: live counts, the best trial, how it ended, and the
+listener that is told as it goes (the console implements it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dse._types import CampaignStatus, EndReason, TrialStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from dse._engine import Engine
+    from dse._types import Objective
+
+
+@dataclass(frozen=True, slots=True)
+class BestTrial:
+    """The best completed trial so far (primary objective)."""
+
+    number: int
+    """Trial number."""
+    params: Mapping[str, Any]
+    """Its params."""
+    score: float
+    """Its primary objective value."""
+
+
+@dataclass(slots=True)
+class Stats:
+    """Live counts, read by the console."""
+
+    steps: int = 0
+    proposals: int = 0
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+    cached: int = 0
+    rejected: int = 0
+    cancelled: int = 0
+    interrupted: int = 0
+    budget_exhausted: int = 0
+    running: int = 0
+    passes: int = 0
+    retries: int = 0
+    paused: bool = False
+    best: BestTrial | None = None
+
+    def count(
+        self, status: TrialStatus, number: int, params: Mapping[str, Any], score: float | None,
+        objective: Objective, *, rank: bool = True,
+    ) -> None:
+        """Count one trial that reached *status*; keep the best completed one (among those
+        that may be ranked: results about the current data)."""
+        if status is TrialStatus.COMPLETED:
+            self.completed += 1
+            if rank and score is not None and (
+                self.best is None or objective.direction.better(score, self.best.score)
+            ):
+                self.best = BestTrial(number, params, score)
+        elif status is TrialStatus.FAILED:
+            self.failed += 1
+        elif status is TrialStatus.CANCELLED:
+            self.cancelled += 1
+        elif status is TrialStatus.INTERRUPTED:
+            self.interrupted += 1
+        elif status is TrialStatus.BUDGET_EXHAUSTED:
+            self.budget_exhausted += 1
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignResult:
+    """How a campaign run ended."""
+
+    campaign_id: int
+    """Run id in the workspace record."""
+    name: str
+    """Campaign name."""
+    status: CampaignStatus
+    """How it ended: ``completed``, ``stopped``, ``cancelled``, ``budget_exhausted`` or
+    ``failed`` (a :class:`CampaignStatus`, equal to its text)."""
+    end_reason: EndReason
+    """Why it ended (``agent_exhausted``, ``max_trials``, ``max_consecutive_rejections``...)."""
+    stats: Stats
+    """Final counts."""
+    detail: str | None = None
+    """For an ``error`` end: the type of the exception the controller raised."""
+
+    @property
+    def best(self) -> BestTrial | None:
+        return self.stats.best
+
+
+@dataclass(slots=True)
+class RunEnd:
+    """Why a run is ending, once something says so (one owner of it)."""
+
+    done: EndReason | None = None
+    """It ran out of work, or a rule or the budget ended it: what runs may finish."""
+    stop: EndReason | None = None
+    """Stop now: no new trials; what runs is cancelled and recorded."""
+
+    def stopping(self) -> bool:
+        # A method, not an attribute read: listeners and signal handlers set it mid-pass.
+        return self.stop is not None
+
+    def ending(self) -> bool:
+        return self.done is not None or self.stop is not None
+
+    def finish(self, reason: EndReason) -> bool:
+        """Say the run is done for *reason* unless it already is; True if this said so."""
+        if self.done is None:
+            self.done = reason
+            return True
+        return False
+
+
+class EngineListener:
+    """Receives progress from the engine (the console implements it). Methods are no-ops."""
+
+    def on_start(self, engine: Engine) -> None:
+        """The campaign run was created in the record."""
+
+    def on_trial_end(self, engine: Engine, number: int, status: TrialStatus) -> None:
+        """A trial (or a cache hit) reached its outcome."""
+
+    def on_pass(self, engine: Engine) -> None:
+        """A polling pass was committed."""
+
+    def on_alert(self, engine: Engine, message: str) -> None:
+        """Something systematic happened (many interruptions, a failing node)."""
+
+    def on_finish(self, engine: Engine, result: CampaignResult) -> None:
+        """The campaign ended."""

@@ -1,0 +1,238 @@
+"""How trials end: a finished attempt's result read and scored, the outcome recorded, cache
+hits waiting on it ended with it, the count kept and the agent's feedback queued."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from dse._environment import environment_digest
+from dse._invalidation import Flag
+from dse._outcome import BestTrial
+from dse._scoring import ScoringError
+from dse._types import Evaluation, FailureClass, JobState, TrialStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from dse._baseline import Baselines
+    from dse._feedback import Feedback
+    from dse._invalidation import InvalidationView
+    from dse._journal import Journal
+    from dse._live import CurrentData, LiveTrial, TrialTable
+    from dse._outcome import Stats
+    from dse._protocols import Environment
+    from dse._retry import RetryPolicy
+    from dse._store import Store
+    from dse._types import JobStatus, Objective
+
+
+class Results:
+    """Concludes and records trial ends (the environments seen are its own state); every
+    other part it writes through is passed in.
+
+    :param ranking: the primary objective as the scorer ranks it.
+    """
+
+    def __init__(
+        self, *, journal: Journal, table: TrialTable, feedback: Feedback, stats: Stats,
+        baselines: Baselines, invalid: InvalidationView, data: CurrentData,
+        environment: Environment, policy: RetryPolicy, ranking: Objective,
+    ) -> None:
+        self._journal = journal
+        self._table = table
+        self._feedback = feedback
+        self._stats = stats
+        self._baselines = baselines
+        self._invalid = invalid
+        self._data = data
+        self._environment = environment
+        self._policy = policy
+        self.ranking = ranking
+        self._environments: set[str] = set()
+        self.cancel_requested: set[str] = set()
+        """Job ids this campaign asked the backend to cancel."""
+
+    def rankable(self, trial: LiveTrial) -> bool:
+        """Whether *trial* may count for "best so far": a valid result about current data."""
+        return self._data.current(trial) and not self._invalid.row_flagged(trial.row_id)
+
+    # -- concluding an attempt --------------------------------------------------------------
+
+    def conclude(self, trial: LiveTrial, status: JobStatus) -> None:
+        """What *trial*'s ended attempt means: scored when it succeeded with a complete result,
+        else classified by the retry policy."""
+        if status.state is not JobState.SUCCEEDED:
+            trial.status, trial.failure, trial.message = self._policy.classify(
+                status, cancel_requested=status.job_id in self.cancel_requested
+            )
+            return
+        assert trial.spec is not None
+        try:
+            evaluation = self._environment.evaluate(trial.spec, status)
+        except Exception as exc:  # noqa: BLE001 - a broken result never crashes the loop
+            evaluation = Evaluation(
+                failure=FailureClass.INCOMPLETE_OUTPUT,
+                message=f"evaluating the result raised {type(exc).__name__}: {exc}",
+            )
+        trial.metrics = dict(evaluation.metrics)
+        self._note_data_read(trial, evaluation.data_version)
+        if evaluation.environment is not None:
+            self._note_environment(trial, evaluation.environment)
+        if not evaluation.ok:
+            trial.status, trial.failure = TrialStatus.FAILED, evaluation.failure
+            trial.message = evaluation.message
+            return
+        try:
+            trial.score, trial.baseline_row = self._baselines.score(trial, trial.metrics)
+            trial.status = TrialStatus.COMPLETED
+        except ScoringError as exc:
+            trial.status, trial.failure = TrialStatus.FAILED, FailureClass.SCORER_ERROR
+            trial.message = str(exc)
+
+    def _note_data_read(self, trial: LiveTrial, read: str | None) -> None:
+        if read is None:
+            return
+        trial.data_read = read
+        self._journal.batch.trial_data(row=trial.row_id, read=read)
+        if trial.data_version is not None and read != trial.data_version:
+            self._journal.event(trial.row_id, "data_version_mismatch", {
+                "trial": trial.number, "expected": trial.data_version, "read": read,
+            })
+            self._journal.alert(
+                f"trial {trial.number} read data version {read}, expected {trial.data_version}"
+            )
+
+    def _note_environment(self, trial: LiveTrial, environment: Mapping[str, Any]) -> None:
+        """Stamp *trial* with the digest of the environment it ran in (stored once)."""
+        digest = environment_digest(environment)
+        if digest not in self._environments:
+            self._environments.add(digest)
+            self._journal.batch.add_environment(
+                digest=digest, python=environment.get("python"),
+                distributions=environment.get("distributions", {}),
+            )
+        self._journal.batch.link_trial(row=trial.row_id, dependencies=digest)
+
+    def take_in_invalidations(self, store: Store, table: TrialTable) -> bool:
+        """Take in results invalidated since the last look (``dse invalidate``, possibly from
+        another process): never reuse them, never feed them to the agent, never rank them.
+        True when the agent was told one of them (it must be rebuilt to forget it)."""
+        last = store.last_invalidation()
+        if self._invalid.seen(last):
+            return False
+        refreshed = self._invalid.refresh(last, (
+            Flag(int(row["id"]), int(row["campaign_id"]), int(row["number"]),
+                 row["config_hash"], row["invalidation"] is not None, row["cache_of"])
+            for row in store.invalid_trials()
+        ))
+        for digest, row_id in refreshed.results:
+            table.uncache(digest, row_id)
+        newly = refreshed.numbers
+        if not newly:
+            return False
+        # Those still running (or waiting on a running trial), or ended but not yet told, the
+        # agent never heard of; any other it was told, and must forget.
+        untold = self._feedback.untold()
+        for trial in table.unfinished():
+            untold.add(trial.number)
+            untold.update(waiter.number for waiter in trial.waiters)
+        stale = any(number not in untold for number in newly)
+        self._feedback.drop(
+            {n for n in self._feedback.untold() if self._invalid.number_flagged(n)})
+        best = self._stats.best
+        if best is not None and self._invalid.number_flagged(best.number):
+            self._stats.best = self._best_valid(store)
+        self._journal.event(None, "invalidated", {"trials": sorted(newly)})
+        self._journal.alert(
+            f"{len(newly)} result(s) of this run were invalidated; never fed to the agent from"
+            " now on"
+        )
+        return stale
+
+    def _best_valid(self, store: Store) -> BestTrial | None:
+        """The best valid completed trial of this run about the current data (from the record)."""
+        best: BestTrial | None = None
+        direction = self.ranking.direction
+        version = self._data.version
+        for row in store.trials(self._journal.campaign_id):
+            score = row["score"]
+            if (
+                row["status"] != "completed" or score is None
+                or self._invalid.row_flagged(int(row["id"]))
+                or (version is not None
+                    and (row["data_version_read"] or row["data_version"]) not in (None, version))
+            ):
+                continue
+            if best is None or direction.better(score, best.score):
+                best = BestTrial(int(row["number"]), json.loads(row["params"]), float(score))
+        return best
+
+    # -- recording an end -------------------------------------------------------------------
+
+    def record_end(self, trial: LiveTrial, now: float) -> None:
+        """Record *trial*'s outcome, and end the cache hits that waited on it."""
+        batch = self._journal.batch
+        if trial.status is TrialStatus.COMPLETED and trial.score is not None:
+            self._record_score(trial, now)
+        batch.end_trial(row=trial.row_id, status=trial.status, failure=trial.failure,
+                        message=trial.message, metrics=trial.metrics, score=trial.score,
+                        ended_at=now)
+        reusable = trial.status.is_reusable()
+        if reusable and not self._invalid.row_flagged(trial.row_id):
+            self._table.cache(trial)
+        self.ended(trial)
+        for waiter in trial.waiters:
+            if reusable:
+                self._baselines.rescore(waiter, trial)
+                batch.end_trial(row=waiter.row_id, status=TrialStatus.CACHED,
+                                failure=trial.failure, message=waiter.message or trial.message,
+                                metrics=trial.metrics, score=waiter.score, ended_at=now)
+                self.cached_end(waiter, trial)
+            else:
+                waiter.status = trial.status
+                batch.end_trial(
+                    row=waiter.row_id, status=trial.status, ended_at=now,
+                    message=f"reused trial {trial.number}, which ended {trial.status.value}",
+                )
+                self.ended(waiter, reported=trial.status)
+        trial.waiters.clear()
+
+    def _record_score(self, trial: LiveTrial, now: float) -> None:
+        assert trial.score is not None
+        scorer = self._baselines.scorer
+        self._journal.batch.add_score(trial=trial.row_id, scorer=scorer.name,
+                                      version=scorer.version, score=trial.score,
+                                      baseline=trial.baseline_row, at=now)
+
+    def cached_end(self, trial: LiveTrial, original: LiveTrial) -> None:
+        """A cache hit reached its end: scored (by :meth:`Baselines.rescore`) and told to the
+        agent."""
+        trial.metrics = original.metrics
+        trial.failure = original.failure
+        if trial.score is not None:
+            self._record_score(trial, self._journal.now())
+        self._stats.cached += 1
+        if (
+            trial.proposal > 0 and not self._invalid.number_flagged(trial.number)
+            and not self._invalid.result_flagged(original.row_id)
+        ):
+            # A reuse of a result flagged while it ran is flagged with it: never fed.
+            self._feedback.tell(trial.proposal, self._feedback.observation(
+                trial, status=original.status))
+        self._journal.trial_ended(trial.number, TrialStatus.CACHED)
+
+    def ended(self, trial: LiveTrial, reported: TrialStatus | None = None) -> None:
+        """Count *trial*'s end (as *reported*, default its own status), and queue what the
+        agent is told of it."""
+        status = reported or trial.status
+        self._stats.count(status, trial.number, trial.params, trial.score, self.ranking,
+                          rank=self.rankable(trial))
+        if (
+            status is not TrialStatus.CANCELLED and trial.proposal > 0
+            and not self._invalid.number_flagged(trial.number)
+        ):
+            # A result about other data than the current is never fed to the agent.
+            self._feedback.tell(trial.proposal, self._feedback.observation(
+                trial, status=status, current=self._data.current(trial)))
+        self._journal.trial_ended(trial.number, status)

@@ -1,0 +1,354 @@
+"""Resuming a run: its record read back into live trials, its counts and spend restored, the
+agent rebuilt by replaying its logged calls, and the attempts it left continued."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dse._budget import Spend
+from dse._live import LiveTrial
+from dse._protocols import TrialInfo
+from dse._retry import AttemptHistory
+from dse._space import ParamError
+from dse._types import (
+    AttemptState,
+    FailureClass,
+    JobState,
+    JobStatus,
+    Observation,
+    TrialStatus,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from dse._dispatch import Dispatcher
+    from dse._interrupt import Interruptions
+    from dse._live import TrialTable
+    from dse._protocols import Agent, Runner
+    from dse._store import Store
+    from dse._types import JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A run's record read back."""
+
+    attempts: dict[int, list[Any]]
+    """Attempt rows by trial row."""
+    rejected: dict[int, tuple[dict[str, Any], str]]
+    """Rejected proposals: their params and why."""
+    by_proposal: dict[int, LiveTrial]
+    """Trials by proposal (a baseline run under minus its row id)."""
+    by_row: dict[int, LiveTrial]
+    """Trials by row."""
+    cache_of: dict[int, int]
+    """Cache hit row → the row of the trial it reuses."""
+
+
+class Resume:
+    """Reads a run back and continues it (the state it rebuilds belongs to the parts)."""
+
+    def __init__(self, dispatcher: Dispatcher, interruptions: Interruptions) -> None:
+        self._dispatcher = dispatcher
+        self._interruptions = interruptions
+        self._parts = dispatcher.parts
+
+    # -- reading the record back --------------------------------------------------------------
+
+    def read(self) -> Recorded:
+        """This run's record read back."""
+        p = self._parts
+        store, cid = p.store, p.journal.campaign_id
+        attempts: dict[int, list[Any]] = {}
+        for row in store.attempts(cid):
+            attempts.setdefault(row["trial_id"], []).append(row)
+        rejected: dict[int, tuple[dict[str, Any], str]] = {}
+        for row in store.events(cid, "rejected"):
+            data = json.loads(row["data"])
+            rejected[data["proposal"]] = (data["params"], data["reason"])
+        by_proposal: dict[int, LiveTrial] = {}
+        by_row: dict[int, LiveTrial] = {}
+        cache_of: dict[int, int] = {}
+        for row in store.trials(cid):
+            trial = self._trial(row, attempts.get(row["id"], []))
+            if row["cache_of"] is not None:
+                cache_of[trial.row_id] = row["cache_of"]
+                trial.status = TrialStatus.CACHED if row["ended_at"] is None else trial.status
+            # A baseline run: not the agent's proposal, so keyed apart (and never fed).
+            by_proposal[-trial.row_id if trial.proposal == 0 else trial.proposal] = trial
+            by_row[trial.row_id] = trial
+        originals = self._original_statuses(set(cache_of.values()), by_row)
+        for row_id, original_row in cache_of.items():
+            by_row[row_id].original_status = originals.get(original_row)
+        return Recorded(attempts, rejected, by_proposal, by_row, cache_of)
+
+    def _trial(self, row: Any, attempts: list[Any]) -> LiveTrial:
+        p = self._parts
+        raw = json.loads(row["params"])
+        params = {k: raw[k] for k in p.campaign.space.names if k in raw} | raw
+        trial = LiveTrial(
+            row["id"], row["number"], row["proposal"], row["wave"], params,
+            row["config_hash"],
+            trial_id=f"{p.campaign.name}-{p.journal.campaign_id}-{row['number']}",
+            status=TrialStatus(row["status"]),
+            metrics=json.loads(row["metrics"]) if row["metrics"] else None,
+            score=row["score"],
+            failure=FailureClass(row["failure"]) if row["failure"] else None,
+            message=row["message"],
+            trial_dir=Path(row["trial_dir"]) if row["trial_dir"] else None,
+            data_version=row["data_version"], data_read=row["data_version_read"],
+        )
+        trial.attempt = len(attempts) or 1
+        trial.history = AttemptHistory.rebuild(
+            (a["attempt"], AttemptState(a["state"]), a["node"]) for a in attempts
+        )
+        return trial
+
+    def _original_statuses(
+        self, rows: set[int], by_row: Mapping[int, LiveTrial]
+    ) -> dict[int, TrialStatus]:
+        out = {r: by_row[r].status for r in rows if r in by_row}
+        missing = sorted(r for r in rows if r not in by_row)
+        if missing:
+            # TRANSITION: Store.trial_statuses once the typed reads land.
+            marks = ",".join("?" * len(missing))
+            for row in self._parts.store.query(
+                f"SELECT id, status FROM trials WHERE id IN ({marks})", missing
+            ):
+                out[row["id"]] = TrialStatus(row["status"])
+        return out
+
+    # -- restoring --------------------------------------------------------------------------
+
+    def restore(self, agent: Agent, runner: Runner, now: float) -> dict[str, JobSpec]:
+        """Rebuild the run from the record: counts, spend, the agent, running attempts;
+        return the jobs still running, to reattach (*runner* is asked the job id of an
+        attempt whose id was never recorded)."""
+        p = self._parts
+        recorded = self.read()
+        for key, trial in recorded.by_proposal.items():
+            if key < 0:
+                p.baselines.by_version[trial.data_version] = trial
+        self._restore_stats(recorded)
+        self._restore_spend(recorded)
+        # Results about other data, or flagged since, are told less than the agent was told:
+        # its proposals may then differ from the recorded ones without it being at fault.
+        same = not p.invalid.any_in_campaign and all(
+            p.data.current(t) for t in recorded.by_proposal.values())
+        observed = self.replay(agent, recorded, same_feedback=same)
+        reattach = self._resume_attempts(now, recorded, runner)
+        for row_id, original_row in recorded.cache_of.items():
+            waiter, original = recorded.by_row[row_id], recorded.by_row.get(original_row)
+            if (
+                waiter.original_status is TrialStatus.RUNNING
+                and original is not None
+                and original.status is TrialStatus.RUNNING
+            ):
+                original.waiters.append(waiter)
+        p.feedback.replace(self.untold(recorded, observed))
+        p.journal.event(None, "resumed", {
+            "running": len(reattach), "retrying": len(p.table.retries),
+            "trials": len(recorded.by_proposal), "pending_feedback": p.feedback.count(),
+        })
+        return reattach
+
+    def rebuild(self, factory: Callable[[], Agent]) -> Agent:
+        """A fresh agent from *factory*, told the record as it stands: results about other
+        data without their metrics, invalidated ones left out."""
+        p = self._parts
+        recorded = self.read()
+        agent = factory()
+        observed = self.replay(agent, recorded, same_feedback=False)
+        p.feedback.replace(self.untold(recorded, observed))
+        p.journal.event(None, "agent_rebuilt", {
+            "data_version": p.data.version, "trials": len(recorded.by_proposal),
+        })
+        p.journal.alert(
+            f"agent rebuilt from the record of {len(recorded.by_proposal)} trial(s), forgetting"
+            " results about other data and invalidated ones"
+        )
+        return agent
+
+    def _restore_spend(self, recorded: Recorded) -> None:
+        p = self._parts
+        spends = []
+        for row in p.store.spends(p.journal.campaign_id):
+            spend = Spend(**json.loads(row["spend"]))
+            spends.append(spend)
+            if row["trial_id"] in recorded.by_row:
+                trial = recorded.by_row[row["trial_id"]]
+                trial.spent = trial.spent + spend
+        p.gate.restore(spends, trials=sum(
+            1 for t in recorded.by_proposal.values()
+            if t.trial_dir is not None and t.row_id not in recorded.cache_of
+        ))
+
+    def _restore_stats(self, recorded: Recorded) -> None:
+        p = self._parts
+        stats, by_proposal, rejected = p.stats, recorded.by_proposal, recorded.rejected
+        stats.steps = sum(1 for n in by_proposal if n > 0)
+        stats.proposals = max([*by_proposal, *rejected, 0])
+        stats.rejected = len(rejected)
+        self._dispatcher.number = max((t.number for t in by_proposal.values()), default=0)
+        self._dispatcher.wave = max((t.batch for t in by_proposal.values()), default=0)
+        for trial in by_proposal.values():
+            if trial.status is TrialStatus.CACHED:
+                if trial.original_status is not TrialStatus.RUNNING:
+                    stats.cached += 1  # a cache hit still waiting for its original is not
+            else:
+                stats.count(trial.status, trial.number, trial.params, trial.score,
+                            p.results.ranking, rank=p.results.rankable(trial))
+                stats.started += 1
+        trailing = 0
+        for proposal in range(stats.proposals, 0, -1):
+            if proposal not in rejected:
+                break
+            trailing += 1
+        self._dispatcher.rejections = trailing
+
+    def _resume_attempts(
+        self, now: float, recorded: Recorded, runner: Runner
+    ) -> dict[str, JobSpec]:
+        """Continue the attempts of a resumed run: queue again what waited, retry what was
+        lost to the restart; return the jobs still running, to reattach."""
+        p = self._parts
+        reattach: dict[str, JobSpec] = {}
+        for trial in recorded.by_proposal.values():
+            if trial.row_id in recorded.cache_of:
+                continue
+            if trial.status is TrialStatus.CANCELLED and trial.trial_dir is not None:
+                # A cancelled run is continued: its cancelled trials run again.
+                trial.status = TrialStatus.RUNNING
+                p.journal.batch.end_trial(row=trial.row_id, status=TrialStatus.RUNNING,
+                                          ended_at=None)
+                p.stats.cancelled -= 1
+                self._dispatcher.resubmit(trial, now, resumed_from="cancelled")
+            elif trial.status is TrialStatus.RUNNING:
+                last = recorded.attempts[trial.row_id][-1]
+                self._resume_attempt(trial, last, now, runner, reattach)
+        return reattach
+
+    def _resume_attempt(self, trial: LiveTrial, last: Any, now: float, runner: Runner,
+                        reattach: dict[str, JobSpec]) -> None:
+        p = self._parts
+        p.table.dispatched(trial)
+        assert trial.trial_dir is not None
+        spec = p.environment.prepare(TrialInfo(
+            trial.trial_id, trial.number, last["attempt"], trial.params, trial.trial_dir,
+            p.data.version,
+        ))
+        trial.spec, trial.attempt_row = spec, last["id"]
+        trial.attempt_started = trial.granted_at = last["submitted_at"]
+        state = AttemptState(last["state"])
+        if state is AttemptState.QUEUED:
+            # It was waiting for the pool and never submitted: it waits again, as the
+            # same attempt (nothing ran, so nothing was interrupted).
+            trial.spec = self._dispatcher.avoiding(spec, trial)
+            p.table.wait_retry(trial)
+            return
+        job_id = last["job_id"] or runner.job_id_for(spec)
+        if job_id is not None and state.is_submitted():
+            trial.job_id_recorded = last["job_id"] is not None
+            reattach[job_id] = spec
+            p.table.submitted(trial, job_id)
+            trial.reserved = p.gate.hold(self._dispatcher.avoiding(spec, trial))
+            return
+        lost = JobStatus("", JobState.LOST, reason="the controller restarted before"
+                         " the job id was recorded")
+        trial.status, trial.failure = TrialStatus.INTERRUPTED, FailureClass.CONTROLLER_RESTART
+        p.journal.batch.end_attempt(row=trial.attempt_row, state=AttemptState.LOST,
+                                    reason=lost.reason, ended_at=now)
+        if not self._interruptions.retry(trial, lost, now):
+            p.results.record_end(trial, now)
+
+    # -- the agent --------------------------------------------------------------------------
+
+    def untold(self, recorded: Recorded, observed: set[int]) -> list[tuple[int, Observation]]:
+        """What the agent is still to be told: the recorded ends of its proposals not among
+        *observed*."""
+        p = self._parts
+        out = []
+        for proposal, trial in sorted(recorded.by_proposal.items()):
+            waiting = trial.original_status is TrialStatus.RUNNING
+            if proposal <= 0 or p.invalid.row_flagged(trial.row_id):
+                continue  # a baseline, or an invalidated result: never fed to the agent
+            if proposal in observed or waiting or trial.status in (
+                TrialStatus.RUNNING, TrialStatus.CANCELLED
+            ):
+                continue
+            out.append((proposal, p.feedback.observation(trial, current=p.data.current(trial))))
+        return out
+
+    def replay(self, agent: Agent, recorded: Recorded, *, same_feedback: bool = True) -> set[int]:
+        """Replay the agent's logged calls; return the proposals it has been told about.
+        Without *same_feedback* (a rebuild told less than the agent was) its proposals may
+        differ from the recorded ones, and that is no sign of a nondeterministic agent."""
+        p = self._parts
+        observed: set[int] = set()
+        diverged: str | None = None
+        for entry in p.store.agent_log(p.journal.campaign_id):
+            numbers = json.loads(entry["proposals"])
+            if entry["kind"] == "propose":
+                got = self._replay_propose(agent, entry, numbers, recorded)
+                diverged = diverged or got
+                continue
+            observations = []
+            for proposal in numbers:
+                if proposal in recorded.rejected:
+                    params, reason = recorded.rejected[proposal]
+                    observations.append(Observation(params=params, status=None, rejected=reason))
+                elif not p.invalid.row_flagged(recorded.by_proposal[proposal].row_id):
+                    # An invalidated result is left out: the rebuilt agent never learns it.
+                    trial = recorded.by_proposal[proposal]
+                    observations.append(
+                        p.feedback.observation(trial, current=p.data.current(trial)))
+            agent.observe(observations)
+            observed.update(numbers)
+        if diverged is not None and same_feedback:
+            p.journal.event(None, "agent_replay_diverged", {"detail": diverged})
+            p.journal.alert(
+                f"the agent did not replay as recorded ({diverged}); it is not deterministic,"
+                " so its state after the restart may differ"
+            )
+        return observed
+
+    def _replay_propose(
+        self, agent: Agent, entry: Any, numbers: list[int], recorded: Recorded
+    ) -> str | None:
+        """Ask *agent* again what it was asked in *entry*; how its answer differs, if it does."""
+        space = self._parts.campaign.space
+
+        def params_of(proposal: int) -> Mapping[str, Any]:
+            if proposal in recorded.by_proposal:
+                return recorded.by_proposal[proposal].params
+            params: Mapping[str, Any] = recorded.rejected[proposal][0]
+            return params
+
+        in_flight = [params_of(n) for n in json.loads(entry["in_flight"] or "[]")]
+        got = list(agent.propose(entry["n"], in_flight))[: entry["n"]]
+        if len(got) < len(numbers):
+            return f"asked for {entry['n']}, got {len(got)} instead of {len(numbers)}"
+        for raw, proposal in zip(got, numbers, strict=False):
+            try:
+                same = space.coerce(raw) == dict(params_of(proposal))
+            except ParamError:
+                same = dict(raw) == dict(params_of(proposal))
+            if not same:
+                return f"proposal {proposal} differs"
+        return None
+
+
+def load_cache(table: TrialTable, store: Store) -> None:
+    """Give *table* every reusable result of the workspace's record."""
+    for row in store.reusable():
+        table.cache(LiveTrial(
+            row_id=row["id"], number=row["number"], proposal=0, batch=0, params={},
+            config_hash=row["config_hash"], status=TrialStatus(row["status"]),
+            metrics=json.loads(row["metrics"]) if row["metrics"] else None, score=row["score"],
+            failure=FailureClass(row["failure"]) if row["failure"] else None,
+            message=row["message"],
+        ))

@@ -1,0 +1,96 @@
+"""A campaign as the record keeps it with each run (a JSON-able description)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dse._scoring import RESOLVED_SCORER
+
+if TYPE_CHECKING:
+    from dse._campaign import Campaign
+    from dse._protocols import Runner
+    from dse._scoring import Scorer
+    from dse._store import Store
+
+
+def campaign_spec(campaign: Campaign) -> dict[str, Any]:
+    """A JSON-able description of a campaign, stored with each run."""
+    space = []
+    for param in campaign.space:
+        entry: dict[str, Any] = {"name": param.name, "type": param.kind}
+        for key in ("choices", "low", "high", "step", "log"):
+            if hasattr(param, key):
+                value = getattr(param, key)
+                entry[key] = list(value) if isinstance(value, tuple) else value
+        space.append(entry)
+    env = campaign.environment
+    spec: dict[str, Any] = {
+        "name": campaign.name,
+        "space": space,
+        "objectives": [
+            {"metric": o.metric, "direction": o.direction.value} for o in campaign.objectives
+        ],
+        "agent": campaign.agent,
+        "agent_options": dict(campaign.agent_options),
+        "backend": campaign.backend,
+        "backend_options": {k: str(v) for k, v in campaign.backend_options.items()},
+        "mode": campaign.mode,
+        "max_parallelism": campaign.max_parallelism,
+        "max_trials": campaign.max_trials,
+        "seed": campaign.seed,
+        "constraints": [c.text for c in campaign.constraints],
+        "max_consecutive_rejections": campaign.max_consecutive_rejections,
+        "environment": {
+            "command": list(env.command),
+            "shell": env.shell,
+            "time_limit": env.time_limit,
+            "cpus": env.resources.cpus,
+            "gpus": env.resources.gpus,
+            "memory_mb": env.resources.memory_mb,
+            **{f"{k}_param": v for k, v in env.resource_params.items()},
+            **({"time_limit_param": env.time_limit_param} if env.time_limit_param else {}),
+            "code_version": env.code_version,
+        },
+        "budget": campaign.budget.as_dict(),
+        "price": {
+            "cpu_hour": campaign.price.cpu_hour, "gpu_hour": campaign.price.gpu_hour,
+            "node_hour": campaign.price.node_hour, "billing_hour": campaign.price.billing_hour,
+        },
+        "currency": campaign.budget.currency or campaign.price.currency,
+        "serves": list(campaign.serves),
+        "scorer": {
+            "name": campaign.scorer.name,
+            "direction": campaign.scorer.direction.value if campaign.scorer.direction else None,
+            "options": dict(campaign.scorer.options),
+        },
+        "baseline": None if campaign.baseline is None else {
+            "params": dict(campaign.baseline.params) if campaign.baseline.params else None,
+            "trial": campaign.baseline.trial,
+        },
+    }
+    if campaign.lookahead:
+        spec["lookahead"] = campaign.lookahead
+    return spec
+
+
+def record_run(
+    store: Store, campaign: Campaign, *, scorer: Scorer, agent: object, runner: Runner,
+    now: float,
+) -> int:
+    """Record a new run of *campaign* (its spec, and the scorer, agent and runner it runs
+    with); return its id."""
+    spec = campaign_spec(campaign)
+    spec[RESOLVED_SCORER] = {
+        "name": scorer.name, "version": scorer.version, "direction": scorer.direction.value,
+    }
+    return store.create_campaign(
+        name=campaign.name,
+        source=str(campaign.source) if campaign.source else None,
+        spec=spec,
+        agent=f"{getattr(agent, 'name', type(agent).__name__)}"
+        f"=={getattr(agent, 'version', '?')}",
+        backend=f"{runner.name}=={runner.version}",
+        mode=campaign.mode,
+        max_parallelism=campaign.max_parallelism,
+        now=now,
+    )
