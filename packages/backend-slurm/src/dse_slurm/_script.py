@@ -262,7 +262,6 @@ def render_array_script(
         msg = "the jobs of one array must share resources, time class and nodes to avoid"
         raise ValueError(msg)
     first = specs[0]
-    res = first.resources
     logs = log_dir if log_dir is not None else manifest_path.parent
     if "%" in str(logs):
         msg = f"backend.slurm: the log directory {str(logs)!r} holds a '%' (a Slurm pattern)"
@@ -276,14 +275,7 @@ def render_array_script(
         f"--job-name={_check_value('job_name', job_name)}",
         f"--comment={_check_value('comment', comment)}",
     ]
-    limits = [spec.time_limit for spec in specs]
-    if all(limit is not None for limit in limits):
-        sbatch.append(f"--time={slurm_time(max(limit or 0.0 for limit in limits))}")
-    sbatch += ["--nodes=1", "--ntasks=1", f"--cpus-per-task={res.cpus}"]
-    if res.gpus:
-        sbatch.append(f"--gres=gpu:{res.gpus}")
-    if res.memory_mb is not None:
-        sbatch.append(f"--mem={res.memory_mb}M")
+    sbatch += _resource_options(specs)
     for key in ("partition", "account", "qos", "constraint"):
         value = getattr(options, key)
         if value is not None:
@@ -291,13 +283,7 @@ def render_array_script(
     if options.exclusive:
         sbatch.append("--exclusive")
     if first.avoid_nodes:
-        nodes = sorted(set(first.avoid_nodes))
-        for node in nodes:
-            if "," in node:
-                msg = f"backend.slurm: node name {node!r} holds a comma"
-                raise ConfigError(msg)
-            _check_value("avoid_nodes", node)
-        sbatch.append(f"--exclude={','.join(nodes)}")
+        sbatch.append(_exclude_option(first.avoid_nodes))
     if options.signal_lead_s is not None:
         sbatch.append(f"--signal=B:USR1@{options.signal_lead_s}")
     sbatch += [
@@ -319,6 +305,31 @@ def render_array_script(
         "",
     ]
     return "\n".join(lines)
+
+
+def _resource_options(specs: Sequence[JobSpec]) -> list[str]:
+    """``--time`` (the largest limit; none when a spec has none) and what one task asks."""
+    out = []
+    limits = [spec.time_limit for spec in specs]
+    if all(limit is not None for limit in limits):
+        out.append(f"--time={slurm_time(max(limit or 0.0 for limit in limits))}")
+    res = specs[0].resources
+    out += ["--nodes=1", "--ntasks=1", f"--cpus-per-task={res.cpus}"]
+    if res.gpus:
+        out.append(f"--gres=gpu:{res.gpus}")
+    if res.memory_mb is not None:
+        out.append(f"--mem={res.memory_mb}M")
+    return out
+
+
+def _exclude_option(avoid_nodes: Iterable[str]) -> str:
+    nodes = sorted(set(avoid_nodes))
+    for node in nodes:
+        if "," in node:
+            msg = f"backend.slurm: node name {node!r} holds a comma"
+            raise ConfigError(msg)
+        _check_value("avoid_nodes", node)
+    return f"--exclude={','.join(nodes)}"
 
 
 def sbatch_argv(script_path: Path) -> list[str]:
