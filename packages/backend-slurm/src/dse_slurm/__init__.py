@@ -14,7 +14,7 @@ factory picks the mode) ← ``_plugin``.
 
 from __future__ import annotations
 
-from dse_slurm._allocation import SlurmAllocationBackend, allocation_share, render_pilot_script
+from dse_slurm._allocation import SlurmAllocationBackend, allocation_share
 from dse_slurm._arrays import SlurmBackend, usage_from_sacct
 from dse_slurm._commands import SlurmCommandError
 from dse_slurm._script import (
@@ -25,6 +25,7 @@ from dse_slurm._script import (
     parse_sbatch_output,
     render_array_script,
     render_manifest,
+    render_pilot_script,
     sbatch_argv,
     slurm_time,
 )

@@ -42,7 +42,6 @@ import logging
 import math
 import os
 import secrets
-import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,22 +59,14 @@ from dse_slurm._commands import (
 )
 from dse_slurm._options import SlurmTable, read_table
 from dse_slurm._pilot import MARGIN_S, STEP_MARK
-from dse_slurm._script import (
-    LAUNCHER,
-    SlurmOptions,
-    _check_value,
-    _directive,
-    _extra_option,
-    manifest_entry,
-    slurm_time,
-)
+from dse_slurm._script import LAUNCHER, SlurmOptions, manifest_entry, render_pilot_script
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
     from dse_slurm._states import SqueueRow
 
-__all__ = ["SlurmAllocationBackend", "allocation_share", "render_pilot_script"]
+__all__ = ["SlurmAllocationBackend", "allocation_share"]
 
 log = logging.getLogger("dse.slurm")
 
@@ -114,58 +105,6 @@ def allocation_share(
         busy = sum(c for s, e, c in others if s <= low and e >= high)
         total += (high - low) * allocation_cpus * cpus / max(busy, cpus)
     return total
-
-
-def render_pilot_script(
-    options: SlurmOptions,
-    *,
-    job_name: str,
-    pilot_dir: Path,
-    nodes: int,
-    time_s: float,
-    cpus_per_node: int | None = None,
-    exclude: Iterable[str] = (),
-) -> str:
-    """The batch script of one pilot: *nodes* nodes for *time_s*, whole nodes
-    (``--exclusive``) unless *cpus_per_node* is given; runs ``pilot.py`` in *pilot_dir*
-    after the setup lines. :class:`~dse.ConfigError` when a value cannot be written safely."""
-    if "%" in str(pilot_dir):
-        msg = f"backend.slurm: the directory {str(pilot_dir)!r} holds a '%' (a Slurm pattern)"
-        raise ConfigError(msg)
-    where = _check_value("log_dir", str(pilot_dir))
-    sbatch = [
-        f"--job-name={_check_value('job_name', job_name)}",
-        f"--comment=dse allocation {job_name}",
-        f"--nodes={nodes}",
-        f"--time={slurm_time(time_s)}",
-    ]
-    if cpus_per_node is None:
-        sbatch.append("--exclusive")
-    else:
-        sbatch += ["--ntasks-per-node=1", f"--cpus-per-task={cpus_per_node}"]
-    for key in ("partition", "account", "qos", "constraint"):
-        value = getattr(options, key)
-        if value is not None:
-            sbatch.append(f"--{key}={value}")
-    avoid = sorted(set(exclude))
-    for node in avoid:
-        _check_value("avoid_nodes", node)
-    if avoid:
-        sbatch.append(f"--exclude={','.join(avoid)}")
-    sbatch += ["--no-requeue", f"--output={where}/pilot.out", f"--error={where}/pilot.err"]
-    lines = ["#!/bin/bash", *(_directive(option) for option in sbatch)]
-    lines += [f"#SBATCH {_extra_option(line)}" for line in options.extra_sbatch]
-    lines.append("")
-    if options.setup:
-        lines += ["# setup from the campaign file", "set -e", *options.setup, "set +e", ""]
-    python = shlex.quote(options.python)
-    lines += [
-        "# the pilot starts each attempt handed to it as a job step (see dse_slurm._pilot)",
-        f"exec {python} {shlex.quote(str(pilot_dir / 'pilot.py'))}"
-        f" {shlex.quote(str(pilot_dir))} {math.ceil(time_s)} {python}",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 @dataclass(slots=True)

@@ -1,4 +1,5 @@
-"""Batch scripts and manifests for Slurm job arrays (pure functions: no Slurm is called).
+"""Batch scripts and manifests for Slurm job arrays, and the pilot job's script of allocation
+mode (pure functions: no Slurm is called).
 
 One array carries the attempts of one batch that ask for the same resources. The script's
 ``#SBATCH`` lines cannot vary per task, so everything per attempt lives in a *manifest*: one
@@ -41,6 +42,7 @@ __all__ = [
     "parse_sbatch_output",
     "render_array_script",
     "render_manifest",
+    "render_pilot_script",
     "sbatch_argv",
     "slurm_time",
 ]
@@ -330,6 +332,58 @@ def _exclude_option(avoid_nodes: Iterable[str]) -> str:
             raise ConfigError(msg)
         _check_value("avoid_nodes", node)
     return f"--exclude={','.join(nodes)}"
+
+
+def render_pilot_script(
+    options: SlurmOptions,
+    *,
+    job_name: str,
+    pilot_dir: Path,
+    nodes: int,
+    time_s: float,
+    cpus_per_node: int | None = None,
+    exclude: Iterable[str] = (),
+) -> str:
+    """The batch script of one pilot: *nodes* nodes for *time_s*, whole nodes
+    (``--exclusive``) unless *cpus_per_node* is given; runs ``pilot.py`` in *pilot_dir*
+    after the setup lines. :class:`~dse.ConfigError` when a value cannot be written safely."""
+    if "%" in str(pilot_dir):
+        msg = f"backend.slurm: the directory {str(pilot_dir)!r} holds a '%' (a Slurm pattern)"
+        raise ConfigError(msg)
+    where = _check_value("log_dir", str(pilot_dir))
+    sbatch = [
+        f"--job-name={_check_value('job_name', job_name)}",
+        f"--comment=dse allocation {job_name}",
+        f"--nodes={nodes}",
+        f"--time={slurm_time(time_s)}",
+    ]
+    if cpus_per_node is None:
+        sbatch.append("--exclusive")
+    else:
+        sbatch += ["--ntasks-per-node=1", f"--cpus-per-task={cpus_per_node}"]
+    for key in ("partition", "account", "qos", "constraint"):
+        value = getattr(options, key)
+        if value is not None:
+            sbatch.append(f"--{key}={value}")
+    avoid = sorted(set(exclude))
+    for node in avoid:
+        _check_value("avoid_nodes", node)
+    if avoid:
+        sbatch.append(f"--exclude={','.join(avoid)}")
+    sbatch += ["--no-requeue", f"--output={where}/pilot.out", f"--error={where}/pilot.err"]
+    lines = ["#!/bin/bash", *(_directive(option) for option in sbatch)]
+    lines += [f"#SBATCH {_extra_option(line)}" for line in options.extra_sbatch]
+    lines.append("")
+    if options.setup:
+        lines += ["# setup from the campaign file", "set -e", *options.setup, "set +e", ""]
+    python = shlex.quote(options.python)
+    lines += [
+        "# the pilot starts each attempt handed to it as a job step (see dse_slurm._pilot)",
+        f"exec {python} {shlex.quote(str(pilot_dir / 'pilot.py'))}"
+        f" {shlex.quote(str(pilot_dir))} {math.ceil(time_s)} {python}",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def sbatch_argv(script_path: Path) -> list[str]:
