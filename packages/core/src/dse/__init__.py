@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from dse._hashing import canonical_json, config_hash
     from dse._lock import CampaignLock, LockHolder
     from dse._plugins import PluginManager, Registered
-    from dse._protocols import Agent, Environment, TrialInfo
+    from dse._protocols import Agent, Environment, Runner, TrialInfo
     from dse._scoring import Scorer
     from dse._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
     from dse._store import Store, filesystem_type
@@ -88,6 +88,7 @@ _LAZY: dict[str, str] = {
     "PluginManager": "dse._plugins",
     "Registered": "dse._plugins",
     "Resources": "dse._types",
+    "Runner": "dse._protocols",
     "Scorer": "dse._scoring",
     "Space": "dse._space",
     "Stats": "dse._engine",
@@ -145,6 +146,7 @@ __all__ = [
     "PluginManager",
     "Registered",
     "Resources",
+    "Runner",
     "Scorer",
     "Space",
     "Stats",
