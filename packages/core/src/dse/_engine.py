@@ -98,9 +98,7 @@ class Engine:
                 " trial's command"
             )
         self.clock: Clock = clock or SystemClock()
-        use_clock = getattr(backend, "use_clock", None)  # TRANSITION: Runner.use_clock
-        if use_clock is not None:
-            use_clock(self.clock)
+        backend.use_clock(self.clock)
         self.listener = listener or EngineListener()
         self.stats = Stats()
         self.campaign_id = 0
