@@ -7,6 +7,8 @@ found through their ``wrapper.pid`` files.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -17,6 +19,7 @@ import pytest
 
 import dse
 from dse import JobSpec, JobState, Resources
+from dse.testing import FakeClock
 from dse.testing.contracts import wait_for
 from dse_local import LocalBackend
 from support.cli import run_dse, write_plugin
@@ -174,6 +177,39 @@ def _job(root: Path, name: str, argv: tuple[str, ...], cpus: int = 1) -> JobSpec
     trial_dir.mkdir(parents=True)
     return JobSpec(trial_id=f"t-{name}", attempt=1, params={}, trial_dir=trial_dir, argv=argv,
                    env={"DSE_TRIAL_DIR": str(trial_dir)}, resources=Resources(cpus=cpus))
+
+
+def test_a_wrapper_that_ignores_a_cancel_is_killed_once_the_backends_clock_says_so(
+    tmp_path, trial_marker
+):
+    # The wrapper is stopped, so it can neither end the workload nor write its exit file; the
+    # controller kills the session a grace period (and a margin) after the cancel, measured
+    # on the backend's clock: a fake one here, so the test waits for no grace period.
+    clock = FakeClock()
+    backend = LocalBackend(cpus=2, gpus=0, grace=0.5)
+    backend.use_clock(clock)
+    try:
+        started = tmp_path / "stuck" / "started"
+        code = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(300)"
+        job = _job(tmp_path, "stuck", (sys.executable, "-S", "-c", code))
+        (job_id,) = backend.submit([job])
+        (running,) = backend.poll()
+        assert (running.state, running.started_at) == (JobState.RUNNING, clock.now)
+        assert wait_until(started.exists)  # the wrapper is set up (its session, its handlers)
+        wrapper = int((tmp_path / "stuck" / "attempt-1" / "wrapper.pid").read_text().split()[0])
+        os.kill(wrapper, signal.SIGSTOP)
+        backend.cancel([job_id])
+        clock.sleep(0.5 + 5.0)
+        assert backend.poll() == []
+        assert alive(wrapper)  # not past the grace period and its margin yet
+        clock.sleep(0.1)
+        status = wait_for(backend, [job_id], timeout=10)[job_id]
+    finally:
+        backend.shutdown()
+    assert status.state is JobState.CANCELLED
+    assert status.ended_at == clock.now
+    assert "without writing exit.json" in (status.reason or "")
+    assert wait_until(lambda: not live_pids_mentioning(trial_marker), timeout=5.0)
 
 
 def test_a_job_asking_for_more_cpus_than_the_machine_has_fails_to_launch_at_once(tmp_path):

@@ -64,9 +64,17 @@ def test_bad_allocation_options_are_one_line_config_errors_naming_the_key(option
     with pytest.raises(ConfigError) as info:
         SlurmBackend.from_options(options, source="c.toml")
     message = str(info.value)
-    assert message.startswith("c.toml: ")
+    assert message.startswith("c.toml: backend.slurm")
     assert needle in message
     assert "\n" not in message
+
+
+def test_the_allocation_backend_reads_the_same_table_without_a_mode():
+    backend = SlurmAllocationBackend.from_options({"allocation_nodes": 2, "partition": "b"})
+    assert (backend.allocation_nodes, backend.options.partition) == (2, "b")
+    with pytest.raises(ConfigError) as info:
+        SlurmAllocationBackend.from_options({"mode": "jobs"}, source="c.toml")
+    assert str(info.value).startswith('c.toml: backend.slurm.mode: "allocation" expected')
 
 
 def test_an_attempt_longer_than_the_allocation_is_invalid_without_any_slurm_command(tmp_path):

@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import time
 from typing import TYPE_CHECKING
 
 import pytest
 
 from dse import ConfigError, JobSpec, JobState
-from dse.testing import BackendContract
+from dse.testing import BackendContract, FakeClock
 from dse.testing.contracts import contract_job, wait_for
 from dse_slurm import SacctRow, SlurmBackend, SlurmOptions, usage_from_sacct
 
@@ -147,14 +146,18 @@ def test_sacct_lag_is_waited_out_then_squeue_decides(fake_bin: Path, tmp_path: P
         squeue='echo "78_0|COMPLETED|n2|None"',
         sacct='echo "78_0|RUNNING|0:0|n2|3|2026-01-01T00:00:00|Unknown|cpu=1"',
     )
-    backend = SlurmBackend(sacct_lag=0.3)
+    clock = FakeClock()
+    backend = SlurmBackend(sacct_lag=30.0)
+    backend.use_clock(clock)
     backend.submit([job(tmp_path, "a")])
 
     assert backend.poll() == []  # sacct still says RUNNING: ask again next pass
     assert backend.last_pass_commands == {"sbatch": 1, "squeue": 1, "sacct": 1}
     assert backend.poll() == []
     assert backend.last_pass_commands == {"sacct": 1}  # squeue is not asked again
-    time.sleep(0.35)
+    clock.sleep(29.0)
+    assert backend.poll() == []  # not yet: the lag is counted on the backend's clock
+    clock.sleep(1.0)
     (status,) = backend.poll()
     assert (status.state, status.exit_code, status.node) == (JobState.SUCCEEDED, 0, "n2")
     assert backend.poll() == []

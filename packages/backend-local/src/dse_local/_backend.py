@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,7 +304,7 @@ class LocalBackend(Backend):
             )
             self._release(job)
             return
-        job.started_at = time.time()
+        job.started_at = self.clock.time()
         if job.ticks is None:
             # The wrapper ended before we looked (a command that fails at once): its pid
             # may already be reused, so never wait on it; the exit file tells the rest.
@@ -318,7 +317,7 @@ class LocalBackend(Backend):
 
     def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
         out: dict[str, JobStatus] = {}
-        now = time.monotonic()
+        now = self.clock.time()
         ready = self._ended_fds(0.0)
         for job_id in job_ids:
             job = self._jobs.get(job_id)
@@ -383,10 +382,10 @@ class LocalBackend(Backend):
                 # never confirm a failure of the configuration.
                 lost = "the attempt never started (its controller stopped while launching it)"
                 return JobStatus(job.job_id, state, node="localhost", reason=lost,
-                                 ended_at=time.time())
+                                 ended_at=self.clock.time())
             lost = "the attempt's wrapper ended without writing exit.json"
             return JobStatus(job.job_id, state, node="localhost", reason=lost,
-                             started_at=job.started_at, ended_at=time.time(),
+                             started_at=job.started_at, ended_at=self.clock.time(),
                              ambiguous=state is JobState.LOST)
         code = doc.get("exit_code")
         sig = doc.get("signal")
@@ -427,7 +426,7 @@ class LocalBackend(Backend):
         self._jobs.pop(job.job_id, None)
 
     def _cancel(self, job_ids: Sequence[str]) -> None:
-        now = time.monotonic()
+        now = self.clock.time()
         for job_id in job_ids:
             job = self._jobs.get(job_id)
             if job is None or job.final is not None:
@@ -473,12 +472,13 @@ class LocalBackend(Backend):
 
     def _shutdown(self) -> None:
         """Wait (up to the grace period and a margin) for cancelled attempts to end."""
-        deadline = time.monotonic() + (self.grace + 5.0 if self.wait_on_shutdown else 0.0)
+        clock = self.clock
+        deadline = clock.time() + (self.grace + 5.0 if self.wait_on_shutdown else 0.0)
         live = [j for j in self._jobs.values() if j.cancel_at is not None and j.pid is not None]
-        while live and time.monotonic() < deadline:
+        while live and clock.time() < deadline:
             live = [j for j in live if not _gone(j)]
             if live:
-                time.sleep(0.05)
+                clock.sleep(0.05)
         if self.wait_on_shutdown:
             for job in live:
                 assert job.pid is not None

@@ -242,54 +242,10 @@ def main(args: list[str]) -> int:
     out_fd = os.open(stdout, flags, 0o644)
     err_fd = out_fd if stderr == stdout else os.open(stderr, flags, 0o644)
     pid, error = _spawn(argv, cwd, out_fd, err_fd)
-    code: int | None = None
-    sig: int | None = None
-    if pid is not None:
-        pgid = pid
-        pidfd = os.pidfd_open(pid)
-        while True:
-            now = time.monotonic()
-            if state.term_at is None and limit is not None and now - start_mono >= limit:
-                state.timed_out = True
-                state.term_at = now
-            timeout = None
-            if state.term_at is not None:
-                if not state.termed:
-                    state.termed = True
-                    _signal_all(pgid, signal.SIGTERM)
-                left = grace - (now - state.term_at)
-                if left <= 0:
-                    _kill_everything(pgid)
-                    left = 0.05
-                timeout = left
-            elif limit is not None:
-                timeout = max(limit - (now - start_mono), 0.0)
-            ready, _, _ = select.select([pidfd, wake_r], [], [], timeout)
-            if wake_r in ready:
-                try:
-                    os.read(wake_r, 512)
-                except BlockingIOError:
-                    pass
-            if pidfd in ready or pid in REAPED:
-                status = REAPED.pop(pid) if pid in REAPED else os.waitpid(pid, 0)[1]
-                code = os.waitstatus_to_exitcode(status)
-                if code < 0:
-                    sig, code = -code, None
-                break
-        os.close(pidfd)
-        # Nothing a trial started may outlive it: stop what is left in its group and below.
-        if _has_leftovers(pgid):
-            _signal_all(pgid, signal.SIGTERM)
-            end = time.monotonic() + min(grace, 2.0)
-            while time.monotonic() < end:
-                _reap()
-                if not _descendants(os.getpid()):
-                    break
-                time.sleep(0.02)
-            _kill_everything(pgid)
+    code, sig = (None, None) if pid is None else _run(pid, state, wake_r, limit, grace, start_mono)
     ended = time.time()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    fields = [
+    _write_exit(attempt_dir, [
         ("exit_code", code),
         ("signal", sig),
         ("started_at", started),
@@ -299,7 +255,63 @@ def main(args: list[str]) -> int:
         ("cancelled", state.cancelled and not state.timed_out),
         ("launch_error", error),
         ("wrapper_pid", os.getpid()),
-    ]
+    ])
+    return 0
+
+
+def _run(
+    pid: int, state: _State, wake_r: int, limit: float | None, grace: float, start_mono: float
+) -> tuple[int | None, int | None]:
+    """Wait for the workload *pid* to end, ending it at its time limit or on a cancel
+    (SIGTERM, *grace*, SIGKILL of its whole tree); return its exit code and signal."""
+    code: int | None = None
+    sig: int | None = None
+    pgid = pid
+    pidfd = os.pidfd_open(pid)
+    while True:
+        now = time.monotonic()
+        if state.term_at is None and limit is not None and now - start_mono >= limit:
+            state.timed_out = True
+            state.term_at = now
+        timeout = None
+        if state.term_at is not None:
+            if not state.termed:
+                state.termed = True
+                _signal_all(pgid, signal.SIGTERM)
+            left = grace - (now - state.term_at)
+            if left <= 0:
+                _kill_everything(pgid)
+                left = 0.05
+            timeout = left
+        elif limit is not None:
+            timeout = max(limit - (now - start_mono), 0.0)
+        ready, _, _ = select.select([pidfd, wake_r], [], [], timeout)
+        if wake_r in ready:
+            try:
+                os.read(wake_r, 512)
+            except BlockingIOError:
+                pass
+        if pidfd in ready or pid in REAPED:
+            status = REAPED.pop(pid) if pid in REAPED else os.waitpid(pid, 0)[1]
+            code = os.waitstatus_to_exitcode(status)
+            if code < 0:
+                sig, code = -code, None
+            break
+    os.close(pidfd)
+    # Nothing a trial started may outlive it: stop what is left in its group and below.
+    if _has_leftovers(pgid):
+        _signal_all(pgid, signal.SIGTERM)
+        end = time.monotonic() + min(grace, 2.0)
+        while time.monotonic() < end:
+            _reap()
+            if not _descendants(os.getpid()):
+                break
+            time.sleep(0.02)
+        _kill_everything(pgid)
+    return code, sig
+
+
+def _write_exit(attempt_dir: str, fields: list[tuple[str, object]]) -> None:
     text = "{" + ", ".join(_json_str(k) + ": " + _json_value(v) for k, v in fields) + "}\n"
     path = os.path.join(attempt_dir, "exit.json")
     tmp = path + ".tmp"
@@ -311,7 +323,6 @@ def main(args: list[str]) -> int:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    return 0
 
 
 def serve() -> int:

@@ -1,15 +1,22 @@
 """Slurm backend for dse (``backend = "slurm"``): job arrays, batched polling, state mapping.
 
-:class:`SlurmBackend` is registered through the ``dse`` entry point (``mode = "allocation"``
-makes it a :class:`SlurmAllocationBackend`: one pilot job, attempts as its steps); the pure
-pieces (batch scripts, manifests, ``squeue``/``sacct`` parsing) are public for tests and other
-tools.
+:class:`SlurmBackend` (job arrays) is registered through the ``dse`` entry point; with
+``mode = "allocation"`` its :meth:`~SlurmBackend.from_options` builds a
+:class:`SlurmAllocationBackend` instead (one pilot job, attempts as its steps). Both extend
+:class:`dse.Backend` and run their Slurm commands through one helper,
+:class:`dse_slurm._commands.SlurmCommands`. The pure pieces (batch scripts, manifests,
+``squeue``/``sacct`` parsing) are public for tests and other tools.
+
+Modules import in one direction: ``_states``, ``_script`` and ``_pilot`` (pure) ←
+``_commands`` and ``_options`` (shared by both modes) ← ``_allocation`` ← ``_arrays`` (whose
+factory picks the mode) ← ``_plugin``.
 """
 
 from __future__ import annotations
 
-from dse_slurm._allocation import SlurmAllocationBackend, allocation_share, render_pilot_script
-from dse_slurm._backend import SlurmBackend, SlurmCommandError, usage_from_sacct
+from dse_slurm._allocation import SlurmAllocationBackend, allocation_share
+from dse_slurm._arrays import SlurmBackend, usage_from_sacct
+from dse_slurm._commands import SlurmCommandError
 from dse_slurm._script import (
     LAUNCHER,
     SlurmOptions,
@@ -18,6 +25,7 @@ from dse_slurm._script import (
     parse_sbatch_output,
     render_array_script,
     render_manifest,
+    render_pilot_script,
     sbatch_argv,
     slurm_time,
 )

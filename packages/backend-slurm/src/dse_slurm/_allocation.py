@@ -40,42 +40,33 @@ import itertools
 import json
 import logging
 import math
+import os
 import secrets
-import shlex
-import time
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from dse import ConfigError, JobSpec, JobState, JobStatus, parse_duration
-from dse_slurm._backend import (
-    _INVALID_JOB_ID,
-    _REFUSED,
-    _TERMINAL_WORDS,
+from dse import Backend, ConfigError, JobSpec, JobState, JobStatus
+from dse_slurm._commands import (
     SLURM_DIR,
-    SlurmBackend,
-    SlurmCommandError,
-    _signal_lead,
-    _write_atomic,
+    TERMINAL_WORDS,
+    Settled,
+    SlurmCommands,
+    SubmitRefused,
+    signal_lead,
+    write_atomic,
 )
+from dse_slurm._options import SlurmTable, read_table
 from dse_slurm._pilot import MARGIN_S, STEP_MARK
-from dse_slurm._script import (
-    LAUNCHER,
-    SlurmOptions,
-    _check_value,
-    _directive,
-    _extra_option,
-    manifest_entry,
-    parse_sbatch_output,
-    sbatch_argv,
-    slurm_time,
-)
-from dse_slurm._states import SQUEUE_ARGS, SqueueRow, parse_squeue
+from dse_slurm._script import LAUNCHER, SlurmOptions, manifest_entry, render_pilot_script
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["SlurmAllocationBackend", "allocation_share", "render_pilot_script"]
+    from dse_slurm._states import SqueueRow
+
+__all__ = ["SlurmAllocationBackend", "allocation_share"]
 
 log = logging.getLogger("dse.slurm")
 
@@ -114,58 +105,6 @@ def allocation_share(
         busy = sum(c for s, e, c in others if s <= low and e >= high)
         total += (high - low) * allocation_cpus * cpus / max(busy, cpus)
     return total
-
-
-def render_pilot_script(
-    options: SlurmOptions,
-    *,
-    job_name: str,
-    pilot_dir: Path,
-    nodes: int,
-    time_s: float,
-    cpus_per_node: int | None = None,
-    exclude: Iterable[str] = (),
-) -> str:
-    """The batch script of one pilot: *nodes* nodes for *time_s*, whole nodes
-    (``--exclusive``) unless *cpus_per_node* is given; runs ``pilot.py`` in *pilot_dir*
-    after the setup lines. :class:`~dse.ConfigError` when a value cannot be written safely."""
-    if "%" in str(pilot_dir):
-        msg = f"backend.slurm: the directory {str(pilot_dir)!r} holds a '%' (a Slurm pattern)"
-        raise ConfigError(msg)
-    where = _check_value("log_dir", str(pilot_dir))
-    sbatch = [
-        f"--job-name={_check_value('job_name', job_name)}",
-        f"--comment=dse allocation {job_name}",
-        f"--nodes={nodes}",
-        f"--time={slurm_time(time_s)}",
-    ]
-    if cpus_per_node is None:
-        sbatch.append("--exclusive")
-    else:
-        sbatch += ["--ntasks-per-node=1", f"--cpus-per-task={cpus_per_node}"]
-    for key in ("partition", "account", "qos", "constraint"):
-        value = getattr(options, key)
-        if value is not None:
-            sbatch.append(f"--{key}={value}")
-    avoid = sorted(set(exclude))
-    for node in avoid:
-        _check_value("avoid_nodes", node)
-    if avoid:
-        sbatch.append(f"--exclude={','.join(avoid)}")
-    sbatch += ["--no-requeue", f"--output={where}/pilot.out", f"--error={where}/pilot.err"]
-    lines = ["#!/bin/bash", *(_directive(option) for option in sbatch)]
-    lines += [f"#SBATCH {_extra_option(line)}" for line in options.extra_sbatch]
-    lines.append("")
-    if options.setup:
-        lines += ["# setup from the campaign file", "set -e", *options.setup, "set +e", ""]
-    python = shlex.quote(options.python)
-    lines += [
-        "# the pilot starts each attempt handed to it as a job step (see dse_slurm._pilot)",
-        f"exec {python} {shlex.quote(str(pilot_dir / 'pilot.py'))}"
-        f" {shlex.quote(str(pilot_dir))} {math.ceil(time_s)} {python}",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 @dataclass(slots=True)
@@ -211,18 +150,25 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-class SlurmAllocationBackend(SlurmBackend):
+class SlurmAllocationBackend(Backend):
     """The Slurm backend in allocation mode (``mode = "allocation"``; see the module doc).
 
-    Options besides those of :class:`SlurmBackend`: ``allocation_nodes`` (nodes of the pilot
-    job, default 1), ``allocation_time`` (its time limit, default ``"1h"``) and
+    Options besides those of :class:`~dse_slurm.SlurmBackend`: ``allocation_nodes`` (nodes of
+    the pilot job, default 1), ``allocation_time`` (its time limit, default ``"1h"``) and
     ``allocation_cpus`` (CPUs per node to ask for; default: whole nodes, ``--exclusive``).
     ``array_throttle`` and ``exclusive`` do not apply. Attempt ids are
     ``alloc.<trial id>.<attempt>``; after a controller crash the pilot directories tell which
-    pilot took an attempt and how it ended.
+    pilot took an attempt and how it ended. It runs its Slurm commands through the same
+    :class:`~dse_slurm._commands.SlurmCommands` as the array backend, and is registered under
+    the same name (``slurm``): :meth:`SlurmBackend.from_options` picks it.
     """
 
+    name: ClassVar[str] = "slurm"
+    version: ClassVar[str] = "0.1.0"
     default_poll_interval: ClassVar[tuple[float, float]] = (0.5, 5.0)
+    overrun_s = 150.0
+    """As in jobs mode (the pilot ends a step at its limit within seconds; 150 s is a
+    generous bound that keeps budgets the same in both modes)."""
 
     def __init__(
         self,
@@ -234,43 +180,46 @@ class SlurmAllocationBackend(SlurmBackend):
         sacct_lag: float = 20.0,
         command_timeout: float = 30.0,
     ) -> None:
-        super().__init__(options=options, sacct_lag=sacct_lag, command_timeout=command_timeout)
+        super().__init__()
         if allocation_nodes < 1 or (allocation_cpus is not None and allocation_cpus < 1):
             msg = "backend.slurm: allocation_nodes and allocation_cpus must be >= 1"
             raise ConfigError(msg)
         if allocation_time <= 2 * MARGIN_S:
             msg = f"backend.slurm.allocation_time: more than {2 * MARGIN_S:g}s expected"
             raise ConfigError(msg)
+        self.options = options or SlurmOptions()
+        self.sacct_lag = sacct_lag
+        """Accepted as in jobs mode; attempts here end by the pilot's files, not sacct."""
         self.allocation_nodes = allocation_nodes
         self.allocation_time = allocation_time
         self.allocation_cpus = allocation_cpus
+        self.slurm = SlurmCommands(self.count_command, timeout=command_timeout)
+        """Runs (and counts) this backend's Slurm commands."""
+        self._settled = Settled()
+        self._bin_dir = os.path.dirname(sys.executable)
         self._tasks: dict[str, _Task] = {}
         self._pilots: dict[Path, _Pilot] = {}
 
+    @property
+    def command_timeout(self) -> float:
+        """Seconds after which a Slurm command counts as failed."""
+        return self.slurm.timeout
+
     @classmethod
-    def with_options(
-        cls,
-        options: SlurmOptions,
-        allocation: Mapping[str, Any],
-        *,
-        where: str,
-        sacct_lag: float = 20.0,
-        command_timeout: float = 30.0,
-    ) -> SlurmAllocationBackend:
-        """Build from parsed common options and the raw ``allocation_*`` keys."""
-        values: dict[str, Any] = {}
-        for key in ("allocation_nodes", "allocation_cpus"):
-            if key in allocation:
-                value = allocation[key]
-                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                    raise ConfigError(f"{where}.{key}: expected a positive integer")
-                values[key] = value
-        if "allocation_time" in allocation:
-            values["allocation_time"] = parse_duration(
-                allocation["allocation_time"], f"{where}.allocation_time"
-            )
-        return cls(options=options, sacct_lag=sacct_lag, command_timeout=command_timeout,
-                   **values)
+    def from_options(cls, options: Mapping[str, Any], *, source: str = "<campaign>") -> Self:
+        return cls.from_table(read_table(options, source, default_mode="allocation"),
+                              source=source)
+
+    @classmethod
+    def from_table(cls, table: SlurmTable, *, source: str) -> Self:
+        """Build from a checked ``[backend.slurm]`` table whose mode is ``"allocation"``."""
+        if table.mode != "allocation":
+            msg = f'{source}: backend.slurm.mode: "allocation" expected (got {table.mode!r})'
+            raise ConfigError(msg)
+        try:
+            return cls(options=table.options, **table.timing, **table.allocation)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
 
     @property
     def pilots(self) -> list[tuple[str | None, str | None]]:
@@ -287,12 +236,13 @@ class SlurmAllocationBackend(SlurmBackend):
         for spec in jobs:
             job_id = f"{_ID_PREFIX}{spec.trial_id}.{spec.attempt}"
             if not spec.argv:
-                job_id = self._final(spec, JobState.INVALID,
-                                     "the job has no command (set [environment] command)")
+                job_id = self._settled.new(
+                    spec, JobState.INVALID, "the job has no command (set [environment] command)"
+                )
             elif spec.time_limit is not None and (
                 spec.time_limit > self.allocation_time - 2 * MARGIN_S
             ):
-                job_id = self._final(
+                job_id = self._settled.new(
                     spec, JobState.INVALID,
                     f"its time limit of {spec.time_limit:g}s does not fit in"
                     f" backend.slurm.allocation_time ({self.allocation_time:g}s)",
@@ -327,7 +277,7 @@ class SlurmAllocationBackend(SlurmBackend):
 
     def _hand_over(self, task: _Task, pilot: _Pilot) -> None:
         spec = task.spec
-        lead = self.options.signal_lead_s or _signal_lead(spec)
+        lead = self.options.signal_lead_s or signal_lead(spec)
         doc = {
             "name": f"{spec.trial_id}.{spec.attempt}", "cpus": spec.resources.cpus,
             "mem_mb": spec.resources.memory_mb, "gpus": spec.resources.gpus,
@@ -336,13 +286,13 @@ class SlurmAllocationBackend(SlurmBackend):
         }
         task.pilot = pilot
         try:
-            _write_atomic(task.file(".jsonl"), manifest_entry(spec, [self._bin_dir]) + "\n")
-            _write_atomic(task.file(".task.json"), json.dumps(doc))
+            write_atomic(task.file(".jsonl"), manifest_entry(spec, [self._bin_dir]) + "\n")
+            write_atomic(task.file(".task.json"), json.dumps(doc))
         except OSError as exc:
             del self._tasks[task.job_id]
-            self._finals[task.job_id] = JobStatus(
+            self._settled.add(JobStatus(
                 task.job_id, JobState.LAUNCH_ERROR, reason=f"{type(exc).__name__}: {exc}"
-            )
+            ))
             return
         pilot.tasks.add(task.job_id)
 
@@ -353,10 +303,10 @@ class SlurmAllocationBackend(SlurmBackend):
         avoid = {node for task in tasks for node in task.spec.avoid_nodes}
         try:
             pilot_dir.mkdir(parents=True, exist_ok=True)
-            _write_atomic(pilot_dir / "pilot.py", PILOT_SOURCE.read_text(encoding="utf-8"))
-            _write_atomic(pilot_dir / "step.py", STEP_MARK + LAUNCHER)
+            write_atomic(pilot_dir / "pilot.py", PILOT_SOURCE.read_text(encoding="utf-8"))
+            write_atomic(pilot_dir / "step.py", STEP_MARK + LAUNCHER)
             script = pilot_dir / "pilot.sh"
-            _write_atomic(script, render_pilot_script(
+            write_atomic(script, render_pilot_script(
                 self.options, job_name=name, pilot_dir=pilot_dir, nodes=self.allocation_nodes,
                 time_s=self.allocation_time, cpus_per_node=self.allocation_cpus, exclude=avoid,
             ))
@@ -367,26 +317,13 @@ class SlurmAllocationBackend(SlurmBackend):
             self._end_waiting(tasks, JobState.LAUNCH_ERROR, f"{type(exc).__name__}: {exc}")
             return None
         try:
-            proc = self._run(sbatch_argv(script))
-        except SlurmCommandError as exc:
-            job_id = self._array_by_name(name)  # it may have been submitted all the same
-            if job_id is None:
-                self._end_waiting(tasks, JobState.LAUNCH_ERROR, str(exc))
-                return None
-        else:
-            if proc.returncode != 0:
-                why = self._failure(proc)
-                state = (JobState.INVALID if any(r in why for r in _REFUSED)
-                         else JobState.LAUNCH_ERROR)
-                self._end_waiting(tasks, state, f"the allocation was refused: {why}")
-                return None
-            try:
-                job_id = parse_sbatch_output(proc.stdout)
-            except ValueError as exc:
-                self._end_waiting(tasks, JobState.LAUNCH_ERROR, str(exc))
-                return None
+            job_id = self.slurm.sbatch(script, name)
+        except SubmitRefused as exc:
+            why = f"the allocation was refused: {exc.reason}" if exc.answered else exc.reason
+            self._end_waiting(tasks, exc.state, why)
+            return None
         with contextlib.suppress(OSError):
-            _write_atomic(pilot_dir / "pilot.id", job_id + "\n")
+            write_atomic(pilot_dir / "pilot.id", job_id + "\n")
         log.debug("submitted pilot %s as %s", job_id, name)
         pilot = _Pilot(name, pilot_dir, job_id)
         self._pilots[pilot_dir] = pilot
@@ -395,18 +332,14 @@ class SlurmAllocationBackend(SlurmBackend):
     def _end_waiting(self, tasks: Sequence[_Task], state: JobState, reason: str) -> None:
         for task in tasks:
             del self._tasks[task.job_id]
-            self._finals[task.job_id] = JobStatus(
+            self._settled.add(JobStatus(
                 task.job_id, state, reason=reason, ambiguous=state is JobState.LAUNCH_ERROR
-            )
+            ))
 
     # -- poll -------------------------------------------------------------------------------
 
     def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
-        out: dict[str, JobStatus] = {}
-        for job_id in job_ids:
-            final = self._finals.pop(job_id, None)
-            if final is not None:
-                out[job_id] = final
+        out: dict[str, JobStatus] = self._settled.take(job_ids)
         self._watch_pilots()
         handed = [t for t in map(self._tasks.get, job_ids) if t is not None and t.pilot]
         runs = {t.job_id: self._note_start(t) for t in handed}
@@ -426,33 +359,26 @@ class SlurmAllocationBackend(SlurmBackend):
         if not live:
             return
         ids = sorted({p.job_id for p in live if p.job_id}, key=int)
-        rows: dict[str, SqueueRow] = {}
-        if ids:
-            proc = self._run([*SQUEUE_ARGS, "--states=all", f"--jobs={','.join(ids)}"])
-            if proc.returncode == 0:
-                rows = parse_squeue(proc.stdout)
-            elif _INVALID_JOB_ID not in proc.stderr:
-                raise SlurmCommandError(self._failure(proc))
+        rows: dict[str, SqueueRow] = self.slurm.squeue(ids) if ids else {}
         for pilot in live:
             row = rows.get(pilot.job_id) if pilot.job_id else None
             if row is None:
                 pilot.ended = "VANISHED"
             else:
                 word = row.state.split(" ", 1)[0]
-                if word in _TERMINAL_WORDS:
+                if word in TERMINAL_WORDS:
                     pilot.ended = word
             if pilot.info is None:
                 pilot.info = _read_json(pilot.dir / "pilot.json")
             if pilot.ended is not None:
                 log.info("pilot %s ended: %s", pilot.job_id, pilot.ended)
 
-    @staticmethod
-    def _note_start(task: _Task) -> dict[str, Any] | None:
+    def _note_start(self, task: _Task) -> dict[str, Any] | None:
         """Read the step's own record of its start (node, time), if it started."""
         run = _read_json(task.file(".run"))
         if run is not None and task.started_at is None:
             assert task.pilot is not None
-            task.started_at = float(run.get("started_at") or time.time())
+            task.started_at = float(run.get("started_at") or self.clock.time())
             task.node = run.get("node")
             task.pilot.steps[task.job_id] = (
                 task.started_at, math.inf, float(task.spec.resources.cpus)
@@ -498,7 +424,7 @@ class SlurmAllocationBackend(SlurmBackend):
             why = f"allocation {pilot.job_id} ended {word} while the attempt ran"
         node = task.node or ",".join((pilot.info or {}).get("nodes") or []) or None
         return JobStatus(task.job_id, state, node=node, started_at=task.started_at,
-                         ended_at=time.time(), reason=why, ambiguous=state is JobState.LOST,
+                         ended_at=self.clock.time(), reason=why, ambiguous=state is JobState.LOST,
                          usage={"allocation_job": float(pilot.job_id)} if pilot.job_id else None)
 
     def _end(self, task: _Task, doc: Mapping[str, Any],
@@ -508,69 +434,17 @@ class SlurmAllocationBackend(SlurmBackend):
         pilot = task.pilot
         assert pilot is not None
         pilot.tasks.discard(task.job_id)
-        err = str(doc.get("srun_err") or "")
-        last = next((line for line in reversed(err.splitlines()) if line.strip()), "")
-        rc = doc.get("rc")
-        code: int | None = None
-        sig: int | None = None
-        ambiguous = False
-        reason: str | None = None
-        if "invalid" in doc:
-            state, reason = JobState.INVALID, str(doc["invalid"])
-        elif "launch_error" in doc:
-            state, reason = JobState.LAUNCH_ERROR, str(doc["launch_error"])
-        elif doc.get("cancelled"):
-            state = JobState.CANCELLED
-        elif doc.get("timed_out"):
-            state = JobState.TIMEOUT
-            reason = f"over its time limit of {task.spec.time_limit:g}s"
-        elif "Out Of Memory" in err or "oom-kill" in err:
-            state = JobState.OUT_OF_MEMORY
-        elif run is None and rc != 0:
-            state, ambiguous = JobState.LAUNCH_ERROR, True
-            reason = f"the step did not start (srun exited {rc}): {last}"
-        elif rc == 0:
-            state, code = JobState.SUCCEEDED, 0
-        elif "DUE TO TIME LIMIT" in err:
-            state = JobState.PREEMPTED
-            reason = f"allocation {pilot.job_id} reached its time limit while the attempt ran"
-        elif "CANCELLED" in err:
-            state, reason = JobState.CANCELLED, f"step cancelled outside dse: {last}"
-        elif isinstance(rc, int) and rc > 128 and "Exited with exit code" not in err:
-            state, sig, ambiguous = JobState.KILLED, rc - 128, True
-            reason = f"Slurm reports the step ended by signal {sig}: {last}"
-        else:
-            state, code = JobState.FAILED, rc if isinstance(rc, int) else None
-            reason = f"exit code {code}"
-        task.ended_at = float(doc.get("ended_at") or time.time())
+        state, code, sig, ambiguous, reason = _step_end(
+            doc, started=run is not None, time_limit=task.spec.time_limit, pilot_job=pilot.job_id
+        )
+        task.ended_at = float(doc.get("ended_at") or self.clock.time())
         where = f"step of allocation {pilot.job_id}"
         return JobStatus(
             task.job_id, state, exit_code=code, signal=sig, node=task.node or doc.get("node"),
             started_at=task.started_at, ended_at=task.ended_at,
             reason=f"{reason} ({where})" if reason else None, ambiguous=ambiguous,
-            usage=self._usage(task, pilot),
+            usage=_step_usage(task, pilot),
         )
-
-    def _usage(self, task: _Task, pilot: _Pilot) -> dict[str, float] | None:
-        usage: dict[str, float] = {}
-        if pilot.job_id:
-            usage["allocation_job"] = float(pilot.job_id)
-        if task.started_at is None or task.ended_at is None:
-            return usage or None
-        cpus = task.spec.resources.cpus
-        usage.update(elapsed_s=max(task.ended_at - task.started_at, 0.0), cpus=float(cpus),
-                     nodes=1.0)
-        if task.spec.resources.memory_mb is not None:
-            usage["mem_mb"] = float(task.spec.resources.memory_mb)
-        info = pilot.info or {}
-        total = float(sum(info.get("cpus") or []))
-        step = (task.started_at, task.ended_at, float(cpus))
-        pilot.steps[task.job_id] = step
-        if total > 0:
-            share = allocation_share(step, pilot.steps.values(), total)
-            usage["allocation_cpu_s"] = share
-            usage["allocation_node_s"] = share * len(info.get("nodes") or [1]) / total
-        return usage
 
     # -- cancel, reattach, shutdown ---------------------------------------------------------
 
@@ -582,24 +456,18 @@ class SlurmAllocationBackend(SlurmBackend):
             task.cancel = True
             if task.pilot is None:
                 del self._tasks[job_id]
-                self._finals[job_id] = JobStatus(job_id, JobState.CANCELLED,
-                                                 reason="cancelled before a pilot took it")
+                self._settled.add(JobStatus(job_id, JobState.CANCELLED,
+                                            reason="cancelled before a pilot took it"))
                 continue
             try:
-                _write_atomic(task.file(".cancel"), "")
+                write_atomic(task.file(".cancel"), "")
             except OSError as exc:
                 log.warning("cannot cancel %s: %s", job_id, exc)
 
     def _scancel(self, pilots: Sequence[_Pilot]) -> None:
         for pilot in pilots:
             pilot.cancelled = True
-        try:
-            proc = self._run(["scancel", *(p.job_id for p in pilots if p.job_id)])
-        except SlurmCommandError as exc:
-            log.warning("scancel failed: %s", exc)
-            return
-        if proc.returncode != 0 and _INVALID_JOB_ID not in proc.stderr:
-            log.warning("%s", self._failure(proc))
+        self.slurm.scancel([p.job_id for p in pilots if p.job_id])
 
     def _shutdown(self) -> None:
         # A pilot still running attempts nobody cancelled keeps them (shutdown without
@@ -613,13 +481,13 @@ class SlurmAllocationBackend(SlurmBackend):
     def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:
         for job_id, spec in jobs.items():
             if not job_id.startswith(_ID_PREFIX):
-                self._finals[job_id] = JobStatus(
+                self._settled.add(JobStatus(
                     job_id, JobState.LOST, reason="not an allocation attempt id", ambiguous=True,
-                )
+                ))
                 continue
             task = _Task(job_id, spec)
             self._tasks[job_id] = task
-            pilot_dir = self._placed_in(spec)
+            pilot_dir = _placed_in(spec)
             if pilot_dir is None:
                 continue  # never handed out: the next dispatch does
             pilot = self._pilots.get(pilot_dir)
@@ -627,7 +495,7 @@ class SlurmAllocationBackend(SlurmBackend):
                 job = None
                 with contextlib.suppress(OSError):
                     job = (pilot_dir / "pilot.id").read_text().strip() or None
-                job = job or self._array_by_name(pilot_dir.name)
+                job = job or self.slurm.find_by_name(pilot_dir.name)
                 # An adopted pilot takes no new attempts; it is released once its own end.
                 pilot = _Pilot(pilot_dir.name, pilot_dir, job, accepting=False,
                                ended=None if job else "VANISHED")
@@ -635,15 +503,73 @@ class SlurmAllocationBackend(SlurmBackend):
             task.pilot = pilot
             pilot.tasks.add(job_id)
 
-    @staticmethod
-    def _placed_in(spec: JobSpec) -> Path | None:
-        """The pilot directory that last took *spec*'s attempt (not counting declines)."""
-        key = f"{spec.trial_id}.{spec.attempt}"
-        found: list[tuple[float, Path]] = []
-        with contextlib.suppress(OSError):
-            for path in (spec.trial_dir.parent / SLURM_DIR).glob(f"*/{key}.task.json"):
-                doc = _read_json(path.with_name(f"{key}.exit.json"))
-                if doc is not None and "declined" in doc:
-                    continue
-                found.append((path.stat().st_mtime, path.parent))
-        return max(found)[1] if found else None
+
+def _step_end(
+    doc: Mapping[str, Any], *, started: bool, time_limit: float | None, pilot_job: str | None
+) -> tuple[JobState, int | None, int | None, bool, str | None]:
+    """State, exit code, signal, ambiguity and reason of a step from its exit document
+    (what the pilot wrote: ``rc``, ``srun_err``, ``cancelled``...)."""
+    err = str(doc.get("srun_err") or "")
+    last = next((line for line in reversed(err.splitlines()) if line.strip()), "")
+    rc = doc.get("rc")
+    if "invalid" in doc:
+        return JobState.INVALID, None, None, False, str(doc["invalid"])
+    if "launch_error" in doc:
+        return JobState.LAUNCH_ERROR, None, None, False, str(doc["launch_error"])
+    if doc.get("cancelled"):
+        return JobState.CANCELLED, None, None, False, None
+    if doc.get("timed_out"):
+        return JobState.TIMEOUT, None, None, False, f"over its time limit of {time_limit:g}s"
+    if "Out Of Memory" in err or "oom-kill" in err:
+        return JobState.OUT_OF_MEMORY, None, None, False, None
+    if not started and rc != 0:
+        why = f"the step did not start (srun exited {rc}): {last}"
+        return JobState.LAUNCH_ERROR, None, None, True, why
+    if rc == 0:
+        return JobState.SUCCEEDED, 0, None, False, None
+    if "DUE TO TIME LIMIT" in err:
+        why = f"allocation {pilot_job} reached its time limit while the attempt ran"
+        return JobState.PREEMPTED, None, None, False, why
+    if "CANCELLED" in err:
+        return JobState.CANCELLED, None, None, False, f"step cancelled outside dse: {last}"
+    if isinstance(rc, int) and rc > 128 and "Exited with exit code" not in err:
+        why = f"Slurm reports the step ended by signal {rc - 128}: {last}"
+        return JobState.KILLED, None, rc - 128, True, why
+    code = rc if isinstance(rc, int) else None
+    return JobState.FAILED, code, None, False, f"exit code {code}"
+
+
+def _step_usage(task: _Task, pilot: _Pilot) -> dict[str, float] | None:
+    """The usage of a step that ended: its own run, and its share of the allocation."""
+    usage: dict[str, float] = {}
+    if pilot.job_id:
+        usage["allocation_job"] = float(pilot.job_id)
+    if task.started_at is None or task.ended_at is None:
+        return usage or None
+    cpus = task.spec.resources.cpus
+    usage.update(elapsed_s=max(task.ended_at - task.started_at, 0.0), cpus=float(cpus),
+                 nodes=1.0)
+    if task.spec.resources.memory_mb is not None:
+        usage["mem_mb"] = float(task.spec.resources.memory_mb)
+    info = pilot.info or {}
+    total = float(sum(info.get("cpus") or []))
+    step = (task.started_at, task.ended_at, float(cpus))
+    pilot.steps[task.job_id] = step
+    if total > 0:
+        share = allocation_share(step, pilot.steps.values(), total)
+        usage["allocation_cpu_s"] = share
+        usage["allocation_node_s"] = share * len(info.get("nodes") or [1]) / total
+    return usage
+
+
+def _placed_in(spec: JobSpec) -> Path | None:
+    """The pilot directory that last took *spec*'s attempt (not counting declines)."""
+    key = f"{spec.trial_id}.{spec.attempt}"
+    found: list[tuple[float, Path]] = []
+    with contextlib.suppress(OSError):
+        for path in (spec.trial_dir.parent / SLURM_DIR).glob(f"*/{key}.task.json"):
+            doc = _read_json(path.with_name(f"{key}.exit.json"))
+            if doc is not None and "declined" in doc:
+                continue
+            found.append((path.stat().st_mtime, path.parent))
+    return max(found)[1] if found else None

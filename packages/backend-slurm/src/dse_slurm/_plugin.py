@@ -12,6 +12,6 @@ if TYPE_CHECKING:
 
 @hookimpl
 def dse_register_backends() -> list[type[Backend]]:
-    from dse_slurm._backend import SlurmBackend
+    from dse_slurm._arrays import SlurmBackend
 
     return [SlurmBackend]

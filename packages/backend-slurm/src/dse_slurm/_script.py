@@ -1,4 +1,5 @@
-"""Batch scripts and manifests for Slurm job arrays (pure functions: no Slurm is called).
+"""Batch scripts and manifests for Slurm job arrays, and the pilot job's script of allocation
+mode (pure functions: no Slurm is called).
 
 One array carries the attempts of one batch that ask for the same resources. The script's
 ``#SBATCH`` lines cannot vary per task, so everything per attempt lives in a *manifest*: one
@@ -41,6 +42,7 @@ __all__ = [
     "parse_sbatch_output",
     "render_array_script",
     "render_manifest",
+    "render_pilot_script",
     "sbatch_argv",
     "slurm_time",
 ]
@@ -262,7 +264,6 @@ def render_array_script(
         msg = "the jobs of one array must share resources, time class and nodes to avoid"
         raise ValueError(msg)
     first = specs[0]
-    res = first.resources
     logs = log_dir if log_dir is not None else manifest_path.parent
     if "%" in str(logs):
         msg = f"backend.slurm: the log directory {str(logs)!r} holds a '%' (a Slurm pattern)"
@@ -276,14 +277,7 @@ def render_array_script(
         f"--job-name={_check_value('job_name', job_name)}",
         f"--comment={_check_value('comment', comment)}",
     ]
-    limits = [spec.time_limit for spec in specs]
-    if all(limit is not None for limit in limits):
-        sbatch.append(f"--time={slurm_time(max(limit or 0.0 for limit in limits))}")
-    sbatch += ["--nodes=1", "--ntasks=1", f"--cpus-per-task={res.cpus}"]
-    if res.gpus:
-        sbatch.append(f"--gres=gpu:{res.gpus}")
-    if res.memory_mb is not None:
-        sbatch.append(f"--mem={res.memory_mb}M")
+    sbatch += _resource_options(specs)
     for key in ("partition", "account", "qos", "constraint"):
         value = getattr(options, key)
         if value is not None:
@@ -291,13 +285,7 @@ def render_array_script(
     if options.exclusive:
         sbatch.append("--exclusive")
     if first.avoid_nodes:
-        nodes = sorted(set(first.avoid_nodes))
-        for node in nodes:
-            if "," in node:
-                msg = f"backend.slurm: node name {node!r} holds a comma"
-                raise ConfigError(msg)
-            _check_value("avoid_nodes", node)
-        sbatch.append(f"--exclude={','.join(nodes)}")
+        sbatch.append(_exclude_option(first.avoid_nodes))
     if options.signal_lead_s is not None:
         sbatch.append(f"--signal=B:USR1@{options.signal_lead_s}")
     sbatch += [
@@ -316,6 +304,83 @@ def render_array_script(
         "# task i runs line i+1 of the manifest (see dse_slurm._script)",
         f"exec {shlex.quote(options.python)} -c {shlex.quote(LAUNCHER)} \\",
         f"    {shlex.quote(str(manifest_path))} \"${{SLURM_ARRAY_TASK_ID:?}}\"",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _resource_options(specs: Sequence[JobSpec]) -> list[str]:
+    """``--time`` (the largest limit; none when a spec has none) and what one task asks."""
+    out = []
+    limits = [spec.time_limit for spec in specs]
+    if all(limit is not None for limit in limits):
+        out.append(f"--time={slurm_time(max(limit or 0.0 for limit in limits))}")
+    res = specs[0].resources
+    out += ["--nodes=1", "--ntasks=1", f"--cpus-per-task={res.cpus}"]
+    if res.gpus:
+        out.append(f"--gres=gpu:{res.gpus}")
+    if res.memory_mb is not None:
+        out.append(f"--mem={res.memory_mb}M")
+    return out
+
+
+def _exclude_option(avoid_nodes: Iterable[str]) -> str:
+    nodes = sorted(set(avoid_nodes))
+    for node in nodes:
+        if "," in node:
+            msg = f"backend.slurm: node name {node!r} holds a comma"
+            raise ConfigError(msg)
+        _check_value("avoid_nodes", node)
+    return f"--exclude={','.join(nodes)}"
+
+
+def render_pilot_script(
+    options: SlurmOptions,
+    *,
+    job_name: str,
+    pilot_dir: Path,
+    nodes: int,
+    time_s: float,
+    cpus_per_node: int | None = None,
+    exclude: Iterable[str] = (),
+) -> str:
+    """The batch script of one pilot: *nodes* nodes for *time_s*, whole nodes
+    (``--exclusive``) unless *cpus_per_node* is given; runs ``pilot.py`` in *pilot_dir*
+    after the setup lines. :class:`~dse.ConfigError` when a value cannot be written safely."""
+    if "%" in str(pilot_dir):
+        msg = f"backend.slurm: the directory {str(pilot_dir)!r} holds a '%' (a Slurm pattern)"
+        raise ConfigError(msg)
+    where = _check_value("log_dir", str(pilot_dir))
+    sbatch = [
+        f"--job-name={_check_value('job_name', job_name)}",
+        f"--comment=dse allocation {job_name}",
+        f"--nodes={nodes}",
+        f"--time={slurm_time(time_s)}",
+    ]
+    if cpus_per_node is None:
+        sbatch.append("--exclusive")
+    else:
+        sbatch += ["--ntasks-per-node=1", f"--cpus-per-task={cpus_per_node}"]
+    for key in ("partition", "account", "qos", "constraint"):
+        value = getattr(options, key)
+        if value is not None:
+            sbatch.append(f"--{key}={value}")
+    avoid = sorted(set(exclude))
+    for node in avoid:
+        _check_value("avoid_nodes", node)
+    if avoid:
+        sbatch.append(f"--exclude={','.join(avoid)}")
+    sbatch += ["--no-requeue", f"--output={where}/pilot.out", f"--error={where}/pilot.err"]
+    lines = ["#!/bin/bash", *(_directive(option) for option in sbatch)]
+    lines += [f"#SBATCH {_extra_option(line)}" for line in options.extra_sbatch]
+    lines.append("")
+    if options.setup:
+        lines += ["# setup from the campaign file", "set -e", *options.setup, "set +e", ""]
+    python = shlex.quote(options.python)
+    lines += [
+        "# the pilot starts each attempt handed to it as a job step (see dse_slurm._pilot)",
+        f"exec {python} {shlex.quote(str(pilot_dir / 'pilot.py'))}"
+        f" {shlex.quote(str(pilot_dir))} {math.ceil(time_s)} {python}",
         "",
     ]
     return "\n".join(lines)

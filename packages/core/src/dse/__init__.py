@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from dse._lock import CampaignLock, LockHolder
     from dse._plugins import PluginManager, Registered
     from dse._pool import Pool, PoolConfig, drive, run_pool
-    from dse._protocols import Agent, Environment, TrialInfo
+    from dse._protocols import Agent, Environment, Runner, TrialInfo
     from dse._scheduler import Plan, PoolScheduler, Request
     from dse._scoring import Scorer
     from dse._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
@@ -98,6 +98,7 @@ _LAZY: dict[str, str] = {
     "Registered": "dse._plugins",
     "Request": "dse._scheduler",
     "Resources": "dse._types",
+    "Runner": "dse._protocols",
     "Scorer": "dse._scoring",
     "Space": "dse._space",
     "Stats": "dse._engine",
@@ -163,6 +164,7 @@ __all__ = [
     "Registered",
     "Request",
     "Resources",
+    "Runner",
     "Scorer",
     "Space",
     "Stats",

@@ -1,7 +1,9 @@
-"""The base class every backend (executor) extends.
+"""The base class plugin authors extend to implement the :class:`~dse.Runner` protocol.
 
-The public batch methods live here; a backend fills in four small template methods. The
-engine owns the cadence: it calls :meth:`Backend.poll` once per pass, never per job.
+The engine depends on :class:`~dse.Runner` (what it needs from an executor); :class:`Backend`
+implements it. The public batch methods live here; a backend fills in four small template
+methods. The engine owns the cadence: it calls :meth:`Backend.poll` once per pass, never per
+job.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import logging
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from dse._clock import Clock, SystemClock
 from dse._errors import BackendError, ConfigError
 from dse._types import JobSpec, JobState, JobStatus
 
@@ -21,11 +24,16 @@ log = logging.getLogger("dse.backend")
 
 
 class Backend(ABC):
-    """Runs attempts somewhere and reports their raw states.
+    """Runs attempts somewhere and reports their raw states: the :class:`~dse.Runner` the
+    engine drives, as a base class that does the bookkeeping.
 
     Subclasses set :attr:`name` and implement :meth:`_submit`, :meth:`_poll` and
     :meth:`_cancel`, and may implement :meth:`_reattach` and :meth:`_shutdown`. They report
-    raw :class:`JobState` values; the core classifies them into trial outcomes.
+    raw :class:`JobState` values; the core classifies them into trial outcomes. Every time
+    a backend reports (``started_at``, ``ended_at``) or compares in its own process (a
+    deadline, a lag it waits out) is read from :attr:`clock`, which the engine sets to its own
+    with :meth:`use_clock`; a process of its own (a wrapper, a pilot job) writes the wall
+    clock, which is what :class:`~dse.SystemClock` reads.
 
     Guarantees the base class gives the engine:
 
@@ -51,7 +59,12 @@ class Backend(ABC):
     """How long past its time limit an attempt may still run before the backend has ended it
     (a grace period, a scheduler's check interval). Budgets reserve it on top of the limit."""
 
+    clock: Clock
+    """Where the backend reads the time and waits: the engine's clock once :meth:`use_clock`
+    was called, the system clock until then."""
+
     def __init__(self) -> None:
+        self.clock = SystemClock()
         self._outstanding: dict[str, JobState] = {}
         self._deferred: list[JobStatus] = []
         self._launch_errors = 0
@@ -77,6 +90,12 @@ class Backend(ABC):
             raise ConfigError(msg) from None
 
     # -- public batch API (the engine calls these) ---------------------------------------
+
+    def use_clock(self, clock: Clock) -> None:
+        """Read the time from *clock* from now on (the engine passes its own, once, when it
+        is built), so attempts are charged in one time base and tests on a fake clock need
+        no sleeps."""
+        self.clock = clock
 
     @property
     def outstanding(self) -> tuple[str, ...]:

@@ -10,10 +10,10 @@ from dse._plugins import PluginManager
 from dse._scoring import build_scorer
 
 if TYPE_CHECKING:
-    from dse._backend import Backend
     from dse._campaign import Campaign
     from dse._clock import Clock
     from dse._outcome import EngineListener
+    from dse._protocols import Runner
     from dse._store import Store
 
 
@@ -24,7 +24,7 @@ def build_engine(
     plugins: PluginManager | None = None,
     listener: EngineListener | None = None,
     clock: Clock | None = None,
-    backend: Backend | None = None,
+    backend: Runner | None = None,
 ) -> Engine:
     """Resolve the campaign's agent and backend by name and build its engine.
 

@@ -6,11 +6,13 @@ and reuse the cache → commit the whole pass in one transaction → submit. The
 these passes (for one campaign or several sharing a pool) is :func:`dse._pool.drive`; the
 engine's per-pass API is what it calls.
 
-The engine composes parts that each own one kind of state: the live trial table
+The engine composes parts that each own one kind of state — the live trial table
 (:mod:`dse._live`), the budget gate (:mod:`dse._gate`), the retry policy and interruption
 watch (:mod:`dse._retry`), the invalidation view (:mod:`dse._invalidation`), the agent's
-feedback (:mod:`dse._feedback`), the baselines (:mod:`dse._baseline`), the numbering of
-trials (:mod:`dse._dispatch`), and resume (:mod:`dse._resume`).
+feedback (:mod:`dse._feedback`), the baselines (:mod:`dse._baseline`) — and the workers that
+move trials between them: the dispatcher (:mod:`dse._dispatch`), the collector
+(:mod:`dse._collect`), results (:mod:`dse._results`), interruptions (:mod:`dse._interrupt`)
+and resume (:mod:`dse._resume`). ``docs/architecture.md`` is the map.
 
 ``waves`` mode starts up to ``max_parallelism`` trials, waits for all of them, tells the agent
 the whole wave, then starts the next; ``rolling`` refills a slot in the pass that frees it.
@@ -98,9 +100,7 @@ class Engine:
                 " trial's command"
             )
         self.clock: Clock = clock or SystemClock()
-        use_clock = getattr(backend, "use_clock", None)  # TRANSITION: Runner.use_clock
-        if use_clock is not None:
-            use_clock(self.clock)
+        backend.use_clock(self.clock)
         self.listener = listener or EngineListener()
         self.stats = Stats()
         self.campaign_id = 0

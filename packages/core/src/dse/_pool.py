@@ -42,9 +42,11 @@ from dse._types import JobSpec, JobState, JobStatus, Resources
 from dse._units import parse_duration
 
 if TYPE_CHECKING:
+    from dse._clock import Clock
     from dse._engine import Engine
     from dse._live import LiveTrial
     from dse._outcome import CampaignResult
+    from dse._protocols import Runner
 
 __all__ = ["Pool", "PoolConfig", "drive", "is_pool_file", "load_pool", "run_pool"]
 
@@ -206,7 +208,7 @@ class Pool:
         competed for the pool."""
         self._final: dict[str, float] | None = None
         """The use of each campaign when the contest ended (all but one campaign had)."""
-        self.backend: Backend | None = None
+        self.backend: Runner | None = None
         self._router: _Router | None = None
 
     def join(self, engine: Engine) -> None:
@@ -244,16 +246,16 @@ class Pool:
                     f"{e.campaign.source or '<campaign>'}: environment: a trial needs"
                     f" {big}, more than the pool has ({capacity})"
                 )
-        self.backend = engines[0].backend
-        if any(e.backend is not self.backend for e in engines):
+        backend = self.backend = engines[0].backend
+        if any(e.backend is not backend for e in engines):
             raise ConfigError(
                 f"{self.config.source}: the campaigns of a pool share one backend; build their"
                 " engines with the same backend instance"
             )
         if len(engines) > 1:
-            self._router = _Router(self.backend)
+            self._router = _Router(backend)
             for e in engines:
-                e.use_runner(_Share(self._router, self.backend))
+                e.use_runner(_Share(self._router, backend))
 
     def weight(self, engine: Engine) -> float:
         """*engine*'s campaign's weight (by its file, else its name; default 1)."""
@@ -447,7 +449,7 @@ class Pool:
 class _Router:
     """One real poll per pass, its statuses handed to the campaign that owns each job."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Runner) -> None:
         self.backend = backend
         self.owner: dict[str, _Share] = {}
         self.inbox: dict[_Share, list[JobStatus]] = {}
@@ -465,7 +467,7 @@ class _Router:
                     del self.owner[status.job_id]
             for other in self.fresh:
                 self.fresh[other] = True
-            share.last_pass_commands = self.backend.last_pass_commands
+            share.last_pass_commands = dict(self.backend.last_pass_commands)
         self.fresh[share] = False
         out, self.inbox[share] = self.inbox.get(share, []), []
         return out
@@ -477,7 +479,7 @@ class _Share(Backend):
     name: ClassVar[str] = "shared"
     version: ClassVar[str] = "1"
 
-    def __init__(self, router: _Router, backend: Backend) -> None:
+    def __init__(self, router: _Router, backend: Runner) -> None:
         super().__init__()
         self._router = router
         self._real = backend
@@ -510,6 +512,9 @@ class _Share(Backend):
 
     def job_id_for(self, job: JobSpec) -> str | None:
         return self._real.job_id_for(job)
+
+    def use_clock(self, clock: Clock) -> None:
+        self._real.use_clock(clock)
 
     def shutdown(self, *, cancel: bool = True, wait: bool = True) -> None:
         """The pool's backend is shut down once, by whoever runs the pool."""

@@ -1,4 +1,10 @@
-"""What users write: agents and environments are small protocols a plain class satisfies."""
+"""The three protocols dse is specified with: :class:`Agent`, :class:`Environment`, :class:`Runner`.
+
+Each is what the engine needs from one part, and a plain class satisfies it. Users write agents
+and environments as plain classes; a runner is usually written by extending
+:class:`dse.Backend`, the base class that implements :class:`Runner` and leaves a backend a few
+small template methods, but the engine depends on the protocol alone.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
+    from dse._clock import Clock
     from dse._types import Evaluation, JobSpec, JobStatus, Observation
 
 
@@ -111,5 +118,143 @@ class Environment(Protocol):
 
         :param job: the job as prepared.
         :param status: its final status.
+        """
+        ...
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """What the engine needs from an executor: runs attempts somewhere, reports raw states.
+
+    The engine depends on this protocol alone. :class:`dse.Backend` is the base class plugin
+    authors extend to implement it (it keeps the outstanding ids, reports each end once and
+    survives a failing query, leaving a few small template methods); a plain class that
+    satisfies it works too, but it then owns that bookkeeping itself.
+
+    The engine drives a runner in polling passes and owns their cadence: it backs off while
+    nothing changes, and calls :meth:`poll` once per pass, never per job.
+
+    * :meth:`use_clock` is called once, when the engine is built, before any other call.
+    * :meth:`submit` takes a whole batch (a wave, or the trials that fill freed slots) and
+      returns one id per job. It must not raise for a job it cannot start: it returns an id
+      all the same and reports that job's end (``LAUNCH_ERROR``, ``INVALID``) by a later poll.
+    * :meth:`poll` makes one pass over every outstanding job and returns the statuses that
+      changed since the previous pass. A finished job is reported once; the engine never asks
+      about it again. It must not raise for a failing query: nothing changes in that pass.
+    * :meth:`cancel` asks jobs to stop; their ends come with later passes.
+    * :meth:`reattach` adopts jobs a previous controller started (after a restart);
+      :meth:`job_id_for` finds a job whose id was never recorded.
+    * :meth:`wait` lets a runner that can wait on events end the engine's sleep early.
+    * :meth:`shutdown` is called by whoever built the runner when the campaign is over.
+
+    States are raw :class:`dse.JobState` values; the engine classifies them into trial
+    outcomes, so a runner never decides whether a failure is about the design.
+    """
+
+    @property
+    def name(self) -> str:
+        """Its name, recorded with every attempt (``backend = "<name>"`` in campaign files)."""
+        ...
+
+    @property
+    def version(self) -> str:
+        """Its version, recorded with every attempt (``<name>==<version>``)."""
+        ...
+
+    @property
+    def default_poll_interval(self) -> tuple[float, float]:
+        """(first, largest) wait in seconds between passes that saw no change, used unless
+        the campaign sets ``poll_interval``."""
+        ...
+
+    @property
+    def runs_commands(self) -> bool:
+        """Whether it runs each trial's command: a campaign on it without
+        ``[environment] command`` is then refused before anything runs."""
+        ...
+
+    @property
+    def overrun_s(self) -> float:
+        """How long past its time limit an attempt may still run before the runner has ended
+        it (a grace period, a scheduler's check interval); budgets reserve it on top of the
+        limit."""
+        ...
+
+    @property
+    def last_pass_commands(self) -> Mapping[str, int]:
+        """Commands issued to the system behind the runner (``sbatch``, ``squeue``...) by
+        name, between the previous :meth:`poll` and the end of the last one; the engine
+        records them per pass. Empty for a runner that issues none."""
+        ...
+
+    def use_clock(self, clock: Clock) -> None:
+        """Read the time from *clock* from now on.
+
+        Every time the runner reports (``started_at``, ``ended_at``) or compares in its own
+        process (a deadline, a lag it waits out) comes from this clock, so attempts are
+        charged in the engine's time base and a test on a fake clock needs no sleeps. A
+        process of the runner's own (a wrapper, a pilot job) writes the wall clock, which is
+        what :class:`dse.SystemClock` reads.
+
+        :param clock: the engine's clock.
+        """
+        ...
+
+    def submit(self, jobs: Sequence[JobSpec]) -> list[str]:
+        """Start every job of *jobs* (one batched call where the system allows it) and
+        return their ids, in the same order. A job it cannot start still gets an id; its end
+        is reported by a later :meth:`poll`.
+
+        :param jobs: one :class:`dse.JobSpec` per attempt, never empty when the engine calls.
+        """
+        ...
+
+    def poll(self) -> list[JobStatus]:
+        """Make one pass over every outstanding job (one batched query: never one per job)
+        and return the statuses that changed since the last pass; a finished job is reported
+        once. A failing query is survived: it returns what it knows (often nothing)."""
+        ...
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """Ask these jobs to stop; their ends (``CANCELLED``, or how they ended first) are
+        reported by later polls. Unknown or finished ids are ignored.
+
+        :param job_ids: ids :meth:`submit` returned or :meth:`reattach` adopted.
+        """
+        ...
+
+    def reattach(self, jobs: Mapping[str, JobSpec]) -> None:
+        """Adopt jobs an earlier controller started, and report their ends from the next poll
+        on (the runner must be able to learn how a job started by another process ended).
+
+        :param jobs: job id → the spec it was submitted with.
+        """
+        ...
+
+    def job_id_for(self, job: JobSpec) -> str | None:
+        """The id *job* has or would have, if the runner can tell without having started it;
+        ``None`` when it cannot. Used after a controller crashed between submitting an attempt
+        and recording its id; an attempt it cannot find is retried as lost to the restart.
+
+        :param job: the attempt's spec, as recorded before submission.
+        """
+        ...
+
+    def wait(self, timeout: float) -> bool:
+        """Block until an outstanding job may have changed, or *timeout* seconds passed.
+        Return ``False`` at once when the runner cannot wait on events: the engine then
+        sleeps on its own clock.
+
+        :param timeout: the most to wait, in seconds (0: do not block).
+        """
+        ...
+
+    def shutdown(self, *, cancel: bool = True, wait: bool = True) -> None:
+        """Release the runner, cancelling what still runs unless *cancel* is false.
+
+        :param cancel: cancel the outstanding jobs (false: leave them for a resumed campaign
+            to reattach).
+        :param wait: wait for cancelled jobs to end (false: the user asked twice to stop now;
+            a resumed campaign learns their ends later).
         """
         ...

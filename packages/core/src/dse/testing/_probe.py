@@ -13,13 +13,15 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from dse._backend import Backend
-from dse._clock import Clock, SystemClock
 from dse._constraints import load_callable
 from dse._errors import ConfigError
 from dse._types import JobSpec, JobState, JobStatus
+
+if TYPE_CHECKING:
+    from dse._clock import Clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,12 @@ class ProbeCluster:
 
 
 class ProbeBackend(Backend):
-    """In-memory backend for tests and benchmarks (see the module docstring)."""
+    """In-memory backend for tests and benchmarks (see the module docstring).
+
+    *clock* is the clock its timed scripts (:attr:`ProbeScript.seconds`) run on and its
+    times are read from; the engine replaces it with its own (:meth:`Backend.use_clock`), so
+    pass the engine the same one.
+    """
 
     name: ClassVar[str] = "probe"
     version: ClassVar[str] = "1"
@@ -125,7 +132,8 @@ class ProbeBackend(Backend):
         if isinstance(script, str):
             script = load_callable(script, None, "backend.probe.script")
         self.script: ScriptFn = script or default_script
-        self.clock = clock or SystemClock()
+        if clock is not None:
+            self.use_clock(clock)  # the engine sets the same (its own) when it is built
         self.cluster = cluster or ProbeCluster()
         self.write_results = write_results
 

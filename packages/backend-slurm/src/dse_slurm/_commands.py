@@ -1,0 +1,250 @@
+"""What both Slurm backends share: Slurm's commands, run and counted, and the ends a backend
+decides without asking Slurm.
+
+:class:`SlurmCommands` is the one place a Slurm command (``sbatch``, ``squeue``, ``sacct``,
+``scancel``) is run. It owns what the commands taught it — whether accounting answers, which
+batch name went out as which job id — and counts every command through the backend's
+:meth:`dse.Backend.count_command`. :class:`Settled` holds the ends decided without Slurm (a job
+with no command, a refused ``sbatch``, an id that never reached Slurm) until the next poll.
+The array backend (:mod:`dse_slurm._arrays`) and the allocation backend
+(:mod:`dse_slurm._allocation`) each extend :class:`dse.Backend` and compose both; this module
+imports neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import shutil
+import subprocess
+from typing import TYPE_CHECKING
+
+from dse import JobState, JobStatus
+from dse_slurm._script import MAX_SIGNAL_LEAD_S, parse_sbatch_output, sbatch_argv
+from dse_slurm._states import (
+    SACCT_ARGS,
+    SQUEUE_ARGS,
+    SacctRow,
+    SqueueRow,
+    parse_sacct,
+    parse_squeue,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from pathlib import Path
+
+    from dse import JobSpec
+
+__all__ = ["Settled", "SlurmCommandError", "SlurmCommands", "SubmitRefused"]
+
+log = logging.getLogger("dse.slurm")
+
+SLURM_DIR = ".slurm"
+"""Directory (beside the trial directories of a run) holding manifests, scripts and logs."""
+TERMINAL_WORDS = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED", "NODE_FAIL",
+    "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT",
+})
+"""squeue's words for a job that ended."""
+INVALID_JOB_ID = "Invalid job id specified"
+# sbatch refusals that the job itself causes: it would be refused the same way again.
+_REFUSED = (
+    "Requested node configuration is not available",
+    "Invalid partition name",
+    "Invalid account",
+    "Invalid qos",
+    "Invalid feature specification",
+    "Invalid generic resource",
+    "More processors requested than permitted",
+    "Memory required by task is not available",
+    "Requested time limit is invalid",
+    "Node count specification invalid",
+    "Invalid directive",
+    "unrecognized option",
+    "invalid option",
+)
+
+
+class SlurmCommandError(RuntimeError):
+    """A Slurm command failed or did not answer in time."""
+
+
+class SubmitRefused(SlurmCommandError):
+    """``sbatch`` did not submit a script; the attempts it carried end in :attr:`state`."""
+
+    def __init__(self, state: JobState, reason: str, *, answered: bool) -> None:
+        super().__init__(reason)
+        self.state = state
+        """``INVALID`` when the job itself was refused (it would be again), else
+        ``LAUNCH_ERROR``."""
+        self.reason = reason
+        self.answered = answered
+        """Whether sbatch itself said no (rather than failing to answer)."""
+
+
+class SlurmCommands:
+    """Runs Slurm's commands for one backend, counting each through *count*.
+
+    A command that cannot start or does not answer within *timeout* seconds raises
+    :class:`SlurmCommandError`; each method says which exit statuses it judges itself.
+    """
+
+    def __init__(self, count: Callable[[str], None], *, timeout: float = 30.0) -> None:
+        self.count = count
+        self.timeout = timeout
+        self.accounting = True
+        """Whether ``sacct`` answers (False once it said accounting storage is disabled)."""
+        self._by_name: dict[str, str | None] = {}
+
+    def run(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        """Run one Slurm command (counted); the caller judges its exit status."""
+        self.count(argv[0])
+        exe = shutil.which(argv[0])
+        if exe is None:
+            msg = f"{argv[0]} is not on PATH (is this a Slurm submit host?)"
+            raise SlurmCommandError(msg)
+        try:
+            return subprocess.run(
+                [exe, *argv[1:]], capture_output=True, text=True, check=False,
+                timeout=self.timeout,
+            )
+        except subprocess.TimeoutExpired:
+            msg = f"{argv[0]} did not answer within {self.timeout:g}s"
+            raise SlurmCommandError(msg) from None
+        except OSError as exc:
+            raise SlurmCommandError(f"{argv[0]}: {exc}") from None
+
+    @staticmethod
+    def failure(proc: subprocess.CompletedProcess[str]) -> str:
+        """One line saying how a command failed."""
+        text = (proc.stderr or proc.stdout).strip().replace("\n", " | ")
+        return f"{proc.args[0].rsplit('/', 1)[-1]} exited {proc.returncode}: {text}"
+
+    def sbatch(self, script: Path, job_name: str) -> str:
+        """Submit *script* (whose job name is *job_name*, unique per submission); return the
+        job id. When sbatch does not answer, the job is looked for by its name: it may have
+        been submitted all the same. :class:`SubmitRefused` when it was not submitted."""
+        try:
+            proc = self.run(sbatch_argv(script))
+        except SlurmCommandError as exc:
+            job_id = self.find_by_name(job_name)
+            if job_id is None:
+                raise SubmitRefused(JobState.LAUNCH_ERROR, str(exc), answered=False) from None
+            return job_id
+        if proc.returncode != 0:
+            why = self.failure(proc)
+            state = (JobState.INVALID if any(r in why for r in _REFUSED)
+                     else JobState.LAUNCH_ERROR)
+            raise SubmitRefused(state, why, answered=True)
+        try:
+            job_id = parse_sbatch_output(proc.stdout)
+        except ValueError as exc:
+            raise SubmitRefused(JobState.LAUNCH_ERROR, str(exc), answered=False) from None
+        self._by_name[job_name] = job_id
+        return job_id
+
+    def find_by_name(self, job_name: str) -> str | None:
+        """The job id of the job (or array) named *job_name*, from ``squeue``, else ``sacct``
+        (the last 7 days); ``None`` when neither knows it or they fail. Remembered."""
+        if job_name in self._by_name:
+            return self._by_name[job_name]
+        found: str | None = None
+        with contextlib.suppress(SlurmCommandError):
+            proc = self.run(["squeue", "--noheader", "--states=all", "--format=%F",
+                             f"--name={job_name}"])
+            ids = proc.stdout.split() if proc.returncode == 0 else []
+            if not ids and self.accounting:
+                proc = self.run(["sacct", "-X", "--noheader", "--parsable2",
+                                 "--format=JobID", f"--name={job_name}", "--starttime=now-7days"])
+                ids = [line.split("_", 1)[0] for line in proc.stdout.split()]
+            found = ids[0] if ids and ids[0].isdigit() else None
+        self._by_name[job_name] = found
+        return found
+
+    def squeue(self, job_ids: Iterable[str]) -> dict[str, SqueueRow]:
+        """One ``squeue --states=all`` for *job_ids* (jobs or whole arrays): their rows by
+        job id; empty when the controller knows none of them any more."""
+        proc = self.run([*SQUEUE_ARGS, "--states=all", f"--jobs={','.join(job_ids)}"])
+        if proc.returncode != 0:
+            if INVALID_JOB_ID in proc.stderr:
+                return {}  # every job asked for is gone from the controller
+            raise SlurmCommandError(self.failure(proc))
+        return parse_squeue(proc.stdout)
+
+    def sacct(self, job_ids: Iterable[str]) -> dict[str, SacctRow]:
+        """One ``sacct`` for *job_ids*: their accounting rows by job id. Empty, and
+        :attr:`accounting` false from then on, when accounting storage is disabled."""
+        proc = self.run([*SACCT_ARGS, f"--jobs={','.join(job_ids)}"])
+        if proc.returncode == 0:
+            return parse_sacct(proc.stdout)
+        if "accounting storage is disabled" in proc.stderr.lower():
+            log.warning("Slurm accounting is disabled: ends come from squeue alone"
+                        " (no exit codes, no cost)")
+            self.accounting = False
+            return {}
+        raise SlurmCommandError(self.failure(proc))
+
+    def scancel(self, job_ids: Sequence[str]) -> None:
+        """One ``scancel`` for *job_ids*; a failure is logged (later polls tell the ends)."""
+        try:
+            proc = self.run(["scancel", *job_ids])
+        except SlurmCommandError as exc:
+            log.warning("scancel failed: %s", exc)
+            return
+        if proc.returncode != 0 and INVALID_JOB_ID not in proc.stderr:
+            log.warning("%s", self.failure(proc))
+
+
+class Settled:
+    """Ends a backend decided without asking Slurm, each reported once, by the next poll."""
+
+    def __init__(self) -> None:
+        self._statuses: dict[str, JobStatus] = {}
+        self._made = 0
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._statuses
+
+    def add(self, status: JobStatus) -> None:
+        """Report *status* (for its job id) at the next poll."""
+        self._statuses[status.job_id] = status
+
+    def new(self, spec: JobSpec, state: JobState, reason: str) -> str:
+        """An id for a job that never reached Slurm, ending in *state* at the next poll."""
+        self._made += 1
+        job_id = f"{state.value}-{self._made}-{spec.trial_id}.{spec.attempt}"
+        self.add(JobStatus(job_id, state, reason=reason,
+                           ambiguous=state is JobState.LAUNCH_ERROR))
+        return job_id
+
+    def take(self, job_ids: Iterable[str]) -> dict[str, JobStatus]:
+        """The settled statuses of *job_ids*, forgotten once handed out."""
+        return {j: s for j in job_ids if (s := self._statuses.pop(j, None)) is not None}
+
+
+def signal_lead(spec: JobSpec) -> int | None:
+    """``--signal`` lead from the trial's checkpoint cadence: the trial is told at least
+    one cadence (never under Slurm's 60 s resolution) before its time limit, so it can write
+    a last checkpoint; never more than half the limit."""
+    every = spec.env.get("DSE_CHECKPOINT_EVERY")
+    if every is None or spec.time_limit is None:
+        return None
+    try:
+        cadence = float(every)
+    except ValueError:
+        return None
+    lead = min(max(60, math.ceil(cadence)), int(spec.time_limit // 2), MAX_SIGNAL_LEAD_S)
+    return lead if lead > 0 else None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write *text* to *path* so that a reader on any node sees all of it or none."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
