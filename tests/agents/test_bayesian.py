@@ -14,6 +14,7 @@ import dse
 from dse.testing.contracts import AgentContract
 from dse_agents import BayesianAgent, RandomAgent
 from support.probe import run_on_probe
+from support.record import record
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -166,7 +167,7 @@ def test_a_campaign_records_the_agent_name_and_version(tmp_path: Any) -> None:
     assert result.end_reason == "max_trials"
     assert len({r["config_hash"] for r in rows}) == len(rows) == 12
     store = dse.Store(tmp_path / "ws" / "dse.sqlite")
-    (run,) = store.campaigns()
+    (run,) = record(store).campaigns()
     assert run["agent"] == f"bayesian=={BayesianAgent.version}"
     store.close()
 

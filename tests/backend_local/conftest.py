@@ -19,6 +19,7 @@ import pytest
 import dse
 from dse.testing import ScriptedAgent
 from dse_local import LocalBackend
+from support.record import record
 
 WORKLOAD = r"""
 import json, os, signal, sys, time
@@ -63,13 +64,13 @@ class Run(NamedTuple):
     @property
     def trials(self) -> dict[int, Any]:
         """Trial number → its record row."""
-        return {row["number"]: row for row in self.store.trials(self.result.campaign_id)}
+        return {row["number"]: row for row in record(self.store).trials(self.result.campaign_id)}
 
     @property
     def attempts(self) -> dict[int, Any]:
         """Trial number → the record row of its (only) attempt."""
         return {trial_number(row["job_id"].rsplit(".", 1)[0]): row
-                for row in self.store.attempts(self.result.campaign_id)}
+                for row in record(self.store).attempts(self.result.campaign_id)}
 
     def trial_dir(self, number: int) -> Path:
         return self.engine.run_dir / f"{number:06d}"

@@ -10,6 +10,7 @@ import pytest
 
 import dse
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
+from support.record import record
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,7 +32,7 @@ class Run(NamedTuple):
     @property
     def trials(self) -> list[Any]:
         """The record's trial rows, in number order."""
-        return self.store.trials(self.result.campaign_id)
+        return record(self.store).trials(self.result.campaign_id)
 
     @property
     def batches(self) -> list[list[int]]:

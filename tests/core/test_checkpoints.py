@@ -21,6 +21,7 @@ import pytest
 import dse
 import dse.trial
 from dse.testing import ProbeScript
+from support.record import record
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -147,12 +148,13 @@ def attempt_rows(run: Any, t0: float) -> list[tuple[Any, ...]]:
             row["attempt"], row["state"], row["resumed"], row["work_lost_s"],
             row["started_at"] - t0, row["ended_at"] - t0,
         )
-        for row in run.store.attempts(run.result.campaign_id)
+        for row in record(run.store).attempts(run.result.campaign_id)
     ]
 
 
 def retry_events(run: Any) -> list[dict[str, Any]]:
-    return [json.loads(e["data"]) for e in run.store.events(run.result.campaign_id, "retry")]
+    rows = record(run.store).events(run.result.campaign_id, "retry")
+    return [json.loads(e["data"]) for e in rows]
 
 
 class CheckpointAt(dse.EngineListener):
@@ -262,7 +264,7 @@ def test_the_mark_a_real_workload_leaves_is_the_one_the_engine_reads(run_campaig
 
     assert workload.done is not None
     assert workload.done.returncode == 0, workload.done.stderr
-    rows = run.store.attempts(run.result.campaign_id)
+    rows = record(run.store).attempts(run.result.campaign_id)
     assert [(r["attempt"], r["state"], r["resumed"]) for r in rows] == [
         (1, "preempted", 0),
         (2, "succeeded", 1),

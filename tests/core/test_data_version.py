@@ -17,6 +17,7 @@ from dse import _data
 from dse._data import DataSpec, DataVersioner, parse_data
 from dse.testing import FakeClock, ProbeBackend, ProbeScript
 from support.cli import run_dse, write_plugin
+from support.record import record
 from support.recording import Recording
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ def test_a_dataset_replaced_mid_campaign_is_noticed_and_never_mixed(tmp_path: Pa
                         store=store, clock=clock)
     result = engine.run()
 
-    rows = store.trials(result.campaign_id)
+    rows = record(store).trials(result.campaign_id)
     versions = {row["number"]: row["data_version"] for row in rows}
     old, new = versions[1], versions[8]
     assert old != new
@@ -149,7 +150,7 @@ def test_a_dataset_replaced_mid_campaign_is_noticed_and_never_mixed(tmp_path: Pa
     # Trials dispatched before the change was noticed (trial 4 went out with trial 3, whose
     # start replaced the file) carry the old version; later ones the new one.
     assert [versions[n] for n in range(1, 9)] == [old] * 4 + [new] * 4
-    (change,) = store.events(result.campaign_id, "data_version_changed")
+    (change,) = record(store).events(result.campaign_id, "data_version_changed")
     assert json.loads(change["data"]) == {"old": old, "new": new}
     # The agent learned nothing from a result about the old data once the new was current:
     # trial 3 ended after the change was noticed, trial 4 before.
@@ -186,7 +187,7 @@ def test_with_a_factory_the_agent_is_rebuilt_without_what_it_learnt_of_the_old_d
                         backend=ProbeBackend(script, clock=clock), store=store, clock=clock)
     result = engine.run()
 
-    rows = store.trials(result.campaign_id)
+    rows = record(store).trials(result.campaign_id)
     assert [json.loads(r["params"]) for r in rows] == [{"x": x} for x in range(1, 9)]
     new = rows[-1]["data_version"]
     old_data = {r["number"] for r in rows if r["data_version"] != new}
@@ -200,9 +201,9 @@ def test_with_a_factory_the_agent_is_rebuilt_without_what_it_learnt_of_the_old_d
     told = {obs.trial_number: obs.score for obs in agents[1].seen}
     assert told == {1: None, 2: None, 3: None, 4: None, 5: 5.0, 6: 6.0, 7: 7.0, 8: 8.0}
     assert all(not obs.metrics for obs in agents[1].seen if obs.trial_number in old_data)
-    (rebuilt,) = store.events(result.campaign_id, "agent_rebuilt")
+    (rebuilt,) = record(store).events(result.campaign_id, "agent_rebuilt")
     assert json.loads(rebuilt["data"])["data_version"] == new
-    assert not store.events(result.campaign_id, "agent_replay_diverged")
+    assert not record(store).events(result.campaign_id, "agent_replay_diverged")
     # The console says so, right after it says the data changed.
     assert alerts[-1] == ("agent rebuilt from the record of 4 trial(s), forgetting results"
                           " about other data and invalidated ones")
@@ -228,11 +229,11 @@ def test_a_trial_that_read_other_data_is_recorded_and_flagged(tmp_path: Path) ->
     result = dse.Engine(camp, agent=agent, backend=ProbeBackend(script, clock=clock),
                         store=store, clock=clock).run()
 
-    rows = {r["number"]: r for r in store.trials(result.campaign_id)}
+    rows = {r["number"]: r for r in record(store).trials(result.campaign_id)}
     assert [(rows[n]["data_version"], rows[n]["data_version_read"]) for n in (1, 2, 3)] == [
         ("v7", "v7"), ("v7", "v6"), ("v7", "v7"),
     ]
-    (mismatch,) = store.events(result.campaign_id, "data_version_mismatch")
+    (mismatch,) = record(store).events(result.campaign_id, "data_version_mismatch")
     assert json.loads(mismatch["data"]) == {"trial": 2, "expected": "v7", "read": "v6"}
     # Its result is about other data: the agent is not taught by it.
     assert {obs.trial_number: obs.score for obs in agent.seen} == {1: 1.0, 2: None, 3: 3.0}
@@ -311,6 +312,6 @@ def test_dse_report_groups_trials_by_data_version_and_ranks_each_alone(tmp_path:
     assert "each data version ranked on its own" in text
     # `dse run` can make its agent afresh: it was rebuilt once, on the second version.
     store = dse.Store(project / ".dse" / "dse.sqlite")
-    (rebuilt,) = store.events(run["run"], "agent_rebuilt")
+    (rebuilt,) = record(store).events(run["run"], "agent_rebuilt")
     assert json.loads(rebuilt["data"])["data_version"] == groups[1]["version"]
     store.close()

@@ -12,6 +12,7 @@ import pytest
 
 import dse
 from dse.testing import ProbeScript, ScriptedAgent
+from support.record import record
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -128,7 +129,7 @@ def test_a_rejected_proposal_takes_no_slot_and_no_number(run_campaign):
         (4, {"x": 5}, "completed", 5.0),
     ]
     assert run.batches == [[1, 2], [3, 4]]
-    rejected = run.store.events(run.result.campaign_id, "rejected")
+    rejected = record(run.store).events(run.result.campaign_id, "rejected")
     assert len(rejected) == 1
     data = json.loads(rejected[0]["data"])
     assert data["params"] == {"x": 3}
@@ -149,10 +150,10 @@ def test_endless_rejections_stop_the_campaign(run_campaign):
     assert run.result.end_reason == "max_consecutive_rejections"
     assert run.trials == []
     assert run.backend.cluster.batches == []
-    assert len(run.store.events(run.result.campaign_id, "rejected")) == 10
+    assert len(record(run.store).events(run.result.campaign_id, "rejected")) == 10
     campaign = run.store.find_campaign(str(run.result.campaign_id))
     assert campaign is not None
-    assert (campaign["status"], campaign["end_reason"]) == ("stopped", "max_consecutive_rejections")
+    assert (campaign.status, campaign.end_reason) == ("stopped", "max_consecutive_rejections")
 
 
 def test_a_trial_between_rejections_resets_the_count(run_campaign):
@@ -247,7 +248,7 @@ def test_an_earlier_wave_feeds_the_cache_of_a_later_one(run_campaign):
     assert rows[3]["cache_of"] == rows[0]["id"]
     assert rows[3]["score"] == rows[0]["score"] == 1.0
     assert rows[3]["trial_dir"] is None
-    assert len(run.store.attempts(run.result.campaign_id)) == 4
+    assert len(record(run.store).attempts(run.result.campaign_id)) == 4
     assert run.result.stats.cached == 1
 
 
@@ -256,7 +257,7 @@ def test_identical_proposals_in_one_wave_run_once(run_campaign):
 
     class Snapshot(dse.EngineListener):
         def on_pass(self, engine: dse.Engine) -> None:
-            rows = engine.store.trials(engine.campaign_id)
+            rows = record(engine.store).trials(engine.campaign_id)
             snapshots.append([(r["status"], r["score"]) for r in rows])
 
     run = run_campaign([1, 1, 2], max_parallelism=3, passes={1: 2}, listener=Snapshot())
@@ -369,7 +370,7 @@ def test_a_stop_cancels_the_running_wave_and_keeps_the_record(run_campaign):
         (4, "cancelled"),
     ]
     assert all(r["ended_at"] is not None for r in rows)
-    attempts = run.store.attempts(run.result.campaign_id)
+    attempts = record(run.store).attempts(run.result.campaign_id)
     assert [(a["state"], a["ended_at"] is not None) for a in attempts] == [
         ("succeeded", True),
         ("succeeded", True),
@@ -391,16 +392,17 @@ def test_a_reopened_record_shows_every_trial(run_campaign):
         campaign = reopened.find_campaign(str(run.result.campaign_id))
     finally:
         reopened.close()
-    assert trajectory(rows) == trajectory(run.trials)
-    assert [r["status"] for r in rows] == [
-        "completed",
-        "completed",
-        "cached",
-        "completed",
-        "completed",
+    # The typed rows a fresh Store reads say what the file holds.
+    assert [(r.number, r.params, r.status.value, r.score) for r in rows] == trajectory(run.trials)
+    assert [r.status for r in rows] == [
+        dse.TrialStatus.COMPLETED,
+        dse.TrialStatus.COMPLETED,
+        dse.TrialStatus.CACHED,
+        dse.TrialStatus.COMPLETED,
+        dse.TrialStatus.COMPLETED,
     ]
     assert campaign is not None
-    assert campaign["status"] == "completed"
+    assert campaign.status is dse.CampaignStatus.COMPLETED
 
 
 def test_a_trial_directory_left_by_a_dead_controller_is_reused(run_campaign, make_campaign):

@@ -1,4 +1,5 @@
-"""The live trial table and the agent's feedback, each alone: no engine, no store."""
+"""The live trial table, the agent's feedback and the current data version, each alone:
+no engine, no campaign."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from dse._feedback import Feedback
 from dse._live import CurrentData, LiveTrial, TrialTable
+from dse._store import Batch, Store
 from dse._types import Direction, Observation, TrialStatus
 
 
@@ -76,8 +78,6 @@ def test_a_config_is_reused_from_the_cache_else_from_the_trial_that_runs_it() ->
 
 
 def test_feedback_is_told_in_proposal_order_and_logged(tmp_path: Path) -> None:
-    from dse._store import Store
-
     class Agent:
         def __init__(self) -> None:
             self.told: list[list[Observation]] = []
@@ -94,8 +94,6 @@ def test_feedback_is_told_in_proposal_order_and_logged(tmp_path: Path) -> None:
     store = Store(tmp_path / "dse.sqlite")
     run = store.create_campaign(name="c", source=None, spec={}, agent="a", backend="b",
                                 mode="waves", max_parallelism=1, now=0.0)
-    from dse._store import Batch
-
     batch = Batch()
     feedback.deliver(agent, batch, run)  # type: ignore[arg-type]
     ((first, second),) = agent.told
@@ -104,7 +102,7 @@ def test_feedback_is_told_in_proposal_order_and_logged(tmp_path: Path) -> None:
     assert not feedback.pending()
     store.commit(batch)
     (entry,) = store.agent_log(run)
-    assert (entry["kind"], entry["proposals"]) == ("observe", "[3,5]")
+    assert (entry.kind, list(entry.proposals)) == ("observe", [3, 5])
     feedback.deliver(agent, batch, run)  # type: ignore[arg-type]
     assert len(agent.told) == 1  # nothing waiting: nothing told, nothing logged
     store.close()

@@ -17,6 +17,7 @@ from dse.testing import (
     ProbeScript,
     ScriptedAgent,
 )
+from support.record import record
 
 
 class TestProbeBackend(BackendContract):
@@ -42,6 +43,6 @@ def test_timed_probe_jobs_end_in_virtual_time_with_a_zero_poll_interval(tmp_path
                             seconds=float(p["x"]), metrics={"value": p["x"]}), clock=clock)
                         ).run()
     assert result.end_reason == "max_trials"
-    assert [r["status"] for r in store.trials(result.campaign_id)] == ["completed"] * 4
+    assert [r["status"] for r in record(store).trials(result.campaign_id)] == ["completed"] * 4
     assert clock.time() == 9.0  # waves: max(3, 5) + max(2, 4)
     store.close()

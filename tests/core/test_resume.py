@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import dse
 from dse.testing import FakeClock, ProbeBackend, ProbeCluster, ProbeScript
+from support.record import record
 
 
 class SeededAgent:
@@ -61,7 +62,7 @@ def campaign(tmp_path: Any, **overrides: Any) -> dse.Campaign:
 
 def trajectory(store: dse.Store, run: int) -> list[tuple[Any, ...]]:
     return [(r["number"], json.loads(r["params"]), r["status"], r["score"])
-            for r in store.trials(run)]
+            for r in record(store).trials(run)]
 
 
 class StopAfter(dse.EngineListener):
@@ -95,7 +96,7 @@ def test_a_cancelled_run_resumes_to_the_same_trajectory(tmp_path: Any) -> None:
     cluster, clock = ProbeCluster(), FakeClock()
     first = run_engine(c, store, cluster, clock, SeededAgent(3), StopAfter(4))
     assert first.status == "cancelled"
-    cancelled = [r for r in store.trials(first.campaign_id) if r["status"] == "cancelled"]
+    cancelled = [r for r in record(store).trials(first.campaign_id) if r["status"] == "cancelled"]
     assert cancelled, "the stop must catch trials running"
 
     second = run_engine(c, store, cluster, clock, SeededAgent(3), resume=first.campaign_id)
@@ -103,10 +104,11 @@ def test_a_cancelled_run_resumes_to_the_same_trajectory(tmp_path: Any) -> None:
     assert second.campaign_id == first.campaign_id
     assert second.status == "completed"
     assert trajectory(store, first.campaign_id) == reference(tmp_path)
-    assert store.events(first.campaign_id, "agent_replay_diverged") == []
+    assert record(store).events(first.campaign_id, "agent_replay_diverged") == []
     # The trials cancelled by the stop ran again as second attempts of the same trials.
     for row in cancelled:
-        attempts = [a for a in store.attempts(first.campaign_id) if a["trial_id"] == row["id"]]
+        attempts = [a for a in record(store).attempts(first.campaign_id)
+                    if a["trial_id"] == row["id"]]
         assert [a["state"] for a in attempts] == ["cancelled", "succeeded"]
 
 
@@ -130,8 +132,8 @@ def test_a_stop_in_the_middle_of_a_batch_of_proposals_resumes_cleanly(tmp_path: 
     assert first.status == "cancelled"
     second = run_engine(c, store, cluster, clock, SeededAgent(3), resume=first.campaign_id)
     assert second.status == "completed"
-    assert store.events(first.campaign_id, "agent_replay_diverged") == []
-    numbers = [r["number"] for r in store.trials(first.campaign_id)]
+    assert record(store).events(first.campaign_id, "agent_replay_diverged") == []
+    numbers = [r["number"] for r in record(store).trials(first.campaign_id)]
     assert numbers == list(range(1, 19))
 
 
@@ -158,13 +160,13 @@ def test_a_run_that_died_mid_pass_resumes_without_running_anything_twice(tmp_pat
     run_id = engine.campaign_id
     # A real crash leaves the run 'running'; the error path marked it failed: undo that.
     store.reopen_campaign(run_id)
-    cut_short = {r["id"] for r in store.trials(run_id) if r["status"] == "cancelled"}
+    cut_short = {r["id"] for r in record(store).trials(run_id) if r["status"] == "cancelled"}
     assert cut_short, "the death must catch trials running"
 
     result = run_engine(c, store, cluster, clock, SeededAgent(3), resume=run_id)
 
     assert result.status == "completed"
-    rows = store.trials(run_id)
+    rows = record(store).trials(run_id)
     assert len(rows) == 18
     assert all(r["status"] in ("completed", "cached") for r in rows)
     # Nothing ran twice: every config hash has one non-cached completed trial.
@@ -173,7 +175,7 @@ def test_a_run_that_died_mid_pass_resumes_without_running_anything_twice(tmp_pat
     # The trials the dying controller cancelled ran again, once, as second attempts of the
     # same trials; every other trial ran once.
     states: dict[int, list[str]] = {}
-    for attempt in store.attempts(run_id):
+    for attempt in record(store).attempts(run_id):
         states.setdefault(attempt["trial_id"], []).append(attempt["state"])
     for row in rows:
         if row["cache_of"] is not None:
@@ -182,7 +184,7 @@ def test_a_run_that_died_mid_pass_resumes_without_running_anything_twice(tmp_pat
             assert states[row["id"]] == ["cancelled", "succeeded"]
         else:
             assert states[row["id"]] == ["succeeded"]
-    retries = [json.loads(e["data"]) for e in store.events(run_id, "retry")]
+    retries = [json.loads(e["data"]) for e in record(store).events(run_id, "retry")]
     assert sorted(r["class"] for r in retries) == ["cancelled"] * len(cut_short)
 
 
@@ -194,7 +196,7 @@ def test_an_agent_that_does_not_replay_as_recorded_is_reported(tmp_path: Any) ->
     # Another seed: not the agent that made the record.
     second = run_engine(c, store, cluster, clock, SeededAgent(4), resume=first.campaign_id)
     assert second.status == "completed"
-    (event,) = store.events(first.campaign_id, "agent_replay_diverged")
+    (event,) = record(store).events(first.campaign_id, "agent_replay_diverged")
     assert "differs" in json.loads(event["data"])["detail"]
 
 
@@ -207,10 +209,10 @@ def test_a_resume_told_less_than_the_agent_was_is_no_sign_of_a_nondeterministic_
     store = dse.Store(c.workspace / "dse.sqlite")
     cluster, clock = ProbeCluster(), FakeClock()
     first = run_engine(c, store, cluster, clock, SeededAgent(3), StopAfter(4))
-    scored = [r for r in store.trials(first.campaign_id) if r["score"] is not None]
+    scored = [r for r in record(store).trials(first.campaign_id) if r["score"] is not None]
     best = min(scored, key=lambda r: r["score"])
     assert store.invalidate("trial", f"r:{best['number']}", "bad node", 1.0,
                             trial_row=best["id"]) is not None
     second = run_engine(c, store, cluster, clock, SeededAgent(3), resume=first.campaign_id)
     assert second.status == "completed"
-    assert store.events(first.campaign_id, "agent_replay_diverged") == []
+    assert record(store).events(first.campaign_id, "agent_replay_diverged") == []

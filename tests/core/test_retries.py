@@ -14,6 +14,7 @@ import pytest
 
 import dse
 from dse.testing import ProbeBackend, ProbeScript, ScriptedAgent
+from support.record import record
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -46,16 +47,17 @@ def attempts(run: Any) -> list[tuple[int, int, str]]:
     numbers = {row["id"]: row["number"] for row in run.trials}
     return [
         (numbers[row["trial_id"]], row["attempt"], row["state"])
-        for row in run.store.attempts(run.result.campaign_id)
+        for row in record(run.store).attempts(run.result.campaign_id)
     ]
 
 
 def events(run: Any, kind: str) -> list[dict[str, Any]]:
-    return [json.loads(row["data"]) for row in run.store.events(run.result.campaign_id, kind)]
+    rows = record(run.store).events(run.result.campaign_id, kind)
+    return [json.loads(row["data"]) for row in rows]
 
 
 def event_times(run: Any, kind: str) -> list[float]:
-    return [row["at"] for row in run.store.events(run.result.campaign_id, kind)]
+    return [row["at"] for row in record(run.store).events(run.result.campaign_id, kind)]
 
 
 def specs(run: Any) -> dict[tuple[int, int], dse.JobSpec]:
@@ -164,7 +166,8 @@ def test_a_cancel_from_outside_the_campaign_is_an_interruption_and_retried(run_c
 
     assert outcomes(run) == [(1, "completed", None, 1.0), (2, "completed", None, 2.0)]
     assert attempts(run) == [(1, 1, "cancelled"), (1, 2, "succeeded"), (2, 1, "succeeded")]
-    retry = [json.loads(e["data"]) for e in run.store.events(run.result.campaign_id, "retry")]
+    rows = record(run.store).events(run.result.campaign_id, "retry")
+    retry = [json.loads(e["data"]) for e in rows]
     assert [(r["trial"], r["class"]) for r in retry] == [(1, "cancelled_outside")]
 
 
@@ -209,7 +212,7 @@ def test_a_trial_interrupted_twice_completes_as_one_trial(run_campaign):
     assert attempts(run) == [
         (1, 1, "preempted"), (1, 2, "node_fail"), (1, 3, "succeeded"), (2, 1, "succeeded"),
     ]
-    nodes = [row["node"] for row in run.store.attempts(run.result.campaign_id)]
+    nodes = [row["node"] for row in record(run.store).attempts(run.result.campaign_id)]
     assert nodes == ["probe", "n2", "probe", "probe"]
     assert events(run, "retry") == [
         {"trial": 1, "attempt": 2, "after": "preempted", "class": "preempted",
@@ -624,8 +627,8 @@ def test_an_interruption_reported_while_stopping_is_not_retried(make_campaign, f
             clock=fake_clock, listener=_StopAfterFirstPass(),
         ).run()
 
-        rows = store.trials(result.campaign_id)
-        tries = store.attempts(result.campaign_id)
+        rows = record(store).trials(result.campaign_id)
+        tries = record(store).attempts(result.campaign_id)
         assert result.status == "cancelled"
         assert [(r["status"], r["ended_at"] is not None) for r in rows] == [
             ("cancelled", True)

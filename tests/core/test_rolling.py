@@ -6,6 +6,7 @@ import itertools
 import json
 
 import dse
+from support.record import record
 
 HETEROGENEOUS = [5, 1, 1, 2, 0, 3, 1, 0]
 
@@ -114,5 +115,5 @@ def test_a_stop_in_rolling_mode_cancels_what_runs(run_campaign):
         (4, "cancelled"),
     ]
     assert run.batches == [[1, 2, 3], [4]]
-    attempts = run.store.attempts(run.result.campaign_id)
+    attempts = record(run.store).attempts(run.result.campaign_id)
     assert all(a["ended_at"] is not None for a in attempts)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import dse
 from dse.testing import FakeClock, ProbeBackend, ScriptedAgent
+from support.record import record
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -99,9 +100,9 @@ def test_a_plain_runner_runs_a_whole_campaign(tmp_path: Path) -> None:
         engine = dse.Engine(campaign, agent=ScriptedAgent([{"x": x} for x in (4, 2, 7, 1)]),
                             backend=runner, store=store, clock=clock)
         result = engine.run()
-        trials = store.trials(result.campaign_id)
-        attempts = store.attempts(result.campaign_id)
-        commands = store.events(result.campaign_id, "backend_commands")
+        trials = record(store).trials(result.campaign_id)
+        attempts = record(store).attempts(result.campaign_id)
+        commands = record(store).events(result.campaign_id, "backend_commands")
     finally:
         store.close()
         runner.shutdown()

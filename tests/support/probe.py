@@ -6,6 +6,7 @@ from typing import Any
 
 import dse
 from dse.testing import FakeClock, ProbeBackend
+from support.record import record
 
 
 def run_on_probe(campaign: dse.Campaign) -> tuple[dse.CampaignResult, list[Any]]:
@@ -17,6 +18,6 @@ def run_on_probe(campaign: dse.Campaign) -> tuple[dse.CampaignResult, list[Any]]
             campaign, store=store, clock=clock, backend=ProbeBackend(clock=clock)
         )
         result = engine.run()
-        return result, store.trials(result.campaign_id)
+        return result, record(store).trials(result.campaign_id)
     finally:
         store.close()

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from dse._campaign import Campaign, EnvironmentConfig, campaign_from_dict, load_campaign
     from dse._clock import Clock, SystemClock
     from dse._constraints import Constraint
-    from dse._engine import BestTrial, CampaignResult, Engine, EngineListener, Stats
+    from dse._engine import Engine
     from dse._environment import CommandEnvironment
     from dse._errors import (
         BackendError,
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from dse._hashing import canonical_json, config_hash
     from dse._html import write_html_report
     from dse._lock import CampaignLock, LockHolder
+    from dse._outcome import BestTrial, CampaignResult, EngineListener, Stats
     from dse._plugins import PluginManager, Registered
     from dse._pool import Pool, PoolConfig, drive, run_pool
     from dse._protocols import Agent, Environment, Runner, TrialInfo
@@ -40,7 +41,10 @@ if TYPE_CHECKING:
     from dse._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
     from dse._store import Store, filesystem_type
     from dse._types import (
+        AttemptState,
+        CampaignStatus,
         Direction,
+        EndReason,
         Evaluation,
         FailureClass,
         JobSpec,
@@ -57,12 +61,15 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, str] = {
     "Agent": "dse._protocols",
+    "AttemptState": "dse._types",
+    "CampaignStatus": "dse._types",
+    "EndReason": "dse._types",
     "Backend": "dse._backend",
     "BackendError": "dse._errors",
-    "BestTrial": "dse._engine",
+    "BestTrial": "dse._outcome",
     "Campaign": "dse._campaign",
     "CampaignLock": "dse._lock",
-    "CampaignResult": "dse._engine",
+    "CampaignResult": "dse._outcome",
     "Categorical": "dse._space",
     "Clock": "dse._clock",
     "CommandEnvironment": "dse._environment",
@@ -72,7 +79,7 @@ _LAZY: dict[str, str] = {
     "Direction": "dse._types",
     "DseError": "dse._errors",
     "Engine": "dse._engine",
-    "EngineListener": "dse._engine",
+    "EngineListener": "dse._outcome",
     "Environment": "dse._protocols",
     "EnvironmentConfig": "dse._campaign",
     "Evaluation": "dse._types",
@@ -101,7 +108,7 @@ _LAZY: dict[str, str] = {
     "Runner": "dse._protocols",
     "Scorer": "dse._scoring",
     "Space": "dse._space",
-    "Stats": "dse._engine",
+    "Stats": "dse._outcome",
     "Store": "dse._store",
     "StoreError": "dse._errors",
     "SystemClock": "dse._clock",
@@ -123,12 +130,14 @@ _LAZY: dict[str, str] = {
 
 __all__ = [
     "Agent",
+    "AttemptState",
     "Backend",
     "BackendError",
     "BestTrial",
     "Campaign",
     "CampaignLock",
     "CampaignResult",
+    "CampaignStatus",
     "Categorical",
     "Clock",
     "CommandEnvironment",
@@ -137,6 +146,7 @@ __all__ = [
     "ConstraintError",
     "Direction",
     "DseError",
+    "EndReason",
     "Engine",
     "EngineListener",
     "Environment",

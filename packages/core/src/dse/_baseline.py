@@ -7,7 +7,6 @@ score is the scorer's on a trial's metrics and the baseline of the data version 
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from dse._errors import ConfigError
@@ -50,24 +49,22 @@ class Baselines:
         assert spec.trial is not None
         where = f"{campaign.source or '<campaign>'}: baseline.trial"
         try:
-            from dse._show import find_trial  # TRANSITION: Store.find_trial on merge
-
-            _, row = find_trial(store, spec.trial)
+            _, row = store.find_trial(spec.trial)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-        if row["metrics"] is None or row["status"] not in ("completed", "cached"):
-            raise ConfigError(f"{where}: trial {spec.trial} has no result ({row['status']})")
-        if row["invalidation"] is not None:
+        metrics = row.metrics
+        if metrics is None or row.status not in (TrialStatus.COMPLETED, TrialStatus.CACHED):
+            raise ConfigError(f"{where}: trial {spec.trial} has no result ({row.status.value})")
+        if row.invalidation is not None:
             raise ConfigError(f"{where}: trial {spec.trial} was invalidated")
         try:
-            params = campaign.space.coerce(json.loads(row["params"]))
+            params = campaign.space.coerce(row.params)
         except ParamError as exc:
             raise ConfigError(f"{where}: trial {spec.trial} is outside the space: {exc}") from None
         self.params = params
-        given = LiveTrial(int(row["id"]), int(row["number"]), -1, 0, params, row["config_hash"],
-                          status=TrialStatus.COMPLETED, metrics=json.loads(row["metrics"]),
-                          score=row["score"])
-        given.data_version = row["data_version_read"] or row["data_version"]
+        given = LiveTrial(row.id, row.number, -1, 0, params, row.config_hash,
+                          status=TrialStatus.COMPLETED, metrics=metrics, score=row.score)
+        given.data_version = row.data_version_read or row.data_version
         self.given = given
 
     def score(self, trial: LiveTrial, metrics: Mapping[str, float]) -> tuple[float, int | None]:

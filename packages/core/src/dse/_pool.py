@@ -17,7 +17,6 @@ its attempt (``attempts.expected_s``) next to the actual run time.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -38,7 +37,7 @@ from dse._scheduler import (
     take,
 )
 from dse._space import Categorical, FloatRange, IntRange, Space
-from dse._types import JobSpec, JobState, JobStatus, Resources
+from dse._types import AttemptState, JobSpec, JobState, JobStatus, Resources
 from dse._units import parse_duration
 
 if TYPE_CHECKING:
@@ -365,14 +364,12 @@ class Pool:
         """Rebuild what the pool knew of *engines*' resumed runs from their record: the usage
         their ended attempts were charged (decayed since), their shares and the durations
         the estimates learn from, so a restarted controller stays fair and informed."""
-        ended: list[tuple[float, float, Engine, dict[str, Any], str]] = []
+        ended: list[tuple[float, float, Engine, dict[str, Any], AttemptState]] = []
         for e in engines:
-            params = {row["id"]: json.loads(row["params"])
-                      for row in e.store.trials(e.campaign_id)}
-            for row in e.store.attempts(e.campaign_id):
-                if row["started_at"] is not None and row["ended_at"] is not None:
-                    ended.append((row["ended_at"], row["started_at"], e,
-                                  params[row["trial_id"]], row["state"]))
+            params = {row.id: row.params for row in e.store.trials(e.campaign_id)}
+            for a in e.store.attempts(e.campaign_id):
+                if a.started_at is not None and a.ended_at is not None:
+                    ended.append((a.ended_at, a.started_at, e, params[a.trial_id], a.state))
         ended.sort(key=lambda x: x[0])
         for end, start, e, given, state in ended:
             name = e.campaign.name
@@ -382,7 +379,7 @@ class Pool:
                 self._use(name, self.scheduler.dominant(size) * actual)
                 if not self.trivial:
                     self.scheduler.charge(name, size, actual, end)
-            if state in (JobState.SUCCEEDED.value, JobState.FAILED.value):
+            if state in (AttemptState.SUCCEEDED, AttemptState.FAILED):
                 point = None if self.trivial else point_of(e.campaign.space, given)
                 self.estimate.observe(name, actual, point)
 

@@ -12,7 +12,6 @@ that looks at a few of their params stays cheap; bind the value once when readin
 
 from __future__ import annotations
 
-import enum
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,39 +36,13 @@ __all__ = [
     "TrialRef",
 ]
 
-_raw_json = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.JSONDecoder().decode
 
 
-_ABSENT: Any = object()
-
-
-class _Row:
-    """What every row shares: the transition shim below."""
-
-    __slots__ = ()
-
-    # TRANSITION: removed once _engine/_pool read attributes. ``row["key"]`` answers the
-    # value as the record stores it (an enum's text, a JSON column's text, 0/1 for a flag), so
-    # code written against ``sqlite3.Row`` keeps working unchanged.
-    def __getitem__(self, key: str) -> Any:
-        raw = getattr(self, f"{key}_json", _ABSENT)
-        if raw is not _ABSENT:
-            return raw
-        value = getattr(self, key)
-        if isinstance(value, enum.Enum):
-            return value.value
-        if isinstance(value, Spend):
-            return _raw_json(value.as_dict())
-        if isinstance(value, dict | list):
-            return _raw_json(value)
-        if isinstance(value, bool):
-            return int(value)
-        return value
 
 
 @dataclass(frozen=True, slots=True)
-class CampaignRun(_Row):
+class CampaignRun:
     """One run of a campaign (a row of ``campaigns``)."""
 
     id: int
@@ -100,7 +73,7 @@ class CampaignRun(_Row):
 
 
 @dataclass(frozen=True, slots=True)
-class Trial(_Row):
+class Trial:
     """One evaluation of one config hash (a row of ``trials``)."""
 
     id: int
@@ -159,7 +132,7 @@ class Trial(_Row):
 
 
 @dataclass(frozen=True, slots=True)
-class TrialRef(_Row):
+class TrialRef:
     """Where a trial is: enough to name it (a cache hit's original, a link, a baseline)."""
 
     id: int
@@ -178,7 +151,7 @@ class TrialRef(_Row):
 
 
 @dataclass(frozen=True, slots=True)
-class Attempt(_Row):
+class Attempt:
     """One submission of a trial to a backend (a row of ``attempts``)."""
 
     id: int
@@ -233,7 +206,7 @@ class Attempt(_Row):
 
 
 @dataclass(frozen=True, slots=True)
-class AttemptSpend(_Row):
+class AttemptSpend:
     """The recorded spend of one attempt."""
 
     trial_id: int
@@ -243,7 +216,7 @@ class AttemptSpend(_Row):
 
 
 @dataclass(frozen=True, slots=True)
-class Event(_Row):
+class Event:
     """Something a run noted in its record (a row of ``events``): a retry, a rejection…"""
 
     id: int
@@ -261,7 +234,7 @@ class Event(_Row):
 
 
 @dataclass(frozen=True, slots=True)
-class AgentCall(_Row):
+class AgentCall:
     """One ``propose`` or ``observe`` call of a run's agent (a row of ``agent_log``), replayed
     to rebuild the agent."""
 
@@ -280,7 +253,7 @@ class AgentCall(_Row):
 
 
 @dataclass(frozen=True, slots=True)
-class Score(_Row):
+class Score:
     """One conclusion about a trial (a row of ``scores``)."""
 
     id: int
@@ -302,7 +275,7 @@ class Score(_Row):
 
 
 @dataclass(frozen=True, slots=True)
-class Invalidation(_Row):
+class Invalidation:
     """One ``dse invalidate`` (a row of ``invalidations``)."""
 
     id: int
@@ -322,7 +295,7 @@ class Invalidation(_Row):
 
 
 @dataclass(frozen=True, slots=True)
-class EnvironmentRecord(_Row):
+class EnvironmentRecord:
     """An environment trials ran in, stored once by digest (a row of ``environments``)."""
 
     digest: str

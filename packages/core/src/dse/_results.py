@@ -3,7 +3,6 @@ hits waiting on it ended with it, the count kept and the agent's feedback queued
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from dse._environment import environment_digest
@@ -122,8 +121,8 @@ class Results:
         if self._invalid.seen(last):
             return False
         refreshed = self._invalid.refresh(last, (
-            Flag(int(row["id"]), int(row["campaign_id"]), int(row["number"]),
-                 row["config_hash"], row["invalidation"] is not None, row["cache_of"])
+            Flag(row.id, row.campaign_id, row.number, row.config_hash,
+                 row.invalidation is not None, row.cache_of)
             for row in store.invalid_trials()
         ))
         for digest, row_id in refreshed.results:
@@ -156,16 +155,16 @@ class Results:
         direction = self.ranking.direction
         version = self._data.version
         for row in store.trials(self._journal.campaign_id):
-            score = row["score"]
+            score = row.score
             if (
-                row["status"] != "completed" or score is None
-                or self._invalid.row_flagged(int(row["id"]))
+                row.status is not TrialStatus.COMPLETED or score is None
+                or self._invalid.row_flagged(row.id)
                 or (version is not None
-                    and (row["data_version_read"] or row["data_version"]) not in (None, version))
+                    and (row.data_version_read or row.data_version) not in (None, version))
             ):
                 continue
             if best is None or direction.better(score, best.score):
-                best = BestTrial(int(row["number"]), json.loads(row["params"]), float(score))
+                best = BestTrial(row.number, row.params, float(score))
         return best
 
     # -- recording an end -------------------------------------------------------------------

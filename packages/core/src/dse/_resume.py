@@ -3,12 +3,10 @@ agent rebuilt by replaying its logged calls, and the attempts it left continued.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dse._budget import Spend
 from dse._live import LiveTrial
 from dse._protocols import TrialInfo
 from dse._retry import AttemptHistory
@@ -29,6 +27,7 @@ if TYPE_CHECKING:
     from dse._interrupt import Interruptions
     from dse._live import TrialTable
     from dse._protocols import Agent, Runner
+    from dse._records import AgentCall, Attempt, Trial
     from dse._store import Store
     from dse._types import JobSpec
 
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
 class Recorded:
     """A run's record read back."""
 
-    attempts: dict[int, list[Any]]
+    attempts: dict[int, list[Attempt]]
     """Attempt rows by trial row."""
     rejected: dict[int, tuple[dict[str, Any], str]]
     """Rejected proposals: their params and why."""
@@ -63,21 +62,21 @@ class Resume:
         """This run's record read back."""
         p = self._parts
         store, cid = p.store, p.journal.campaign_id
-        attempts: dict[int, list[Any]] = {}
-        for row in store.attempts(cid):
-            attempts.setdefault(row["trial_id"], []).append(row)
+        attempts: dict[int, list[Attempt]] = {}
+        for attempt in store.attempts(cid):
+            attempts.setdefault(attempt.trial_id, []).append(attempt)
         rejected: dict[int, tuple[dict[str, Any], str]] = {}
-        for row in store.events(cid, "rejected"):
-            data = json.loads(row["data"])
+        for event in store.events(cid, "rejected"):
+            data = event.data or {}
             rejected[data["proposal"]] = (data["params"], data["reason"])
         by_proposal: dict[int, LiveTrial] = {}
         by_row: dict[int, LiveTrial] = {}
         cache_of: dict[int, int] = {}
         for row in store.trials(cid):
-            trial = self._trial(row, attempts.get(row["id"], []))
-            if row["cache_of"] is not None:
-                cache_of[trial.row_id] = row["cache_of"]
-                trial.status = TrialStatus.CACHED if row["ended_at"] is None else trial.status
+            trial = self._trial(row, attempts.get(row.id, []))
+            if row.cache_of is not None:
+                cache_of[trial.row_id] = row.cache_of
+                trial.status = TrialStatus.CACHED if row.ended_at is None else trial.status
             # A baseline run: not the agent's proposal, so keyed apart (and never fed).
             by_proposal[-trial.row_id if trial.proposal == 0 else trial.proposal] = trial
             by_row[trial.row_id] = trial
@@ -86,26 +85,19 @@ class Resume:
             by_row[row_id].original_status = originals.get(original_row)
         return Recorded(attempts, rejected, by_proposal, by_row, cache_of)
 
-    def _trial(self, row: Any, attempts: list[Any]) -> LiveTrial:
+    def _trial(self, row: Trial, attempts: list[Attempt]) -> LiveTrial:
         p = self._parts
-        raw = json.loads(row["params"])
+        raw = row.params
         params = {k: raw[k] for k in p.campaign.space.names if k in raw} | raw
         trial = LiveTrial(
-            row["id"], row["number"], row["proposal"], row["wave"], params,
-            row["config_hash"],
-            trial_id=f"{p.campaign.name}-{p.journal.campaign_id}-{row['number']}",
-            status=TrialStatus(row["status"]),
-            metrics=json.loads(row["metrics"]) if row["metrics"] else None,
-            score=row["score"],
-            failure=FailureClass(row["failure"]) if row["failure"] else None,
-            message=row["message"],
-            trial_dir=Path(row["trial_dir"]) if row["trial_dir"] else None,
-            data_version=row["data_version"], data_read=row["data_version_read"],
+            row.id, row.number, row.proposal, row.wave, params, row.config_hash,
+            trial_id=f"{p.campaign.name}-{p.journal.campaign_id}-{row.number}",
+            status=row.status, metrics=row.metrics, score=row.score, failure=row.failure,
+            message=row.message, trial_dir=Path(row.trial_dir) if row.trial_dir else None,
+            data_version=row.data_version, data_read=row.data_version_read,
         )
         trial.attempt = len(attempts) or 1
-        trial.history = AttemptHistory.rebuild(
-            (a["attempt"], AttemptState(a["state"]), a["node"]) for a in attempts
-        )
+        trial.history = AttemptHistory.rebuild((a.attempt, a.state, a.node) for a in attempts)
         return trial
 
     def _original_statuses(
@@ -114,12 +106,7 @@ class Resume:
         out = {r: by_row[r].status for r in rows if r in by_row}
         missing = sorted(r for r in rows if r not in by_row)
         if missing:
-            # TRANSITION: Store.trial_statuses once the typed reads land.
-            marks = ",".join("?" * len(missing))
-            for row in self._parts.store.query(
-                f"SELECT id, status FROM trials WHERE id IN ({marks})", missing
-            ):
-                out[row["id"]] = TrialStatus(row["status"])
+            out.update(self._parts.store.trial_statuses(missing))
         return out
 
     # -- restoring --------------------------------------------------------------------------
@@ -177,11 +164,10 @@ class Resume:
         p = self._parts
         spends = []
         for row in p.store.spends(p.journal.campaign_id):
-            spend = Spend(**json.loads(row["spend"]))
-            spends.append(spend)
-            if row["trial_id"] in recorded.by_row:
-                trial = recorded.by_row[row["trial_id"]]
-                trial.spent = trial.spent + spend
+            spends.append(row.spend)
+            if row.trial_id in recorded.by_row:
+                trial = recorded.by_row[row.trial_id]
+                trial.spent = trial.spent + row.spend
         p.gate.restore(spends, trials=sum(
             1 for t in recorded.by_proposal.values()
             if t.trial_dir is not None and t.row_id not in recorded.cache_of
@@ -232,27 +218,27 @@ class Resume:
                 self._resume_attempt(trial, last, now, runner, reattach)
         return reattach
 
-    def _resume_attempt(self, trial: LiveTrial, last: Any, now: float, runner: Runner,
+    def _resume_attempt(self, trial: LiveTrial, last: Attempt, now: float, runner: Runner,
                         reattach: dict[str, JobSpec]) -> None:
         p = self._parts
         p.table.dispatched(trial)
         assert trial.trial_dir is not None
         spec = p.environment.prepare(TrialInfo(
-            trial.trial_id, trial.number, last["attempt"], trial.params, trial.trial_dir,
+            trial.trial_id, trial.number, last.attempt, trial.params, trial.trial_dir,
             p.data.version,
         ))
-        trial.spec, trial.attempt_row = spec, last["id"]
-        trial.attempt_started = trial.granted_at = last["submitted_at"]
-        state = AttemptState(last["state"])
+        trial.spec, trial.attempt_row = spec, last.id
+        trial.attempt_started = trial.granted_at = last.submitted_at
+        state = last.state
         if state is AttemptState.QUEUED:
             # It was waiting for the pool and never submitted: it waits again, as the
             # same attempt (nothing ran, so nothing was interrupted).
             trial.spec = self._dispatcher.avoiding(spec, trial)
             p.table.wait_retry(trial)
             return
-        job_id = last["job_id"] or runner.job_id_for(spec)
+        job_id = last.job_id or runner.job_id_for(spec)
         if job_id is not None and state.is_submitted():
-            trial.job_id_recorded = last["job_id"] is not None
+            trial.job_id_recorded = last.job_id is not None
             reattach[job_id] = spec
             p.table.submitted(trial, job_id)
             trial.reserved = p.gate.hold(self._dispatcher.avoiding(spec, trial))
@@ -291,8 +277,8 @@ class Resume:
         observed: set[int] = set()
         diverged: str | None = None
         for entry in p.store.agent_log(p.journal.campaign_id):
-            numbers = json.loads(entry["proposals"])
-            if entry["kind"] == "propose":
+            numbers = list(entry.proposals)
+            if entry.kind == "propose":
                 got = self._replay_propose(agent, entry, numbers, recorded)
                 diverged = diverged or got
                 continue
@@ -317,7 +303,7 @@ class Resume:
         return observed
 
     def _replay_propose(
-        self, agent: Agent, entry: Any, numbers: list[int], recorded: Recorded
+        self, agent: Agent, entry: AgentCall, numbers: list[int], recorded: Recorded
     ) -> str | None:
         """Ask *agent* again what it was asked in *entry*; how its answer differs, if it does."""
         space = self._parts.campaign.space
@@ -328,10 +314,11 @@ class Resume:
             params: Mapping[str, Any] = recorded.rejected[proposal][0]
             return params
 
-        in_flight = [params_of(n) for n in json.loads(entry["in_flight"] or "[]")]
-        got = list(agent.propose(entry["n"], in_flight))[: entry["n"]]
+        n = entry.n or 0
+        in_flight = [params_of(number) for number in entry.in_flight or ()]
+        got = list(agent.propose(n, in_flight))[:n]
         if len(got) < len(numbers):
-            return f"asked for {entry['n']}, got {len(got)} instead of {len(numbers)}"
+            return f"asked for {n}, got {len(got)} instead of {len(numbers)}"
         for raw, proposal in zip(got, numbers, strict=False):
             try:
                 same = space.coerce(raw) == dict(params_of(proposal))
@@ -346,9 +333,7 @@ def load_cache(table: TrialTable, store: Store) -> None:
     """Give *table* every reusable result of the workspace's record."""
     for row in store.reusable():
         table.cache(LiveTrial(
-            row_id=row["id"], number=row["number"], proposal=0, batch=0, params={},
-            config_hash=row["config_hash"], status=TrialStatus(row["status"]),
-            metrics=json.loads(row["metrics"]) if row["metrics"] else None, score=row["score"],
-            failure=FailureClass(row["failure"]) if row["failure"] else None,
-            message=row["message"],
+            row_id=row.id, number=row.number, proposal=0, batch=0, params={},
+            config_hash=row.config_hash, status=row.status, metrics=row.metrics,
+            score=row.score, failure=row.failure, message=row.message,
         ))

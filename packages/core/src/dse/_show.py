@@ -41,12 +41,6 @@ EXPORT_SCHEMA = 2
 _SPEND_KEYS = ("wall_s", "cpu_s", "gpu_s", "node_s", "money")
 
 
-def find_trial(store: Store, text: str) -> tuple[CampaignRun, Trial]:
-    """The run and the trial *text* names (see :meth:`Store.find_trial`)."""
-    # TRANSITION: removed once _engine calls Store.find_trial itself.
-    return store.find_trial(text)
-
-
 def trial_records(
     store: Store, run: CampaignRun, trials: Sequence[Trial] | None = None
 ) -> list[dict[str, Any]]:

@@ -894,15 +894,6 @@ class Store(_Reads):
         """The id of the latest invalidation (0: none); cheap enough to ask every pass."""
         return self._max_id("invalidations")
 
-    # TRANSITION: removed once _engine asks trial_statuses() (its only caller); no other
-    # module may run SQL through the store.
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        self._db.row_factory = sqlite3.Row
-        try:
-            return self._db.execute(sql, params).fetchall()
-        finally:
-            self._db.row_factory = None
-
     # -- changes outside a polling pass -------------------------------------------------
 
     def invalidate(

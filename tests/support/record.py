@@ -1,0 +1,57 @@
+"""The record as its SQLite file holds it, read with the ``sqlite3`` module as a user could:
+rows addressed by column name, values as stored (a status's text, a JSON column's text).
+
+Tests that check what a run wrote read it here, independently of :class:`dse.Store`'s typed
+reads (``tests/core/test_store_reads.py`` checks those against the same file)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import dse
+
+
+class RecordFile:
+    """The SQLite file of a workspace's record."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        """The rows *sql* selects (a connection of its own, closed after)."""
+        db = sqlite3.connect(self.path, timeout=30.0)
+        try:
+            db.row_factory = sqlite3.Row
+            return db.execute(sql, params).fetchall()
+        finally:
+            db.close()
+
+    def campaigns(self) -> list[sqlite3.Row]:
+        return self.rows("SELECT * FROM campaigns ORDER BY id")
+
+    def trials(self, campaign_id: int) -> list[sqlite3.Row]:
+        return self.rows(
+            "SELECT * FROM trials WHERE campaign_id = ? ORDER BY number", (campaign_id,))
+
+    def attempts(self, campaign_id: int) -> list[sqlite3.Row]:
+        return self.rows(
+            "SELECT a.* FROM attempts a JOIN trials t ON a.trial_id = t.id"
+            " WHERE t.campaign_id = ? ORDER BY t.number, a.attempt", (campaign_id,))
+
+    def events(self, campaign_id: int, kind: str | None = None) -> list[sqlite3.Row]:
+        if kind is None:
+            return self.rows(
+                "SELECT * FROM events WHERE campaign_id = ? ORDER BY id", (campaign_id,))
+        return self.rows("SELECT * FROM events WHERE campaign_id = ? AND kind = ? ORDER BY id",
+                         (campaign_id, kind))
+
+    def agent_log(self, campaign_id: int) -> list[sqlite3.Row]:
+        return self.rows(
+            "SELECT * FROM agent_log WHERE campaign_id = ? ORDER BY id", (campaign_id,))
+
+
+def record(store: dse.Store) -> RecordFile:
+    """The file *store* writes."""
+    return RecordFile(store.path)
