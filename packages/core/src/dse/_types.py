@@ -208,7 +208,7 @@ class AttemptState(enum.Enum):
     @classmethod
     def of(cls, state: JobState) -> AttemptState:
         """The record's state for a backend's raw *state*."""
-        return cls(state.value)
+        return _OF_JOB_STATE[state]
 
     def is_finished(self) -> bool:
         """``True`` once the attempt has ended (every raw end state)."""
@@ -227,6 +227,9 @@ class AttemptState(enum.Enum):
         """An end a backend calls ambiguous (a kill nobody here sent, a vanished job)."""
         return self is AttemptState.KILLED or self is AttemptState.LOST
 
+
+_OF_JOB_STATE = {state: AttemptState(state.value) for state in JobState}
+"""Built once: an enum looked up by value on every attempt costs more than the lookup."""
 
 _UNFINISHED_ATTEMPT = frozenset({
     AttemptState.QUEUED, AttemptState.SUBMITTING, AttemptState.SUBMITTED,
