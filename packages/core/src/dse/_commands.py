@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from dse._build import build_engine
 from dse._campaign import load_campaign
 from dse._console import LiveView
-from dse._engine import campaign_spec
 from dse._errors import ConfigError, ExitCode
 from dse._hashing import canonical_json
 from dse._lock import CampaignLock
@@ -38,6 +37,7 @@ from dse._render import (
 from dse._report import rollup_by_objective, run_detail, summarize
 from dse._scoring import RESOLVED_SCORER
 from dse._show import EXPORT_SCHEMA, record_lines, trial_records
+from dse._spec import campaign_spec
 from dse._store import Store, open_existing, workspace_db
 from dse._types import CampaignStatus
 
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 
     from dse._campaign import Campaign
     from dse._console import Console
-    from dse._engine import CampaignResult, Engine
+    from dse._engine import Engine
+    from dse._outcome import CampaignResult
     from dse._report import RunDetail
 
 __all__ = ["COMMANDS"]

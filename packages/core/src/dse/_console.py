@@ -14,10 +14,12 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from dse._engine import CampaignResult, Engine, EngineListener
+from dse._outcome import EngineListener
 from dse._render import duration_text, hours_text, money_text, rate_text
 
 if TYPE_CHECKING:
+    from dse._engine import Engine
+    from dse._outcome import CampaignResult
     from dse._types import TrialStatus
 
 

@@ -20,10 +20,9 @@ the whole wave, then starts the next; ``rolling`` refills a slot in the pass tha
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dse._baseline import Baselines
 from dse._clock import SystemClock
@@ -38,15 +37,15 @@ from dse._interrupt import Interruptions, watch_for
 from dse._invalidation import InvalidationView
 from dse._journal import Journal
 from dse._live import CurrentData, LiveTrial, TrialTable
-from dse._outcome import BestTrial, CampaignResult, EngineListener, RunEnd, Stats
+from dse._outcome import CampaignResult, EngineListener, RunEnd, Stats
 from dse._plugins import PluginManager
 from dse._pool import PoolConfig, run_pool
 from dse._results import Results
 from dse._resume import Resume, load_cache
 from dse._retry import RetryPolicy
 from dse._scoring import build_scorer
-from dse._spec import campaign_spec, record_run
-from dse._types import AttemptState, EndReason, FailureClass, Objective
+from dse._spec import record_run
+from dse._types import AttemptState, EndReason, Objective
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -59,7 +58,7 @@ if TYPE_CHECKING:
     from dse._scoring import Scorer
     from dse._store import Store
 
-__all__ = ["BestTrial", "CampaignResult", "Engine", "EngineListener", "Stats", "campaign_spec"]
+__all__ = ["Engine"]
 
 log = logging.getLogger("dse.engine")
 
@@ -456,12 +455,3 @@ class Engine:
         self.finished = result
         self.listener.on_finish(self, result)
         return result
-
-
-
-def _json(text: str | None) -> Any:
-    return json.loads(text) if text else None
-
-
-def _failure(value: str | None) -> FailureClass | None:
-    return FailureClass(value) if value else None

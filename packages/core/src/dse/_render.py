@@ -13,6 +13,8 @@ import io
 import json
 from typing import TYPE_CHECKING, Any
 
+from dse._types import CampaignStatus
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
 
     from dse._budget import Spend
     from dse._campaign import Campaign
-    from dse._engine import CampaignResult
+    from dse._outcome import CampaignResult
     from dse._plugins import PluginManager
     from dse._records import CampaignRun, Invalidation, Trial
     from dse._report import ObjectiveRollup, RunDetail, RunSummary
@@ -170,7 +172,7 @@ def outcome_lines(result: CampaignResult, detail: RunDetail, campaign: Campaign)
                          {u: summary.compute_per_effective_h(u)
                           for u in _shown_units(summary.spent, None)}, summary.currency)
     )
-    if result.status == "budget_exhausted":
+    if result.status is CampaignStatus.BUDGET_EXHAUSTED:
         lines.append(_exhausted_line(detail))
     return lines
 
