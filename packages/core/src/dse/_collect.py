@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from dse._budget import Spend
 from dse._types import AttemptState, TrialStatus
-from dse.trial import CHECKPOINT_MARK
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -110,13 +109,14 @@ class Collector:
 
     def _work_lost(self, trial: LiveTrial, status: JobStatus, ended_at: float) -> float | None:
         """Seconds of work an unsuccessful attempt lost since its last checkpoint."""
-        if trial.status is TrialStatus.COMPLETED or trial.trial_dir is None:
+        checkpoint = trial.checkpoint_mark
+        if trial.status is TrialStatus.COMPLETED or checkpoint is None:
             return None
         started = status.started_at or trial.attempt_started
         if started is None:
             return None
         try:
-            mark = (trial.trial_dir / "checkpoint" / CHECKPOINT_MARK).stat().st_mtime
+            mark = checkpoint.stat().st_mtime
         except OSError:
             mark = None
         since = max(started, mark) if mark is not None else started
@@ -126,11 +126,12 @@ class Collector:
         """A waiting attempt the budget will never admit: the trial ends interrupted."""
         trial.status = TrialStatus.INTERRUPTED
         trial.message = f"not retried: {why}"
-        self._end_unsubmitted(trial, now)
+        self._end_cancelled(trial, now)
         self._table.forget(trial)
         self._results.record_end(trial, now)
 
-    def _end_unsubmitted(self, trial: LiveTrial, now: float, job_id: str | None = None) -> None:
+    def _end_cancelled(self, trial: LiveTrial, now: float, job_id: str | None = None) -> None:
+        """Record *trial*'s attempt as ended ``cancelled`` by this campaign, with its message."""
         assert trial.attempt_row is not None
         self._journal.batch.end_attempt(row=trial.attempt_row, job_id=job_id,
                                        state=AttemptState.CANCELLED, reason=trial.message,
@@ -142,7 +143,7 @@ class Collector:
         for trial in self._table.take_unsubmitted():
             trial.status = TrialStatus.CANCELLED
             trial.message = "cancelled before submission"
-            self._end_unsubmitted(trial, now)
+            self._end_cancelled(trial, now)
             self._settle(trial, Spend())  # never submitted: nothing spent
             self._results.record_end(trial, now)
         if self._table.running:
@@ -161,6 +162,6 @@ class Collector:
             for job_id, trial in self._table.take_running():
                 trial.status = TrialStatus.CANCELLED
                 trial.message = "cancel requested; the backend did not confirm the end"
-                self._end_unsubmitted(trial, now, job_id)
+                self._end_cancelled(trial, now, job_id)
                 self._settle(trial, None)
                 self._results.record_end(trial, now)

@@ -17,7 +17,6 @@ from dse._live import LiveTrial
 from dse._protocols import TrialInfo
 from dse._space import ParamError
 from dse._types import AttemptState, EndReason, FailureClass, TrialStatus
-from dse.trial import CHECKPOINT_MARK
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -306,8 +305,9 @@ class Dispatcher:
     ) -> None:
         """Record the next attempt of *trial* (intent first); it waits to be admitted."""
         p = self.parts
-        assert trial.trial_dir is not None
-        resumed = (trial.trial_dir / "checkpoint" / CHECKPOINT_MARK).exists()
+        mark = trial.checkpoint_mark
+        assert mark is not None
+        resumed = mark.exists()
         trial.spec = self.avoiding(spec, trial)
         trial.attempt = spec.attempt
         trial.attempt_row = p.store.new_attempt_id()

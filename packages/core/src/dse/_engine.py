@@ -146,7 +146,7 @@ class Engine:
             environment=self.environment, watch=watch_for(campaign), end=self.end,
             backend=self.backend.name,
         ))
-        self.interruptions = Interruptions(campaign, self.dispatcher, policy)
+        self.interruptions = Interruptions(self.dispatcher, policy)
         self.collector = Collector(
             table=self.table, gate=self.gate, results=self.results,
             interruptions=self.interruptions, journal=self.journal, end=self.end,

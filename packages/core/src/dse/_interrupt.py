@@ -31,10 +31,9 @@ class Interruptions:
     """Applies the retry policy to interrupted attempts and tells what the interruption watch
     sees (both own their state; this adds the new attempt, the events and the alerts)."""
 
-    def __init__(self, campaign: Campaign, dispatcher: Dispatcher, policy: RetryPolicy) -> None:
+    def __init__(self, dispatcher: Dispatcher, policy: RetryPolicy) -> None:
         self.policy = policy
         self.watch = dispatcher.parts.watch
-        self._campaign = campaign
         self._dispatcher = dispatcher
 
     @property

@@ -15,6 +15,7 @@ from dse._budget import Spend
 from dse._hashing import ConfigHasher
 from dse._retry import AttemptHistory
 from dse._types import TrialStatus
+from dse.trial import CHECKPOINT_MARK
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -84,6 +85,14 @@ class LiveTrial:
     """The run time the pool expected when it started the current attempt."""
     granted_at: float = 0.0
     """When the pool let the current attempt start (it holds its resources from then)."""
+
+    @property
+    def checkpoint_mark(self) -> Path | None:
+        """The file whose presence (and time) says a checkpoint was saved (``None``: the
+        trial has no directory)."""
+        if self.trial_dir is None:
+            return None
+        return self.trial_dir / "checkpoint" / CHECKPOINT_MARK
 
 
 class TrialTable:
