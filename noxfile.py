@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import nox
 
 nox.options.sessions = ["tests", "isolation", "lint", "types"]
@@ -13,6 +15,10 @@ TEST_DEPS = ["pytest>=8,<9.2", "pytest-xdist>=3", "hypothesis>=6.100"]
 """pytest 9.2 ignores the group pytest-xdist 3.8 gives an ``xdist_group`` test (it sets a node
 id that pytest 9.2 no longer reads), so ``--dist loadgroup`` spread the Slurm tests over all
 workers; the Slurm tests also hold a lock (``support.slurm``), and this keeps them on one."""
+WORKERS = (os.cpu_count() or 1) + 2
+"""Two workers more than cores: the ``slurm`` and ``slurm-aside`` groups each hold a worker that
+mostly waits on the cluster (about 190 s of the suite on a 2-core machine), and the other tests
+keep every core busy beside them."""
 BROWSER_DEPS = ["playwright>=1.40"]
 """Drives Debian's Chromium (installed by .ci/run) to open the HTML report; never downloads
 a browser of its own."""
@@ -22,7 +28,7 @@ a browser of its own."""
 def tests(session: nox.Session) -> None:
     """Run every package's tests in parallel with all four distributions installed."""
     session.install(*TEST_DEPS, *BROWSER_DEPS, *(f"-e{p}" for p in PACKAGES))
-    session.run("pytest", "-n", "auto", "--dist", "loadgroup", *session.posargs)
+    session.run("pytest", "-n", str(WORKERS), "--dist", "loadgroup", *session.posargs)
 
 
 @nox.session(python="3.11")

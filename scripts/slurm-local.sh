@@ -12,7 +12,10 @@
 #     and scancel kills every process of a job, even detached ones;
 #   - partitions `batch` (default, PriorityTier=1) and `urgent` (PriorityTier=10); an urgent
 #     job that needs a batch job's resources preempts it with PreemptMode=REQUEUE
-#     (the batch job shows PREEMPTED in `sacct -D` and runs again 10-14 s later).
+#     (the batch job shows PREEMPTED in `sacct -D` and runs again 10-14 s later);
+#   - a partition `aside` of its own node(s) after those (n4 by default), which nothing in
+#     `batch`/`urgent` touches: a test that must wait out Slurm's clock (a 1-minute time
+#     limit) runs there beside tests that take `batch` nodes down or preempt them.
 # The client commands (sbatch, squeue, sacct, ...) find the config at /etc/slurm/slurm.conf,
 # so callers need no environment. Jobs run as root; submit with -N1 when you mean to preempt.
 #
@@ -32,7 +35,9 @@
 # `status` exits 0 when every daemon runs and 3 otherwise. `stop` exits 0.
 #
 # Settings (environment, all optional):
-#   DSE_SLURM_NODES=3         nodes n1..nN (one slurmd each, ports 17001..)
+#   DSE_SLURM_NODES=3         nodes n1..nN of partitions batch and urgent (one slurmd each,
+#                             ports 17001..)
+#   DSE_SLURM_ASIDE=1         nodes after those, in partition `aside` only (0 = none)
 #   DSE_SLURM_CPUS=2          CPUs per node; may exceed the real CPU count
 #   DSE_SLURM_MEM_MB=auto     RealMemory per node; auto = 80% of RAM / nodes.
 #                             DefMemPerCPU = RealMemory / CPUs (a job without --mem gets that)
@@ -59,6 +64,7 @@
 set -Eeuo pipefail
 
 NODES=${DSE_SLURM_NODES:-3}
+ASIDE=${DSE_SLURM_ASIDE:-1}
 CPUS=${DSE_SLURM_CPUS:-2}
 MEM_MB=${DSE_SLURM_MEM_MB:-auto}
 CGROUP=${DSE_SLURM_CGROUP:-1}
@@ -153,7 +159,7 @@ daemon_table() {
 configured_nodes() {
   local n
   n=$(sed -n 's/^# dse-slurm-local nodes=\([0-9]*\).*/\1/p' "$CONF_DIR/slurm.conf" 2>/dev/null || true)
-  echo "${n:-$NODES}"
+  echo "${n:-$(( NODES + ASIDE ))}"
 }
 
 # stop_pids COMM SECONDS PIDFILE...: SIGTERM each live one, wait up to SECONDS, then SIGKILL
@@ -249,15 +255,25 @@ install_packages() {
   eval "$INSTALL_UNDO"; INSTALL_UNDO=":"; trap - EXIT INT TERM
 }
 
+# node_range FIRST LAST: Slurm's name for nodes nFIRST..nLAST
+node_range() { if [ "$1" = "$2" ]; then echo "n$1"; else echo "n[$1-$2]"; fi; }
+
 generate_configs() {
-  local mem_kb mem_mb=$MEM_MB nodelist ports track cgroup_conf
+  local mem_kb mem_mb=$MEM_MB nodelist ports track cgroup_conf total=$(( NODES + ASIDE ))
+  local aside_nodes="" aside_partition=""
   if [ "$mem_mb" = auto ]; then
     mem_kb=$(sed -n 's/^MemTotal: *\([0-9]*\) kB/\1/p' /proc/meminfo)
-    mem_mb=$(( mem_kb / 1024 * 8 / 10 / NODES ))
+    mem_mb=$(( mem_kb / 1024 * 8 / 10 / total ))
   fi
-  if [ "$NODES" = 1 ]; then nodelist=n1; ports=$(( NODE_PORT_BASE + 1 ))
-  else nodelist="n[1-$NODES]"; ports="[$(( NODE_PORT_BASE + 1 ))-$(( NODE_PORT_BASE + NODES ))]"; fi
-  NODELIST=$nodelist
+  if [ "$total" = 1 ]; then nodelist=n1; ports=$(( NODE_PORT_BASE + 1 ))
+  else nodelist="n[1-$total]"; ports="[$(( NODE_PORT_BASE + 1 ))-$(( NODE_PORT_BASE + total ))]"; fi
+  NODELIST=$(node_range 1 "$NODES")
+  if [ "$ASIDE" -gt 0 ]; then
+    aside_nodes=$(node_range $(( NODES + 1 )) "$total")
+    aside_partition="
+PartitionName=aside Nodes=$aside_nodes MaxTime=INFINITE State=UP PriorityTier=1"
+    NODELIST+=" aside=$aside_nodes"
+  fi
 
   if [ "$CGROUP" = 1 ]; then
     track="# cgroup v1: processes tracked in per-node hierarchies (slurm_nX), memory limit by the kernel
@@ -282,7 +298,7 @@ JobAcctGatherParams=OverMemoryKill"
   fi
 
   NEW_SLURM_CONF="$MARKER - rewritten by every start; do not edit
-# dse-slurm-local nodes=$NODES cpus=$CPUS mem=$mem_mb cgroup=$CGROUP
+# dse-slurm-local nodes=$total cpus=$CPUS mem=$mem_mb cgroup=$CGROUP
 ClusterName=$CLUSTER
 SlurmctldHost=localhost(127.0.0.1)
 SlurmUser=root
@@ -326,8 +342,8 @@ JobCompLoc=$LOG_DIR/jobcomp.log
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 NodeName=$nodelist NodeHostname=localhost NodeAddr=127.0.0.1 Port=$ports CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$mem_mb State=UNKNOWN
-PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1
-PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10"
+PartitionName=batch Nodes=$(node_range 1 "$NODES") Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes=$(node_range 1 "$NODES") MaxTime=INFINITE State=UP PriorityTier=10$aside_partition"
   NEW_CGROUP_CONF=$cgroup_conf
   NEW_DBD_CONF="$MARKER - rewritten by every start; do not edit
 AuthType=auth/munge
@@ -442,7 +458,7 @@ NOT_READY=""
 nodes_ok() {
   local i name state
   NOT_READY=""
-  for (( i = 1; i <= NODES; i++ )); do
+  for (( i = 1; i <= NODES + ASIDE; i++ )); do
     ensure "slurmd n$i" "/run/slurmd-n$i.pid" slurmd "$LOG_DIR/slurmd-n$i.log" start_slurmd "n$i" ||
       NOT_READY+=" n$i"
   done
@@ -459,7 +475,7 @@ nodes_ok() {
 }
 node_logs() {
   local n out="$LOG_DIR/slurmctld.log"
-  for n in ${NOT_READY:-$(seq -f 'n%g' 1 "$NODES")}; do out+=" $LOG_DIR/slurmd-${n%%(*}.log"; done
+  for n in ${NOT_READY:-$(seq -f 'n%g' 1 $(( NODES + ASIDE )))}; do out+=" $LOG_DIR/slurmd-${n%%(*}.log"; done
   echo "$out"
 }
 
@@ -496,6 +512,7 @@ do_start() {
   t0=$(now_us)
   [ "$(id -u)" = 0 ] || fail 2 "must run as root (it installs packages and starts daemons)"
   [[ "$NODES" =~ ^[1-9][0-9]*$ ]] || fail 2 "DSE_SLURM_NODES must be a positive number"
+  [[ "$ASIDE" =~ ^[0-9]+$ ]] || fail 2 "DSE_SLURM_ASIDE must be a number (0 for none)"
   case "$CGROUP" in
     1) cgroup_v1_usable ||
          fail 2 "no writable cgroup v1 memory+freezer hierarchy under /sys/fs/cgroup (Slurm 22.05 needs systemd for cgroup v2); DSE_SLURM_CGROUP=0 runs without cgroups" ;;
@@ -527,7 +544,7 @@ do_start() {
   if [ "$SMOKE" = 1 ]; then t=$(now_us); smoke; timings+=("smoke $(secs "$t")s"); fi
 
   echo "slurm-local: ready in $(secs "$t0")s: $(sinfo -V) cluster=$CLUSTER nodes=$NODELIST cpus/node=$CPUS" \
-       "partitions=batch(default),urgent(preempts batch) cgroup=$CGROUP accounting=slurmdbd"
+       "partitions=batch(default),urgent(preempts batch)$([ "$ASIDE" -gt 0 ] && echo ",aside") cgroup=$CGROUP accounting=slurmdbd"
   echo "slurm-local: timings: ${timings[*]}"
   echo "slurm-local: smoke: $SMOKE_NOTE"
   sinfo

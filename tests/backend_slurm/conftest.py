@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from support.slurm import one_slurm_test_at_a_time, slurm_cluster
+from support.slurm import one_slurm_test_at_a_time, slurm_aside, slurm_cluster
 
-__all__ = ["one_slurm_test_at_a_time", "slurm_cluster"]
+__all__ = ["one_slurm_test_at_a_time", "slurm_aside", "slurm_cluster"]

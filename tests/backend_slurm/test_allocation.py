@@ -23,7 +23,7 @@ from dse_slurm import (
     render_pilot_script,
 )
 from dse_slurm._pilot import cpus_per_node
-from support.cli import run_dse, write_plugin
+from support.cli import start_dse, write_plugin
 
 # -- options ---------------------------------------------------------------------------------
 
@@ -309,19 +309,28 @@ x = {{ type = "int", low = 0, high = 100 }}
 """
 
 
-def run_campaign(project: Path, name: str, backend: str) -> tuple[dict[int, float], list[float],
-                                                                   float, list[str]]:
-    """Run 30 trials; return (metric by x, submit→start per trial, wall time, job ids)."""
+def start_campaign(project: Path, name: str, backend: str) -> tuple[subprocess.Popen[str], float]:
+    """Start a campaign of 30 trials in *project*; return the controller and its start time."""
     trial = project / "trial.py"
     trial.write_text(TRIAL)
     points = ", ".join(f"{{x = {x}}}" for x in range(30))
     campaign = project / f"{name}.toml"
     campaign.write_text(CAMPAIGN.format(name=name, points=points, trial=trial,
                                         python=sys.executable, backend=backend))
-    started = time.monotonic()
-    proc = run_dse(project, "run", str(campaign), "--json", timeout=300)
+    return start_dse(project, "run", str(campaign), "--json"), time.monotonic()
+
+
+def finish_campaign(project: Path, name: str, dse: subprocess.Popen[str], started: float
+                    ) -> tuple[dict[int, float], list[float], float, list[str]]:
+    """Wait for the campaign; return (metric by x, submit→start per trial, wall time, job ids)."""
+    try:
+        out, err = dse.communicate(timeout=300)
+    finally:
+        if dse.poll() is None:
+            dse.kill()
+            dse.communicate()
     wall = time.monotonic() - started
-    assert proc.returncode == 0, proc.stderr
+    assert dse.returncode == 0, err
     db = sqlite3.connect(project / ".dse" / "dse.sqlite")
     rows = db.execute(
         "SELECT t.params, t.metrics, t.status, a.submitted_at, a.started_at, a.job_id"
@@ -329,7 +338,7 @@ def run_campaign(project: Path, name: str, backend: str) -> tuple[dict[int, floa
         " ON t.campaign_id = c.id WHERE c.name = ?", (name,),
     ).fetchall()
     db.close()
-    assert len(rows) == 30, (proc.stdout, proc.stderr)
+    assert len(rows) == 30, (out, err)
     assert {status for _, _, status, _, _, _ in rows} == {"completed"}
     metrics = {json.loads(p)["x"]: json.loads(m)["value"] for p, m, _, _, _, _ in rows}
     waits = [start - submitted for _, _, _, submitted, start, _ in rows]
@@ -341,13 +350,24 @@ def run_campaign(project: Path, name: str, backend: str) -> tuple[dict[int, floa
 def test_thirty_short_trials_give_the_same_results_as_jobs_and_in_one_allocation(
     slurm_cluster, tmp_path, capsys
 ):
-    # Two workspaces: in one, the second campaign would reuse the first one's results.
+    # Two workspaces: in one, a campaign would reuse the other's results. The two run at the
+    # same time, sharing the cluster as two users' campaigns do.
     (tmp_path / "jobs").mkdir()
     (tmp_path / "alloc").mkdir()
-    jobs = run_campaign(write_plugin(tmp_path / "jobs"), "jobs", "")
     project = write_plugin(tmp_path / "alloc")
-    alloc = run_campaign(project, "alloc", 'mode = "allocation"\nallocation_cpus = 2\n'
-                                           'allocation_time = "10m"')
+    started = {
+        "alloc": start_campaign(project, "alloc", 'mode = "allocation"\nallocation_cpus = 2\n'
+                                                  'allocation_time = "10m"'),
+        "jobs": start_campaign(write_plugin(tmp_path / "jobs"), "jobs", ""),
+    }
+    try:
+        alloc = finish_campaign(project, "alloc", *started["alloc"])
+        jobs = finish_campaign(tmp_path / "jobs", "jobs", *started["jobs"])
+    finally:
+        for dse, _ in started.values():
+            if dse.poll() is None:
+                dse.kill()
+                dse.communicate()
 
     assert jobs[0] == alloc[0] == {x: x * x + 1 for x in range(30)}
     assert all(job.startswith("alloc.") for job in alloc[3])

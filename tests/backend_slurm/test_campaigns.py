@@ -1,9 +1,8 @@
 """Whole campaigns on the real local Slurm cluster, driven by `dse run` as a user runs it.
 
-Each trial runs ``work.py``, which appends one line per run to ``runs.log`` in its trial
-directory (attempt and node), so a test checks what ran, not what the engine believes ran.
-These tests take nodes down and preempt jobs, so they run one after another
-(``xdist_group("slurm")``).
+Each trial runs ``work.py`` (``support.slurm_work``), which records where each of its runs
+ran, so a test checks what ran, not what the engine believes ran. These tests take nodes down
+and preempt jobs, so they run one after another (``xdist_group("slurm")``).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import run_dse, start_dse, write_plugin
+from support.cli import run_dse, start_dse
 from support.slurm import (
     attempts_by_trial,
     pass_commands,
@@ -29,75 +28,9 @@ from support.slurm import (
     wait_for_an_idle_cluster,
     wait_until,
 )
+from support.slurm_work import INTERRUPTIONS, project_with, release
 
 pytestmark = [pytest.mark.xdist_group("slurm"), pytest.mark.usefixtures("slurm_cluster")]
-
-WORK = r"""
-import os, socket, sys, time
-from dse import trial
-
-p = trial.params()
-with open(os.path.join(os.environ["DSE_CHECKPOINT_DIR"], "runs.log"), "a") as log:
-    log.write("%s %s\n" % (os.environ["DSE_ATTEMPT"], os.environ.get("SLURMD_NODENAME")))
-mode = p["mode"]
-if mode == "exit3":
-    sys.exit(3)
-if mode == "oom":
-    hog = b"x" * (1200 << 20)
-    time.sleep(30)
-time.sleep(p["seconds"])
-trial.report({"value": p["i"] * 1.5}, complete=True)
-"""
-
-INTERRUPTIONS = {"preempted", "node_fail", "boot_fail", "lost", "cancelled", "launch_error"}
-"""Attempt ends the engine retries (a cancel is one only when dse did not ask for it)."""
-
-CAMPAIGN = """
-[campaign]
-name = "{name}"
-agent = "list"
-backend = "slurm"
-mode = "{mode}"
-max_parallelism = {parallelism}
-poll_interval = ["0.3s", "1s"]
-
-[agent.list]
-points = [{points}]
-
-[environment]
-command = ["python", "work.py"]
-time_limit = "{time_limit}"
-memory_mb = 300
-
-[backend.slurm]
-partition = "batch"
-
-[[objectives]]
-metric = "value"
-
-[space]
-mode = ["ok", "exit3", "oom"]
-i = {{ type = "int", low = 0, high = 1000 }}
-seconds = {{ type = "float", low = 0, high = 600 }}
-"""
-
-
-def project_with(
-    tmp_path: Path, name: str, points: list[dict[str, object]], *, parallelism: int,
-    mode: str = "waves", time_limit: str = "2m",
-) -> Path:
-    """A project whose campaign *name* runs *points*; its Slurm jobs are named
-    ``dse.<name>-1.<token>`` (see :func:`prefix`)."""
-    write_plugin(tmp_path)
-    (tmp_path / "work.py").write_text(WORK)
-    inline = ", ".join(
-        "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in point.items()) + "}"
-        for point in points
-    )
-    (tmp_path / "campaign.toml").write_text(CAMPAIGN.format(
-        name=name, mode=mode, parallelism=parallelism, points=inline, time_limit=time_limit,
-    ))
-    return tmp_path
 
 
 def unique(name: str) -> str:
@@ -127,6 +60,12 @@ def started_on(project: Path, node: str) -> bool:
     """Whether a trial's workload has started on *node* (it wrote its line in runs.log)."""
     return any(f"1 {node}" in log.read_text()
                for log in project.glob(".dse/*/run-*/*/checkpoint/runs.log"))
+
+
+def recorded(project: Path, state: str) -> bool:
+    """Whether the record holds an attempt that ended *state* (the engine saw it)."""
+    return any(a["state"] == state for tries in attempts_by_trial(project).values()
+               for a in tries)
 
 
 def assert_retried_elsewhere(project: Path, count: int, state: str, node: str) -> None:
@@ -200,41 +139,9 @@ def test_27_trials_at_p9_go_out_as_arrays_and_run_on_all_three_nodes(tmp_path):
         assert usage["elapsed_s"] >= 1.0
 
 
-def test_exit_out_of_memory_and_timeout_end_as_slurm_says(tmp_path):
-    points = [
-        {"mode": "ok", "i": 1, "seconds": 0.0},
-        {"mode": "exit3", "i": 2, "seconds": 0.0},
-        {"mode": "oom", "i": 3, "seconds": 0.0},
-        {"mode": "ok", "i": 4, "seconds": 300.0},
-    ]
-    project = project_with(tmp_path, "ends", points, parallelism=4, time_limit="1m")
-
-    proc = run_dse(project, "run", "campaign.toml", timeout=240)
-
-    assert proc.returncode == 0, proc.stderr
-    rows = trials(project)
-    outcome = {n: (r["status"], r["failure"]) for n, r in rows.items()}
-    assert outcome == {
-        1: ("completed", None),
-        2: ("failed", "nonzero_exit"),
-        3: ("failed", "out_of_memory"),
-        4: ("budget_exhausted", "time_limit"),
-    }
-    attempts = attempts_by_trial(project)
-    # Reproducible failures are results about the design: never retried. (A loaded CI
-    # machine may make a node miss its heartbeat: such an interruption is retried, so only
-    # interruptions may come before an attempt's end.)
-    assert {n: attempts[n][-1]["state"] for n in rows} == {
-        1: "succeeded", 2: "failed", 3: "out_of_memory", 4: "timeout",
-    }
-    for tries in attempts.values():
-        assert {a["state"] for a in tries[:-1]} <= INTERRUPTIONS, [a["state"] for a in tries]
-    assert attempts[2][-1]["exit_code"] == 3
-
-
 def test_preempted_trials_are_retried_as_new_attempts_and_complete(tmp_path):
     name = unique("preempt")
-    project = project_with(tmp_path, name, sleepers(6, 15.0), parallelism=6)
+    project = project_with(tmp_path, name, sleepers(6, 120.0), parallelism=6)
     dse = start_dse(project, "run", "campaign.toml")
     urgent = None
     try:
@@ -244,6 +151,8 @@ def test_preempted_trials_are_retried_as_new_attempts_and_complete(tmp_path):
                       "--ntasks=2", "--nodelist=n1", "--job-name=urgent-work",
                       "--output=/dev/null",
                       "--wrap=sleep 3"]).strip()
+        wait_until(lambda: recorded(project, "preempted"), 120, "a preempted attempt")
+        release(project)
         _, err = dse.communicate(timeout=240)
     finally:
         stop(dse)
@@ -255,11 +164,13 @@ def test_preempted_trials_are_retried_as_new_attempts_and_complete(tmp_path):
 
 def test_a_node_going_down_fails_its_attempts_which_are_retried_elsewhere(tmp_path):
     name = unique("nodefail")
-    project = project_with(tmp_path, name, sleepers(6, 15.0), parallelism=6)
+    project = project_with(tmp_path, name, sleepers(6, 120.0), parallelism=6)
     dse = start_dse(project, "run", "campaign.toml")
     try:
         wait_until(lambda: started_on(project, "n2"), 60, "a trial running on n2")
         run(["scontrol", "update", "nodename=n2", "state=down", "reason=dse-test"])
+        wait_until(lambda: recorded(project, "node_fail"), 120, "an attempt ended node_fail")
+        release(project)
         _, err = dse.communicate(timeout=240)
     finally:
         stop(dse)
@@ -270,12 +181,14 @@ def test_a_node_going_down_fails_its_attempts_which_are_retried_elsewhere(tmp_pa
 
 def test_a_job_cancelled_by_someone_else_is_an_interruption_and_retried(tmp_path):
     name = unique("outside")
-    project = project_with(tmp_path, name, sleepers(3, 6.0), parallelism=3)
+    project = project_with(tmp_path, name, sleepers(3, 120.0), parallelism=3)
     dse = start_dse(project, "run", "campaign.toml")
     try:
         wait_until(lambda: running_jobs(prefix(name)), 60, "a running trial")
         victim = sorted(queued_jobs(prefix(name)))[0]
         run(["scancel", victim])  # an operator, not dse
+        wait_until(lambda: recorded(project, "cancelled"), 120, "the cancelled attempt")
+        release(project)
         _, err = dse.communicate(timeout=180)
     finally:
         stop(dse)

@@ -2,7 +2,10 @@
 
 Tests that use it import :func:`slurm_cluster` as a fixture and carry
 ``pytest.mark.xdist_group("slurm")``: they run one after another on one worker, because some
-take a node down or preempt, which would disturb another test's jobs.
+take a node down or preempt, which would disturb another test's jobs. Those nodes are the
+partitions ``batch`` and ``urgent``; the partition ``aside`` has a node of its own, which none of
+them touches, so a test that only waits out Slurm's clock (a one-minute time limit) runs there
+in the group ``slurm-aside``, beside the others.
 """
 
 from __future__ import annotations
@@ -32,18 +35,24 @@ def run(argv: list[str], timeout: float = 30) -> str:
     return proc.stdout
 
 
-def node_states() -> dict[str, str]:
-    """Node → its sinfo state (``idle``, ``mix``, ``alloc``, ``down`` ...)."""
-    out = run(["sinfo", "--noheader", "--Node", "--format=%N %t"])
+SHARED = "batch,urgent"
+"""The partitions the ``slurm`` group's tests use (the same nodes)."""
+
+
+def node_states(partitions: str | None = SHARED) -> dict[str, str]:
+    """Node of *partitions* (None: of every partition) → its sinfo state (``idle``, ``mix``,
+    ``alloc``, ``down`` ...)."""
+    where = [f"--partition={partitions}"] if partitions else []
+    out = run(["sinfo", "--noheader", "--Node", *where, "--format=%N %t"])
     return dict(line.split()[:2] for line in out.splitlines() if line.strip())
 
 
 def wait_for_an_idle_cluster(timeout: float = 60.0) -> None:
-    """Wait until no job is left in the queue and every node is idle: jobs an earlier test
-    cancelled may still be completing on a node, and a test that asserts where its trials
-    ran needs every node free."""
+    """Wait until no job is left in the shared partitions and every node of them is idle: jobs
+    an earlier test cancelled may still be completing on a node, and a test that asserts where
+    its trials ran needs every node free. (The ``aside`` partition may be busy.)"""
     def idle() -> bool:
-        queue = run(["squeue", "--noheader", "--format=%i"]).strip()
+        queue = run(["squeue", "--noheader", f"--partition={SHARED}", "--format=%i"]).strip()
         # ``idle*`` is a node whose slurmd has not answered yet (just resumed, or busy): Slurm
         # places nothing there until it does.
         return not queue and all(state == "idle" for state in node_states().values())
@@ -55,20 +64,21 @@ def wait_for_an_idle_cluster(timeout: float = 60.0) -> None:
 def one_slurm_test_at_a_time(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
-    """Run the tests of the ``slurm`` group one at a time across all xdist workers.
+    """Run the tests of each ``slurm…`` group one at a time across all xdist workers.
 
     ``--dist loadgroup`` sends them to one worker, but only where pytest-xdist can mark their
     node ids: pytest 9.2 ignores that mark (xdist 3.8), and the group's tests then ran side by
     side (a preemption test preempted another test's trial, a node taken down under another's
     jobs). A file lock in the session's shared temp root holds them apart whatever the
     scheduler does; with a working loadgroup it is never contended."""
-    if not any(m.args[:1] == ("slurm",) for m in request.node.iter_markers("xdist_group")):
+    group = request.node.get_closest_marker("xdist_group")
+    if group is None or not str(group.args[0]).startswith("slurm"):
         yield
         return
     root = tmp_path_factory.getbasetemp()
     if root.name.startswith("popen-gw"):  # an xdist worker: the session's root is one up
         root = root.parent
-    with open(root / "slurm-tests.lock", "w") as lock:
+    with open(root / f"{group.args[0]}-tests.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -78,12 +88,13 @@ def one_slurm_test_at_a_time(
 
 @pytest.fixture(scope="module")
 def slurm_cluster() -> str:
-    """The cluster's usable nodes (comma-separated), once it answers; skips (saying why)
-    where there is none, and resumes nodes an earlier test left down."""
+    """The usable nodes of the shared partitions (comma-separated), once the cluster answers;
+    skips (saying why) where there is none, and resumes nodes an earlier test left down."""
     if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
         pytest.skip("no Slurm here: start one with `bash scripts/slurm-local.sh start`")
     try:
-        proc = subprocess.run(["sinfo", "--noheader", "--Node", "--format=%N %t"],
+        proc = subprocess.run(["sinfo", "--noheader", "--Node", f"--partition={SHARED}",
+                               "--format=%N %t"],
                               capture_output=True, text=True, timeout=15, check=False)
     except subprocess.TimeoutExpired:
         pytest.skip("sinfo did not answer within 15 s: is slurmctld running?")
@@ -101,11 +112,24 @@ def slurm_cluster() -> str:
     return ",".join(usable)
 
 
+@pytest.fixture(scope="module")
+def slurm_aside(slurm_cluster: str) -> str:
+    """The nodes of the ``aside`` partition (comma-separated), resumed if a test left them
+    down; skips where the cluster has no such partition (``DSE_SLURM_ASIDE=0``)."""
+    states = node_states("aside")
+    if not states:
+        pytest.skip("the cluster has no `aside` partition: start it with DSE_SLURM_ASIDE=1")
+    for node, state in states.items():
+        if state.startswith(("down", "drain")):
+            resume_node(node)
+    return ",".join(sorted(states))
+
+
 def resume_node(node: str) -> None:
     """Bring *node* back after a test set it down; wait until it takes jobs."""
     subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"],
                    capture_output=True, timeout=15, check=False)
-    wait_until(lambda: node_states().get(node, "") in ("idle", "mix", "alloc"),
+    wait_until(lambda: node_states(None).get(node, "") in ("idle", "mix", "alloc"),
                60, f"node {node} to come back and its slurmd to answer")
 
 
