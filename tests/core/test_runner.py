@@ -36,6 +36,9 @@ class PlainRunner:
     def use_clock(self, clock: dse.Clock) -> None:
         self.clock = clock
 
+    def placement(self) -> dict[str, str]:
+        return {}
+
     def submit(self, jobs: Sequence[dse.JobSpec]) -> list[str]:
         ids = [f"plain-{spec.trial_id}.{spec.attempt}" for spec in jobs]
         for job_id, spec in zip(ids, jobs, strict=True):

@@ -122,6 +122,15 @@ class SlurmBackend(Backend):
     """Slurm checks time limits about every 30 s and waits KillWait (30 s by default) before
     SIGKILL; 150 s covers both with a margin."""
 
+    def placement(self) -> Mapping[str, Any]:
+        """Where and in what software environment a trial runs: the partition, the node
+        constraint, exclusive nodes, the extra sbatch options and the setup lines (a result
+        measured on one partition, or after other ``module load`` lines, is not reused on
+        another). Account and QOS change who pays and when it starts, not the result."""
+        o = self.options
+        return {"partition": o.partition, "constraint": o.constraint, "exclusive": o.exclusive,
+                "extra_sbatch": list(o.extra_sbatch), "setup": list(o.setup)}
+
     def __init__(
         self,
         *,

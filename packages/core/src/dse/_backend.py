@@ -91,6 +91,12 @@ class Backend(ABC):
 
     # -- public batch API (the engine calls these) ---------------------------------------
 
+    def placement(self) -> Mapping[str, Any]:
+        """The options that change what a result on this backend means (a partition, a node
+        constraint, exclusive nodes): part of every trial's identity, so a result measured
+        under other placement is never reused. Empty by default."""
+        return {}
+
     def use_clock(self, clock: Clock) -> None:
         """Read the time from *clock* from now on (the engine passes its own, once, when it
         is built), so attempts are charged in one time base and tests on a fake clock need

@@ -395,7 +395,12 @@ def campaign_from_dict(
     space = Space.from_dict(root.table("space"), source=where)
     objectives = _campaign_objectives(root, data, where)
     agent, agent_options = _plugin_choice(top, root.table("agent"), "agent", "random")
-    backend, chosen = _plugin_choice(top, root.table("backend"), "backend", "probe")
+    # A command runs on the local backend unless another is named; the probe (which plays
+    # scripts and runs no command) only when asked, or when there is no command to run.
+    environment_table = data.get("environment")
+    has_command = isinstance(environment_table, Mapping) and bool(environment_table.get("command"))
+    backend, chosen = _plugin_choice(top, root.table("backend"), "backend",
+                                     "local" if has_command else "probe")
     backend_options = dict(chosen)
     price = _price(backend_options, f"{where}: backend.{backend}.price")
     root.used.update(("data", "scorer", "baseline", "budget"))

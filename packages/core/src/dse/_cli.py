@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
                      " the campaign file)")
     run.add_argument("--json", action="store_true", help="print the outcome as JSON")
     run.add_argument("--fresh", action="store_true",
-                     help="start a new run even if the last one did not finish")
+                     help="start a new run (even if the last one did not finish) that reuses"
+                          " no result recorded before it")
 
     status = sub.add_parser("status", help="list the campaign runs of a workspace")
     status.add_argument("target", nargs="?", help="a campaign file, name or run id")
@@ -92,14 +93,24 @@ def _record_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
         "the same configuration again runs a new trial linked to the one it replaces.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    which = invalidate.add_mutually_exclusive_group(required=True)
+    which = invalidate.add_mutually_exclusive_group()
     which.add_argument("--trial", metavar="TRIAL",
                        help="one trial: <campaign>-<run>-<number>, <campaign>:<n> or <run>:<n>")
     which.add_argument("--data-version", metavar="V",
                        help="every trial that ran against, or read, data version V")
     which.add_argument("--scorer-version", metavar="S",
                        help="every score given by scorer version S (or NAME==S)")
-    invalidate.add_argument("--reason", required=True, help="why (kept with the flag)")
+    which.add_argument("--failed", metavar="CLASS", nargs="?", const="",
+                       help="every failed trial, or those of failure class CLASS (with --run"
+                            " or --campaign: of that run or campaign only)")
+    invalidate.add_argument("--run", metavar="N", type=int,
+                            help="the trials of run N (with --failed: its failed ones)")
+    invalidate.add_argument("--campaign", metavar="NAME",
+                            help="the trials of every run of campaign NAME")
+    invalidate.add_argument("--dry-run", action="store_true",
+                            help="say how many trials and scores it would flag; flag nothing")
+    invalidate.add_argument("--reason", help="why (kept with the flag; required unless"
+                                             " --dry-run)")
     invalidate.add_argument("--workspace", type=Path, help="record directory (default: .dse)")
     invalidate.add_argument("--json", action="store_true")
 

@@ -38,8 +38,8 @@ from dse._report import rollup_by_objective, run_detail, summarize
 from dse._scoring import RESOLVED_SCORER
 from dse._show import EXPORT_SCHEMA, record_lines, trial_records
 from dse._spec import campaign_spec
-from dse._store import Store, open_existing, workspace_db
-from dse._types import CampaignStatus
+from dse._store import Store, TrialSelection, open_existing, workspace_db
+from dse._types import CampaignStatus, FailureClass
 
 if TYPE_CHECKING:
     import argparse
@@ -96,6 +96,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             engine = build_engine(c, store=stores[c.workspace], plugins=plugins,
                                   listener=listener, backend=backend)
             backend = engine.backend
+            engine.reuse = not args.fresh
             engines.append(engine)
         resume = {
             c.name: run for c in campaigns
@@ -277,35 +278,60 @@ def _show(args: argparse.Namespace, console: Console) -> int:
 
 
 def _invalidate(args: argparse.Namespace, console: Console) -> int:
-    reason = " ".join(str(args.reason).split())
-    if not reason:
+    reason = " ".join(str(args.reason or "").split())
+    if not reason and not args.dry_run:
         raise ConfigError("dse invalidate: --reason must say why")
+    kind, target, select = _invalidation_target(args)
     store = open_existing(args.workspace or Path(".dse"))
     try:
-        trial_row = None
-        if args.trial is not None:
-            kind, target = "trial", str(args.trial)
-            trial_row = store.find_trial(target)[1].id
-        elif args.data_version is not None:
-            kind, target = "data_version", str(args.data_version)
-        else:
-            kind, target = "scorer_version", str(args.scorer_version)
-        done = store.invalidate(kind, target, reason, time.time(), trial_row=trial_row)
+        trial_row = store.find_trial(target)[1].id if kind == "trial" else None
+        done = store.invalidate(kind, target, reason or "(dry run)", time.time(),
+                                trial_row=trial_row, select=select, dry_run=args.dry_run)
     finally:
         store.close()
-    flag = "--" + kind.replace("_", "-")
+    flag = f"--{kind.replace('_', '-')} {target}" if select is None else target
+    if done is None and select is not None:
+        raise ConfigError(f"dse invalidate: no trial in the record matches {target}")
     if done is None:
         what = {"trial": "trial", "data_version": "trial with data version",
                 "scorer_version": "score by scorer version"}[kind]
-        raise ConfigError(f"dse invalidate {flag} {target}: no {what} {target} in the record")
+        raise ConfigError(f"dse invalidate {flag}: no {what} {target} in the record")
     mark, trials, scores = done
     if args.json:
-        console.data({"invalidation": mark, "kind": kind, "target": target, "reason": reason,
-                      "trials": trials, "scores": scores})
+        console.data({"invalidation": None if args.dry_run else mark, "kind": kind,
+                      "target": target, "reason": reason, "trials": trials, "scores": scores,
+                      "dry_run": bool(args.dry_run)})
+    elif args.dry_run:
+        console.result(f"dry run: would flag {trials} trial(s) and {scores} score(s) invalid"
+                       f" ({flag}); nothing was changed")
     else:
         console.result(f"invalidation {mark}: {trials} trial(s) and {scores} score(s) flagged"
-                       f" invalid ({flag} {target}: {reason}); nothing was deleted")
+                       f" invalid ({flag}: {reason}); nothing was deleted")
     return ExitCode.OK
+
+
+def _invalidation_target(args: argparse.Namespace) -> tuple[str, str, TrialSelection | None]:
+    """(kind, target, selection) of ``dse invalidate``'s options, checked."""
+    scoped = args.run is not None or args.campaign is not None
+    if args.trial is not None or args.data_version is not None or args.scorer_version is not None:
+        if scoped:
+            raise ConfigError("dse invalidate: --run and --campaign select with --failed or"
+                              " alone, not with --trial, --data-version or --scorer-version")
+        if args.trial is not None:
+            return "trial", str(args.trial), None
+        if args.data_version is not None:
+            return "data_version", str(args.data_version), None
+        return "scorer_version", str(args.scorer_version), None
+    if args.failed is None and not scoped:
+        raise ConfigError("dse invalidate: say what to flag: --trial, --data-version,"
+                          " --scorer-version, --failed [CLASS], --run N or --campaign NAME")
+    if args.failed:
+        classes = [f.value for f in FailureClass]
+        if args.failed not in classes:
+            raise ConfigError(f"dse invalidate --failed {args.failed}: no such failure class;"
+                              f" one of {', '.join(classes)}")
+    select = TrialSelection(failed=args.failed, run=args.run, campaign=args.campaign)
+    return "trials", select.describe(), select
 
 
 def _export(args: argparse.Namespace, console: Console) -> int:

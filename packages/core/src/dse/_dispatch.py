@@ -209,8 +209,7 @@ class Dispatcher:
             trial.status, trial.failure = TrialStatus.FAILED, FailureClass.PREPARE_ERROR
             trial.message = f"{type(exc).__name__}: {exc}"
             self._record_ended(trial, params_json, str(trial_dir), now)
-            p.table.cache(trial)
-            p.results.ended(trial)
+            p.results.ended(trial)  # a setup failure: never reused (REUSED_FAILURES)
             return trial
         trial.spec = self.avoiding(spec, trial)
         trial.trial_dir = trial_dir

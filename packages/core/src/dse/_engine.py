@@ -63,6 +63,24 @@ __all__ = ["Engine"]
 log = logging.getLogger("dse.engine")
 
 
+def check_command(campaign: Campaign, backend: Runner, where: str) -> None:
+    """Refuse, before anything runs, a campaign whose every trial would fail the same way: a
+    backend that runs commands with no command, or a command nothing would run (the probe's
+    trials would all fail ``missing_metric``, silently)."""
+    command = campaign.environment.command
+    if not command and backend.runs_commands:
+        raise ConfigError(
+            f"{where}: environment.command: missing; the {backend.name} backend runs each"
+            " trial's command"
+        )
+    if command and not backend.runs_commands:
+        raise ConfigError(
+            f"{where}: campaign.backend: the {backend.name} backend runs no command, but"
+            " environment.command is set; use backend = \"local\" (the default with a"
+            " command) or another backend that runs commands"
+        )
+
+
 class Engine:
     """Runs one campaign on one runner, recording everything in a store.
 
@@ -92,12 +110,8 @@ class Engine:
             campaign.environment, campaign.objectives, param_names=campaign.space.names,
             source=where,
         )
-        if environment is None and not campaign.environment.command and backend.runs_commands:
-            # Every trial would fail the same way: say it once, before anything runs.
-            raise ConfigError(
-                f"{where}: environment.command: missing; the {backend.name} backend runs each"
-                " trial's command"
-            )
+        if environment is None:
+            check_command(campaign, backend, where)
         self.clock: Clock = clock or SystemClock()
         backend.use_clock(self.clock)
         self.listener = listener or EngineListener()
@@ -109,6 +123,8 @@ class Engine:
         """Who scores complete runs; its name and version are recorded with every score."""
         self.abandoned = False
         """True when a second interrupt ended the run without waiting for its trials."""
+        self.reuse = True
+        """Whether results recorded before this run are reused (``dse run --fresh``: no)."""
         self.pool: Pool | None = None
         """The pool whose resources the campaign's trials wait for (set by the pool)."""
         self.finished: CampaignResult | None = None
@@ -128,7 +144,9 @@ class Engine:
         self.gate = BudgetGate(campaign.budget, campaign.price,
                                overrun_s=float(self.backend.overrun_s))
         self.journal = Journal(self, self.listener, self.clock)
-        self.data = CurrentData(self.environment.identity(), data_version)
+        identity = {**self.environment.identity(), "backend": self.backend.name,
+                    "placement": dict(self.backend.placement())}
+        self.data = CurrentData(identity, data_version)
         ranking = Objective(campaign.objectives[0].metric, self.scorer.direction)
         self.feedback = Feedback(ranking.direction)
         self.baselines = Baselines(self.scorer)
@@ -219,7 +237,8 @@ class Engine:
                 lambda trial, status, at: pool.ended(engine, trial, status, at))
             if not pool.trivial:
                 self.dispatcher.first_state = AttemptState.QUEUED
-        load_cache(self.table, self.store)
+        if self.reuse:
+            load_cache(self.table, self.store)
         self._check_invalidations()
         if resume is not None:
             self._restore()

@@ -76,10 +76,20 @@ class CommandEnvironment:
                     raise ConfigError(msg)
 
     def identity(self) -> Mapping[str, Any]:
+        """The command template, the shell flag, the code version, the environment variables
+        and the resources asked (those a param sets are in the params; the time limit is not
+        here: a trial it ended is never reused). See docs/record.md, "The identity of a
+        result"."""
+        config = self.config
+        resources = {name: ("{" + config.resource_params[name] + "}"
+                            if name in config.resource_params else value)
+                     for name, value in dataclasses.asdict(config.resources).items()}
         return {
-            "command": list(self.config.command),
-            "shell": self.config.shell,
-            "code_version": self.config.code_version,
+            "command": list(config.command),
+            "shell": config.shell,
+            "code_version": config.code_version,
+            "env": dict(sorted(config.env.items())),
+            "resources": resources,
         }
 
     def prepare(self, trial: TrialInfo) -> JobSpec:

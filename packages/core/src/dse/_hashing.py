@@ -1,8 +1,10 @@
 """Canonical JSON and configuration hashes.
 
 Two proposals with the same config hash are the same trial: the hash covers the coerced
-params together with the workload identity (command template, code version) and the data
-version, so a cache never crosses code or data versions.
+params together with the workload identity (command template and environment, code version,
+resources asked, backend and placement) and the data version, so a result is only reused for
+a measurement of the same thing (docs/record.md, "The identity of a result"). The prefix
+names the identity's version: hashes of an older version never match a new one.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class ConfigHasher:
         self, workload: Mapping[str, Any] | None = None, data_version: str | None = None
     ) -> None:
         self._prefix = (
-            f"dse-config-v1\n{canonical_json(workload or {})}\n{canonical_json(data_version)}\n"
+            f"dse-config-v2\n{canonical_json(workload or {})}\n{canonical_json(data_version)}\n"
         ).encode()
 
     def canonical(self, params: Mapping[str, Any]) -> str:
@@ -72,7 +74,8 @@ def config_hash(
     """Return the sha256 hex digest identifying one trial.
 
     :param params: coerced params (see :meth:`dse.Space.coerce`).
-    :param workload: identity of what runs: command template, code version, environment name.
+    :param workload: identity of what runs: command template and environment, code version,
+        resources, backend and placement.
     :param data_version: the version of the data the trial reads, or ``None`` when undeclared.
     """
     return ConfigHasher(workload, data_version)(params)

@@ -167,6 +167,11 @@ class Runner(Protocol):
         the campaign sets ``poll_interval``."""
         ...
 
+    def placement(self) -> Mapping[str, Any]:
+        """The options that change what a result on it means (a partition, a node constraint):
+        part of every trial's identity, with its name (see docs/record.md)."""
+        ...
+
     @property
     def runs_commands(self) -> bool:
         """Whether it runs each trial's command: a campaign on it without

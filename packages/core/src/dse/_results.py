@@ -9,7 +9,7 @@ from dse._environment import environment_digest
 from dse._invalidation import Flag
 from dse._outcome import BestTrial
 from dse._scoring import ScoringError
-from dse._types import Evaluation, FailureClass, JobState, TrialStatus
+from dse._types import Evaluation, FailureClass, JobState, TrialStatus, reusable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -177,12 +177,12 @@ class Results:
         batch.end_trial(row=trial.row_id, status=trial.status, failure=trial.failure,
                         message=trial.message, metrics=trial.metrics, score=trial.score,
                         ended_at=now)
-        reusable = trial.status.is_reusable()
-        if reusable and not self._invalid.row_flagged(trial.row_id):
+        reused = reusable(trial.status, trial.failure)
+        if reused and not self._invalid.row_flagged(trial.row_id):
             self._table.cache(trial)
         self.ended(trial)
         for waiter in trial.waiters:
-            if reusable:
+            if trial.status.is_reusable():
                 self._baselines.rescore(waiter, trial)
                 batch.end_trial(row=waiter.row_id, status=TrialStatus.CACHED,
                                 failure=trial.failure, message=waiter.message or trial.message,

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ from dse._records import (
     Trial,
     TrialRef,
 )
-from dse._types import AttemptState, CampaignStatus, FailureClass, TrialStatus
+from dse._types import REUSED_FAILURES, AttemptState, CampaignStatus, FailureClass, TrialStatus
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -112,6 +113,11 @@ _CAMPAIGN_STATUS = {s.value: s for s in CampaignStatus}
 
 _CAMPAIGN = ("id, name, source, spec, agent, backend, mode, max_parallelism, status,"
              " end_reason, created_at, ended_at")
+REUSABLE = ("(status = 'completed' OR (status = 'failed' AND failure IN ("
+            + ", ".join(sorted(f"'{f.value}'" for f in REUSED_FAILURES)) + ")))")
+"""The trials whose result a later identical proposal may reuse (:func:`dse._types.reusable`,
+in SQL): the one place the record says so."""
+
 _TRIAL = ("id, campaign_id, number, proposal, wave, config_hash, params, status, failure,"
           " message, metrics, score, cache_of, trial_dir, data_version, data_version_read,"
           " dependencies, replaces, invalidation, created_at, ended_at")
@@ -250,7 +256,7 @@ class _Reads:
         """Finished, reusable trials (completed or failed, not invalidated) of the whole
         workspace, oldest first."""
         return [_trial(r) for r in self._rows(
-            f"SELECT {_TRIAL} FROM trials WHERE status IN ('completed', 'failed')"
+            f"SELECT {_TRIAL} FROM trials WHERE {REUSABLE}"
             " AND cache_of IS NULL AND invalidation IS NULL ORDER BY id"
         )]
 
@@ -897,16 +903,19 @@ class Store(_Reads):
     # -- changes outside a polling pass -------------------------------------------------
 
     def invalidate(
-        self, kind: str, target: str, reason: str, now: float, *, trial_row: int | None = None
+        self, kind: str, target: str, reason: str, now: float, *, trial_row: int | None = None,
+        select: TrialSelection | None = None, dry_run: bool = False,
     ) -> tuple[int, int, int] | None:
         """Flag results invalid, and every comparison that used them; delete nothing.
 
         *kind* ``trial`` (*target*: the trial as the user named it, *trial_row*: its row)
         flags that trial and the cache hits that reuse it; ``data_version`` flags every trial
         that ran against, or read, version *target*; ``scorer_version`` flags the scores given
-        by that scorer version (*target*: ``<version>`` or ``<scorer>==<version>``). The
-        scores of flagged trials, and the scores compared against a flagged trial as their
-        baseline, are flagged too. Something already flagged keeps its first reason.
+        by that scorer version (*target*: ``<version>`` or ``<scorer>==<version>``);
+        ``trials`` flags the trials *select* picks (*target* says which, for the record) and
+        the cache hits that reuse them. The scores of flagged trials, and the scores compared
+        against a flagged trial as their baseline, are flagged too. Something already flagged
+        keeps its first reason. With *dry_run* the counts are the same and nothing is kept.
 
         Returns (invalidation id, trials newly flagged, scores newly flagged), or ``None``
         when nothing in the record matches *target* (nothing is written then).
@@ -914,7 +923,11 @@ class Store(_Reads):
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            trial_ids, score_ids = self._matching(kind, target, trial_row)
+            score_ids: list[int]
+            if select is not None:
+                trial_ids, score_ids = self._selected(select), []
+            else:
+                trial_ids, score_ids = self._matching(kind, target, trial_row)
             if not trial_ids and not score_ids:
                 db.execute("ROLLBACK")
                 return None
@@ -947,13 +960,34 @@ class Store(_Reads):
             ).fetchone()
             db.execute("UPDATE invalidations SET trials = ?, scores = ? WHERE id = ?",
                        (flagged_trials, flagged_scores, mark))
-            db.execute("COMMIT")
+            db.execute("ROLLBACK" if dry_run else "COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
         assert mark is not None
         return mark, flagged_trials, int(flagged_scores)
+
+    def _selected(self, select: TrialSelection) -> list[int]:
+        """The trial rows *select* picks, and the cache hits that reuse one of them."""
+        where: list[str] = ["1"]
+        args: list[str | int] = []
+        if select.failed is not None:
+            where.append("status = 'failed'")
+            if select.failed:
+                where.append("failure = ?")
+                args.append(select.failed)
+        if select.run is not None:
+            where.append("campaign_id = ?")
+            args.append(select.run)
+        if select.campaign is not None:
+            where.append("campaign_id IN (SELECT id FROM campaigns WHERE name = ?)")
+            args.append(select.campaign)
+        rows = self._db.execute(
+            f"WITH v AS (SELECT id FROM trials WHERE {' AND '.join(where)})"
+            " SELECT id FROM v UNION SELECT id FROM trials WHERE cache_of IN v", args,
+        ).fetchall()
+        return sorted(int(r[0]) for r in rows)
 
     def _matching(
         self, kind: str, target: str, trial_row: int | None
@@ -992,6 +1026,29 @@ class Store(_Reads):
             (campaign_id,),
         )
         db.execute("COMMIT")
+
+
+@dataclass(frozen=True, slots=True)
+class TrialSelection:
+    """Which trials ``dse invalidate`` flags by selector; every set field must hold."""
+
+    failed: str | None = None
+    """``""``: every failed trial; a failure class: those that failed so; ``None``: any."""
+    run: int | None = None
+    """Only the trials of this run."""
+    campaign: str | None = None
+    """Only the trials of the runs of this campaign."""
+
+    def describe(self) -> str:
+        """How the record names it: ``failed=out_of_memory run=3``."""
+        parts = []
+        if self.failed is not None:
+            parts.append(f"failed={self.failed or 'any'}")
+        if self.run is not None:
+            parts.append(f"run={self.run}")
+        if self.campaign is not None:
+            parts.append(f"campaign={self.campaign}")
+        return " ".join(parts)
 
 
 def _chunks(ids: Sequence[int], size: int = 500) -> list[Sequence[int]]:

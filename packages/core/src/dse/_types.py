@@ -175,7 +175,8 @@ class TrialStatus(enum.Enum):
         return self is not TrialStatus.PENDING and self is not TrialStatus.RUNNING
 
     def is_reusable(self) -> bool:
-        """Whether a later identical proposal may reuse this trial's result."""
+        """Whether a trial ending so may have a result a later identical proposal reuses
+        (completed, or failed for a reason about the design: see :func:`reusable`)."""
         return self in (TrialStatus.COMPLETED, TrialStatus.FAILED)
 
 
@@ -333,6 +334,27 @@ class FailureClass(enum.Enum):
     CONTROLLER_RESTART = "controller_restart"
     CANCELLED_OUTSIDE = "cancelled_outside"
     """Cancelled by someone other than this campaign (an operator, ``scancel``)."""
+
+
+REUSED_FAILURES: frozenset[FailureClass] = frozenset({
+    FailureClass.NONZERO_EXIT, FailureClass.OUT_OF_MEMORY, FailureClass.NO_RESULT,
+    FailureClass.MALFORMED_RESULT, FailureClass.INCOMPLETE_OUTPUT, FailureClass.MISSING_METRIC,
+    FailureClass.INVALID_METRIC,
+})
+"""The failures that are measurements of the design under its identity (params, code, data,
+command, environment, resources, backend and placement): the same trial would fail the same
+way, so a later identical proposal reuses them. Every other class is about the setup or the
+infrastructure (unsatisfiable resources, a launch or a scorer error, a lost, vanished,
+preempted or killed job, a cancellation, a time limit the campaign chose) and is run again.
+``docs/record.md`` has the table."""
+
+
+def reusable(status: TrialStatus, failure: FailureClass | None) -> bool:
+    """Whether a trial that ended *status* with *failure* has a result a later identical
+    proposal may reuse: completed, or failed for a reason in :data:`REUSED_FAILURES`."""
+    if status is TrialStatus.COMPLETED:
+        return True
+    return status is TrialStatus.FAILED and failure in REUSED_FAILURES
 
 
 @dataclass(frozen=True, slots=True)
