@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from dse._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
     from dse._store import Store, filesystem_type
     from dse._types import (
+        REUSED_FAILURES,
         AttemptState,
         CampaignStatus,
         Direction,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         Observation,
         Resources,
         TrialStatus,
+        reusable,
     )
     from dse._units import parse_duration
     from dse._version import __version__
@@ -85,6 +87,7 @@ _LAZY: dict[str, str] = {
     "Evaluation": "dse._types",
     "ExitCode": "dse._errors",
     "FailureClass": "dse._types",
+    "REUSED_FAILURES": "dse._types",
     "FloatRange": "dse._space",
     "IntRange": "dse._space",
     "JobSpec": "dse._types",
@@ -124,11 +127,13 @@ _LAZY: dict[str, str] = {
     "hookimpl": "dse.hookspecs",
     "load_campaign": "dse._campaign",
     "parse_duration": "dse._units",
+    "reusable": "dse._types",
     "run_pool": "dse._pool",
     "write_html_report": "dse._html",
 }
 
 __all__ = [
+    "REUSED_FAILURES",
     "Agent",
     "AttemptState",
     "Backend",
@@ -193,6 +198,7 @@ __all__ = [
     "hookimpl",
     "load_campaign",
     "parse_duration",
+    "reusable",
     "run_pool",
     "write_html_report",
 ]

@@ -16,11 +16,11 @@ from rich.text import Text
 
 from dse._outcome import EngineListener
 from dse._render import duration_text, hours_text, money_text, rate_text
+from dse._types import TrialStatus
 
 if TYPE_CHECKING:
     from dse._engine import Engine
     from dse._outcome import CampaignResult
-    from dse._types import TrialStatus
 
 
 class Console:
@@ -120,6 +120,17 @@ def _budget_rows(engine: Engine) -> list[tuple[str, Text, str]]:
     return rows
 
 
+def number_ranges(numbers: list[int]) -> str:
+    """``1-4, 7, 9-10``: *numbers* (in any order) as runs of consecutive ones."""
+    runs: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def _best_text(engine: Engine) -> str:
     best = engine.stats.best
     if best is None:
@@ -145,6 +156,9 @@ class LiveView(EngineListener):
         self._last_refresh = 0.0
         self.engines: list[Engine] = []
         """The campaigns shown (several when they share a pool)."""
+        self._cached: dict[int, list[int]] = {}
+        """Trials of each campaign (by ``id`` of its engine) that were cache hits since the
+        last line: summarised once per pass, not a line each."""
 
     def on_start(self, engine: Engine) -> None:
         c = engine.campaign
@@ -194,7 +208,8 @@ class LiveView(EngineListener):
         table.add_row(
             "finished",
             f"{s.completed} completed, {s.failed} failed, {s.cached} cached,"
-            f" {s.rejected} rejected, {s.interrupted} interrupted, {s.cancelled} cancelled",
+            f" {s.rejected} rejected, {s.interrupted} interrupted, {s.cancelled} cancelled"
+            + ("" if s.baseline is None else f"; baseline {s.baseline.value}"),
         )
         table.add_row("numbers", _numbers_text(engine))
         for label, gauge, text in _budget_rows(engine):
@@ -212,16 +227,32 @@ class LiveView(EngineListener):
         return table
 
     def on_trial_end(self, engine: Engine, number: int, status: TrialStatus) -> None:
-        if self.live is None:
-            name = f"{engine.campaign.name}: " if len(self.engines) > 1 else ""
-            best = engine.stats.best
-            best_part = f"; best {best.score:.6g} (trial {best.number})" if best else ""
-            budget = engine.ledger.budget
-            spend_part = "" if budget.money is None else (
-                f"; spent {money_text(engine.ledger.spent.money)}/{money_text(budget.money)}"
-                f" {budget.currency}"
-            )
-            self.console.status(f"{name}trial {number} {status.value}{best_part}{spend_part}")
+        if self.live is not None:
+            return
+        if status is TrialStatus.CACHED:
+            self._cached.setdefault(id(engine), []).append(number)
+            return
+        self._trial_line(engine, f"trial {number} {status.value}")
+
+    def _trial_line(self, engine: Engine, what: str) -> None:
+        """One plain line about *engine*'s trials, with the best so far and the spend."""
+        name = f"{engine.campaign.name}: " if len(self.engines) > 1 else ""
+        best = engine.stats.best
+        best_part = f"; best {best.score:.6g} (trial {best.number})" if best else ""
+        budget = engine.ledger.budget
+        spend_part = "" if budget.money is None else (
+            f"; spent {money_text(engine.ledger.spent.money)}/{money_text(budget.money)}"
+            f" {budget.currency}"
+        )
+        self.console.status(f"{name}{what}{best_part}{spend_part}")
+
+    def _flush_cached(self, engine: Engine) -> None:
+        """The line summarising *engine*'s cache hits since the last one, if any."""
+        numbers = self._cached.pop(id(engine), None)
+        if numbers:
+            hits = "1 cache hit" if len(numbers) == 1 else f"{len(numbers)} cache hits"
+            self._trial_line(engine, f"{hits} (trial{'s' if len(numbers) > 1 else ''}"
+                                     f" {number_ranges(numbers)}), reusing recorded results")
 
     def on_alert(self, engine: Engine, message: str) -> None:
         if message.startswith("budget exhausted"):
@@ -231,6 +262,7 @@ class LiveView(EngineListener):
         self.console.err.print(Text(f"dse: warning: {message}", style="bold yellow"))
 
     def on_pass(self, engine: Engine) -> None:
+        self._flush_cached(engine)
         if self.live is not None:
             now = time.monotonic()
             if now - self._last_refresh >= 0.1:
@@ -238,6 +270,7 @@ class LiveView(EngineListener):
                 self.live.update(self._view(), refresh=True)
 
     def on_finish(self, engine: Engine, result: CampaignResult) -> None:
+        self._flush_cached(engine)
         if self.live is not None:
             self.live.update(self._view(), refresh=True)
             if all(e.finished is not None for e in self.engines):

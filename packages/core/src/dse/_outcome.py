@@ -46,19 +46,22 @@ class Stats:
     retries: int = 0
     paused: bool = False
     best: BestTrial | None = None
+    baseline: TrialStatus | None = None
+    """How the baseline trial of this run ended (it is not one of the :attr:`steps`, nor
+    counted with them), or ``None``."""
 
     def count(
         self, status: TrialStatus, number: int, params: Mapping[str, Any], score: float | None,
-        objective: Objective, *, rank: bool = True,
+        objective: Objective, *, rank: bool = True, baseline: bool = False,
     ) -> None:
-        """Count one trial that reached *status*; keep the best completed one (among those
-        that may be ranked: results about the current data)."""
-        if status is TrialStatus.COMPLETED:
+        """Count one trial that reached *status* (the baseline apart); keep the best completed
+        one (among those that may be ranked: results about the current data)."""
+        if status is TrialStatus.COMPLETED and rank and score is not None:
+            self.rank(number, params, score, objective)
+        if baseline:
+            self.baseline = status
+        elif status is TrialStatus.COMPLETED:
             self.completed += 1
-            if rank and score is not None and (
-                self.best is None or objective.direction.better(score, self.best.score)
-            ):
-                self.best = BestTrial(number, params, score)
         elif status is TrialStatus.FAILED:
             self.failed += 1
         elif status is TrialStatus.CANCELLED:
@@ -67,6 +70,12 @@ class Stats:
             self.interrupted += 1
         elif status is TrialStatus.BUDGET_EXHAUSTED:
             self.budget_exhausted += 1
+
+    def rank(self, number: int, params: Mapping[str, Any], score: float,
+             objective: Objective) -> None:
+        """Keep trial *number* as the best so far if its *score* beats the best."""
+        if self.best is None or objective.direction.better(score, self.best.score):
+            self.best = BestTrial(number, params, score)
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,6 +158,7 @@ def outcome_lines(result: CampaignResult, detail: RunDetail, campaign: Campaign)
         f"campaign {result.name} run {result.campaign_id}: {result.status}"
         f" ({result.end_reason}); {s.steps} trials: {s.completed} completed, {s.failed} failed,"
         f" {s.cached} cached, {s.rejected} rejected, {s.cancelled} cancelled"
+        + ("" if s.baseline is None else f"; baseline {s.baseline.value}")
     ]
     if best is not None:
         metric = campaign.objectives[0].metric

@@ -205,7 +205,8 @@ class RunDetail:
     dispatched: int
     """Trials that ran on the backend (not cache hits): what a trials ceiling counts."""
     best: BestResult | None
-    """The best completed trial about the current (latest) data version."""
+    """The best completed trial, or cache hit of one, about the current (latest) data
+    version."""
     cache_hits: tuple[CacheHit, ...]
     data_versions: tuple[VersionGroup, ...] = ()
     """Trials grouped by the data version they are about, oldest first; no ranking crosses
@@ -264,10 +265,11 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
             flagged.append((row.number, invalid[row.id]))
             continue  # a flagged result is never ranked
         score = row.score
-        if row.status is not TrialStatus.COMPLETED or score is None:
+        if score is None or row.status not in (TrialStatus.COMPLETED, TrialStatus.CACHED):
             continue
-        group["completed"] += 1
-        best = group["best"]
+        if row.status is TrialStatus.COMPLETED:
+            group["completed"] += 1
+        best = group["best"]  # a cache hit's reused result may be the best of the run
         if best is None or (score > best.score if direction == "maximize" else score < best.score):
             group["best"] = BestResult(row.number, metric, direction, float(score),
                                        row.params)

@@ -150,14 +150,15 @@ class Results:
         return stale
 
     def _best_valid(self, store: Store) -> BestTrial | None:
-        """The best valid completed trial of this run about the current data (from the record)."""
+        """The best valid completed trial (or cache hit of one) of this run about the current
+        data (from the record)."""
         best: BestTrial | None = None
         direction = self.ranking.direction
         version = self._data.version
         for row in store.trials(self._journal.campaign_id):
             score = row.score
             if (
-                row.status is not TrialStatus.COMPLETED or score is None
+                row.status not in (TrialStatus.COMPLETED, TrialStatus.CACHED) or score is None
                 or self._invalid.row_flagged(row.id)
                 or (version is not None
                     and (row.data_version_read or row.data_version) not in (None, version))
@@ -212,6 +213,10 @@ class Results:
         if trial.score is not None:
             self._record_score(trial, self._journal.now())
         self._stats.cached += 1
+        if trial.proposal == 0:
+            self._stats.baseline = TrialStatus.CACHED
+        if trial.score is not None and self.rankable(trial):
+            self._stats.rank(trial.number, trial.params, trial.score, self.ranking)
         if (
             trial.proposal > 0 and not self._invalid.number_flagged(trial.number)
             and not self._invalid.result_flagged(original.row_id)
@@ -226,7 +231,7 @@ class Results:
         agent is told of it."""
         status = reported or trial.status
         self._stats.count(status, trial.number, trial.params, trial.score, self.ranking,
-                          rank=self.rankable(trial))
+                          rank=self.rankable(trial), baseline=trial.proposal == 0)
         if (
             status is not TrialStatus.CANCELLED and trial.proposal > 0
             and not self._invalid.number_flagged(trial.number)
