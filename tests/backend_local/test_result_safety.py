@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import dse
 from dse._trialfile import MAX_TRIAL_FILE_BYTES
+from dse_local import LocalBackend
 from support.cli import run_dse, write_plugin
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ poll_interval = ["0.05s", "0.2s"]
 
 [agent.list]
 points = [{{mode = "symlink"}}, {{mode = "fifo"}}, {{mode = "device"}}, {{mode = "socket"}},
-          {{mode = "big"}}, {{mode = "good"}}]
+          {{mode = "big"}}, {{mode = "good"}}, {{mode = "fifo"}}]
 
 [environment]
 command = [{python}, "-S", {workload}, "{{mode}}", {outside}, "{cap}"]
@@ -71,13 +72,18 @@ mode = ["symlink", "fifo", "device", "socket", "big", "good"]
 """
 
 
-def _trials(project: Path, param: str = "mode") -> dict[str, sqlite3.Row]:
+def _rows(project: Path, sql: str) -> list[sqlite3.Row]:
     db = sqlite3.connect(project / ".dse" / "dse.sqlite")
     db.row_factory = sqlite3.Row
     try:
-        rows = db.execute("SELECT * FROM trials ORDER BY number").fetchall()
+        return db.execute(sql).fetchall()
     finally:
         db.close()
+
+
+def _trials(project: Path, param: str = "mode") -> dict[str, sqlite3.Row]:
+    """The first trial of each value of *param*."""
+    rows = _rows(project, "SELECT * FROM trials ORDER BY number DESC")
     return {json.loads(row["params"])[param]: row for row in rows}
 
 
@@ -117,6 +123,11 @@ def test_a_result_that_is_not_a_regular_file_in_the_trial_dir_fails_in_its_own_c
         assert row["score"] is None
     assert str(outside) in trials["symlink"]["message"]
     assert trials["good"]["status"] == "completed"
+    # A result about the design: one attempt each (never retried), and proposed again, reused.
+    attempts = _rows(project, "SELECT trial_id, COUNT(*) AS n FROM attempts GROUP BY trial_id")
+    assert [row["n"] for row in attempts] == [1] * 6
+    last = _rows(project, "SELECT status, cache_of FROM trials WHERE number = 7")[0]
+    assert (last["status"], last["cache_of"]) == ("cached", trials["fifo"]["id"])
 
 
 PLANTER = r"""
@@ -199,3 +210,27 @@ def test_every_value_reaches_the_workload_as_one_argv_item_and_one_variable(
     assert run.trials[1]["status"] == "completed"
     seen = json.loads((run.trial_dir(1) / "seen.json").read_text())
     assert seen == {"argv": [ODD, f"-{ODD}-"], "env": ODD}
+
+
+def test_a_job_with_a_nul_in_an_argv_item_or_a_variable_is_refused_before_launch(
+    tmp_path: Path,
+) -> None:
+    # The campaign file and the space refuse a NUL; a plugin environment could still make one.
+    trial_dir = tmp_path / "t"
+    trial_dir.mkdir()
+    specs = [
+        dse.JobSpec(trial_id="nul-1-1", attempt=1, params={}, trial_dir=trial_dir,
+                    argv=("true", "x\0--evil")),
+        dse.JobSpec(trial_id="nul-1-2", attempt=1, params={}, trial_dir=trial_dir,
+                    argv=("true",), env={"FOO": "bar\0PWN=1"}),
+    ]
+    with LocalBackend(cpus=1, gpus=0, grace=1.0) as backend:
+        ids = backend.submit(specs)
+        statuses = {s.job_id: s for s in backend.poll()}
+
+    assert [statuses[i].state for i in ids] == [dse.JobState.INVALID] * 2
+    assert [statuses[i].reason for i in ids] == [
+        "argv item 1 'x\\x00--evil' holds a NUL byte",
+        "environment variable FOO='bar\\x00PWN=1' holds a NUL byte",
+    ]
+    assert not (trial_dir / "attempt-1").exists()

@@ -151,8 +151,8 @@ def _symlink(name: str, dir_fd: int) -> UnsafeTrialFile:
         target = os.readlink(name, dir_fd=dir_fd)
     except OSError:
         target = "?"
-    if len(target) > 80:
-        target = target[:79] + "…"
+    if len(target) > 200:
+        target = target[:199] + "…"
     msg = f"{name} is a symlink (to {target!r}), not a regular file in the trial directory"
     return UnsafeTrialFile(FailureClass.RESULT_SYMLINK, msg)
 
