@@ -347,7 +347,8 @@ class FailureClass(enum.Enum):
 REUSED_FAILURES: frozenset[FailureClass] = frozenset({
     FailureClass.NONZERO_EXIT, FailureClass.OUT_OF_MEMORY, FailureClass.NO_RESULT,
     FailureClass.MALFORMED_RESULT, FailureClass.INCOMPLETE_OUTPUT, FailureClass.MISSING_METRIC,
-    FailureClass.INVALID_METRIC,
+    FailureClass.INVALID_METRIC, FailureClass.RESULT_SYMLINK, FailureClass.RESULT_NOT_REGULAR,
+    FailureClass.RESULT_TOO_LARGE,
 })
 """The failures that are measurements of the design under its identity (params, code, data,
 command, environment, resources, backend and placement): the same trial would fail the same
