@@ -161,13 +161,13 @@ def test_the_message_says_what_is_wrong_with_the_file(evaluate, contents, says):
     assert says in message
 
 
-def test_a_result_that_is_a_directory_is_malformed(evaluate, tmp_path):
+def test_a_result_that_is_a_directory_is_not_a_regular_file(evaluate, tmp_path):
     (tmp_path / "trial" / "result.json").mkdir(parents=True)
 
     evaluation = evaluate(None)
 
-    assert evaluation.failure is dse.FailureClass.MALFORMED_RESULT
-    assert evaluation.message.startswith("result.json cannot be read (")
+    assert evaluation.failure is dse.FailureClass.RESULT_NOT_REGULAR
+    assert evaluation.message == "result.json is a directory, not a regular file"
 
 
 def test_every_objective_metric_must_be_present_and_finite(evaluate):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, parse_duration
+from dse_local._wrapper import encode_fields, read_small, write_atomic
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -37,9 +38,7 @@ def _write_pid_file(adir: Path, pid: int) -> int | None:
     ticks = _start_ticks(pid)
     if ticks is None:
         return None  # already ended: keep the pid file the wrapper wrote itself
-    tmp = adir / f"{PID_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(f"{pid} {ticks or 0}\n")
-    os.replace(tmp, adir / PID_FILE)
+    write_atomic(str(adir / PID_FILE), f"{pid} {ticks or 0}\n".encode())
     return ticks
 
 
@@ -126,10 +125,11 @@ class _Server:
 
     def spawn(self, env: Mapping[str, str], args: Sequence[str]) -> int:
         """Start a wrapper with *env* and *args*; return its pid."""
-        fields = [os.fsencode(f"{k}={v}") for k, v in env.items()]
-        fields.append(b"")
+        fields = [b"%d" % len(env)]
+        for key, value in env.items():
+            fields += (os.fsencode(key), os.fsencode(value))
         fields.extend(os.fsencode(a) for a in args)
-        payload = b"\0".join(fields)
+        payload = encode_fields(fields)
         message = b"%d\n" % len(payload) + payload
         for retry in (False, True):
             proc = self.proc if self.proc is not None and self.proc.poll() is None else None
@@ -282,6 +282,11 @@ class LocalBackend(Backend):
             )
             self._release(job)
             return
+        refused = _unsafe_item(argv, spec.env)
+        if refused is not None:
+            job.final = JobStatus(job.job_id, JobState.INVALID, node="localhost", reason=refused)
+            self._release(job)
+            return
         try:
             adir.mkdir(parents=True, exist_ok=True)
             spec.checkpoint_dir.mkdir(exist_ok=True)
@@ -368,10 +373,12 @@ class LocalBackend(Backend):
 
     def _ended(self, job: _Job) -> JobStatus:
         spec = job.spec
-        path = attempt_dir(spec) / EXIT_FILE
+        # The attempt directory is the trial's to write: read_small follows no symlink and
+        # never waits on a FIFO an earlier attempt may have left there.
+        raw = read_small(str(attempt_dir(spec) / EXIT_FILE))
         try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
+            doc = json.loads(raw) if raw is not None else None
+        except ValueError:
             doc = None
         if not isinstance(doc, dict):
             state = JobState.CANCELLED if job.cancel_at is not None else JobState.LOST
@@ -450,9 +457,9 @@ class LocalBackend(Backend):
             self._jobs[job_id] = job
             adir = attempt_dir(spec)
             try:
-                words = (adir / PID_FILE).read_text().split()
+                words = (read_small(str(adir / PID_FILE)) or b"").split()
                 pid, recorded = int(words[0]), int(words[1])
-            except (OSError, ValueError, IndexError):
+            except (ValueError, IndexError):
                 continue  # never started: decided by the exit file at the next poll
             ticks = _start_ticks(pid)
             if ticks is None or (recorded and ticks != recorded):
@@ -484,6 +491,20 @@ class LocalBackend(Backend):
                 assert job.pid is not None
                 _kill_session(job.pid)
         self._server.close()
+
+
+def _unsafe_item(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """Why *argv* or *env* cannot reach a process intact (a NUL ends a C string; ``=`` in a
+    name moves where the name ends), or ``None``."""
+    for i, item in enumerate(argv):
+        if "\0" in item:
+            return f"argv item {i} {item!r} holds a NUL byte"
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key:
+            return f"environment variable name {key!r} is empty or holds '=' or a NUL byte"
+        if "\0" in value:
+            return f"environment variable {key}={value!r} holds a NUL byte"
+    return None
 
 
 def _gone(job: _Job) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 # The C module behind `signal`: the same functions and numbers without importing `enum`,
 # which alone would add milliseconds to every trial.
 import _signal as signal  # type: ignore[import-not-found]
+import errno
 import os
 import resource
 import select
@@ -145,6 +146,61 @@ def _json_value(value: object) -> str:
     return repr(value)
 
 
+# The attempt directory lies in the trial's directory, which the trial writes as it likes (an
+# attempt may leave files in the directory of the next): nothing there is followed if it is a
+# symlink or waited on if it is a FIFO.
+_NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Replace *path* with *data* through a fresh temporary file (``O_EXCL``, an
+    unpredictable name), so nothing already in the directory is written through."""
+    tmp = "%s.%d.%s.tmp" % (path, os.getpid(), os.urandom(6).hex())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_small(path: str, limit: int = 1 << 16) -> bytes | None:
+    """The bytes of the regular file *path* (at most *limit*), or ``None`` when it is
+    missing, a symlink, not a regular file or unreadable; never blocks."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | _NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not _is_regular(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _is_regular(mode: int) -> bool:
+    return mode & 0o170000 == 0o100000  # stat.S_ISREG, without importing stat
+
+
+def _open_log(path: str) -> int:
+    """Open an attempt's log for appending; refuse (``OSError``) anything but a regular file."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o644)
+    except OSError as exc:
+        # ELOOP: a symlink (never followed); ENXIO: a FIFO nobody reads, or a socket.
+        known = {errno.ELOOP: "a symlink", errno.ENXIO: "a FIFO or a socket"}
+        words = known.get(exc.errno or 0, exc.strerror)
+        raise OSError(exc.errno, words, path) from None
+    if not _is_regular(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(0, "not a regular file", path)
+    os.set_blocking(fd, True)
+    return fd
+
+
 def _write_pid_file(attempt_dir: str) -> None:
     """``wrapper.pid``: pid and start time, for a controller that restarts (it writes the
     same file too; whichever lands first, a restarted controller finds this wrapper)."""
@@ -152,11 +208,7 @@ def _write_pid_file(attempt_dir: str) -> None:
     with open("/proc/self/stat", "rb") as handle:
         stat = handle.read()
     ticks = stat[stat.rfind(b")") + 2 :].split()[19].decode()
-    path = os.path.join(attempt_dir, "wrapper.pid")
-    tmp = "%s.%d.tmp" % (path, pid)
-    with open(tmp, "w") as handle:
-        handle.write("%d %s\n" % (pid, ticks))
-    os.replace(tmp, path)
+    write_atomic(os.path.join(attempt_dir, "wrapper.pid"), b"%d %s\n" % (pid, ticks.encode()))
 
 
 def _subreaper() -> None:
@@ -238,10 +290,16 @@ def main(args: list[str]) -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     started = time.time()
     start_mono = time.monotonic()
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-    out_fd = os.open(stdout, flags, 0o644)
-    err_fd = out_fd if stderr == stdout else os.open(stderr, flags, 0o644)
-    pid, error = _spawn(argv, cwd, out_fd, err_fd)
+    pid: int | None = None
+    error: str | None
+    try:
+        out_fd = _open_log(stdout)
+        err_fd = out_fd if stderr == stdout else _open_log(stderr)
+    except OSError as exc:
+        # Something the trial left where its log goes: the trial's doing, like a bad command.
+        error = "cannot open %s: %s" % (exc.filename, exc.strerror)
+    else:
+        pid, error = _spawn(argv, cwd, out_fd, err_fd)
     code, sig = (None, None) if pid is None else _run(pid, state, wake_r, limit, grace, start_mono)
     ended = time.time()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -313,26 +371,38 @@ def _run(
 
 def _write_exit(attempt_dir: str, fields: list[tuple[str, object]]) -> None:
     text = "{" + ", ".join(_json_str(k) + ": " + _json_value(v) for k, v in fields) + "}\n"
-    path = os.path.join(attempt_dir, "exit.json")
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        # No fsync: the file must survive the controller's death, not the machine's (a
-        # machine crash ends the attempt too, and a lost attempt is retried).
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    # No fsync: the file must survive the controller's death, not the machine's (a machine
+    # crash ends the attempt too, and a lost attempt is retried).
+    write_atomic(os.path.join(attempt_dir, "exit.json"), text.encode())
+
+
+def encode_fields(fields: list[bytes]) -> bytes:
+    """*fields* as one request payload: each field its decimal length, ``:``, its bytes."""
+    return b"".join(b"%d:%s" % (len(field), field) for field in fields)
+
+
+def decode_fields(payload: bytes) -> list[str]:
+    """The fields of a payload :func:`encode_fields` made, decoded as file names are."""
+    fields = []
+    pos = 0
+    while pos < len(payload):
+        colon = payload.index(b":", pos)
+        start = colon + 1
+        end = start + int(payload[pos:colon])
+        fields.append(payload[start:end].decode("utf-8", "surrogateescape"))
+        pos = end
+    return fields
 
 
 def serve() -> int:
     """The wrapper server: fork one wrapper per request, so no attempt pays Python's start.
 
     Requests arrive on stdin, each a decimal length and a newline, then that many bytes of
-    NUL-separated fields: ``KEY=VALUE`` environment entries, an empty field, then the
-    wrapper's arguments (which may hold newlines). Each request is answered on
-    stdout with the new wrapper's pid. The server ends at end of input (its controller is
-    gone); wrappers already forked live on, each in a session of its own.
+    fields (:func:`decode_fields`): the number of environment entries, each entry's name and
+    value, then the wrapper's arguments. Every field carries its own length, so no byte of a
+    value (a newline, a NUL, an ``=``) can split it or start another. Each request is
+    answered on stdout with the new wrapper's pid. The server ends at end of input (its
+    controller is gone); wrappers already forked live on, each in a session of its own.
     """
     # Wrappers must start with these blocked: a cancel sent before a wrapper installed its
     # handlers then waits for them instead of killing it without an exit file.
@@ -350,9 +420,9 @@ def serve() -> int:
             if len(rest) < size:
                 break
             payload, buffer = rest[:size], rest[size:]
-            fields = [f.decode("utf-8", "surrogateescape") for f in payload.split(b"\0")]
-            split = fields.index("")
-            env = dict(item.split("=", 1) for item in fields[:split])
+            fields = decode_fields(payload)
+            split = 1 + 2 * int(fields[0])
+            env = dict(zip(fields[1:split:2], fields[2:split:2], strict=True))
             pid = os.fork()
             if pid == 0:
                 code = 1
@@ -363,7 +433,7 @@ def serve() -> int:
                     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
                     os.environ.clear()
                     os.environ.update(env)
-                    code = main(fields[split + 1 :])
+                    code = main(fields[split:])
                 finally:
                     os._exit(code)
             os.write(1, b"%d\n" % pid)

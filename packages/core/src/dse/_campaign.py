@@ -249,11 +249,23 @@ def _environment(raw: Mapping[str, Any], source: str, base_dir: Path) -> Environ
     memory = table.get("memory_mb", int, "a positive integer (MiB)", None)
     if cpus < 1 or gpus < 0 or (memory is not None and memory < 1):
         raise ConfigError(f"{source}: environment: cpus >= 1, gpus >= 0, memory_mb >= 1 expected")
+    for i, item in enumerate(command):
+        if "\0" in item:
+            raise ConfigError(f"{table.where('command')}[{i}]: {item!r} holds a NUL byte")
     env = table.get("env", dict, "a table of strings", {})
     if not all(isinstance(v, str) for v in env.values()):
         raise ConfigError(f"{table.where('env')}: every value must be a string")
+    for key, value in env.items():
+        # A NUL would end the string where the OS reads it; '=' would move the name's end.
+        if not key or "\0" in key or "=" in key:
+            raise ConfigError(
+                f"{table.where('env')}: {key!r} is not a variable name (empty, '=' or a NUL)")
+        if "\0" in value:
+            raise ConfigError(f"{table.where('env')}.{key}: {value!r} holds a NUL byte")
     code_version = table.get("code_version", str, "a string", None)
     workdir = table.get("workdir", str, "a directory path", None)
+    if workdir is not None and "\0" in workdir:
+        raise ConfigError(f"{table.where('workdir')}: {workdir!r} holds a NUL byte")
     if shell and len(command) > 1:
         raise ConfigError(
             f"{table.where('command')}: with shell = true, give the command as one string"

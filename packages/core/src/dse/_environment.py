@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dse._errors import ConfigError
+from dse._trialfile import UnsafeTrialFile, read_trial_file, write_trial_file
 from dse._types import Evaluation, FailureClass, JobSpec, JobStatus, Objective, finite_float
 
 if TYPE_CHECKING:
@@ -112,10 +113,7 @@ class CommandEnvironment:
             argv = tuple(substitute(item, values, quote) for item in self.config.command)
             # The trial contract promises DSE_PARAMS_FILE to a command; the probe runs none.
             # Replaced atomically: a resumed controller rewrites it while the trial may read.
-            tmp = f"{params_file}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as handle:
-                json.dump(dict(trial.params), handle)
-            os.replace(tmp, params_file)
+            write_trial_file(trial_dir, PARAMS_FILE, json.dumps(dict(trial.params)).encode())
         env = dict(self.config.env)
         env.update(
             DSE_TRIAL_ID=trial.trial_id,
@@ -161,15 +159,20 @@ def read_result(path: Path) -> Mapping[str, Any] | Evaluation:
     """Parse a result file, or say why it cannot be used.
 
     Returns the document (a JSON object, every key kept, ``data_version`` included) or an
-    :class:`Evaluation` carrying the failure: ``no_result`` when the file does not exist,
-    ``malformed_result`` when it cannot be read, is empty, is not UTF-8, is not JSON (a
-    truncated write included) or is not a JSON object. Never raises.
+    :class:`Evaluation` carrying the failure: ``no_result`` when the file does not exist;
+    ``result_symlink``, ``result_not_regular`` or ``result_too_large`` when it is not a
+    regular file inside its directory of at most :data:`MAX_TRIAL_FILE_BYTES` (it is then
+    never read, so a FIFO cannot block: :func:`read_trial_file`); ``malformed_result`` when
+    it cannot be read, is empty, is not UTF-8, is not JSON (a truncated write included) or is
+    not a JSON object. Never raises.
     """
     name = path.name
     try:
-        raw = path.read_bytes()
+        raw = read_trial_file(path.parent, name)
     except FileNotFoundError:
         return Evaluation(failure=FailureClass.NO_RESULT, message=f"no {name}")
+    except UnsafeTrialFile as exc:
+        return Evaluation(failure=exc.failure, message=str(exc))
     except OSError as exc:
         return _malformed(f"{name} cannot be read ({exc.strerror or type(exc).__name__})")
     if not raw.strip():

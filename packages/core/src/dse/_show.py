@@ -137,7 +137,8 @@ def _what_ran(run: CampaignRun, trial: Trial, trial_id: str, attempts: list[Atte
     argv = None
     if command and trial.trial_dir:
         argv = _argv(command, params, trial_id, trial.trial_dir,
-                     max((a.attempt for a in attempts), default=1))
+                     max((a.attempt for a in attempts), default=1),
+                     shell=bool(env.get("shell", False)))
     dependencies = None
     if trial.dependencies:
         found = context.environments.get(trial.dependencies)
@@ -198,14 +199,15 @@ def _concluded(run: CampaignRun, trial: Trial, context: _Context) -> dict[str, A
 
 
 def _argv(command: list[str], params: dict[str, Any], trial_id: str, trial_dir: str,
-          attempt: int) -> list[str] | None:
-    """The command as the trial's last attempt ran it (``None`` if it cannot be rebuilt)."""
+          attempt: int, *, shell: bool) -> list[str] | None:
+    """The command as the trial's last attempt ran it, each value in its own item (through
+    a shell, quoted as it was); ``None`` if it cannot be rebuilt."""
     values: dict[str, Any] = dict(params)
     values.update(trial_id=trial_id, trial_dir=trial_dir, attempt=attempt,
                   checkpoint_dir=f"{trial_dir}/checkpoint",
                   params_file=f"{trial_dir}/params.json")
     try:
-        return [substitute(item, values) for item in command]
+        return [substitute(item, values, shlex.quote if shell else str) for item in command]
     except KeyError:
         return None
 

@@ -38,12 +38,21 @@ class Categorical:
     """The allowed values, in declared order (the grid order)."""
     kind: ClassVar[str] = "categorical"
 
+    def __post_init__(self) -> None:
+        for choice in self.choices:
+            if isinstance(choice, str) and "\0" in choice:
+                # A value becomes an argv item: a NUL would end it where the OS reads it.
+                msg = f"space.{self.name}.choices: {choice!r} holds a NUL byte"
+                raise ConfigError(msg)
+
     @property
     def size(self) -> int:
         """Number of distinct values."""
         return len(self.choices)
 
     def coerce(self, value: object) -> Value:
+        if isinstance(value, str) and "\0" in value:
+            raise ParamError(f"param {self.name!r}: {value!r} holds a NUL byte")
         for choice in self.choices:
             if value == choice and type(value) is type(choice):
                 return choice
@@ -317,6 +326,8 @@ def _parse_param(name: str, spec: Any, source: str) -> Parameter:
                 raise ConfigError(
                     f"{where}.choices: {choice!r} is not a string, number or boolean"
                 )
+            if isinstance(choice, str) and "\0" in choice:
+                raise ConfigError(f"{where}.choices: {choice!r} holds a NUL byte")
         if len({(type(c), c) for c in choices}) != len(choices):
             raise ConfigError(f"{where}.choices: duplicate values in {choices!r}")
         return Categorical(name, tuple(choices))

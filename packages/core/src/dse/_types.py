@@ -316,6 +316,14 @@ class FailureClass(enum.Enum):
     """The attempt exited 0 but wrote no result file."""
     MALFORMED_RESULT = "malformed_result"
     """The result file is truncated, not JSON, or not a JSON object."""
+    RESULT_SYMLINK = "result_symlink"
+    """The result file (or the trial directory) is a symlink: dse follows none, so a trial
+    cannot hand in a file from outside its directory (another trial's result, say)."""
+    RESULT_NOT_REGULAR = "result_not_regular"
+    """The result file is not a regular file (a FIFO, a device, a socket, a directory):
+    dse refuses it without reading, so nothing a trial leaves can block the controller."""
+    RESULT_TOO_LARGE = "result_too_large"
+    """The result file is larger than dse reads (16 MiB, ``MAX_TRIAL_FILE_BYTES``)."""
     INCOMPLETE_OUTPUT = "incomplete_output"
     """The result is not marked complete."""
     MISSING_METRIC = "missing_metric"
@@ -339,7 +347,8 @@ class FailureClass(enum.Enum):
 REUSED_FAILURES: frozenset[FailureClass] = frozenset({
     FailureClass.NONZERO_EXIT, FailureClass.OUT_OF_MEMORY, FailureClass.NO_RESULT,
     FailureClass.MALFORMED_RESULT, FailureClass.INCOMPLETE_OUTPUT, FailureClass.MISSING_METRIC,
-    FailureClass.INVALID_METRIC,
+    FailureClass.INVALID_METRIC, FailureClass.RESULT_SYMLINK, FailureClass.RESULT_NOT_REGULAR,
+    FailureClass.RESULT_TOO_LARGE,
 })
 """The failures that are measurements of the design under its identity (params, code, data,
 command, environment, resources, backend and placement): the same trial would fail the same

@@ -22,7 +22,10 @@ Using it is optional: a workload in any language may read the same variables and
 ``complete`` must be ``true`` and every objective metric a finite number, or the trial is
 recorded as failed (``incomplete_output``, ``missing_metric``, ``invalid_metric``) and never
 scored. A file that is absent is ``no_result``; one that is truncated or not a JSON object is
-``malformed_result``, which is why :func:`report` replaces the file atomically.
+``malformed_result``, which is why :func:`report` replaces the file atomically. dse reads only a
+regular file in the trial directory, of at most 16 MiB, and never waits on it: a symlink is
+``result_symlink``, a FIFO, device, socket or directory ``result_not_regular``, a larger file
+``result_too_large``.
 
 Calling any function here outside a dse trial raises :class:`TrialContextError`, naming the
 variable that is missing; set the variables by hand to debug a workload without dse.
