@@ -139,6 +139,31 @@ def test_missing_command_exits_127_with_the_reason_in_stderr_log(tmp_path):
     assert stderr.startswith("dse: cannot run 'no-such-command-dse': ")
 
 
+@pytest.mark.parametrize("plant", ["fifo", "symlink"])
+def test_an_output_log_that_is_a_fifo_or_a_symlink_ends_the_task_at_once(tmp_path, plant):
+    spec = JobSpec("t", 2, {}, tmp_path / "t", argv=("true",))
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(render_manifest([spec]))
+    attempt = tmp_path / "t" / "attempt-2"
+    attempt.mkdir(parents=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("kept\n")
+    if plant == "fifo":
+        os.mkfifo(attempt / "stdout.log")  # an earlier attempt's trial left it: no reader
+    else:
+        (attempt / "stdout.log").symlink_to(outside)
+    script = tmp_path / "job.sh"
+    script.write_text(render_array_script(
+        [spec], SlurmOptions(python=sys.executable), job_name="dse", comment="dse",
+        manifest_path=manifest,
+    ))
+    env = {"PATH": os.environ["PATH"], "SLURM_ARRAY_TASK_ID": "0"}
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=60)
+    assert proc.returncode == 1
+    assert b"stdout.log" in proc.stderr
+    assert outside.read_text() == "kept\n"
+
+
 def test_manifest_is_one_ascii_json_line_per_spec():
     specs = make_specs(PurePosixPath("/s"))
     lines = render_manifest(specs).splitlines()

@@ -57,7 +57,7 @@ MAX_SIGNAL_LEAD_S = 65535
 _FORBIDDEN = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL", "\\": "a backslash"}
 
 LAUNCHER = """\
-import json, os, sys
+import fcntl, json, os, stat, sys
 path, index = sys.argv[1], int(sys.argv[2])
 with open(path, encoding="utf-8") as handle:
     for number, line in enumerate(handle):
@@ -70,7 +70,15 @@ adir = os.path.join(job["trial_dir"], "attempt-%d" % job["attempt"])
 os.makedirs(adir, exist_ok=True)
 os.makedirs(os.path.join(job["trial_dir"], "checkpoint"), exist_ok=True)
 for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
-    out = os.open(os.path.join(adir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    # Never through a symlink, never blocking on a FIFO an earlier attempt left there.
+    try:
+        out = os.open(os.path.join(adir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+                      | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        sys.exit("dse: cannot open %s for the trial's output: %s" % (name, exc))
+    if not stat.S_ISREG(os.fstat(out).st_mode):
+        sys.exit("dse: %s in %s is not a regular file" % (name, adir))
+    fcntl.fcntl(out, fcntl.F_SETFL, fcntl.fcntl(out, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     os.dup2(out, fd)
     os.close(out)
 env = dict(os.environ)
