@@ -203,27 +203,45 @@ def test_a_design_failure_is_reused(tmp_path: Path, mode: str, failure: str) -> 
     assert runs(where) == 4
 
 
+def test_resources_the_backend_can_never_give_are_one_line_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    data = changed("environment.gpus", 1)
+    data["backend"] = {"local": {"gpus": 0}}  # this machine, as the local backend sees it
+    where = project(tmp_path, data)
+    proc = run_dse(where, "run", "campaign.toml", timeout=120)
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert "environment: asks for 1 CPUs and 1 GPUs; this machine has" in line, line
+    assert runs(where) == 0
+
+
 def test_a_resource_mistake_is_not_reused_once_fixed_with_or_without_fresh(
     tmp_path: Path,
 ) -> None:
-    # No GPU on the local backend: a trial asking for one is refused (invalid_job).
-    data = changed("environment.gpus", 1)
+    # Trials that ask for a GPU (a param sets it) on a backend with none are refused
+    # (invalid_job): a failure of the setup, not of the design.
+    data = changed("environment.gpus", "{g}")
+    data["space"] = {"x": [1, 2], "g": [0, 1]}  # type: ignore[assignment]
     data["backend"] = {"local": {"gpus": 0}}
     where = project(tmp_path, data)
-    proc = run_dse(where, "run", "campaign.toml", timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert runs(where) == 0
+    run_ok(where)
     db = sqlite3.connect(where / ".dse" / "dse.sqlite")
     try:
-        ends = db.execute("SELECT status, failure, message FROM trials").fetchall()
+        ends = db.execute("SELECT params, status, failure, message FROM trials").fetchall()
     finally:
         db.close()
-    assert {(status, failure) for status, failure, _ in ends} == {("failed", "invalid_job")}
-    assert all("GPU" in message for *_, message in ends), ends
-    again = dict(data, environment={**data["environment"], "gpus": 0})  # type: ignore[dict-item]
-    write_campaign(where, again)
+    refused = [json.loads(p) for p, status, failure, message in ends
+               if (status, failure) == ("failed", "invalid_job") and "GPU" in message]
+    assert sorted(p["x"] for p in refused) == [1, 2]
+    assert all(p["g"] == 1 for p in refused)
+    assert runs(where) == 2
+    # The fix: a GPU is there now. The refused trials run; the completed ones are reused.
+    data["backend"] = {"local": {"gpus": 1}}
+    write_campaign(where, data)
     run_ok(where)
-    assert last_run(where) == {"completed": 4}
+    assert last_run(where) == {"completed": 2, "cached": 2}
+    assert runs(where) == 4
     run_ok(where, "--fresh")
     assert last_run(where) == {"completed": 4}  # --fresh reuses nothing
     assert runs(where) == 8
@@ -311,3 +329,22 @@ def test_results_hashed_by_the_previous_release_are_kept_but_not_reused(tmp_path
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:
         db.close()
+
+
+def test_the_reference_example_says_in_one_line_why_it_cannot_run_without_a_gpu(
+    tmp_path: Path,
+) -> None:
+    from dse_local import detect_gpus
+
+    if detect_gpus() > 0:
+        pytest.skip("this machine has a GPU: the example's gpus = 1 can run here")
+    text = (DOCS.parent / "campaign.md").read_text()
+    start = text.index("```toml\n") + len("```toml\n")
+    example = text[start:text.index("```\n", start)]
+    (tmp_path / "campaign.toml").write_text(example)
+    (tmp_path / "data").mkdir()
+    proc = run_dse(write_plugin(tmp_path), "run", "campaign.toml")
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert "environment: asks for 1 CPUs and 1 GPUs" in line, line
+    assert "0 GPUs" in line, line

@@ -39,6 +39,9 @@ class PlainRunner:
     def placement(self) -> dict[str, str]:
         return {}
 
+    def refuse(self, resources: dse.Resources) -> str | None:
+        return None
+
     def submit(self, jobs: Sequence[dse.JobSpec]) -> list[str]:
         ids = [f"plain-{spec.trial_id}.{spec.attempt}" for spec in jobs]
         for job_id, spec in zip(ids, jobs, strict=True):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, parse_duration
+from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, Resources, parse_duration
 from dse_local._wrapper import encode_fields, read_small, write_atomic
 
 if TYPE_CHECKING:
@@ -228,6 +228,15 @@ class LocalBackend(Backend):
 
     def job_id_for(self, job: JobSpec) -> str | None:
         return f"{job.trial_id}.{job.attempt}"
+
+    def refuse(self, resources: Resources) -> str | None:
+        if resources.cpus <= self.cpus and resources.gpus <= self.gpus:
+            return None
+        why = (f"asks for {resources.cpus} CPUs and {resources.gpus} GPUs; this machine has"
+               f" {self.cpus} CPU slots and {self.gpus} GPUs")
+        if resources.gpus > self.gpus:
+            why += " (`nvidia-smi -L` lists them; [backend.local] gpus = N overrides it)"
+        return why
 
     # -- template methods -----------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from dse._clock import Clock, SystemClock
 from dse._errors import BackendError, ConfigError
-from dse._types import JobSpec, JobState, JobStatus
+from dse._types import JobSpec, JobState, JobStatus, Resources
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -90,6 +90,12 @@ class Backend(ABC):
             raise ConfigError(msg) from None
 
     # -- public batch API (the engine calls these) ---------------------------------------
+
+    def refuse(self, resources: Resources) -> str | None:
+        """Why no job asking for *resources* can ever run here (more GPUs than there are), in
+        words for one line; ``None`` when it may. The engine asks before anything runs, for
+        the resources every trial of a campaign asks."""
+        return None
 
     def placement(self) -> Mapping[str, Any]:
         """The options that change what a result on this backend means (a partition, a node

@@ -20,6 +20,7 @@ the whole wave, then starts the next; ``rolling`` refills a slot in the pass tha
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,14 +66,22 @@ log = logging.getLogger("dse.engine")
 
 def check_command(campaign: Campaign, backend: Runner, where: str) -> None:
     """Refuse, before anything runs, a campaign whose every trial would fail the same way: a
-    backend that runs commands with no command, or a command nothing would run (the probe's
-    trials would all fail ``missing_metric``, silently)."""
+    backend that runs commands with no command, resources the backend can never give, or a
+    command nothing would run (the probe's trials would all fail ``missing_metric``,
+    silently)."""
     command = campaign.environment.command
     if not command and backend.runs_commands:
         raise ConfigError(
             f"{where}: environment.command: missing; the {backend.name} backend runs each"
             " trial's command"
         )
+    env = campaign.environment
+    # The resources every trial asks (a param-set one at its least): refused here, it is one
+    # line now rather than the same invalid_job for every trial.
+    least = {name: 1 if name == "cpus" else 0 for name in env.resource_params}
+    why = backend.refuse(dataclasses.replace(env.resources, **least))
+    if why is not None:
+        raise ConfigError(f"{where}: environment: {why}")
     if command and not backend.runs_commands:
         raise ConfigError(
             f"{where}: campaign.backend: the {backend.name} backend runs no command, but"

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from dse._clock import Clock
-    from dse._types import Evaluation, JobSpec, JobStatus, Observation
+    from dse._types import Evaluation, JobSpec, JobStatus, Observation, Resources
 
 
 @runtime_checkable
@@ -165,6 +165,10 @@ class Runner(Protocol):
     def default_poll_interval(self) -> tuple[float, float]:
         """(first, largest) wait in seconds between passes that saw no change, used unless
         the campaign sets ``poll_interval``."""
+        ...
+
+    def refuse(self, resources: Resources) -> str | None:
+        """Why no job asking for *resources* can ever run on it (one line), or ``None``."""
         ...
 
     def placement(self) -> Mapping[str, Any]:
