@@ -348,3 +348,53 @@ def test_the_reference_example_says_in_one_line_why_it_cannot_run_without_a_gpu(
     [line] = proc.stderr.strip().splitlines()
     assert "environment: asks for 1 CPUs and 1 GPUs" in line, line
     assert "0 GPUs" in line, line
+
+
+@pytest.mark.parametrize("mode", ["ok", "exit"])
+def test_summary_counts_add_up_with_a_baseline(tmp_path: Path, mode: str) -> None:
+    data = changed("environment.command", ["python", "work.py", "{x}", mode])
+    data["baseline"] = {"params": {"x": 3}}
+    where = project(tmp_path, data)
+    proc = run_dse(where, "run", "campaign.toml", timeout=120)
+    summary = re.search(r"; (\d+) trials: (\d+) completed, (\d+) failed, (\d+) cached,"
+                        r" (\d+) rejected, (\d+) cancelled; baseline (\w+)", proc.stdout)
+    assert summary is not None, proc.stdout + proc.stderr
+    total, *counts, baseline = summary.groups()
+    assert sum(int(n) for n in counts) == int(total)
+    if mode == "ok":
+        assert proc.returncode == 0, proc.stderr
+        assert (int(total), baseline) == (4, "completed")
+    else:  # the baseline failed: the campaign stops before any trial
+        assert (int(total), baseline) == (0, "failed")
+
+
+def test_invalidate_selectors_with_a_dry_run(tmp_path: Path) -> None:
+    where = project(tmp_path, changed("environment.command", ["python", "work.py", "{x}", "exit"]))
+    run_ok(where)
+    assert last_run(where) == {"failed": 4}
+
+    dry = run_dse(where, "invalidate", "--failed", "nonzero_exit", "--campaign", "reuse",
+                  "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "would flag 4 trial(s)" in dry.stdout
+    run_ok(where)  # a dry run changed nothing: every failure is reused
+    assert last_run(where) == {"cached": 4}
+
+    bad = run_dse(where, "invalidate", "--failed", "no_such_class", "--reason", "x")
+    assert bad.returncode == 2
+    [line] = bad.stderr.strip().splitlines()
+    assert "no such failure class" in line
+    assert "nonzero_exit" in line
+    none = run_dse(where, "invalidate", "--run", "99", "--reason", "x")
+    assert none.returncode == 2
+    assert "no trial in the record matches run=99" in none.stderr
+
+    done = run_dse(where, "invalidate", "--failed", "--run", "1", "--reason", "bad disk",
+                   "--json")
+    assert done.returncode == 0, done.stderr
+    flagged = json.loads(done.stdout)
+    # Run 1's four failures, and the four cache hits of run 2 that reuse them.
+    assert (flagged["trials"], flagged["dry_run"]) == (8, False)
+    run_ok(where)
+    assert last_run(where) == {"failed": 4}  # measured again
+    assert runs(where) == 8
