@@ -232,10 +232,15 @@ def test_a_command_that_does_not_exist_fails_to_launch_with_the_exec_error(tmp_p
     assert missing in status.reason
 
 
+def test_more_cpus_than_the_machine_has_is_one_error_before_anything_runs(run_local):
+    # Every trial asks for them: said once (Backend.refuse), not as one invalid_job each.
+    with pytest.raises(dse.ConfigError, match=r"environment: asks for 64 CPUs and 0 GPUs"):
+        run_local([{"x": 1, "sleep": 0}], environment={"cpus": 64})
+
+
 @pytest.mark.parametrize(
     ("environment", "reason"),
     [
-        pytest.param({"cpus": 64}, "64 CPUs", id="too-many-cpus"),
         pytest.param({"command": ["/nonexistent/dse-no-such-command"]},
                      "No such file or directory", id="missing-command"),
     ],
