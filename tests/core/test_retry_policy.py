@@ -11,7 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dse._retry import AttemptHistory, Change, Decision, InterruptionWatch, RetryPolicy
+from dse._retry import (
+    AttemptHistory,
+    Change,
+    Decision,
+    InterruptionWatch,
+    RetryPolicy,
+    controller_lost,
+    is_controller_lost,
+)
 from dse._types import AttemptState, FailureClass, JobState, JobStatus, TrialStatus
 
 MAX = 3
@@ -392,3 +400,28 @@ def test_values_are_frozen() -> None:
         Decision(True, TrialStatus.INTERRUPTED, None).retry = False  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         Change(True, 1, True, 1.0).count = 2  # type: ignore[misc]
+
+
+def test_an_attempt_the_controllers_death_lost_is_retried_and_remembered_nowhere() -> None:
+    policy = RetryPolicy(max_interruptions=1)
+    history = AttemptHistory(interruptions=1, ambiguous_ends=[(1, JobState.LOST)])
+    reason = controller_lost("the job id was not recorded before the controller stopped")
+    lost = dataclasses.replace(status_of(JobState.LOST), reason=reason, ambiguous=False)
+    status, failure, message = policy.classify(lost, cancel_requested=False)
+    assert (status, failure, message) == (
+        TrialStatus.INTERRUPTED, FailureClass.CONTROLLER_RESTART, reason)
+    for attempt in (2, 3, 4):  # lost to the controller again and again: never confirmed
+        decision = policy.decide(history, lost, attempt=attempt, failure=failure,
+                                 message=message)
+        assert decision == Decision(True, TrialStatus.INTERRUPTED, reason)
+    assert history == AttemptHistory(interruptions=1, ambiguous_ends=[(1, JobState.LOST)])
+    # The same end with evidence of the job vanishing (no controller death) still counts.
+    vanished = policy.decide(history, status_of(JobState.LOST), attempt=5,
+                             failure=FailureClass.JOB_VANISHED, message=None)
+    assert vanished.status is TrialStatus.FAILED
+
+
+def test_a_rebuilt_history_leaves_out_attempts_the_controllers_death_lost() -> None:
+    assert is_controller_lost(controller_lost(None))
+    assert not is_controller_lost("job vanished")
+    assert not is_controller_lost(None)

@@ -4,10 +4,12 @@ the cancels of a stopping run."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from dse._budget import Spend
-from dse._types import AttemptState, TrialStatus
+from dse._retry import controller_lost, is_controller_lost
+from dse._types import AttemptState, JobState, TrialStatus
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -73,6 +75,14 @@ class Collector:
         """Conclude, charge and record an ended attempt; retry it or record the trial's end."""
         assert trial.attempt_row is not None
         assert trial.spec is not None
+        if trial.adopted and status.state is JobState.LOST and not is_controller_lost(
+            status.reason
+        ):
+            # Begun under a controller that died, and the backend has no trace of its end:
+            # lost to the controller's death, not by the trial (recorded so: a resumed run
+            # knows it too).
+            status = dataclasses.replace(status, reason=controller_lost(status.reason),
+                                         ambiguous=False)
         self._results.conclude(trial, status)
         ended_at = status.ended_at or now
         if self.on_attempt_end is not None:

@@ -311,7 +311,7 @@ class Dispatcher:
         trial.attempt = spec.attempt
         trial.attempt_row = p.store.new_attempt_id()
         trial.attempt_started = now
-        trial.job_id, trial.job_id_recorded = None, False
+        trial.job_id, trial.job_id_recorded, trial.adopted = None, False, False
         trial.status, trial.failure, trial.message = TrialStatus.RUNNING, None, None
         p.journal.batch.add_attempt(
             row=trial.attempt_row, trial=trial.row_id, attempt=spec.attempt, backend=p.backend,

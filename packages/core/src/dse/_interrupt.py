@@ -41,8 +41,11 @@ class Interruptions:
         return self.watch.paused
 
     def retry(self, trial: LiveTrial, status: JobStatus, now: float) -> bool:
-        """Start a new attempt of an interrupted trial if the policy allows; True if so."""
-        self._note(trial, status, now)
+        """Start a new attempt of an interrupted trial if the policy allows; True if so. (An
+        attempt the controller's death lost is no interruption of the infrastructure: the
+        watch never sees it.)"""
+        if trial.failure is not FailureClass.CONTROLLER_RESTART:
+            self._note(trial, status, now)
         decision = self.policy.decide(trial.history, status, attempt=trial.attempt,
                                       failure=trial.failure, message=trial.message)
         if not decision.retry:

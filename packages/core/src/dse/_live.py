@@ -58,6 +58,9 @@ class LiveTrial:
     """Cache hits of its config made while it ran: they end with it."""
     job_id_recorded: bool = False
     """The record has the current attempt's job id."""
+    adopted: bool = False
+    """The current attempt began under an earlier controller (a resumed run reattached it):
+    if the backend cannot find it, the controller's death lost it, not the trial."""
     attempt: int = 1
     """The current attempt's number."""
     trial_dir: Path | None = None

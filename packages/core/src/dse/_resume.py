@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse._live import LiveTrial
 from dse._protocols import TrialInfo
-from dse._retry import AttemptHistory
+from dse._retry import AttemptHistory, controller_lost, is_controller_lost
 from dse._space import ParamError
 from dse._types import (
     AttemptState,
@@ -97,7 +97,9 @@ class Resume:
             data_version=row.data_version, data_read=row.data_version_read,
         )
         trial.attempt = len(attempts) or 1
-        trial.history = AttemptHistory.rebuild((a.attempt, a.state, a.node) for a in attempts)
+        trial.history = AttemptHistory.rebuild(
+            (a.attempt, a.state, a.node) for a in attempts
+            if not (a.state is AttemptState.LOST and is_controller_lost(a.reason)))
         return trial
 
     def _original_statuses(
@@ -239,12 +241,13 @@ class Resume:
         job_id = last.job_id or runner.job_id_for(spec)
         if job_id is not None and state.is_submitted():
             trial.job_id_recorded = last.job_id is not None
+            trial.adopted = True
             reattach[job_id] = spec
             p.table.submitted(trial, job_id)
             trial.reserved = p.gate.hold(self._dispatcher.avoiding(spec, trial))
             return
-        lost = JobStatus("", JobState.LOST, reason="the controller restarted before"
-                         " the job id was recorded")
+        lost = JobStatus("", JobState.LOST, reason=controller_lost(
+            "the job id was not recorded before the controller stopped"))
         trial.status, trial.failure = TrialStatus.INTERRUPTED, FailureClass.CONTROLLER_RESTART
         p.journal.batch.end_attempt(row=trial.attempt_row, state=AttemptState.LOST,
                                     reason=lost.reason, ended_at=now)

@@ -28,6 +28,23 @@ if TYPE_CHECKING:
 
     from dse._types import JobStatus
 
+CONTROLLER_LOST = "controller stopped: "
+"""How the recorded reason of an attempt the controller's own death lost begins (see
+:func:`controller_lost`)."""
+
+
+def controller_lost(reason: str | None) -> str:
+    """The recorded reason of an attempt lost to the controller's death, not the trial's: the
+    backend has no evidence of its end (it never launched, or a restarted controller could not
+    find it)."""
+    return CONTROLLER_LOST + (reason or "the restarted controller could not find the job")
+
+
+def is_controller_lost(reason: str | None) -> bool:
+    """Whether a recorded attempt's *reason* says the controller's death lost it."""
+    return reason is not None and reason.startswith(CONTROLLER_LOST)
+
+
 LOCAL_NODE = "localhost"
 """The node every local attempt reports: one machine, so never suspect or avoided."""
 
@@ -94,11 +111,15 @@ class RetryPolicy:
         """Outcome, failure class and message of an end that is not ``SUCCEEDED``.
 
         A cancellation this campaign did not request (an operator, ``scancel``, a previous
-        controller interrupted twice) is an interruption: the trial did nothing wrong.
+        controller interrupted twice) is an interruption: the trial did nothing wrong. An
+        attempt the controller's death lost (:func:`is_controller_lost`) is a
+        ``controller_restart``: no evidence about the trial at all.
         """
         if not status.state.is_finished() or status.state is JobState.SUCCEEDED:
             msg = f"classify() takes an unsuccessful end, not {status.state.value}"
             raise ValueError(msg)
+        if status.state is JobState.LOST and is_controller_lost(status.reason):
+            return TrialStatus.INTERRUPTED, FailureClass.CONTROLLER_RESTART, status.reason
         if status.state is JobState.CANCELLED and not cancel_requested:
             return (
                 TrialStatus.INTERRUPTED,
@@ -112,7 +133,11 @@ class RetryPolicy:
         failure: FailureClass | None, message: str | None,
     ) -> Decision:
         """Whether attempt number *attempt*, which ended interrupted with *status*
-        (classified *failure* and *message*), is retried; records the end in *history*."""
+        (classified *failure* and *message*), is retried; records the end in *history*. An
+        attempt the controller's death lost is retried and recorded nowhere: it says nothing
+        about the trial, its node or the infrastructure."""
+        if failure is FailureClass.CONTROLLER_RESTART:
+            return Decision(True, TrialStatus.INTERRUPTED, message)
         if _counts_as_node(status.node):
             history.failed_nodes.add(status.node)
         if status.ambiguous:
