@@ -590,19 +590,36 @@ def _grant(pool: Pool, live: Sequence[Engine]) -> None:
             e.commit()
 
 
+WAIT_SLICE = 0.25
+"""Longest single wait, in seconds: a stop asked for by a signal (SIGTERM, Ctrl+C) while the
+loop waits — between passes, or paused for minutes by systematic interruptions — is acted on
+within it."""
+
+
 def _wait(pool: Pool, live: Sequence[Engine]) -> None:
     """Wait until the next pass: the shortest wait any campaign asks for, on the backend
-    (which may return sooner, when a job changed) unless none asks it, else on the clock."""
+    (which may return sooner, when a job changed) unless none asks it, else on the clock. A
+    long wait goes in slices of :data:`WAIT_SLICE` and ends early once a campaign is asked to
+    stop."""
     plans = [e.wait_plan() for e in live]
     seconds = min(s for s, _ in plans)
+    ask = any(ask for _, ask in plans)
     clock = live[0].clock
     backend = pool.backend
     assert backend is not None
-    if any(ask for _, ask in plans):
-        if not backend.wait(seconds) and seconds > 0:
+    if seconds <= WAIT_SLICE:
+        if not (ask and backend.wait(seconds)) and seconds > 0:
             clock.sleep(seconds)
-    else:
-        clock.sleep(seconds)
+        return
+    deadline = clock.time() + seconds
+    while (left := deadline - clock.time()) > 0 and not any(e.stop_requested() for e in live):
+        step = min(left, WAIT_SLICE)
+        began = clock.time()
+        if ask and backend.wait(step):
+            if clock.time() - began < 0.9 * step:
+                return  # it returned early: a job may have changed
+        else:
+            clock.sleep(step)
 
 
 def run_pool(
