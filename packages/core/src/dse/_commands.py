@@ -119,7 +119,11 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         try:
             try:
                 alone = PoolConfig({"slots": campaigns[0].max_parallelism})
-                results = run_pool(engines, pool or alone, resume=resume)
+                try:
+                    results = run_pool(engines, pool or alone, resume=resume)
+                except KeyboardInterrupt:
+                    # The second Ctrl+C: every run is recorded cancelled, nothing waited for.
+                    results = _abandoned(engines)
             finally:
                 assert backend is not None
                 backend.shutdown(wait=not any(e.abandoned for e in engines))
@@ -135,6 +139,14 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     if any(r.status == "cancelled" for r in results):
         return ExitCode.INTERRUPTED
     return ExitCode.OK
+
+
+def _abandoned(engines: Sequence[Engine]) -> list[CampaignResult]:
+    """How each campaign ended, after a second Ctrl+C abandoned the pool."""
+    results = [e.finished for e in engines]
+    if any(r is None for r in results):
+        raise KeyboardInterrupt  # interrupted before every run was recorded as ended
+    return [r for r in results if r is not None]
 
 
 def _outcome(result: CampaignResult, detail: RunDetail, campaign: Campaign, console: Console,

@@ -531,13 +531,17 @@ class _Share(Backend):
 
 def drive(pool: Pool) -> list[CampaignResult]:
     """Run every campaign of *pool* (each already opened) to its end, one polling pass at a
-    time; the results in the pool's order."""
+    time; the results in the pool's order. A ``KeyboardInterrupt`` abandons every campaign
+    still running (recorded ``cancelled``) and is raised again."""
     live = list(pool.engines)
     try:
         _loop(pool, live)
     except KeyboardInterrupt:
+        # Recorded consistently (cancelled; what still runs is reattached by a resume), then
+        # the interrupt goes on to the caller: a Python caller's Ctrl+C is not swallowed.
         for e in live:
             e.abandon()
+        raise
     except BaseException as exc:
         for e in live:
             e.crash(exc)
