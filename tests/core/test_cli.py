@@ -161,6 +161,31 @@ def test_a_raising_constraint_stops_with_one_line_and_keeps_the_record(project: 
     assert [n for n, _ in statuses] == [1, 2]
 
 
+def test_a_constraint_too_costly_to_evaluate_is_refused_before_anything_runs(
+    project: Path,
+) -> None:
+    # 9**9**9**9 would compute for hours at 100% of a core: it is weighed, not computed.
+    campaign = write_campaign(project, extra='constraints = ["9**9**9**9 > 0"]')
+    proc = run_dse(project, "run", str(campaign), timeout=30)
+    assert_one_line_error(proc, "campaign.toml: campaign.constraints[0]", "'9**9**9**9 > 0'",
+                          "exceeds the cost limit")
+    assert not (project / ".dse").exists()
+
+
+def test_a_constraint_too_costly_for_a_proposal_stops_with_one_line_and_keeps_the_record(
+    project: Path,
+) -> None:
+    campaign = write_campaign(
+        project, extra='constraints = ["x < 3 or 2 ** (x * 10 ** 9) > 0", "x * x <= 100"]')
+    proc = run_dse(project, "run", str(campaign), timeout=30)
+    assert_one_line_error(proc, "campaign.toml: campaign.constraints[0]",
+                          "exceeds the cost limit", "'x': 3")
+    db = sqlite3.connect(project / ".dse" / "dse.sqlite")
+    assert db.execute("SELECT status FROM campaigns").fetchall() == [("failed",)]
+    statuses = db.execute("SELECT number, status FROM trials ORDER BY number").fetchall()
+    assert statuses == [(1, "completed"), (2, "completed")]
+
+
 def test_unknown_key_is_named(project: Path) -> None:
     campaign = write_campaign(project, extra="max_paralelism = 3")
     assert_one_line_error(run_dse(project, "run", str(campaign)), "campaign.max_paralelism")
