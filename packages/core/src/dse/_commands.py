@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -351,7 +350,7 @@ def _export(args: argparse.Namespace, console: Console) -> int:
         args.output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
         console.status(f"wrote {len(steps)} steps to {args.output}")
     else:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        console.write(text if text.endswith("\n") else text + "\n")
     return ExitCode.OK
 
 
