@@ -4,6 +4,7 @@ failing Slurm commands (stand-in commands on PATH) that must never fail a trial.
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import sys
 from typing import TYPE_CHECKING
@@ -16,7 +17,7 @@ from dse.testing.contracts import contract_job, wait_for
 from dse_slurm import SacctRow, SlurmBackend, SlurmOptions, usage_from_sacct
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
     from dse import Backend
@@ -92,21 +93,44 @@ def test_usage_reads_sacct_alloc_tres() -> None:
 
 # -- Slurm commands that fail (stand-ins on PATH; the real cluster is tested above) ---------
 
+SLURM_COMMANDS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo", "srun",
+                  "salloc", "sstat")
+"""Every Slurm command a test could reach: all are stand-ins, so none reaches a real
+cluster (a real ``sacct`` with no cluster waits out its timeouts)."""
+UNFAKED_LOG = "unfaked-calls"
+
+
 def fake_slurm(bin_dir: Path, **scripts: str) -> None:
-    """Put stand-in Slurm commands (shell bodies) first on PATH."""
+    """Put stand-in Slurm commands (shell bodies) first on PATH; every Slurm command not in
+    *scripts* is one that fails loudly: it exits 127 and the test fails at teardown, naming
+    it (a backend that survives a failing command would otherwise hide the call)."""
     bin_dir.mkdir(exist_ok=True)
-    for name, body in scripts.items():
+    unknown = sorted(set(scripts) - set(SLURM_COMMANDS))
+    assert not unknown, f"fake_slurm: not Slurm commands: {unknown}"
+    log = bin_dir / UNFAKED_LOG
+    for name in SLURM_COMMANDS:
+        body = scripts.get(name)
+        if body is None:
+            body = (f'echo "{name} $*" >> {shlex.quote(str(log))}\n'
+                    f'echo "fake_slurm: {name} was called but this test does not fake it" >&2\n'
+                    "exit 127")
         path = bin_dir / name
         path.write_text(f"#!/bin/sh\n{body}\n")
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
 
 
 @pytest.fixture
-def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A directory first on PATH for :func:`fake_slurm`; the test fails when it called a
+    Slurm command it did not fake."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    fake_slurm(bin_dir)  # until the test says otherwise, every Slurm command fails loudly
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return bin_dir
+    yield bin_dir
+    log = bin_dir / UNFAKED_LOG
+    if log.exists():
+        pytest.fail(f"the test called Slurm commands it did not fake: {log.read_text()!r}")
 
 
 def job(tmp_path: Path, name: str, argv: tuple[str, ...] = ("true",)) -> JobSpec:
@@ -190,7 +214,7 @@ def test_a_refused_sbatch_is_invalid_or_a_launch_error(
 def test_a_job_without_command_is_invalid_without_reaching_slurm(
     fake_bin: Path, tmp_path: Path
 ) -> None:
-    fake_slurm(fake_bin, sbatch="echo 79", squeue="exit 0")
+    fake_slurm(fake_bin, sbatch="echo 79", squeue="exit 0", sacct="exit 0")
     backend = SlurmBackend()
     bad, good = backend.submit([job(tmp_path, "a", argv=()), job(tmp_path, "b")])
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dse import CommandEnvironment, ConfigError, Direction, load_campaign
+from dse import CommandEnvironment, ConfigError, ConstraintError, Direction, load_campaign
 from dse._protocols import TrialInfo
 
 GOOD = """
@@ -127,6 +127,55 @@ def test_errors_name_the_file_and_key(tmp_path: Path, old: str, new: str, messag
         load_and_build()
     assert str(path) in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("constraint", "message"),
+    [
+        ("9**9**9**9 > 0", "9 ** 9 ** 9 would have about 1228093895 bits"),
+        ("a > 0 or 10 ** 10 ** 6 > a", "10 ** 10 ** 6 would have about 3321929 bits"),
+        ("b in 'x' * 10 ** 9", "would have about 1000000000 items"),
+        ("a < " + "9" * 2000, "has 6644 bits"),
+        ("-" * 120 + "a < 3", "nested at most 100 deep"),
+        (" + ".join(["a"] * 600) + " > 0", "syntax nodes"),
+    ],
+)
+def test_a_constraint_too_costly_to_evaluate_is_refused_at_load(
+    tmp_path: Path, constraint: str, message: str
+) -> None:
+    path = write(tmp_path, GOOD.replace('"a * 2 <= 8"', repr(constraint), 1))
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        load_campaign(path)
+    assert f"{path}: campaign.constraints[0]: constraint {constraint!r}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("constraint", "params", "message"),
+    [
+        ("2 ** a > 0", {"a": 10 ** 6}, "2 ** a would have about 1000001 bits"),
+        ("a * a * a * a > 0", {"a": 2 ** 2000}, "over the limit of 4096"),
+        ("b * a != ''", {"a": 10 ** 9, "b": "xy"}, "b * a would have about 2000000000 items"),
+        ("round(a, -10 ** 9) == 0", {"a": 5}, "round to -1000000000 digits"),
+    ],
+)
+def test_a_constraint_too_costly_for_a_proposal_raises_naming_it(
+    tmp_path: Path, constraint: str, params: dict[str, object], message: str
+) -> None:
+    path = write(tmp_path, GOOD.replace('"a * 2 <= 8"', repr(constraint), 1))
+    (check, _) = load_campaign(path).constraints
+    with pytest.raises(ConstraintError, match=re.escape(message)) as info:
+        check(params)
+    assert f"{path}: campaign.constraints[0]: constraint {constraint!r} exceeds the cost limit"\
+        in str(info.value)
+
+
+def test_ordinary_constraints_stay_exact(tmp_path: Path) -> None:
+    text = GOOD.replace('"a * 2 <= 8"', '"a ** 2 + a ** 2 < 33", "2 ** a <= 2 ** 64"', 1)
+    check, power, _ = load_campaign(write(tmp_path, text)).constraints
+    assert check({"a": 4}) is True
+    assert check({"a": 5}) is False
+    assert power({"a": 64}) is True
+    assert power({"a": 65}) is False
 
 
 def test_missing_objectives_is_explained(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import textwrap
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,10 @@ def write_campaign(project: Path, extra: str = "", agent_extra: str = "", text: 
     return path
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert proc.returncode == 2, proc.stderr
+def assert_one_line_error(
+    proc: subprocess.CompletedProcess[str], *needles: str, code: int = 2
+) -> None:
+    assert proc.returncode == code, proc.stderr
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("dse: error: ")]
     assert len(errors) == 1, proc.stderr
@@ -159,6 +162,100 @@ def test_a_raising_constraint_stops_with_one_line_and_keeps_the_record(project: 
     # Trials 1 and 2 were accepted before the bad proposal and are still recorded.
     statuses = db.execute("SELECT number, status FROM trials ORDER BY number").fetchall()
     assert [n for n, _ in statuses] == [1, 2]
+
+
+def test_a_constraint_too_costly_to_evaluate_is_refused_before_anything_runs(
+    project: Path,
+) -> None:
+    # 9**9**9**9 would compute for hours at 100% of a core: it is weighed, not computed.
+    campaign = write_campaign(project, extra='constraints = ["9**9**9**9 > 0"]')
+    proc = run_dse(project, "run", str(campaign), timeout=30)
+    assert_one_line_error(proc, "campaign.toml: campaign.constraints[0]", "'9**9**9**9 > 0'",
+                          "exceeds the cost limit")
+    assert not (project / ".dse").exists()
+
+
+def test_a_constraint_too_costly_for_a_proposal_stops_with_one_line_and_keeps_the_record(
+    project: Path,
+) -> None:
+    campaign = write_campaign(
+        project, extra='constraints = ["x < 3 or 2 ** (x * 10 ** 9) > 0", "x * x <= 100"]')
+    proc = run_dse(project, "run", str(campaign), timeout=30)
+    assert_one_line_error(proc, "campaign.toml: campaign.constraints[0]",
+                          "exceeds the cost limit", "'x': 3")
+    db = sqlite3.connect(project / ".dse" / "dse.sqlite")
+    assert db.execute("SELECT status FROM campaigns").fetchall() == [("failed",)]
+    statuses = db.execute("SELECT number, status FROM trials ORDER BY number").fetchall()
+    assert statuses == [(1, "completed"), (2, "completed")]
+
+
+def test_a_campaign_file_that_is_not_utf8_is_one_line(project: Path) -> None:
+    campaign = project / "campaign.toml"
+    campaign.write_bytes(CAMPAIGN.format(extra="", agent_extra="").replace(
+        'name = "demo"', 'name = "demo" # caf\u00e9').encode("latin-1"))
+    proc = run_dse(project, "run", str(campaign))
+    assert_one_line_error(proc, "campaign.toml: line 3: byte 0xe9 is not UTF-8")
+    assert not (project / ".dse").exists()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "needle"),
+    [('agent = "list"', 'agent = "nosuch"', "unknown agent 'nosuch'"),
+     ('max_parallelism = 2', 'max_paralelism = 2', "campaign.max_paralelism"),
+     ('backend = "probe"', 'backend = "nosuch"', "unknown backend 'nosuch'"),
+     ("[agent.list]", "[agent.list]\nspeed = 3", "agent.list: bad option(s)")],
+    ids=["unknown-agent", "bad-key", "unknown-backend", "bad-agent-option"],
+)
+def test_a_campaign_refused_at_configuration_writes_nothing(
+    project: Path, old: str, new: str, needle: str
+) -> None:
+    text = CAMPAIGN.format(extra="", agent_extra="")
+    assert old in text
+    campaign = write_campaign(project, text=text.replace(old, new))
+    assert_one_line_error(run_dse(project, "run", str(campaign)), needle)
+    assert not (project / ".dse").exists()
+
+
+@pytest.fixture
+def immutable() -> Iterator[Callable[[Path], None]]:
+    """Make a file read-only even for root (``chattr +i``), until the test ends."""
+    made: list[Path] = []
+
+    def freeze(path: Path) -> None:
+        proc = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True,
+                              check=False)
+        if proc.returncode != 0:  # no chattr, or a file system without the flag
+            pytest.skip(f"cannot make {path} immutable: {proc.stderr.strip()}")
+        made.append(path)
+
+    yield freeze
+    for path in made:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_read_only_record_is_one_line_and_stays_intact(
+    project: Path, immutable: Callable[[Path], None]
+) -> None:
+    campaign = write_campaign(project)
+    assert run_dse(project, "run", str(campaign)).returncode == 0
+    db_path = project / ".dse" / "dse.sqlite"
+    before = sqlite3.connect(db_path).execute(
+        "SELECT number, status, score FROM trials ORDER BY id").fetchall()
+    immutable(db_path)  # chmod does not stop root; the immutable flag does
+
+    proc = run_dse(project, "run", str(campaign), "--fresh")
+    assert_one_line_error(proc, str(db_path), "cannot write the record",
+                          "readonly database", code=3)
+    proc = run_dse(project, "invalidate", "--trial", "demo:1", "--reason", "bad input")
+    assert_one_line_error(proc, "dse.sqlite: cannot write the record", code=3)
+    assert run_dse(project, "status").returncode == 0  # reading is still fine
+
+    db = sqlite3.connect(db_path)
+    assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert db.execute("SELECT id, status FROM campaigns").fetchall() == [(1, "completed")]
+    assert db.execute("SELECT number, status, score FROM trials ORDER BY id").fetchall() \
+        == before
+    assert db.execute("SELECT COUNT(*) FROM invalidations").fetchone() == (0,)
 
 
 def test_unknown_key_is_named(project: Path) -> None:

@@ -384,6 +384,11 @@ def load_campaign(path: str | Path, *, workspace: str | Path | None = None) -> C
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read the campaign file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        msg = (f"{source}: line {line}: byte 0x{exc.object[exc.start]:02x} is not UTF-8; a"
+               " campaign file is UTF-8 TOML")
+        raise ConfigError(msg) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from dse._commands import COMMANDS
 from dse._console import Console
-from dse._errors import DseError, ExitCode
+from dse._errors import DseError, ExitCode, StorageError
 from dse._render import REPORT_KEYS
 from dse._version import __version__
 
@@ -121,25 +122,54 @@ def _record_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
 
 
+_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+"""What the machine answers a write it refuses: a full disk or quota, a file grown past the
+limit, a read-only file system."""
+_REFUSED_FILE = frozenset({errno.EACCES, errno.EPERM})
+"""What it answers about a file it will not let dse open (only with the file named)."""
+
+
+def _refused(exc: OSError) -> bool:
+    return exc.errno in _REFUSED or (exc.errno in _REFUSED_FILE and exc.filename is not None)
+
+
+def _refusal(exc: OSError) -> str:
+    """One line about what the machine refused: what, and where."""
+    where = f"{exc.filename}: " if exc.filename is not None else ""
+    return f"{where}{exc.strerror or exc} (nothing already recorded is lost)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dse`` command; returns the exit code."""
     args = _parser().parse_args(argv)
     console = Console(json_output=getattr(args, "json", False))
     try:
         return COMMANDS[args.command](args, console)
+    except StorageError as exc:
+        console.error(str(exc))
+        return ExitCode.ENVIRONMENT_ERROR
+    except OSError as exc:
+        if not _refused(exc) or os.environ.get("DSE_DEBUG"):
+            return _internal(exc, console)
+        console.error(_refusal(exc))
+        return ExitCode.ENVIRONMENT_ERROR
     except DseError as exc:
         console.error(str(exc))
         return ExitCode.USAGE_ERROR
     except KeyboardInterrupt:
         console.error("interrupted")
         return ExitCode.INTERRUPTED
-    except Exception as exc:
-        if os.environ.get("DSE_DEBUG"):
-            raise
-        console.error(
-            f"internal error: {type(exc).__name__}: {exc} (set DSE_DEBUG=1 for a traceback)"
-        )
-        return ExitCode.INTERNAL_ERROR
+    except Exception as exc:  # noqa: BLE001 - anything else is a bug: one line, or DSE_DEBUG's traceback
+        return _internal(exc, console)
+
+
+def _internal(exc: Exception, console: Console) -> int:
+    if os.environ.get("DSE_DEBUG"):
+        raise exc
+    console.error(
+        f"internal error: {type(exc).__name__}: {exc} (set DSE_DEBUG=1 for a traceback)"
+    )
+    return ExitCode.INTERNAL_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

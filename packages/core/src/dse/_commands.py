@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,24 +79,26 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                 f" {first.source} uses {first.backend} with other options"
             )
     plugins = PluginManager()
+    # Everything that can refuse the campaign is built before the workspace is touched: a
+    # campaign refused at configuration time writes nothing.
+    stores = {c.workspace: Store(workspace_db(c.workspace), connect=False) for c in campaigns}
+    listener = LiveView(console)
+    engines = []
+    backend = None
+    for c in campaigns:
+        engine = build_engine(c, store=stores[c.workspace], plugins=plugins,
+                              listener=listener, backend=backend)
+        backend = engine.backend
+        engine.reuse = not args.fresh
+        engines.append(engine)
     with contextlib.ExitStack() as stack:
-        stores: dict[Path, Store] = {}
         for c in campaigns:
             lock = stack.enter_context(CampaignLock(c.workspace, c.name))
             if lock.notice is not None:
                 console.status(lock.notice)
-            if c.workspace not in stores:
-                stores[c.workspace] = Store(workspace_db(c.workspace))
-                stack.callback(stores[c.workspace].close)
-        listener = LiveView(console)
-        engines = []
-        backend = None
-        for c in campaigns:
-            engine = build_engine(c, store=stores[c.workspace], plugins=plugins,
-                                  listener=listener, backend=backend)
-            backend = engine.backend
-            engine.reuse = not args.fresh
-            engines.append(engine)
+        for store in stores.values():
+            store.connect()
+            stack.callback(store.close)
         resume = {
             c.name: run for c in campaigns
             if (run := _resumable_run(stores[c.workspace], c, console, fresh=args.fresh))
@@ -363,7 +364,7 @@ def _export(args: argparse.Namespace, console: Console) -> int:
         args.output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
         console.status(f"wrote {len(steps)} steps to {args.output}")
     else:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        console.write(text if text.endswith("\n") else text + "\n")
     return ExitCode.OK
 
 

@@ -34,6 +34,12 @@ class StoreError(DseError, RuntimeError):
     """The SQLite record cannot be opened or has an unknown schema version."""
 
 
+class StorageError(DseError, OSError):
+    """The machine refused a write dse must make: a full disk, a read-only record or
+    workspace. The message names the file; nothing already recorded is lost (SQLite rolls
+    the refused transaction back)."""
+
+
 class LockedError(DseError, RuntimeError):
     """The campaign is held by another controller (the message names its host and pid)."""
 
@@ -51,5 +57,8 @@ class ExitCode(enum.IntEnum):
     """A bug in dse or a plugin: the message says where."""
     USAGE_ERROR = 2
     """Bad input: a malformed campaign file, an unknown plugin, a raising constraint."""
+    ENVIRONMENT_ERROR = 3
+    """The machine refused: a full disk, a read-only record or workspace (the message names
+    the file). What was recorded is kept; a run left unfinished resumes with ``dse run``."""
     INTERRUPTED = 130
     """The user stopped the campaign (Ctrl+C or SIGTERM); running trials were cancelled."""

@@ -82,7 +82,7 @@ def is_pool_file(path: Path) -> bool:
     """Whether *path* reads as a pool file (a ``[pool]`` table or ``[[campaign]]`` tables)
     rather than a campaign file (whose ``[campaign]`` is one table)."""
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return False  # reading it as a campaign file reports what is wrong
     return "pool" in raw or isinstance(raw.get("campaign"), list)
@@ -93,7 +93,7 @@ def load_pool(path: str | Path) -> PoolConfig:
     path = Path(path)
     where = str(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{where}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:

@@ -11,16 +11,18 @@ index only works when every connection runs on one host. ``DSE_SQLITE_JOURNAL`` 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from dse._budget import Spend
-from dse._errors import ConfigError, StoreError
+from dse._errors import ConfigError, StorageError, StoreError
 from dse._records import (
     AgentCall,
     Attempt,
@@ -36,7 +38,7 @@ from dse._records import (
 from dse._types import REUSED_FAILURES, AttemptState, CampaignStatus, FailureClass, TrialStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 SCHEMA_VERSION = 8
 DB_NAME = "dse.sqlite"
@@ -751,6 +753,32 @@ class Batch:
         return len(self._agent_log) - 1
 
 
+_Method = TypeVar("_Method", bound="Callable[..., Any]")
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """A write SQLite refuses (a full disk, a read-only file or directory) as one
+    :class:`StorageError` naming the record; the transaction it was in is rolled back."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        raise StorageError(
+            f"{path}: cannot write the record ({exc}); nothing already recorded is lost"
+        ) from None
+
+
+def _writes(method: _Method) -> _Method:
+    """A :class:`Store` method that writes: see :func:`_writing`."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
+        with _writing(self.path):
+            return method(self, *args, **kwargs)
+
+    return cast("_Method", wrapper)
+
+
 class Store(_Reads):
     """The SQLite record of a workspace (``<workspace>/dse.sqlite``).
 
@@ -758,8 +786,17 @@ class Store(_Reads):
     (a rollback journal) on a network file system or when ``DSE_SQLITE_JOURNAL`` says so.
     """
 
-    def __init__(self, path: str | Path, *, durable: bool = True) -> None:
+    def __init__(self, path: str | Path, *, durable: bool = True, connect: bool = True) -> None:
+        """:param connect: open (and create) the file now; with false, nothing is touched
+        until :meth:`connect` (a campaign refused before it runs writes nothing)."""
         self.path = Path(path)
+        self.durable = durable
+        if connect:
+            self.connect()
+
+    def connect(self) -> None:
+        """Open the record, creating the file and its schema if need be."""
+        durable = self.durable
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             wanted = _journal_mode(self.path)
@@ -781,6 +818,7 @@ class Store(_Reads):
         self._next_trial = self._max_id("trials") + 1
         self._next_attempt = self._max_id("attempts") + 1
 
+    @_writes
     def _init_schema(self) -> None:
         db = self._db
         try:
@@ -805,6 +843,7 @@ class Store(_Reads):
         )
         db.execute("COMMIT")
 
+    @_writes
     def _migrate(self, version: int) -> None:
         """Bring a record written by an older dse up to :data:`SCHEMA_VERSION`, in place."""
         db = self._db
@@ -838,6 +877,7 @@ class Store(_Reads):
 
     # -- writes ---------------------------------------------------------------------------
 
+    @_writes
     def create_campaign(
         self,
         *,
@@ -861,6 +901,7 @@ class Store(_Reads):
         assert cursor.lastrowid is not None
         return cursor.lastrowid
 
+    @_writes
     def commit(self, batch: Batch) -> None:
         """Write every change of *batch* in one transaction, then clear it."""
         if not batch:
@@ -902,6 +943,7 @@ class Store(_Reads):
 
     # -- changes outside a polling pass -------------------------------------------------
 
+    @_writes
     def invalidate(
         self, kind: str, target: str, reason: str, now: float, *, trial_row: int | None = None,
         select: TrialSelection | None = None, dry_run: bool = False,
@@ -1016,6 +1058,7 @@ class Store(_Reads):
             return [], [int(r[0]) for r in rows]
         raise ValueError(f"unknown invalidation kind {kind!r}")
 
+    @_writes
     def reopen_campaign(self, campaign_id: int) -> None:
         """Mark a run as running again (it is being resumed)."""
         db = self._db
