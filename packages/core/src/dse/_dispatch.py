@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from dse._baseline import Baselines
     from dse._campaign import Campaign
+    from dse._claims import Claims
     from dse._feedback import Feedback
     from dse._gate import BudgetGate
     from dse._invalidation import InvalidationView
@@ -55,6 +56,7 @@ class Parts:
     environment: Environment
     watch: InterruptionWatch
     end: RunEnd
+    claims: Claims
     backend: str
     """The backend's name, recorded with each attempt."""
 
@@ -123,13 +125,14 @@ class Dispatcher:
                              in_flight=in_flight, slot=slot)
             if agent.exhausted:
                 p.end.done = EndReason.AGENT_EXHAUSTED
-            elif not p.table.running and not p.table.queued and not p.feedback.pending():
+            elif not (p.table.running or p.table.queued or p.table.remote
+                      or p.feedback.pending()):
                 p.end.done = EndReason.AGENT_STALLED
             return None
         took = 0
         try:
-            for raw in proposals:
-                took += self._take(agent, raw)
+            for raw, params in zip(proposals, self._claim(proposals), strict=True):
+                took += self._take(agent, raw, params)
                 if p.end.ending() or self.blocked:
                     break
         finally:
@@ -137,15 +140,38 @@ class Dispatcher:
             batch.agent_call(campaign=campaign_id, kind="propose", n=want,
                              proposals=range(first, p.stats.proposals + 1),
                              in_flight=in_flight, slot=slot)
+            p.claims.release_unused(batch)
         return took
 
-    def _take(self, agent: Agent, raw: Mapping[str, Any]) -> int:
-        """Turn one proposal into a trial, a cache hit or a rejection; 1 if it took a slot."""
+    def _claim(self, proposals: list[Mapping[str, Any]]) -> list[dict[str, Any] | None]:
+        """Claim in the record, in one transaction, the configs of *proposals* this run
+        cannot reuse from its own table; return their coerced params (``None``: outside the
+        space, or no config hash)."""
+        p = self.parts
+        coerced: list[dict[str, Any] | None] = []
+        digests = []
+        for raw in proposals:
+            try:
+                params = p.campaign.space.coerce(raw)
+                digest = p.data.hasher(params)
+            except (ParamError, ValueError):
+                coerced.append(None)
+                continue
+            coerced.append(params)
+            known = p.table.reusable(digest)
+            if known is None or p.invalid.result_flagged(known.row_id):
+                digests.append(digest)
+        p.claims.claim(digests, p.journal.now())
+        return coerced
+
+    def _take(self, agent: Agent, raw: Mapping[str, Any], params: dict[str, Any] | None) -> int:
+        """Turn one proposal (*params*: coerced, if it could be) into a trial, a cache hit or
+        a rejection; 1 if it took a slot."""
         p = self.parts
         p.stats.proposals += 1
         proposal = p.stats.proposals
         try:
-            params = p.campaign.space.coerce(raw)
+            params = params if params is not None else p.campaign.space.coerce(raw)
         except ParamError as exc:
             self._reject(agent, proposal, dict(raw), f"outside the space: {exc}")
             return 0
@@ -180,14 +206,26 @@ class Dispatcher:
         params_json = p.data.hasher.canonical(params)
         digest = p.data.hasher.digest(params_json)
         self.number += 1
-        trial = LiveTrial(p.store.new_trial_id(), self.number, proposal, self.wave, params,
-                          digest)
-        trial.data_version = p.data.version
         now = p.journal.now()
         original = p.table.reusable(digest)
         if original is not None and not p.invalid.result_flagged(original.row_id):
+            row = p.store.new_trial_id()
+        else:
+            row, original = p.claims.settle(digest, now)
+        trial = LiveTrial(row, self.number, proposal, self.wave, params, digest)
+        trial.data_version = p.data.version
+        if original is not None:
             self._cache_hit(trial, original, params_json, now)
             return trial
+        self.launch(trial, now, params_json)
+        return trial
+
+    def launch(self, trial: LiveTrial, now: float, params_json: str | None = None) -> None:
+        """Prepare, reserve and queue *trial*: a new one (recorded with *params_json*), or —
+        without — a cache hit recorded waiting on another controller's trial, which ended
+        without a result to reuse (it becomes a trial of its own)."""
+        p = self.parts
+        digest = trial.config_hash
         campaign_id = p.journal.campaign_id
         trial.trial_id = f"{p.campaign.name}-{campaign_id}-{trial.number}"
         replaced = p.invalid.replaced(digest)
@@ -204,29 +242,33 @@ class Dispatcher:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(trial_dir)
             spec = p.environment.prepare(TrialInfo(
-                trial.trial_id, trial.number, 1, params, trial_dir, p.data.version))
+                trial.trial_id, trial.number, 1, trial.params, trial_dir, p.data.version))
         except Exception as exc:  # noqa: BLE001 - a trial that cannot be prepared fails alone
             trial.status, trial.failure = TrialStatus.FAILED, FailureClass.PREPARE_ERROR
             trial.message = f"{type(exc).__name__}: {exc}"
             self._record_ended(trial, params_json, str(trial_dir), now)
             p.table.cache(trial)
             p.results.ended(trial)
-            return trial
+            return
         trial.spec = self.avoiding(spec, trial)
         trial.trial_dir = trial_dir
         p.journal.batch.trial_data(row=trial.row_id, expected=p.data.version)
         reserved = p.gate.reserve(trial.spec, now, new_trial=True)
         if isinstance(reserved, str):
             self._refused(trial, reserved, params_json, str(trial_dir), now)
-            return trial
+            return
         trial.reserved = reserved
         self._dispatch(trial, params_json, str(trial_dir), now)
-        return trial
 
-    def _record_ended(self, trial: LiveTrial, params_json: str, trial_dir: str,
+    def _record_ended(self, trial: LiveTrial, params_json: str | None, trial_dir: str,
                       now: float) -> None:
         """Record a trial that ended as it was made (it could not be prepared or afforded)."""
         p = self.parts
+        if params_json is None:
+            p.journal.batch.run_instead(row=trial.row_id, status=trial.status,
+                                        trial_dir=trial_dir, ended_at=now,
+                                        failure=trial.failure, message=trial.message)
+            return
         p.journal.batch.add_trial(
             row=trial.row_id, campaign=p.journal.campaign_id, number=trial.number,
             proposal=trial.proposal, wave=self.wave, config_hash=trial.config_hash,
@@ -256,7 +298,7 @@ class Dispatcher:
         else:
             original.waiters.append(trial)
 
-    def _refused(self, trial: LiveTrial, why: str, params_json: str, trial_dir: str,
+    def _refused(self, trial: LiveTrial, why: str, params_json: str | None, trial_dir: str,
                  now: float) -> None:
         """Its resources differ from the campaign's, and its worst case does not fit: no more
         pulls until something ends (or the campaign ends, if nothing runs)."""
@@ -269,17 +311,21 @@ class Dispatcher:
         self._record_ended(trial, params_json, trial_dir, now)
         p.results.ended(trial)
 
-    def _dispatch(self, trial: LiveTrial, params_json: str, trial_dir: str, now: float) -> None:
+    def _dispatch(self, trial: LiveTrial, params_json: str | None, trial_dir: str,
+                  now: float) -> None:
         p = self.parts
         batch = p.journal.batch
         trial.attempt_started = now
         trial.attempt_row = p.store.new_attempt_id()
-        batch.add_trial(
-            row=trial.row_id, campaign=p.journal.campaign_id, number=trial.number,
-            proposal=trial.proposal, wave=self.wave, config_hash=trial.config_hash,
-            params_json=params_json, status=TrialStatus.RUNNING, trial_dir=trial_dir,
-            created_at=now,
-        )
+        if params_json is None:
+            batch.run_instead(row=trial.row_id, status=TrialStatus.RUNNING, trial_dir=trial_dir)
+        else:
+            batch.add_trial(
+                row=trial.row_id, campaign=p.journal.campaign_id, number=trial.number,
+                proposal=trial.proposal, wave=trial.batch, config_hash=trial.config_hash,
+                params_json=params_json, status=TrialStatus.RUNNING, trial_dir=trial_dir,
+                created_at=now,
+            )
         batch.add_attempt(row=trial.attempt_row, trial=trial.row_id, attempt=1,
                           backend=p.backend, state=self.first_state, submitted_at=now)
         p.table.queue(trial, now)
@@ -390,6 +436,10 @@ class Dispatcher:
                 base = known
             elif slots <= 0:
                 return 0
+            elif (other := p.claims.look(p.data.hasher(baselines.params), p.journal.now())):
+                if other.status is TrialStatus.RUNNING:
+                    return 0  # another controller runs it: its result will serve
+                base = other
             else:
                 base = self.new_trial(dict(baselines.params), 0)
                 p.journal.event(base.row_id, "baseline", {"trial": base.number,
