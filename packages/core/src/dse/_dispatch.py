@@ -38,6 +38,10 @@ if TYPE_CHECKING:
     from dse._types import JobSpec
 
 
+Hashed = tuple[dict[str, Any], str, str]
+"""Coerced params, their canonical JSON and their config hash."""
+
+
 @dataclasses.dataclass(slots=True)
 class Parts:
     """The parts of a run the dispatcher works with (each the owner of its own state)."""
@@ -131,8 +135,8 @@ class Dispatcher:
             return None
         took = 0
         try:
-            for raw, params in zip(proposals, self._claim(proposals), strict=True):
-                took += self._take(agent, raw, params)
+            for raw, hashed in zip(proposals, self._claim(proposals), strict=True):
+                took += self._take(agent, raw, hashed)
                 if p.end.ending() or self.blocked:
                     break
         finally:
@@ -143,35 +147,37 @@ class Dispatcher:
             p.claims.release_unused(batch)
         return took
 
-    def _claim(self, proposals: list[Mapping[str, Any]]) -> list[dict[str, Any] | None]:
+    def _claim(self, proposals: list[Mapping[str, Any]]) -> list[Hashed | None]:
         """Claim in the record, in one transaction, the configs of *proposals* this run
-        cannot reuse from its own table; return their coerced params (``None``: outside the
-        space, or no config hash)."""
+        cannot reuse from its own table; return each one's coerced params, their canonical
+        JSON and config hash (``None``: outside the space, or no config hash)."""
         p = self.parts
-        coerced: list[dict[str, Any] | None] = []
+        hasher = p.data.hasher
+        coerced: list[Hashed | None] = []
         digests = []
         for raw in proposals:
             try:
                 params = p.campaign.space.coerce(raw)
-                digest = p.data.hasher(params)
+                params_json = hasher.canonical(params)
             except (ParamError, ValueError):
                 coerced.append(None)
                 continue
-            coerced.append(params)
+            digest = hasher.digest(params_json)
+            coerced.append((params, params_json, digest))
             known = p.table.reusable(digest)
             if known is None or p.invalid.result_flagged(known.row_id):
                 digests.append(digest)
         p.claims.claim(digests, p.journal.now())
         return coerced
 
-    def _take(self, agent: Agent, raw: Mapping[str, Any], params: dict[str, Any] | None) -> int:
-        """Turn one proposal (*params*: coerced, if it could be) into a trial, a cache hit or
-        a rejection; 1 if it took a slot."""
+    def _take(self, agent: Agent, raw: Mapping[str, Any], hashed: Hashed | None) -> int:
+        """Turn one proposal (*hashed*: coerced and hashed, if it could be) into a trial, a
+        cache hit or a rejection; 1 if it took a slot."""
         p = self.parts
         p.stats.proposals += 1
         proposal = p.stats.proposals
         try:
-            params = params if params is not None else p.campaign.space.coerce(raw)
+            params = hashed[0] if hashed is not None else p.campaign.space.coerce(raw)
         except ParamError as exc:
             self._reject(agent, proposal, dict(raw), f"outside the space: {exc}")
             return 0
@@ -181,7 +187,7 @@ class Dispatcher:
                 return 0
         self.rejections = 0
         p.stats.steps += 1
-        trial = self.new_trial(params, proposal)
+        trial = self.new_trial(params, proposal, hashed)
         return 1 if trial.status is TrialStatus.RUNNING else 0
 
     def _reject(self, agent: Agent, proposal: int, params: dict[str, Any], reason: str) -> None:
@@ -199,12 +205,18 @@ class Dispatcher:
 
     # -- making a trial ---------------------------------------------------------------------
 
-    def new_trial(self, params: dict[str, Any], proposal: int) -> LiveTrial:
+    def new_trial(
+        self, params: dict[str, Any], proposal: int, hashed: Hashed | None = None
+    ) -> LiveTrial:
         """Make *params* a trial, or a cache hit, of proposal *proposal* (0: the baseline);
-        it is dispatched (status ``running``) when it took a slot."""
+        it is dispatched (status ``running``) when it took a slot. *hashed*: the params with
+        their canonical JSON and config hash, when already known."""
         p = self.parts
-        params_json = p.data.hasher.canonical(params)
-        digest = p.data.hasher.digest(params_json)
+        if hashed is None:
+            params_json = p.data.hasher.canonical(params)
+            digest = p.data.hasher.digest(params_json)
+        else:
+            params_json, digest = hashed[1], hashed[2]
         self.number += 1
         now = p.journal.now()
         original = p.table.reusable(digest)

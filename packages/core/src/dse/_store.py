@@ -25,7 +25,7 @@ import os
 import re
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dse._budget import Spend
 from dse._errors import ConfigError, StoreError
@@ -47,6 +47,8 @@ from dse._types import AttemptState, CampaignStatus, FailureClass, TrialStatus
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+_T = TypeVar("_T")
 
 SCHEMA_VERSION = 9
 BUSY_TIMEOUT_S = 30.0
@@ -612,7 +614,9 @@ _RUN_INSTEAD = (
 )
 _RELINK = "UPDATE trials SET cache_of=? WHERE id=?"
 _RELEASE = "DELETE FROM claims WHERE trial_id=?"
-_CLAIM = "INSERT INTO claims(config_hash, trial_id, campaign, claimed_at) VALUES (?, ?, ?, ?)"
+_CLAIM = (
+    "INSERT OR REPLACE INTO claims(config_hash, trial_id, campaign, claimed_at) VALUES (?,?,?,?)"
+)
 _RESERVE = (
     "UPDATE counters SET next = MAX(next, (SELECT COALESCE(MAX(id), 0) + 1 FROM {table})) + ?"
     " WHERE name = ? RETURNING next"
@@ -1138,28 +1142,35 @@ class Store(_Reads):
         self._claiming = True
         out: dict[str, Claim] = {}
         db = self._db
+        digests = list(wanted)
         with self._light_write():
-            for digest, row in wanted.items():
-                found = db.execute(f"SELECT {_TRIAL} FROM trials WHERE config_hash = ? AND"
-                                   f" {REUSABLE_ROW} ORDER BY id LIMIT 1", (digest,)).fetchone()
-                if found is not None:
-                    out[digest] = Claim(found[0], mine=False, result=_trial(found))
-                    continue
-                held = db.execute(
-                    "SELECT c.trial_id, c.campaign, t.invalidation FROM claims c"
-                    " LEFT JOIN trials t ON t.id = c.trial_id WHERE c.config_hash = ?", (digest,),
-                ).fetchone()
-                if held is None:
-                    db.execute(_CLAIM, (digest, row, campaign, now))
-                elif held[0] != row and held[2] is None and held[1] != campaign and (
-                    lock_held(self.path.parent, held[1])
+            for chunk in _chunks(digests):
+                marks = ",".join("?" * len(chunk))
+                for found in db.execute(
+                    f"SELECT {_TRIAL} FROM trials WHERE config_hash IN ({marks}) AND"
+                    f" {REUSABLE_ROW} ORDER BY id DESC", chunk,
                 ):
-                    out[digest] = Claim(int(held[0]), mine=False)
+                    out[found[5]] = Claim(found[0], mine=False, result=_trial(found))
+            free = [d for d in digests if d not in out]
+            held: dict[str, tuple[Any, ...]] = {}
+            for chunk in _chunks(free):
+                marks = ",".join("?" * len(chunk))
+                held.update((r[0], r[1:]) for r in db.execute(
+                    "SELECT c.config_hash, c.trial_id, c.campaign, t.invalidation FROM claims c"
+                    f" LEFT JOIN trials t ON t.id = c.trial_id WHERE c.config_hash IN ({marks})",
+                    chunk,
+                ))
+            alive: dict[str, bool] = {campaign: False}  # our own claims: our table knows
+            for digest in free:
+                row, other = wanted[digest], held.get(digest)
+                if other is not None and other[1] not in alive:
+                    alive[other[1]] = lock_held(self.path.parent, other[1])
+                if other is not None and other[0] != row and other[2] is None and alive[other[1]]:
+                    out[digest] = Claim(int(other[0]), mine=False)
                     continue
-                elif held[0] != row:
-                    db.execute("UPDATE claims SET trial_id = ?, campaign = ?, claimed_at = ?"
-                               " WHERE config_hash = ?", (row, campaign, now, digest))
                 out[digest] = Claim(row, mine=True)
+            db.executemany(_CLAIM, [(d, wanted[d], campaign, now)
+                                    for d in free if out[d].mine])
         return out
 
     def reset_claims(self, campaign: str, live: Mapping[str, int], now: float) -> None:
@@ -1191,7 +1202,7 @@ def _released(batch: Batch) -> Iterator[tuple[int]]:
             yield (change[5],)
 
 
-def _chunks(ids: Sequence[int], size: int = 500) -> list[Sequence[int]]:
+def _chunks(ids: Sequence[_T], size: int = 500) -> list[Sequence[_T]]:
     """*ids* in pieces small enough for SQLite's limit on bound parameters."""
     return [ids[i : i + size] for i in range(0, len(ids), size)]
 
