@@ -65,6 +65,29 @@ class Parts:
     """The backend's name, recorded with each attempt."""
 
 
+def claim_configs(p: Parts, proposals: list[Mapping[str, Any]]) -> list[Hashed | None]:
+    """Claim in the record, in one transaction, the configs of *proposals* the run's table
+    cannot reuse; return each one's coerced params, their canonical JSON and config hash
+    (``None``: outside the space, or no config hash)."""
+    hasher = p.data.hasher
+    coerced: list[Hashed | None] = []
+    digests = []
+    for raw in proposals:
+        try:
+            params = p.campaign.space.coerce(raw)
+            params_json = hasher.canonical(params)
+        except (ParamError, ValueError):
+            coerced.append(None)
+            continue
+        digest = hasher.digest(params_json)
+        coerced.append((params, params_json, digest))
+        known = p.table.reusable(digest)
+        if known is None or p.invalid.result_flagged(known.row_id):
+            digests.append(digest)
+    p.claims.claim(digests, p.journal.now())
+    return coerced
+
+
 class Dispatcher:
     """Turns proposals into trials and attempts into queued work, within the budget."""
 
@@ -135,7 +158,7 @@ class Dispatcher:
             return None
         took = 0
         try:
-            for raw, hashed in zip(proposals, self._claim(proposals), strict=True):
+            for raw, hashed in zip(proposals, claim_configs(p, proposals), strict=True):
                 took += self._take(agent, raw, hashed)
                 if p.end.ending() or self.blocked:
                     break
@@ -146,29 +169,6 @@ class Dispatcher:
                              in_flight=in_flight, slot=slot)
             p.claims.release_unused(batch)
         return took
-
-    def _claim(self, proposals: list[Mapping[str, Any]]) -> list[Hashed | None]:
-        """Claim in the record, in one transaction, the configs of *proposals* this run
-        cannot reuse from its own table; return each one's coerced params, their canonical
-        JSON and config hash (``None``: outside the space, or no config hash)."""
-        p = self.parts
-        hasher = p.data.hasher
-        coerced: list[Hashed | None] = []
-        digests = []
-        for raw in proposals:
-            try:
-                params = p.campaign.space.coerce(raw)
-                params_json = hasher.canonical(params)
-            except (ParamError, ValueError):
-                coerced.append(None)
-                continue
-            digest = hasher.digest(params_json)
-            coerced.append((params, params_json, digest))
-            known = p.table.reusable(digest)
-            if known is None or p.invalid.result_flagged(known.row_id):
-                digests.append(digest)
-        p.claims.claim(digests, p.journal.now())
-        return coerced
 
     def _take(self, agent: Agent, raw: Mapping[str, Any], hashed: Hashed | None) -> int:
         """Turn one proposal (*hashed*: coerced and hashed, if it could be) into a trial, a
