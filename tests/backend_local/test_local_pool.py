@@ -28,10 +28,14 @@ dse.trial.report({"value": dse.trial.params()["x"]})
 
 
 def campaign(name: str, trials: int) -> str:
+    # Its own seed: campaigns of one workspace that propose the same config run it once (the
+    # second reuses the first's trial), and these campaigns are to run trials of their own.
+    seed = sum(map(ord, name))
     return f'''
 [campaign]
 name = "{name}"
 agent = "random"
+seed = {seed}
 backend = "local"
 mode = "rolling"
 max_parallelism = 3

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from dse._baseline import Baselines
     from dse._campaign import Campaign
+    from dse._claims import Claims
     from dse._feedback import Feedback
     from dse._gate import BudgetGate
     from dse._invalidation import InvalidationView
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
     from dse._retry import InterruptionWatch
     from dse._store import Store
     from dse._types import JobSpec
+
+
+Hashed = tuple[dict[str, Any], str, str]
+"""Coerced params, their canonical JSON and their config hash."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -55,8 +60,32 @@ class Parts:
     environment: Environment
     watch: InterruptionWatch
     end: RunEnd
+    claims: Claims
     backend: str
     """The backend's name, recorded with each attempt."""
+
+
+def claim_configs(p: Parts, proposals: list[Mapping[str, Any]]) -> list[Hashed | None]:
+    """Claim in the record, in one transaction, the configs of *proposals* the run's table
+    cannot reuse; return each one's coerced params, their canonical JSON and config hash
+    (``None``: outside the space, or no config hash)."""
+    hasher = p.data.hasher
+    coerced: list[Hashed | None] = []
+    digests = []
+    for raw in proposals:
+        try:
+            params = p.campaign.space.coerce(raw)
+            params_json = hasher.canonical(params)
+        except (ParamError, ValueError):
+            coerced.append(None)
+            continue
+        digest = hasher.digest(params_json)
+        coerced.append((params, params_json, digest))
+        known = p.table.reusable(digest)
+        if known is None or p.invalid.result_flagged(known.row_id):
+            digests.append(digest)
+    p.claims.claim(digests, p.journal.now())
+    return coerced
 
 
 class Dispatcher:
@@ -123,13 +152,14 @@ class Dispatcher:
                              in_flight=in_flight, slot=slot)
             if agent.exhausted:
                 p.end.done = EndReason.AGENT_EXHAUSTED
-            elif not p.table.running and not p.table.queued and not p.feedback.pending():
+            elif not (p.table.running or p.table.queued or p.table.remote
+                      or p.feedback.pending()):
                 p.end.done = EndReason.AGENT_STALLED
             return None
         took = 0
         try:
-            for raw in proposals:
-                took += self._take(agent, raw)
+            for raw, hashed in zip(proposals, claim_configs(p, proposals), strict=True):
+                took += self._take(agent, raw, hashed)
                 if p.end.ending() or self.blocked:
                     break
         finally:
@@ -137,15 +167,17 @@ class Dispatcher:
             batch.agent_call(campaign=campaign_id, kind="propose", n=want,
                              proposals=range(first, p.stats.proposals + 1),
                              in_flight=in_flight, slot=slot)
+            p.claims.release_unused(batch)
         return took
 
-    def _take(self, agent: Agent, raw: Mapping[str, Any]) -> int:
-        """Turn one proposal into a trial, a cache hit or a rejection; 1 if it took a slot."""
+    def _take(self, agent: Agent, raw: Mapping[str, Any], hashed: Hashed | None) -> int:
+        """Turn one proposal (*hashed*: coerced and hashed, if it could be) into a trial, a
+        cache hit or a rejection; 1 if it took a slot."""
         p = self.parts
         p.stats.proposals += 1
         proposal = p.stats.proposals
         try:
-            params = p.campaign.space.coerce(raw)
+            params = hashed[0] if hashed is not None else p.campaign.space.coerce(raw)
         except ParamError as exc:
             self._reject(agent, proposal, dict(raw), f"outside the space: {exc}")
             return 0
@@ -155,7 +187,7 @@ class Dispatcher:
                 return 0
         self.rejections = 0
         p.stats.steps += 1
-        trial = self.new_trial(params, proposal)
+        trial = self.new_trial(params, proposal, hashed)
         return 1 if trial.status is TrialStatus.RUNNING else 0
 
     def _reject(self, agent: Agent, proposal: int, params: dict[str, Any], reason: str) -> None:
@@ -173,21 +205,39 @@ class Dispatcher:
 
     # -- making a trial ---------------------------------------------------------------------
 
-    def new_trial(self, params: dict[str, Any], proposal: int) -> LiveTrial:
+    def new_trial(
+        self, params: dict[str, Any], proposal: int, hashed: Hashed | None = None
+    ) -> LiveTrial:
         """Make *params* a trial, or a cache hit, of proposal *proposal* (0: the baseline);
-        it is dispatched (status ``running``) when it took a slot."""
+        it is dispatched (status ``running``) when it took a slot. *hashed*: the params with
+        their canonical JSON and config hash, when already known."""
         p = self.parts
-        params_json = p.data.hasher.canonical(params)
-        digest = p.data.hasher.digest(params_json)
+        if hashed is None:
+            params_json = p.data.hasher.canonical(params)
+            digest = p.data.hasher.digest(params_json)
+        else:
+            params_json, digest = hashed[1], hashed[2]
         self.number += 1
-        trial = LiveTrial(p.store.new_trial_id(), self.number, proposal, self.wave, params,
-                          digest)
-        trial.data_version = p.data.version
         now = p.journal.now()
         original = p.table.reusable(digest)
         if original is not None and not p.invalid.result_flagged(original.row_id):
+            row = p.store.new_trial_id()
+        else:
+            row, original = p.claims.settle(digest, now)
+        trial = LiveTrial(row, self.number, proposal, self.wave, params, digest)
+        trial.data_version = p.data.version
+        if original is not None:
             self._cache_hit(trial, original, params_json, now)
             return trial
+        self.launch(trial, now, params_json)
+        return trial
+
+    def launch(self, trial: LiveTrial, now: float, params_json: str | None = None) -> None:
+        """Prepare, reserve and queue *trial*: a new one (recorded with *params_json*), or —
+        without — a cache hit recorded waiting on another controller's trial, which ended
+        without a result to reuse (it becomes a trial of its own)."""
+        p = self.parts
+        digest = trial.config_hash
         campaign_id = p.journal.campaign_id
         trial.trial_id = f"{p.campaign.name}-{campaign_id}-{trial.number}"
         replaced = p.invalid.replaced(digest)
@@ -204,28 +254,32 @@ class Dispatcher:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(trial_dir)
             spec = p.environment.prepare(TrialInfo(
-                trial.trial_id, trial.number, 1, params, trial_dir, p.data.version))
+                trial.trial_id, trial.number, 1, trial.params, trial_dir, p.data.version))
         except Exception as exc:  # noqa: BLE001 - a trial that cannot be prepared fails alone
             trial.status, trial.failure = TrialStatus.FAILED, FailureClass.PREPARE_ERROR
             trial.message = f"{type(exc).__name__}: {exc}"
             self._record_ended(trial, params_json, str(trial_dir), now)
             p.results.ended(trial)  # a setup failure: never reused (REUSED_FAILURES)
-            return trial
+            return
         trial.spec = self.avoiding(spec, trial)
         trial.trial_dir = trial_dir
         p.journal.batch.trial_data(row=trial.row_id, expected=p.data.version)
         reserved = p.gate.reserve(trial.spec, now, new_trial=True)
         if isinstance(reserved, str):
             self._refused(trial, reserved, params_json, str(trial_dir), now)
-            return trial
+            return
         trial.reserved = reserved
         self._dispatch(trial, params_json, str(trial_dir), now)
-        return trial
 
-    def _record_ended(self, trial: LiveTrial, params_json: str, trial_dir: str,
+    def _record_ended(self, trial: LiveTrial, params_json: str | None, trial_dir: str,
                       now: float) -> None:
         """Record a trial that ended as it was made (it could not be prepared or afforded)."""
         p = self.parts
+        if params_json is None:
+            p.journal.batch.run_instead(row=trial.row_id, status=trial.status,
+                                        trial_dir=trial_dir, ended_at=now,
+                                        failure=trial.failure, message=trial.message)
+            return
         p.journal.batch.add_trial(
             row=trial.row_id, campaign=p.journal.campaign_id, number=trial.number,
             proposal=trial.proposal, wave=self.wave, config_hash=trial.config_hash,
@@ -255,7 +309,7 @@ class Dispatcher:
         else:
             original.waiters.append(trial)
 
-    def _refused(self, trial: LiveTrial, why: str, params_json: str, trial_dir: str,
+    def _refused(self, trial: LiveTrial, why: str, params_json: str | None, trial_dir: str,
                  now: float) -> None:
         """Its resources differ from the campaign's, and its worst case does not fit: no more
         pulls until something ends (or the campaign ends, if nothing runs)."""
@@ -268,17 +322,21 @@ class Dispatcher:
         self._record_ended(trial, params_json, trial_dir, now)
         p.results.ended(trial)
 
-    def _dispatch(self, trial: LiveTrial, params_json: str, trial_dir: str, now: float) -> None:
+    def _dispatch(self, trial: LiveTrial, params_json: str | None, trial_dir: str,
+                  now: float) -> None:
         p = self.parts
         batch = p.journal.batch
         trial.attempt_started = now
         trial.attempt_row = p.store.new_attempt_id()
-        batch.add_trial(
-            row=trial.row_id, campaign=p.journal.campaign_id, number=trial.number,
-            proposal=trial.proposal, wave=self.wave, config_hash=trial.config_hash,
-            params_json=params_json, status=TrialStatus.RUNNING, trial_dir=trial_dir,
-            created_at=now,
-        )
+        if params_json is None:
+            batch.run_instead(row=trial.row_id, status=TrialStatus.RUNNING, trial_dir=trial_dir)
+        else:
+            batch.add_trial(
+                row=trial.row_id, campaign=p.journal.campaign_id, number=trial.number,
+                proposal=trial.proposal, wave=trial.batch, config_hash=trial.config_hash,
+                params_json=params_json, status=TrialStatus.RUNNING, trial_dir=trial_dir,
+                created_at=now,
+            )
         batch.add_attempt(row=trial.attempt_row, trial=trial.row_id, attempt=1,
                           backend=p.backend, state=self.first_state, submitted_at=now)
         p.table.queue(trial, now)
@@ -389,6 +447,10 @@ class Dispatcher:
                 base = known
             elif slots <= 0:
                 return 0
+            elif (other := p.claims.look(p.data.hasher(baselines.params), p.journal.now())):
+                if other.status is TrialStatus.RUNNING:
+                    return 0  # another controller runs it: its result will serve
+                base = other
             else:
                 base = self.new_trial(dict(baselines.params), 0)
                 p.journal.event(base.row_id, "baseline", {"trial": base.number,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dse._baseline import Baselines
+from dse._claims import Claims
 from dse._clock import SystemClock
 from dse._collect import Collector
 from dse._data import DataVersioner
@@ -47,6 +48,7 @@ from dse._retry import RetryPolicy
 from dse._scoring import build_scorer
 from dse._spec import record_run
 from dse._types import AttemptState, EndReason, Objective
+from dse._waits import Waits
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -171,8 +173,9 @@ class Engine:
             gate=self.gate, feedback=self.feedback, stats=self.stats, results=self.results,
             baselines=self.baselines, invalid=self.invalid, data=self.data,
             environment=self.environment, watch=watch_for(campaign), end=self.end,
-            backend=self.backend.name,
+            claims=Claims(self.store, self.table, campaign.name), backend=self.backend.name,
         ))
+        self.waits = Waits(self.dispatcher)
         self.interruptions = Interruptions(self.dispatcher, policy)
         self.collector = Collector(
             table=self.table, gate=self.gate, results=self.results,
@@ -246,11 +249,13 @@ class Engine:
                 lambda trial, status, at: pool.ended(engine, trial, status, at))
             if not pool.trivial:
                 self.dispatcher.first_state = AttemptState.QUEUED
+        self.dispatcher.parts.claims.reuse = self.reuse
         if self.reuse:
             load_cache(self.table, self.store)
         self._check_invalidations()
         if resume is not None:
             self._restore()
+        self.dispatcher.parts.claims.reset(now)
         self.listener.on_start(self)
 
     def _restore(self) -> None:
@@ -330,6 +335,7 @@ class Engine:
         paused = self.interruptions.paused
         if not paused or (self.end.done is EndReason.BUDGET_EXHAUSTED
                           and not self.table.running):
+            self.waits.check(now)
             # Past the wall-clock ceiling a paused campaign still ends its waiting retries.
             for trial, why in self.dispatcher.admit_retries(now):
                 self.collector.never_retried(trial, why, now)
@@ -471,6 +477,7 @@ class Engine:
     def cancel_all(self) -> None:
         """Cancel what runs, collect final states for a while, record the rest as cancelled."""
         self.collector.cancel_all()
+        self.waits.cancel(self.clock.time())
         self.commit()
 
     def _finish(self, reason: EndReason, detail: str | None = None) -> CampaignResult:

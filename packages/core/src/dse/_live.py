@@ -3,7 +3,8 @@
 A :class:`LiveTrial` is the controller's working copy of one trial (the record holds the
 durable one). :class:`TrialTable` is the only owner of where each live trial is — queued for
 the pool's resources, running under a job id, waiting to be retried — and of the configs a
-new proposal may reuse; it changes only through its named transitions.
+new proposal may reuse (among them the trials other controllers of the workspace run that
+trials of this run wait on); it changes only through its named transitions.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ class TrialTable:
         self._retries: list[LiveTrial] = []
         self._by_hash: dict[str, LiveTrial] = {}
         self._cache: dict[str, LiveTrial] = {}
+        self._remote: dict[str, LiveTrial] = {}
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -125,24 +127,37 @@ class TrialTable:
         """Attempts recorded and waiting for the budget (retries, resumed queued ones)."""
         return self._retries
 
+    @property
+    def remote(self) -> Mapping[str, LiveTrial]:
+        """Trials another controller runs that trials of this run wait on (their
+        :attr:`LiveTrial.waiters`), by config hash."""
+        return self._remote
+
     def busy(self) -> int:
-        """Trials that hold or wait for a slot: running, queued and waiting retries."""
-        return len(self._running) + len(self._queued) + len(self._retries)
+        """Trials that hold or wait for a slot — running, queued and waiting retries — and
+        the trials of other controllers this run waits on."""
+        return len(self._running) + len(self._queued) + len(self._retries) + len(self._remote)
 
     def in_flight(self) -> list[LiveTrial]:
-        """What an agent is shown as in flight: running and queued trials."""
-        return [*self._running.values(), *self._queued]
+        """What an agent is shown as in flight: running and queued trials, and those waiting
+        on another controller's trial."""
+        flying = [*self._running.values(), *self._queued]
+        for other in self._remote.values():
+            flying += other.waiters
+        return flying
 
     def unfinished(self) -> Iterator[LiveTrial]:
-        """Every live trial: running, waiting to be retried, queued."""
+        """Every live trial: running, waiting to be retried, queued; and the trials of
+        other controllers this run waits on."""
         yield from self._running.values()
         yield from self._retries
         yield from self._queued
+        yield from self._remote.values()
 
     def reusable(self, digest: str) -> LiveTrial | None:
         """The trial of config *digest* a new one would reuse: an ended one (cached), else
-        one still running."""
-        return self._cache.get(digest) or self._by_hash.get(digest)
+        one still running (here, or by another controller)."""
+        return self._cache.get(digest) or self._by_hash.get(digest) or self._remote.get(digest)
 
     # -- transitions -------------------------------------------------------------------------
 
@@ -159,6 +174,15 @@ class TrialTable:
     def dispatched(self, trial: LiveTrial) -> None:
         """*trial* runs (or waits to): new proposals of its config wait on it."""
         self._by_hash[trial.config_hash] = trial
+
+    def wait_remote(self, other: LiveTrial) -> None:
+        """Trials of this run wait on *other*, a trial another controller runs."""
+        self._remote[other.config_hash] = other
+
+    def unwait(self, digest: str) -> LiveTrial | None:
+        """Stop waiting on the trial another controller runs of config *digest*: it ended,
+        or its config is this run's to run now; return it."""
+        return self._remote.pop(digest, None)
 
     def forget(self, trial: LiveTrial) -> None:
         """*trial* runs no more: new trials of its config stop waiting on it (a re-run of it,

@@ -373,3 +373,28 @@ class CampaignLock:
     def held(self) -> bool:
         """Whether this object holds the lock."""
         return self._fd is not None
+
+
+def lock_held(workspace: str | Path, name: str) -> bool:
+    """Whether a live controller holds campaign *name*'s lock in *workspace* (this process
+    included), judged as :class:`CampaignLock` judges a lock it finds: the ``flock`` says so
+    where there is one; without, the holder named in the file must be running on this host,
+    and a holder on another host is taken to be alive. No lock file: nobody holds it."""
+    path = Path(workspace) / f"{name}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)  # NFS flock needs write access
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot look: never judge a lock gone without seeing it
+    try:
+        flocked = _flock(fd)
+        if flocked is not None:
+            # Whoever holds a lock file holds its flock from before it is published.
+            return not flocked
+        holder = LockHolder.from_json(_read_all(fd))
+        if holder is None:
+            return True  # maybe being written
+        return holder.host != socket.gethostname() or holder.is_running()
+    finally:
+        os.close(fd)  # drops the flock just taken, if any

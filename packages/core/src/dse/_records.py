@@ -28,6 +28,7 @@ __all__ = [
     "Attempt",
     "AttemptSpend",
     "CampaignRun",
+    "Claim",
     "EnvironmentRecord",
     "Event",
     "Invalidation",
@@ -304,3 +305,17 @@ class EnvironmentRecord:
     """The Python version, when reported."""
     distributions: Mapping[str, str]
     """Installed distributions and their versions, decoded."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What the record says of a configuration a controller is about to run
+    (:meth:`dse.Store.claim`)."""
+
+    row: int
+    """The trial row that runs it: the claimant's own (:attr:`mine`), the trial another live
+    controller runs (wait on it), or the finished trial whose :attr:`result` is reusable."""
+    mine: bool
+    """The claim is the claimant's: it runs the configuration."""
+    result: Trial | None = None
+    """A finished, reusable trial of the configuration (nothing is claimed then)."""

@@ -178,10 +178,15 @@ class Results:
         batch.end_trial(row=trial.row_id, status=trial.status, failure=trial.failure,
                         message=trial.message, metrics=trial.metrics, score=trial.score,
                         ended_at=now)
-        reused = reusable(trial.status, trial.failure)
-        if reused and not self._invalid.row_flagged(trial.row_id):
+        if reusable(trial.status, trial.failure) and not self._invalid.row_flagged(trial.row_id):
             self._table.cache(trial)
         self.ended(trial)
+        self.end_waiters(trial, now)
+
+    def end_waiters(self, trial: LiveTrial, now: float) -> None:
+        """End the cache hits that waited on *trial*, which ended (here, or as another
+        controller recorded it): with its result when it is reusable, else as it ended."""
+        batch = self._journal.batch
         for waiter in trial.waiters:
             if trial.status.is_reusable():
                 self._baselines.rescore(waiter, trial)

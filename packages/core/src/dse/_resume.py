@@ -72,17 +72,22 @@ class Resume:
         by_proposal: dict[int, LiveTrial] = {}
         by_row: dict[int, LiveTrial] = {}
         cache_of: dict[int, int] = {}
+        waiting: set[int] = set()
         for row in store.trials(cid):
             trial = self._trial(row, attempts.get(row.id, []))
             if row.cache_of is not None:
                 cache_of[trial.row_id] = row.cache_of
                 trial.status = TrialStatus.CACHED if row.ended_at is None else trial.status
+                if row.ended_at is None:
+                    waiting.add(trial.row_id)
             # A baseline run: not the agent's proposal, so keyed apart (and never fed).
             by_proposal[-trial.row_id if trial.proposal == 0 else trial.proposal] = trial
             by_row[trial.row_id] = trial
         originals = self._original_statuses(set(cache_of.values()), by_row)
         for row_id, original_row in cache_of.items():
-            by_row[row_id].original_status = originals.get(original_row)
+            # A cache hit the record has not ended still waits, whatever its original did.
+            by_row[row_id].original_status = (
+                TrialStatus.RUNNING if row_id in waiting else originals.get(original_row))
         return Recorded(attempts, rejected, by_proposal, by_row, cache_of)
 
     def _trial(self, row: Trial, attempts: list[Attempt]) -> LiveTrial:
@@ -132,12 +137,13 @@ class Resume:
         reattach = self._resume_attempts(now, recorded, runner)
         for row_id, original_row in recorded.cache_of.items():
             waiter, original = recorded.by_row[row_id], recorded.by_row.get(original_row)
-            if (
-                waiter.original_status is TrialStatus.RUNNING
-                and original is not None
-                and original.status is TrialStatus.RUNNING
-            ):
+            if waiter.original_status is not TrialStatus.RUNNING:
+                continue
+            if original is not None and original.status is TrialStatus.RUNNING:
                 original.waiters.append(waiter)
+            else:
+                # Another controller's trial (or one that ended since): the record says.
+                p.claims.wait(waiter, original_row)
         p.feedback.replace(self.untold(recorded, observed))
         p.journal.event(None, "resumed", {
             "running": len(reattach), "retrying": len(p.table.retries),

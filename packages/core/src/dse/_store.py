@@ -7,6 +7,14 @@ lives: WAL on a local disk; a rollback journal (``DELETE``) on a network file sy
 Lustre, GPFS…, where shared clusters keep home directories), because WAL's shared-memory
 index only works when every connection runs on one host. ``DSE_SQLITE_JOURNAL`` (``wal`` or
 ``delete``) overrides the choice.
+
+Several controllers (one per campaign, each holding its campaign lock) may share one record.
+Row ids come from the record, never from a controller's own count: :meth:`Store.new_trial_id`
+hands out ids from a block reserved in one short transaction on the ``counters`` table (blocks
+grow as a run goes, gaps are harmless). Every write takes the write lock up front
+(``BEGIN IMMEDIATE``) and waits for it (the connection's busy timeout) rather than failing.
+A trial about to run is *claimed* by its config hash (table ``claims``, :meth:`Store.claim`),
+so two controllers never run one configuration at once; a claim ends with its trial.
 """
 
 from __future__ import annotations
@@ -23,11 +31,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from dse._budget import Spend
 from dse._errors import ConfigError, StorageError, StoreError
+from dse._lock import lock_held
 from dse._records import (
     AgentCall,
     Attempt,
     AttemptSpend,
     CampaignRun,
+    Claim,
     EnvironmentRecord,
     Event,
     Invalidation,
@@ -40,7 +50,11 @@ from dse._types import REUSED_FAILURES, AttemptState, CampaignStatus, FailureCla
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-SCHEMA_VERSION = 8
+_T = TypeVar("_T")
+
+SCHEMA_VERSION = 9
+BUSY_TIMEOUT_S = 30.0
+"""How long a write waits for another controller's transaction before giving up."""
 DB_NAME = "dse.sqlite"
 JOURNAL_ENV = "DSE_SQLITE_JOURNAL"
 
@@ -137,6 +151,11 @@ def _columns(names: str, table: str) -> str:
 _TRIAL_T = _columns(_TRIAL, "t")
 _ATTEMPT_A = _columns(_ATTEMPT, "a")
 _SCORE_S = _columns(_SCORE, "s")
+REUSABLE_ROW = f"{REUSABLE} AND cache_of IS NULL AND invalidation IS NULL"
+"""THE test of whether a finished trial row's result may be reused by an identical proposal
+(a SQL condition on ``trials``, unqualified columns): every lookup of a reusable result —
+:meth:`Store.reusable`, :meth:`Store.claim` — goes through it."""
+
 _TRIAL_REF = "t.id, t.campaign_id, c.name, t.number"
 _TRIAL_REF_FROM = "FROM trials t JOIN campaigns c ON c.id = t.campaign_id"
 
@@ -258,8 +277,7 @@ class _Reads:
         """Finished, reusable trials (completed or failed, not invalidated) of the whole
         workspace, oldest first."""
         return [_trial(r) for r in self._rows(
-            f"SELECT {_TRIAL} FROM trials WHERE {REUSABLE}"
-            " AND cache_of IS NULL AND invalidation IS NULL ORDER BY id"
+            f"SELECT {_TRIAL} FROM trials WHERE {REUSABLE_ROW} ORDER BY id"
         )]
 
     def trial_counts(self, campaign_id: int) -> dict[TrialStatus, int]:
@@ -432,6 +450,23 @@ CREATE TABLE IF NOT EXISTS environments (
 )
 """
 
+_NEW_TABLES_9 = """
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    next INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS claims (
+    config_hash TEXT PRIMARY KEY,
+    trial_id INTEGER NOT NULL,
+    campaign TEXT NOT NULL,
+    claimed_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS claims_trial ON claims(trial_id)
+"""
+"""Schema 9: row ids handed out by the record (``counters``: the next free id of ``trials``
+and ``attempts``) and the configurations being run (``claims``: config hash → the trial that
+runs it and the campaign whose lock says whether its controller lives)."""
+
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: ("ALTER TABLE attempts ADD COLUMN usage TEXT",),
     4: ("ALTER TABLE attempts ADD COLUMN spend TEXT",),
@@ -442,6 +477,11 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE trials ADD COLUMN invalidation INTEGER REFERENCES invalidations(id)",
         *_NEW_TABLES_7.split(";")),
     7: ("ALTER TABLE attempts ADD COLUMN expected_s REAL",),
+    8: (*_NEW_TABLES_9.split(";"),
+        "INSERT OR IGNORE INTO counters(name, next)"
+        " SELECT 'trials', COALESCE(MAX(id), 0) + 1 FROM trials",
+        "INSERT OR IGNORE INTO counters(name, next)"
+        " SELECT 'attempts', COALESCE(MAX(id), 0) + 1 FROM attempts"),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
@@ -530,7 +570,7 @@ CREATE TABLE IF NOT EXISTS agent_log (
     in_flight TEXT
 );
 CREATE INDEX IF NOT EXISTS agent_log_campaign ON agent_log(campaign_id, id);
-""" + _NEW_TABLES_7
+""" + _NEW_TABLES_7 + ";" + _NEW_TABLES_9
 
 
 _INSERT_TRIAL = (
@@ -573,6 +613,20 @@ _INSERT_AGENT_CALL = (
     "INSERT INTO agent_log(campaign_id, kind, n, proposals, in_flight) VALUES (?,?,?,?,?)"
 )
 _END_CAMPAIGN = "UPDATE campaigns SET status=?, end_reason=?, ended_at=? WHERE id=?"
+_RUN_INSTEAD = (
+    "UPDATE trials SET status=?, failure=?, message=?, cache_of=NULL, trial_dir=?, ended_at=?"
+    " WHERE id=?"
+)
+_RELINK = "UPDATE trials SET cache_of=? WHERE id=?"
+_RELEASE = "DELETE FROM claims WHERE trial_id=?"
+_CLAIM = (
+    "INSERT OR REPLACE INTO claims(config_hash, trial_id, campaign, claimed_at) VALUES (?,?,?,?)"
+)
+_RESERVE = (
+    "UPDATE counters SET next = MAX(next, (SELECT COALESCE(MAX(id), 0) + 1 FROM {table})) + ?"
+    " WHERE name = ? RETURNING next"
+)
+_FIRST_BLOCK, _LAST_BLOCK = 64, 4096
 
 
 dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -592,6 +646,7 @@ class Batch:
         "_trials", "_trial_ends", "_attempts", "_attempt_updates", "_attempt_ends",
         "_attempt_usage", "_trial_data", "_attempt_spend", "_attempt_expected", "_scores",
         "_environments", "_trial_links", "_events", "_campaign_updates", "_agent_log",
+        "_reruns", "_relinks", "_releases",
     )
 
     def __init__(self) -> None:
@@ -610,6 +665,9 @@ class Batch:
         self._events: list[tuple[Any, ...]] = []
         self._campaign_updates: list[tuple[Any, ...]] = []
         self._agent_log: list[tuple[Any, ...]] = []
+        self._reruns: list[tuple[Any, ...]] = []
+        self._relinks: list[tuple[Any, ...]] = []
+        self._releases: list[tuple[Any, ...]] = []
 
     def __bool__(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)
@@ -636,6 +694,24 @@ class Batch:
             dumps(metrics) if metrics is not None else None, score, cache_of, trial_dir,
             created_at, ended_at,
         ))
+
+    def run_instead(
+        self, *, row: int, status: TrialStatus, trial_dir: str, ended_at: float | None = None,
+        failure: FailureClass | None = None, message: str | None = None,
+    ) -> None:
+        """A cache hit that waited on another controller's trial runs the config itself
+        (that trial ended without a result to reuse): it becomes a trial of its own."""
+        self._reruns.append((status.value, failure.value if failure is not None else None,
+                             message, trial_dir, ended_at, row))
+
+    def relink(self, *, row: int, cache_of: int) -> None:
+        """A cache hit waits on, or reuses, trial *cache_of* instead of the one it named."""
+        self._relinks.append((cache_of, row))
+
+    def release_claim(self, *, row: int) -> None:
+        """Trial *row* will not run after all: its claim on its config goes (a trial's claim
+        also goes, by itself, in the transaction that records its end)."""
+        self._releases.append((row,))
 
     def end_trial(
         self, *, row: int, status: TrialStatus, ended_at: float | None,
@@ -800,7 +876,8 @@ class Store(_Reads):
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             wanted = _journal_mode(self.path)
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+            self._db = sqlite3.connect(self.path, isolation_level=None,
+                                       timeout=BUSY_TIMEOUT_S)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"{self.path}: cannot open the record ({exc})") from None
         db = self._db
@@ -811,12 +888,16 @@ class Store(_Reads):
                 # Leaving WAL needs the file to itself; another connection has it open.
                 row = db.execute("PRAGMA journal_mode").fetchone()
             self.journal_mode: str = str(row[0]).lower()
-            db.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
+            self._sync = "FULL" if durable else "OFF"
+            db.execute(f"PRAGMA synchronous={self._sync}")
             self._init_schema()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: not a dse record ({exc})") from None
-        self._next_trial = self._max_id("trials") + 1
-        self._next_attempt = self._max_id("attempts") + 1
+        # Ids are handed out from blocks the record reserved for this Store: [next, end).
+        self._next_trial = self._end_trial = self._next_attempt = self._end_attempt = 0
+        self._blocks = {"trials": _FIRST_BLOCK, "attempts": _FIRST_BLOCK}
+        self._claiming = False
+        """Whether this Store claimed configs (its trials' ends then release them)."""
 
     @_writes
     def _init_schema(self) -> None:
@@ -841,6 +922,8 @@ class Store(_Reads):
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
             (str(SCHEMA_VERSION),),
         )
+        db.execute("INSERT OR IGNORE INTO counters(name, next) VALUES ('trials', 1),"
+                   " ('attempts', 1)")
         db.execute("COMMIT")
 
     @_writes
@@ -848,6 +931,9 @@ class Store(_Reads):
         """Bring a record written by an older dse up to :data:`SCHEMA_VERSION`, in place."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
+        # Another controller may have migrated it while this one waited for the lock.
+        (found,) = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        version = int(found)
         while version != SCHEMA_VERSION:
             for statement in _MIGRATIONS[version]:
                 if statement.strip():
@@ -866,14 +952,53 @@ class Store(_Reads):
     # -- ids ------------------------------------------------------------------------------
 
     def new_trial_id(self) -> int:
+        """A trial row id no other Store of this record hands out."""
+        if self._next_trial >= self._end_trial:
+            self._next_trial, self._end_trial = self._reserve("trials")
         value = self._next_trial
         self._next_trial += 1
         return value
 
     def new_attempt_id(self) -> int:
+        """An attempt row id no other Store of this record hands out."""
+        if self._next_attempt >= self._end_attempt:
+            self._next_attempt, self._end_attempt = self._reserve("attempts")
         value = self._next_attempt
         self._next_attempt += 1
         return value
+
+    def _reserve(self, table: str) -> tuple[int, int]:
+        """Reserve the next block of ids of *table* in the record: ``[first, end)``. Blocks
+        double up to a limit, so a long run asks rarely and a short one wastes little."""
+        size = self._blocks[table]
+        self._blocks[table] = min(size * 2, _LAST_BLOCK)
+        with self._light_write():
+            # Past every row, too: rows written without the counter (a test's SQL) are skipped.
+            (end,) = self._db.execute(_RESERVE.format(table=table), (size, table)).fetchone()
+        return int(end) - size, int(end)
+
+    @contextlib.contextmanager
+    def _light_write(self) -> Iterator[None]:
+        """A short write transaction that need not reach the disk on its own: in WAL mode
+        the next durable commit carries it (the log is replayed in order); with a rollback
+        journal every commit stays durable. Reserved ids and claims are worth nothing after
+        a crash of the machine, which ends every controller holding them."""
+        db = self._db
+        light = self.journal_mode == "wal" and self._sync == "FULL"
+        if light:
+            db.execute("PRAGMA synchronous=NORMAL")
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        finally:
+            if light:
+                db.execute(f"PRAGMA synchronous={self._sync}")
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -911,6 +1036,8 @@ class Store(_Reads):
         try:
             for sql, rows in (
                 (_INSERT_TRIAL, batch._trials),
+                (_RUN_INSTEAD, batch._reruns),
+                (_RELINK, batch._relinks),
                 (_INSERT_ATTEMPT, batch._attempts),
                 (_UPDATE_ATTEMPT, batch._attempt_updates),
                 (_END_ATTEMPT, batch._attempt_ends),
@@ -928,6 +1055,8 @@ class Store(_Reads):
             ):
                 if rows:
                     db.executemany(sql, rows)
+            if self._claiming:
+                db.executemany(_RELEASE, _released(batch))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -967,7 +1096,7 @@ class Store(_Reads):
         try:
             score_ids: list[int]
             if select is not None:
-                trial_ids, score_ids = self._selected(select), []
+                trial_ids, score_ids = _selected(self._db, select), []
             else:
                 trial_ids, score_ids = self._matching(kind, target, trial_row)
             if not trial_ids and not score_ids:
@@ -1010,27 +1139,6 @@ class Store(_Reads):
         assert mark is not None
         return mark, flagged_trials, int(flagged_scores)
 
-    def _selected(self, select: TrialSelection) -> list[int]:
-        """The trial rows *select* picks, and the cache hits that reuse one of them."""
-        where: list[str] = ["1"]
-        args: list[str | int] = []
-        if select.failed is not None:
-            where.append("status = 'failed'")
-            if select.failed:
-                where.append("failure = ?")
-                args.append(select.failed)
-        if select.run is not None:
-            where.append("campaign_id = ?")
-            args.append(select.run)
-        if select.campaign is not None:
-            where.append("campaign_id IN (SELECT id FROM campaigns WHERE name = ?)")
-            args.append(select.campaign)
-        rows = self._db.execute(
-            f"WITH v AS (SELECT id FROM trials WHERE {' AND '.join(where)})"
-            " SELECT id FROM v UNION SELECT id FROM trials WHERE cache_of IN v", args,
-        ).fetchall()
-        return sorted(int(r[0]) for r in rows)
-
     def _matching(
         self, kind: str, target: str, trial_row: int | None
     ) -> tuple[list[int], list[int]]:
@@ -1070,6 +1178,83 @@ class Store(_Reads):
         )
         db.execute("COMMIT")
 
+    # -- configurations shared with other controllers --------------------------------------
+
+    def claim(self, wanted: Mapping[str, int], campaign: str, now: float, *,
+              reuse: bool = True) -> dict[str, Claim]:
+        """Claim each config hash of *wanted* for the trial row it maps to, on behalf of
+        *campaign*, in one short transaction; what the record says of each.
+
+        A config with a reusable finished result (:data:`REUSABLE_ROW`; unless not *reuse*) is
+        not claimed: its :class:`Claim` names that result. A config claimed by the trial of a
+        live controller of another campaign (its lock is held, see :func:`dse._lock.lock_held`)
+        names that trial, to wait on. Otherwise the claim is this one's — taken over from a
+        controller that is gone, from a trial whose result has been invalidated, or from a trial
+        of *campaign* itself (whose own table knows better: that trial has ended) — until the
+        transaction that records the trial's end (or :meth:`Batch.release_claim`).
+        """
+        self._claiming = True
+        out: dict[str, Claim] = {}
+        db = self._db
+        digests = list(wanted)
+        with self._light_write():
+            for chunk in _chunks(digests if reuse else []):
+                marks = ",".join("?" * len(chunk))
+                for found in db.execute(
+                    f"SELECT {_TRIAL} FROM trials WHERE config_hash IN ({marks}) AND"
+                    f" {REUSABLE_ROW} ORDER BY id DESC", chunk,
+                ):
+                    out[found[5]] = Claim(found[0], mine=False, result=_trial(found))
+            free = [d for d in digests if d not in out]
+            held: dict[str, tuple[Any, ...]] = {}
+            for chunk in _chunks(free):
+                marks = ",".join("?" * len(chunk))
+                held.update((r[0], r[1:]) for r in db.execute(
+                    "SELECT c.config_hash, c.trial_id, c.campaign, t.invalidation FROM claims c"
+                    f" LEFT JOIN trials t ON t.id = c.trial_id WHERE c.config_hash IN ({marks})",
+                    chunk,
+                ))
+            alive: dict[str, bool] = {campaign: False}  # our own claims: our table knows
+            for digest in free:
+                row, other = wanted[digest], held.get(digest)
+                if other is not None and other[1] not in alive:
+                    alive[other[1]] = lock_held(self.path.parent, other[1])
+                if other is not None and other[0] != row and other[2] is None and alive[other[1]]:
+                    out[digest] = Claim(int(other[0]), mine=False)
+                    continue
+                out[digest] = Claim(row, mine=True)
+            db.executemany(_CLAIM, [(d, wanted[d], campaign, now)
+                                    for d in free if out[d].mine])
+        return out
+
+    def reset_claims(self, campaign: str, live: Mapping[str, int], now: float) -> None:
+        """Drop every claim of *campaign* (its controller, this one, holds its lock: they are
+        left by a run that is gone) and claim again, where nobody else has, the configs of
+        its *live* trials (config hash → trial row)."""
+        self._claiming = True
+        with self._light_write():
+            self._db.execute("DELETE FROM claims WHERE campaign = ?", (campaign,))
+            self._db.executemany(
+                "INSERT OR IGNORE INTO claims(config_hash, trial_id, campaign, claimed_at)"
+                " VALUES (?, ?, ?, ?)",
+                [(digest, row, campaign, now) for digest, row in live.items()],
+            )
+
+
+def _released(batch: Batch) -> Iterator[tuple[int]]:
+    """The trial rows whose claims a commit of *batch* releases: those it ends (or records
+    ended as they are made), and those released outright."""
+    yield from batch._releases
+    for change in batch._trial_ends:
+        if change[5] is not None:
+            yield (change[6],)
+    for change in batch._trials:
+        if change[15] is not None:
+            yield (change[0],)
+    for change in batch._reruns:
+        if change[4] is not None:
+            yield (change[5],)
+
 
 @dataclass(frozen=True, slots=True)
 class TrialSelection:
@@ -1094,7 +1279,29 @@ class TrialSelection:
         return " ".join(parts)
 
 
-def _chunks(ids: Sequence[int], size: int = 500) -> list[Sequence[int]]:
+def _selected(db: sqlite3.Connection, select: TrialSelection) -> list[int]:
+    """The trial rows *select* picks, and the cache hits that reuse one of them."""
+    where: list[str] = ["1"]
+    args: list[str | int] = []
+    if select.failed is not None:
+        where.append("status = 'failed'")
+        if select.failed:
+            where.append("failure = ?")
+            args.append(select.failed)
+    if select.run is not None:
+        where.append("campaign_id = ?")
+        args.append(select.run)
+    if select.campaign is not None:
+        where.append("campaign_id IN (SELECT id FROM campaigns WHERE name = ?)")
+        args.append(select.campaign)
+    rows = db.execute(
+        f"WITH v AS (SELECT id FROM trials WHERE {' AND '.join(where)})"
+        " SELECT id FROM v UNION SELECT id FROM trials WHERE cache_of IN v", args,
+    ).fetchall()
+    return sorted(int(r[0]) for r in rows)
+
+
+def _chunks(ids: Sequence[_T], size: int = 500) -> list[Sequence[_T]]:
     """*ids* in pieces small enough for SQLite's limit on bound parameters."""
     return [ids[i : i + size] for i in range(0, len(ids), size)]
 
