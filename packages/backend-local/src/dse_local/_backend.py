@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +95,13 @@ class _Job:
     pid: int | None = None
     ticks: int | None = None
     pidfd: int | None = None
+    sid: int | None = None
+    """The wrapper's pid, which is its session's id: what is left of the attempt when the
+    wrapper died is found by it."""
+    sid_ticks: int | None = None
+    """The wrapper's start time (tells a reused pid apart)."""
+    orphans_since: float | None = None
+    """When processes of the session were first found still alive after the wrapper died."""
     gpus: tuple[int, ...] = ()
     cancel_at: float | None = None
     killed_at: float | None = None
@@ -176,7 +184,10 @@ class LocalBackend(Backend):
 
     Each attempt runs under a small wrapper (``_wrapper.py``) in a session of its own; the
     wrapper writes ``exit.json`` in ``<trial_dir>/attempt-<n>/``, so a controller restarted
-    later learns how an attempt it no longer parents ended. GPUs are handed out exclusively
+    later learns how an attempt it no longer parents ended. A wrapper that dies without
+    writing it (killed from outside) leaves its session behind: the attempt is reported ended
+    (``LOST``) only once every process of that session is killed and gone, by this controller
+    or, after a restart, by the one that reattaches. GPUs are handed out exclusively
     through ``CUDA_VISIBLE_DEVICES``; a job waits in the backend's queue until its CPUs and
     GPUs are free (first come, first served). The directory of the controller's Python comes
     first on the trials' ``PATH``, so ``python`` in a command is the controller's environment.
@@ -309,8 +320,8 @@ class LocalBackend(Backend):
                 str(adir / "stdout.log"), str(adir / "stderr.log"),
                 str(spec.cwd or spec.trial_dir), "--", *argv,
             ]
-            job.pid = self._server.spawn(env, args)
-            job.ticks = _write_pid_file(adir, job.pid)
+            job.pid = job.sid = self._server.spawn(env, args)
+            job.ticks = job.sid_ticks = _write_pid_file(adir, job.pid)
         except OSError as exc:
             job.final = JobStatus(
                 job.job_id, JobState.LAUNCH_ERROR, node="localhost",
@@ -365,11 +376,14 @@ class LocalBackend(Backend):
             exited = job.pidfd in ready
         else:
             exited = job.pid is None or _start_ticks(job.pid) != job.ticks
-        if not exited:
+        if exited:
+            ended = self._ended(job)
+            if ended is not None:
+                return ended
+        else:
             self._enforce_cancel(job, now)
-            return JobStatus(job.job_id, JobState.RUNNING, node="localhost",
-                             started_at=job.started_at)
-        return self._ended(job)
+        return JobStatus(job.job_id, JobState.RUNNING, node="localhost",
+                         started_at=job.started_at)
 
     def _enforce_cancel(self, job: _Job, now: float) -> None:
         """If the wrapper ignores a cancel for too long, kill its whole session."""
@@ -378,9 +392,11 @@ class LocalBackend(Backend):
         if now - job.cancel_at > self.grace + 5.0:
             job.killed_at = now
             log.warning("attempt %s ignored its cancel; killing its session", job.job_id)
-            _kill_session(job.pid)
+            _kill_session(job.pid, job.ticks)
 
-    def _ended(self, job: _Job) -> JobStatus:
+    def _ended(self, job: _Job) -> JobStatus | None:
+        """How the attempt whose wrapper is gone ended; ``None`` while processes of its
+        session are still alive (it has not ended until they are gone)."""
         spec = job.spec
         # The attempt directory is the trial's to write: read_small follows no symlink and
         # never waits on a FIFO an earlier attempt may have left there.
@@ -399,6 +415,8 @@ class LocalBackend(Backend):
                 lost = "the attempt never started (its controller stopped while launching it)"
                 return JobStatus(job.job_id, state, node="localhost", reason=lost,
                                  ended_at=self.clock.time())
+            if not self._session_ended(job):
+                return None
             lost = "the attempt's wrapper ended without writing exit.json"
             return JobStatus(job.job_id, state, node="localhost", reason=lost,
                              started_at=job.started_at, ended_at=self.clock.time(),
@@ -433,6 +451,44 @@ class LocalBackend(Backend):
             started_at=doc.get("started_at"), ended_at=doc.get("ended_at"), reason=reason,
             ambiguous=ambiguous, peak_rss_kb=doc.get("peak_rss_kb"),
         )
+
+    def _session_ended(self, job: _Job) -> bool:
+        """Kill what is left of the session of a wrapper that died without its exit file (an
+        OOM killer, an operator's ``kill -9``); whether none of it is left.
+
+        The wrapper is the one that ends its workload; once it is gone, nothing else would:
+        the workload would run on, unlimited and uncharged, beside the retry of its own trial
+        and write into a trial already recorded. So the attempt ends only once every process
+        of its session is gone (SIGKILL cannot be ignored, but a process in uninterruptible
+        sleep dies only when it wakes: until then the attempt stays ``running``).
+        """
+        if job.pidfd is not None:
+            os.close(job.pidfd)  # the wrapper has ended: never wait on it again
+            job.pidfd = None
+        job.pid = None
+        if job.sid is None:
+            return True
+        deadline = time.monotonic() + 1.0
+        left = _kill_session(job.sid, job.sid_ticks)
+        if left and job.orphans_since is None:
+            log.warning("attempt %s: its wrapper died without its exit file; killing what is"
+                        " left of its session (pids %s)", job.job_id, " ".join(map(str, left)))
+        while left:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+            left = _kill_session(job.sid, job.sid_ticks)
+        if not left:
+            return True
+        now = self.clock.time()
+        if job.orphans_since is None:
+            job.orphans_since = now
+        elif now - job.orphans_since > 30.0:
+            log.warning("attempt %s: its wrapper died and %d process(es) of its session"
+                        " survive SIGKILL (pids %s)", job.job_id, len(left),
+                        " ".join(map(str, left)))
+            job.orphans_since = now
+        return False
 
     def _forget(self, job: _Job) -> None:
         self._release(job)
@@ -470,6 +526,9 @@ class LocalBackend(Backend):
                 pid, recorded = int(words[0]), int(words[1])
             except (ValueError, IndexError):
                 continue  # never started: decided by the exit file at the next poll
+            # Its session id, even if the wrapper has died: what is left of it is killed
+            # before the attempt ends (the next poll).
+            job.sid, job.sid_ticks = pid, recorded or None
             ticks = _start_ticks(pid)
             if ticks is None or (recorded and ticks != recorded):
                 continue  # ended, or the pid now belongs to another process
@@ -498,7 +557,7 @@ class LocalBackend(Backend):
         if self.wait_on_shutdown:
             for job in live:
                 assert job.pid is not None
-                _kill_session(job.pid)
+                _kill_session(job.pid, job.ticks)
         self._server.close()
 
 
@@ -520,8 +579,16 @@ def _gone(job: _Job) -> bool:
     return job.pid is None or _start_ticks(job.pid) != job.ticks
 
 
-def _kill_session(pid: int) -> None:
-    """SIGKILL every process in the session *pid* leads (the wrapper's session)."""
+def _kill_session(sid: int, leader_ticks: int | None) -> list[int]:
+    """SIGKILL every live process of the session *sid* (a wrapper's session: its id is the
+    wrapper's pid, started at *leader_ticks*); return the pids it found.
+
+    Linux gives out a pid again only once no process has it as its pid, process group or
+    session: while any process of the session lives, the number is the session's. So a live
+    process *sid* that is not the wrapper (another start time) means the session is empty
+    and the number reused: nothing is killed.
+    """
+    members = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -531,6 +598,13 @@ def _kill_session(pid: int) -> None:
         except OSError:
             continue
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if int(fields[3]) == pid:
-            with contextlib.suppress(OSError):
-                os.kill(int(name), signal.SIGKILL)
+        if int(fields[3]) != sid or fields[0] in (b"Z", b"X"):
+            continue  # another session's, or ended (a zombie cannot run or write)
+        pid = int(name)
+        if pid == sid and (leader_ticks is None or int(fields[19]) != leader_ticks):
+            return []  # the pid was reused: a session of someone else's
+        members.append(pid)
+    for pid in members:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return members

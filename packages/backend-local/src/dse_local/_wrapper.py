@@ -14,7 +14,9 @@ files, enforces the time limit itself (so a limit holds after the controller die
 SIGTERM from the controller into SIGTERM → grace → SIGKILL of every descendant, kills
 whatever the workload left behind, and finally writes ``exit.json`` atomically in the attempt
 directory: exit code or signal, start and end times, peak RSS, and whether the end was a
-time-out or a cancel.
+time-out or a cancel. The workload's first process is started with ``PR_SET_PDEATHSIG``
+(SIGKILL), so it dies with a wrapper killed from outside; the rest of the session is then
+killed by the controller before it records the attempt as ended.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import select
 import sys
 import time
 
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -211,15 +214,22 @@ def _write_pid_file(attempt_dir: str) -> None:
     write_atomic(os.path.join(attempt_dir, "wrapper.pid"), b"%d %s\n" % (pid, ticks.encode()))
 
 
-def _subreaper() -> None:
+def _prctl(option: int, arg: int) -> bool:
+    """``prctl(option, arg)``; whether it could be called."""
     # prctl through the C layer of ctypes: importing `ctypes` itself costs milliseconds.
     try:
         import _ctypes
 
         prctl = _ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl")  # type: ignore[arg-type]
-        _ctypes.call_function(prctl, (PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
+        _ctypes.call_function(prctl, (option, arg, 0, 0, 0))
     except (ImportError, OSError, AttributeError):
-        pass  # without a subreaper, the process group and the walk below still apply
+        return False
+    return True
+
+
+def _subreaper() -> None:
+    # Without a subreaper, the process group and the walk below still apply.
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
 def _spawn(
@@ -227,9 +237,17 @@ def _spawn(
 ) -> tuple[int | None, str | None]:
     """Fork and exec *argv* in a new process group; return (pid, launch error or None)."""
     rfd, wfd = os.pipe()  # close-on-exec: the parent reads EOF once exec succeeded
+    wrapper = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
+            # A watchdog for a wrapper killed from outside (the OOM killer, kill -9): the
+            # workload's first process dies with it. What it started lives on in the session
+            # until the controller, seeing the wrapper gone without its exit file, kills the
+            # session (at once, or when it is started again).
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != wrapper:
+                os._exit(137)  # the wrapper died before the watchdog was set
             os.setpgid(0, 0)
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
                 signal.signal(sig, signal.SIG_DFL)

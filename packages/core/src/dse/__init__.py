@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from dse._engine import Engine
     from dse._environment import CommandEnvironment
     from dse._errors import (
+        AgentError,
         BackendError,
         ConfigError,
         ConstraintError,
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, str] = {
     "Agent": "dse._protocols",
+    "AgentError": "dse._errors",
     "AttemptState": "dse._types",
     "CampaignStatus": "dse._types",
     "EndReason": "dse._types",
@@ -135,6 +137,7 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "REUSED_FAILURES",
     "Agent",
+    "AgentError",
     "AttemptState",
     "Backend",
     "BackendError",

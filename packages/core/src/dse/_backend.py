@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from dse._clock import Clock, SystemClock
@@ -17,7 +18,7 @@ from dse._errors import BackendError, ConfigError
 from dse._types import JobSpec, JobState, JobStatus, Resources
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
     from types import TracebackType
 
 log = logging.getLogger("dse.backend")
@@ -161,10 +162,15 @@ class Backend(ABC):
             return changed
         try:
             statuses = self._poll(tuple(self._outstanding))
+            malformed = _malformed(statuses)
         except Exception as exc:  # noqa: BLE001 - a failing query never fails a trial
+            malformed = f"{type(exc).__name__}: {exc}"
+        if malformed is not None:
+            # Survived like a failing query: the pass changes nothing, the next one asks again.
             self.poll_failures += 1
-            log.warning("backend %s: poll failed (%d in a row): %s", self.name,
-                        self.poll_failures, exc)
+            cls = type(self)
+            log.warning("backend %s (%s.%s): poll failed (%d in a row): %s", self.name,
+                        cls.__module__, cls.__qualname__, self.poll_failures, malformed)
             return changed
         self.poll_failures = 0
         for job_id, status in statuses.items():
@@ -253,3 +259,19 @@ class Backend(ABC):
 
     def _shutdown(self) -> None:  # noqa: B027 - optional hook
         """Release resources held by the backend (default: nothing)."""
+
+
+def _malformed(statuses: object) -> str | None:
+    """What is wrong with what ``_poll`` returned (a mapping of job id to
+    :class:`~dse.JobStatus` expected), or ``None``."""
+    if not isinstance(statuses, Mapping):
+        return f"_poll returned {type(statuses).__name__}, not a mapping of job id to JobStatus"
+    for job_id, status in statuses.items():
+        if not isinstance(status, JobStatus):
+            return (f"_poll returned {type(status).__name__} {status!r:.60} for job {job_id!r},"
+                    " not a JobStatus")
+        state: object = status.state  # a frozen dataclass checks no type: a plugin may err
+        if not isinstance(state, JobState):
+            return (f"_poll returned a JobStatus for job {job_id!r} whose state is"
+                    f" {state!r:.40}, not a JobState")
+    return None

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dse._engine import Engine
-from dse._errors import ConfigError, PluginError
+from dse._errors import PluginError
+from dse._guard import AgentGuard
 from dse._plugins import PluginManager
 from dse._scoring import build_scorer
 
@@ -42,15 +43,14 @@ def build_engine(
         backend_cls = _resolve(plugins.backend_class, campaign.backend, source, "backend")
         backend = backend_cls.from_options(campaign.backend_options, source=source)
 
+    guard = AgentGuard.lookup(plugins, campaign.agent)
+
     def make_agent() -> Any:
         """The campaign's agent; called again, the same agent afresh (when it is rebuilt)."""
-        return agent_cls(campaign.space, seed=campaign.seed, **campaign.agent_options)
+        return guard.build(agent_cls, campaign.space, seed=campaign.seed,
+                           where=f"{source}: agent.{campaign.agent}", **campaign.agent_options)
 
-    try:
-        agent = make_agent()
-    except TypeError as exc:
-        msg = f"{source}: agent.{campaign.agent}: bad option(s): {exc}"
-        raise ConfigError(msg) from None
+    agent = make_agent()
     scorer = build_scorer(campaign, plugins)
     return Engine(
         campaign, agent=agent, backend=backend, store=store, listener=listener, clock=clock,

@@ -106,6 +106,8 @@ class Dispatcher:
         resources (``submitting`` once granted), ``submitting`` when every queued attempt
         starts at once."""
         self.run_dir: Path | None = None
+        self.overproposed = False
+        """The agent was warned of for answering more than it was asked."""
 
     # -- pulling proposals ------------------------------------------------------------------
 
@@ -138,9 +140,10 @@ class Dispatcher:
         proposed nothing, and the fill ends)."""
         p = self.parts
         flying = p.table.in_flight()
-        proposals = list(agent.propose(want, [t.params for t in flying]))
+        guard = p.feedback.guard
+        proposals = guard.propose(agent, want, [t.params for t in flying])
         if len(proposals) > want:
-            p.journal.event(None, "agent_overproposed", {"asked": want, "got": len(proposals)})
+            self._overproposed(agent, want, len(proposals))
             proposals = proposals[:want]
         first = p.stats.proposals + 1
         batch, campaign_id = p.journal.batch, p.journal.campaign_id
@@ -150,7 +153,7 @@ class Dispatcher:
         if not proposals:
             batch.agent_call(campaign=campaign_id, kind="propose", n=want, proposals=[],
                              in_flight=in_flight, slot=slot)
-            if agent.exhausted:
+            if guard.exhausted(agent):
                 p.end.done = EndReason.AGENT_EXHAUSTED
             elif not (p.table.running or p.table.queued or p.table.remote
                       or p.feedback.pending()):
@@ -169,6 +172,18 @@ class Dispatcher:
                              in_flight=in_flight, slot=slot)
             p.claims.release_unused(batch)
         return took
+
+    def _overproposed(self, agent: Agent, asked: int, got: int) -> None:
+        """The agent answered more than it was asked: the extra proposals are dropped (never
+        numbered, never run, never told back), recorded each time and said once a run."""
+        p = self.parts
+        p.journal.event(None, "agent_overproposed", {"asked": asked, "got": got})
+        if not self.overproposed:
+            self.overproposed = True
+            who = p.feedback.guard.describe(agent)
+            p.journal.alert(f"{who} answered propose() with {got} proposals when asked for"
+                            f" at most {asked}; the extra {got - asked} are dropped (said once;"
+                            " every time is an agent_overproposed event)")
 
     def _take(self, agent: Agent, raw: Mapping[str, Any], hashed: Hashed | None) -> int:
         """Turn one proposal (*hashed*: coerced and hashed, if it could be) into a trial, a

@@ -32,9 +32,10 @@ from dse._collect import Collector
 from dse._data import DataVersioner
 from dse._dispatch import Dispatcher, Parts
 from dse._environment import CommandEnvironment
-from dse._errors import ConfigError
+from dse._errors import ConfigError, DseError
 from dse._feedback import Feedback
 from dse._gate import BudgetGate
+from dse._guard import AgentGuard
 from dse._interrupt import Interruptions, watch_for
 from dse._invalidation import InvalidationView
 from dse._journal import Journal
@@ -129,13 +130,13 @@ class Engine:
         self.stats = Stats()
         self.campaign_id = 0
         self.run_dir = Path()
-        self.scorer: Scorer = scorer or build_scorer(
-            campaign, plugins or PluginManager(autoload=False))
+        plugins = plugins or PluginManager(autoload=False)
+        self.scorer: Scorer = scorer or build_scorer(campaign, plugins)
+        self._guard = AgentGuard.lookup(plugins, campaign.agent)
         """Who scores complete runs; its name and version are recorded with every score."""
-        self.abandoned = False
-        """True when a second interrupt ended the run without waiting for its trials."""
-        self.reuse = True
-        """Whether results recorded before this run are reused (``dse run --fresh``: no)."""
+        self.abandoned, self.reuse = False, True
+        """A second interrupt ended the run without waiting for its trials; results recorded
+        before this run are reused (``dse run --fresh``: no)."""
         self.pool: Pool | None = None
         """The pool whose resources the campaign's trials wait for (set by the pool)."""
         self.finished: CampaignResult | None = None
@@ -159,7 +160,7 @@ class Engine:
                     "placement": dict(self.backend.placement())}
         self.data = CurrentData(identity, data_version)
         ranking = Objective(campaign.objectives[0].metric, self.scorer.direction)
-        self.feedback = Feedback(ranking.direction)
+        self.feedback = Feedback(ranking.direction, self._guard)
         self.baselines = Baselines(self.scorer)
         self.invalid = InvalidationView(0)  # its run id is set when the run is recorded
         policy = RetryPolicy(campaign.max_interruptions)
@@ -418,7 +419,9 @@ class Engine:
         try:
             self.cancel_all()
         finally:
-            self._finish(EndReason.ERROR, type(exc).__name__)
+            # A plugin's mistake or a bad input is said in words; a bug in dse by its type.
+            what = f"{type(exc).__name__}: {exc}" if isinstance(exc, DseError) else None
+            self._finish(EndReason.ERROR, what or type(exc).__name__)
 
     # -- inside a pass ------------------------------------------------------------------------
 

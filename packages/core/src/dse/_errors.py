@@ -26,6 +26,14 @@ class PluginError(DseError, RuntimeError):
     """A plugin failed to load, registered a duplicate name, or a name is unknown."""
 
 
+class AgentError(PluginError):
+    """An agent (a plugin's code) raised in a call, or answered one with the wrong type.
+
+    The message names the agent, the plugin and distribution it comes from, and the call
+    (``__init__()``, ``propose()``, ``observe()``); the campaign ends, recorded as failed.
+    """
+
+
 class ConstraintError(DseError, RuntimeError):
     """A user constraint raised instead of answering ``True`` or ``False``."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dse._guard import AgentGuard
 from dse._types import Observation, TrialStatus
 
 if TYPE_CHECKING:
@@ -25,8 +26,10 @@ class Feedback:
     :param direction: which way the campaign's scores are better (told with each one).
     """
 
-    def __init__(self, direction: Direction) -> None:
+    def __init__(self, direction: Direction, guard: AgentGuard | None = None) -> None:
         self.direction = direction
+        self.guard = guard or AgentGuard()
+        """Every call into the agent goes through it (it names the agent when one fails)."""
         self._pending: list[tuple[int, Observation]] = []
 
     def observation(
@@ -73,7 +76,7 @@ class Feedback:
         pending = sorted(self._pending, key=lambda item: item[0])
         self._pending = []
         batch.agent_call(campaign=campaign_id, kind="observe", proposals=[p for p, _ in pending])
-        agent.observe([obs for _, obs in pending])
+        self.guard.observe(agent, [obs for _, obs in pending])
 
     def reject(
         self, agent: Agent, batch: Batch, campaign_id: int, proposal: int,
@@ -81,5 +84,5 @@ class Feedback:
     ) -> None:
         """Tell the agent at once that *proposal* was rejected, and log the call."""
         batch.agent_call(campaign=campaign_id, kind="observe", proposals=[proposal])
-        agent.observe([Observation(params=params, status=None, rejected=reason)])
+        self.guard.observe(agent, [Observation(params=params, status=None, rejected=reason)])
 

@@ -301,7 +301,7 @@ class Resume:
                     trial = recorded.by_proposal[proposal]
                     observations.append(
                         p.feedback.observation(trial, current=p.data.current(trial)))
-            agent.observe(observations)
+            p.feedback.guard.observe(agent, observations)
             observed.update(numbers)
         if diverged is not None and same_feedback:
             p.journal.event(None, "agent_replay_diverged", {"detail": diverged})
@@ -325,7 +325,7 @@ class Resume:
 
         n = entry.n or 0
         in_flight = [params_of(number) for number in entry.in_flight or ()]
-        got = list(agent.propose(n, in_flight))[:n]
+        got = self._parts.feedback.guard.propose(agent, n, in_flight)[:n]
         if len(got) < len(numbers):
             return f"asked for {n}, got {len(got)} instead of {len(numbers)}"
         for raw, proposal in zip(got, numbers, strict=False):
