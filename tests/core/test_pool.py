@@ -160,7 +160,10 @@ def test_a_trial_still_queued_when_the_controller_dies_waits_again_as_the_same_a
     first = engine(tmp_path, "easy", trials, ProbeBackend(script, clock=clock, cluster=cluster),
                    clock, parallelism=3)
     first.listener = Die()
-    [result] = run_pool([first], PoolConfig({"gpus": 8}))
+    with pytest.raises(KeyboardInterrupt):  # recorded, then raised again to the caller
+        run_pool([first], PoolConfig({"gpus": 8}))
+    result = first.finished
+    assert result is not None
     assert result.status == "cancelled"
     states = {t.number: a.state for t, a in attempts(first.store, result.campaign_id)}
     assert states[3] is AttemptState.QUEUED  # t2 waited for t1's GPUs: never submitted
@@ -193,7 +196,10 @@ def test_a_resumed_pool_remembers_the_durations_and_usage_of_the_run_so_far(tmp_
                                                             cluster=cluster), clock,
                    parallelism=1)
     first.listener = DieAfter()
-    [result] = run_pool([first], PoolConfig({"gpus": 8}))
+    with pytest.raises(KeyboardInterrupt):
+        run_pool([first], PoolConfig({"gpus": 8}))
+    result = first.finished
+    assert result is not None
     assert first.pool is not None
     assert first.pool.scheduler is not None
     before = first.pool.scheduler.usage("recall", clock.time())
