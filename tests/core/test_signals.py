@@ -24,13 +24,16 @@ def launch_fails(params):
 CAMPAIGN = """
 [campaign]
 name = "paused"
-agent = "random"
+agent = "list"
 backend = "probe"
 max_parallelism = 2
 max_trials = 50
 interruption_threshold = 2
 interruption_window = "10m"
 poll_interval = ["0.05s", "0.1s"]
+
+[agent.list]
+points = [POINTS]
 
 [backend.probe]
 script = "scripts:launch_fails"
@@ -62,7 +65,8 @@ def test_a_signal_while_dispatch_is_paused_ends_the_run_within_a_second(
 ) -> None:
     write_plugin(tmp_path)
     (tmp_path / "scripts.py").write_text(SCRIPT)
-    (tmp_path / "campaign.toml").write_text(CAMPAIGN)
+    points = ", ".join(f"{{x = {i / 100}}}" for i in range(50))
+    (tmp_path / "campaign.toml").write_text(CAMPAIGN.replace("POINTS", points))
     db = tmp_path / ".dse" / "dse.sqlite"
     proc = start_dse(tmp_path, "run", "campaign.toml")
     try:
@@ -98,15 +102,18 @@ API_SCRIPT = """
 import sys
 import dse
 
+from dse.testing import ProbeBackend, ScriptedAgent
+
 campaign = dse.campaign_from_dict({
-    "campaign": {"name": "api", "agent": "random", "backend": "probe", "max_parallelism": 2,
+    "campaign": {"name": "api", "backend": "probe", "max_parallelism": 2,
                  "max_trials": 4, "poll_interval": ["0.05s", "0.1s"]},
     "objectives": [{"metric": "value"}],
     "space": {"x": {"type": "int", "low": 0, "high": 9},
               "outcome": ["hang"]},
 }, workspace=sys.argv[1])
 store = dse.Store(sys.argv[1] + "/dse.sqlite")
-engine = dse.build_engine(campaign, store=store)
+agent = ScriptedAgent([{"x": x, "outcome": "hang"} for x in range(4)])
+engine = dse.Engine(campaign, agent=agent, backend=ProbeBackend(), store=store)
 print("running", flush=True)
 try:
     engine.run()
