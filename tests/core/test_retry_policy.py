@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import given
@@ -18,7 +18,6 @@ from dse._retry import (
     InterruptionWatch,
     RetryPolicy,
     controller_lost,
-    is_controller_lost,
 )
 from dse._types import AttemptState, FailureClass, JobState, JobStatus, TrialStatus
 
@@ -253,6 +252,10 @@ REBUILT = {
         [(1, A.CANCELLED, "n1"), (2, A.RUNNING, None)],
         AttemptHistory(0, [], {"n1"}),
     ),
+    "an attempt the controller's death lost counts for nothing": (
+        [(1, A.LOST, "n1", controller_lost(None)), (2, A.LOST, "n1", "job vanished")],
+        AttemptHistory(1, [(2, JobState.LOST)], {"n1"}),
+    ),
     "localhost is never a node": (
         [(1, A.PREEMPTED, "localhost"), (2, A.LAUNCH_ERROR, ""), (3, A.RUNNING, "localhost")],
         AttemptHistory(2, [], set()),
@@ -267,10 +270,11 @@ REBUILT = {
 
 @pytest.mark.parametrize(("attempts", "history"), REBUILT.values(), ids=REBUILT.keys())
 def test_a_resumed_trials_history_is_rebuilt_from_its_attempts(
-    attempts: list[tuple[int, AttemptState, str | None]], history: AttemptHistory
+    attempts: list[tuple[Any, ...]], history: AttemptHistory
 ) -> None:
-    assert AttemptHistory.rebuild(attempts) == history
-    assert AttemptHistory.rebuild(iter(attempts)) == history
+    recorded = [(*a, None)[:4] for a in attempts]  # (number, state, node, reason)
+    assert AttemptHistory.rebuild(recorded) == history
+    assert AttemptHistory.rebuild(iter(recorded)) == history
 
 
 RETRIED_ENDS = st.sampled_from([
@@ -279,16 +283,20 @@ RETRIED_ENDS = st.sampled_from([
 ])
 
 
-@given(st.lists(st.tuples(RETRIED_ENDS, st.sampled_from([None, "localhost", "n1", "n2"]))))
+@given(st.lists(st.tuples(RETRIED_ENDS, st.sampled_from([None, "localhost", "n1", "n2"]),
+                          st.booleans())))
 def test_a_rebuilt_history_is_the_one_the_policy_kept_while_it_retried(
-    ends: list[tuple[JobState, str | None]],
+    ends: list[tuple[JobState, str | None, bool]],
 ) -> None:
-    policy, live, recorded = RetryPolicy(len(ends)), AttemptHistory(), []
-    for attempt, (state, node) in enumerate(ends, 1):
+    policy, live = RetryPolicy(len(ends)), AttemptHistory()
+    recorded: list[tuple[int, AttemptState, str | None, str | None]] = []
+    for attempt, (state, node, controller_died) in enumerate(ends, 1):
         status = status_of(state, node)
+        if state is JobState.LOST and controller_died:  # lost to the controller's death
+            status = dataclasses.replace(status, reason=controller_lost(None), ambiguous=False)
         _, failure, message = policy.classify(status, cancel_requested=False)
         decision = policy.decide(live, status, attempt=attempt, failure=failure, message=message)
-        recorded.append((attempt, AttemptState.of(state), node))
+        recorded.append((attempt, AttemptState.of(state), node, status.reason))
         if not decision.retry:
             return  # confirmed: the trial has ended, nothing is resumed
         assert AttemptHistory.rebuild(recorded) == live
@@ -419,9 +427,3 @@ def test_an_attempt_the_controllers_death_lost_is_retried_and_remembered_nowhere
     vanished = policy.decide(history, status_of(JobState.LOST), attempt=5,
                              failure=FailureClass.JOB_VANISHED, message=None)
     assert vanished.status is TrialStatus.FAILED
-
-
-def test_a_rebuilt_history_leaves_out_attempts_the_controllers_death_lost() -> None:
-    assert is_controller_lost(controller_lost(None))
-    assert not is_controller_lost("job vanished")
-    assert not is_controller_lost(None)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse._live import LiveTrial
 from dse._protocols import TrialInfo
-from dse._retry import AttemptHistory, controller_lost, is_controller_lost
+from dse._retry import AttemptHistory, controller_lost
 from dse._space import ParamError
 from dse._types import (
     AttemptState,
@@ -103,8 +103,7 @@ class Resume:
         )
         trial.attempt = len(attempts) or 1
         trial.history = AttemptHistory.rebuild(
-            (a.attempt, a.state, a.node) for a in attempts
-            if not (a.state is AttemptState.LOST and is_controller_lost(a.reason)))
+            (a.attempt, a.state, a.node, a.reason) for a in attempts)
         return trial
 
     def _original_statuses(

@@ -67,15 +67,19 @@ class AttemptHistory:
 
     @classmethod
     def rebuild(
-        cls, attempts: Iterable[tuple[int, AttemptState, str | None]]
+        cls, attempts: Iterable[tuple[int, AttemptState, str | None, str | None]]
     ) -> AttemptHistory:
         """The history of a resumed trial from its recorded attempts, each (attempt number,
-        recorded state, node): every unsuccessful end but a cancellation is an interruption,
-        a kill nobody here sent and a vanished job are ambiguous ends, and the node of every
-        unsuccessful end (a cancellation too) has failed it."""
+        recorded state, node, reason): every unsuccessful end but a cancellation is an
+        interruption, a kill nobody here sent and a vanished job are ambiguous ends, and the
+        node of every unsuccessful end (a cancellation too) has failed it. An attempt the
+        controller's death lost (:func:`is_controller_lost`) is left out, as :meth:`decide`
+        left it out."""
         history = cls()
-        for number, state, node in attempts:
-            if not state.is_unsuccessful_end():
+        for number, state, node, reason in attempts:
+            if not state.is_unsuccessful_end() or (
+                state is AttemptState.LOST and is_controller_lost(reason)
+            ):
                 continue
             if state is not AttemptState.CANCELLED:
                 history.interruptions += 1
