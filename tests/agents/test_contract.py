@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -41,3 +43,13 @@ def test_both_agents_register_through_the_entry_point():
 
 def test_agent_versions_follow_the_distribution():
     assert GridAgent.version == RandomAgent.version == dse_agents.__version__ == "0.1.0"
+
+
+def test_the_bayesian_agent_is_registered_without_importing_numpy() -> None:
+    # `dse run` of a grid campaign and `dse plugins` do not pay for numpy and scipy.
+    code = ("import sys; from dse import PluginManager; p = PluginManager();"
+            " assert 'bayesian' in p.agents; assert 'numpy' not in sys.modules, 'numpy';"
+            " assert p.agent_class('bayesian').name == 'bayesian'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr

@@ -22,6 +22,36 @@ def test_the_probe_registers_through_the_public_hook() -> None:
     assert plugins.backend_class("probe") is ProbeBackend
 
 
+def test_a_deferred_class_is_imported_only_when_a_campaign_asks_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "heavy_agent.py").write_text(
+        "class Heavy:\n    name = 'heavy'\n    version = '2'\n"
+        "class Misnamed:\n    name = 'other'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class Plugin:
+        @dse.hookimpl
+        def dse_register_agents(self) -> list[Any]:
+            return [dse.Deferred("heavy", "heavy_agent:Heavy", version="2"),
+                    dse.Deferred("misnamed", "heavy_agent:Misnamed"),
+                    dse.Deferred("broken", "no_such_module_here:Agent")]
+
+    plugins = PluginManager(autoload=False, extra=[Plugin()])
+    assert sorted(plugins.agents) == ["broken", "heavy", "misnamed"]
+    assert plugins.agents["heavy"].class_version == "2"
+    assert "heavy_agent" not in sys.modules  # named and listed without importing it
+    cls = plugins.agent_class("heavy")
+    assert cls.__name__ == "Heavy"
+    assert "heavy_agent" in sys.modules
+    with pytest.raises(PluginError, match=r"plugin 'extra-0' \(<in-process>\): agent 'misnamed'"
+                                          r": heavy_agent:Misnamed is not a class named"):
+        plugins.agent_class("misnamed")
+    with pytest.raises(PluginError, match=r"agent 'broken' from no_such_module_here:Agent"
+                                          r" failed to load: ModuleNotFoundError"):
+        plugins.agent_class("broken")
+
+
 def test_a_duplicate_name_is_refused_naming_both_plugins() -> None:
     class Impostor(ProbeBackend):
         name: ClassVar[str] = "probe"

@@ -3,6 +3,7 @@ paused by systematic interruptions with nothing running, where the loop waits fo
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import time
@@ -167,3 +168,92 @@ def test_the_python_api_raises_keyboard_interrupt_again_after_recording_the_canc
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:
         conn.close()
+
+
+REPLAY_CAMPAIGN = """
+[campaign]
+name = "replay"
+agent = "list"
+backend = "probe"
+max_parallelism = 2
+max_trials = 400
+poll_interval = ["0.05s", "0.1s"]
+
+[agent.list]
+repeat = true
+points = [POINTS]
+
+[[objectives]]
+metric = "value"
+
+[space]
+x = { type = "float", low = 0, high = 1 }
+"""
+
+
+def _query(db: Path, sql: str) -> list[tuple[object, ...]]:
+    if not db.exists():
+        return []
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return conn.execute(sql).fetchall()
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        conn.close()
+
+
+def test_a_signal_while_the_agent_is_replayed_ends_the_run_within_a_second_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    write_plugin(tmp_path)
+    points = ", ".join(f"{{x = {i / 1000}}}" for i in range(1000))
+    (tmp_path / "campaign.toml").write_text(REPLAY_CAMPAIGN.replace("POINTS", points))
+    db = tmp_path / ".dse" / "dse.sqlite"
+    # A run killed with 40 agent calls in its log...
+    first = start_dse(tmp_path, "run", "campaign.toml")
+    try:
+        deadline = time.monotonic() + 60
+        while not _query(db, "SELECT 1 FROM agent_log WHERE kind = 'propose' LIMIT 1 OFFSET 39"):
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline, "the run never made 40 proposals"
+            time.sleep(0.05)
+    finally:
+        first.kill()
+        first.communicate()
+    # ... resumed with an agent that takes half a second a call: its replay takes 20 s.
+    mark = tmp_path / "proposed"
+    slow = start_dse(tmp_path, "run", "campaign.toml",
+                     env={"LIST_AGENT_DELAY": "0.5", "LIST_AGENT_MARK": str(mark)})
+    try:
+        deadline = time.monotonic() + 60
+        while not mark.exists():
+            assert slow.poll() is None, slow.communicate()
+            assert time.monotonic() < deadline, "the replay never started"
+            time.sleep(0.05)
+        time.sleep(1.0)  # well into the replay
+        sent, sent_wall = time.monotonic(), time.time()
+        slow.send_signal(signal.SIGTERM)
+        _, err = slow.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if slow.poll() is None:
+            slow.kill()
+            slow.communicate()
+    assert slow.returncode == 130, err
+    [(status, ended_at)] = _query(db, "SELECT status, ended_at FROM campaigns")
+    assert status == "cancelled"
+    assert isinstance(ended_at, float)
+    assert ended_at - sent_wall < 1.0, f"recorded {ended_at - sent_wall:.2f}s after the signal"
+    assert took < 10, f"exited {took:.2f}s after the signal"
+    # The next run replays the whole log and finishes the campaign; no result was told twice.
+    done = start_dse(tmp_path, "run", "campaign.toml")
+    _, err = done.communicate(timeout=120)
+    assert done.returncode == 0, err
+    assert _query(db, "SELECT status FROM campaigns") == [("completed",)]
+    assert _query(db, "SELECT COUNT(*) FROM trials") == [(400,)]
+    told: list[int] = []
+    for (proposals,) in _query(db, "SELECT proposals FROM agent_log WHERE kind = 'observe'"):
+        told += json.loads(str(proposals))
+    assert len(told) == len(set(told)), "a result was told to the agent twice"
+    assert not _query(db, "SELECT 1 FROM events WHERE kind = 'agent_replay_diverged'")

@@ -56,6 +56,14 @@ def test_rows_are_frozen_values_with_enums_and_decoded_json(tmp_path: Path) -> N
     assert attempts[0].resumed is False
     assert [(s.trial_id, s.spend) for s in store.spends(result.campaign_id)] == [
         (a.trial_id, a.spend) for a in attempts]
+    total = store.spend_total(result.campaign_id)
+    assert total == pytest.approx(attempts[0].spend + attempts[1].spend)
+    assert total.wall_s > 0
+    assert store.attempt_times(result.campaign_id) == [
+        (a.ended_at, a.started_at, a.state, a.trial_id) for a in attempts]
+    assert store.trial_params(result.campaign_id) == {done.id: {"x": 2}, failed.id: {"x": 3}}
+    assert store.attempts(result.campaign_id, trials=[failed.id]) == [attempts[1]]
+    assert store.spend_total(result.campaign_id + 1) == Spend()
     assert store.trial_counts(result.campaign_id) == {
         dse.TrialStatus.COMPLETED: 1, dse.TrialStatus.FAILED: 1}
     assert store.dispatched(result.campaign_id) == 2

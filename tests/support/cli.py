@@ -2,7 +2,9 @@
 
 The plugin registers the agent ``list``, which proposes the ``points`` of its
 ``[agent.list]`` table in order (forever, with ``repeat = true``), and appends what it is
-told (trial number, status, score) to the JSON-lines file ``log`` names, if any.
+told (trial number, status, score) to the JSON-lines file ``log`` names, if any. With
+``LIST_AGENT_DELAY`` set in its environment each ``propose`` takes that many seconds (an agent
+slow to replay), and touches the file ``LIST_AGENT_MARK`` names first.
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ class ListAgent(ScriptedAgent):
                     handle.write(json.dumps([o.trial_number, status, o.score]) + "\\n")
         super().observe(observations)
 
+    def propose(self, n, in_flight=()):
+        import os
+        import pathlib
+        import time
+        if os.environ.get("LIST_AGENT_MARK"):
+            pathlib.Path(os.environ["LIST_AGENT_MARK"]).touch()
+        time.sleep(float(os.environ.get("LIST_AGENT_DELAY", "0")))
+        return super().propose(n, in_flight)
+
 
 @dse.hookimpl
 def dse_register_agents():
@@ -51,9 +62,10 @@ def write_plugin(project: Path) -> Path:
     return project
 
 
-def dse_env(project: Path) -> dict[str, str]:
-    """The environment of a `dse` run in *project*: the plugin loaded, no debug tracebacks."""
-    env = dict(os.environ)
+def dse_env(project: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a `dse` run in *project*: the plugin loaded, no debug tracebacks
+    (and *extra*)."""
+    env = dict(os.environ) | (extra or {})
     env["PYTHONPATH"] = os.pathsep.join([str(project), env.get("PYTHONPATH", "")])
     env["DSE_PLUGINS"] = PLUGIN_MODULE
     env.pop("DSE_DEBUG", None)
@@ -69,10 +81,12 @@ def run_dse(project: Path, *args: str, timeout: float = 60) -> subprocess.Comple
     )
 
 
-def start_dse(project: Path, *args: str) -> subprocess.Popen[str]:
-    """Start `dse ARGS` in *project*, its output piped."""
+def start_dse(project: Path, *args: str, env: dict[str, str] | None = None
+              ) -> subprocess.Popen[str]:
+    """Start `dse ARGS` in *project* (with *env* added to its environment), its output
+    piped."""
     return subprocess.Popen(
         [sys.executable, "-m", "dse", *args],
-        cwd=project, env=dse_env(project), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=project, env=dse_env(project, env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
     )

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 @dse.hookimpl
-def dse_register_agents() -> list[type[Agent]]:
-    from dse_agents._bayesian import BayesianAgent  # numpy and scipy: only when asked
-
-    return [BayesianAgent, GridAgent, RandomAgent]
+def dse_register_agents() -> list[type[Agent] | dse.Deferred]:
+    # The Bayesian agent needs numpy and scipy: imported only when a campaign asks for it.
+    bayesian = dse.Deferred("bayesian", "dse_agents._bayesian:BayesianAgent", version="0.1.0")
+    return [bayesian, GridAgent, RandomAgent]

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from dse._html import write_html_report
     from dse._lock import CampaignLock, LockHolder
     from dse._outcome import BestTrial, CampaignResult, EngineListener, Stats
-    from dse._plugins import PluginManager, Registered
+    from dse._plugins import Deferred, PluginManager, Registered
     from dse._pool import Pool, PoolConfig, drive, run_pool
     from dse._protocols import Agent, Environment, Runner, TrialInfo
     from dse._scheduler import Plan, PoolScheduler, Request
@@ -80,6 +80,7 @@ _LAZY: dict[str, str] = {
     "ConfigError": "dse._errors",
     "Constraint": "dse._constraints",
     "ConstraintError": "dse._errors",
+    "Deferred": "dse._plugins",
     "Direction": "dse._types",
     "DseError": "dse._errors",
     "Engine": "dse._engine",
@@ -152,6 +153,7 @@ __all__ = [
     "ConfigError",
     "Constraint",
     "ConstraintError",
+    "Deferred",
     "Direction",
     "DseError",
     "EndReason",

@@ -44,7 +44,7 @@ from dse._outcome import CampaignResult, EngineListener, RunEnd, Stats
 from dse._plugins import PluginManager
 from dse._pool import PoolConfig, run_pool
 from dse._results import Results
-from dse._resume import Resume, load_cache
+from dse._resume import Resume
 from dse._retry import RetryPolicy
 from dse._scoring import build_scorer
 from dse._spec import record_run
@@ -250,9 +250,9 @@ class Engine:
                 lambda trial, status, at: pool.ended(engine, trial, status, at))
             if not pool.trivial:
                 self.dispatcher.first_state = AttemptState.QUEUED
+        # Results of the record are looked up by config when proposals are claimed, never
+        # loaded whole: a workspace of a million trials opens as fast as an empty one.
         self.dispatcher.parts.claims.reuse = self.reuse
-        if self.reuse:
-            load_cache(self.table, self.store)
         self._check_invalidations()
         if resume is not None:
             self._restore()

@@ -31,6 +31,10 @@ class Feedback:
         self.guard = guard or AgentGuard()
         """Every call into the agent goes through it (it names the agent when one fails)."""
         self._pending: list[tuple[int, Observation]] = []
+        self.withheld = False
+        """The agent is no longer told anything (the run stopped while the agent was being
+        rebuilt, so it is not the agent the log describes): results are still logged as
+        told, and the next run's replay tells them."""
 
     def observation(
         self, trial: LiveTrial, *, status: TrialStatus | None = None, current: bool = True
@@ -76,7 +80,8 @@ class Feedback:
         pending = sorted(self._pending, key=lambda item: item[0])
         self._pending = []
         batch.agent_call(campaign=campaign_id, kind="observe", proposals=[p for p, _ in pending])
-        self.guard.observe(agent, [obs for _, obs in pending])
+        if not self.withheld:
+            self.guard.observe(agent, [obs for _, obs in pending])
 
     def reject(
         self, agent: Agent, batch: Batch, campaign_id: int, proposal: int,

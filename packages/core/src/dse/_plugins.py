@@ -21,21 +21,69 @@ GROUP = "dse"
 
 
 @dataclass(frozen=True, slots=True)
-class Registered:
-    """One registered backend or agent class and where it comes from."""
+class Deferred:
+    """A plugin class named without importing it: registered by *name*, loaded from
+    *target* (``"module:Class"``) only when a campaign asks for it. A plugin whose class
+    needs heavy imports (numpy, scipy) returns this from its hook instead of the class, so
+    that ``dse run`` of another agent and ``dse plugins`` never pay for them."""
 
     name: str
-    """The registered name."""
-    kind: str
-    """``backend``, ``agent`` or ``scorer``."""
-    cls: type
-    """The class."""
-    plugin: str
-    """The plugin (entry point) name."""
-    distribution: str
-    """The distribution that ships it."""
-    version: str
-    """The distribution's version."""
+    """The registered name (the loaded class's ``name`` must match)."""
+    target: str
+    """``"module:Class"``, imported when the class is first needed."""
+    version: str = ""
+    """The class's ``version``, shown without loading it."""
+
+
+class Registered:
+    """One registered backend, agent or scorer class and where it comes from (a
+    :class:`Deferred` class is imported when :attr:`cls` is first read)."""
+
+    __slots__ = ("_cls", "_deferred", "distribution", "kind", "name", "plugin", "version")
+
+    def __init__(self, name: str, kind: str, cls: type | Deferred, plugin: str,
+                 distribution: str, version: str) -> None:
+        self.name = name
+        """The registered name."""
+        self.kind = kind
+        """``backend``, ``agent`` or ``scorer``."""
+        self.plugin = plugin
+        """The plugin (entry point) name."""
+        self.distribution = distribution
+        """The distribution that ships it."""
+        self.version = version
+        """The distribution's version."""
+        self._deferred = cls if isinstance(cls, Deferred) else None
+        self._cls = None if isinstance(cls, Deferred) else cls
+
+    @property
+    def class_version(self) -> str:
+        """The class's own ``version`` (without importing a deferred class)."""
+        if self._cls is None and self._deferred is not None:
+            return self._deferred.version
+        return str(getattr(self.cls, "version", "") or "")
+
+    @property
+    def cls(self) -> type:
+        """The class (a deferred one imported now; :class:`PluginError` naming the plugin
+        when that fails)."""
+        if self._cls is None:
+            assert self._deferred is not None
+            self._cls = self._load(self._deferred)
+        return self._cls
+
+    def _load(self, deferred: Deferred) -> type:
+        where = f"plugin {self.plugin!r} ({self.distribution}): {self.kind} {self.name!r}"
+        module_name, _, attr = deferred.target.partition(":")
+        try:
+            loaded = getattr(importlib.import_module(module_name), attr)
+        except Exception as exc:  # noqa: BLE001 - name the plugin whose class failed to load
+            msg = f"{where} from {deferred.target} failed to load: {type(exc).__name__}: {exc}"
+            raise PluginError(msg) from None
+        if not isinstance(loaded, type) or getattr(loaded, "name", None) != self.name:
+            msg = f"{where}: {deferred.target} is not a class named {self.name!r}"
+            raise PluginError(msg)
+        return loaded
 
 
 class PluginManager:
@@ -116,7 +164,7 @@ class PluginManager:
                 raise PluginError(msg) from None
             dist, version = self._dist.get(plugin_name, ("<unknown>", ""))
             for cls in classes:
-                name = getattr(cls, "name", None)
+                name = cls.name if isinstance(cls, Deferred) else getattr(cls, "name", None)
                 if not isinstance(name, str) or not name:
                     msg = f"plugin {plugin_name!r} ({dist}): {kind} class {cls!r} has no name"
                     raise PluginError(msg)

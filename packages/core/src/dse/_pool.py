@@ -364,12 +364,14 @@ class Pool:
         """Rebuild what the pool knew of *engines*' resumed runs from their record: the usage
         their ended attempts were charged (decayed since), their shares and the durations
         the estimates learn from, so a restarted controller stays fair and informed."""
-        ended: list[tuple[float, float, Engine, dict[str, Any], AttemptState]] = []
+        ended: list[tuple[float, float, Engine, Mapping[str, Any], AttemptState]] = []
         for e in engines:
-            params = {row.id: row.params for row in e.store.trials(e.campaign_id)}
-            for a in e.store.attempts(e.campaign_id):
-                if a.started_at is not None and a.ended_at is not None:
-                    ended.append((a.ended_at, a.started_at, e, params[a.trial_id], a.state))
+            # Params are read only when sizes or the estimates depend on them.
+            params: Mapping[int, Mapping[str, Any]] = (
+                e.store.trial_params(e.campaign_id)
+                if e.campaign.environment.resource_params or not self.trivial else {})
+            ended += ((end, start, e, params.get(trial, {}), state)
+                      for end, start, state, trial in e.store.attempt_times(e.campaign_id))
         ended.sort(key=lambda x: x[0])
         for end, start, e, given, state in ended:
             name = e.campaign.name

@@ -460,7 +460,7 @@ def plugin_rows(plugins: PluginManager) -> list[dict[str, Any]]:
     return [
         {
             "name": e.name, "kind": e.kind,
-            "version": str(getattr(e.cls, "version", "") or e.version),
+            "version": e.class_version or e.version,
             "distribution": e.distribution, "distribution_version": e.version,
             "plugin": e.plugin,
         }

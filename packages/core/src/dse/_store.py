@@ -154,7 +154,7 @@ _SCORE_S = _columns(_SCORE, "s")
 REUSABLE_ROW = f"{REUSABLE} AND cache_of IS NULL AND invalidation IS NULL"
 """THE test of whether a finished trial row's result may be reused by an identical proposal
 (a SQL condition on ``trials``, unqualified columns): every lookup of a reusable result —
-:meth:`Store.reusable`, :meth:`Store.claim` — goes through it."""
+:meth:`Store.claim` above all — goes through it."""
 
 _TRIAL_REF = "t.id, t.campaign_id, c.name, t.number"
 _TRIAL_REF_FROM = "FROM trials t JOIN campaigns c ON c.id = t.campaign_id"
@@ -273,13 +273,6 @@ class _Reads:
             raise ConfigError(f"{self.path}: run {run.id} of {run.name} has no trial {number}")
         return run, _trial(rows[0])
 
-    def reusable(self) -> list[Trial]:
-        """Finished, reusable trials (completed or failed, not invalidated) of the whole
-        workspace, oldest first."""
-        return [_trial(r) for r in self._rows(
-            f"SELECT {_TRIAL} FROM trials WHERE {REUSABLE_ROW} ORDER BY id"
-        )]
-
     def trial_counts(self, campaign_id: int) -> dict[TrialStatus, int]:
         """How many trials of run *campaign_id* stand at each status (those with any)."""
         return {_TRIAL_STATUS[status]: n for status, n in self._rows(
@@ -319,12 +312,37 @@ class _Reads:
 
     # -- attempts -------------------------------------------------------------------------
 
-    def attempts(self, campaign_id: int) -> list[Attempt]:
-        """The attempts of run *campaign_id*, by trial number then attempt."""
+    def attempts(self, campaign_id: int, *, trials: Iterable[int] | None = None
+                 ) -> list[Attempt]:
+        """The attempts of run *campaign_id* (only those of the trial rows *trials*, when
+        given), by trial number then attempt."""
+        if trials is not None:
+            found = self._in(
+                f"SELECT {_ATTEMPT_A}, t.number FROM attempts a JOIN trials t"
+                " ON a.trial_id = t.id WHERE a.trial_id IN ({marks}) AND t.campaign_id = ?",
+                trials, campaign_id,
+            )
+            found.sort(key=lambda r: (r[-1], r[2]))
+            return [_attempt(r[:-1]) for r in found]
         return [_attempt(r) for r in self._rows(
             f"SELECT {_ATTEMPT_A} FROM attempts a JOIN trials t ON a.trial_id = t.id"
             " WHERE t.campaign_id = ? ORDER BY t.number, a.attempt", (campaign_id,),
         )]
+
+    def attempt_times(self, campaign_id: int) -> list[tuple[float, float, AttemptState, int]]:
+        """(ended at, started at, state, trial row) of each attempt of run *campaign_id* that
+        started and ended: what a resumed pool learns durations and usage from."""
+        return [(end, start, _ATTEMPT_STATE[state], trial) for end, start, state, trial in
+                self._rows(
+                    "SELECT a.ended_at, a.started_at, a.state, a.trial_id FROM attempts a"
+                    " JOIN trials t ON a.trial_id = t.id WHERE t.campaign_id = ?"
+                    " AND a.started_at IS NOT NULL AND a.ended_at IS NOT NULL", (campaign_id,),
+                )]
+
+    def trial_params(self, campaign_id: int) -> dict[int, dict[str, Any]]:
+        """The params of each trial of run *campaign_id*, by trial row."""
+        return {row: _loads(params) for row, params in self._rows(
+            "SELECT id, params FROM trials WHERE campaign_id = ?", (campaign_id,))}
 
     def spends(self, campaign_id: int) -> list[AttemptSpend]:
         """The recorded spend of every attempt of run *campaign_id* that has one."""
@@ -332,6 +350,17 @@ class _Reads:
             "SELECT a.trial_id, a.spend FROM attempts a JOIN trials t ON a.trial_id = t.id"
             " WHERE t.campaign_id = ? AND a.spend IS NOT NULL", (campaign_id,),
         )]
+
+    def spend_total(self, campaign_id: int) -> Spend:
+        """The summed spend of every attempt of run *campaign_id* (summed by SQLite: a resumed
+        run of a million attempts does not read each one back)."""
+        fields = ("wall_s", "cpu_s", "gpu_s", "node_s", "money")
+        sums = ", ".join(f"TOTAL(json_extract(a.spend, '$.{f}'))" for f in fields)
+        ((*totals,),) = self._rows(
+            f"SELECT {sums} FROM attempts a JOIN trials t ON a.trial_id = t.id"
+            " WHERE t.campaign_id = ? AND a.spend IS NOT NULL", (campaign_id,),
+        )
+        return Spend(*(float(v) for v in totals))
 
     def trial_spends(self, rows: Iterable[int]) -> list[AttemptSpend]:
         """The recorded spend of every attempt of the trial rows *rows* (of any run) that

@@ -20,6 +20,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from dse._backend import Backend
+    from dse._plugins import Deferred
     from dse._protocols import Agent
     from dse._scoring import Scorer
 
@@ -48,7 +49,7 @@ def dse_register_backends() -> list[type[Backend]]:  # type: ignore[empty-body]
 
 
 @hookspec
-def dse_register_agents() -> list[type[Agent]]:  # type: ignore[empty-body]
+def dse_register_agents() -> list[type[Agent] | Deferred]:  # type: ignore[empty-body]
     """Return the agent classes this plugin provides.
 
     Called once per process, when dse first needs an agent. Every plugin's result is
@@ -56,8 +57,10 @@ def dse_register_agents() -> list[type[Agent]]:  # type: ignore[empty-body]
     ``version`` class attributes; the campaign file selects it with ``agent = "<name>"`` and
     it is built as ``cls(space, seed=seed, **options)`` with the ``[agent.<name>]`` table as
     *options*. Two plugins returning the same name is an error naming both distributions.
+    An agent whose module is heavy to import may be returned as a :class:`dse.Deferred`
+    (its name and ``"module:Class"``): it is imported only when a campaign asks for it.
 
-    :return: a list of agent classes (possibly empty).
+    :return: a list of agent classes or :class:`dse.Deferred` (possibly empty).
     """
 
 
