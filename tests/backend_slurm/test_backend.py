@@ -287,3 +287,74 @@ def test_the_signal_lead_follows_the_checkpoint_cadence(
     (script,) = (tmp_path / "run" / ".slurm").glob("*.sh")
     signals = [line for line in script.read_text().splitlines() if "--signal" in line]
     assert signals == ([] if expected is None else [expected])
+
+
+SLOW_QUERY_CAMPAIGN = """
+[campaign]
+name = "slow"
+agent = "random"
+backend = "slurm"
+max_parallelism = 1
+max_trials = 1
+poll_interval = ["0.2s", "0.5s"]
+
+[environment]
+command = ["true"]
+
+[backend.slurm]
+command_timeout = "60s"
+
+[[objectives]]
+metric = "value"
+
+[space]
+x = { type = "float", low = 0, high = 1 }
+"""
+
+
+def test_sigterm_during_a_squeue_that_does_not_answer_cancels_within_a_second(
+    fake_bin: Path, tmp_path: Path
+) -> None:
+    import signal
+    import sqlite3
+    import subprocess
+    import time
+
+    querying, cancelled = tmp_path / "querying", tmp_path / "cancelled"
+    fake_slurm(
+        fake_bin,
+        sbatch="echo 91",
+        # slurmctld too busy to answer a query until the job is cancelled
+        squeue=f'if [ -e {cancelled} ]; then echo "91_0|CANCELLED|n1|None"; exit 0; fi\n'
+               f"touch {querying}\nexec sleep 60",
+        scancel=f"date +%s.%N >> {cancelled}",
+        sacct='echo "sacct: error: Slurm accounting storage is disabled" >&2; exit 1',
+    )
+    (tmp_path / "campaign.toml").write_text(SLOW_QUERY_CAMPAIGN)
+    proc = subprocess.Popen([sys.executable, "-m", "dse", "run", "campaign.toml"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not querying.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "squeue was never asked"
+            time.sleep(0.05)
+        time.sleep(0.5)  # squeue is hanging
+        sent = time.time()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert cancelled.exists(), "the job was never cancelled"
+    scancel_at = float(cancelled.read_text().split()[0])
+    assert scancel_at - sent < 1.0, f"scancel {scancel_at - sent:.2f}s after the signal"
+    conn = sqlite3.connect(tmp_path / ".dse" / "dse.sqlite")
+    try:
+        assert conn.execute("SELECT status FROM campaigns").fetchall() == [("cancelled",)]
+        assert conn.execute("SELECT status FROM trials").fetchall() == [("cancelled",)]
+    finally:
+        conn.close()

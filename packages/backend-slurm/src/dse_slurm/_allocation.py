@@ -193,7 +193,8 @@ class SlurmAllocationBackend(Backend):
         self.allocation_nodes = allocation_nodes
         self.allocation_time = allocation_time
         self.allocation_cpus = allocation_cpus
-        self.slurm = SlurmCommands(self.count_command, timeout=command_timeout)
+        self.slurm = SlurmCommands(self.count_command, timeout=command_timeout,
+                                   interrupted=lambda: self.interrupted_at)
         """Runs (and counts) this backend's Slurm commands."""
         self._settled = Settled()
         self._bin_dir = os.path.dirname(sys.executable)

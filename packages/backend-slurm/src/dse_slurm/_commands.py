@@ -19,6 +19,7 @@ import math
 import os
 import shutil
 import subprocess
+import time
 from typing import TYPE_CHECKING
 
 from dse import JobState, JobStatus
@@ -68,6 +69,12 @@ _REFUSED = (
 )
 
 
+_QUERIES = frozenset({"squeue", "sacct"})
+"""The commands given up when the controller is asked to stop (they only ask)."""
+_WAIT_SLICE = 0.2
+"""How often a command's wait looks at whether the controller is stopping."""
+
+
 class SlurmCommandError(RuntimeError):
     """A Slurm command failed or did not answer in time."""
 
@@ -92,9 +99,13 @@ class SlurmCommands:
     :class:`SlurmCommandError`; each method says which exit statuses it judges itself.
     """
 
-    def __init__(self, count: Callable[[str], None], *, timeout: float = 30.0) -> None:
+    def __init__(self, count: Callable[[str], None], *, timeout: float = 30.0,
+                 interrupted: Callable[[], float | None] = lambda: None) -> None:
         self.count = count
         self.timeout = timeout
+        self.interrupted = interrupted
+        """When the controller was last asked to stop (:attr:`dse.Backend.interrupted_at`):
+        a query (``squeue``, ``sacct``) begun before then is given up."""
         self.accounting = True
         """Whether ``sacct`` answers (False once it said accounting storage is disabled)."""
         self._by_name: dict[str, str | None] = {}
@@ -107,15 +118,34 @@ class SlurmCommands:
             msg = f"{argv[0]} is not on PATH (is this a Slurm submit host?)"
             raise SlurmCommandError(msg)
         try:
-            return subprocess.run(
-                [exe, *argv[1:]], capture_output=True, text=True, check=False,
-                timeout=self.timeout,
-            )
-        except subprocess.TimeoutExpired:
-            msg = f"{argv[0]} did not answer within {self.timeout:g}s"
-            raise SlurmCommandError(msg) from None
+            proc = subprocess.Popen([exe, *argv[1:]], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
         except OSError as exc:
             raise SlurmCommandError(f"{argv[0]}: {exc}") from None
+        with proc:
+            out, err = self._wait(proc, argv[0], interruptible=argv[0] in _QUERIES)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def _wait(self, proc: subprocess.Popen[str], name: str, *, interruptible: bool
+              ) -> tuple[str, str]:
+        """*proc*'s output once it exits; killed when it does not answer within the timeout,
+        or (a query) when the controller is asked to stop meanwhile."""
+        began = time.monotonic()
+        while True:
+            left = began + self.timeout - time.monotonic()
+            try:
+                return proc.communicate(timeout=max(min(left, _WAIT_SLICE), 0.0))
+            except subprocess.TimeoutExpired:
+                stop = self.interrupted() if interruptible else None
+                if stop is None or stop < began:
+                    if left > _WAIT_SLICE:
+                        continue
+                    why = f"{name} did not answer within {self.timeout:g}s"
+                else:
+                    why = f"{name} given up: the controller is stopping"
+            proc.kill()
+            proc.communicate()
+            raise SlurmCommandError(why)
 
     @staticmethod
     def failure(proc: subprocess.CompletedProcess[str]) -> str:

@@ -9,6 +9,7 @@ job.
 from __future__ import annotations
 
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
@@ -63,6 +64,9 @@ class Backend(ABC):
     clock: Clock
     """Where the backend reads the time and waits: the engine's clock once :meth:`use_clock`
     was called, the system clock until then."""
+    interrupted_at: float | None = None
+    """When (:func:`time.monotonic`) the controller was last asked to stop (see
+    :meth:`interrupt`); ``None`` until then."""
 
     def __init__(self) -> None:
         self.clock = SystemClock()
@@ -103,6 +107,14 @@ class Backend(ABC):
         constraint, exclusive nodes): part of every trial's identity, so a result measured
         under other placement is never reused. Empty by default."""
         return {}
+
+    def interrupt(self) -> None:
+        """The controller was asked to stop (SIGTERM, Ctrl+C): a call of this backend that is
+        waiting on something slow — a scheduler query that does not answer — should give up
+        now, so the stop is acted on within a second; the cancels that follow are not
+        interrupted. The default notes the time in :attr:`interrupted_at`: a backend's waits
+        compare it with when they began. Called from a signal handler: keep overrides short."""
+        self.interrupted_at = time.monotonic()
 
     def use_clock(self, clock: Clock) -> None:
         """Read the time from *clock* from now on (the engine passes its own, once, when it

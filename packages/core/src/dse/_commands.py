@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dse._backend import Backend
 from dse._build import build_engine
 from dse._campaign import load_campaign
 from dse._console import LiveView
@@ -113,6 +114,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                 raise KeyboardInterrupt
             for engine in engines:
                 engine.request_stop("cancelled")
+            if isinstance(backend, Backend):
+                backend.interrupt()  # a slow query in progress gives up
 
         previous = {
             sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
