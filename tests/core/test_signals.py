@@ -100,8 +100,12 @@ def test_a_signal_while_dispatch_is_paused_ends_the_run_within_a_second(
 
 
 API_SCRIPT = """
+import faulthandler
+import signal
 import sys
 import dse
+
+faulthandler.register(signal.SIGUSR1)  # the test asks where it hangs, if it does
 
 from dse.testing import ProbeBackend, ScriptedAgent
 
@@ -155,7 +159,14 @@ def test_the_python_api_raises_keyboard_interrupt_again_after_recording_the_canc
             assert time.monotonic() < deadline, proc.communicate()
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)  # no dse handler here: Python raises KeyboardInterrupt
-        out, err = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # its stacks to stderr
+            time.sleep(1)
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"no exit 30 s after SIGINT; its stacks:\n{err}")
     finally:
         if proc.poll() is None:
             proc.kill()

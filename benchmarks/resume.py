@@ -1,0 +1,218 @@
+"""Resume: how soon a controller killed at N trials is working again, against Optuna.
+
+What is measured (same machine, one run after the other, each repeat on a fresh copy):
+
+* **dse**: a real ``dse run`` of a probe campaign (random agent, ``max_parallelism = 64``,
+  rolling, SQLite record) is killed with SIGKILL once its record holds N trials; then the same
+  ``dse run`` is started again and timed from the moment it is spawned to the moment its record
+  holds the first attempt of a trial newer than any before the kill (the first new dispatch).
+  Each repeat starts from a copy of the killed workspace. The rerun must not pause dispatch (no
+  ``systematic_interruptions`` event): the controller's own death is no infrastructure alarm.
+* **Optuna** (``pip install optuna``): a study of the same N completed trials on the same space,
+  in ``JournalStorage`` (Optuna's storage for large studies; built in ``/dev/shm`` when there is
+  one, then copied beside dse's), is loaded by a fresh process with ``RandomSampler`` and asked
+  for its next trial: timed from spawn to the ``ask()`` returning.
+
+Both include the interpreter's start and imports. Usage::
+
+    python benchmarks/resume.py            # N = 50,000, 3 repeats (a few minutes)
+    python benchmarks/resume.py --quick    # N = 5,000, 1 repeat (under a minute)
+    python benchmarks/resume.py --trials 100000 --repeat 5
+
+The last line printed is one JSON object with the median times and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _peers import BenchmarkError, import_optuna, table
+
+WORK_DIR = Path(__file__).resolve().parent / ".work" / "resume"
+CAMPAIGN = """
+[campaign]
+name = "resume"
+agent = "random"
+backend = "probe"
+max_parallelism = 64
+mode = "rolling"
+max_trials = {max_trials}
+
+[[objectives]]
+metric = "value"
+
+[space]
+x = {{ type = "float", low = 0, high = 1 }}
+passes = [1, 2, 3]
+"""
+OPTUNA_RESUME = """
+import sys, time
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+study = optuna.load_study(study_name="resume", sampler=optuna.samplers.RandomSampler(),
+                          storage=JournalStorage(JournalFileBackend(sys.argv[1])))
+trial = study.ask()
+print("asked", trial.number, flush=True)
+"""
+
+
+def _count(db: Path, sql: str) -> int:
+    if not db.exists():
+        return 0
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return int(conn.execute(sql).fetchone()[0] or 0)
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        conn.close()
+
+
+def _dse(project: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "dse", "run", "campaign.toml"], cwd=project,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def killed_workspace(n: int, where: Path) -> Path:
+    """A workspace whose ``dse run`` was killed with SIGKILL once it recorded *n* trials."""
+    project = where / "killed"
+    project.mkdir(parents=True)
+    (project / "campaign.toml").write_text(CAMPAIGN.format(max_trials=n * 10))
+    db = project / ".dse" / "dse.sqlite"
+    proc = _dse(project)
+    deadline = time.monotonic() + max(600.0, n / 20)
+    while _count(db, "SELECT COUNT(*) FROM trials") < n:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise BenchmarkError(f"dse run stopped (or stalled) before {n} trials")
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    return project
+
+
+def dse_resume(killed: Path, where: Path) -> tuple[float, bool]:
+    """Seconds from spawning the rerun to its first new dispatch; whether it paused."""
+    project = where / "rerun"
+    shutil.rmtree(project, ignore_errors=True)
+    shutil.copytree(killed, project)
+    db = project / ".dse" / "dse.sqlite"
+    newest = _count(db, "SELECT MAX(id) FROM trials")
+    start = time.monotonic()
+    proc = _dse(project)
+    try:
+        while not _count(db, f"SELECT COUNT(*) FROM attempts WHERE trial_id > {newest}"):
+            if proc.poll() is not None:
+                raise BenchmarkError(f"the rerun exited {proc.returncode} before dispatching")
+            if time.monotonic() - start > 600:
+                raise BenchmarkError("the rerun dispatched nothing in 600 s")
+            time.sleep(0.02)
+        took = time.monotonic() - start
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait()
+    paused = bool(_count(db, "SELECT COUNT(*) FROM events WHERE kind ="
+                             " 'systematic_interruptions'"))
+    return took, paused
+
+
+def optuna_journal(n: int, where: Path) -> Path:
+    """An Optuna journal of *n* completed trials on the campaign's space."""
+    optuna = import_optuna()
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    shm = Path("/dev/shm")
+    build = Path(tempfile.mkdtemp(dir=shm if shm.is_dir() else where))
+    try:
+        path = build / "journal.log"
+        study = optuna.create_study(study_name="resume",
+                                    storage=JournalStorage(JournalFileBackend(str(path))))
+        dists = {"x": FloatDistribution(0, 1), "passes": CategoricalDistribution([1, 2, 3])}
+        study.add_trials([
+            optuna.trial.create_trial(params={"x": i / n, "passes": 1 + i % 3},
+                                      distributions=dists, value=float(i))
+            for i in range(n)
+        ])
+        target = where / "journal.log"
+        shutil.copy(path, target)
+        return target
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def optuna_resume(journal: Path, where: Path) -> float:
+    """Seconds from spawning a process that loads the study to its first ``ask()``."""
+    copy = where / "journal-copy.log"
+    shutil.copy(journal, copy)
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", OPTUNA_RESUME, str(copy)],
+                          capture_output=True, text=True, check=False)
+    took = time.monotonic() - start
+    if proc.returncode != 0 or "asked" not in proc.stdout:
+        raise BenchmarkError(f"optuna resume failed: {proc.stderr.strip()[-300:]}")
+    return took
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="5,000 trials, one repeat")
+    parser.add_argument("--trials", type=int, default=None)
+    parser.add_argument("--repeat", type=int, default=None)
+    args = parser.parse_args()
+    n = args.trials or (5_000 if args.quick else 50_000)
+    repeat = args.repeat or (1 if args.quick else 3)
+    shutil.rmtree(WORK_DIR, ignore_errors=True)
+    WORK_DIR.mkdir(parents=True)
+    load = os.getloadavg()[0]
+    try:
+        killed = killed_workspace(n, WORK_DIR)
+        runs = [dse_resume(killed, WORK_DIR) for _ in range(repeat)]
+        journal = optuna_journal(n, WORK_DIR)
+        peer = [optuna_resume(journal, WORK_DIR) for _ in range(repeat)]
+    except BenchmarkError as exc:
+        print(f"resume: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(WORK_DIR, ignore_errors=True)
+    dse_s = [t for t, _ in runs]
+    paused = any(p for _, p in runs)
+
+    def cells(name: str, times: list[float]) -> list[str]:
+        return [name, f"{n:,}", f"{statistics.median(times):.2f}", f"{min(times):.2f}",
+                f"{max(times):.2f}"]
+
+    print(f"resume after SIGKILL at {n:,} trials, {repeat} repeat(s), load {load:.1f} at start")
+    print(table(["system", "trials", "median s", "min s", "max s"],
+                [cells("dse (first new dispatch)", dse_s),
+                 cells("optuna journal (first ask)", peer)]))
+    if paused:
+        print("dse paused dispatch after the restart", file=sys.stderr)
+    result = {
+        "trials": n, "repeats": repeat, "load": round(load, 1),
+        "dse_first_dispatch_s": round(statistics.median(dse_s), 3),
+        "dse_first_dispatch_max_s": round(max(dse_s), 3),
+        "optuna_first_ask_s": round(statistics.median(peer), 3),
+        "optuna_over_dse": round(statistics.median(peer) / statistics.median(dse_s), 2),
+        "paused": paused,
+    }
+    print(json.dumps(result))
+    return 1 if paused else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
