@@ -22,8 +22,9 @@ from dse_slurm import (
     allocation_share,
     render_pilot_script,
 )
-from dse_slurm._pilot import cpus_per_node
+from dse_slurm._pilot import HEARTBEAT, Pilot, cpus_per_node
 from support.cli import start_dse, write_plugin
+from support.slurm import wait_until
 
 # -- options ---------------------------------------------------------------------------------
 
@@ -31,11 +32,12 @@ from support.cli import start_dse, write_plugin
 def test_mode_allocation_makes_the_allocation_backend_with_its_options():
     backend = SlurmBackend.from_options({
         "mode": "allocation", "allocation_nodes": 2, "allocation_time": "30m",
-        "allocation_cpus": 4, "partition": "batch", "command_timeout": "5s",
+        "allocation_cpus": 4, "allocation_grace": "90s", "partition": "batch",
+        "command_timeout": "5s",
     })
     assert isinstance(backend, SlurmAllocationBackend)
-    assert (backend.allocation_nodes, backend.allocation_time, backend.allocation_cpus) == (
-        2, 1800.0, 4)
+    assert (backend.allocation_nodes, backend.allocation_time, backend.allocation_cpus,
+            backend.allocation_grace) == (2, 1800.0, 4, 90.0)
     assert backend.options.partition == "batch"
     assert backend.command_timeout == 5.0
     assert backend.name == "slurm"
@@ -46,8 +48,8 @@ def test_mode_defaults_to_jobs_and_allocation_defaults_to_one_node_for_an_hour()
     assert type(SlurmBackend.from_options({"mode": "jobs"})) is SlurmBackend
     backend = SlurmBackend.from_options({"mode": "allocation"})
     assert isinstance(backend, SlurmAllocationBackend)
-    assert (backend.allocation_nodes, backend.allocation_time, backend.allocation_cpus) == (
-        1, 3600.0, None)
+    assert (backend.allocation_nodes, backend.allocation_time, backend.allocation_cpus,
+            backend.allocation_grace) == (1, 3600.0, None, 300.0)
 
 
 @pytest.mark.parametrize(("options", "needle"), [
@@ -59,6 +61,10 @@ def test_mode_defaults_to_jobs_and_allocation_defaults_to_one_node_for_an_hour()
     ({"mode": "allocation", "allocation_cpus": "2"}, "backend.slurm.allocation_cpus"),
     ({"mode": "allocation", "allocation_time": "soon"}, "backend.slurm.allocation_time"),
     ({"mode": "allocation", "allocation_time": "5s"}, "backend.slurm.allocation_time"),
+    ({"allocation_grace": "1m"}, 'need mode = "allocation"'),
+    ({"mode": "allocation", "allocation_grace": "a while"}, "backend.slurm.allocation_grace"),
+    ({"mode": "allocation", "allocation_grace": 0}, "backend.slurm.allocation_grace"),
+    ({"mode": "allocation", "allocation_grace": "-5s"}, "backend.slurm.allocation_grace"),
 ])
 def test_bad_allocation_options_are_one_line_config_errors_naming_the_key(options, needle):
     with pytest.raises(ConfigError) as info:
@@ -136,6 +142,28 @@ def test_the_pilot_script_asks_for_whole_nodes_by_default_and_runs_the_pilot(tmp
     assert "#SBATCH --cpus-per-task=2" in with_cpus.splitlines()
     assert "#SBATCH --time=2:00" in with_cpus.splitlines()
     assert "--exclusive" not in with_cpus
+
+
+def test_the_pilot_script_gives_the_pilot_its_grace(tmp_path):
+    script = render_pilot_script(SlurmOptions(python="python3"), job_name="p", pilot_dir=tmp_path,
+                                 nodes=1, time_s=600, grace_s=89.5)
+    assert script.splitlines()[-1].endswith(" 600 python3 90")
+
+
+def test_a_pilot_releases_itself_after_the_grace_without_a_heartbeat_and_only_when_idle(
+    tmp_path,
+):
+    pilot = Pilot(str(tmp_path), 600.0, sys.executable, controller_grace=60.0)
+    start = pilot.heard_at
+    assert not pilot.orphaned(start + 59)
+    (tmp_path / HEARTBEAT).touch()  # the controller's pass: the grace starts again
+    assert not pilot.orphaned(start + 100)
+    assert not pilot.orphaned(start + 159)
+    pilot.queue.append(("c-1-0.1", {"cpus": 1}))  # a task waits: kept however long
+    assert not pilot.orphaned(start + 1000)
+    pilot.queue.clear()
+    assert pilot.orphaned(start + 160)
+    assert not Pilot(str(tmp_path), 600.0, sys.executable).orphaned(start + 10**6)
 
 
 def test_a_pilot_directory_with_a_percent_sign_is_refused(tmp_path):
@@ -271,6 +299,57 @@ def test_a_pilot_cancelled_outside_interrupts_its_running_attempt_and_a_new_pilo
     assert pilots[first_pilot] == "CANCELLED"
     assert (seen[ids[1]].usage or {})["allocation_job"] != float(first_pilot)
     backend.shutdown()
+
+
+@pytest.mark.xdist_group("slurm")
+def test_a_restarted_backend_reattaches_to_a_draining_pilot_and_keeps_it_draining(
+    allocation_backend, tmp_path
+):
+    first = allocation_backend
+    go = tmp_path / "go"
+    waiting = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.2)"
+    specs = [spec(tmp_path, 0, waiting, time_limit=150.0)]
+    ids = first.submit(specs)
+    seen = poll_until(first, ids, until=lambda s: ids[0] in s)
+    node = seen[ids[0]].node
+    assert node is not None
+    # An attempt avoiding that node: the pilot declines it and drains; a second pilot runs it,
+    # and an operator cancels that one once it is idle.
+    specs.append(spec(tmp_path, 1, "print(1)", time_limit=60.0, avoid_nodes=(node,)))
+    ids += first.submit(specs[1:])
+    seen.update(poll_until(first, ids[1:]))
+    assert seen[ids[1]].state is JobState.SUCCEEDED
+    [(draining, _), (other, _)] = first.pilots
+    subprocess.run(["scancel", other], check=True, timeout=30)
+    wait_until(lambda: other not in squeue_ids(""), 60, f"pilot {other} to end")
+
+    # The controller is gone without a shutdown; a new one takes over the run.
+    second = SlurmAllocationBackend(options=SlurmOptions(python=sys.executable),
+                                    allocation_time=300.0, allocation_cpus=2)
+    try:
+        second.reattach({ids[0]: specs[0]})
+        specs.append(spec(tmp_path, 2, "print(2)", time_limit=60.0))
+        ids += second.submit(specs[2:])
+        seen.update(poll_until(second, ids[2:]))
+        go.touch()
+        seen.update(poll_until(second, ids[:1]))
+
+        # The running attempt ended in the pilot that drains; the new one went to a new pilot.
+        assert seen[ids[2]].state is seen[ids[0]].state is JobState.SUCCEEDED
+        assert (seen[ids[0]].usage or {})["allocation_job"] == float(draining)
+        pilots = dict(second.pilots)
+        assert len(pilots) == 3, pilots
+        [third] = set(pilots) - {draining, other}
+        assert (pilots[other], pilots[third]) == ("CANCELLED", None)
+        assert (seen[ids[2]].usage or {})["allocation_job"] == float(third)
+        assert second.commands["sbatch"] == 1
+        # The draining pilot is cancelled as soon as the attempt it kept ended.
+        assert second.commands["scancel"] == 1
+        wait_until(lambda: draining not in squeue_ids(""), 60, f"pilot {draining} to end")
+    finally:
+        second.shutdown()
+        subprocess.run(["scancel", *(job for job, _ in second.pilots if job)], check=False,
+                       timeout=30)
 
 
 TRIAL = """\

@@ -240,6 +240,109 @@ def test_a_killed_controller_reattaches_on_restart_and_nothing_runs_twice(tmp_pa
     assert all(len(lines) == 1 for lines in runs_of(project).values()), runs_of(project)
 
 
+ALLOCATION = f"""\
+mode = "allocation"
+python = "{sys.executable}"
+allocation_cpus = 2
+allocation_time = "10m"
+"""
+
+
+def starts(project: Path) -> int:
+    """How many runs of trial workloads have started (lines in every runs.log)."""
+    return sum(len(log.read_text().splitlines())
+               for log in project.glob(".dse/*/run-*/*/checkpoint/runs.log"))
+
+
+def handed(project: Path) -> int:
+    """How many attempts were handed to pilots as task files (by any controller)."""
+    return len(list(project.glob(".dse/*/run-*/.slurm/*.pilot.*/*.task.json")))
+
+
+def pilot_dirs(project: Path) -> list[Path]:
+    """The directories of the pilots submitted for *project* (one per ``sbatch``)."""
+    return sorted(p for p in project.glob(".dse/*/run-*/.slurm/*.pilot.*") if p.is_dir())
+
+
+def pilot_jobs(name: str) -> dict[str, str]:
+    """Job id → state of every pilot job of campaign *name* that Slurm's accounting knows."""
+    out = run(["sacct", "-X", "--noheader", "--parsable2", "--starttime=now-1hours",
+               "--format=JobID,JobName,State"])
+    return {job: state.split(" ", 1)[0] for job, job_name, state in
+            (line.split("|") for line in out.splitlines() if line.count("|") == 2)
+            if job_name.startswith(f"{prefix(name)}pilot.")}
+
+
+def test_allocation_mode_killed_three_times_uses_one_pilot(tmp_path):
+    name = unique("adopt")
+    project = project_with(tmp_path, name, sleepers(10, 0.5), parallelism=2, mode="rolling",
+                           backend=ALLOCATION + 'allocation_grace = "1m"')
+    for run_number in range(3):
+        # The first run is killed once the pilot runs a trial; each later one as soon as it
+        # handed the pilot an attempt of its own (often before the pilot started it).
+        before = handed(project)
+        dse = start_dse(project, "run", "campaign.toml")
+        try:
+            wait_until(lambda first=run_number == 0, before=before, dse=dse: (
+                (starts(project) if first else handed(project) - before) > 0
+                or dse.poll() is not None
+            ), 90, f"run {run_number + 1} to hand over trials")
+            assert dse.poll() is None, dse.communicate()
+        finally:
+            stop(dse)  # SIGKILL: the pilot and what it runs live on
+    assert handed(project) < 10  # the last run hands over attempts too
+
+    proc = run_dse(project, "run", "campaign.toml", timeout=180)
+
+    assert proc.returncode == 0, proc.stderr
+    rows = trials(project)
+    assert sorted(row["score"] for row in rows.values()) == [i * 1.5 for i in range(10)]
+    assert {row["status"] for row in rows.values()} == {"completed"}
+    attempts = attempts_by_trial(project)
+    assert all([a["state"] for a in tries] == ["succeeded"] for tries in attempts.values())
+    assert all(len(lines) == 1 for lines in runs_of(project).values()), runs_of(project)
+    # One pilot across the four controllers: one directory, one job, every attempt its step.
+    dirs = pilot_dirs(project)
+    assert len(dirs) == 1, [d.name for d in dirs]
+    job = (dirs[0] / "pilot.id").read_text().strip()
+    assert pilot_jobs(name).keys() == {job}
+    assert {json.loads(a["usage"])["allocation_job"] for tries in attempts.values()
+            for a in tries} == {float(job)}
+    assert queued_jobs(prefix(name)) == []  # the last controller released it
+
+
+def test_a_pilot_whose_controller_is_gone_finishes_its_steps_and_releases_its_nodes(tmp_path):
+    name = unique("orphan")
+    project = project_with(tmp_path, name, sleepers(3, 3.0), parallelism=2, mode="rolling",
+                           backend=ALLOCATION + 'allocation_grace = "3s"')
+    dse = start_dse(project, "run", "campaign.toml")
+    try:
+        wait_until(lambda: starts(project) >= 2, 90, "two trials running")
+    finally:
+        stop(dse)  # SIGKILL while both run
+    [pilot_dir] = pilot_dirs(project)
+    job = (pilot_dir / "pilot.id").read_text().strip()
+
+    # Not its time limit (10 minutes): it ran its steps to their end, then let go.
+    wait_until(lambda: pilot_jobs(name).get(job) == "COMPLETED", 120,
+               "the pilot to release its allocation")
+    assert job not in queued_jobs(prefix(name))
+    ends = [json.loads(p.read_text()) for p in pilot_dir.glob("*.exit.json")]
+    assert [(e["rc"], e["cancelled"], e["timed_out"]) for e in ends] == [(0, False, False)] * 2
+    released = json.loads((pilot_dir / "pilot.end.json").read_text())
+    assert "no word from the controller" in released["reason"]
+
+    proc = run_dse(project, "run", "campaign.toml", timeout=180)
+
+    # The release interrupted nothing: the two ended as they ran, the third ran in a new pilot.
+    assert proc.returncode == 0, proc.stderr
+    assert {row["status"] for row in trials(project).values()} == {"completed"}
+    attempts = attempts_by_trial(project)
+    assert all([a["state"] for a in tries] == ["succeeded"] for tries in attempts.values())
+    assert all(len(lines) == 1 for lines in runs_of(project).values()), runs_of(project)
+    assert len(pilot_dirs(project)) == 2
+
+
 def test_with_only_dse_core_and_the_slurm_backend_a_missing_agent_says_what_to_install(
     tmp_path,
 ):

@@ -56,6 +56,7 @@ memory_mb = 300
 
 [backend.slurm]
 partition = "{partition}"
+{backend}
 
 [[objectives]]
 metric = "value"
@@ -69,9 +70,10 @@ seconds = {{ type = "float", low = 0, high = 600 }}
 
 def project_with(
     tmp_path: Path, name: str, points: list[dict[str, object]], *, parallelism: int,
-    mode: str = "waves", time_limit: str = "2m", partition: str = "batch",
+    mode: str = "waves", time_limit: str = "2m", partition: str = "batch", backend: str = "",
 ) -> Path:
-    """A project whose campaign *name* runs *points* in *partition*; its Slurm jobs are named
+    """A project whose campaign *name* runs *points* in *partition* (more lines of its
+    ``[backend.slurm]`` table in *backend*); its Slurm jobs are named
     ``dse.<name>-1.<token>``."""
     write_plugin(tmp_path)
     (tmp_path / "work.py").write_text(WORK)
@@ -81,7 +83,7 @@ def project_with(
     )
     (tmp_path / "campaign.toml").write_text(CAMPAIGN.format(
         name=name, mode=mode, parallelism=parallelism, points=inline, time_limit=time_limit,
-        partition=partition,
+        partition=partition, backend=backend,
     ))
     return tmp_path
 

@@ -22,6 +22,19 @@ allocation's CPUs. How it talks to Slurm:
   exceeds ``allocation_time`` itself is INVALID.
 * **cancel** — a marker file per attempt; the pilot ends that step. ``shutdown`` cancels the
   pilot (one ``scancel``) once nothing it runs is still wanted.
+* **restart** — each pass touches a heartbeat file in the directory of every live pilot. A
+  controller that starts on a run (``reattach``, or its first ``submit``) adopts the pilots it
+  finds in the run's ``.slurm/`` directory (their job id from ``pilot.id`` or the pilot's own
+  ``pilot.json``): one still alive keeps running what it was handed — an attempt handed over as
+  a task file and not started yet included — and takes new attempts again, unless it had
+  declined one (the ``draining`` marker: it stays not accepting and is cancelled once its
+  attempts ended). So a controller killed and restarted any number of times uses one pilot.
+* **orphans** — a pilot whose heartbeat has not changed for ``allocation_grace`` (default 5
+  minutes), with no step running and no task waiting, releases the allocation: it writes
+  ``pilot.end.json`` and exits, and Slurm frees its nodes. That is no interruption: it only
+  happens with nothing running, and an attempt handed to it after its last look is not started
+  there and goes to the next pilot. A pilot that ended while no controller watched (its time,
+  a cancel, vanished) ends what it had started as an interruption, as above.
 
 Cost (:attr:`dse.JobStatus.usage` of each attempt): ``elapsed_s``, ``cpus`` and ``nodes`` (1)
 of its step, and its share of the allocation: while steps run, the allocation's CPUs are split
@@ -52,13 +65,14 @@ from dse_slurm._commands import (
     SLURM_DIR,
     TERMINAL_WORDS,
     Settled,
+    SlurmCommandError,
     SlurmCommands,
     SubmitRefused,
     signal_lead,
     write_atomic,
 )
 from dse_slurm._options import SlurmTable, read_table
-from dse_slurm._pilot import MARGIN_S, STEP_MARK
+from dse_slurm._pilot import DRAINING, HEARTBEAT, MARGIN_S, RELEASED, STEP_MARK
 from dse_slurm._script import LAUNCHER, SlurmOptions, manifest_entry, render_pilot_script
 
 if TYPE_CHECKING:
@@ -72,6 +86,8 @@ log = logging.getLogger("dse.slurm")
 
 PILOT_SOURCE = Path(__file__).with_name("_pilot.py")
 _ID_PREFIX = "alloc."
+_RELEASED_WORD = "RELEASED"
+"""The end word of a pilot that released its allocation itself (no controller followed it)."""
 _INTERRUPTIONS = {
     "TIMEOUT": JobState.PREEMPTED,
     "DEADLINE": JobState.PREEMPTED,
@@ -122,6 +138,19 @@ class _Pilot:
     steps: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     """(start, end or inf, cpus) of every attempt that started in it, for cost shares."""
 
+    def beat(self) -> None:
+        """Tell the pilot a controller follows it (:data:`~dse_slurm._pilot.HEARTBEAT`)."""
+        # Failing, the pilot may release its allocation once idle: the next one is submitted.
+        with contextlib.suppress(OSError):
+            (self.dir / HEARTBEAT).touch()
+
+    def drain(self) -> None:
+        """Take no new attempts, and say so to a controller that adopts the pilot later."""
+        if self.accepting:
+            self.accepting = False
+            with contextlib.suppress(OSError):
+                write_atomic(self.dir / DRAINING, "")
+
 
 @dataclass(slots=True)
 class _Task:
@@ -155,12 +184,14 @@ class SlurmAllocationBackend(Backend):
 
     Options besides those of :class:`~dse_slurm.SlurmBackend`: ``allocation_nodes`` (nodes of
     the pilot job, default 1), ``allocation_time`` (its time limit, default ``"1h"``) and
-    ``allocation_cpus`` (CPUs per node to ask for; default: whole nodes, ``--exclusive``).
-    ``array_throttle`` and ``exclusive`` do not apply. Attempt ids are
-    ``alloc.<trial id>.<attempt>``; after a controller crash the pilot directories tell which
-    pilot took an attempt and how it ended. It runs its Slurm commands through the same
-    :class:`~dse_slurm._commands.SlurmCommands` as the array backend, and is registered under
-    the same name (``slurm``): :meth:`SlurmBackend.from_options` picks it.
+    ``allocation_cpus`` (CPUs per node to ask for; default: whole nodes, ``--exclusive``) and
+    ``allocation_grace`` (how long a pilot with nothing to run waits for word from a controller
+    before it releases the allocation, default 5 minutes). ``array_throttle`` and
+    ``exclusive`` do not apply. Attempt ids are ``alloc.<trial id>.<attempt>``; after a
+    controller crash the pilot directories tell which pilot took an attempt and how it ended,
+    and a pilot still alive is adopted, taking new attempts again. It runs its Slurm commands
+    through the same :class:`~dse_slurm._commands.SlurmCommands` as the array backend, and is
+    registered under the same name (``slurm``): :meth:`SlurmBackend.from_options` picks it.
     """
 
     name: ClassVar[str] = "slurm"
@@ -177,6 +208,7 @@ class SlurmAllocationBackend(Backend):
         allocation_nodes: int = 1,
         allocation_time: float = 3600.0,
         allocation_cpus: int | None = None,
+        allocation_grace: float = 300.0,
         sacct_lag: float = 20.0,
         command_timeout: float = 30.0,
     ) -> None:
@@ -187,19 +219,26 @@ class SlurmAllocationBackend(Backend):
         if allocation_time <= 2 * MARGIN_S:
             msg = f"backend.slurm.allocation_time: more than {2 * MARGIN_S:g}s expected"
             raise ConfigError(msg)
+        if allocation_grace <= 0:
+            msg = "backend.slurm.allocation_grace: a duration of more than 0s expected"
+            raise ConfigError(msg)
         self.options = options or SlurmOptions()
         self.sacct_lag = sacct_lag
         """Accepted as in jobs mode; attempts here end by the pilot's files, not sacct."""
         self.allocation_nodes = allocation_nodes
         self.allocation_time = allocation_time
         self.allocation_cpus = allocation_cpus
-        self.slurm = SlurmCommands(self.count_command, timeout=command_timeout,
-                                   interrupted=lambda: self.interrupted_at)
+        self.allocation_grace = allocation_grace
+        self.slurm = SlurmCommands(self, timeout=command_timeout)
         """Runs (and counts) this backend's Slurm commands."""
         self._settled = Settled()
         self._bin_dir = os.path.dirname(sys.executable)
         self._tasks: dict[str, _Task] = {}
         self._pilots: dict[Path, _Pilot] = {}
+        self._searched: set[Path] = set()
+        """Run directories whose pilots left by an earlier controller were looked for."""
+        self._adopted = False
+        """Whether a pilot of an earlier controller was adopted (its tasks may be handed again)."""
 
     @property
     def command_timeout(self) -> float:
@@ -249,19 +288,24 @@ class SlurmAllocationBackend(Backend):
                     f" backend.slurm.allocation_time ({self.allocation_time:g}s)",
                 )
             else:
-                self._tasks[job_id] = _Task(job_id, spec)
+                self._tasks[job_id] = task = _Task(job_id, spec)
+                if self._adopted:
+                    # Resubmitted after a restart (it waited for the pool): maybe handed over.
+                    self._place(task)
             ids.append(job_id)
         self._dispatch()
         return ids
 
     def _dispatch(self) -> None:
-        """Hand waiting attempts to the accepting pilot of their run (submitting one if there
-        is none), and cancel draining pilots with nothing left to run."""
+        """Hand waiting attempts to the accepting pilot of their run (adopting one an earlier
+        controller left, else submitting one), cancel draining pilots with nothing left to
+        run, and touch the heartbeat of every live pilot."""
         waiting: dict[Path, list[_Task]] = {}
         for task in self._tasks.values():
             if task.pilot is None:
                 waiting.setdefault(task.spec.trial_dir.parent, []).append(task)
         for run_dir, tasks in waiting.items():
+            self._search(run_dir)
             pilot = next((p for p in self._pilots.values() if p.accepting and p.ended is None
                           and p.dir.parent.parent == run_dir), None)
             if pilot is None:
@@ -275,6 +319,9 @@ class SlurmAllocationBackend(Backend):
                 and not any(j in self._tasks for j in p.tasks)]
         if idle:
             self._scancel(idle)
+        for pilot in self._pilots.values():
+            if pilot.ended is None and not pilot.cancelled:
+                pilot.beat()
 
     def _hand_over(self, task: _Task, pilot: _Pilot) -> None:
         spec = task.spec
@@ -310,6 +357,7 @@ class SlurmAllocationBackend(Backend):
             write_atomic(script, render_pilot_script(
                 self.options, job_name=name, pilot_dir=pilot_dir, nodes=self.allocation_nodes,
                 time_s=self.allocation_time, cpus_per_node=self.allocation_cpus, exclude=avoid,
+                grace_s=self.allocation_grace,
             ))
         except ConfigError as exc:
             self._end_waiting(tasks, JobState.INVALID, str(exc))
@@ -357,11 +405,13 @@ class SlurmAllocationBackend(Backend):
 
     def _watch_pilots(self) -> None:
         live = [p for p in self._pilots.values() if p.ended is None]
-        if not live:
-            return
-        ids = sorted({p.job_id for p in live if p.job_id}, key=int)
-        rows: dict[str, SqueueRow] = self.slurm.squeue(ids) if ids else {}
         for pilot in live:
+            if (pilot.dir / RELEASED).exists():  # before squeue: it starts nothing after it
+                pilot.ended = _RELEASED_WORD
+        asked = [p for p in live if p.ended is None]
+        ids = sorted({p.job_id for p in asked if p.job_id}, key=int)
+        rows: dict[str, SqueueRow] = self.slurm.squeue(ids) if ids else {}
+        for pilot in asked:
             row = rows.get(pilot.job_id) if pilot.job_id else None
             if row is None:
                 pilot.ended = "VANISHED"
@@ -369,6 +419,7 @@ class SlurmAllocationBackend(Backend):
                 word = row.state.split(" ", 1)[0]
                 if word in TERMINAL_WORDS:
                     pilot.ended = word
+        for pilot in live:
             if pilot.info is None:
                 pilot.info = _read_json(pilot.dir / "pilot.json")
             if pilot.ended is not None:
@@ -393,7 +444,7 @@ class SlurmAllocationBackend(Backend):
         if doc is not None:
             status = self._end(task, doc, run)
             if status is None:  # declined: waits for the next pilot
-                pilot.accepting = False
+                pilot.drain()
                 pilot.tasks.discard(task.job_id)
                 log.info("pilot %s declined %s: %s", pilot.job_id, task.key, doc["declined"])
                 task.pilot = None
@@ -480,6 +531,8 @@ class SlurmAllocationBackend(Backend):
             self._scancel(done)
 
     def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:
+        for run_dir in {spec.trial_dir.parent for spec in jobs.values()}:
+            self._search(run_dir)
         for job_id, spec in jobs.items():
             if not job_id.startswith(_ID_PREFIX):
                 self._settled.add(JobStatus(
@@ -488,21 +541,44 @@ class SlurmAllocationBackend(Backend):
                 continue
             task = _Task(job_id, spec)
             self._tasks[job_id] = task
-            pilot_dir = _placed_in(spec)
-            if pilot_dir is None:
-                continue  # never handed out: the next dispatch does
-            pilot = self._pilots.get(pilot_dir)
-            if pilot is None:
-                job = None
-                with contextlib.suppress(OSError):
-                    job = (pilot_dir / "pilot.id").read_text().strip() or None
-                job = job or self.slurm.find_by_name(pilot_dir.name)
-                # An adopted pilot takes no new attempts; it is released once its own end.
-                pilot = _Pilot(pilot_dir.name, pilot_dir, job, accepting=False,
-                               ended=None if job else "VANISHED")
-                self._pilots[pilot_dir] = pilot
-            task.pilot = pilot
-            pilot.tasks.add(job_id)
+            self._place(task)  # never handed out: the next dispatch does
+
+    def _search(self, run_dir: Path) -> None:
+        """Adopt the pilots an earlier controller left in *run_dir* (once), and ask Slurm
+        which of them still live (one ``squeue``)."""
+        if run_dir in self._searched:
+            return
+        self._searched.add(run_dir)
+        left = [(d, job) for d, job in _left_pilots(run_dir) if d not in self._pilots]
+        for pilot_dir, job in left:
+            self._adopt(pilot_dir, job)
+        if left:
+            try:
+                self._watch_pilots()
+            except SlurmCommandError as exc:  # the next pass asks again
+                log.warning("cannot ask Slurm about the pilots of %s: %s", run_dir, exc)
+
+    def _place(self, task: _Task) -> None:
+        """Give *task* back to the pilot it was last handed to, if an earlier controller did."""
+        pilot_dir = _placed_in(task.spec)
+        if pilot_dir is None:
+            return
+        pilot = self._pilots.get(pilot_dir) or self._adopt(pilot_dir)
+        task.pilot = pilot
+        pilot.tasks.add(task.job_id)
+
+    def _adopt(self, pilot_dir: Path, job: str | None = None) -> _Pilot:
+        """A pilot an earlier controller submitted, taking new attempts unless it drains."""
+        job = job or _pilot_job(pilot_dir) or self.slurm.find_by_name(pilot_dir.name)
+        ended = None if job else "VANISHED"
+        if (pilot_dir / RELEASED).exists():
+            ended = _RELEASED_WORD
+        pilot = _Pilot(pilot_dir.name, pilot_dir, job, ended=ended,
+                       accepting=not (pilot_dir / DRAINING).exists())
+        self._pilots[pilot_dir] = pilot
+        self._adopted = True
+        log.info("adopted pilot %s (%s)", job, pilot_dir.name)
+        return pilot
 
 
 def _step_end(
@@ -561,6 +637,28 @@ def _step_usage(task: _Task, pilot: _Pilot) -> dict[str, float] | None:
         usage["allocation_cpu_s"] = share
         usage["allocation_node_s"] = share * len(info.get("nodes") or [1]) / total
     return usage
+
+
+def _pilot_job(pilot_dir: Path) -> str | None:
+    """The Slurm job id of the pilot in *pilot_dir*, as its controller or the pilot wrote it."""
+    with contextlib.suppress(OSError):
+        job = (pilot_dir / "pilot.id").read_text().strip()
+        if job:
+            return job
+    job = str((_read_json(pilot_dir / "pilot.json") or {}).get("job_id") or "")
+    return job or None
+
+
+def _left_pilots(run_dir: Path) -> list[tuple[Path, str]]:
+    """The pilot directories of *run_dir* with a known job id and not released: pilots an
+    earlier controller may have left running."""
+    found = []
+    with contextlib.suppress(OSError):
+        for pilot_dir in sorted((run_dir / SLURM_DIR).glob("*.pilot.*")):
+            job = _pilot_job(pilot_dir)
+            if job and job.isdigit() and not (pilot_dir / RELEASED).exists():
+                found.append((pilot_dir, job))
+    return found
 
 
 def _placed_in(spec: JobSpec) -> Path | None:

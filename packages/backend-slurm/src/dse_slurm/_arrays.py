@@ -141,8 +141,7 @@ class SlurmBackend(Backend):
         super().__init__()
         self.options = options or SlurmOptions()
         self.sacct_lag = sacct_lag
-        self.slurm = SlurmCommands(self.count_command, timeout=command_timeout,
-                                   interrupted=lambda: self.interrupted_at)
+        self.slurm = SlurmCommands(self, timeout=command_timeout)
         """Runs (and counts) this backend's Slurm commands."""
         self._settled = Settled()
         self._leaving: dict[str, _Leaving] = {}

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
     from pathlib import Path
 
-    from dse import JobSpec
+    from dse import Backend, JobSpec
 
 __all__ = ["Settled", "SlurmCommandError", "SlurmCommands", "SubmitRefused"]
 
@@ -93,19 +93,19 @@ class SubmitRefused(SlurmCommandError):
 
 
 class SlurmCommands:
-    """Runs Slurm's commands for one backend, counting each through *count*.
+    """Runs Slurm's commands for *backend*, counting each through its
+    :meth:`dse.Backend.count_command`.
 
     A command that cannot start or does not answer within *timeout* seconds raises
-    :class:`SlurmCommandError`; each method says which exit statuses it judges itself.
+    :class:`SlurmCommandError`, and so does a query (``squeue``, ``sacct``) still waiting when
+    the controller is asked to stop (:meth:`dse.Backend.interrupt`); each method says which
+    exit statuses it judges itself.
     """
 
-    def __init__(self, count: Callable[[str], None], *, timeout: float = 30.0,
-                 interrupted: Callable[[], float | None] = lambda: None) -> None:
-        self.count = count
+    def __init__(self, backend: Backend, *, timeout: float = 30.0) -> None:
+        self.count: Callable[[str], None] = backend.count_command
         self.timeout = timeout
-        self.interrupted = interrupted
-        """When the controller was last asked to stop (:attr:`dse.Backend.interrupted_at`):
-        a query (``squeue``, ``sacct``) begun before then is given up."""
+        self._backend = backend
         self.accounting = True
         """Whether ``sacct`` answers (False once it said accounting storage is disabled)."""
         self._by_name: dict[str, str | None] = {}
@@ -136,7 +136,8 @@ class SlurmCommands:
             try:
                 return proc.communicate(timeout=max(min(left, _WAIT_SLICE), 0.0))
             except subprocess.TimeoutExpired:
-                stop = self.interrupted() if interruptible else None
+                # Asked to stop since (dse.Backend.interrupt): a query is given up.
+                stop = self._backend.interrupted_at if interruptible else None
                 if stop is None or stop < began:
                     if left > _WAIT_SLICE:
                         continue

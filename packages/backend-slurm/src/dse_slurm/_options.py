@@ -14,7 +14,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 MODES = ("jobs", "allocation")
-ALLOCATION_KEYS = ("allocation_nodes", "allocation_time", "allocation_cpus")
+ALLOCATION_KEYS = (
+    "allocation_nodes", "allocation_time", "allocation_cpus", "allocation_grace",
+)
 OPTION_KEYS = frozenset({
     "partition", "account", "qos", "constraint", "exclusive", "extra_sbatch", "setup",
     "signal_lead", "array_throttle", "python", "sacct_lag", "command_timeout",
@@ -35,6 +37,7 @@ class Allocation(TypedDict, total=False):
     allocation_nodes: int
     allocation_time: float
     allocation_cpus: int
+    allocation_grace: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +51,8 @@ class SlurmTable:
     timing: Timing
     """``sacct_lag`` and ``command_timeout``, where the table sets them."""
     allocation: Allocation
-    """``allocation_nodes``, ``allocation_time`` and ``allocation_cpus``, where the table
-    sets them."""
+    """``allocation_nodes``, ``allocation_time``, ``allocation_cpus`` and
+    ``allocation_grace``, where the table sets them."""
 
 
 def read_table(
@@ -122,6 +125,10 @@ def _allocation_values(options: Mapping[str, Any], where: str) -> Allocation:
     if "allocation_time" in options:
         values["allocation_time"] = parse_duration(
             options["allocation_time"], f"{where}.allocation_time"
+        )
+    if "allocation_grace" in options:
+        values["allocation_grace"] = parse_duration(
+            options["allocation_grace"], f"{where}.allocation_grace"
         )
     return values
 

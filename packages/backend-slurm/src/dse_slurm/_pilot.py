@@ -3,7 +3,7 @@
 The controller (:class:`dse_slurm.SlurmAllocationBackend`) copies this file into the pilot's
 directory on the shared filesystem and submits it as the batch script's body::
 
-    python3 pilot.py PILOT_DIR ALLOCATION_SECONDS PYTHON
+    python3 pilot.py PILOT_DIR ALLOCATION_SECONDS PYTHON [GRACE_SECONDS]
 
 It imports nothing from dse and runs on any Python from 3.7 (the node's ``python3``). The
 directory is its inbox and its outbox; every file in it is written atomically (temporary name,
@@ -16,12 +16,18 @@ then ``os.replace``), so a reader never sees half a file:
 * ``<key>.task.json`` — written by the controller, one per attempt (resources, time limit,
   nodes to avoid; ``<key>.jsonl`` beside it is the attempt's manifest line);
 * ``<key>.cancel`` — written by the controller to cancel an attempt;
+* ``controller.alive`` (:data:`HEARTBEAT`) — touched by the controller on each polling pass:
+  its modification time changing is how the pilot knows a controller still follows it;
+* ``draining`` (:data:`DRAINING`) — written by the controller once the pilot declined an
+  attempt: no controller hands it new attempts any more (a restarted one neither);
 * ``<key>.claim`` — written by the pilot just before it starts the attempt's ``srun``;
 * ``<key>.run`` — written inside the step, before the workload starts: node, step id, start;
 * ``<key>.exit.json`` — written by the pilot when the attempt ended (``srun``'s exit status
   and its last error lines, whether the pilot cancelled it or ended it at its time limit), or
   when it will not run it here (``declined``: too little time left, every node avoided;
-  ``invalid``: no node of the allocation has the CPUs it asks for).
+  ``invalid``: no node of the allocation has the CPUs it asks for);
+* ``pilot.end.json`` (:data:`RELEASED`) — written by the pilot when it releases the allocation
+  because no controller follows it (below): the time and why. It starts nothing after it.
 
 Packing: the pilot keeps the free CPUs of each node of the allocation and starts an attempt
 on the first node where it fits (``srun --exact --nodelist=<node>``), in the order the tasks
@@ -29,7 +35,13 @@ arrived; a task that fits nowhere now waits while later, smaller tasks may go ah
 attempt whose time limit ends after the allocation does is declined, never started. The pilot
 enforces each attempt's time limit itself (SIGTERM to ``srun``, which ends the step; SIGKILL
 after a grace), and sends ``SIGUSR1`` its signal lead before it. It runs until Slurm ends the
-allocation (the controller cancels it when it has nothing left for it, or its time runs out).
+allocation (the controller cancels it when it has nothing left for it, or its time runs out),
+or until it releases the allocation itself: when the heartbeat has not changed for
+GRACE_SECONDS (measured on the pilot's own clock, from its start or the last change, so the
+clocks of the nodes need not agree), no step runs and no task waits, it writes
+``pilot.end.json`` and exits 0, and Slurm frees the nodes. A controller that died (or lost its
+login node) thus holds no nodes for long; a controller restarted within the grace finds the
+pilot still there and hands it new attempts. Without GRACE_SECONDS it never releases itself.
 """
 
 from __future__ import annotations
@@ -45,6 +57,12 @@ from datetime import datetime
 from typing import Any
 
 POLL_S = 0.2
+HEARTBEAT = "controller.alive"
+"""The file whose modification time the controller changes on each pass."""
+DRAINING = "draining"
+"""Written by the controller once the pilot declined an attempt (it takes no new ones)."""
+RELEASED = "pilot.end.json"
+"""Written by the pilot when it releases the allocation, no controller following it."""
 GRACE_S = 10.0
 # Seconds kept free at the end of the allocation: an attempt whose time limit would end inside
 # them is declined (starting a step and tearing it down take a moment).
@@ -140,9 +158,13 @@ class Step:
 
 
 class Pilot:
-    def __init__(self, directory: str, seconds: float, python: str) -> None:
+    def __init__(self, directory: str, seconds: float, python: str,
+                 controller_grace: float | None = None) -> None:
         self.dir = directory
         self.python = python
+        self.controller_grace = controller_grace
+        self.heartbeat: int | None = None
+        self.heard_at = time.time()
         self.job_id = os.environ.get("SLURM_JOB_ID", "")
         self.started_at = time.time()
         self.ends_at = allocation_end(self.job_id, self.started_at + seconds)
@@ -225,6 +247,26 @@ class Pilot:
         self.free[step.node] += step.cpus
         del self.running[step.key]
 
+    def orphaned(self, now: float) -> bool:
+        """Whether to release the allocation: nothing runs or waits, and the controller's
+        heartbeat has not changed for the grace."""
+        try:
+            mark: int | None = os.stat(self.path(HEARTBEAT)).st_mtime_ns
+        except OSError:
+            mark = None
+        if mark != self.heartbeat:
+            self.heartbeat, self.heard_at = mark, now
+        grace = self.controller_grace
+        return (grace is not None and not self.running and not self.queue
+                and now - self.heard_at >= grace)
+
+    def release(self, now: float) -> None:
+        why = (f"no word from the controller for {now - self.heard_at:.0f}s (grace"
+               f" {self.controller_grace or 0:g}s) and nothing to run:"
+               f" allocation {self.job_id} released")
+        write_json(self.path(RELEASED), {"ended_at": now, "reason": why})
+        print(why, flush=True)
+
     def place(
         self, task: dict[str, Any], now: float
     ) -> tuple[str | None, dict[str, Any] | None]:
@@ -285,10 +327,17 @@ class Pilot:
 
 
 def main(argv: list[str]) -> int:
-    pilot = Pilot(argv[1], float(argv[2]), argv[3])
+    controller_grace = float(argv[4]) if len(argv) > 4 else None
+    pilot = Pilot(argv[1], float(argv[2]), argv[3], controller_grace)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     while True:
         pilot.step()
+        now = time.time()
+        if pilot.orphaned(now):
+            # Nothing started after the last scan; a task written since is never started
+            # here, and the controller hands it to another pilot when it reads RELEASED.
+            pilot.release(now)
+            return 0
         time.sleep(POLL_S)
 
 

@@ -351,10 +351,13 @@ def render_pilot_script(
     time_s: float,
     cpus_per_node: int | None = None,
     exclude: Iterable[str] = (),
+    grace_s: float | None = None,
 ) -> str:
     """The batch script of one pilot: *nodes* nodes for *time_s*, whole nodes
     (``--exclusive``) unless *cpus_per_node* is given; runs ``pilot.py`` in *pilot_dir*
-    after the setup lines. :class:`~dse.ConfigError` when a value cannot be written safely."""
+    after the setup lines, which releases the allocation once no controller was heard of for
+    *grace_s* and nothing runs (never without it; see :mod:`dse_slurm._pilot`).
+    :class:`~dse.ConfigError` when a value cannot be written safely."""
     if "%" in str(pilot_dir):
         msg = f"backend.slurm: the directory {str(pilot_dir)!r} holds a '%' (a Slurm pattern)"
         raise ConfigError(msg)
@@ -388,7 +391,8 @@ def render_pilot_script(
     lines += [
         "# the pilot starts each attempt handed to it as a job step (see dse_slurm._pilot)",
         f"exec {python} {shlex.quote(str(pilot_dir / 'pilot.py'))}"
-        f" {shlex.quote(str(pilot_dir))} {math.ceil(time_s)} {python}",
+        f" {shlex.quote(str(pilot_dir))} {math.ceil(time_s)} {python}"
+        + ("" if grace_s is None else f" {math.ceil(grace_s)}"),
         "",
     ]
     return "\n".join(lines)
