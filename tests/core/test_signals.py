@@ -106,6 +106,9 @@ import sys
 import dse
 
 faulthandler.register(signal.SIGUSR1)  # the test asks where it hangs, if it does
+# Ctrl+C raises KeyboardInterrupt, as in a notebook, even when this test runs in a background
+# job (whose SIGINT the shell ignores, and Python then leaves ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from dse.testing import ProbeBackend, ScriptedAgent
 
@@ -268,3 +271,39 @@ def test_a_signal_while_the_agent_is_replayed_ends_the_run_within_a_second_and_l
         told += json.loads(str(proposals))
     assert len(told) == len(set(told)), "a result was told to the agent twice"
     assert not _query(db, "SELECT 1 FROM events WHERE kind = 'agent_replay_diverged'")
+
+
+def test_an_ignored_sigint_stays_ignored_and_sigterm_still_stops_the_run(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from support.cli import dse_env
+
+    write_plugin(tmp_path)
+    (tmp_path / "scripts.py").write_text(SCRIPT)
+    points = ", ".join(f"{{x = {i / 100}}}" for i in range(50))
+    (tmp_path / "campaign.toml").write_text(CAMPAIGN.replace("POINTS", points))
+    db = tmp_path / ".dse" / "dse.sqlite"
+    # What a non-interactive shell does to a background job: Ctrl+C is not meant for it.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dse", "run", "campaign.toml"], cwd=tmp_path,
+        env=dse_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not paused(db):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "dispatch never paused"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1.5)
+        assert proc.poll() is None, "an ignored SIGINT stopped the run"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert _query(db, "SELECT status FROM campaigns") == [("cancelled",)]

@@ -10,6 +10,7 @@ slow to replay), and touches the file ``LIST_AGENT_MARK`` names first.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -72,12 +73,18 @@ def dse_env(project: Path, extra: dict[str, str] | None = None) -> dict[str, str
     return env
 
 
+def default_sigint() -> None:
+    """In a child about to run: Ctrl+C acts as in a terminal, even when the tests run in a
+    background job (whose SIGINT the shell ignores; dse, as Python, keeps it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_dse(project: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run `dse ARGS` in *project* to its end."""
     return subprocess.run(
         [sys.executable, "-m", "dse", *args],
         cwd=project, env=dse_env(project), capture_output=True, text=True, timeout=timeout,
-        check=False,
+        check=False, preexec_fn=default_sigint,
     )
 
 
@@ -88,5 +95,5 @@ def start_dse(project: Path, *args: str, env: dict[str, str] | None = None
     return subprocess.Popen(
         [sys.executable, "-m", "dse", *args],
         cwd=project, env=dse_env(project, env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
+        text=True, preexec_fn=default_sigint,
     )

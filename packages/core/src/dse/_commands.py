@@ -117,8 +117,11 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             if isinstance(backend, Backend):
                 backend.interrupt()  # a slow query in progress gives up
 
+        # A SIGINT the caller ignores (a shell's background job) stays ignored, as Python
+        # itself leaves it: Ctrl+C in the terminal is not meant for it.
         previous = {
             sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+            if sig != signal.SIGINT or signal.getsignal(sig) is not signal.SIG_IGN
         }
         try:
             try:
