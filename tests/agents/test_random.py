@@ -264,3 +264,37 @@ def test_params_come_in_declared_order(any_space):
     agent = RandomAgent(any_space, seed=0)
 
     assert all(list(p) == list(any_space.names) for p in agent.propose(10, []))
+
+
+@pytest.mark.parametrize("log_space", [False, True])
+def test_a_restored_snapshot_continues_the_same_sequence(any_space, log_space):
+    space = any_space
+    if log_space:  # a finite space with a log-scaled parameter draws through its own path
+        space = dse.Space((dse.IntRange("n", 1, 64, log=True), dse.Categorical("k", (1, 2))))
+    whole = RandomAgent(space, seed=9)
+    first = whole.propose(7, [])
+    rest = whole.propose(9, [])
+
+    before = RandomAgent(space, seed=9)
+    before.propose(7, [])
+    state = json.loads(json.dumps(before.snapshot()))  # as the record holds it
+    after = RandomAgent(space, seed=123)  # another seed: the snapshot decides
+    after.restore(state)
+
+    assert after.propose(9, []) == rest
+    assert len(first) == 7
+    assert after.exhausted == whole.exhausted
+
+
+def test_the_sobol_sampler_gives_no_snapshot(finite_space):
+    assert RandomAgent(finite_space, seed=1, sampler="sobol").snapshot() is None
+
+
+def test_a_restored_grid_continues_where_it_was(finite_space):
+    grid = GridAgent(finite_space)
+    grid.propose(5, [])
+    again = GridAgent(finite_space)
+    again.restore(json.loads(json.dumps(grid.snapshot())))
+    assert again.propose(30, []) == grid.propose(30, [])
+    assert again.exhausted
+    assert grid.exhausted

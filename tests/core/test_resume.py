@@ -216,3 +216,75 @@ def test_a_resume_told_less_than_the_agent_was_is_no_sign_of_a_nondeterministic_
     second = run_engine(c, store, cluster, clock, SeededAgent(3), resume=first.campaign_id)
     assert second.status == "completed"
     assert record(store).events(first.campaign_id, "agent_replay_diverged") == []
+
+
+class SnapshotAgent(SeededAgent):
+    """A :class:`SeededAgent` that gives its state out and takes it back."""
+
+    restored = 0
+
+    def snapshot(self) -> dict[str, Any]:
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss], "best": self.best}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.best = state["best"]
+        type(self).restored += 1
+
+
+class OtherVersion(SnapshotAgent):
+    version: ClassVar[str] = "2"
+
+
+def test_a_resume_restores_the_agents_snapshot_and_replays_only_the_calls_after_it(
+    tmp_path: Any, monkeypatch: Any,
+) -> None:
+    import dse._feedback
+
+    monkeypatch.setattr(dse._feedback, "SNAPSHOT_AFTER_CALLS", 3)
+    c = campaign(tmp_path / "run")
+    store = dse.Store(c.workspace / "dse.sqlite")
+    cluster, clock = ProbeCluster(), FakeClock()
+    first = run_engine(c, store, cluster, clock, SnapshotAgent(3), StopAfter(6))
+    assert first.status == "cancelled"
+    conn = record(store)
+    ((log_id,),) = conn.rows("SELECT log_id FROM agent_snapshots")
+    ((proposes,),) = conn.rows("SELECT COUNT(*) FROM agent_log WHERE kind = 'propose'")
+    ((after,),) = conn.rows("SELECT COUNT(*) FROM agent_log WHERE kind = 'propose'"
+                            " AND id > ?", (log_id,))
+    assert log_id > 0
+    assert after < proposes  # the snapshot covers some of the calls
+
+    agent = SnapshotAgent(3)
+    replayed: list[int] = []
+
+    class Opened(dse.EngineListener):
+        def on_start(self, engine: dse.Engine) -> None:
+            replayed.append(agent.calls)  # the run is rebuilt: what was asked again
+
+    second = run_engine(c, store, cluster, clock, agent, Opened(), resume=first.campaign_id)
+
+    assert SnapshotAgent.restored == 1
+    assert replayed == [after]  # only the calls after the snapshot
+    assert second.status == "completed"
+    assert trajectory(store, first.campaign_id) == reference(tmp_path)
+    assert record(store).events(first.campaign_id, "agent_replay_diverged") == []
+
+
+def test_a_snapshot_of_another_version_of_the_agent_is_not_restored(
+    tmp_path: Any, monkeypatch: Any,
+) -> None:
+    import dse._feedback
+
+    monkeypatch.setattr(dse._feedback, "SNAPSHOT_AFTER_CALLS", 3)
+    c = campaign(tmp_path / "run")
+    store = dse.Store(c.workspace / "dse.sqlite")
+    cluster, clock = ProbeCluster(), FakeClock()
+    first = run_engine(c, store, cluster, clock, SnapshotAgent(3), StopAfter(6))
+    OtherVersion.restored = 0
+    second = run_engine(c, store, cluster, clock, OtherVersion(3), resume=first.campaign_id)
+    assert OtherVersion.restored == 0  # replayed from the start instead
+    assert second.status == "completed"
+    assert trajectory(store, first.campaign_id) == reference(tmp_path)

@@ -55,3 +55,11 @@ class GridAgent:
 
     def observe(self, observations: Sequence[Observation]) -> None:
         """Ignored: a grid does not learn."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """Where the walk is (a resume continues from there)."""
+        return {"next": self._next}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Continue from a :meth:`snapshot`."""
+        self._next = int(state["next"])

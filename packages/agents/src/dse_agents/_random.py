@@ -104,6 +104,23 @@ class RandomAgent:
     def observe(self, observations: Sequence[Observation]) -> None:
         """Ignored: random search does not learn."""
 
+    def snapshot(self) -> dict[str, Any] | None:
+        """The generator's state and, on a finite space, the draws so far (a resume restores
+        them instead of drawing every proposal again); ``None`` with the Sobol sampler."""
+        if self._sobol is not None:
+            return None
+        version, internal, gauss = self._rng.getstate()
+        return {"rng": [version, list(internal), gauss], "drawn": self._drawn,
+                "at": list(self._at.items()), "where": list(self._where.items())}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Continue from a :meth:`snapshot`."""
+        version, internal, gauss = state["rng"]
+        self._rng.setstate((version, tuple(internal), gauss))
+        self._drawn = int(state["drawn"])
+        self._at = {int(k): int(v) for k, v in state["at"]}
+        self._where = {int(k): int(v) for k, v in state["where"]}
+
     def _draw(self, rng: random.Random) -> int:
         """Draw the number of one point not drawn yet (there is at least one)."""
         drawn = self._drawn

@@ -276,7 +276,7 @@ class Engine:
             resume = Resume(self.dispatcher, self.interruptions)
             self.agent = resume.rebuild(self._agent_factory)
 
-    # -- data versions --------------------------------------------------------------------
+    # -- data versions and invalidation: what the agent may no longer hold ------------------
 
     def _check_data_version(self) -> None:
         """Before a dispatch batch: has the data changed since it was last read?"""
@@ -287,8 +287,6 @@ class Engine:
             self.journal.alert(f"data changed: version {version} (was {old}); later trials use it")
             self.stats.best = None  # "best so far" counts only results about the current data
             self._agent_stale = True  # what it learnt about the old data must go
-
-    # -- invalidation -----------------------------------------------------------------------
 
     def _check_invalidations(self) -> None:
         """Take in results invalidated since the last look (``dse invalidate``, possibly from
@@ -352,6 +350,7 @@ class Engine:
                 batch.update_attempt(row=trial.attempt_row, job_id=trial.job_id,
                                      state=AttemptState.SUBMITTED)
         self.stats.running = self.running
+        self.feedback.snapshot(self.agent, batch, self.campaign_id)
         self.store.commit(batch)
 
     def grant(self, trial: LiveTrial, expected: float, now: float, *, record: bool) -> None:

@@ -20,6 +20,12 @@ if TYPE_CHECKING:
     from dse._types import Direction
 
 
+SNAPSHOT_AFTER_S = 1.0
+"""Seconds spent in agent calls since its last snapshot after which a commit snapshots it."""
+SNAPSHOT_AFTER_CALLS = 1_000
+"""Agent calls since its last snapshot after which a commit snapshots it (cheap calls)."""
+
+
 class Feedback:
     """The observations waiting to be told to the agent (one owner of them).
 
@@ -31,6 +37,8 @@ class Feedback:
         self.guard = guard or AgentGuard()
         """Every call into the agent goes through it (it names the agent when one fails)."""
         self._pending: list[tuple[int, Observation]] = []
+        self._snapped = (0, 0.0)
+        """The agent calls and their seconds when it was last snapshot."""
         self.withheld = False
         """The agent is no longer told anything (the run stopped while the agent was being
         rebuilt, so it is not the agent the log describes): results are still logged as
@@ -72,6 +80,21 @@ class Feedback:
     def drop(self, numbers: set[int]) -> None:
         """Never tell the results of trials *numbers* (they were invalidated)."""
         self._pending = [(p, obs) for p, obs in self._pending if obs.trial_number not in numbers]
+
+    def snapshot(self, agent: Agent, batch: Batch, campaign_id: int) -> None:
+        """Record the agent's state with the calls it covers (every call the record logs up to
+        this commit), once replaying the calls since its last snapshot would cost a second of
+        its time or a thousand calls: a resume then restores it and replays only the calls
+        after it. An agent without ``snapshot``/``restore`` is replayed whole."""
+        guard = self.guard
+        calls, busy = guard.calls - self._snapped[0], guard.busy_s - self._snapped[1]
+        if self.withheld or not calls or (busy < SNAPSHOT_AFTER_S
+                                           and calls < SNAPSHOT_AFTER_CALLS):
+            return
+        self._snapped = (guard.calls, guard.busy_s)
+        state = guard.snapshot(agent)
+        if state is not None:
+            batch.agent_snapshot(campaign=campaign_id, state=state)
 
     def deliver(self, agent: Agent, batch: Batch, campaign_id: int) -> None:
         """Tell the agent every waiting result, in proposal order, and log the call."""

@@ -13,6 +13,8 @@ proposed, and guessing would change the campaign's trajectory.
 from __future__ import annotations
 
 import inspect
+import json
+import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +38,10 @@ class AgentGuard:
 
     def __init__(self, registered: Registered | None = None) -> None:
         self.registered = registered
+        self.calls = 0
+        """``propose`` and ``observe`` calls made so far."""
+        self.busy_s = 0.0
+        """Seconds spent in them so far (what replaying them would cost again)."""
 
     @classmethod
     def lookup(cls, plugins: PluginManager, name: str) -> AgentGuard:
@@ -91,6 +97,7 @@ class AgentGuard:
         self, agent: Agent, n: int, in_flight: Sequence[Mapping[str, Any]]
     ) -> list[Mapping[str, Any]]:
         """``agent.propose(n, in_flight)`` as a list of mappings."""
+        began = time.perf_counter()
         try:
             answer = agent.propose(n, in_flight)
             if isinstance(answer, (str, bytes, Mapping)) or not isinstance(answer, Iterable):
@@ -101,6 +108,8 @@ class AgentGuard:
             raise
         except Exception as exc:
             raise self._raised(agent, "propose()", exc) from exc
+        finally:
+            self.calls, self.busy_s = self.calls + 1, self.busy_s + time.perf_counter() - began
         for i, proposal in enumerate(proposals):
             if not isinstance(proposal, Mapping):
                 raise self.error(agent, "propose()", f"returned {_kind(proposal)} as proposal"
@@ -109,10 +118,45 @@ class AgentGuard:
 
     def observe(self, agent: Agent, observations: Sequence[Observation]) -> None:
         """``agent.observe(observations)``."""
+        began = time.perf_counter()
         try:
             agent.observe(observations)
         except Exception as exc:
             raise self._raised(agent, "observe()", exc) from exc
+        finally:
+            self.calls, self.busy_s = self.calls + 1, self.busy_s + time.perf_counter() - began
+
+    def snapshot(self, agent: Agent) -> str | None:
+        """``agent.snapshot()`` as JSON; ``None`` when the agent has no snapshot or gives none
+        now. Anything but a JSON-serialisable answer is an :class:`~dse.AgentError`."""
+        method = getattr(agent, "snapshot", None)
+        if method is None or not callable(getattr(agent, "restore", None)):
+            return None
+        try:
+            state = method()
+        except Exception as exc:
+            raise self._raised(agent, "snapshot()", exc) from exc
+        if state is None:
+            return None
+        try:
+            return json.dumps({"version": _version(agent), "state": state},
+                              separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise self.error(agent, "snapshot()", f"returned what JSON cannot hold ({exc})"
+                             ) from None
+
+    def restore(self, agent: Agent, snapshot: str) -> bool:
+        """``agent.restore(state)`` with the state :meth:`snapshot` recorded; ``False`` (and
+        nothing restored) when the agent cannot restore or the snapshot is of another version
+        of it."""
+        doc = json.loads(snapshot)
+        if doc.get("version") != _version(agent) or not callable(getattr(agent, "restore", None)):
+            return False
+        try:
+            agent.restore(doc["state"])  # type: ignore[attr-defined]
+        except Exception as exc:
+            raise self._raised(agent, "restore()", exc) from exc
+        return True
 
     def exhausted(self, agent: Agent) -> bool:
         """``agent.exhausted``."""
@@ -120,6 +164,11 @@ class AgentGuard:
             return bool(agent.exhausted)
         except Exception as exc:
             raise self._raised(agent, "exhausted (a property)", exc) from exc
+
+
+def _version(agent: object) -> str:
+    """The version of *agent*'s class (a snapshot is restored only into the same)."""
+    return str(getattr(type(agent), "version", "") or "")
 
 
 def _kind(value: object) -> str:

@@ -299,9 +299,17 @@ class Resume:
         Without *same_feedback* (a rebuild told less than the agent was) its proposals may
         differ from the recorded ones, and that is no sign of a nondeterministic agent."""
         p = self._parts
+        cid = p.journal.campaign_id
         observed: set[int] = set()
         diverged: str | None = None
-        for entry in p.store.agent_log(p.journal.campaign_id):
+        after = 0
+        # The agent's latest snapshot, when it was told what it is now told: only the calls
+        # after it are replayed (told less, a fresh agent hears the whole log again).
+        snapshot = p.store.agent_snapshot(cid) if same_feedback else None
+        if snapshot is not None and p.feedback.guard.restore(agent, snapshot[1]):
+            after = snapshot[0]
+            observed = p.store.observed(cid, upto=after)
+        for entry in p.store.agent_log(cid, after=after):
             numbers = list(entry.proposals)
             if p.end.stopping() and not p.feedback.withheld:
                 # Asked to stop while replaying (an agent may take seconds a call): the agent

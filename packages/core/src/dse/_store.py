@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another controller's transaction before giving up."""
 DB_NAME = "dse.sqlite"
@@ -383,14 +383,33 @@ class _Reads:
         return [Event(r[0], r[1], r[2], r[3], r[4], _loads(r[5]) if r[5] else None)
                 for r in rows]
 
-    def agent_log(self, campaign_id: int) -> list[AgentCall]:
-        """The agent's calls of run *campaign_id*, in the order they were made."""
+    def agent_log(self, campaign_id: int, *, after: int = 0) -> list[AgentCall]:
+        """The agent's calls of run *campaign_id* (those logged after row *after*), in the
+        order they were made."""
         return [
             AgentCall(r[0], r[1], r[2], r[3], _loads(r[4]), _loads(r[5]) if r[5] else None)
             for r in self._rows("SELECT id, campaign_id, kind, n, proposals, in_flight"
-                                " FROM agent_log WHERE campaign_id = ? ORDER BY id",
-                                (campaign_id,))
+                                " FROM agent_log WHERE campaign_id = ? AND id > ? ORDER BY id",
+                                (campaign_id, after))
         ]
+
+    def agent_snapshot(self, campaign_id: int) -> tuple[int, str] | None:
+        """Run *campaign_id*'s latest agent snapshot: the last ``agent_log`` row it covers and
+        the state (JSON); ``None`` when it has none."""
+        rows = self._rows("SELECT log_id, state FROM agent_snapshots WHERE campaign_id = ?",
+                          (campaign_id,))
+        return (int(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def observed(self, campaign_id: int, *, upto: int) -> set[int]:
+        """The proposals of run *campaign_id* the agent was told about in the calls logged up
+        to row *upto*."""
+        out: set[int] = set()
+        for (proposals,) in self._rows(
+            "SELECT proposals FROM agent_log WHERE campaign_id = ? AND kind = 'observe'"
+            " AND id <= ?", (campaign_id, upto),
+        ):
+            out.update(_loads(proposals))
+        return out
 
     # -- conclusions and flags ------------------------------------------------------------
 
@@ -496,6 +515,16 @@ CREATE INDEX IF NOT EXISTS claims_trial ON claims(trial_id)
 and ``attempts``) and the configurations being run (``claims``: config hash → the trial that
 runs it and the campaign whose lock says whether its controller lives)."""
 
+_NEW_TABLES_10 = """
+CREATE TABLE IF NOT EXISTS agent_snapshots (
+    campaign_id INTEGER PRIMARY KEY REFERENCES campaigns(id),
+    log_id INTEGER NOT NULL,
+    state TEXT NOT NULL
+)
+"""
+"""Schema 10: each run's latest agent snapshot (its ``snapshot()``, as JSON) and the last
+``agent_log`` row it covers: a resume restores it and replays only the calls after it."""
+
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: ("ALTER TABLE attempts ADD COLUMN usage TEXT",),
     4: ("ALTER TABLE attempts ADD COLUMN spend TEXT",),
@@ -511,6 +540,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         " SELECT 'trials', COALESCE(MAX(id), 0) + 1 FROM trials",
         "INSERT OR IGNORE INTO counters(name, next)"
         " SELECT 'attempts', COALESCE(MAX(id), 0) + 1 FROM attempts"),
+    9: (_NEW_TABLES_10,),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
@@ -599,7 +629,7 @@ CREATE TABLE IF NOT EXISTS agent_log (
     in_flight TEXT
 );
 CREATE INDEX IF NOT EXISTS agent_log_campaign ON agent_log(campaign_id, id);
-""" + _NEW_TABLES_7 + ";" + _NEW_TABLES_9
+""" + _NEW_TABLES_7 + ";" + _NEW_TABLES_9 + ";" + _NEW_TABLES_10
 
 
 _INSERT_TRIAL = (
@@ -641,6 +671,7 @@ _INSERT_EVENT = "INSERT INTO events(campaign_id, trial_id, at, kind, data) VALUE
 _INSERT_AGENT_CALL = (
     "INSERT INTO agent_log(campaign_id, kind, n, proposals, in_flight) VALUES (?,?,?,?,?)"
 )
+_SNAPSHOT = "INSERT OR REPLACE INTO agent_snapshots(campaign_id, log_id, state) VALUES (?,?,?)"
 _END_CAMPAIGN = "UPDATE campaigns SET status=?, end_reason=?, ended_at=? WHERE id=?"
 _RUN_INSTEAD = (
     "UPDATE trials SET status=?, failure=?, message=?, cache_of=NULL, trial_dir=?, ended_at=?"
@@ -675,7 +706,7 @@ class Batch:
         "_trials", "_trial_ends", "_attempts", "_attempt_updates", "_attempt_ends",
         "_attempt_usage", "_trial_data", "_attempt_spend", "_attempt_expected", "_scores",
         "_environments", "_trial_links", "_events", "_campaign_updates", "_agent_log",
-        "_reruns", "_relinks", "_releases",
+        "_agent_snapshots", "_reruns", "_relinks", "_releases",
     )
 
     def __init__(self) -> None:
@@ -694,6 +725,7 @@ class Batch:
         self._events: list[tuple[Any, ...]] = []
         self._campaign_updates: list[tuple[Any, ...]] = []
         self._agent_log: list[tuple[Any, ...]] = []
+        self._agent_snapshots: dict[int, tuple[int, str]] = {}
         self._reruns: list[tuple[Any, ...]] = []
         self._relinks: list[tuple[Any, ...]] = []
         self._releases: list[tuple[Any, ...]] = []
@@ -849,6 +881,10 @@ class Batch:
             return slot
         self._agent_log.append(entry)
         return len(self._agent_log) - 1
+
+    def agent_snapshot(self, *, campaign: int, state: str) -> None:
+        """The agent's state (JSON) after every agent call logged so far, the run's latest."""
+        self._agent_snapshots[campaign] = (len(self._agent_log), state)
 
     def agent_slot(self) -> int:
         """Hold the place of an agent call that :meth:`agent_call` fills in later (a
@@ -1082,6 +1118,12 @@ class Store(_Reads):
                 (_INSERT_AGENT_CALL, batch._agent_log),
                 (_END_CAMPAIGN, batch._campaign_updates),
             ):
+                if sql is _INSERT_AGENT_CALL and batch._agent_snapshots:
+                    # Rows get ids one past the largest, in order: the k-th of this batch's
+                    # calls is row last + k (the snapshot names the last call it covers).
+                    (last,) = db.execute("SELECT COALESCE(MAX(id), 0) FROM agent_log").fetchone()
+                    db.executemany(_SNAPSHOT, [(c, last + k, state) for c, (k, state)
+                                               in batch._agent_snapshots.items()])
                 if rows:
                     db.executemany(sql, rows)
             if self._claiming:
