@@ -288,3 +288,66 @@ def test_a_snapshot_of_another_version_of_the_agent_is_not_restored(
     assert OtherVersion.restored == 0  # replayed from the start instead
     assert second.status == "completed"
     assert trajectory(store, first.campaign_id) == reference(tmp_path)
+
+
+def _opened(workspace: Any, c: dse.Campaign, run: int, cluster: ProbeCluster,
+            clock: FakeClock) -> tuple[dict[str, Any], SnapshotAgent]:
+    """Open run *run* of the record in *workspace* again (as a restarted controller does) and
+    say what the engine holds then."""
+    import dataclasses
+
+    store = dse.Store(workspace / "dse.sqlite")
+    agent = SnapshotAgent(3)
+    backend = ProbeBackend(script, clock=clock, cluster=cluster)
+    engine = dse.Engine(c, agent=agent, backend=backend, store=store, clock=clock)
+    engine.open(resume=run)
+    d = engine.dispatcher
+    state = {
+        "stats": dataclasses.asdict(engine.stats),
+        "spent": engine.ledger.spent, "trials": engine.ledger.trials,
+        "numbers": (d.number, d.wave, d.rejections),
+        "pending": sorted(p for p, _ in engine.feedback._pending),
+        "running": sorted(t.number for t in engine.table.unfinished()),
+        "agent": (agent.rng.getstate(), agent.best),
+    }
+    store.close()
+    return state, agent
+
+
+def test_a_resume_from_a_snapshot_rebuilds_what_a_resume_from_the_whole_record_does(
+    tmp_path: Any, monkeypatch: Any,
+) -> None:
+    import shutil
+    import sqlite3
+
+    import dse._feedback
+
+    monkeypatch.setattr(dse._feedback, "SNAPSHOT_AFTER_CALLS", 2)
+    c = campaign(tmp_path / "run", max_trials=40)
+    store = dse.Store(c.workspace / "dse.sqlite")
+    cluster, clock = ProbeCluster(), FakeClock()
+    first = run_engine(c, store, cluster, clock, SnapshotAgent(3), StopAfter(12))
+    assert first.status == "cancelled"
+    store.close()
+    statuses = {r["status"] for r in record(store).trials(first.campaign_id)}
+    assert {"completed", "cancelled"} <= statuses
+    whole = tmp_path / "whole"
+    shutil.copytree(c.workspace, whole)
+    db = sqlite3.connect(whole / "dse.sqlite")
+    with db:
+        db.execute("DELETE FROM agent_snapshots")
+    db.close()
+
+    SnapshotAgent.restored = 0
+    from_snapshot, _ = _opened(c.workspace, c, first.campaign_id, cluster, clock)
+    assert SnapshotAgent.restored == 1
+    c_whole = campaign(whole, max_trials=40)
+    from_record, _ = _opened(whole, c_whole, first.campaign_id, cluster, clock)
+    assert SnapshotAgent.restored == 1  # the second one replayed the whole log
+
+    assert from_snapshot == from_record
+    stats = from_snapshot["stats"]
+    assert stats["best"] is not None
+    assert stats["cached"] > 0  # cache hits counted apart
+    assert stats["completed"] > 0
+    assert from_snapshot["running"]  # the cancelled trials run again

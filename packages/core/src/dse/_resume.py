@@ -54,6 +54,18 @@ class Recorded:
     """Trials the run made a directory for (what a trials ceiling counts; not cache hits)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """What follows a restored agent snapshot."""
+
+    after: int
+    """The last ``agent_log`` row the snapshot covers."""
+    entries: list[AgentCall]
+    """The calls logged after it (to replay)."""
+    observed: set[int]
+    """The proposals the agent was told about, before the snapshot and after."""
+
+
 class Resume:
     """Reads a run back and continues it (the state it rebuilds belongs to the parts)."""
 
@@ -64,13 +76,21 @@ class Resume:
 
     # -- reading the record back --------------------------------------------------------------
 
-    def read(self) -> Recorded:
+    def read(self, tail: Tail | None = None) -> Recorded:
         """This run's record read back. Only its unfinished trials (running, or cancelled and
         to run again) are rebuilt whole — directory, attempt history; a finished one is what
-        the agent and the counts need of it, which keeps a resume at 100,000 trials short."""
+        the agent and the counts need of it. With the *tail* of an agent snapshot, only the
+        trials the rest of the resume needs are read (the counts come from the record)."""
         p = self._parts
         store, cid = p.store, p.journal.campaign_id
-        rows = store.trials(cid)
+        if tail is None:
+            rows = store.trials(cid)
+        else:
+            # The snapshot stands for the rest: the trials the calls after it name, and the
+            # ended ones the agent is still to be told.
+            named = {n for e in tail.entries for n in (*e.proposals, *(e.in_flight or ()))}
+            rows = store.resume_rows(
+                cid, named | (set(store.ended_proposals(cid)) - tail.observed))
         live = {row.id for row in rows if row.status in _UNFINISHED}
         attempts: dict[int, list[Attempt]] = {}
         for attempt in store.attempts(cid, trials=live):
@@ -137,22 +157,47 @@ class Resume:
         return the jobs still running, to reattach (*runner* is asked the job id of an
         attempt whose id was never recorded)."""
         with collector_paused():
-            recorded = self.read()
-            return self._restore(agent, runner, now, recorded)
+            tail = self._restored(agent)
+            recorded = self.read(tail)
+            return self._restore(agent, runner, now, recorded, tail)
 
-    def _restore(self, agent: Agent, runner: Runner, now: float, recorded: Recorded
-                 ) -> dict[str, JobSpec]:
+    def _restored(self, agent: Agent) -> Tail | None:
+        """Restore the run's latest agent snapshot into *agent* when the agent is to be told
+        what it was told (nothing invalidated, every result about the current data); the
+        calls logged after it. ``None``: no snapshot restored, the whole log is replayed."""
+        p = self._parts
+        store, cid = p.store, p.journal.campaign_id
+        snapshot = store.agent_snapshot(cid)
+        if snapshot is None or p.invalid.any_in_campaign or (
+            p.data.version is not None and store.stale_trials(cid, p.data.version)
+        ):
+            return None
+        if not p.feedback.guard.restore(agent, snapshot[1]):
+            return None
+        after = snapshot[0]
+        entries = store.agent_log(cid, after=after)
+        observed = store.observed(cid, upto=after)
+        observed.update(n for e in entries if e.kind == "observe" for n in e.proposals)
+        return Tail(after, entries, observed)
+
+    def _restore(self, agent: Agent, runner: Runner, now: float, recorded: Recorded,
+                 tail: Tail | None) -> dict[str, JobSpec]:
         p = self._parts
         for key, trial in recorded.by_proposal.items():
             if key < 0:
                 p.baselines.by_version[trial.data_version] = trial
-        self._restore_stats(recorded)
-        self._restore_spend(recorded)
+        if tail is None:
+            self._restore_stats(recorded)
+            dispatched, trials = recorded.dispatched, len(recorded.by_proposal)
+        else:
+            dispatched = self._restore_counts(recorded)
+            trials = sum(p.store.trial_counts(p.journal.campaign_id).values())
+        self._restore_spend(recorded, dispatched)
         # Results about other data, or flagged since, are told less than the agent was told:
         # its proposals may then differ from the recorded ones without it being at fault.
-        same = not p.invalid.any_in_campaign and all(
-            p.data.current(t) for t in recorded.by_proposal.values())
-        observed = self.replay(agent, recorded, same_feedback=same)
+        same = tail is not None or (not p.invalid.any_in_campaign and all(
+            p.data.current(t) for t in recorded.by_proposal.values()))
+        observed = self.replay(agent, recorded, same_feedback=same, tail=tail)
         reattach = self._resume_attempts(now, recorded, runner)
         for row_id, original_row in recorded.cache_of.items():
             waiter, original = recorded.by_row[row_id], recorded.by_row.get(original_row)
@@ -166,7 +211,7 @@ class Resume:
         p.feedback.replace(self.untold(recorded, observed))
         p.journal.event(None, "resumed", {
             "running": len(reattach), "retrying": len(p.table.retries),
-            "trials": len(recorded.by_proposal), "pending_feedback": p.feedback.count(),
+            "trials": trials, "pending_feedback": p.feedback.count(),
         })
         return reattach
 
@@ -188,14 +233,13 @@ class Resume:
         )
         return agent
 
-    def _restore_spend(self, recorded: Recorded) -> None:
+    def _restore_spend(self, recorded: Recorded, dispatched: int) -> None:
         p = self._parts
         unfinished = [row for row, t in recorded.by_row.items() if t.status in _UNFINISHED]
         for row in p.store.trial_spends(unfinished):
             trial = recorded.by_row[row.trial_id]
             trial.spent = trial.spent + row.spend
-        p.gate.restore([p.store.spend_total(p.journal.campaign_id)],
-                       trials=recorded.dispatched)
+        p.gate.restore([p.store.spend_total(p.journal.campaign_id)], trials=dispatched)
 
     def _restore_stats(self, recorded: Recorded) -> None:
         p = self._parts
@@ -213,12 +257,27 @@ class Resume:
                 stats.count(trial.status, trial.number, trial.params, trial.score,
                             p.results.ranking, rank=p.results.rankable(trial))
                 stats.started += 1
-        trailing = 0
-        for proposal in range(stats.proposals, 0, -1):
-            if proposal not in rejected:
-                break
-            trailing += 1
-        self._dispatcher.rejections = trailing
+        self._dispatcher.rejections = _trailing(stats.proposals, rejected)
+
+    def _restore_counts(self, recorded: Recorded) -> int:
+        """The counts of :meth:`_restore_stats`, from the record (every result ranked); how
+        many trials were dispatched."""
+        p = self._parts
+        stats, rejected = p.stats, recorded.rejected
+        ranking = p.results.ranking
+        counts = p.store.run_counts(p.journal.campaign_id,
+                                    lower_is_better=ranking.direction.better(0.0, 1.0))
+        stats.steps, stats.cached, stats.rejected = counts.steps, counts.cached, len(rejected)
+        stats.proposals = max([counts.proposal, *rejected, 0])
+        self._dispatcher.number, self._dispatcher.wave = counts.number, counts.wave
+        for status, n in counts.statuses.items():
+            for _ in range(n):
+                stats.count(status, 0, {}, None, ranking)
+            stats.started += n
+        if counts.best is not None:
+            stats.rank(*counts.best, ranking)
+        self._dispatcher.rejections = _trailing(stats.proposals, rejected)
+        return counts.dispatched
 
     def _resume_attempts(
         self, now: float, recorded: Recorded, runner: Runner
@@ -294,22 +353,17 @@ class Resume:
             out.append((proposal, p.feedback.observation(trial, current=p.data.current(trial))))
         return out
 
-    def replay(self, agent: Agent, recorded: Recorded, *, same_feedback: bool = True) -> set[int]:
-        """Replay the agent's logged calls; return the proposals it has been told about.
-        Without *same_feedback* (a rebuild told less than the agent was) its proposals may
-        differ from the recorded ones, and that is no sign of a nondeterministic agent."""
+    def replay(self, agent: Agent, recorded: Recorded, *, same_feedback: bool = True,
+               tail: Tail | None = None) -> set[int]:
+        """Replay the agent's logged calls (with the *tail* of a snapshot restored into it,
+        those after the snapshot); return the proposals it has been told about. Without
+        *same_feedback* (a rebuild told less than the agent was) its proposals may differ
+        from the recorded ones, and that is no sign of a nondeterministic agent."""
         p = self._parts
         cid = p.journal.campaign_id
-        observed: set[int] = set()
+        observed: set[int] = set() if tail is None else p.store.observed(cid, upto=tail.after)
         diverged: str | None = None
-        after = 0
-        # The agent's latest snapshot, when it was told what it is now told: only the calls
-        # after it are replayed (told less, a fresh agent hears the whole log again).
-        snapshot = p.store.agent_snapshot(cid) if same_feedback else None
-        if snapshot is not None and p.feedback.guard.restore(agent, snapshot[1]):
-            after = snapshot[0]
-            observed = p.store.observed(cid, upto=after)
-        for entry in p.store.agent_log(cid, after=after):
+        for entry in p.store.agent_log(cid) if tail is None else tail.entries:
             numbers = list(entry.proposals)
             if p.end.stopping() and not p.feedback.withheld:
                 # Asked to stop while replaying (an agent may take seconds a call): the agent
@@ -367,6 +421,16 @@ class Resume:
             if not same:
                 return f"proposal {proposal} differs"
         return None
+
+
+def _trailing(proposals: int, rejected: Mapping[int, object]) -> int:
+    """How many of the last proposals up to *proposals* were rejected in a row."""
+    trailing = 0
+    for proposal in range(proposals, 0, -1):
+        if proposal not in rejected:
+            break
+        trailing += 1
+    return trailing
 
 
 @contextlib.contextmanager

@@ -192,6 +192,28 @@ def _trial_ref(r: tuple[Any, ...]) -> TrialRef:
     return TrialRef(*r)
 
 
+@dataclass(frozen=True, slots=True)
+class RunCounts:
+    """A run's counts as the record holds them (:meth:`Store.run_counts`)."""
+
+    steps: int
+    """Trials made of the agent's proposals."""
+    proposal: int
+    """The largest proposal number a trial answers."""
+    number: int
+    """The largest trial number."""
+    wave: int
+    """The largest dispatch batch."""
+    dispatched: int
+    """Trials given a directory (not cache hits)."""
+    statuses: dict[TrialStatus, int]
+    """Trials (not cache hits) by status."""
+    cached: int
+    """Cache hits that ended."""
+    best: tuple[int, dict[str, Any], float] | None
+    """(number, params, score) of the best completed trial."""
+
+
 class _Reads:
     """The read side of the :class:`Store`: every read returns the values of
     :mod:`dse._records`, never a driver row; the SQL stays here."""
@@ -272,6 +294,61 @@ class _Reads:
         if not rows:
             raise ConfigError(f"{self.path}: run {run.id} of {run.name} has no trial {number}")
         return run, _trial(rows[0])
+
+    def resume_rows(self, campaign_id: int, proposals: Iterable[int]) -> list[Trial]:
+        """The trials of run *campaign_id* a resume rebuilds when its agent's snapshot stands
+        for the rest: the unfinished (running, cancelled), the baseline runs, the cache hits
+        still waiting, and those of *proposals*; by number."""
+        rows = {r[0]: r for r in self._rows(
+            f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND (status IN ('running',"
+            " 'cancelled') OR proposal = 0 OR (cache_of IS NOT NULL AND ended_at IS NULL))",
+            (campaign_id,))}
+        for r in self._in(f"SELECT {_TRIAL} FROM trials WHERE proposal IN ({{marks}})"
+                          " AND campaign_id = ?", proposals, campaign_id):
+            rows[r[0]] = r
+        return [_trial(r) for r in sorted(rows.values(), key=lambda r: int(r[2]))]
+
+    def ended_proposals(self, campaign_id: int) -> list[int]:
+        """The proposals of run *campaign_id* whose trials have ended (not running, not
+        cancelled, not a cache hit still waiting)."""
+        return [int(n) for (n,) in self._rows(
+            "SELECT proposal FROM trials WHERE campaign_id = ? AND proposal > 0 AND status NOT"
+            " IN ('running', 'cancelled') AND NOT (cache_of IS NOT NULL AND ended_at IS NULL)",
+            (campaign_id,))]
+
+    def stale_trials(self, campaign_id: int, version: str) -> int:
+        """Trials of run *campaign_id* whose result is about other data than *version* (the
+        version they read, else the one they were dispatched against)."""
+        ((n,),) = self._rows(
+            "SELECT COUNT(*) FROM (SELECT COALESCE(NULLIF(data_version_read, ''), data_version)"
+            " AS v FROM trials WHERE campaign_id = ?) WHERE v IS NOT NULL AND v != ?",
+            (campaign_id, version))
+        return int(n)
+
+    def run_counts(self, campaign_id: int, *, lower_is_better: bool) -> RunCounts:
+        """What a resumed run's counts are rebuilt from when every result is ranked (none
+        invalidated, all about the current data): see :class:`RunCounts`."""
+        ((steps, proposal, number, wave, dispatched),) = self._rows(
+            "SELECT COALESCE(SUM(proposal > 0), 0), COALESCE(MAX(proposal), 0),"
+            " COALESCE(MAX(number), 0), COALESCE(MAX(wave), 0),"
+            " COALESCE(SUM(cache_of IS NULL AND COALESCE(trial_dir, '') != ''), 0)"
+            " FROM trials WHERE campaign_id = ?", (campaign_id,))
+        statuses = {_TRIAL_STATUS[status]: int(n) for status, n in self._rows(
+            "SELECT status, COUNT(*) FROM trials WHERE campaign_id = ? AND status != 'cached'"
+            " GROUP BY status", (campaign_id,))}
+        ((cached,),) = self._rows(
+            "SELECT COUNT(*) FROM trials t LEFT JOIN trials o ON o.id = t.cache_of"
+            " WHERE t.campaign_id = ? AND t.status = 'cached' AND t.ended_at IS NOT NULL"
+            " AND COALESCE(o.status, '') != 'running'", (campaign_id,))
+        order = "ASC" if lower_is_better else "DESC"
+        best = self._rows(
+            "SELECT number, params, score FROM trials WHERE campaign_id = ? AND status ="
+            f" 'completed' AND score IS NOT NULL ORDER BY score {order}, number LIMIT 1",
+            (campaign_id,))
+        return RunCounts(
+            int(steps), int(proposal), int(number), int(wave), int(dispatched), statuses,
+            int(cached),
+            None if not best else (int(best[0][0]), _loads(best[0][1]), float(best[0][2])))
 
     def trial_counts(self, campaign_id: int) -> dict[TrialStatus, int]:
         """How many trials of run *campaign_id* stand at each status (those with any)."""
