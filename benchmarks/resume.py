@@ -3,21 +3,24 @@
 What is measured (same machine, one run after the other, each repeat on a fresh copy):
 
 * **dse**: a real ``dse run`` of a probe campaign (random agent, ``max_parallelism = 64``,
-  rolling, SQLite record) is killed with SIGKILL once its record holds N trials; then the same
+  rolling, SQLite record; with ``--agent bayesian`` the Bayesian agent, ``max_parallelism =
+  4``) is killed with SIGKILL once its record holds N trials; then the same
   ``dse run`` is started again and timed from the moment it is spawned to the moment its record
   holds the first attempt of a trial newer than any before the kill (the first new dispatch).
   Each repeat starts from a copy of the killed workspace. The rerun must not pause dispatch (no
   ``systematic_interruptions`` event): the controller's own death is no infrastructure alarm.
 * **Optuna** (``pip install optuna``): a study of the same N completed trials on the same space,
   in ``JournalStorage`` (Optuna's storage for large studies; built in ``/dev/shm`` when there is
-  one, then copied beside dse's), is loaded by a fresh process with ``RandomSampler`` and asked
-  for its next trial: timed from spawn to the ``ask()`` returning.
+  one, then copied beside dse's), is loaded by a fresh process with ``RandomSampler``
+  (``TPESampler`` against the Bayesian agent) and asked for its next trial: timed from spawn
+  to the ``ask()`` returning.
 
 Both include the interpreter's start and imports. Usage::
 
     python benchmarks/resume.py            # N = 50,000, 3 repeats (a few minutes)
     python benchmarks/resume.py --quick    # N = 5,000, 1 repeat (under a minute)
     python benchmarks/resume.py --trials 100000 --repeat 5
+    python benchmarks/resume.py --agent bayesian    # N = 500 (--quick: 100), P = 4
 
 The last line printed is one JSON object with the median times and their ratio.
 """
@@ -43,9 +46,9 @@ WORK_DIR = Path(__file__).resolve().parent / ".work" / "resume"
 CAMPAIGN = """
 [campaign]
 name = "resume"
-agent = "random"
+agent = "{agent}"
 backend = "probe"
-max_parallelism = 64
+max_parallelism = {parallelism}
 mode = "rolling"
 max_trials = {max_trials}
 
@@ -62,7 +65,7 @@ import optuna
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 optuna.logging.set_verbosity(optuna.logging.ERROR)
-study = optuna.load_study(study_name="resume", sampler=optuna.samplers.RandomSampler(),
+study = optuna.load_study(study_name="resume", sampler=getattr(optuna.samplers, sys.argv[2])(),
                           storage=JournalStorage(JournalFileBackend(sys.argv[1])))
 trial = study.ask()
 print("asked", trial.number, flush=True)
@@ -86,11 +89,17 @@ def _dse(project: Path) -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def killed_workspace(n: int, where: Path) -> Path:
+AGENTS = {"random": (64, "RandomSampler", 50_000, 5_000),
+          "bayesian": (4, "TPESampler", 500, 100)}
+"""Agent: (max_parallelism, Optuna's peer sampler, trials, trials with ``--quick``)."""
+
+
+def killed_workspace(n: int, where: Path, agent: str) -> Path:
     """A workspace whose ``dse run`` was killed with SIGKILL once it recorded *n* trials."""
     project = where / "killed"
     project.mkdir(parents=True)
-    (project / "campaign.toml").write_text(CAMPAIGN.format(max_trials=n * 10))
+    (project / "campaign.toml").write_text(CAMPAIGN.format(
+        max_trials=n * 10, agent=agent, parallelism=AGENTS[agent][0]))
     db = project / ".dse" / "dse.sqlite"
     proc = _dse(project)
     deadline = time.monotonic() + max(600.0, n / 20)
@@ -155,12 +164,12 @@ def optuna_journal(n: int, where: Path) -> Path:
         shutil.rmtree(build, ignore_errors=True)
 
 
-def optuna_resume(journal: Path, where: Path) -> float:
+def optuna_resume(journal: Path, where: Path, sampler: str) -> float:
     """Seconds from spawning a process that loads the study to its first ``ask()``."""
     copy = where / "journal-copy.log"
     shutil.copy(journal, copy)
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", OPTUNA_RESUME, str(copy)],
+    proc = subprocess.run([sys.executable, "-c", OPTUNA_RESUME, str(copy), sampler],
                           capture_output=True, text=True, check=False)
     took = time.monotonic() - start
     if proc.returncode != 0 or "asked" not in proc.stdout:
@@ -170,20 +179,23 @@ def optuna_resume(journal: Path, where: Path) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--quick", action="store_true", help="5,000 trials, one repeat")
+    parser.add_argument("--quick", action="store_true",
+                        help="5,000 trials (bayesian: 100), one repeat")
     parser.add_argument("--trials", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--agent", choices=sorted(AGENTS), default="random")
     args = parser.parse_args()
-    n = args.trials or (5_000 if args.quick else 50_000)
+    _, sampler, full, quick = AGENTS[args.agent]
+    n = args.trials or (quick if args.quick else full)
     repeat = args.repeat or (1 if args.quick else 3)
     shutil.rmtree(WORK_DIR, ignore_errors=True)
     WORK_DIR.mkdir(parents=True)
     load = os.getloadavg()[0]
     try:
-        killed = killed_workspace(n, WORK_DIR)
+        killed = killed_workspace(n, WORK_DIR, args.agent)
         runs = [dse_resume(killed, WORK_DIR) for _ in range(repeat)]
         journal = optuna_journal(n, WORK_DIR)
-        peer = [optuna_resume(journal, WORK_DIR) for _ in range(repeat)]
+        peer = [optuna_resume(journal, WORK_DIR, sampler) for _ in range(repeat)]
     except BenchmarkError as exc:
         print(f"resume: {exc}", file=sys.stderr)
         return 1
@@ -196,14 +208,15 @@ def main() -> int:
         return [name, f"{n:,}", f"{statistics.median(times):.2f}", f"{min(times):.2f}",
                 f"{max(times):.2f}"]
 
-    print(f"resume after SIGKILL at {n:,} trials, {repeat} repeat(s), load {load:.1f} at start")
+    print(f"resume after SIGKILL at {n:,} trials ({args.agent} agent), {repeat} repeat(s),"
+          f" load {load:.1f} at start")
     print(table(["system", "trials", "median s", "min s", "max s"],
-                [cells("dse (first new dispatch)", dse_s),
-                 cells("optuna journal (first ask)", peer)]))
+                [cells(f"dse {args.agent} (first new dispatch)", dse_s),
+                 cells(f"optuna journal {sampler} (first ask)", peer)]))
     if paused:
         print("dse paused dispatch after the restart", file=sys.stderr)
     result = {
-        "trials": n, "repeats": repeat, "load": round(load, 1),
+        "agent": args.agent, "trials": n, "repeats": repeat, "load": round(load, 1),
         "dse_first_dispatch_s": round(statistics.median(dse_s), 3),
         "dse_first_dispatch_max_s": round(max(dse_s), 3),
         "optuna_first_ask_s": round(statistics.median(peer), 3),

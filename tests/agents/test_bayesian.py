@@ -187,3 +187,130 @@ def test_sobol_on_a_finite_space_draws_every_point_once() -> None:
     drawn = [json.dumps(p, sort_keys=True) for p in agent.propose(100, [])]
     assert len(drawn) == len(set(drawn)) == 12
     assert agent.exhausted
+
+
+# -- snapshot and restore ---------------------------------------------------------------
+
+SNAPSHOT_SPACES = {
+    "continuous": dse.Space((dse.FloatRange("x", 0.0, 1.0), dse.FloatRange("y", -2.0, 2.0))),
+    "mixed": dse.Space((
+        dse.IntRange("tile", 16, 256, step=16),
+        dse.IntRange("n", 1, 64, log=True),
+        dse.Categorical("layout", ("row", "col", "blocked")),
+        dse.Categorical("flag", (True, 1, 2.5)),  # a bool and numbers equal to it
+        dse.FloatRange("lr", 1e-5, 1e-1, log=True),
+    )),
+    "finite": dse.Space((dse.IntRange("n", 0, 7), dse.Categorical("k", ("a", "b", "c")))),
+}
+STEPS = [(2, 0), (2, 1), (1, 2), (3, 1), (2, 2), (1, 1), (2, 3), (3, 2), (2, 2)]
+"""A scripted run: (proposals asked for, oldest trials in flight then told back) per step.
+By the fourth step a trial has failed, one was rejected, the model proposes, and four trials
+are in flight."""
+
+
+def scripted_loss(params: dict[str, Any]) -> float:
+    """Any deterministic loss of every kind of value (booleans and strings included)."""
+    return sum(((i + 1) * (len(v) if isinstance(v, str) else float(v)) % 7.3) ** 1.5
+               for i, v in enumerate(params.values()))
+
+
+def drive(agent: BayesianAgent, space: dse.Space, steps: Sequence[tuple[int, int]],
+          world: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """Make the calls of *steps* on *agent*, *world* holding the trials in flight and the
+    next trial number; each trial's number decides its fate: some fail, some are rejected,
+    some are interrupted (nothing learnt), the rest complete. Returns the proposals."""
+    proposals = []
+    for n, told in steps:
+        batch = agent.propose(n, [params for _, params in world["flight"]])
+        proposals.append(batch)
+        for params in batch:
+            world["flight"].append((world["next"], space.coerce(params)))
+            world["next"] += 1
+        done, world["flight"] = world["flight"][:told], world["flight"][told:]
+        obs = []
+        for number, params in done:
+            if number % 4 == 3:
+                obs.append(dse.Observation(params=params, status=dse.TrialStatus.FAILED,
+                                           trial_number=number,
+                                           failure=dse.FailureClass.NONZERO_EXIT))
+            elif number % 5 == 4:
+                obs.append(dse.Observation(params=params, status=None, rejected="constraint"))
+            elif number % 7 == 6:
+                obs.append(dse.Observation(params=params, trial_number=number,
+                                           status=dse.TrialStatus.INTERRUPTED))
+            else:
+                obs.append(completed(params, number, scripted_loss(params)))
+        agent.observe(obs)
+    return proposals
+
+
+@pytest.mark.parametrize("cut", [1, 4], ids=["in-the-design", "model-started"])
+@pytest.mark.parametrize("space_name", list(SNAPSHOT_SPACES))
+def test_a_restored_snapshot_proposes_what_the_agent_would_have(space_name: str,
+                                                                cut: int) -> None:
+    space = SNAPSHOT_SPACES[space_name]
+    options = {"initial": 4, "candidates": 64}
+    agent = BayesianAgent(space, seed=3, **options)
+    world: dict[str, Any] = {"flight": [], "next": 1}
+    drive(agent, space, STEPS[:cut], world)
+    assert world["flight"]  # trials in flight at the snapshot
+    state = json.loads(json.dumps(agent.snapshot(), allow_nan=False))  # as the record holds it
+    restored = BayesianAgent(space, seed=99, **options)  # another seed: the snapshot decides
+    restored.restore(state)
+    restored_world = json.loads(json.dumps(world))
+
+    expected = drive(agent, space, STEPS[cut : cut + 5], world)
+    got = drive(restored, space, STEPS[cut : cut + 5], restored_world)
+
+    assert repr(got) == repr(expected)  # the same values, of the same types, to the last bit
+    assert sum(map(len, expected)) >= 5
+    assert restored.exhausted == agent.exhausted
+
+
+def test_a_restore_keeps_the_subsample_and_the_refit_cadence_of_a_long_run() -> None:
+    # Past 30 observations the hyperparameters restart from the prior's centre only every
+    # fifth fit, and past max_points the model is fitted to a seeded subsample.
+    space = SNAPSHOT_SPACES["continuous"]
+    options = {"initial": 36, "candidates": 64, "max_points": 32}
+    agent = BayesianAgent(space, seed=2, **options)
+    world: dict[str, Any] = {"flight": [], "next": 1}
+    drive(agent, space, [(36, 35), (1, 1), (1, 1)], world)
+    restored = BayesianAgent(space, seed=5, **options)
+    restored.restore(json.loads(json.dumps(agent.snapshot())))
+    restored_world = json.loads(json.dumps(world))
+
+    steps = [(1, 1)] * 5
+    expected = drive(agent, space, steps, world)
+    assert repr(drive(restored, space, steps, restored_world)) == repr(expected)
+
+
+def test_a_snapshot_holds_the_model_it_learnt_and_is_plain_json() -> None:
+    space = SNAPSHOT_SPACES["mixed"]
+    agent = BayesianAgent(space, seed=1, initial=4, candidates=64)
+    drive(agent, space, STEPS, {"flight": [], "next": 1})
+    state = agent.snapshot()
+    assert state is not None
+    text = json.dumps(state, allow_nan=False)  # as dse records it: no NaN, no numpy types
+    assert json.loads(text) == state
+    assert state["proposed"] == sum(n for n, _ in STEPS)
+    assert state["fits"] > 0  # the model was consulted
+
+
+def test_a_finite_space_stays_exhausted_after_a_restore() -> None:
+    space = SNAPSHOT_SPACES["finite"]
+    agent = BayesianAgent(space, seed=2, initial=4, candidates=64)
+    while not agent.exhausted:
+        for p in agent.propose(5, []):
+            agent.observe([completed(space.coerce(p), 0, scripted_loss(p))])
+    restored = BayesianAgent(space, seed=2, initial=4, candidates=64)
+    restored.restore(json.loads(json.dumps(agent.snapshot())))
+    assert restored.exhausted
+    assert restored.propose(3, []) == []
+
+
+def test_a_loss_json_cannot_hold_gives_no_snapshot() -> None:
+    space = SNAPSHOT_SPACES["continuous"]
+    agent = BayesianAgent(space, seed=0)
+    (p,) = agent.propose(1, [])
+    agent.observe([completed(space.coerce(p), 1, math.inf)])  # the engine never tells one
+    assert agent.snapshot() is None

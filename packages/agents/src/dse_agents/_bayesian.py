@@ -23,6 +23,7 @@ Seeded and deterministic: the same seed and the same calls give the same proposa
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -65,6 +66,13 @@ _POLISH_NEAR = 2
 _FIT_POINTS = 120
 """Most observations the hyperparameters are fitted on (the posterior uses up to
 ``max_points``)."""
+
+
+def _exact(value: object) -> bool:
+    """Whether JSON gives *value* back as the same value of the same type."""
+    if type(value) is float:
+        return math.isfinite(value)
+    return type(value) in (int, str, bool)
 
 
 class BayesianAgent:
@@ -161,6 +169,45 @@ class BayesianAgent:
             self._seen.add(enc.key(obs.params))
             self._x.append(x)
             self._y.append(loss)
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """The agent's state as JSON values: the generator, the rest of the initial design,
+        the points observed with their losses, every point proposed or seen, the counts, and
+        the model's hyperparameters (the next fit starts from them). The model's posterior
+        and its fantasies are left out: every ``propose`` that consults the model fits it
+        first. ``None`` when a loss or a param value is not a finite float, an int, a string
+        or a bool (JSON cannot hold it exactly; the engine never tells one)."""
+        gp = self._gp.snapshot()
+        if gp is None or not (all(_exact(v) for key in self._seen for _, v in key)
+                              and all(y is None or _exact(y) for y in self._y)
+                              and all(np.isfinite(x).all() for x in self._x)):
+            return None
+        return {
+            "rng": dict(self._rng.bit_generator.state),
+            "design": [u.tolist() for u in self._design],
+            "x": [x.tolist() for x in self._x],
+            "y": list(self._y),
+            # (type name, value) pairs, as Encoding.key makes them: JSON gives each value
+            # back as the same type, so membership tests answer as before.
+            "seen": [[list(pair) for pair in key] for key in self._seen],
+            "proposed": self._proposed,
+            "fits": self._fits,
+            "gp": gp,
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Become the agent that gave *state* (a :meth:`snapshot`, through JSON)."""
+        design = [np.array(u, dtype=np.float64) for u in state["design"]]
+        if any(u.shape != (self._enc.dims,) for u in design):
+            raise ValueError(f"the snapshot's design is not of {self._enc.dims} parameters")
+        self._gp.restore(state["gp"])
+        self._rng.bit_generator.state = state["rng"]
+        self._design = design
+        self._x = [np.array(x, dtype=np.float64) for x in state["x"]]
+        self._y = [None if y is None else float(y) for y in state["y"]]
+        self._seen = {tuple((str(name), value) for name, value in key)
+                      for key in state["seen"]}
+        self._proposed, self._fits = int(state["proposed"]), int(state["fits"])
 
     # -- proposals ------------------------------------------------------------------------
 

@@ -15,6 +15,8 @@ import numpy as np
 from scipy import linalg, optimize, special
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from numpy.typing import NDArray
 
 __all__ = ["GaussianProcess", "log_expected_improvement", "log_expected_improvement_gradient"]
@@ -184,6 +186,23 @@ class GaussianProcess:
         k, _ = _matern(np.maximum(sq, 0.0))
         result: NDArray[np.float64] = math.exp(self._theta[self.width]) * k
         return result
+
+    # -- warm start -----------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """What outlives a :meth:`fit`, as JSON values: the hyperparameters the next fit
+        starts from (``None`` if one is not finite). The data and the posterior are replaced
+        by every fit."""
+        if not np.isfinite(self._theta).all():
+            return None
+        return {"theta": self._theta.tolist()}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Start the next fit where the process that gave *state* would have."""
+        theta = np.array(state["theta"], dtype=np.float64)
+        if theta.shape != self._centre.shape:
+            raise ValueError(f"the snapshot's hyperparameters are not for {self.width} columns")
+        self._theta = theta
 
     # -- prediction -----------------------------------------------------------------------
 
