@@ -62,6 +62,11 @@ def test_rows_are_frozen_values_with_enums_and_decoded_json(tmp_path: Path) -> N
     assert store.attempt_times(result.campaign_id) == [
         (a.ended_at, a.started_at, a.state, a.trial_id) for a in attempts]
     assert store.trial_params(result.campaign_id) == {done.id: {"x": 2}, failed.id: {"x": 3}}
+    seconds = [a.ended_at - a.started_at for a in sorted(attempts, key=lambda a: a.ended_at)]
+    total, recent = store.attempt_durations(result.campaign_id, last=1)
+    assert total == pytest.approx(sum(seconds))
+    assert recent == pytest.approx(seconds[-1:])
+    assert store.attempt_durations(result.campaign_id, last=5)[1] == pytest.approx(seconds)
     assert store.attempts(result.campaign_id, trials=[failed.id]) == [attempts[1]]
     assert store.spend_total(result.campaign_id + 1) == Spend()
     assert store.trial_counts(result.campaign_id) == {

@@ -365,6 +365,16 @@ class Pool:
         their ended attempts were charged (decayed since), their shares and the durations
         the estimates learn from, so a restarted controller stays fair and informed."""
         ended: list[tuple[float, float, Engine, Mapping[str, Any], AttemptState]] = []
+        if engines and self.trivial and not engines[0].campaign.environment.resource_params:
+            # One campaign, one size of trial, no plan: a sum and the last durations do.
+            e = engines[0]
+            total, recent = e.store.attempt_durations(e.campaign_id, last=self.estimate.window)
+            size = size_of(e.campaign.environment.resources, self.config.capacity)
+            if self.scheduler is not None:
+                self._use(e.campaign.name, self.scheduler.dominant(size) * total)
+            for seconds in recent:
+                self.estimate.observe(e.campaign.name, seconds, None)
+            return
         for e in engines:
             # Params are read only when sizes or the estimates depend on them.
             params: Mapping[int, Mapping[str, Any]] = (

@@ -416,6 +416,20 @@ class _Reads:
                     " AND a.started_at IS NOT NULL AND a.ended_at IS NOT NULL", (campaign_id,),
                 )]
 
+    def attempt_durations(self, campaign_id: int, *, last: int) -> tuple[float, list[float]]:
+        """Of the attempts of run *campaign_id* that started and ended: their seconds summed,
+        and the seconds of the *last* that succeeded or failed, in the order they ended."""
+        ((total,),) = self._rows(
+            "SELECT TOTAL(MAX(a.ended_at - a.started_at, 0)) FROM attempts a JOIN trials t"
+            " ON a.trial_id = t.id WHERE t.campaign_id = ? AND a.started_at IS NOT NULL"
+            " AND a.ended_at IS NOT NULL", (campaign_id,))
+        recent = [max(float(s), 0.0) for (s,) in reversed(self._rows(
+            "SELECT a.ended_at - a.started_at FROM attempts a JOIN trials t ON a.trial_id = t.id"
+            " WHERE t.campaign_id = ? AND a.started_at IS NOT NULL AND a.ended_at IS NOT NULL"
+            " AND a.state IN ('succeeded', 'failed') ORDER BY a.ended_at DESC, a.id DESC"
+            " LIMIT ?", (campaign_id, last)))]
+        return float(total), recent
+
     def trial_params(self, campaign_id: int) -> dict[int, dict[str, Any]]:
         """The params of each trial of run *campaign_id*, by trial row."""
         return {row: _loads(params) for row, params in self._rows(
@@ -597,10 +611,12 @@ CREATE TABLE IF NOT EXISTS agent_snapshots (
     campaign_id INTEGER PRIMARY KEY REFERENCES campaigns(id),
     log_id INTEGER NOT NULL,
     state TEXT NOT NULL
-)
+);
+CREATE INDEX IF NOT EXISTS trials_proposal ON trials(campaign_id, proposal)
 """
 """Schema 10: each run's latest agent snapshot (its ``snapshot()``, as JSON) and the last
-``agent_log`` row it covers: a resume restores it and replays only the calls after it."""
+``agent_log`` row it covers: a resume restores it and replays only the calls after it, and
+reads the trials those calls name (by proposal)."""
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: ("ALTER TABLE attempts ADD COLUMN usage TEXT",),
@@ -617,7 +633,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         " SELECT 'trials', COALESCE(MAX(id), 0) + 1 FROM trials",
         "INSERT OR IGNORE INTO counters(name, next)"
         " SELECT 'attempts', COALESCE(MAX(id), 0) + 1 FROM attempts"),
-    9: (_NEW_TABLES_10,),
+    9: tuple(_NEW_TABLES_10.split(";")),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
