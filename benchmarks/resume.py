@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -113,8 +114,18 @@ def killed_workspace(n: int, where: Path, agent: str) -> Path:
     return project
 
 
-def dse_resume(killed: Path, where: Path) -> tuple[float, bool]:
-    """Seconds from spawning the rerun to its first new dispatch; whether it paused."""
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process *pid* has used so far (Linux; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def dse_resume(killed: Path, where: Path) -> tuple[float, float, bool]:
+    """Seconds from spawning the rerun to its first new dispatch, the CPU seconds the
+    controller used by then (what load multiplies); whether it paused."""
     project = where / "rerun"
     shutil.rmtree(project, ignore_errors=True)
     shutil.copytree(killed, project)
@@ -129,13 +140,13 @@ def dse_resume(killed: Path, where: Path) -> tuple[float, bool]:
             if time.monotonic() - start > 600:
                 raise BenchmarkError("the rerun dispatched nothing in 600 s")
             time.sleep(0.02)
-        took = time.monotonic() - start
+        took, cpu = time.monotonic() - start, _cpu_s(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait()
     paused = bool(_count(db, "SELECT COUNT(*) FROM events WHERE kind ="
                              " 'systematic_interruptions'"))
-    return took, paused
+    return took, cpu, paused
 
 
 def optuna_journal(n: int, where: Path) -> Path:
@@ -201,23 +212,29 @@ def main() -> int:
         return 1
     finally:
         shutil.rmtree(WORK_DIR, ignore_errors=True)
-    dse_s = [t for t, _ in runs]
-    paused = any(p for _, p in runs)
+    dse_s = [t for t, _, _ in runs]
+    cpu_s = [c for _, c, _ in runs]
+    paused = any(p for _, _, p in runs)
+    load_end = os.getloadavg()[0]
 
     def cells(name: str, times: list[float]) -> list[str]:
         return [name, f"{n:,}", f"{statistics.median(times):.2f}", f"{min(times):.2f}",
                 f"{max(times):.2f}"]
 
     print(f"resume after SIGKILL at {n:,} trials ({args.agent} agent), {repeat} repeat(s),"
-          f" load {load:.1f} at start")
+          f" load {load:.1f} at start, {load_end:.1f} at the end")
     print(table(["system", "trials", "median s", "min s", "max s"],
                 [cells(f"dse {args.agent} (first new dispatch)", dse_s),
                  cells(f"optuna journal {sampler} (first ask)", peer)]))
+    print(f"dse controller CPU to its first new dispatch: median {statistics.median(cpu_s):.2f}"
+          f" s (min {min(cpu_s):.2f}, max {max(cpu_s):.2f})")
     if paused:
         print("dse paused dispatch after the restart", file=sys.stderr)
     result = {
         "agent": args.agent, "trials": n, "repeats": repeat, "load": round(load, 1),
+        "load_end": round(load_end, 1),
         "dse_first_dispatch_s": round(statistics.median(dse_s), 3),
+        "dse_first_dispatch_cpu_s": round(statistics.median(cpu_s), 3),
         "dse_first_dispatch_max_s": round(max(dse_s), 3),
         "optuna_first_ask_s": round(statistics.median(peer), 3),
         "optuna_over_dse": round(statistics.median(peer) / statistics.median(dse_s), 2),
