@@ -238,17 +238,27 @@ class OtherVersion(SnapshotAgent):
     version: ClassVar[str] = "2"
 
 
-def test_a_resume_restores_the_agents_snapshot_and_replays_only_the_calls_after_it(
-    tmp_path: Any, monkeypatch: Any,
-) -> None:
+def snapshotted_run(tmp_path: Any, monkeypatch: Any, *, passes: int = 6, **overrides: Any
+                    ) -> tuple[dse.Campaign, dse.Store, ProbeCluster, FakeClock,
+                               dse.CampaignResult]:
+    """A run of a :class:`SnapshotAgent` snapshot every few calls, stopped after *passes*
+    (the restore counts start again at 0)."""
     import dse._feedback
 
     monkeypatch.setattr(dse._feedback, "SNAPSHOT_AFTER_CALLS", 3)
-    c = campaign(tmp_path / "run")
+    c = campaign(tmp_path / "run", **overrides)
     store = dse.Store(c.workspace / "dse.sqlite")
     cluster, clock = ProbeCluster(), FakeClock()
-    first = run_engine(c, store, cluster, clock, SnapshotAgent(3), StopAfter(6))
+    first = run_engine(c, store, cluster, clock, SnapshotAgent(3), StopAfter(passes))
     assert first.status == "cancelled"
+    SnapshotAgent.restored = OtherVersion.restored = 0
+    return c, store, cluster, clock, first
+
+
+def test_a_resume_restores_the_agents_snapshot_and_replays_only_the_calls_after_it(
+    tmp_path: Any, monkeypatch: Any,
+) -> None:
+    c, store, cluster, clock, first = snapshotted_run(tmp_path, monkeypatch)
     conn = record(store)
     ((log_id,),) = conn.rows("SELECT log_id FROM agent_snapshots")
     ((proposes,),) = conn.rows("SELECT COUNT(*) FROM agent_log WHERE kind = 'propose'")
@@ -276,14 +286,7 @@ def test_a_resume_restores_the_agents_snapshot_and_replays_only_the_calls_after_
 def test_a_snapshot_of_another_version_of_the_agent_is_not_restored(
     tmp_path: Any, monkeypatch: Any,
 ) -> None:
-    import dse._feedback
-
-    monkeypatch.setattr(dse._feedback, "SNAPSHOT_AFTER_CALLS", 3)
-    c = campaign(tmp_path / "run")
-    store = dse.Store(c.workspace / "dse.sqlite")
-    cluster, clock = ProbeCluster(), FakeClock()
-    first = run_engine(c, store, cluster, clock, SnapshotAgent(3), StopAfter(6))
-    OtherVersion.restored = 0
+    c, store, cluster, clock, first = snapshotted_run(tmp_path, monkeypatch)
     second = run_engine(c, store, cluster, clock, OtherVersion(3), resume=first.campaign_id)
     assert OtherVersion.restored == 0  # replayed from the start instead
     assert second.status == "completed"
@@ -320,14 +323,8 @@ def test_a_resume_from_a_snapshot_rebuilds_what_a_resume_from_the_whole_record_d
     import shutil
     import sqlite3
 
-    import dse._feedback
-
-    monkeypatch.setattr(dse._feedback, "SNAPSHOT_AFTER_CALLS", 2)
-    c = campaign(tmp_path / "run", max_trials=40)
-    store = dse.Store(c.workspace / "dse.sqlite")
-    cluster, clock = ProbeCluster(), FakeClock()
-    first = run_engine(c, store, cluster, clock, SnapshotAgent(3), StopAfter(12))
-    assert first.status == "cancelled"
+    c, store, cluster, clock, first = snapshotted_run(tmp_path, monkeypatch, passes=12,
+                                                      max_trials=40)
     store.close()
     statuses = {r["status"] for r in record(store).trials(first.campaign_id)}
     assert {"completed", "cancelled"} <= statuses
@@ -338,7 +335,6 @@ def test_a_resume_from_a_snapshot_rebuilds_what_a_resume_from_the_whole_record_d
         db.execute("DELETE FROM agent_snapshots")
     db.close()
 
-    SnapshotAgent.restored = 0
     from_snapshot, _ = _opened(c.workspace, c, first.campaign_id, cluster, clock)
     assert SnapshotAgent.restored == 1
     c_whole = campaign(whole, max_trials=40)

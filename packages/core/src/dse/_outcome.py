@@ -60,16 +60,21 @@ class Stats:
             self.rank(number, params, score, objective)
         if baseline:
             self.baseline = status
-        elif status is TrialStatus.COMPLETED:
-            self.completed += 1
+        else:
+            self.tally(status)
+
+    def tally(self, status: TrialStatus, n: int = 1) -> None:
+        """Count *n* trials that reached *status* (no ranking, not the baseline)."""
+        if status is TrialStatus.COMPLETED:
+            self.completed += n
         elif status is TrialStatus.FAILED:
-            self.failed += 1
+            self.failed += n
         elif status is TrialStatus.CANCELLED:
-            self.cancelled += 1
+            self.cancelled += n
         elif status is TrialStatus.INTERRUPTED:
-            self.interrupted += 1
+            self.interrupted += n
         elif status is TrialStatus.BUDGET_EXHAUSTED:
-            self.budget_exhausted += 1
+            self.budget_exhausted += n
 
     def rank(self, number: int, params: Mapping[str, Any], score: float,
              objective: Objective) -> None:

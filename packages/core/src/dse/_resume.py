@@ -271,8 +271,7 @@ class Resume:
         stats.proposals = max([counts.proposal, *rejected, 0])
         self._dispatcher.number, self._dispatcher.wave = counts.number, counts.wave
         for status, n in counts.statuses.items():
-            for _ in range(n):
-                stats.count(status, 0, {}, None, ranking)
+            stats.tally(status, n)
             stats.started += n
         if counts.best is not None:
             stats.rank(*counts.best, ranking)
@@ -361,7 +360,7 @@ class Resume:
         from the recorded ones, and that is no sign of a nondeterministic agent."""
         p = self._parts
         cid = p.journal.campaign_id
-        observed: set[int] = set() if tail is None else p.store.observed(cid, upto=tail.after)
+        observed: set[int] = set() if tail is None else set(tail.observed)
         diverged: str | None = None
         for entry in p.store.agent_log(cid) if tail is None else tail.entries:
             numbers = list(entry.proposals)
