@@ -102,7 +102,11 @@ def test_two_campaigns_share_the_pool_2_to_1_and_both_finish_with_their_shares(t
     first_light = sorted(light)[:8]
     # Heavy's 16 trials ran beside light's first 8: 2:1 while both were running.
     assert sum(1 for s, _ in first_light if s < until) >= 7
-    assert sum(1 for s, _ in light if s < until) <= 10
+    # Until heavy launched its last trial, light held one slot: about 8 launches (a round of
+    # jitter either way). Afterwards heavy has nothing left to launch and light may use the
+    # slots heavy frees (the pool never leaves a slot idle), so that span is not counted.
+    last_heavy_start = max(s for s, _ in heavy)
+    assert sum(1 for s, _ in light if s < last_heavy_start) <= 10
 
 
 def test_two_campaign_files_on_the_command_line_share_one_pool_with_equal_weights(tmp_path):
