@@ -26,6 +26,9 @@ then ``os.replace``), so a reader never sees half a file:
   and its last error lines, whether the pilot cancelled it or ended it at its time limit), or
   when it will not run it here (``declined``: too little time left, every node avoided;
   ``invalid``: no node of the allocation has the CPUs it asks for);
+* ``pilot.alive`` (:data:`ALIVE`) — touched by the pilot about every :data:`ALIVE_S` seconds:
+  the controller asks Slurm about a started pilot only when this stops changing (or now and
+  then), so a pilot's liveness costs no Slurm command per pass;
 * ``pilot.end.json`` (:data:`RELEASED`) — written by the pilot when it releases the allocation
   because no controller follows it (below): the time and why. It starts nothing after it.
 
@@ -56,7 +59,13 @@ import time
 from datetime import datetime
 from typing import Any
 
-POLL_S = 0.2
+POLL_S = 0.05
+"""How often the pilot looks for ended steps and new tasks: a freed CPU takes the next task
+within it (the directory is listed only when its modification time changed)."""
+ALIVE = "pilot.alive"
+"""The file whose modification time the pilot changes while it runs."""
+ALIVE_S = 1.0
+RELIST_S = 0.5
 HEARTBEAT = "controller.alive"
 """The file whose modification time the controller changes on each pass."""
 DRAINING = "draining"
@@ -175,6 +184,10 @@ class Pilot:
         self.seen: set[str] = set()
         self.queue: list[tuple[str, dict[str, Any]]] = []
         self.running: dict[str, Step] = {}
+        self.listed: int | None = None
+        self.listed_at = 0.0
+        self.cancels: set[str] = set()
+        self.alive_at = 0.0
         write_json(self.path("pilot.json"), {
             "job_id": self.job_id, "started_at": self.started_at, "ends_at": self.ends_at,
             "nodes": self.nodes, "cpus": [self.cpus[n] for n in self.nodes],
@@ -188,10 +201,35 @@ class Pilot:
         doc.setdefault("ended_at", time.time())
         write_json(self.path(key + ".exit.json"), doc)
 
+    def beat(self, now: float) -> None:
+        """Touch :data:`ALIVE` (at most every :data:`ALIVE_S`): the controller sees it live."""
+        if now - self.alive_at < ALIVE_S:
+            return
+        self.alive_at = now
+        path = self.path(ALIVE)
+        try:
+            os.utime(path)
+        except OSError:
+            with contextlib.suppress(OSError), open(path, "w"):
+                pass
+
     def scan(self) -> set[str]:
         """Take new tasks in arrival order; return the keys asked to be cancelled."""
+        try:
+            mark: int | None = os.stat(self.dir).st_mtime_ns
+        except OSError:
+            mark = None
+        now = time.time()
+        # Unchanged since the last listing: nothing came or went. The time stamp is coarse (a
+        # file written in the same tick as the listing leaves it equal), so a recent change,
+        # or a listing older than RELIST_S, lists again all the same.
+        if (mark is not None and mark == self.listed and now - self.listed_at < RELIST_S
+                and now - mark / 1e9 > RELIST_S / 5):
+            return self.cancels
         names = os.listdir(self.dir)
+        self.listed, self.listed_at = mark, now
         cancels = {n[: -len(".cancel")] for n in names if n.endswith(".cancel")}
+        self.cancels = cancels
         new = []
         for name in names:
             if not name.endswith(".task.json"):
@@ -333,6 +371,7 @@ def main(argv: list[str]) -> int:
     while True:
         pilot.step()
         now = time.time()
+        pilot.beat(now)
         if pilot.orphaned(now):
             # Nothing started after the last scan; a task written since is never started
             # here, and the controller hands it to another pilot when it reads RELEASED.
