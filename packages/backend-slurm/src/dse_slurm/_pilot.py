@@ -9,7 +9,8 @@ It imports nothing from dse and runs on any Python from 3.7 (the node's ``python
 directory is its inbox and its outbox; every file in it is written atomically (temporary name,
 then ``os.replace``), so a reader never sees half a file:
 
-* ``step.py`` — written by the controller: what each step runs (``PYTHON step.py``), the
+* ``step.py`` — written by the controller: what each step runs (under the pilot's own
+  interpreter, with ``-S``), the
   manifest launcher of :mod:`dse_slurm._script` after :data:`STEP_MARK`;
 * ``pilot.json`` — written by the pilot when it starts: job id, start, end of the allocation,
   its nodes and the CPUs on each;
@@ -55,6 +56,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 from typing import Any
@@ -171,6 +173,12 @@ class Pilot:
                  controller_grace: float | None = None) -> None:
         self.dir = directory
         self.python = python
+        # Steps run under this very interpreter, found once here: a ``python3`` on PATH may
+        # be a wrapper (pyenv's shim, a module's script) that takes a third of a second to
+        # start, and -S skips site (the launcher needs only the standard library).
+        self.step_python = [sys.executable, "-S"] if sys.executable else [python]
+        self.wake = threading.Event()
+        """Set when a step ended: the loop looks at once rather than at its next tick."""
         self.controller_grace = controller_grace
         self.heartbeat: int | None = None
         self.heard_at = time.time()
@@ -259,7 +267,7 @@ class Pilot:
             argv.append(f"--mem={task['mem_mb']}M")
         if task.get("gpus"):
             argv.append(f"--gres=gpu:{task['gpus']}")
-        argv += [self.python, self.path("step.py"), self.path(key + ".jsonl"), "0",
+        argv += [*self.step_python, self.path("step.py"), self.path(key + ".jsonl"), "0",
                  self.path(key + ".run")]
         write_json(self.path(key + ".claim"), {"started_at": time.time(), "node": node})
         try:
@@ -271,6 +279,13 @@ class Pilot:
             return
         self.free[node] -= int(task["cpus"])
         self.running[key] = Step(key, task, node, proc)
+        threading.Thread(target=self.notice_end, args=(proc,), daemon=True).start()
+
+    def notice_end(self, proc: subprocess.Popen[bytes]) -> None:
+        """Wake the loop the moment *proc* (a step's srun) exits."""
+        with contextlib.suppress(Exception):
+            proc.wait()
+        self.wake.set()
 
     def ended(self, step: Step) -> None:
         try:
@@ -369,6 +384,7 @@ def main(argv: list[str]) -> int:
     pilot = Pilot(argv[1], float(argv[2]), argv[3], controller_grace)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     while True:
+        pilot.wake.clear()
         pilot.step()
         now = time.time()
         pilot.beat(now)
@@ -377,7 +393,7 @@ def main(argv: list[str]) -> int:
             # here, and the controller hands it to another pilot when it reads RELEASED.
             pilot.release(now)
             return 0
-        time.sleep(POLL_S)
+        pilot.wake.wait(POLL_S)
 
 
 if __name__ == "__main__":
