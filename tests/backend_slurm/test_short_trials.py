@@ -74,8 +74,9 @@ def test_a_pilot_sized_by_tasks_asks_for_them_and_no_node_count(tmp_path):
 def test_a_watch_wakes_when_a_file_comes_and_not_for_a_touched_one(tmp_path):
     (tmp_path / ALIVE).write_text("")
     watch = DirectoryWatch()
-    assert not watch.wait(SystemClock(), 0.1)  # nothing marked: nothing to wait on
+    assert not watch.watching  # nothing marked: nothing to wait on
     watch.mark([tmp_path])
+    assert watch.watching
     os.utime(tmp_path / ALIVE)  # a heartbeat: no new file
     assert not watch.changed()
     timer = threading.Timer(0.2, lambda: (tmp_path / "k.exit.json").write_text("{}"))
@@ -210,3 +211,13 @@ def test_a_short_sweep_picks_the_allocation_itself_and_makes_a_handful_of_slurm_
     assert counts.get("sbatch") == 1
     assert set(counts) <= {"sinfo", "sbatch", "squeue"}
     assert sum(counts.values()) <= 6, counts
+
+
+def test_a_file_written_in_the_tick_of_the_mark_is_noticed_by_its_count(tmp_path):
+    watch = DirectoryWatch()
+    (tmp_path / "a.task.json").write_text("{}")
+    watch.mark([tmp_path])
+    stamp = os.stat(tmp_path).st_mtime_ns
+    (tmp_path / "a.exit.json").write_text("{}")
+    os.utime(tmp_path, ns=(stamp, stamp))  # as if in the same clock tick
+    assert watch.changed()

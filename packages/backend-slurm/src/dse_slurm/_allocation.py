@@ -336,11 +336,9 @@ class SlurmAllocationBackend(Backend):
         self._watch.mark(p.dir for p in self._pilots.values() if p.ended is None and p.tasks)
 
     def _wait(self, timeout: float) -> bool:
-        """Return as soon as a pilot or a step wrote a file (an end, a start), else after
-        *timeout*: ends are noticed within :data:`~dse_slurm._watch.WATCH_S`, not a poll
-        interval, and without a Slurm command."""
-        self._watch.wait(self.clock, timeout)
-        return True
+        """Return once a pilot or a step wrote a file (an end, a start) or after *timeout*, with
+        no Slurm command; ``False`` (the engine sleeps) when no pilot has attempts to watch."""
+        return self._watch.watching and (self._watch.wait(self.clock, timeout) or True)
 
     def _hand_over(self, task: _Task, pilot: _Pilot) -> None:
         spec = task.spec

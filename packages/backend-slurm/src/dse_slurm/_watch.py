@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from typing import TYPE_CHECKING
 
 from dse_slurm._pilot import ALIVE
@@ -28,14 +29,23 @@ if TYPE_CHECKING:
 
     from dse import Clock
 
-__all__ = ["LIVENESS_S", "STALE_S", "WATCH_S", "DirectoryWatch", "Liveness"]
+__all__ = ["LIVENESS_S", "RECENT_S", "STALE_S", "WATCH_S", "DirectoryWatch", "Liveness"]
 
 WATCH_S = 0.02
 """How often a wait looks at the directories' modification times."""
+RECENT_S = 0.5
+"""How close to a change a mark counts a directory's entries as well (see DirectoryWatch)."""
 LIVENESS_S = 30.0
 """Longest time between two ``squeue`` calls about live pilots."""
 STALE_S = 5.0
 """A started pilot whose heartbeat file did not change for this long is asked about at once."""
+
+
+def _count(path: Path) -> int | None:
+    try:
+        return len(os.listdir(path))
+    except OSError:
+        return None
 
 
 def _mtime(path: Path) -> int | None:
@@ -46,23 +56,43 @@ def _mtime(path: Path) -> int | None:
 
 
 class DirectoryWatch:
-    """The modification times of directories as last seen by the controller."""
+    """The modification times of directories as last seen by the controller.
+
+    A directory's time stamp is coarse (a clock tick): a file written in the tick the
+    controller marked it leaves it unchanged, so for :data:`RECENT_S` after a mark that
+    close to a change, its entries are counted as well."""
 
     def __init__(self) -> None:
-        self._seen: dict[Path, int | None] = {}
+        self._seen: dict[Path, tuple[int | None, int | None]] = {}
+        self._marked_at = 0.0
+
+    @property
+    def watching(self) -> bool:
+        """Whether a directory is marked (else :meth:`wait` cannot wait on anything)."""
+        return bool(self._seen)
 
     def mark(self, directories: Iterable[Path]) -> None:
         """Note the directories' times now (after the controller's own writes)."""
-        self._seen = {d: _mtime(d) for d in directories}
+        now = time.time()
+        self._marked_at = now
+        self._seen = {}
+        for directory in directories:
+            mark = _mtime(directory)
+            recent = mark is not None and now - mark / 1e9 < RECENT_S
+            self._seen[directory] = (mark, _count(directory) if recent else None)
 
     def changed(self) -> bool:
         """Whether a file came or went in a marked directory since :meth:`mark`."""
-        return any(_mtime(d) != seen for d, seen in self._seen.items())
+        counting = time.time() - self._marked_at < RECENT_S
+        for directory, (mark, count) in self._seen.items():
+            if _mtime(directory) != mark:
+                return True
+            if counting and count is not None and _count(directory) != count:
+                return True
+        return False
 
     def wait(self, clock: Clock, timeout: float) -> bool:
         """Wait until :meth:`changed` or *timeout* seconds passed; whether it changed."""
-        if not self._seen:
-            return False
         deadline = clock.time() + timeout
         while not self.changed():
             left = deadline - clock.time()
