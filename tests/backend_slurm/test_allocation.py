@@ -43,9 +43,13 @@ def test_mode_allocation_makes_the_allocation_backend_with_its_options():
     assert backend.name == "slurm"
 
 
-def test_mode_defaults_to_jobs_and_allocation_defaults_to_one_node_for_an_hour():
-    assert type(SlurmBackend.from_options({})) is SlurmBackend
-    assert type(SlurmBackend.from_options({"mode": "jobs"})) is SlurmBackend
+def test_mode_defaults_to_auto_and_allocation_defaults_to_one_node_for_an_hour():
+    auto = SlurmBackend.from_options({})
+    assert type(auto) is SlurmBackend
+    assert auto.auto is not None
+    jobs = SlurmBackend.from_options({"mode": "jobs"})
+    assert type(jobs) is SlurmBackend
+    assert jobs.auto is None
     backend = SlurmBackend.from_options({"mode": "allocation"})
     assert isinstance(backend, SlurmAllocationBackend)
     assert (backend.allocation_nodes, backend.allocation_time, backend.allocation_cpus,
@@ -53,15 +57,17 @@ def test_mode_defaults_to_jobs_and_allocation_defaults_to_one_node_for_an_hour()
 
 
 @pytest.mark.parametrize(("options", "needle"), [
-    ({"mode": "pilot"}, 'backend.slurm.mode: expected "jobs" or "allocation"'),
+    ({"mode": "pilot"}, 'backend.slurm.mode: expected "auto", "jobs" or "allocation"'),
     ({"mode": 3}, "backend.slurm.mode"),
-    ({"allocation_nodes": 2}, 'need mode = "allocation"'),
+    ({"mode": "jobs", "allocation_nodes": 2}, 'need mode = "allocation" or "auto"'),
+    ({"mode": "allocation", "auto_threshold": "5m"}, 'auto_threshold needs mode = "auto"'),
+    ({"auto_threshold": "soon"}, "backend.slurm.auto_threshold"),
     ({"mode": "allocation", "allocation_nodes": 0}, "backend.slurm.allocation_nodes"),
     ({"mode": "allocation", "allocation_nodes": True}, "backend.slurm.allocation_nodes"),
     ({"mode": "allocation", "allocation_cpus": "2"}, "backend.slurm.allocation_cpus"),
     ({"mode": "allocation", "allocation_time": "soon"}, "backend.slurm.allocation_time"),
     ({"mode": "allocation", "allocation_time": "5s"}, "backend.slurm.allocation_time"),
-    ({"allocation_grace": "1m"}, 'need mode = "allocation"'),
+    ({"mode": "jobs", "allocation_grace": "1m"}, 'need mode = "allocation" or "auto"'),
     ({"mode": "allocation", "allocation_grace": "a while"}, "backend.slurm.allocation_grace"),
     ({"mode": "allocation", "allocation_grace": 0}, "backend.slurm.allocation_grace"),
     ({"mode": "allocation", "allocation_grace": "-5s"}, "backend.slurm.allocation_grace"),
@@ -437,7 +443,7 @@ def test_thirty_short_trials_give_the_same_results_as_jobs_and_in_one_allocation
     started = {
         "alloc": start_campaign(project, "alloc", 'mode = "allocation"\nallocation_cpus = 2\n'
                                                   'allocation_time = "10m"'),
-        "jobs": start_campaign(write_plugin(tmp_path / "jobs"), "jobs", ""),
+        "jobs": start_campaign(write_plugin(tmp_path / "jobs"), "jobs", 'mode = "jobs"'),
     }
     try:
         alloc = finish_campaign(project, "alloc", *started["alloc"])

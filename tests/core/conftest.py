@@ -108,7 +108,8 @@ def run_campaign(
 
     ``proposals`` are params or plain ints (``3`` stands for ``{"x": 3}``), possibly endless.
     ``passes`` maps ``x`` to its duration in passes (a sequence: ``passes[x - 1]``); ``script``
-    replaces the probe script altogether; ``agent_type`` may be a ScriptedAgent subclass.
+    replaces the probe script altogether; ``agent_type`` may be a ScriptedAgent subclass;
+    ``queue_ahead`` is the probe's :attr:`dse.Backend.queue_ahead`.
     Other keywords go to :func:`make_campaign`.
     """
     stores: list[dse.Store] = []
@@ -123,6 +124,7 @@ def run_campaign(
         agent_type: type[ScriptedAgent] = ScriptedAgent,
         environment: dse.Environment | None = None,
         listener: dse.EngineListener | None = None,
+        queue_ahead: int = 0,
         **overrides: Any,
     ) -> Run:
         if campaign is None:
@@ -132,6 +134,7 @@ def run_campaign(
         params = ({"x": p} if isinstance(p, int) else p for p in proposals)
         agent = agent_type(params, wait_for_feedback=wait_for_feedback)
         backend = ProbeBackend(script or value_script(passes), clock=fake_clock)
+        backend.queue_ahead = queue_ahead  # a backend that queues that many itself
         store = dse.Store(campaign.workspace / "dse.sqlite")
         stores.append(store)
         engine = dse.Engine(

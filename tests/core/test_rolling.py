@@ -6,6 +6,7 @@ import itertools
 import json
 
 import dse
+from dse.testing import ScriptedAgent
 from support.record import record
 
 HETEROGENEOUS = [5, 1, 1, 2, 0, 3, 1, 0]
@@ -117,3 +118,30 @@ def test_a_stop_in_rolling_mode_cancels_what_runs(run_campaign):
     assert run.batches == [[1, 2, 3], [4]]
     attempts = record(run.store).attempts(run.result.campaign_id)
     assert all(a["ended_at"] is not None for a in attempts)
+
+
+class AheadAgent(ScriptedAgent):
+    """A scripted agent that says it learns nothing from results."""
+
+    proposes_ahead = True
+
+
+def test_a_backend_that_queues_itself_is_handed_more_when_the_agent_proposes_ahead(
+    run_campaign,
+):
+    run = run_campaign(range(1, 9), mode="rolling", max_parallelism=2, passes=[2] * 8,
+                       agent_type=AheadAgent, queue_ahead=2)
+    # Two slots and two queued by the backend itself: four out at first, then each end is
+    # refilled at once, always four out.
+    assert run.batches[0] == [1, 2, 3, 4]
+    assert run.backend.cluster.running_peak == 4
+    assert run.result.stats.completed == 8
+
+
+def test_only_agents_that_propose_ahead_in_rolling_mode_fill_a_backends_queue(run_campaign):
+    learning = run_campaign(range(1, 9), mode="rolling", max_parallelism=2, passes=[2] * 8,
+                            queue_ahead=2)
+    waves = run_campaign(range(1, 9), mode="waves", max_parallelism=2, passes=[2] * 8,
+                         agent_type=AheadAgent, queue_ahead=2)
+    assert learning.batches[0] == waves.batches[0] == [1, 2]
+    assert learning.backend.cluster.running_peak == waves.backend.cluster.running_peak == 2

@@ -10,12 +10,15 @@ in the group ``slurm-aside``, beside the others.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -24,7 +27,6 @@ from dse_slurm import expand_job_ids
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-    from pathlib import Path
 
 
 def run(argv: list[str], timeout: float = 30) -> str:
@@ -35,6 +37,9 @@ def run(argv: list[str], timeout: float = 30) -> str:
     return proc.stdout
 
 
+CLUSTER_LOCK = "dse-slurm-cluster.lock"
+"""A file in the temp directory: whoever measures on or tests with the shared partitions holds
+it (the ``slurm`` group's tests, ``benchmarks/slurm_throughput.py``)."""
 SHARED = "batch,urgent"
 """The partitions the ``slurm`` group's tests use (the same nodes)."""
 
@@ -78,12 +83,16 @@ def one_slurm_test_at_a_time(
     root = tmp_path_factory.getbasetemp()
     if root.name.startswith("popen-gw"):  # an xdist worker: the session's root is one up
         root = root.parent
-    with open(root / f"{group.args[0]}-tests.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with contextlib.ExitStack() as held:
+        paths = [root / f"{group.args[0]}-tests.lock"]
+        if group.args[0] == "slurm":
+            # The partitions' nodes are shared with benchmarks/slurm_throughput.py (and the
+            # test sessions of other worktrees), which hold this lock while they measure.
+            paths.append(Path(tempfile.gettempdir()) / CLUSTER_LOCK)
+        for path in paths:
+            lock = held.enter_context(open(path, "w"))
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -73,8 +73,10 @@ def project_with(
     mode: str = "waves", time_limit: str = "2m", partition: str = "batch", backend: str = "",
 ) -> Path:
     """A project whose campaign *name* runs *points* in *partition* (more lines of its
-    ``[backend.slurm]`` table in *backend*); its Slurm jobs are named
-    ``dse.<name>-1.<token>``."""
+    ``[backend.slurm]`` table in *backend*; job arrays, ``mode = "jobs"``, unless they set a
+    mode); its Slurm jobs are named ``dse.<name>-1.<token>``."""
+    if "mode =" not in backend:
+        backend = 'mode = "jobs"\n' + backend
     write_plugin(tmp_path)
     (tmp_path / "work.py").write_text(WORK)
     inline = ", ".join(

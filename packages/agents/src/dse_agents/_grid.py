@@ -31,6 +31,8 @@ class GridAgent:
 
     name: ClassVar[str] = "grid"
     version: ClassVar[str] = "0.1.0"
+    proposes_ahead: ClassVar[bool] = True
+    """It learns nothing from results (see :class:`~dse_agents.RandomAgent`)."""
 
     def __init__(self, space: Space, *, seed: int = 0, points: int = 5, **options: Any) -> None:
         reject_unknown(self.name, options, ["points"])

@@ -46,6 +46,9 @@ class RandomAgent:
 
     name: ClassVar[str] = "random"
     version: ClassVar[str] = "0.1.0"
+    proposes_ahead: ClassVar[bool] = True
+    """It learns nothing from results: proposing before a slot frees loses nothing (a backend
+    that queues trials itself is handed more than ``max_parallelism``)."""
 
     def __init__(self, space: Space, *, seed: int = 0, **options: Any) -> None:
         sampler = options.pop("sampler", "uniform")

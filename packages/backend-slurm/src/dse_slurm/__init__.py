@@ -2,14 +2,17 @@
 
 :class:`SlurmBackend` (job arrays) is registered through the ``dse`` entry point; with
 ``mode = "allocation"`` its :meth:`~SlurmBackend.from_options` builds a
-:class:`SlurmAllocationBackend` instead (one pilot job, attempts as its steps). Both extend
-:class:`dse.Backend` and run their Slurm commands through one helper,
+:class:`SlurmAllocationBackend` instead (one pilot job, attempts as its steps), and with
+``mode = "auto"`` (the default) :meth:`~SlurmBackend.for_trials` picks one of the two. Both
+extend :class:`dse.Backend` and run their Slurm commands through one helper,
 :class:`dse_slurm._commands.SlurmCommands`. The pure pieces (batch scripts, manifests,
 ``squeue``/``sacct`` parsing) are public for tests and other tools.
 
 Modules import in one direction: ``_states``, ``_script`` and ``_pilot`` (pure) ←
-``_commands`` and ``_options`` (shared by both modes) ← ``_allocation`` ← ``_arrays`` (whose
-factory picks the mode) ← ``_plugin``.
+``_watch`` (ends and liveness from the pilot's files) ← ``_commands`` and ``_options`` (shared
+by both modes) ← ``_allocation`` ← ``_arrays`` (whose factory and ``for_trials`` pick the
+mode: ``mode = "auto"``, the default, chooses once the campaign's time limit is known) ←
+``_plugin``.
 """
 
 from __future__ import annotations

@@ -74,6 +74,7 @@ from dse_slurm._commands import (
 from dse_slurm._options import SlurmTable, read_table
 from dse_slurm._pilot import DRAINING, HEARTBEAT, MARGIN_S, RELEASED, STEP_MARK
 from dse_slurm._script import LAUNCHER, SlurmOptions, manifest_entry, render_pilot_script
+from dse_slurm._watch import DirectoryWatch, Liveness
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -209,6 +210,7 @@ class SlurmAllocationBackend(Backend):
         allocation_time: float = 3600.0,
         allocation_cpus: int | None = None,
         allocation_grace: float = 300.0,
+        allocation_tasks: tuple[int, int] | None = None,
         sacct_lag: float = 20.0,
         command_timeout: float = 30.0,
     ) -> None:
@@ -229,6 +231,10 @@ class SlurmAllocationBackend(Backend):
         self.allocation_time = allocation_time
         self.allocation_cpus = allocation_cpus
         self.allocation_grace = allocation_grace
+        self.allocation_tasks = allocation_tasks
+        """``(n, cpus)``: the pilot asks room for *n* attempts of *cpus* CPUs each, on as many
+        nodes as Slurm needs (how ``mode = "auto"`` sizes it from ``max_parallelism``), instead
+        of ``allocation_nodes`` and ``allocation_cpus``."""
         self.slurm = SlurmCommands(self, timeout=command_timeout)
         """Runs (and counts) this backend's Slurm commands."""
         self._settled = Settled()
@@ -239,6 +245,8 @@ class SlurmAllocationBackend(Backend):
         """Run directories whose pilots left by an earlier controller were looked for."""
         self._adopted = False
         """Whether a pilot of an earlier controller was adopted (its tasks may be handed again)."""
+        self._watch = DirectoryWatch()
+        self._liveness = Liveness()
 
     @property
     def command_timeout(self) -> float:
@@ -251,13 +259,16 @@ class SlurmAllocationBackend(Backend):
                               source=source)
 
     @classmethod
-    def from_table(cls, table: SlurmTable, *, source: str) -> Self:
-        """Build from a checked ``[backend.slurm]`` table whose mode is ``"allocation"``."""
-        if table.mode != "allocation":
+    def from_table(cls, table: SlurmTable, *, source: str,
+                   tasks: tuple[int, int] | None = None) -> Self:
+        """Build from a checked ``[backend.slurm]`` table whose mode is ``"allocation"`` (or
+        ``"auto"``, which chose it); *tasks*: see :attr:`allocation_tasks`."""
+        if table.mode == "jobs":
             msg = f'{source}: backend.slurm.mode: "allocation" expected (got {table.mode!r})'
             raise ConfigError(msg)
         try:
-            return cls(options=table.options, **table.timing, **table.allocation)
+            return cls(options=table.options, **table.timing, **table.allocation,
+                       allocation_tasks=tasks)
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
 
@@ -322,6 +333,12 @@ class SlurmAllocationBackend(Backend):
         for pilot in self._pilots.values():
             if pilot.ended is None and not pilot.cancelled:
                 pilot.beat()
+        self._watch.mark(p.dir for p in self._pilots.values() if p.ended is None and p.tasks)
+
+    def _wait(self, timeout: float) -> bool:
+        """Return once a pilot or a step wrote a file (an end, a start) or after *timeout*, with
+        no Slurm command; ``False`` (the engine sleeps) when no pilot has attempts to watch."""
+        return self._watch.watching and (self._watch.wait(self.clock, timeout) or True)
 
     def _hand_over(self, task: _Task, pilot: _Pilot) -> None:
         spec = task.spec
@@ -357,7 +374,7 @@ class SlurmAllocationBackend(Backend):
             write_atomic(script, render_pilot_script(
                 self.options, job_name=name, pilot_dir=pilot_dir, nodes=self.allocation_nodes,
                 time_s=self.allocation_time, cpus_per_node=self.allocation_cpus, exclude=avoid,
-                grace_s=self.allocation_grace,
+                grace_s=self.allocation_grace, tasks=self.allocation_tasks,
             ))
         except ConfigError as exc:
             self._end_waiting(tasks, JobState.INVALID, str(exc))
@@ -403,14 +420,22 @@ class SlurmAllocationBackend(Backend):
         self._dispatch()
         return out
 
-    def _watch_pilots(self) -> None:
+    def _watch_pilots(self, *, force: bool = False) -> None:
+        """Learn which pilots ended: from their files every pass, from ``squeue`` when
+        :class:`~dse_slurm._watch.Liveness` says so (or *force*)."""
         live = [p for p in self._pilots.values() if p.ended is None]
         for pilot in live:
             if (pilot.dir / RELEASED).exists():  # before squeue: it starts nothing after it
                 pilot.ended = _RELEASED_WORD
+            if pilot.info is None:
+                pilot.info = _read_json(pilot.dir / "pilot.json")
         asked = [p for p in live if p.ended is None]
+        now = self.clock.time()
+        if not (force or self._liveness.due([p.dir for p in asked if p.info], now)):
+            return
         ids = sorted({p.job_id for p in asked if p.job_id}, key=int)
         rows: dict[str, SqueueRow] = self.slurm.squeue(ids) if ids else {}
+        self._liveness.asked(now)
         for pilot in asked:
             row = rows.get(pilot.job_id) if pilot.job_id else None
             if row is None:
@@ -419,9 +444,6 @@ class SlurmAllocationBackend(Backend):
                 word = row.state.split(" ", 1)[0]
                 if word in TERMINAL_WORDS:
                     pilot.ended = word
-        for pilot in live:
-            if pilot.info is None:
-                pilot.info = _read_json(pilot.dir / "pilot.json")
             if pilot.ended is not None:
                 log.info("pilot %s ended: %s", pilot.job_id, pilot.ended)
 
@@ -450,34 +472,11 @@ class SlurmAllocationBackend(Backend):
                 task.pilot = None
             return status
         if pilot.ended is not None:
-            return self._interrupted(task, pilot)
+            return _interrupted(task, pilot, self.clock.time())
         if run is not None:
             return JobStatus(task.job_id, JobState.RUNNING, node=task.node,
                              started_at=task.started_at)
         return None
-
-    def _interrupted(self, task: _Task, pilot: _Pilot) -> JobStatus | None:
-        """*task* had no end when its pilot ended."""
-        pilot.tasks.discard(task.job_id)
-        started = task.started_at is not None or task.file(".claim").exists()
-        if not started and not task.cancel:
-            task.pilot = None  # never ran there: the next pilot takes it
-            return None
-        word = pilot.ended or "VANISHED"
-        state = _INTERRUPTIONS.get(word, JobState.LOST)
-        if task.cancel:
-            state = JobState.CANCELLED
-        if state is JobState.LOST:
-            why = (f"allocation {pilot.job_id} ended ({word}) while the attempt ran"
-                   f" (see {pilot.dir / 'pilot.err'})")
-        elif word == "TIMEOUT":
-            why = f"allocation {pilot.job_id} reached its time limit while the attempt ran"
-        else:
-            why = f"allocation {pilot.job_id} ended {word} while the attempt ran"
-        node = task.node or ",".join((pilot.info or {}).get("nodes") or []) or None
-        return JobStatus(task.job_id, state, node=node, started_at=task.started_at,
-                         ended_at=self.clock.time(), reason=why, ambiguous=state is JobState.LOST,
-                         usage={"allocation_job": float(pilot.job_id)} if pilot.job_id else None)
 
     def _end(self, task: _Task, doc: Mapping[str, Any],
              run: Mapping[str, Any] | None) -> JobStatus | None:
@@ -554,7 +553,7 @@ class SlurmAllocationBackend(Backend):
             self._adopt(pilot_dir, job)
         if left:
             try:
-                self._watch_pilots()
+                self._watch_pilots(force=True)
             except SlurmCommandError as exc:  # the next pass asks again
                 log.warning("cannot ask Slurm about the pilots of %s: %s", run_dir, exc)
 
@@ -579,6 +578,30 @@ class SlurmAllocationBackend(Backend):
         self._adopted = True
         log.info("adopted pilot %s (%s)", job, pilot_dir.name)
         return pilot
+
+
+def _interrupted(task: _Task, pilot: _Pilot, now: float) -> JobStatus | None:
+    """*task* had no end when its pilot ended."""
+    pilot.tasks.discard(task.job_id)
+    started = task.started_at is not None or task.file(".claim").exists()
+    if not started and not task.cancel:
+        task.pilot = None  # never ran there: the next pilot takes it
+        return None
+    word = pilot.ended or "VANISHED"
+    state = _INTERRUPTIONS.get(word, JobState.LOST)
+    if task.cancel:
+        state = JobState.CANCELLED
+    if state is JobState.LOST:
+        why = (f"allocation {pilot.job_id} ended ({word}) while the attempt ran"
+               f" (see {pilot.dir / 'pilot.err'})")
+    elif word == "TIMEOUT":
+        why = f"allocation {pilot.job_id} reached its time limit while the attempt ran"
+    else:
+        why = f"allocation {pilot.job_id} ended {word} while the attempt ran"
+    node = task.node or ",".join((pilot.info or {}).get("nodes") or []) or None
+    return JobStatus(task.job_id, state, node=node, started_at=task.started_at,
+                     ended_at=now, reason=why, ambiguous=state is JobState.LOST,
+                     usage={"allocation_job": float(pilot.job_id)} if pilot.job_id else None)
 
 
 def _step_end(

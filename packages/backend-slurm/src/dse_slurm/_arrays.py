@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
 
-from dse import Backend, ConfigError, JobSpec, JobState, JobStatus
+from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, Resources
 from dse_slurm._allocation import SlurmAllocationBackend
 from dse_slurm._commands import (
     SLURM_DIR,
@@ -41,7 +41,7 @@ from dse_slurm._commands import (
     signal_lead,
     write_atomic,
 )
-from dse_slurm._options import read_table
+from dse_slurm._options import SlurmTable, read_table
 from dse_slurm._script import (
     SlurmOptions,
     group_for_arrays,
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-__all__ = ["SlurmBackend", "usage_from_sacct"]
+__all__ = ["SlurmBackend", "auto_choice", "usage_from_sacct"]
 
 log = logging.getLogger("dse.slurm")
 
@@ -105,8 +105,10 @@ class SlurmBackend(Backend):
     the campaign's ``checkpoint_every``), ``array_throttle`` (``%P`` on every array),
     ``python`` (interpreter on the nodes, default ``python3``), ``sacct_lag`` (how long sacct
     may lag behind squeue, default 20 s) and ``command_timeout`` (default 30 s). With
-    ``mode = "allocation"`` (default ``"jobs"``) :meth:`from_options` returns a
-    :class:`~dse_slurm.SlurmAllocationBackend` instead: one pilot job, attempts as its steps.
+    ``mode = "allocation"`` :meth:`from_options` returns a
+    :class:`~dse_slurm.SlurmAllocationBackend` instead: one pilot job, attempts as its steps;
+    with ``mode = "auto"`` (the default) :meth:`for_trials` picks one of the two once the
+    campaign's time limit is known. ``mode = "jobs"`` always runs job arrays.
 
     The trial directories must be on a filesystem the compute nodes share with the
     controller: the manifest, the logs, ``result.json`` and checkpoints live there. As with
@@ -148,6 +150,8 @@ class SlurmBackend(Backend):
         self._last_rows: dict[str, SqueueRow] = {}
         self._cancelled: set[str] = set()
         self._bin_dir = os.path.dirname(sys.executable)
+        self.auto: tuple[SlurmTable, str] | None = None
+        """``mode = "auto"``: the table and the file it came from, for :meth:`for_trials`."""
 
     @property
     def command_timeout(self) -> float:
@@ -166,7 +170,46 @@ class SlurmBackend(Backend):
             # One registered name, two modes: the table picks the class (not a subclass).
             allocation = SlurmAllocationBackend.from_table(table, source=source)
             return cast("Self", allocation)
-        return cls(options=table.options, **table.timing)
+        backend = cls(options=table.options, **table.timing)
+        if table.mode == "auto":
+            backend.auto = (table, source)
+        return backend
+
+    def for_trials(
+        self, *, time_limit: float | None, resources: Resources, parallelism: int
+    ) -> Backend:
+        """``mode = "auto"``: the allocation (a :class:`~dse_slurm.SlurmAllocationBackend`)
+        when every trial has a time limit of at most ``auto_threshold`` (default 10 minutes)
+        and asks for no GPU, else this backend (job arrays). The allocation holds room for
+        ``max_parallelism`` trials at once (``--ntasks=max_parallelism
+        --cpus-per-task=<the trial's CPUs>``, fewer when the partition has fewer CPUs up, as
+        one ``sinfo`` tells) unless the table sets ``allocation_nodes`` or
+        ``allocation_cpus``; such a pilot takes as many attempts again as it has room for
+        (:attr:`dse.Backend.queue_ahead`), queued in its directory. Other modes: this
+        backend."""
+        if self.auto is None:
+            return self
+        table, source = self.auto
+        why = auto_choice(table, time_limit, resources)
+        if why is not None:
+            log.info("backend.slurm mode auto: job arrays (%s)", why)
+            return self
+        sized = "allocation_nodes" in table.allocation or "allocation_cpus" in table.allocation
+        tasks = None
+        if not sized:
+            cpus = self.slurm.partition_cpus(self.options.partition)
+            fit = parallelism if cpus is None else max(1, cpus // max(resources.cpus, 1))
+            tasks = (min(parallelism, fit), resources.cpus)
+        log.info("backend.slurm mode auto: allocation (time limit %gs <= auto_threshold %gs)",
+                 time_limit, table.auto_threshold)
+        allocation = SlurmAllocationBackend.from_table(table, source=source, tasks=tasks)
+        for name, count in self.commands.items():  # the sinfo above: counted where it runs
+            allocation.commands[name] = allocation.commands.get(name, 0) + count
+        if tasks is not None:
+            # The pilot runs at most tasks[0] <= max_parallelism steps at once: it may be
+            # handed a second round, which it starts the moment a step ends.
+            allocation.queue_ahead = tasks[0]
+        return allocation
 
     # -- submit -----------------------------------------------------------------------------
 
@@ -326,6 +369,19 @@ class SlurmBackend(Backend):
                 self._settled.add(JobStatus(
                     job_id, JobState.LOST, reason="not a Slurm job id", ambiguous=True,
                 ))
+
+
+def auto_choice(table: SlurmTable, time_limit: float | None, resources: Resources
+                ) -> str | None:
+    """Why ``mode = "auto"`` runs job arrays for trials of *time_limit* and *resources*, or
+    ``None`` when it runs them in an allocation."""
+    if time_limit is None:
+        return "the trials have no campaign-wide time limit"
+    if time_limit > table.auto_threshold:
+        return f"time limit {time_limit:g}s > auto_threshold {table.auto_threshold:g}s"
+    if resources.gpus:
+        return "the trials ask for GPUs"
+    return None
 
 
 _Row = TypeVar("_Row", SqueueRow, SacctRow)

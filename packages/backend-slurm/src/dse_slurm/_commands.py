@@ -218,6 +218,21 @@ class SlurmCommands:
             return {}
         raise SlurmCommandError(self.failure(proc))
 
+    def partition_cpus(self, partition: str | None) -> int | None:
+        """The CPUs of *partition* (``None``: the default partition) that are not down or
+        drained, from one ``sinfo``; ``None`` when sinfo fails or does not list it."""
+        try:
+            proc = self.run(["sinfo", "--noheader", "--format=%P %C"])
+        except SlurmCommandError:
+            return None
+        for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+            name, _, cpus = line.partition(" ")
+            if name == partition or (partition is None and name.endswith("*")):
+                with contextlib.suppress(ValueError):
+                    _allocated, _idle, other, total = (int(n) for n in cpus.split("/"))
+                    return total - other
+        return None
+
     def scancel(self, job_ids: Sequence[str]) -> None:
         """One ``scancel`` for *job_ids*; a failure is logged (later polls tell the ends)."""
         try:

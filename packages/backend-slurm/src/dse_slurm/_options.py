@@ -1,5 +1,5 @@
-"""The ``[backend.slurm]`` table, read once for both modes (``mode = "jobs"`` or
-``"allocation"``); each error names the file and the key."""
+"""The ``[backend.slurm]`` table, read once for every mode (``mode = "auto"``, the default,
+``"jobs"`` or ``"allocation"``); each error names the file and the key."""
 
 from __future__ import annotations
 
@@ -13,14 +13,16 @@ from dse_slurm._script import SlurmOptions
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-MODES = ("jobs", "allocation")
+MODES = ("auto", "jobs", "allocation")
+AUTO_THRESHOLD_S = 600.0
+"""``mode = "auto"`` runs trials whose time limit is at most this in an allocation."""
 ALLOCATION_KEYS = (
     "allocation_nodes", "allocation_time", "allocation_cpus", "allocation_grace",
 )
 OPTION_KEYS = frozenset({
     "partition", "account", "qos", "constraint", "exclusive", "extra_sbatch", "setup",
     "signal_lead", "array_throttle", "python", "sacct_lag", "command_timeout",
-    "mode", *ALLOCATION_KEYS,
+    "mode", "auto_threshold", *ALLOCATION_KEYS,
 })
 
 
@@ -47,16 +49,19 @@ class SlurmTable:
     options: SlurmOptions
     """What goes into the batch scripts."""
     mode: str
-    """``"jobs"`` (job arrays) or ``"allocation"`` (steps of a pilot job)."""
+    """``"jobs"`` (job arrays), ``"allocation"`` (steps of a pilot job) or ``"auto"`` (one
+    of them, chosen by the trials' time limit: :meth:`dse_slurm.SlurmBackend.for_trials`)."""
     timing: Timing
     """``sacct_lag`` and ``command_timeout``, where the table sets them."""
     allocation: Allocation
     """``allocation_nodes``, ``allocation_time``, ``allocation_cpus`` and
     ``allocation_grace``, where the table sets them."""
+    auto_threshold: float = AUTO_THRESHOLD_S
+    """``mode = "auto"``: the longest time limit that still picks the allocation."""
 
 
 def read_table(
-    options: Mapping[str, Any], source: str, *, default_mode: str = "jobs"
+    options: Mapping[str, Any], source: str, *, default_mode: str = "auto"
 ) -> SlurmTable:
     """Check *options* (the ``[backend.slurm]`` table of the file *source*)."""
     where = f"{source}: backend.slurm"
@@ -73,16 +78,23 @@ def read_table(
         )
     mode = options.get("mode", default_mode)
     if mode not in MODES:
-        raise ConfigError(f'{where}.mode: expected "jobs" or "allocation" (got {mode!r})')
+        raise ConfigError(
+            f'{where}.mode: expected "auto", "jobs" or "allocation" (got {mode!r})'
+        )
     asked = sorted(key for key in ALLOCATION_KEYS if key in options)
-    if asked and mode != "allocation":
-        raise ConfigError(f'{where}: {asked} need mode = "allocation"')
+    if asked and mode == "jobs":
+        raise ConfigError(f'{where}: {asked} need mode = "allocation" or "auto"')
+    threshold = AUTO_THRESHOLD_S
+    if "auto_threshold" in options:
+        if mode != "auto":
+            raise ConfigError(f'{where}: auto_threshold needs mode = "auto"')
+        threshold = parse_duration(options["auto_threshold"], f"{where}.auto_threshold")
     allocation = _allocation_values(options, where)
     try:
         script_options = SlurmOptions(**values)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
-    return SlurmTable(script_options, mode, timing, allocation)
+    return SlurmTable(script_options, mode, timing, allocation, threshold)
 
 
 def _script_values(options: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -9,7 +9,8 @@ It imports nothing from dse and runs on any Python from 3.7 (the node's ``python
 directory is its inbox and its outbox; every file in it is written atomically (temporary name,
 then ``os.replace``), so a reader never sees half a file:
 
-* ``step.py`` — written by the controller: what each step runs (``PYTHON step.py``), the
+* ``step.py`` — written by the controller: what each step runs (under the pilot's own
+  interpreter, with ``-S``), the
   manifest launcher of :mod:`dse_slurm._script` after :data:`STEP_MARK`;
 * ``pilot.json`` — written by the pilot when it starts: job id, start, end of the allocation,
   its nodes and the CPUs on each;
@@ -26,6 +27,9 @@ then ``os.replace``), so a reader never sees half a file:
   and its last error lines, whether the pilot cancelled it or ended it at its time limit), or
   when it will not run it here (``declined``: too little time left, every node avoided;
   ``invalid``: no node of the allocation has the CPUs it asks for);
+* ``pilot.alive`` (:data:`ALIVE`) — touched by the pilot about every :data:`ALIVE_S` seconds:
+  the controller asks Slurm about a started pilot only when this stops changing (or now and
+  then), so a pilot's liveness costs no Slurm command per pass;
 * ``pilot.end.json`` (:data:`RELEASED`) — written by the pilot when it releases the allocation
   because no controller follows it (below): the time and why. It starts nothing after it.
 
@@ -52,11 +56,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 from typing import Any
 
-POLL_S = 0.2
+POLL_S = 0.05
+"""How often the pilot looks for ended steps and new tasks: a freed CPU takes the next task
+within it (the directory is listed only when its modification time changed)."""
+ALIVE = "pilot.alive"
+"""The file whose modification time the pilot changes while it runs."""
+ALIVE_S = 1.0
+RELIST_S = 0.5
 HEARTBEAT = "controller.alive"
 """The file whose modification time the controller changes on each pass."""
 DRAINING = "draining"
@@ -162,6 +173,12 @@ class Pilot:
                  controller_grace: float | None = None) -> None:
         self.dir = directory
         self.python = python
+        # Steps run under this very interpreter, found once here: a ``python3`` on PATH may
+        # be a wrapper (pyenv's shim, a module's script) that takes a third of a second to
+        # start, and -S skips site (the launcher needs only the standard library).
+        self.step_python = [sys.executable, "-S"] if sys.executable else [python]
+        self.wake = threading.Event()
+        """Set when a step ended: the loop looks at once rather than at its next tick."""
         self.controller_grace = controller_grace
         self.heartbeat: int | None = None
         self.heard_at = time.time()
@@ -175,6 +192,10 @@ class Pilot:
         self.seen: set[str] = set()
         self.queue: list[tuple[str, dict[str, Any]]] = []
         self.running: dict[str, Step] = {}
+        self.listed: int | None = None
+        self.listed_at = 0.0
+        self.cancels: set[str] = set()
+        self.alive_at = 0.0
         write_json(self.path("pilot.json"), {
             "job_id": self.job_id, "started_at": self.started_at, "ends_at": self.ends_at,
             "nodes": self.nodes, "cpus": [self.cpus[n] for n in self.nodes],
@@ -188,10 +209,35 @@ class Pilot:
         doc.setdefault("ended_at", time.time())
         write_json(self.path(key + ".exit.json"), doc)
 
+    def beat(self, now: float) -> None:
+        """Touch :data:`ALIVE` (at most every :data:`ALIVE_S`): the controller sees it live."""
+        if now - self.alive_at < ALIVE_S:
+            return
+        self.alive_at = now
+        path = self.path(ALIVE)
+        try:
+            os.utime(path)
+        except OSError:
+            with contextlib.suppress(OSError), open(path, "w"):
+                pass
+
     def scan(self) -> set[str]:
         """Take new tasks in arrival order; return the keys asked to be cancelled."""
+        try:
+            mark: int | None = os.stat(self.dir).st_mtime_ns
+        except OSError:
+            mark = None
+        now = time.time()
+        # Unchanged since the last listing: nothing came or went. The time stamp is coarse (a
+        # file written in the same tick as the listing leaves it equal), so a recent change,
+        # or a listing older than RELIST_S, lists again all the same.
+        if (mark is not None and mark == self.listed and now - self.listed_at < RELIST_S
+                and now - mark / 1e9 > RELIST_S / 5):
+            return self.cancels
         names = os.listdir(self.dir)
+        self.listed, self.listed_at = mark, now
         cancels = {n[: -len(".cancel")] for n in names if n.endswith(".cancel")}
+        self.cancels = cancels
         new = []
         for name in names:
             if not name.endswith(".task.json"):
@@ -221,7 +267,7 @@ class Pilot:
             argv.append(f"--mem={task['mem_mb']}M")
         if task.get("gpus"):
             argv.append(f"--gres=gpu:{task['gpus']}")
-        argv += [self.python, self.path("step.py"), self.path(key + ".jsonl"), "0",
+        argv += [*self.step_python, self.path("step.py"), self.path(key + ".jsonl"), "0",
                  self.path(key + ".run")]
         write_json(self.path(key + ".claim"), {"started_at": time.time(), "node": node})
         try:
@@ -233,6 +279,13 @@ class Pilot:
             return
         self.free[node] -= int(task["cpus"])
         self.running[key] = Step(key, task, node, proc)
+        threading.Thread(target=self.notice_end, args=(proc,), daemon=True).start()
+
+    def notice_end(self, proc: subprocess.Popen[bytes]) -> None:
+        """Wake the loop the moment *proc* (a step's srun) exits."""
+        with contextlib.suppress(Exception):
+            proc.wait()
+        self.wake.set()
 
     def ended(self, step: Step) -> None:
         try:
@@ -331,14 +384,16 @@ def main(argv: list[str]) -> int:
     pilot = Pilot(argv[1], float(argv[2]), argv[3], controller_grace)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     while True:
+        pilot.wake.clear()
         pilot.step()
         now = time.time()
+        pilot.beat(now)
         if pilot.orphaned(now):
             # Nothing started after the last scan; a task written since is never started
             # here, and the controller hands it to another pilot when it reads RELEASED.
             pilot.release(now)
             return 0
-        time.sleep(POLL_S)
+        pilot.wake.wait(POLL_S)
 
 
 if __name__ == "__main__":

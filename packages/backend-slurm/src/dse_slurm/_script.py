@@ -352,12 +352,15 @@ def render_pilot_script(
     cpus_per_node: int | None = None,
     exclude: Iterable[str] = (),
     grace_s: float | None = None,
+    tasks: tuple[int, int] | None = None,
 ) -> str:
     """The batch script of one pilot: *nodes* nodes for *time_s*, whole nodes
-    (``--exclusive``) unless *cpus_per_node* is given; runs ``pilot.py`` in *pilot_dir*
-    after the setup lines, which releases the allocation once no controller was heard of for
-    *grace_s* and nothing runs (never without it; see :mod:`dse_slurm._pilot`).
-    :class:`~dse.ConfigError` when a value cannot be written safely."""
+    (``--exclusive``) unless *cpus_per_node* is given, or — with *tasks* ``(n, cpus)`` — room
+    for *n* attempts of *cpus* CPUs each on as many nodes as Slurm needs for them
+    (``--ntasks=n --cpus-per-task=cpus``, *nodes* and *cpus_per_node* unused); runs
+    ``pilot.py`` in *pilot_dir* after the setup lines, which releases the allocation once no
+    controller was heard of for *grace_s* and nothing runs (never without it; see
+    :mod:`dse_slurm._pilot`). :class:`~dse.ConfigError` when a value cannot be written safely."""
     if "%" in str(pilot_dir):
         msg = f"backend.slurm: the directory {str(pilot_dir)!r} holds a '%' (a Slurm pattern)"
         raise ConfigError(msg)
@@ -365,12 +368,14 @@ def render_pilot_script(
     sbatch = [
         f"--job-name={_check_value('job_name', job_name)}",
         f"--comment=dse allocation {job_name}",
-        f"--nodes={nodes}",
-        f"--time={slurm_time(time_s)}",
     ]
-    if cpus_per_node is None:
-        sbatch.append("--exclusive")
+    if tasks is not None:
+        sbatch += [f"--time={slurm_time(time_s)}", f"--ntasks={tasks[0]}",
+                   f"--cpus-per-task={tasks[1]}"]
+    elif cpus_per_node is None:
+        sbatch += [f"--nodes={nodes}", f"--time={slurm_time(time_s)}", "--exclusive"]
     else:
+        sbatch += [f"--nodes={nodes}", f"--time={slurm_time(time_s)}"]
         sbatch += ["--ntasks-per-node=1", f"--cpus-per-task={cpus_per_node}"]
     for key in ("partition", "account", "qos", "constraint"):
         value = getattr(options, key)

@@ -57,6 +57,12 @@ class Backend(ABC):
     runs_commands: ClassVar[bool] = True
     """Whether it runs each trial's command: a campaign on it must then name one
     (``[environment] command``). The probe backend plays scripts instead."""
+    queue_ahead: int = 0
+    """How many attempts beyond the campaign's ``max_parallelism`` the backend may be handed:
+    it queues them itself and never starts more than ``max_parallelism`` at once (Slurm's
+    auto-sized allocation), so a freed slot takes the next attempt without waiting for the
+    controller. The engine hands them over in rolling mode, for a campaign run alone, when its
+    agent proposes ahead (``proposes_ahead = True``: it does not learn from results)."""
     overrun_s: float = 0.0
     """How long past its time limit an attempt may still run before the backend has ended it
     (a grace period, a scheduler's check interval). Budgets reserve it on top of the limit."""
@@ -95,6 +101,15 @@ class Backend(ABC):
             raise ConfigError(msg) from None
 
     # -- public batch API (the engine calls these) ---------------------------------------
+
+    def for_trials(
+        self, *, time_limit: float | None, resources: Resources, parallelism: int
+    ) -> Backend:
+        """The backend to run a campaign's trials on, now that their time limit (``None``:
+        none, or set per trial by a param), resources and ``max_parallelism`` are known: this
+        one by default. A backend with several modes (Slurm's ``mode = "auto"``) returns the
+        one that fits. Called once, when the campaign is built, before anything runs."""
+        return self
 
     def refuse(self, resources: Resources) -> str | None:
         """Why no job asking for *resources* can ever run here (more GPUs than there are), in

@@ -11,6 +11,7 @@ from dse._plugins import PluginManager
 from dse._scoring import build_scorer
 
 if TYPE_CHECKING:
+    from dse._backend import Backend
     from dse._campaign import Campaign
     from dse._clock import Clock
     from dse._outcome import EngineListener
@@ -41,7 +42,10 @@ def build_engine(
     agent_cls = _resolve(plugins.agent_class, campaign.agent, source, "agent")
     if backend is None:
         backend_cls = _resolve(plugins.backend_class, campaign.backend, source, "backend")
-        backend = backend_cls.from_options(campaign.backend_options, source=source)
+        built: Backend = backend_cls.from_options(campaign.backend_options, source=source)
+        env = campaign.environment
+        backend = built.for_trials(time_limit=env.time_limit, resources=env.resources,
+                                     parallelism=campaign.max_parallelism)
 
     guard = AgentGuard.lookup(plugins, campaign.agent)
 

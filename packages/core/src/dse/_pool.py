@@ -172,6 +172,16 @@ def _smallest(engine: Engine) -> Resources:
     return dataclasses.replace(env.resources, **least) if least else env.resources
 
 
+def ahead(engine: Engine) -> int:
+    """Trials *engine* hands its backend beyond ``max_parallelism``: the backend's
+    :attr:`~dse.Backend.queue_ahead`, in rolling mode, when the agent proposes ahead (it
+    learns nothing from results: ``proposes_ahead = True``); else none."""
+    agent, campaign = engine.agent, engine.campaign
+    if campaign.mode != "rolling" or not getattr(agent, "proposes_ahead", False):
+        return 0
+    return max(int(getattr(engine.backend, "queue_ahead", 0)), 0)
+
+
 def point_of(space: Space, params: Mapping[str, Any]) -> Point:
     """*params* as :class:`~dse._scheduler.DurationEstimate` compares them."""
     out: list[float | str] = []
@@ -277,13 +287,14 @@ class Pool:
         """How many new trials *engine* may pull now: as many of its trials as fit in what is
         free, plus its lookahead, less what it has queued; at least one when it has none
         queued (every campaign keeps a trial at the head, or the scheduler could never pick
-        it), and never more than ``max_parallelism`` running plus ``lookahead`` queued."""
+        it), and never more than ``max_parallelism`` running plus ``lookahead`` queued (plus
+        what the backend queues itself: :func:`ahead`)."""
         campaign = engine.campaign
         table = engine.table
         queued = len(table.queued) + len(table.retries)
         cap = campaign.max_parallelism + campaign.lookahead - len(table.running) - queued
         if self.trivial:
-            return cap
+            return cap + ahead(engine)  # the backend queues those itself
         size = size_of(_smallest(engine), self.config.capacity)
         free = self._free()
         fit = min((free.get(k, 0) // v for k, v in size.items() if v > 0), default=cap)
