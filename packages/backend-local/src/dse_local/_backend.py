@@ -249,6 +249,14 @@ class LocalBackend(Backend):
             why += " (`nvidia-smi -L` lists them; [backend.local] gpus = N overrides it)"
         return why
 
+    def capacity(self, resources: Resources) -> tuple[int, str] | None:
+        limits = [(self.cpus // max(resources.cpus, 1),
+                   f"{self.cpus} CPUs, {max(resources.cpus, 1)} per trial")]
+        if resources.gpus > 0:
+            limits.append((self.gpus // resources.gpus,
+                           f"{self.gpus} GPUs, {resources.gpus} per trial"))
+        return min(limits)
+
     # -- template methods -----------------------------------------------------------------
 
     def _submit(self, jobs: Sequence[JobSpec]) -> Sequence[str]:
