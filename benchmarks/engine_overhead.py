@@ -14,14 +14,17 @@ What is measured (one process, same machine, one run after the other):
   storage, ``JournalStorage`` on a file (fsync per append) and SQLite ``RDBStorage``. The durable
   Optuna storages are slow, so they run fewer trials; the table states each count.
 
-Timings include opening the record (``Store`` / ``create_study``) and exclude verification.
+Timings include opening the record (``Store`` / ``create_study``) and exclude verification and
+imports (both peers import before their clock starts). The targets (issue 19): at least 10,000
+durable dse trials/s on an idle machine, and at least 1.5x Optuna's in-memory storage in the
+same run.
 
 Usage::
 
     python benchmarks/engine_overhead.py            # full run (a few minutes at most)
     python benchmarks/engine_overhead.py --quick    # under a minute
     python benchmarks/engine_overhead.py --profile  # plus a cProfile of one dse waves run
-    python benchmarks/engine_overhead.py --repeat 3 # best of 3 for each dse mode
+    python benchmarks/engine_overhead.py --repeat 3 # best of 3 (dse modes, Optuna in-memory)
 
 The last line printed is one JSON object with the measured rates.
 """
@@ -55,8 +58,10 @@ PARALLELISM = 64
 # Records live beside the benchmark, as a user's `.dse/` lives beside the campaign file; the
 # machine's /tmp may sit on a different, slower filesystem. Both peers write to the same place.
 WORK_DIR = Path(__file__).resolve().parent / ".work"
-DSE_TARGET_TRIALS_PER_S = 5_000.0
-JOURNAL_RATIO_TARGET = 8.0
+DSE_TARGET_TRIALS_PER_S = 10_000.0
+"""Durable trials/s on an idle machine (issue 19)."""
+MEMORY_RATIO_TARGET = 1.5
+"""dse (durable) against Optuna's in-memory storage, measured in the same run (issue 19)."""
 
 SPACE: dict[str, Any] = {
     "optimizer": {"type": "categorical", "choices": ["sgd", "adam", "adamw", "rmsprop"]},
@@ -124,12 +129,14 @@ def _campaign(mode: Mode, trials: int, workspace: Path) -> dse.Campaign:
 def _run_dse_once(mode: Mode, trials: int, workspace: Path) -> tuple[float, int, Path]:
     """Run one campaign; return (seconds, campaign id, record path)."""
     random_agent = _random_agent_class()
+    # Imported before the clock starts, as Optuna is: dse imports its engine lazily.
+    engine_class = dse.Engine
     campaign = _campaign(mode, trials, workspace)
     db_path = workspace / "dse.sqlite"
     start = time.perf_counter()
     store = dse.Store(db_path)
     try:
-        engine = dse.Engine(
+        engine = engine_class(
             campaign,
             agent=random_agent(campaign.space, seed=0),
             backend=ProbeBackend(),
@@ -224,7 +231,15 @@ def _ask_tell(optuna: Any, storage: Any, trials: int) -> None:
         raise BenchmarkError(f"optuna: the study holds {done} trials, expected {trials}")
 
 
-def bench_optuna(kind: Literal["memory", "journal", "sqlite"], trials: int) -> Measurement:
+def bench_optuna(
+    kind: Literal["memory", "journal", "sqlite"], trials: int, repeat: int = 1
+) -> Measurement:
+    """Best (shortest) of *repeat* runs, like :func:`bench_dse`."""
+    runs = [_bench_optuna_once(kind, trials) for _ in range(max(repeat, 1))]
+    return min(runs, key=lambda m: m.seconds)
+
+
+def _bench_optuna_once(kind: Literal["memory", "journal", "sqlite"], trials: int) -> Measurement:
     optuna = _import_optuna()
     with tempfile.TemporaryDirectory(prefix=f"optuna-overhead-{kind}-", dir=WORK_DIR) as tmp:
         start = time.perf_counter()
@@ -271,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         "--repeat",
         type=int,
         default=1,
-        help="run each dse mode this many times and keep the best (default 1)",
+        help="run each dse mode and Optuna in-memory this many times and keep the best"
+        " (default 1)",
     )
     parser.add_argument(
         "--profile",
@@ -285,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     steps: list[tuple[str, Callable[[], Measurement]]] = [
         ("dse waves", lambda: bench_dse("waves", dse_trials, args.repeat)),
         ("dse rolling", lambda: bench_dse("rolling", dse_trials, args.repeat)),
-        ("optuna memory", lambda: bench_optuna("memory", counts.memory)),
+        ("optuna memory", lambda: bench_optuna("memory", counts.memory, args.repeat)),
         ("optuna journal", lambda: bench_optuna("journal", counts.journal)),
         ("optuna sqlite", lambda: bench_optuna("sqlite", counts.sqlite)),
     ]
@@ -306,13 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(_table(results, waves.rate))
     ratio_journal = waves.rate / journal.rate
+    ratio_memory = waves.rate / memory.rate
     met_rate = waves.rate >= DSE_TARGET_TRIALS_PER_S
-    met_ratio = ratio_journal >= JOURNAL_RATIO_TARGET
+    met_ratio = ratio_memory >= MEMORY_RATIO_TARGET
     print(
-        f"targets: dse >= {DSE_TARGET_TRIALS_PER_S:,.0f} trials/s durable: "
+        f"targets: dse >= {DSE_TARGET_TRIALS_PER_S:,.0f} trials/s durable (idle machine): "
         f"{'met' if met_rate else 'NOT met'} ({waves.rate:,.0f}); "
-        f">= {JOURNAL_RATIO_TARGET:.0f}x optuna journal: "
-        f"{'met' if met_ratio else 'NOT met'} ({ratio_journal:.1f}x)"
+        f">= {MEMORY_RATIO_TARGET:.1f}x optuna in-memory in the same run: "
+        f"{'met' if met_ratio else 'NOT met'} ({ratio_memory:.2f}x)"
     )
     if profile is not None:
         print(profile)
@@ -322,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         "optuna_memory_trials_per_s": round(memory.rate, 1),
         "optuna_journal_trials_per_s": round(journal.rate, 1),
         "optuna_sqlite_trials_per_s": round(sqlite.rate, 1),
-        "ratio_to_memory": round(waves.rate / memory.rate, 3),
+        "ratio_to_memory": round(ratio_memory, 3),
         "ratio_to_journal": round(ratio_journal, 3),
         "ratio_to_sqlite": round(waves.rate / sqlite.rate, 3),
         "trials": {
@@ -332,8 +349,12 @@ def main(argv: list[str] | None = None) -> int:
             "optuna_sqlite": counts.sqlite,
         },
         "parallelism": PARALLELISM,
-        "dse_repeat": max(args.repeat, 1),
+        "repeat": max(args.repeat, 1),
         "quick": bool(args.quick),
+        "target_trials_per_s": DSE_TARGET_TRIALS_PER_S,
+        "target_ratio_to_memory": MEMORY_RATIO_TARGET,
+        "rate_target_met": met_rate,
+        "ratio_target_met": met_ratio,
         "targets_met": met_rate and met_ratio,
     }
     print(json.dumps(summary))

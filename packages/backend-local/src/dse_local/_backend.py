@@ -109,6 +109,9 @@ class _Job:
     started_at: float | None = None
     reattached: bool = False
     released: bool = False
+    gone: bool = False
+    """Its wrapper ended before it could be watched (no pidfd): the next poll reads its end,
+    so a wait returns at once rather than sleeping the poll interval."""
 
 
 class _Server:
@@ -249,6 +252,14 @@ class LocalBackend(Backend):
             why += " (`nvidia-smi -L` lists them; [backend.local] gpus = N overrides it)"
         return why
 
+    def capacity(self, resources: Resources) -> tuple[int, str] | None:
+        limits = [(self.cpus // max(resources.cpus, 1),
+                   f"{self.cpus} CPUs, {max(resources.cpus, 1)} per trial")]
+        if resources.gpus > 0:
+            limits.append((self.gpus // resources.gpus,
+                           f"{self.gpus} GPUs, {resources.gpus} per trial"))
+        return min(limits)
+
     # -- template methods -----------------------------------------------------------------
 
     def _submit(self, jobs: Sequence[JobSpec]) -> Sequence[str]:
@@ -334,11 +345,13 @@ class LocalBackend(Backend):
             # The wrapper ended before we looked (a command that fails at once): its pid
             # may already be reused, so never wait on it; the exit file tells the rest.
             job.pid = None
+            job.gone = True
             return
         try:
             job.pidfd = os.pidfd_open(job.pid)
         except OSError:
             job.pidfd = None  # already gone: the exit file tells the rest
+            job.gone = True
 
     def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
         out: dict[str, JobStatus] = {}
@@ -372,6 +385,7 @@ class LocalBackend(Backend):
             return job.final
         if not job.launched and not job.reattached:
             return None  # still queued for resources
+        job.gone = False  # looked at: a wait no longer returns early for it
         if job.pidfd is not None:
             exited = job.pidfd in ready
         else:
@@ -538,7 +552,7 @@ class LocalBackend(Backend):
                 job.pidfd = os.pidfd_open(pid)
 
     def _wait(self, timeout: float) -> bool:
-        if any(j.final is not None for j in self._jobs.values()):
+        if any(j.final is not None or j.gone for j in self._jobs.values()):
             return True
         if not any(j.pidfd is not None for j in self._jobs.values()):
             return False

@@ -117,6 +117,12 @@ class Backend(ABC):
         the resources every trial of a campaign asks."""
         return None
 
+    def capacity(self, resources: Resources) -> tuple[int, str] | None:
+        """How many jobs asking for *resources* run here at once, with why in a few words
+        (``(2, "2 CPUs, 1 per trial")``); ``None`` (the default): no fixed limit. A campaign
+        whose ``max_parallelism`` is larger is told, once, that it runs this many at a time."""
+        return None
+
     def placement(self) -> Mapping[str, Any]:
         """The options that change what a result on this backend means (a partition, a node
         constraint, exclusive nodes): part of every trial's identity, so a result measured

@@ -316,6 +316,8 @@ class Ledger:
                 return "wall-clock ceiling reached"
             if budget.on_deadline == "finish" and now + worst.wall_s > deadline + _EPS:
                 return "the attempt could not finish before the wall-clock ceiling"
+        if budget.compute is None and budget.money is None:
+            return None
         committed = self.spent + self.reserved + worst
         if budget.compute is not None:
             unit, hours = budget.compute

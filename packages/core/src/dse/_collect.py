@@ -87,13 +87,14 @@ class Collector:
         ended_at = status.ended_at or now
         if self.on_attempt_end is not None:
             self.on_attempt_end(trial, status, ended_at)
-        self._settle(trial, self._gate.charge(trial.spec, status, ended_at))
+        charged = self._charge(trial, self._gate.charge(trial.spec, status, ended_at))
         batch = self._journal.batch
         batch.end_attempt(
             row=trial.attempt_row, job_id=status.job_id, state=AttemptState.of(status.state),
             exit_code=status.exit_code, signal=status.signal, node=status.node,
             reason=status.reason, peak_rss_kb=status.peak_rss_kb, started_at=status.started_at,
             ended_at=ended_at, work_lost_s=self._work_lost(trial, status, ended_at),
+            spend=charged.as_dict(),
         )
         if status.usage:
             batch.attempt_usage(row=trial.attempt_row, usage=status.usage)
@@ -111,16 +112,23 @@ class Collector:
     def _settle(self, trial: LiveTrial, actual: Spend | None) -> None:
         """Replace *trial*'s reservation with what its attempt actually spent, and record it;
         ``None``: the runner never confirmed the end, so it is charged its reservation."""
-        reserved, trial.reserved = trial.reserved, None
-        charged = self._gate.settle(reserved, actual)
-        trial.spent = trial.spent + charged
+        charged = self._charge(trial, actual)
         assert trial.attempt_row is not None
         self._journal.batch.attempt_spend(row=trial.attempt_row, spend=charged.as_dict())
 
+    def _charge(self, trial: LiveTrial, actual: Spend | None) -> Spend:
+        """:meth:`_settle` but for the record: what is charged (recorded by the caller)."""
+        reserved, trial.reserved = trial.reserved, None
+        charged = self._gate.settle(reserved, actual)
+        trial.spent = trial.spent + charged
+        return charged
+
     def _work_lost(self, trial: LiveTrial, status: JobStatus, ended_at: float) -> float | None:
         """Seconds of work an unsuccessful attempt lost since its last checkpoint."""
+        if trial.status is TrialStatus.COMPLETED:
+            return None
         checkpoint = trial.checkpoint_mark
-        if trial.status is TrialStatus.COMPLETED or checkpoint is None:
+        if checkpoint is None:
             return None
         started = status.started_at or trial.attempt_started
         if started is None:

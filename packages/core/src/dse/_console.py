@@ -206,9 +206,12 @@ class LiveView(EngineListener):
     def on_start(self, engine: Engine) -> None:
         c = engine.campaign
         self.engines.append(engine)
+        parallelism = c.max_parallelism
+        if engine.pool is not None:
+            parallelism = engine.pool.parallelism.get(c.name, parallelism)
         self.console.status(
             f"campaign {c.name} (run {engine.campaign_id}): agent {c.agent}, backend"
-            f" {c.backend}, {c.mode} x{c.max_parallelism}, record {engine.store.path}"
+            f" {c.backend}, {c.mode} x{parallelism}, record {engine.store.path}"
         )
         if self.console.interactive:
             if self.live is None:

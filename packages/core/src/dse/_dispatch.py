@@ -88,6 +88,38 @@ def claim_configs(p: Parts, proposals: list[Mapping[str, Any]]) -> list[Hashed |
     return coerced
 
 
+class TrialDirs:
+    """The directories of a run's trials (``<run_dir>/<number:06d>``), made before each trial
+    is prepared."""
+
+    def __init__(self) -> None:
+        self.run_dir: Path | None = None
+        """Where they go (set when the run is recorded)."""
+        self._fd: int | None = None
+        """The run directory, open: a trial's directory is made relative to it (``mkdir`` of
+        a relative name costs half of one given the whole path, which the kernel walks)."""
+
+    def path(self, number: int) -> Path:
+        assert self.run_dir is not None
+        return self.run_dir / f"{number:06d}"
+
+    def make(self, number: int) -> None:
+        """Make trial *number*'s directory. One left by a controller that died before
+        committing the trial is reused: nothing ran in it, since submission follows the
+        commit."""
+        if self._fd is None:
+            assert self.run_dir is not None
+            self._fd = os.open(self.run_dir, os.O_RDONLY | os.O_DIRECTORY)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(f"{number:06d}", dir_fd=self._fd)
+
+    def close(self) -> None:
+        """Let go of the run directory (the run ended)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
 class Dispatcher:
     """Turns proposals into trials and attempts into queued work, within the budget."""
 
@@ -105,7 +137,7 @@ class Dispatcher:
         """What a new attempt is recorded as: ``queued`` while it may wait for the pool's
         resources (``submitting`` once granted), ``submitting`` when every queued attempt
         starts at once."""
-        self.run_dir: Path | None = None
+        self.dirs = TrialDirs()
         self.overproposed = False
         """The agent was warned of for answering more than it was asked."""
 
@@ -261,13 +293,9 @@ class Dispatcher:
             p.journal.batch.link_trial(row=trial.row_id, replaces=replaced)
             p.journal.event(trial.row_id, "replaces", {"trial": trial.number,
                                                        "replaces": replaced})
-        assert self.run_dir is not None
-        trial_dir = self.run_dir / f"{trial.number:06d}"
+        trial_dir = self.dirs.path(trial.number)
         try:
-            # A directory left by a controller that died before committing this trial is
-            # reused: nothing ran in it, since submission follows the commit.
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(trial_dir)
+            self.dirs.make(trial.number)
             spec = p.environment.prepare(TrialInfo(
                 trial.trial_id, trial.number, 1, trial.params, trial_dir, p.data.version))
         except Exception as exc:  # noqa: BLE001 - a trial that cannot be prepared fails alone
@@ -278,7 +306,8 @@ class Dispatcher:
             return
         trial.spec = self.avoiding(spec, trial)
         trial.trial_dir = trial_dir
-        p.journal.batch.trial_data(row=trial.row_id, expected=p.data.version)
+        if params_json is None:  # a new trial records it with its row
+            p.journal.batch.trial_data(row=trial.row_id, expected=p.data.version)
         reserved = p.gate.reserve(trial.spec, now, new_trial=True)
         if isinstance(reserved, str):
             self._refused(trial, reserved, params_json, str(trial_dir), now)
@@ -287,8 +316,9 @@ class Dispatcher:
         self._dispatch(trial, params_json, str(trial_dir), now)
 
     def _record_ended(self, trial: LiveTrial, params_json: str | None, trial_dir: str,
-                      now: float) -> None:
-        """Record a trial that ended as it was made (it could not be prepared or afforded)."""
+                      now: float, expected: str | None = None) -> None:
+        """Record a trial that ended as it was made (it could not be prepared or afforded;
+        *expected*: the data version it was prepared against)."""
         p = self.parts
         if params_json is None:
             p.journal.batch.run_instead(row=trial.row_id, status=trial.status,
@@ -300,6 +330,7 @@ class Dispatcher:
             proposal=trial.proposal, wave=self.wave, config_hash=trial.config_hash,
             params_json=params_json, status=trial.status, failure=trial.failure,
             message=trial.message, trial_dir=trial_dir, created_at=now, ended_at=now,
+            data_version=expected,
         )
 
     def _cache_hit(self, trial: LiveTrial, original: LiveTrial, params_json: str,
@@ -334,7 +365,7 @@ class Dispatcher:
             self.exhaust_budget(why)
         trial.status = TrialStatus.BUDGET_EXHAUSTED
         trial.message = f"not dispatched: {why}"
-        self._record_ended(trial, params_json, trial_dir, now)
+        self._record_ended(trial, params_json, trial_dir, now, p.data.version)
         p.results.ended(trial)
 
     def _dispatch(self, trial: LiveTrial, params_json: str | None, trial_dir: str,
@@ -350,7 +381,7 @@ class Dispatcher:
                 row=trial.row_id, campaign=p.journal.campaign_id, number=trial.number,
                 proposal=trial.proposal, wave=trial.batch, config_hash=trial.config_hash,
                 params_json=params_json, status=TrialStatus.RUNNING, trial_dir=trial_dir,
-                created_at=now,
+                created_at=now, data_version=p.data.version,
             )
         batch.add_attempt(row=trial.attempt_row, trial=trial.row_id, attempt=1,
                           backend=p.backend, state=self.first_state, submitted_at=now)

@@ -243,7 +243,7 @@ class Engine:
             self.stats.best = None
         self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.dispatcher.run_dir = self.run_dir
+        self.dispatcher.dirs.run_dir = self.run_dir
         if self.pool is not None:
             pool, engine = self.pool, self
             self.collector.on_attempt_end = (
@@ -487,6 +487,7 @@ class Engine:
         self.journal.batch.end_campaign(campaign=self.campaign_id, status=status,
                                         reason=reason.text(detail), ended_at=self.clock.time())
         self.commit()
+        self.dispatcher.dirs.close()
         result = CampaignResult(self.campaign_id, self.campaign.name, status, reason, self.stats,
                                 detail)
         self.finished = result

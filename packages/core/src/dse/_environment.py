@@ -149,10 +149,10 @@ class CommandEnvironment:
                 return doc_or_failure
             doc = doc_or_failure
         evaluation = score_document(doc, self.objectives)
-        return dataclasses.replace(
-            evaluation, data_version=reported_data_version(doc),
-            environment=reported_environment(doc),
-        )
+        read, environment = reported_data_version(doc), reported_environment(doc)
+        if read is None and environment is None:
+            return evaluation  # most results say neither: no copy (this is per trial)
+        return dataclasses.replace(evaluation, data_version=read, environment=environment)
 
 
 def read_result(path: Path) -> Mapping[str, Any] | Evaluation:

@@ -219,6 +219,9 @@ class Pool:
         """The use of each campaign when the contest ended (all but one campaign had)."""
         self.backend: Runner | None = None
         self._router: _Router | None = None
+        self.parallelism: dict[str, int] = {}
+        """How many trials of each campaign can run at once (its ``max_parallelism``, or
+        fewer when the backend or the pool holds fewer), by name (set by :meth:`start`)."""
 
     def join(self, engine: Engine) -> None:
         """Add *engine*'s campaign (before :meth:`start`)."""
@@ -261,10 +264,34 @@ class Pool:
                 f"{self.config.source}: the campaigns of a pool share one backend; build their"
                 " engines with the same backend instance"
             )
+        for e in engines:
+            self.parallelism[e.campaign.name] = self._effective(e, backend, capacity)
         if len(engines) > 1:
             self._router = _Router(backend)
             for e in engines:
                 e.use_runner(_Share(self._router, backend))
+
+    def _effective(self, engine: Engine, backend: Runner, capacity: Mapping[str, int]) -> int:
+        """How many trials of *engine*'s campaign can run at once: its ``max_parallelism``,
+        unless the backend or the pool holds fewer; then it is said once, in one line."""
+        wanted = engine.campaign.max_parallelism
+        least = _smallest(engine)
+        limits: list[tuple[int, str]] = []
+        room = backend.capacity(least) if isinstance(backend, Backend) else None
+        if room is not None:
+            limits.append((room[0], f"the {backend.name} backend runs at most {room[0]} trials"
+                                    f" at once ({room[1]})"))
+        for key, each in size_of(least, capacity).items():
+            if each > 0 and capacity[key] // each < wanted:
+                n = capacity[key] // each
+                limits.append((n, f"the pool runs at most {n} trials at once ({key} ="
+                                  f" {capacity[key]}, {each} per trial)"))
+        n, why = min(limits, default=(wanted, ""))
+        if n >= wanted:
+            return wanted
+        n = max(n, 1)
+        engine.journal.alert(f"max_parallelism = {wanted} but {why}: running {n} at a time")
+        return n
 
     def weight(self, engine: Engine) -> float:
         """*engine*'s campaign's weight (by its file, else its name; default 1)."""

@@ -727,8 +727,8 @@ CREATE INDEX IF NOT EXISTS agent_log_campaign ON agent_log(campaign_id, id);
 
 _INSERT_TRIAL = (
     "INSERT INTO trials(id, campaign_id, number, proposal, wave, config_hash, params, status,"
-    " failure, message, metrics, score, cache_of, trial_dir, created_at, ended_at)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " failure, message, metrics, score, cache_of, trial_dir, created_at, ended_at,"
+    " data_version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 _INSERT_ATTEMPT = (
     "INSERT INTO attempts(id, trial_id, attempt, backend, job_id, state, submitted_at,"
@@ -739,7 +739,8 @@ _UPDATE_ATTEMPT = (
 )
 _END_ATTEMPT = (
     "UPDATE attempts SET job_id=?, state=?, exit_code=?, signal=?, node=?, reason=?,"
-    " peak_rss_kb=?, started_at=COALESCE(?, started_at), ended_at=?, work_lost_s=? WHERE id=?"
+    " peak_rss_kb=?, started_at=COALESCE(?, started_at), ended_at=?, work_lost_s=?,"
+    " spend=COALESCE(?, spend) WHERE id=?"
 )
 _TRIAL_DATA = (
     "UPDATE trials SET data_version=COALESCE(?, data_version),"
@@ -839,14 +840,15 @@ class Batch:
         failure: FailureClass | None = None, message: str | None = None,
         metrics: Mapping[str, float] | None = None, score: float | None = None,
         cache_of: int | None = None, trial_dir: str | None = None,
-        ended_at: float | None = None,
+        ended_at: float | None = None, data_version: str | None = None,
     ) -> None:
-        """A new trial (or cache hit: *cache_of* is the trial it reuses)."""
+        """A new trial (or cache hit: *cache_of* is the trial it reuses), with the data
+        version it is dispatched against (as :meth:`trial_data` would record it)."""
         self._trials.append((
             row, campaign, number, proposal, wave, config_hash, params_json, status.value,
             failure.value if failure is not None else None, message,
             dumps(metrics) if metrics is not None else None, score, cache_of, trial_dir,
-            created_at, ended_at,
+            created_at, ended_at, data_version,
         ))
 
     def run_instead(
@@ -926,11 +928,12 @@ class Batch:
         exit_code: int | None = None, signal: int | None = None, node: str | None = None,
         reason: str | None = None, peak_rss_kb: int | None = None,
         started_at: float | None = None, work_lost_s: float | None = None,
+        spend: Mapping[str, float] | None = None,
     ) -> None:
-        """How an attempt ended."""
+        """How an attempt ended (and what it cost, as :meth:`attempt_spend` records it)."""
         self._attempt_ends.append((
             job_id, state.value, exit_code, signal, node, reason, peak_rss_kb, started_at,
-            ended_at, work_lost_s, row,
+            ended_at, work_lost_s, None if spend is None else dumps(spend), row,
         ))
 
     def attempt_usage(self, *, row: int, usage: Mapping[str, float]) -> None:
