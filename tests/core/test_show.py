@@ -89,7 +89,7 @@ def test_export_json_carries_every_record_and_keeps_the_trajectory(project: Path
 
 
 def test_export_jsonl_round_trips_every_trial_of_the_json_document(project: Path) -> None:
-    run, trials, _ = record(ran(project, PROBE_CAMPAIGN))
+    _, trials, _ = record(ran(project, PROBE_CAMPAIGN))
     whole = json.loads(run_dse(project, "export", "demo", "--format", "json").stdout)
     proc = run_dse(project, "export", "demo", "--format", "jsonl")
     assert proc.returncode == 0, proc.stderr

@@ -231,7 +231,7 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
     # Nor schema 11's summaries: its tables, the triggers that keep them, its indexes.
     for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
         db.execute(f"DROP TRIGGER {name}")
-    for name in ("trials_invalid", "trials_cache_of", "trials_score"):
+    for name in ("trials_invalid", "trials_cache_of", "trials_score", "trials_replaces"):
         db.execute(f"DROP INDEX {name}")
     for table in ("run_tallies", "run_totals"):
         db.execute(f"DROP TABLE {table}")

@@ -392,9 +392,11 @@ class _Reads:
         """The attempts of run *campaign_id* (only those of the trial rows *trials*, when
         given), by trial number then attempt."""
         if trials is not None:
+            # `+`: the run's filter is no index to walk (SQLite would scan the whole run
+            # for a few hundred trial rows); each row is found by its id.
             found = self._in(
                 f"SELECT {_ATTEMPT_A}, t.number FROM attempts a JOIN trials t"
-                " ON a.trial_id = t.id WHERE a.trial_id IN ({marks}) AND t.campaign_id = ?",
+                " ON a.trial_id = t.id WHERE a.trial_id IN ({marks}) AND +t.campaign_id = ?",
                 trials, campaign_id,
             )
             found.sort(key=lambda r: (r[-1], r[2]))
@@ -672,6 +674,8 @@ _SUMMARIES: tuple[str, ...] = (
     " WHERE cache_of IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS trials_score ON trials(campaign_id, score, number)"
     " WHERE score IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS trials_replaces ON trials(replaces)"
+    " WHERE replaces IS NOT NULL",
 )
 """The summaries and indexes of schema 11 (statements that hold ``;``: never split)."""
 
