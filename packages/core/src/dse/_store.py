@@ -543,7 +543,7 @@ class _Reads:
             " WHERE t.campaign_id = ? AND t.invalidation IS NOT NULL UNION ALL"
             " SELECT t.id, i.reason FROM scores s JOIN trials t ON t.id = s.trial_id"
             " JOIN invalidations i ON i.id = s.invalidation"
-            " WHERE t.campaign_id = ? AND s.invalidation IS NOT NULL",
+            " WHERE +t.campaign_id = ? AND s.invalidation IS NOT NULL",
             (campaign_id, campaign_id),
         ):
             out.setdefault(int(row), str(reason))
@@ -553,7 +553,7 @@ class _Reads:
         """The trial rows of run *campaign_id* with a score flagged invalid."""
         return {int(row) for (row,) in self._rows(
             "SELECT s.trial_id FROM scores s JOIN trials t ON t.id = s.trial_id"
-            " WHERE t.campaign_id = ? AND s.invalidation IS NOT NULL", (campaign_id,),
+            " WHERE +t.campaign_id = ? AND s.invalidation IS NOT NULL", (campaign_id,),
         )}
 
 
@@ -1100,6 +1100,8 @@ class VersionTally:
 
 
 _VERSION = "COALESCE(NULLIF(data_version_read, ''), data_version)"
+# `+t.campaign_id` below: the flagged scores are few (their partial index); the run's filter
+# must not become the index SQLite walks instead (every trial of the run).
 _VALID = ("invalidation IS NULL AND id NOT IN"
           " (SELECT trial_id FROM scores WHERE invalidation IS NOT NULL)")
 _MISMATCH = ("data_version_read IS NOT NULL AND data_version_read <> '' AND data_version IS NOT"
@@ -1155,7 +1157,7 @@ class _Summaries(_Reads):
             f"SELECT IFNULL({_VERSION}, ''), COUNT(*) FROM trials WHERE id IN"
             " (SELECT id FROM trials WHERE campaign_id = ? AND invalidation IS NOT NULL UNION"
             " SELECT s.trial_id FROM scores s JOIN trials t ON t.id = s.trial_id"
-            " WHERE s.invalidation IS NOT NULL AND t.campaign_id = ?)"
+            " WHERE s.invalidation IS NOT NULL AND +t.campaign_id = ?)"
             f" AND status = ? AND score IS NOT NULL GROUP BY 1",
             (campaign_id, campaign_id, TrialStatus.COMPLETED.value),
         ))
