@@ -152,8 +152,6 @@ def campaign(n: int, where: Path) -> Size:
         out.cli[f"export {fmt}"] = child(
             dse("export", "campaign.toml", "--format", fmt, "-o", str(target)), project)
         target.unlink()
-    # A million trial directories are gigabytes of inodes: the record is what is kept.
-    shutil.rmtree(project / ".dse" / "scale", ignore_errors=True)
     return out
 
 
@@ -217,10 +215,11 @@ def main() -> int:
         timed = {} if args.no_resume else resumes(args.quick, WORK_DIR)
     except BenchmarkError as exc:
         print(f"scale: {exc}", file=sys.stderr)
-        return 1
-    finally:
         shutil.rmtree(WORK_DIR, ignore_errors=True)
+        return 1
     report(runs, peer, timed, load, time.monotonic() - started)
+    # After the figures: a million trial directories take minutes to unlink on a busy disk.
+    shutil.rmtree(WORK_DIR, ignore_errors=True)
     return 0
 
 
