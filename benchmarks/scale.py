@@ -182,7 +182,6 @@ def resumes(quick: bool, where: Path) -> dict[str, float]:
             raise BenchmarkError(f"the resumed {agent} run paused dispatch")
         out[agent] = took
         out[f"{agent}_trials"] = n
-        shutil.rmtree(place, ignore_errors=True)
     return out
 
 
