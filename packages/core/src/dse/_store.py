@@ -334,8 +334,8 @@ class _Reads:
             " COALESCE(SUM(cache_of IS NULL AND COALESCE(trial_dir, '') != ''), 0)"
             " FROM trials WHERE campaign_id = ?", (campaign_id,))
         statuses = {_TRIAL_STATUS[status]: int(n) for status, n in self._rows(
-            "SELECT status, COUNT(*) FROM trials WHERE campaign_id = ? AND status != 'cached'"
-            " GROUP BY status", (campaign_id,))}
+            "SELECT status, SUM(trials) FROM run_tallies WHERE campaign_id = ? AND status !="
+            " 'cached' GROUP BY status HAVING SUM(trials) > 0", (campaign_id,))}
         ((cached,),) = self._rows(
             "SELECT COUNT(*) FROM trials t LEFT JOIN trials o ON o.id = t.cache_of"
             " WHERE t.campaign_id = ? AND t.status = 'cached' AND t.ended_at IS NOT NULL"
@@ -529,9 +529,13 @@ class _Reads:
     def invalid_trials(self) -> list[Trial]:
         """Trials of the workspace whose result, or whose score, is flagged invalid;
         :attr:`Trial.invalidation` is ``None`` when only a score is."""
+        # Two selects, not an OR: each walks its partial index of the flagged rows, never
+        # the workspace's trials.
         return [_trial(r) for r in self._rows(
-            f"SELECT {_TRIAL} FROM trials WHERE invalidation IS NOT NULL"
-            " OR id IN (SELECT trial_id FROM scores WHERE invalidation IS NOT NULL)"
+            f"SELECT {_TRIAL} FROM trials INDEXED BY trials_invalid WHERE invalidation IS NOT"
+            " NULL UNION"
+            f" SELECT {_TRIAL} FROM trials WHERE id IN"
+            " (SELECT trial_id FROM scores WHERE invalidation IS NOT NULL) ORDER BY id"
         )]
 
     def invalid_reasons(self, campaign_id: int) -> dict[int, str]:
