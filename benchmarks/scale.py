@@ -177,10 +177,10 @@ def resumes(quick: bool, where: Path) -> dict[str, float]:
         shutil.rmtree(place, ignore_errors=True)
         place.mkdir(parents=True)
         killed = resume.killed_workspace(n, place, agent)
-        took, _, paused = resume.dse_resume(killed, place)
+        took, cpu, paused = resume.dse_resume(killed, place)
         if paused:
             raise BenchmarkError(f"the resumed {agent} run paused dispatch")
-        out[agent] = took
+        out[agent], out[f"{agent}_cpu"] = took, cpu
         out[f"{agent}_trials"] = n
     return out
 
@@ -240,8 +240,10 @@ def report(runs: list[Size], peer: tuple[int, Child, float, int], timed: dict[st
                  "export s", "export MB", "jsonl MB"], body))
     if timed:
         print(f"resume to the first new dispatch after SIGKILL: random at"
-              f" {timed['random_trials']:,.0f} trials {timed['random']:.2f} s, Bayesian at"
-              f" {timed['bayesian_trials']:,.0f} trials {timed['bayesian']:.2f} s")
+              f" {timed['random_trials']:,.0f} trials {timed['random']:.2f} s"
+              f" ({timed['random_cpu']:.2f} CPU-s), Bayesian at"
+              f" {timed['bayesian_trials']:,.0f} trials {timed['bayesian']:.2f} s"
+              f" ({timed['bayesian_cpu']:.2f} CPU-s)")
     big = runs[-1]
     result: dict[str, Any] = {
         "trials": big.trials,
@@ -256,6 +258,8 @@ def report(runs: list[Size], peer: tuple[int, Child, float, int], timed: dict[st
                                    if k.startswith("export")), 1),
         "resume_random_s": round(timed["random"], 3) if timed else None,
         "resume_bayesian_s": round(timed["bayesian"], 3) if timed else None,
+        "resume_random_cpu_s": round(timed["random_cpu"], 3) if timed else None,
+        "resume_bayesian_cpu_s": round(timed["bayesian_cpu"], 3) if timed else None,
         "optuna_trials": n,
         "optuna_trials_per_s": round(n / seconds, 1),
         "optuna_peak_rss_mb": round(proc.rss_mb, 1),
