@@ -20,8 +20,8 @@ What is measured (same machine, one run after the other):
 Load matters on a shared machine: the load average is printed at the start and the end, and
 ratios against the peer are what to compare. Usage::
 
-    python benchmarks/scale.py            # 1k, 10k, 100k, 1M (about 40 minutes on 2 cores)
-    python benchmarks/scale.py --quick    # 1k and 10k, quick resumes (a minute or two)
+    python benchmarks/scale.py            # 1k, 10k, 100k, 1M (about an hour on 2 busy cores)
+    python benchmarks/scale.py --quick    # 1k and 10k, quick resumes (about two minutes)
     python benchmarks/scale.py --sizes 1000 100000 --no-resume
 
 The last line printed is one JSON object about the largest size run.
