@@ -66,3 +66,4 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/search_quality.py", *quick)
     session.run("python", "benchmarks/scheduling.py", *quick)
     session.run("python", "benchmarks/report_render.py", *quick)
+    session.run("python", "benchmarks/scale.py", *quick)

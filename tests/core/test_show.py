@@ -88,6 +88,38 @@ def test_export_json_carries_every_record_and_keeps_the_trajectory(project: Path
         assert_matches_record(exported, run, trial, attempts)
 
 
+def test_export_jsonl_round_trips_every_trial_of_the_json_document(project: Path) -> None:
+    _, trials, _ = record(ran(project, PROBE_CAMPAIGN))
+    whole = json.loads(run_dse(project, "export", "demo", "--format", "json").stdout)
+    proc = run_dse(project, "export", "demo", "--format", "jsonl")
+    assert proc.returncode == 0, proc.stderr
+    head, *lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert head == {k: whole[k] for k in ("schema", "campaign", "run", "status",
+                                          "invalidations")}
+    assert [line["trajectory"] for line in lines] == whole["trajectory"]
+    assert [line["record"] for line in lines] == whole["trials"]
+    assert len(lines) == len(trials) == 4
+
+
+def test_an_export_written_a_page_at_a_time_is_the_whole_document(project: Path) -> None:
+    from dse._export import export_text
+
+    db = ran(project, PROBE_CAMPAIGN)
+    whole = run_dse(project, "export", "demo", "--format", "json").stdout
+    csv_text = run_dse(project, "export", "demo", "--format", "csv").stdout
+    store = dse.Store(db)
+    try:
+        run = store.find_campaign("demo")
+        assert run is not None
+        # Pages of one and three trials: the pieces join into the same bytes.
+        for page in (1, 3):
+            assert "".join(export_text(store, run, "json", page)) == whole
+            assert "".join(export_text(store, run, "csv", page)) == csv_text
+        assert json.loads(whole)["trials"]
+    finally:
+        store.close()
+
+
 def test_a_trial_that_read_other_data_than_expected_is_flagged(project: Path) -> None:
     db_path = ran(project, PROBE_CAMPAIGN)
     db = sqlite3.connect(db_path)

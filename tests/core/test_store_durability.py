@@ -228,6 +228,13 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
     # What dse 0.1 with schema 3 wrote: no usage or spend on attempts, no data versions,
     # no scores, invalidations, environments or trial links, no expected durations.
     db = sqlite3.connect(path)
+    # Nor schema 11's summaries: its tables, the triggers that keep them, its indexes.
+    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
+        db.execute(f"DROP TRIGGER {name}")
+    for name in ("trials_invalid", "trials_cache_of", "trials_score", "trials_replaces"):
+        db.execute(f"DROP INDEX {name}")
+    for table in ("run_tallies", "run_totals"):
+        db.execute(f"DROP TABLE {table}")
     db.execute("ALTER TABLE attempts DROP COLUMN usage")
     db.execute("ALTER TABLE attempts DROP COLUMN spend")
     db.execute("ALTER TABLE attempts DROP COLUMN expected_s")
@@ -256,7 +263,7 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
         db.close()
     assert {"usage", "spend", "expected_s"} <= columns
     assert {"data_version", "dependencies", "replaces", "invalidation"} <= trial_columns
-    assert {"scores", "invalidations", "environments"} <= tables
+    assert {"scores", "invalidations", "environments", "run_tallies", "run_totals"} <= tables
     assert int(version) == _store.SCHEMA_VERSION
     assert names == ["old"]
 

@@ -44,6 +44,9 @@ class Claims:
         self.reuse = True
         """Whether results the record holds are reused (``dse run --fresh``: only those this
         run makes; configs other controllers run are still waited on)."""
+        self.run = 0
+        """The run's id: its own results are reused even when :attr:`reuse` is off (the
+        table forgets ended trials once the record holds them)."""
 
     def claim(self, digests: Iterable[str], now: float) -> None:
         """Claim the configs *digests* (proposals about to become trials) in one transaction,
@@ -51,7 +54,7 @@ class Claims:
         wanted = {d: self._store.new_trial_id() for d in digests if d not in self._pending}
         if wanted:
             for digest, claim in self._store.claim(wanted, self._campaign, now,
-                                                   reuse=self.reuse).items():
+                                                   reuse=self.reuse, run=self.run).items():
                 self._pending[digest] = (wanted[digest], claim)
 
     def settle(self, digest: str, now: float) -> tuple[int, LiveTrial | None]:
@@ -109,11 +112,12 @@ class Claims:
             digest: other.waiters[0].row_id if other.waiters else self._store.new_trial_id()
             for digest, other in self._table.remote.items()
         }
-        return self._store.claim(wanted, self._campaign, now, reuse=self.reuse)
+        return self._store.claim(wanted, self._campaign, now, reuse=self.reuse, run=self.run)
 
-    def reset(self, now: float) -> None:
-        """The run (re)starts: the claims its campaign left are dropped, and its live trials
-        claim their configs again."""
+    def reset(self, now: float, run: int) -> None:
+        """Run *run* (re)starts: the claims its campaign left are dropped, and its live
+        trials claim their configs again."""
+        self.run = run
         table = self._table
         live = [*table.running.values(), *table.queued, *table.retries]
         self._store.reset_claims(self._campaign, {t.config_hash: t.row_id for t in live}, now)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from dse._commands import COMMANDS
 from dse._console import Console
 from dse._errors import DseError, ExitCode, StorageError
+from dse._export import FORMATS
 from dse._render import REPORT_KEYS
 from dse._version import __version__
 
@@ -117,7 +118,9 @@ def _record_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
 
     export = add("export", help="export a campaign run's trajectory")
     export.add_argument("target", help="a campaign file, name or run id")
-    export.add_argument("--format", choices=("csv", "json"), default="csv")
+    export.add_argument("--format", choices=FORMATS, default="csv",
+                        help="csv (the trajectory), json (one document), jsonl (a line per"
+                             " trial)")
     export.add_argument("--workspace", type=Path)
     export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
 

@@ -10,19 +10,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dse._backend import Backend
-from dse._build import build_engine
-from dse._campaign import load_campaign
-from dse._console import LiveView
 from dse._errors import ConfigError, ExitCode
-from dse._hashing import canonical_json
-from dse._lock import CampaignLock
-from dse._plugins import PluginManager
-from dse._pool import PoolConfig, is_pool_file, load_pool, run_pool
+from dse._export import export_text
 from dse._render import (
     detail_lines,
-    export_csv,
-    export_json,
     outcome_json,
     outcome_lines,
     plugin_rows,
@@ -32,12 +23,9 @@ from dse._render import (
     rollup_line,
     status_entry,
     status_table,
-    trajectory,
 )
 from dse._report import rollup_by_objective, run_detail, summarize
-from dse._scoring import RESOLVED_SCORER
-from dse._show import EXPORT_SCHEMA, record_lines, trial_records
-from dse._spec import campaign_spec
+from dse._show import record_lines, trial_records
 from dse._store import Store, TrialSelection, open_existing, workspace_db
 from dse._types import CampaignStatus, FailureClass
 
@@ -50,6 +38,7 @@ if TYPE_CHECKING:
     from dse._console import Console
     from dse._engine import Engine
     from dse._outcome import CampaignResult
+    from dse._pool import PoolConfig
     from dse._report import RunDetail
 
 __all__ = ["COMMANDS"]
@@ -58,6 +47,8 @@ __all__ = ["COMMANDS"]
 def _pool_files(paths: Sequence[Path]) -> tuple[list[Path], PoolConfig | None]:
     """The campaign files to run and their pool: a pool file's, one of their own for several
     campaign files (weights 1, as many slots as the largest max_parallelism), or none."""
+    from dse._pool import PoolConfig, is_pool_file, load_pool
+
     if len(paths) == 1 and is_pool_file(paths[0]):
         config = load_pool(paths[0])
         return list(config.campaigns), config
@@ -70,15 +61,18 @@ def _pool_files(paths: Sequence[Path]) -> tuple[list[Path], PoolConfig | None]:
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
+    # Imported by `dse run` alone: the commands that read the record start faster.
+    from dse._backend import Backend
+    from dse._build import build_engine
+    from dse._campaign import load_campaign
+    from dse._console import LiveView
+    from dse._lock import CampaignLock
+    from dse._plugins import PluginManager
+    from dse._pool import PoolConfig, run_pool
+
     files, pool = _pool_files(args.campaign)
     campaigns = [load_campaign(path, workspace=args.workspace) for path in files]
-    for c in campaigns[1:]:
-        first = campaigns[0]
-        if (c.backend, dict(c.backend_options)) != (first.backend, dict(first.backend_options)):
-            raise ConfigError(
-                f"{c.source}: backend: the campaigns of a pool run on one backend, and"
-                f" {first.source} uses {first.backend} with other options"
-            )
+    _one_backend(campaigns)
     plugins = PluginManager()
     # Everything that can refuse the campaign is built before the workspace is touched: a
     # campaign refused at configuration time writes nothing.
@@ -148,6 +142,17 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.OK
 
 
+def _one_backend(campaigns: Sequence[Campaign]) -> None:
+    """The campaigns of a pool run on one backend, with the same options."""
+    for c in campaigns[1:]:
+        first = campaigns[0]
+        if (c.backend, dict(c.backend_options)) != (first.backend, dict(first.backend_options)):
+            raise ConfigError(
+                f"{c.source}: backend: the campaigns of a pool run on one backend, and"
+                f" {first.source} uses {first.backend} with other options"
+            )
+
+
 def _abandoned(engines: Sequence[Engine]) -> list[CampaignResult]:
     """How each campaign ended, after a second Ctrl+C abandoned the pool."""
     results = [e.finished for e in engines]
@@ -193,6 +198,10 @@ def _resumable_run(
     store: Store, campaign: Campaign, console: Console, *, fresh: bool
 ) -> int | None:
     """The run of *campaign* to continue: the latest one, if it crashed or was cancelled."""
+    from dse._hashing import canonical_json
+    from dse._scoring import RESOLVED_SCORER
+    from dse._spec import campaign_spec
+
     row = store.find_campaign(campaign.name)
     if row is None or row.status not in (CampaignStatus.RUNNING, CampaignStatus.CANCELLED):
         return None
@@ -213,6 +222,8 @@ def _resumable_run(
 
 def _open_target(target: str | None, workspace: Path | None) -> tuple[Store, str | None]:
     if target is not None and target.endswith(".toml"):
+        from dse._campaign import load_campaign
+
         campaign = load_campaign(target, workspace=workspace)
         return open_existing(campaign.workspace), campaign.name
     return open_existing(workspace or Path(".dse")), target
@@ -273,6 +284,8 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 
 
 def _plugins(args: argparse.Namespace, console: Console) -> int:
+    from dse._plugins import PluginManager
+
     rows = plugin_rows(PluginManager())
     if args.json:
         console.data(rows)
@@ -359,18 +372,16 @@ def _export(args: argparse.Namespace, console: Console) -> int:
     run = store.find_campaign(name)
     if run is None:
         raise ConfigError(f"{store.path}: no campaign run named {name!r}")
-    trials = store.trials(run.id)
-    steps = trajectory(run, trials, store.invalid_scores(run.id))
-    if args.format == "json":
-        text = export_json(run, steps, trial_records(store, run, trials),
-                           store.invalidations(), EXPORT_SCHEMA)
-    else:
-        text = export_csv(steps)
-    if args.output:
-        args.output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-        console.status(f"wrote {len(steps)} steps to {args.output}")
-    else:
-        console.write(text if text.endswith("\n") else text + "\n")
+    pieces = export_text(store, run, args.format)
+    if not args.output:
+        for piece in pieces:
+            console.write(piece)
+        return ExitCode.OK
+    with args.output.open("w", encoding="utf-8", newline="") as out:
+        for piece in pieces:
+            out.write(piece)
+    steps = sum(store.trial_counts(run.id).values())
+    console.status(f"wrote {steps} steps to {args.output}")
     return ExitCode.OK
 
 

@@ -256,7 +256,7 @@ class Engine:
         self._check_invalidations()
         if resume is not None:
             self._restore()
-        self.dispatcher.parts.claims.reset(now)
+        self.dispatcher.parts.claims.reset(now, self.campaign_id)
         self.listener.on_start(self)
 
     def _restore(self) -> None:
@@ -352,6 +352,7 @@ class Engine:
         self.stats.running = self.running
         self.feedback.snapshot(self.agent, batch, self.campaign_id)
         self.store.commit(batch)
+        self.table.recorded()
 
     def grant(self, trial: LiveTrial, expected: float, now: float, *, record: bool) -> None:
         """The pool lets *trial*'s queued attempt start now, expecting it to run *expected*

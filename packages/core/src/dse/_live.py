@@ -5,6 +5,12 @@ durable one). :class:`TrialTable` is the only owner of where each live trial is 
 the pool's resources, running under a job id, waiting to be retried — and of the configs a
 new proposal may reuse (among them the trials other controllers of the workspace run that
 trials of this run wait on); it changes only through its named transitions.
+
+The table holds what the live campaign needs, never every trial it has seen: a trial leaves
+it when it ends, and an ended trial's reusable result stays only until the pass that ended it
+is committed (:meth:`TrialTable.recorded`); from then on the record answers for it (the
+claims look results up by config hash, through an index). The controller's memory does not
+grow with the campaign.
 """
 
 from __future__ import annotations
@@ -162,8 +168,19 @@ class TrialTable:
     # -- transitions -------------------------------------------------------------------------
 
     def cache(self, trial: LiveTrial) -> None:
-        """*trial* ended with a reusable result."""
+        """*trial* ended with a reusable result (or one of the record was found): reused
+        from here until the pass is committed, from the record after."""
         self._cache[trial.config_hash] = trial
+
+    def recorded(self) -> None:
+        """The pass is committed: the record holds the ends of the trials cached in it, and
+        a new proposal of their configs finds them there (the table forgets them)."""
+        if self._cache:
+            self._cache.clear()
+
+    def cached(self) -> int:
+        """How many ended trials the table holds for reuse (those of the current pass)."""
+        return len(self._cache)
 
     def uncache(self, digest: str, row: int) -> None:
         """The result of trial *row* (config *digest*) may no longer be reused."""

@@ -8,15 +8,13 @@ the HTML page :mod:`dse._html`.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from typing import TYPE_CHECKING, Any
 
 from dse._types import CampaignStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping
 
     from rich.table import Table
 
@@ -33,8 +31,6 @@ __all__ = [
     "detail_json",
     "detail_lines",
     "duration_text",
-    "export_csv",
-    "export_json",
     "hours_text",
     "invalidation_json",
     "money_text",
@@ -512,28 +508,3 @@ def invalidation_json(mark: Invalidation) -> dict[str, Any]:
     """One ``dse invalidate`` as ``dse export --format json`` lists it."""
     return {"id": mark.id, "at": mark.at, "kind": mark.kind, "target": mark.target,
             "reason": mark.reason, "trials": mark.trials, "scores": mark.scores}
-
-
-def export_json(run: CampaignRun, steps: Sequence[Mapping[str, Any]],
-                records: Sequence[Mapping[str, Any]],
-                invalidations: Iterable[Invalidation], schema: int) -> str:
-    """The ``dse export --format json`` document (``docs/record.md``)."""
-    return json.dumps({"schema": schema, "campaign": run.name, "run": run.id,
-                       "status": run.status.value, "trajectory": steps, "trials": records,
-                       "invalidations": [invalidation_json(i) for i in invalidations]},
-                      indent=2)
-
-
-def export_csv(steps: Iterable[Mapping[str, Any]]) -> str:
-    """``dse export --format csv``: one line per step."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["step", "action", "reward", "observation", "status", "failure",
-                     "config_hash", "cache_of", "valid"])
-    for r in steps:
-        writer.writerow([
-            r["step"], json.dumps(r["action"]), "" if r["reward"] is None else r["reward"],
-            json.dumps(r["observation"]), r["status"], r["failure"] or "",
-            r["config_hash"], r["cache_of"] or "", "true" if r["valid"] else "false",
-        ])
-    return buffer.getvalue()

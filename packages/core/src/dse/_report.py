@@ -23,9 +23,9 @@ from dse._scoring import RESOLVED_SCORER
 from dse._types import TrialStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable
 
-    from dse._records import CampaignRun, Trial
+    from dse._records import CampaignRun
     from dse._store import Store
 
 __all__ = [
@@ -78,8 +78,6 @@ class RunSummary(_PerResult):
     currency: str
     budget: dict[str, Any]
     serves: tuple[str, ...]
-    trial_spend: dict[int, Spend] = field(default_factory=dict)
-    """Trial number → the sum of its attempts' spend."""
     failures: dict[str, int] = field(default_factory=dict)
     """Failure class → trials."""
 
@@ -94,35 +92,21 @@ class RunSummary(_PerResult):
 
 def summarize(
     store: Store, campaign_id: int, *, now: float | None = None,
-    invalid: dict[int, str] | None = None, trials: Sequence[Trial] | None = None,
+    invalid: dict[int, str] | None = None,
 ) -> RunSummary:
     """The :class:`RunSummary` of run *campaign_id* as the record has it (*invalid*: its
-    :func:`invalid_trials`, and *trials*: its trials, when the caller has them)."""
+    :func:`invalid_trials`, when the caller has them). Read through SQL aggregates: its cost
+    does not grow with the number of trials."""
     run = _run(store, campaign_id)
     spec = run.spec
     end = run.ended_at if run.ended_at is not None else now
     if end is None:
         end = run.created_at
-    counts: dict[TrialStatus, int] = {}
-    invalid_completed = 0
-    failures: dict[str, int] = {}
-    number_of: dict[int, int] = {}
+    counts = store.trial_counts(campaign_id)
     if invalid is None:
         invalid = invalid_trials(store, campaign_id)
-    for row in store.trials(campaign_id) if trials is None else trials:
-        status = row.status
-        counts[status] = counts.get(status, 0) + 1
-        if status is TrialStatus.COMPLETED and row.id in invalid:
-            invalid_completed += 1
-        number_of[row.id] = row.number
-        if row.failure is not None and status is not TrialStatus.CACHED:
-            failures[row.failure.value] = failures.get(row.failure.value, 0) + 1
-    spends = store.spends(campaign_id)
-    spent = _total(paid.spend for paid in spends)
-    by_trial: dict[int, list[Spend]] = {}
-    for paid in spends:
-        by_trial.setdefault(number_of[paid.trial_id], []).append(paid.spend)
-    per_trial = {number: _total(paid) for number, paid in by_trial.items()}
+    invalid_completed = sum(1 for status in store.trial_statuses(invalid).values()
+                            if status is TrialStatus.COMPLETED)
     budget = spec.get("budget") or {}
     return RunSummary(
         campaign_id=campaign_id,
@@ -132,12 +116,11 @@ def summarize(
         finished=sum(counts.get(s, 0) for s in _FINISHED),
         effective=counts.get(TrialStatus.COMPLETED, 0) - invalid_completed,
         cached=counts.get(TrialStatus.CACHED, 0),
-        spent=spent,
+        spent=store.spend_total(campaign_id),
         currency=spec.get("currency") or budget.get("currency") or "USD",
         budget=budget,
         serves=tuple(spec.get("serves") or (run.name,)),
-        trial_spend=per_trial,
-        failures=failures,
+        failures=store.failure_counts(campaign_id),
     )
 
 
@@ -232,10 +215,11 @@ class VersionGroup:
 
 
 def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> RunDetail:
-    """The :class:`RunDetail` of run *campaign_id* as the record has it."""
+    """The :class:`RunDetail` of run *campaign_id* as the record has it, read through SQL
+    aggregates and indexed lookups (its cost grows with what it lists — cache hits, flagged
+    and mismatched trials, data versions — never with the number of trials)."""
     invalid = invalid_trials(store, campaign_id)
-    trials = store.trials(campaign_id)
-    summary = summarize(store, campaign_id, now=now, invalid=invalid, trials=trials)
+    summary = summarize(store, campaign_id, now=now, invalid=invalid)
     run = _run(store, campaign_id)
     spec = run.spec
     objectives = spec.get("objectives") or [{}]
@@ -244,42 +228,24 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
     if resolved.get("name", "default") != "default":
         metric = f"score ({resolved['name']})"
     direction = str(resolved.get("direction") or objectives[0].get("direction", "minimize"))
-    outcomes: dict[str, int] = {}
-    reused: list[tuple[int, int]] = []
-    groups: dict[str | None, dict[str, Any]] = {}
-    mismatched: list[int] = []
-    flagged: list[tuple[int, str]] = []
-    for row in trials:
-        status = row.status.value
-        outcomes[status] = outcomes.get(status, 0) + 1
-        if row.cache_of is not None:
-            reused.append((row.number, row.cache_of))
-        expected, read = row.data_version, row.data_version_read
-        group = groups.setdefault(read or expected, {"trials": 0, "completed": 0,
-                                                     "mismatched": 0, "best": None})
-        group["trials"] += 1
-        if read and expected and read != expected:
-            group["mismatched"] += 1
-            mismatched.append(row.number)
-        if row.id in invalid:
-            flagged.append((row.number, invalid[row.id]))
-            continue  # a flagged result is never ranked
-        score = row.score
-        if score is None or row.status not in (TrialStatus.COMPLETED, TrialStatus.CACHED):
-            continue
-        if row.status is TrialStatus.COMPLETED:
-            group["completed"] += 1
-        best = group["best"]  # a cache hit's reused result may be the best of the run
-        if best is None or (score > best.score if direction == "maximize" else score < best.score):
-            group["best"] = BestResult(row.number, metric, direction, float(score),
-                                       row.params)
-    # Dict order is first appearance: the last group is the current (latest) data version.
-    current = list(groups)[-1] if groups else None
-    best = groups[current]["best"] if groups else None
+
+    def best_of(version: str | None) -> BestResult | None:
+        row = store.best_of_version(campaign_id, version, maximize=direction == "maximize")
+        if row is None or row.score is None:
+            return None
+        return BestResult(row.number, metric, direction, float(row.score), row.params)
+
+    tallies = store.version_tallies(campaign_id)
+    # The last group (by first appearance) is the current (latest) data version.
+    best = best_of(tallies[-1].version) if tallies else None
     versions = tuple(
-        VersionGroup(v, g["trials"], g["completed"], g["mismatched"], g["best"])
-        for v, g in groups.items() if v is not None
+        VersionGroup(g.version, g.trials, g.completed, g.mismatched,
+                     best if g is tallies[-1] else best_of(g.version))
+        for g in tallies if g.version is not None
     )
+    numbers = {row: ref.number for row, ref in store.trial_refs(invalid).items()}
+    flagged = sorted((numbers[row], why) for row, why in invalid.items() if row in numbers)
+    reused = store.cache_links(campaign_id)
     originals = store.trial_refs(original for _, original in reused)
     by_original: dict[int, list[Spend]] = {}
     for attempt in store.trial_spends(originals):
@@ -295,9 +261,9 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
         budget_reason = (event.data or {}).get("reason")
     return RunDetail(
         summary=summary, end_reason=run.end_reason, budget_reason=budget_reason,
-        outcomes=outcomes, dispatched=store.dispatched(campaign_id), best=best,
-        cache_hits=tuple(hits), data_versions=versions, mismatched=tuple(mismatched),
-        invalid=tuple(flagged),
+        outcomes=store.outcome_counts(campaign_id), dispatched=store.dispatched(campaign_id),
+        best=best, cache_hits=tuple(hits), data_versions=versions,
+        mismatched=tuple(store.mismatched_numbers(campaign_id)), invalid=tuple(flagged),
         scorer=f"{resolved.get('name', 'default')} {resolved.get('version', '')}".strip(),
     )
 

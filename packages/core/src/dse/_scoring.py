@@ -17,7 +17,6 @@ and invalidated with it (``dse invalidate --scorer-version``).
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import inspect
 import math
 import sys
@@ -173,6 +172,8 @@ def source_version(function: Callable[..., Any]) -> str:
     """The version of *function*'s code: its distribution's version (``dist==1.2``) when an
     installed distribution ships its module, else ``sha256:<digest>`` of its module's source
     (so an edited scorer file gets a new version)."""
+    import importlib.metadata  # lazily: the commands that only read the record skip it
+
     module_name = getattr(function, "__module__", None) or ""
     top = module_name.partition(".")[0]
     dists = importlib.metadata.packages_distributions().get(top, [])

@@ -44,11 +44,12 @@ _SPEND_KEYS = ("wall_s", "cpu_s", "gpu_s", "node_s", "money")
 def trial_records(
     store: Store, run: CampaignRun, trials: Sequence[Trial] | None = None
 ) -> list[dict[str, Any]]:
-    """The record of each of *trials* (default: every trial of *run*), in their order."""
+    """The record of each of *trials* (default: every trial of *run*), in their order: what
+    is read is theirs (their attempts, scores, links), never the rest of the run's."""
     if trials is None:
         trials = store.trials(run.id)
     attempts: dict[int, list[Attempt]] = {}
-    for attempt in store.attempts(run.id):
+    for attempt in store.attempts(run.id, trials=[t.id for t in trials]):
         attempts.setdefault(attempt.trial_id, []).append(attempt)
     reused = store.trial_refs(t.cache_of for t in trials if t.cache_of is not None)
     context = _Context(store, run, trials)
@@ -61,7 +62,7 @@ class _Context:
 
     def __init__(self, store: Store, run: CampaignRun, trials: Sequence[Trial]) -> None:
         self.scores: dict[int, list[Score]] = {}
-        for score in store.scores(run.id):
+        for score in store.trial_scores(t.id for t in trials):
             self.scores.setdefault(score.trial_id, []).append(score)
         self.invalidations: dict[int, Invalidation] = {i.id: i for i in store.invalidations()}
         self.environments: Mapping[str, EnvironmentRecord] = store.environments(

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another controller's transaction before giving up."""
 DB_NAME = "dse.sqlite"
@@ -334,8 +334,8 @@ class _Reads:
             " COALESCE(SUM(cache_of IS NULL AND COALESCE(trial_dir, '') != ''), 0)"
             " FROM trials WHERE campaign_id = ?", (campaign_id,))
         statuses = {_TRIAL_STATUS[status]: int(n) for status, n in self._rows(
-            "SELECT status, COUNT(*) FROM trials WHERE campaign_id = ? AND status != 'cached'"
-            " GROUP BY status", (campaign_id,))}
+            "SELECT status, SUM(trials) FROM run_tallies WHERE campaign_id = ? AND status !="
+            " 'cached' GROUP BY status HAVING SUM(trials) > 0", (campaign_id,))}
         ((cached,),) = self._rows(
             "SELECT COUNT(*) FROM trials t LEFT JOIN trials o ON o.id = t.cache_of"
             " WHERE t.campaign_id = ? AND t.status = 'cached' AND t.ended_at IS NOT NULL"
@@ -352,9 +352,9 @@ class _Reads:
 
     def trial_counts(self, campaign_id: int) -> dict[TrialStatus, int]:
         """How many trials of run *campaign_id* stand at each status (those with any)."""
-        return {_TRIAL_STATUS[status]: n for status, n in self._rows(
-            "SELECT status, COUNT(*) FROM trials WHERE campaign_id = ? GROUP BY status"
-            " ORDER BY status", (campaign_id,),
+        return {_TRIAL_STATUS[status]: int(n) for status, n in self._rows(
+            "SELECT status, SUM(trials) FROM run_tallies WHERE campaign_id = ? GROUP BY status"
+            " HAVING SUM(trials) > 0 ORDER BY status", (campaign_id,),
         )}
 
     def trial_statuses(self, rows: Iterable[int]) -> dict[int, TrialStatus]:
@@ -381,11 +381,9 @@ class _Reads:
     def dispatched(self, campaign_id: int) -> int:
         """Trials of run *campaign_id* that ran on the backend (not cache hits): what a
         trials ceiling counts."""
-        ((n,),) = self._rows(
-            "SELECT COUNT(*) FROM trials t WHERE t.campaign_id = ? AND t.cache_of IS NULL"
-            " AND EXISTS (SELECT 1 FROM attempts a WHERE a.trial_id = t.id)", (campaign_id,),
-        )
-        return int(n)
+        found = self._rows("SELECT dispatched FROM run_totals WHERE campaign_id = ?",
+                           (campaign_id,))
+        return int(found[0][0]) if found else 0
 
     # -- attempts -------------------------------------------------------------------------
 
@@ -394,9 +392,11 @@ class _Reads:
         """The attempts of run *campaign_id* (only those of the trial rows *trials*, when
         given), by trial number then attempt."""
         if trials is not None:
+            # `+`: the run's filter is no index to walk (SQLite would scan the whole run
+            # for a few hundred trial rows); each row is found by its id.
             found = self._in(
                 f"SELECT {_ATTEMPT_A}, t.number FROM attempts a JOIN trials t"
-                " ON a.trial_id = t.id WHERE a.trial_id IN ({marks}) AND t.campaign_id = ?",
+                " ON a.trial_id = t.id WHERE a.trial_id IN ({marks}) AND +t.campaign_id = ?",
                 trials, campaign_id,
             )
             found.sort(key=lambda r: (r[-1], r[2]))
@@ -443,15 +443,11 @@ class _Reads:
         )]
 
     def spend_total(self, campaign_id: int) -> Spend:
-        """The summed spend of every attempt of run *campaign_id* (summed by SQLite: a resumed
-        run of a million attempts does not read each one back)."""
-        fields = ("wall_s", "cpu_s", "gpu_s", "node_s", "money")
-        sums = ", ".join(f"TOTAL(json_extract(a.spend, '$.{f}'))" for f in fields)
-        ((*totals,),) = self._rows(
-            f"SELECT {sums} FROM attempts a JOIN trials t ON a.trial_id = t.id"
-            " WHERE t.campaign_id = ? AND a.spend IS NOT NULL", (campaign_id,),
-        )
-        return Spend(*(float(v) for v in totals))
+        """The summed spend of every attempt of run *campaign_id* (kept by SQLite as each
+        attempt's spend is recorded: a run of a million attempts reads one row)."""
+        found = self._rows(f"SELECT {', '.join(_SPEND_KEYS)} FROM run_totals"
+                           " WHERE campaign_id = ?", (campaign_id,))
+        return Spend(*(float(v) for v in found[0])) if found else Spend()
 
     def trial_spends(self, rows: Iterable[int]) -> list[AttemptSpend]:
         """The recorded spend of every attempt of the trial rows *rows* (of any run) that
@@ -533,9 +529,13 @@ class _Reads:
     def invalid_trials(self) -> list[Trial]:
         """Trials of the workspace whose result, or whose score, is flagged invalid;
         :attr:`Trial.invalidation` is ``None`` when only a score is."""
+        # Two selects, not an OR: each walks its partial index of the flagged rows, never
+        # the workspace's trials.
         return [_trial(r) for r in self._rows(
-            f"SELECT {_TRIAL} FROM trials WHERE invalidation IS NOT NULL"
-            " OR id IN (SELECT trial_id FROM scores WHERE invalidation IS NOT NULL)"
+            f"SELECT {_TRIAL} FROM trials INDEXED BY trials_invalid WHERE invalidation IS NOT"
+            " NULL UNION"
+            f" SELECT {_TRIAL} FROM trials WHERE id IN"
+            " (SELECT trial_id FROM scores WHERE invalidation IS NOT NULL) ORDER BY id"
         )]
 
     def invalid_reasons(self, campaign_id: int) -> dict[int, str]:
@@ -544,9 +544,10 @@ class _Reads:
         out: dict[int, str] = {}
         for row, reason in self._rows(
             "SELECT t.id, i.reason FROM trials t JOIN invalidations i ON i.id = t.invalidation"
-            " WHERE t.campaign_id = ? UNION ALL"
+            " WHERE t.campaign_id = ? AND t.invalidation IS NOT NULL UNION ALL"
             " SELECT t.id, i.reason FROM scores s JOIN trials t ON t.id = s.trial_id"
-            " JOIN invalidations i ON i.id = s.invalidation WHERE t.campaign_id = ?",
+            " JOIN invalidations i ON i.id = s.invalidation"
+            " WHERE +t.campaign_id = ? AND s.invalidation IS NOT NULL",
             (campaign_id, campaign_id),
         ):
             out.setdefault(int(row), str(reason))
@@ -556,7 +557,7 @@ class _Reads:
         """The trial rows of run *campaign_id* with a score flagged invalid."""
         return {int(row) for (row,) in self._rows(
             "SELECT s.trial_id FROM scores s JOIN trials t ON t.id = s.trial_id"
-            " WHERE t.campaign_id = ? AND s.invalidation IS NOT NULL", (campaign_id,),
+            " WHERE +t.campaign_id = ? AND s.invalidation IS NOT NULL", (campaign_id,),
         )}
 
 
@@ -618,6 +619,81 @@ CREATE INDEX IF NOT EXISTS trials_proposal ON trials(campaign_id, proposal)
 ``agent_log`` row it covers: a resume restores it and replays only the calls after it, and
 reads the trials those calls name (by proposal)."""
 
+
+def _tally_key(row: str) -> str:
+    """The ``run_tallies`` key columns of trial *row* (``NEW`` or ``OLD`` in a trigger)."""
+    version = f"IFNULL(COALESCE(NULLIF({row}.data_version_read, ''), {row}.data_version), '')"
+    mismatch = (f"IFNULL({row}.data_version_read IS NOT NULL AND {row}.data_version_read <> ''"
+                f" AND {row}.data_version IS NOT NULL AND {row}.data_version <> '' AND"
+                f" {row}.data_version_read <> {row}.data_version, 0)")
+    return (f"{row}.campaign_id, {version}, {row}.status, IFNULL({row}.failure, ''),"
+            f" {row}.score IS NOT NULL, {mismatch}")
+
+
+_TALLY_COLUMNS = "campaign_id, version, status, failure, scored, mismatched"
+_SPEND_KEYS = ("wall_s", "cpu_s", "gpu_s", "node_s", "money")
+_SUMMARIES: tuple[str, ...] = (
+    # What `dse status` and `dse report` print, kept by SQLite as trials are written (by any
+    # controller, `dse invalidate` or a migration alike): the trials of each run by data
+    # version, status, failure, whether scored and whether the data read differs; and each
+    # run's dispatched trials and summed spend. Reading them costs the same at a million
+    # trials as at ten.
+    "CREATE TABLE IF NOT EXISTS run_tallies (campaign_id INTEGER NOT NULL, version TEXT NOT"
+    " NULL, status TEXT NOT NULL, failure TEXT NOT NULL, scored INTEGER NOT NULL, mismatched"
+    " INTEGER NOT NULL, trials INTEGER NOT NULL, first INTEGER NOT NULL,"
+    f" PRIMARY KEY ({_TALLY_COLUMNS})) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS run_totals (campaign_id INTEGER PRIMARY KEY, dispatched"
+    " INTEGER NOT NULL DEFAULT 0, "
+    + ", ".join(f"{k} REAL NOT NULL DEFAULT 0" for k in _SPEND_KEYS) + ")",
+    "CREATE TRIGGER IF NOT EXISTS tally_trial AFTER INSERT ON trials BEGIN"
+    f" INSERT INTO run_tallies VALUES ({_tally_key('NEW')}, 1, NEW.number)"
+    f" ON CONFLICT ({_TALLY_COLUMNS}) DO UPDATE SET trials = trials + 1,"
+    " first = MIN(first, excluded.first); END",
+    "CREATE TRIGGER IF NOT EXISTS tally_change AFTER UPDATE OF status, failure, score,"
+    " data_version, data_version_read ON trials"
+    f" WHEN ({_tally_key('OLD')}) IS NOT ({_tally_key('NEW')}) BEGIN"
+    " UPDATE run_tallies SET trials = trials - 1"
+    f" WHERE ({_TALLY_COLUMNS}) = ({_tally_key('OLD')});"
+    f" INSERT INTO run_tallies VALUES ({_tally_key('NEW')}, 1, NEW.number)"
+    f" ON CONFLICT ({_TALLY_COLUMNS}) DO UPDATE SET trials = trials + 1,"
+    " first = MIN(first, excluded.first); END",
+    "CREATE TRIGGER IF NOT EXISTS total_dispatched AFTER INSERT ON attempts"
+    " WHEN NEW.attempt = 1 BEGIN"
+    " INSERT INTO run_totals(campaign_id, dispatched)"
+    " SELECT campaign_id, 1 FROM trials WHERE id = NEW.trial_id"
+    " ON CONFLICT (campaign_id) DO UPDATE SET dispatched = dispatched + 1; END",
+    "CREATE TRIGGER IF NOT EXISTS total_spend AFTER UPDATE OF spend ON attempts"
+    " WHEN NEW.spend IS NOT NULL BEGIN"
+    f" INSERT INTO run_totals(campaign_id, {', '.join(_SPEND_KEYS)}) SELECT campaign_id, "
+    + ", ".join(f"IFNULL(json_extract(NEW.spend, '$.{k}'), 0) -"
+                f" IFNULL(json_extract(OLD.spend, '$.{k}'), 0)" for k in _SPEND_KEYS)
+    + " FROM trials WHERE id = NEW.trial_id ON CONFLICT (campaign_id) DO UPDATE SET "
+    + ", ".join(f"{k} = {k} + excluded.{k}" for k in _SPEND_KEYS) + "; END",
+    # Indexes of what a report lists: flagged, cache hits, mismatched trials, the best.
+    "CREATE INDEX IF NOT EXISTS trials_invalid ON trials(campaign_id)"
+    " WHERE invalidation IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS scores_invalid ON scores(trial_id)"
+    " WHERE invalidation IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS trials_cache_of ON trials(campaign_id, number)"
+    " WHERE cache_of IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS trials_score ON trials(campaign_id, score, number)"
+    " WHERE score IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS trials_replaces ON trials(replaces)"
+    " WHERE replaces IS NOT NULL",
+)
+"""The summaries and indexes of schema 11 (statements that hold ``;``: never split)."""
+
+_BACKFILL_11: tuple[str, ...] = (
+    "DELETE FROM run_tallies",  # rebuilt whole from the rows (a record may hold some)
+    "DELETE FROM run_totals",
+    f"INSERT INTO run_tallies SELECT {_tally_key('trials')}, COUNT(*), MIN(number)"
+    " FROM trials GROUP BY 1, 2, 3, 4, 5, 6",
+    f"INSERT INTO run_totals(campaign_id, dispatched, {', '.join(_SPEND_KEYS)})"
+    " SELECT t.campaign_id, SUM(a.attempt = 1 AND t.cache_of IS NULL), "
+    + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in _SPEND_KEYS)
+    + " FROM attempts a JOIN trials t ON t.id = a.trial_id GROUP BY t.campaign_id",
+)
+
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: ("ALTER TABLE attempts ADD COLUMN usage TEXT",),
     4: ("ALTER TABLE attempts ADD COLUMN spend TEXT",),
@@ -634,6 +710,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "INSERT OR IGNORE INTO counters(name, next)"
         " SELECT 'attempts', COALESCE(MAX(id), 0) + 1 FROM attempts"),
     9: tuple(_NEW_TABLES_10.split(";")),
+    10: (*_SUMMARIES, *_BACKFILL_11),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
@@ -1016,7 +1093,126 @@ def _writes(method: _Method) -> _Method:
     return cast("_Method", wrapper)
 
 
-class Store(_Reads):
+@dataclass(frozen=True, slots=True)
+class VersionTally:
+    """The trials of a run about one data version (the version read, else the expected),
+    counted by the record (:meth:`Store.version_tallies`)."""
+
+    version: str | None
+    trials: int
+    completed: int
+    """Completed and scored trials whose result and score are valid."""
+    mismatched: int
+    """Trials that read another version than the one they were dispatched against."""
+
+
+_VERSION = "COALESCE(NULLIF(data_version_read, ''), data_version)"
+# `+t.campaign_id` below: the flagged scores are few (their partial index); the run's filter
+# must not become the index SQLite walks instead (every trial of the run).
+_VALID = ("invalidation IS NULL AND id NOT IN"
+          " (SELECT trial_id FROM scores WHERE invalidation IS NOT NULL)")
+_MISMATCH = ("data_version_read IS NOT NULL AND data_version_read <> '' AND data_version IS NOT"
+             " NULL AND data_version <> '' AND data_version_read <> data_version")
+
+
+class _Summaries(_Reads):
+    """Reads whose cost does not grow with what they print: aggregates of one run, one
+    trial, or the trials of a run a page at a time (``dse status``, ``report``, ``show``,
+    ``export`` of a million-trial record)."""
+
+    __slots__ = ()
+
+    def failure_counts(self, campaign_id: int) -> dict[str, int]:
+        """Failure class → trials of run *campaign_id* (not cache hits) that carry it."""
+        return {str(failure): int(n) for failure, n in self._rows(
+            "SELECT failure, SUM(trials) FROM run_tallies WHERE campaign_id = ? AND failure <> ''"
+            " AND status <> ? GROUP BY failure HAVING SUM(trials) > 0 ORDER BY MIN(first)",
+            (campaign_id, TrialStatus.CACHED.value),
+        )}
+
+    def outcome_counts(self, campaign_id: int) -> dict[str, int]:
+        """Trial status → trials of run *campaign_id*, in the order each status first
+        appeared."""
+        return {str(status): int(n) for status, n in self._rows(
+            "SELECT status, SUM(trials) FROM run_tallies WHERE campaign_id = ? GROUP BY status"
+            " HAVING SUM(trials) > 0 ORDER BY MIN(first)", (campaign_id,),
+        )}
+
+    def cache_links(self, campaign_id: int) -> list[tuple[int, int]]:
+        """(number, trial row it reuses) of each cache hit of run *campaign_id*, by number."""
+        return [(int(n), int(row)) for n, row in self._rows(
+            "SELECT number, cache_of FROM trials WHERE campaign_id = ? AND cache_of IS NOT NULL"
+            " ORDER BY number", (campaign_id,),
+        )]
+
+    def mismatched_numbers(self, campaign_id: int) -> list[int]:
+        """The trials (numbers) of run *campaign_id* that read another data version than
+        they were dispatched against."""
+        ((some,),) = self._rows("SELECT COUNT(*) FROM run_tallies WHERE campaign_id = ? AND"
+                                " mismatched AND trials > 0", (campaign_id,))
+        if not some:
+            return []
+        return [int(n) for (n,) in self._rows(
+            f"SELECT number FROM trials WHERE campaign_id = ? AND {_MISMATCH} ORDER BY number",
+            (campaign_id,),
+        )]
+
+    def version_tallies(self, campaign_id: int) -> list[VersionTally]:
+        """The trials of run *campaign_id* grouped by the data version they are about, in
+        the order each version first appeared."""
+        flagged = dict(self._rows(
+            f"SELECT IFNULL({_VERSION}, ''), COUNT(*) FROM trials WHERE id IN"
+            " (SELECT id FROM trials WHERE campaign_id = ? AND invalidation IS NOT NULL UNION"
+            " SELECT s.trial_id FROM scores s JOIN trials t ON t.id = s.trial_id"
+            " WHERE s.invalidation IS NOT NULL AND +t.campaign_id = ?)"
+            f" AND status = ? AND score IS NOT NULL GROUP BY 1",
+            (campaign_id, campaign_id, TrialStatus.COMPLETED.value),
+        ))
+        return [
+            VersionTally(v or None, int(n), int(done) - int(flagged.get(v, 0)), int(odd))
+            for v, n, done, odd in self._rows(
+                "SELECT version, SUM(trials), TOTAL(trials * (status = ? AND scored)),"
+                " TOTAL(trials * mismatched) FROM run_tallies WHERE campaign_id = ?"
+                " GROUP BY version HAVING SUM(trials) > 0 ORDER BY MIN(first)",
+                (TrialStatus.COMPLETED.value, campaign_id),
+            )
+        ]
+
+    def best_of_version(self, campaign_id: int, version: str | None, *,
+                        maximize: bool) -> Trial | None:
+        """The best valid scored trial (completed, or a cache hit of one) of run
+        *campaign_id* about data *version*; the lowest number among equals (through the
+        index of scores: the first rows it walks are the answer)."""
+        order = "DESC" if maximize else "ASC"
+        rows = self._rows(
+            f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND score IS NOT NULL AND"
+            f" IFNULL({_VERSION}, '') = IFNULL(?, '') AND status IN (?, ?) AND {_VALID}"
+            f" ORDER BY score {order}, number LIMIT 1",
+            (campaign_id, version, TrialStatus.COMPLETED.value, TrialStatus.CACHED.value),
+        )
+        return _trial(rows[0]) if rows else None
+
+    def trial_pages(self, campaign_id: int, size: int = 1000) -> Iterator[list[Trial]]:
+        """The trials of run *campaign_id* by number, *size* at a time (each page one
+        indexed query: memory holds one page, never the run)."""
+        after = -1
+        while True:
+            page = [_trial(r) for r in self._rows(
+                f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND number > ?"
+                " ORDER BY number LIMIT ?", (campaign_id, after, size),
+            )]
+            if not page:
+                return
+            yield page
+            after = page[-1].number
+
+    def trial_scores(self, rows: Iterable[int]) -> list[Score]:
+        """Every score given to the trial rows *rows*, oldest first."""
+        found = self._in(f"SELECT {_SCORE} FROM scores WHERE trial_id IN ({{marks}})", rows)
+        return [_score(r) for r in sorted(found)]
+
+
+class Store(_Summaries):
     """The SQLite record of a workspace (``<workspace>/dse.sqlite``).
 
     ``journal_mode`` is the journal SQLite runs with: ``wal`` on a local disk, ``delete``
@@ -1079,6 +1275,8 @@ class Store(_Reads):
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 db.execute(statement)
+        for statement in _SUMMARIES:
+            db.execute(statement)
         db.execute(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
             (str(SCHEMA_VERSION),),
@@ -1348,12 +1546,13 @@ class Store(_Reads):
     # -- configurations shared with other controllers --------------------------------------
 
     def claim(self, wanted: Mapping[str, int], campaign: str, now: float, *,
-              reuse: bool = True) -> dict[str, Claim]:
+              reuse: bool = True, run: int | None = None) -> dict[str, Claim]:
         """Claim each config hash of *wanted* for the trial row it maps to, on behalf of
         *campaign*, in one short transaction; what the record says of each.
 
-        A config with a reusable finished result (:data:`REUSABLE_ROW`; unless not *reuse*) is
-        not claimed: its :class:`Claim` names that result. A config claimed by the trial of a
+        A config with a reusable finished result (:data:`REUSABLE_ROW`; when not *reuse*, only
+        a result of run *run*, the claimant's own) is not claimed: its :class:`Claim` names
+        that result. A config claimed by the trial of a
         live controller of another campaign (its lock is held, see :func:`dse._lock.lock_held`)
         names that trial, to wait on. Otherwise the claim is this one's — taken over from a
         controller that is gone, from a trial whose result has been invalidated, or from a trial
@@ -1364,12 +1563,14 @@ class Store(_Reads):
         out: dict[str, Claim] = {}
         db = self._db
         digests = list(wanted)
+        own = "" if reuse else " AND campaign_id = ?"
         with self._light_write():
-            for chunk in _chunks(digests if reuse else []):
+            for chunk in _chunks(digests if reuse or run is not None else []):
                 marks = ",".join("?" * len(chunk))
                 for found in db.execute(
                     f"SELECT {_TRIAL} FROM trials WHERE config_hash IN ({marks}) AND"
-                    f" {REUSABLE_ROW} ORDER BY id DESC", chunk,
+                    f" {REUSABLE_ROW}{own} ORDER BY id DESC",
+                    chunk if reuse else [*chunk, run],
                 ):
                     out[found[5]] = Claim(found[0], mine=False, result=_trial(found))
             free = [d for d in digests if d not in out]

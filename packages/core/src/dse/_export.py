@@ -1,0 +1,110 @@
+"""``dse export``: a run's trajectory and records, streamed a page of trials at a time.
+
+Memory holds one page (:meth:`dse.Store.trial_pages`), never the run, whatever its size. The
+``json`` document is written piece by piece with the bytes ``json.dumps(doc, indent=2)`` would
+give for the whole (it stays one valid JSON object); ``jsonl`` is JSON lines: a first line
+about the run, then one line per trial; ``csv`` is the trajectory columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import TYPE_CHECKING, Any
+
+from dse._render import invalidation_json, trajectory
+from dse._show import EXPORT_SCHEMA, trial_records
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from dse._records import CampaignRun
+    from dse._store import Store
+
+__all__ = ["FORMATS", "export_text"]
+
+FORMATS = ("csv", "json", "jsonl")
+"""What ``dse export --format`` writes."""
+
+CSV_COLUMNS = ("step", "action", "reward", "observation", "status", "failure", "config_hash",
+               "cache_of", "valid")
+
+
+def export_text(store: Store, run: CampaignRun, fmt: str, page: int = 1000) -> Iterator[str]:
+    """The export of *run* in format *fmt* (one of :data:`FORMATS`), as pieces of text to
+    write in order (each piece a page of trials at most)."""
+    if fmt == "csv":
+        return _csv(store, run, page)
+    if fmt == "jsonl":
+        return _jsonl(store, run, page)
+    return _json(store, run, page)
+
+
+def _steps(store: Store, run: CampaignRun, page: int) -> Iterator[list[dict[str, Any]]]:
+    invalid = store.invalid_scores(run.id)
+    for trials in store.trial_pages(run.id, page):
+        yield trajectory(run, trials, invalid)
+
+
+def _csv(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    yield buffer.getvalue()
+    for steps in _steps(store, run, page):
+        buffer.seek(0)
+        buffer.truncate()
+        for r in steps:
+            writer.writerow([
+                r["step"], json.dumps(r["action"]), "" if r["reward"] is None else r["reward"],
+                json.dumps(r["observation"]), r["status"], r["failure"] or "",
+                r["config_hash"], r["cache_of"] or "", "true" if r["valid"] else "false",
+            ])
+        yield buffer.getvalue()
+
+
+def _head(run: CampaignRun) -> dict[str, Any]:
+    return {"schema": EXPORT_SCHEMA, "campaign": run.name, "run": run.id,
+            "status": run.status.value}
+
+
+def _jsonl(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
+    head = _head(run)
+    head["invalidations"] = [invalidation_json(i) for i in store.invalidations()]
+    yield json.dumps(head) + "\n"
+    invalid = store.invalid_scores(run.id)
+    for trials in store.trial_pages(run.id, page):
+        steps = trajectory(run, trials, invalid)
+        records = trial_records(store, run, trials)
+        yield "".join(json.dumps({"trajectory": step, "record": record}) + "\n"
+                      for step, record in zip(steps, records, strict=True))
+
+
+def _json(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
+    yield "{\n" + "".join(f"  {json.dumps(k)}: {json.dumps(v)},\n"
+                          for k, v in _head(run).items())
+    yield from _array("trajectory", _steps(store, run, page), last=False)
+    records = (trial_records(store, run, trials) for trials in store.trial_pages(run.id, page))
+    yield from _array("trials", records, last=False)
+    marks = [invalidation_json(i) for i in store.invalidations()]
+    yield from _array("invalidations", iter([marks]), last=True)
+    yield "}\n"
+
+
+def _array(key: str, pages: Iterator[list[dict[str, Any]]], *, last: bool) -> Iterator[str]:
+    """``"key": [...]`` at the first level of an ``indent=2`` document, a page at a time."""
+    end = "\n" if last else ",\n"
+    first = True
+    for items in pages:
+        if not items:
+            continue
+        text = ",\n".join(_indented(item) for item in items)
+        yield (f"  {json.dumps(key)}: [\n" if first else ",\n") + text
+        first = False
+    yield f"  {json.dumps(key)}: []{end}" if first else f"\n  ]{end}"
+
+
+def _indented(item: dict[str, Any]) -> str:
+    """*item* as an element of a first-level array of an ``indent=2`` document."""
+    return "\n".join("    " + line for line in json.dumps(item, indent=2).split("\n"))
