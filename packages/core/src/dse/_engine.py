@@ -343,12 +343,10 @@ class Engine:
     def commit(self) -> None:
         """Commit the pass's changes in one transaction."""
         batch = self.journal.batch
-        for trial in self.table.running.values():
-            if not trial.job_id_recorded:
-                trial.job_id_recorded = True
-                assert trial.attempt_row is not None
-                batch.update_attempt(row=trial.attempt_row, job_id=trial.job_id,
-                                     state=AttemptState.SUBMITTED)
+        for trial in self.table.newly_submitted():
+            assert trial.attempt_row is not None
+            batch.update_attempt(row=trial.attempt_row, job_id=trial.job_id,
+                                 state=AttemptState.SUBMITTED)
         self.stats.running = self.running
         self.feedback.snapshot(self.agent, batch, self.campaign_id)
         self.store.commit(batch)

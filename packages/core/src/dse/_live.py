@@ -178,6 +178,14 @@ class TrialTable:
         if self._cache:
             self._cache.clear()
 
+    def newly_submitted(self) -> list[LiveTrial]:
+        """The running trials whose job id the record does not hold yet, marked as held from
+        now on (the caller records them in the pass it is about to commit)."""
+        fresh = [trial for trial in self.running.values() if not trial.job_id_recorded]
+        for trial in fresh:
+            trial.job_id_recorded = True
+        return fresh
+
     def cached(self) -> int:
         """How many ended trials the table holds for reuse (those of the current pass)."""
         return len(self._cache)
