@@ -39,8 +39,10 @@ Packing: the pilot keeps the free CPUs of each node of the allocation and starts
 on the first node where it fits (``srun --exact --overlap --nodelist=<node>``), in the order
 the tasks arrived; a task that fits nowhere now waits while later, smaller tasks may go ahead.
 Warm steps: starting a step costs a third of a second or more (``srun``, slurmctld's step
-record, the step's interpreter), so for each node the pilot starts the step of the first
-waiting task that may run there *ahead*, while the node's CPUs are still busy: ``--overlap``
+record, the step's interpreter), so for each node the pilot starts the steps of the first
+waiting tasks that may run there *ahead* (up to one per CPU of the node, one per pass, and
+:data:`WARM_AFTER_S` after it last let one go there), while the node's CPUs are still busy:
+``--overlap``
 lets Slurm start it at once, and its launcher (:data:`STEP_MARK`) blocks reading its standard
 input (``srun`` forwards the pilot's pipe). When CPUs free on that node the pilot writes
 ``go`` to it (the node's freed CPUs go to its warm step first): the workload starts within
@@ -86,6 +88,9 @@ DRAINING = "draining"
 RELEASED = "pilot.end.json"
 """Written by the pilot when it releases the allocation, no controller following it."""
 GRACE_S = 10.0
+WARM_AFTER_S = 0.4
+"""A node's next warm step is started this long after the pilot let one go there: starting it
+(``srun``, the step's interpreter) takes CPU time the workload just let go needs to start."""
 # Seconds kept free at the end of the allocation: an attempt whose time limit would end inside
 # them is declined (starting a step and tearing it down take a moment).
 MARGIN_S = 5.0
@@ -231,7 +236,10 @@ class Pilot:
         self.queue: list[tuple[str, dict[str, Any]]] = []
         self.running: dict[str, Step] = {}
         self.warm: dict[str, Warm] = {}
-        """Per node, the step started ahead for the next attempt to run there."""
+        """The steps started ahead, by attempt key, in the order they were started; at most
+        one per CPU of each node."""
+        self.let_go: dict[str, float] = {}
+        """Per node, when the pilot last let a warm step go there."""
         self.listed: int | None = None
         self.listed_at = 0.0
         self.cancels: set[str] = set()
@@ -331,6 +339,7 @@ class Pilot:
             warm.proc.stdin.write(b"go\n")
             warm.proc.stdin.close()
         self.free[warm.node] -= int(warm.task["cpus"])
+        self.let_go[warm.node] = time.time()
         self.running[warm.key] = Step(warm.key, warm.task, warm.node, warm.proc)
 
     def launch(self, key: str, task: dict[str, Any], node: str) -> None:
@@ -408,40 +417,45 @@ class Pilot:
         if refusal is not None:
             return None, refusal
         for node in self.usable(task):  # a node's freed CPUs go first to its warm step
-            if node not in self.warm and self.free[node] >= int(task["cpus"]):
+            if self.warmed(node) == 0 and self.free[node] >= int(task["cpus"]):
                 return node, None
         return None, None
 
     def release_warm(self, cancels: set[str], now: float) -> None:
         """Let go the steps started ahead whose node has room now; drop the cancelled ones,
         and note those whose ``srun`` ended before it was let go (it never ran the workload)."""
-        for node, warm in list(self.warm.items()):
-            refusal = {"cancelled": True, "rc": None} if warm.key in cancels else None
+        for key, warm in list(self.warm.items()):
+            refusal = {"cancelled": True, "rc": None} if key in cancels else None
             if warm.proc.poll() is not None:
-                del self.warm[node]
-                self.finish(warm.key, refusal or self.step_doc(warm, False, False))
+                del self.warm[key]
+                self.finish(key, refusal or self.step_doc(warm, False, False))
                 continue
             refusal = refusal or self.refuse(warm.task, now)
             if refusal is not None:
-                del self.warm[node]
+                del self.warm[key]
                 warm.drop()
-                self.finish(warm.key, refusal)
-            elif self.free[node] >= int(warm.task["cpus"]):
-                del self.warm[node]
+                self.finish(key, refusal)
+            elif self.free[warm.node] >= int(warm.task["cpus"]):
+                del self.warm[key]
                 self.go(warm)
 
+    def warmed(self, node: str) -> int:
+        return sum(1 for warm in self.warm.values() if warm.node == node)
+
     def prepare(self, now: float) -> None:
-        """Start ahead, on each node without one, the step of the first waiting task it can
-        hold: when a CPU frees there the task's workload starts without a Slurm round trip."""
+        """Start ahead, on each node with fewer warm steps than CPUs, the step of the first
+        waiting task it can hold (one per node and pass): when a CPU frees there the task's
+        workload starts without a Slurm round trip."""
         for node in self.nodes:
-            if node in self.warm:
+            if (self.warmed(node) >= self.cpus[node]
+                    or now - self.let_go.get(node, 0.0) < WARM_AFTER_S):
                 continue
             for index, (key, task) in enumerate(self.queue):
                 if node in self.usable(task) and self.refuse(task, now) is None:
                     warm = self.start(key, task, node)
                     del self.queue[index]
                     if warm is not None:
-                        self.warm[node] = warm
+                        self.warm[key] = warm
                     break
 
     def step(self) -> None:
