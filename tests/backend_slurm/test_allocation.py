@@ -471,3 +471,35 @@ def test_thirty_short_trials_give_the_same_results_as_jobs_and_in_one_allocation
         for label, (_, waits, wall, _) in (("jobs", jobs), ("allocation", alloc)):
             print(f"\n{label:>10}: submit->start mean {statistics.mean(waits):.2f}s"
                   f" max {max(waits):.2f}s; wall {wall:.1f}s")
+
+
+@pytest.mark.xdist_group("slurm")
+def test_a_waiting_attempt_starts_ahead_but_runs_and_is_timed_only_once_let_go(
+    slurm_cluster, tmp_path
+):
+    backend = SlurmAllocationBackend(options=SlurmOptions(python=sys.executable),
+                                     allocation_time=300.0, allocation_cpus=2)
+    # Two CPUs on one node: 0 and 1 run 4 s first; 2's step starts ahead and is cancelled
+    # while it waits, so 3's starts ahead in its place. 3 runs 2 s under a 3.5 s limit: a limit
+    # counted from its srun's start, while 0 and 1 still run, would end it.
+    specs = [spec(tmp_path, i, "import time; time.sleep(4)", time_limit=60.0) for i in (0, 1)]
+    specs += [spec(tmp_path, 2, "import time; time.sleep(2)", time_limit=60.0),
+              spec(tmp_path, 3, "import time; time.sleep(2)", time_limit=3.5)]
+    try:
+        ids = backend.submit(specs)
+        seen = poll_until(backend, ids, until=lambda s: ids[0] in s)
+        backend.cancel([ids[2]])
+        seen.update(poll_until(backend, ids))
+    finally:
+        backend.shutdown()
+    assert [seen[i].state for i in ids] == [JobState.SUCCEEDED] * 2 + [
+        JobState.CANCELLED, JobState.SUCCEEDED]
+    [pilot_dir] = [p.parent for p in tmp_path.rglob("pilot.json")]
+    assert not (pilot_dir / f"{specs[2].trial_id}.1.claim").exists()
+    doc = json.loads((pilot_dir / f"{specs[3].trial_id}.1.claim").read_text())
+    first_end = min(seen[i].ended_at or 0.0 for i in ids[:2])
+    assert doc["launched_at"] < first_end - 0.5  # its srun started while both CPUs were busy
+    assert doc["started_at"] >= first_end - 0.2  # its workload only once one freed
+    assert (seen[ids[3]].started_at or 0.0) >= first_end - 0.2
+    assert not (specs[2].trial_dir / "attempt-1").exists()  # its workload never ran
+    assert len(list(pilot_dir.glob("*.run"))) == 3

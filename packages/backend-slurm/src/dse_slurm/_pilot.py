@@ -21,8 +21,10 @@ then ``os.replace``), so a reader never sees half a file:
   its modification time changing is how the pilot knows a controller still follows it;
 * ``draining`` (:data:`DRAINING`) — written by the controller once the pilot declined an
   attempt: no controller hands it new attempts any more (a restarted one neither);
-* ``<key>.claim`` — written by the pilot just before it starts the attempt's ``srun``;
-* ``<key>.run`` — written inside the step, before the workload starts: node, step id, start;
+* ``<key>.claim`` — written by the pilot when it lets the attempt's workload start (its node,
+  when, and ``launched_at``: when its ``srun`` was started, maybe well before);
+* ``<key>.run`` — written inside the step, before the workload starts: node, step id, start,
+  the CPUs it may use;
 * ``<key>.exit.json`` — written by the pilot when the attempt ended (``srun``'s exit status
   and its last error lines, whether the pilot cancelled it or ended it at its time limit), or
   when it will not run it here (``declined``: too little time left, every node avoided;
@@ -34,8 +36,19 @@ then ``os.replace``), so a reader never sees half a file:
   because no controller follows it (below): the time and why. It starts nothing after it.
 
 Packing: the pilot keeps the free CPUs of each node of the allocation and starts an attempt
-on the first node where it fits (``srun --exact --nodelist=<node>``), in the order the tasks
-arrived; a task that fits nowhere now waits while later, smaller tasks may go ahead. An
+on the first node where it fits (``srun --exact --overlap --nodelist=<node>``), in the order
+the tasks arrived; a task that fits nowhere now waits while later, smaller tasks may go ahead.
+Warm steps: starting a step costs a third of a second or more (``srun``, slurmctld's step
+record, the step's interpreter), so for each node the pilot starts the steps of the first
+waiting tasks that may run there *ahead* (up to one per CPU of the node, one per pass, and
+:data:`WARM_AFTER_S` after it last let one go there), while the node's CPUs are still busy:
+``--overlap``
+lets Slurm start it at once, and its launcher (:data:`STEP_MARK`) blocks reading its standard
+input (``srun`` forwards the pilot's pipe). When CPUs free on that node the pilot writes
+``go`` to it (the node's freed CPUs go to its warm step first): the workload starts within
+milliseconds, and only then do its claim, its ``.run``, its time limit and its CPUs count.
+A warm step cancelled, or declined before it was let go, gets the end of its input and exits
+75 without running anything; so does every warm step when the pilot dies. An
 attempt whose time limit ends after the allocation does is declined, never started. The pilot
 enforces each attempt's time limit itself (SIGTERM to ``srun``, which ends the step; SIGKILL
 after a grace), and sends ``SIGUSR1`` its signal lead before it. It runs until Slurm ends the
@@ -75,6 +88,9 @@ DRAINING = "draining"
 RELEASED = "pilot.end.json"
 """Written by the pilot when it releases the allocation, no controller following it."""
 GRACE_S = 10.0
+WARM_AFTER_S = 0.4
+"""A node's next warm step is started this long after the pilot let one go there: starting it
+(``srun``, the step's interpreter) takes CPU time the workload just let go needs to start."""
 # Seconds kept free at the end of the allocation: an attempt whose time limit would end inside
 # them is declined (starting a step and tearing it down take a moment).
 MARGIN_S = 5.0
@@ -82,12 +98,20 @@ MARGIN_S = 5.0
 STEP_MARK = """\
 import json, os, sys, time
 mark = sys.argv[3]
+if sys.stdin.readline() != "go\\n":
+    sys.exit(75)
+null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(null, 0)
+os.close(null)
+cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 with open(mark + ".tmp", "w") as handle:
     json.dump({"node": os.environ.get("SLURMD_NODENAME"), "step": os.environ.get("SLURM_STEP_ID"),
-               "started_at": time.time()}, handle)
+               "started_at": time.time(), "cpus": cpus}, handle)
 os.replace(mark + ".tmp", mark)
 """
-"""Put before the manifest launcher in ``step.py``: records where and when the step started."""
+"""Put before the manifest launcher in ``step.py``: waits for the pilot's ``go`` line on its
+standard input (forwarded by ``srun``; end of input without it: exit 75, the workload never
+ran), then records where and when the step started and the CPUs it may use."""
 
 
 def write_json(path: str, doc: dict[str, Any]) -> None:
@@ -144,6 +168,25 @@ def allocation_end(job_id: str, fallback: float) -> float:
         return fallback
 
 
+class Warm:
+    """An attempt's step started ahead (``srun --overlap``) on *node*: its launcher waits for
+    the ``go`` line on its standard input before the workload runs."""
+
+    def __init__(self, key: str, task: dict[str, Any], node: str,
+                 proc: subprocess.Popen[bytes]) -> None:
+        self.key = key
+        self.task = task
+        self.node = node
+        self.proc = proc
+        self.launched_at = time.time()
+
+    def drop(self) -> None:
+        """End the waiting step without running it (its launcher reads the end of input)."""
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+
+
 class Step:
     """One attempt's ``srun`` started by this pilot."""
 
@@ -192,6 +235,11 @@ class Pilot:
         self.seen: set[str] = set()
         self.queue: list[tuple[str, dict[str, Any]]] = []
         self.running: dict[str, Step] = {}
+        self.warm: dict[str, Warm] = {}
+        """The steps started ahead, by attempt key, in the order they were started; at most
+        one per CPU of each node."""
+        self.let_go: dict[str, float] = {}
+        """Per node, when the pilot last let a warm step go there."""
         self.listed: int | None = None
         self.listed_at = 0.0
         self.cancels: set[str] = set()
@@ -260,26 +308,44 @@ class Pilot:
         self.queue += [(key, task) for _, key, task in sorted(new, key=lambda t: t[:2])]
         return cancels
 
-    def launch(self, key: str, task: dict[str, Any], node: str) -> None:
-        argv = ["srun", "--exact", "--nodes=1", "--ntasks=1", f"--cpus-per-task={task['cpus']}",
-                f"--nodelist={node}", f"--job-name={task['name']}"]
+    def start(self, key: str, task: dict[str, Any], node: str) -> Warm | None:
+        """Start *task*'s step on *node*; its workload waits for :meth:`go`. ``--overlap``: Slurm
+        starts it at once even while the node's CPUs run other steps (the pilot packs)."""
+        argv = ["srun", "--exact", "--overlap", "--nodes=1", "--ntasks=1",
+                f"--cpus-per-task={task['cpus']}", f"--nodelist={node}",
+                f"--job-name={task['name']}"]
         if task.get("mem_mb"):
             argv.append(f"--mem={task['mem_mb']}M")
         if task.get("gpus"):
             argv.append(f"--gres=gpu:{task['gpus']}")
         argv += [*self.step_python, self.path("step.py"), self.path(key + ".jsonl"), "0",
                  self.path(key + ".run")]
-        write_json(self.path(key + ".claim"), {"started_at": time.time(), "node": node})
         try:
             with open(self.path(key + ".srun.err"), "wb") as err:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                         stdout=subprocess.DEVNULL, stderr=err)
         except OSError as exc:
             self.finish(key, {"launch_error": f"cannot run srun: {exc}", "node": node})
-            return
-        self.free[node] -= int(task["cpus"])
-        self.running[key] = Step(key, task, node, proc)
+            return None
         threading.Thread(target=self.notice_end, args=(proc,), daemon=True).start()
+        return Warm(key, task, node, proc)
+
+    def go(self, warm: Warm) -> None:
+        """Let *warm*'s workload run now: its CPUs are taken and its time limit starts."""
+        write_json(self.path(warm.key + ".claim"), {
+            "started_at": time.time(), "node": warm.node, "launched_at": warm.launched_at})
+        with contextlib.suppress(OSError, ValueError):
+            assert warm.proc.stdin is not None
+            warm.proc.stdin.write(b"go\n")
+            warm.proc.stdin.close()
+        self.free[warm.node] -= int(warm.task["cpus"])
+        self.let_go[warm.node] = time.time()
+        self.running[warm.key] = Step(warm.key, warm.task, warm.node, warm.proc)
+
+    def launch(self, key: str, task: dict[str, Any], node: str) -> None:
+        warm = self.start(key, task, node)
+        if warm is not None:
+            self.go(warm)
 
     def notice_end(self, proc: subprocess.Popen[bytes]) -> None:
         """Wake the loop the moment *proc* (a step's srun) exits."""
@@ -287,16 +353,18 @@ class Pilot:
             proc.wait()
         self.wake.set()
 
-    def ended(self, step: Step) -> None:
+    def step_doc(self, step: Step | Warm, cancelled: bool, timed_out: bool) -> dict[str, Any]:
+        """The exit document of a step whose ``srun`` ended."""
         try:
             with open(self.path(step.key + ".srun.err"), "rb") as handle:
                 err = handle.read()[-2000:].decode("utf-8", "replace")
         except OSError:
             err = ""
-        self.finish(step.key, {
-            "rc": step.proc.returncode, "cancelled": step.cancelled,
-            "timed_out": step.timed_out, "node": step.node, "srun_err": err,
-        })
+        return {"rc": step.proc.returncode, "cancelled": cancelled, "timed_out": timed_out,
+                "node": step.node, "srun_err": err}
+
+    def ended(self, step: Step) -> None:
+        self.finish(step.key, self.step_doc(step, step.cancelled, step.timed_out))
         self.free[step.node] += step.cpus
         del self.running[step.key]
 
@@ -310,7 +378,7 @@ class Pilot:
         if mark != self.heartbeat:
             self.heartbeat, self.heard_at = mark, now
         grace = self.controller_grace
-        return (grace is not None and not self.running and not self.queue
+        return (grace is not None and not self.running and not self.queue and not self.warm
                 and now - self.heard_at >= grace)
 
     def release(self, now: float) -> None:
@@ -320,29 +388,75 @@ class Pilot:
         write_json(self.path(RELEASED), {"ended_at": now, "reason": why})
         print(why, flush=True)
 
-    def place(
-        self, task: dict[str, Any], now: float
-    ) -> tuple[str | None, dict[str, Any] | None]:
-        """The node to start *task* on now, or why it will not run here (an exit doc)."""
+    def refuse(self, task: dict[str, Any], now: float) -> dict[str, Any] | None:
+        """Why *task* will not run in this allocation (an exit doc), or None."""
         need = int(task["cpus"])
         limit = task.get("time_limit")
         if limit is not None and now + float(limit) > self.ends_at - MARGIN_S:
             why = (f"its time limit of {float(limit):g}s ends after allocation {self.job_id}"
                    f" does ({self.ends_at - now:.0f}s left)")
-            return None, {"declined": why}
+            return {"declined": why}
         if need > max(self.cpus.values()):
             why = (f"asks for {need} CPUs; the nodes of allocation {self.job_id} have"
                    f" {sorted(set(self.cpus.values()))}")
-            return None, {"invalid": why}
-        avoid = set(task.get("avoid") or ())
-        usable = [n for n in self.nodes if n not in avoid and self.cpus[n] >= need]
-        if not usable:
+            return {"invalid": why}
+        if not self.usable(task):
             why = f"it avoids every node of allocation {self.job_id} that could hold it"
-            return None, {"declined": why}
-        for node in usable:
-            if self.free[node] >= need:
+            return {"declined": why}
+        return None
+
+    def usable(self, task: dict[str, Any]) -> list[str]:
+        avoid = set(task.get("avoid") or ())
+        return [n for n in self.nodes if n not in avoid and self.cpus[n] >= int(task["cpus"])]
+
+    def place(
+        self, task: dict[str, Any], now: float
+    ) -> tuple[str | None, dict[str, Any] | None]:
+        """The node to start *task* on now, or why it will not run here (an exit doc)."""
+        refusal = self.refuse(task, now)
+        if refusal is not None:
+            return None, refusal
+        for node in self.usable(task):  # a node's freed CPUs go first to its warm step
+            if self.warmed(node) == 0 and self.free[node] >= int(task["cpus"]):
                 return node, None
         return None, None
+
+    def release_warm(self, cancels: set[str], now: float) -> None:
+        """Let go the steps started ahead whose node has room now; drop the cancelled ones,
+        and note those whose ``srun`` ended before it was let go (it never ran the workload)."""
+        for key, warm in list(self.warm.items()):
+            refusal = {"cancelled": True, "rc": None} if key in cancels else None
+            if warm.proc.poll() is not None:
+                del self.warm[key]
+                self.finish(key, refusal or self.step_doc(warm, False, False))
+                continue
+            refusal = refusal or self.refuse(warm.task, now)
+            if refusal is not None:
+                del self.warm[key]
+                warm.drop()
+                self.finish(key, refusal)
+            elif self.free[warm.node] >= int(warm.task["cpus"]):
+                del self.warm[key]
+                self.go(warm)
+
+    def warmed(self, node: str) -> int:
+        return sum(1 for warm in self.warm.values() if warm.node == node)
+
+    def prepare(self, now: float) -> None:
+        """Start ahead, on each node with fewer warm steps than CPUs, the step of the first
+        waiting task it can hold (one per node and pass): when a CPU frees there the task's
+        workload starts without a Slurm round trip."""
+        for node in self.nodes:
+            if (self.warmed(node) >= self.cpus[node]
+                    or now - self.let_go.get(node, 0.0) < WARM_AFTER_S):
+                continue
+            for index, (key, task) in enumerate(self.queue):
+                if node in self.usable(task) and self.refuse(task, now) is None:
+                    warm = self.start(key, task, node)
+                    del self.queue[index]
+                    if warm is not None:
+                        self.warm[key] = warm
+                    break
 
     def step(self) -> None:
         cancels = self.scan()
@@ -364,6 +478,7 @@ class Pilot:
             if step.kill_at is not None and now >= step.kill_at:
                 step.kill_at = None
                 step.proc.kill()
+        self.release_warm(cancels, now)
         waiting = []
         for key, task in self.queue:
             if key in cancels:
@@ -377,6 +492,7 @@ class Pilot:
             else:
                 waiting.append((key, task))
         self.queue = waiting
+        self.prepare(now)
 
 
 def main(argv: list[str]) -> int:
