@@ -59,13 +59,24 @@ def warnings_of(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("dse: warning:")]
 
 
-def test_more_parallelism_than_cpu_slots_is_one_warning_naming_what_runs(tmp_path):
-    write_plugin(tmp_path)
-    (tmp_path / "work.py").write_text(WORK)
-    (tmp_path / "c.toml").write_text(campaign("c", parallelism=3, cpus=2))
-    done = run_dse(tmp_path, "run", "c.toml", timeout=120)
-
+def run(project: Path, *, parallelism: int, cpus: int, pool_slots: int | None = None):
+    """`dse run` of the campaign (in a pool of *pool_slots* when given); it must succeed."""
+    write_plugin(project)
+    (project / "work.py").write_text(WORK)
+    (project / "c.toml").write_text(campaign("c", parallelism=parallelism, cpus=cpus))
+    target = "c.toml"
+    if pool_slots is not None:
+        (project / "pool.toml").write_text(
+            f'[pool]\nslots = {pool_slots}\n\n[[campaign]]\nfile = "c.toml"\n')
+        target = "pool.toml"
+    done = run_dse(project, "run", target, timeout=120)
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_more_parallelism_than_cpu_slots_is_one_warning_naming_what_runs(tmp_path):
+    done = run(tmp_path, parallelism=3, cpus=2)
+
     assert warnings_of(done.stderr) == [
         "dse: warning: max_parallelism = 3 but the local backend runs at most 2 trials at"
         " once (2 CPUs, 1 per trial): running 2 at a time"
@@ -76,24 +87,15 @@ def test_more_parallelism_than_cpu_slots_is_one_warning_naming_what_runs(tmp_pat
 
 
 def test_parallelism_the_backend_can_give_is_not_warned_about(tmp_path):
-    write_plugin(tmp_path)
-    (tmp_path / "work.py").write_text(WORK)
-    (tmp_path / "c.toml").write_text(campaign("c", parallelism=3, cpus=3))
-    done = run_dse(tmp_path, "run", "c.toml", timeout=120)
+    done = run(tmp_path, parallelism=3, cpus=3)
 
-    assert done.returncode == 0, done.stderr
     assert warnings_of(done.stderr) == []
     assert "backend local, waves x3, record" in done.stderr
 
 
 def test_more_parallelism_than_pool_slots_is_one_warning_naming_the_pool(tmp_path):
-    write_plugin(tmp_path)
-    (tmp_path / "work.py").write_text(WORK)
-    (tmp_path / "c.toml").write_text(campaign("c", parallelism=3, cpus=4))
-    (tmp_path / "pool.toml").write_text('[pool]\nslots = 2\n\n[[campaign]]\nfile = "c.toml"\n')
-    done = run_dse(tmp_path, "run", "pool.toml", timeout=120)
+    done = run(tmp_path, parallelism=3, cpus=4, pool_slots=2)
 
-    assert done.returncode == 0, done.stderr
     assert warnings_of(done.stderr) == [
         "dse: warning: max_parallelism = 3 but the pool runs at most 2 trials at once"
         " (slots = 2, 1 per trial): running 2 at a time"

@@ -16,7 +16,6 @@ preemption, node failure or cancellation is learnt within seconds).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from typing import TYPE_CHECKING
@@ -120,9 +119,7 @@ class Liveness:
             return True
         stale = False
         for directory in started:
-            mark = None
-            with contextlib.suppress(OSError):
-                mark = os.stat(directory / ALIVE).st_mtime_ns
+            mark = _mtime(directory / ALIVE)
             last = self._beats.get(directory)
             if last is None or last[0] != mark:
                 self._beats[directory] = (mark, now)

@@ -175,8 +175,7 @@ class TrialTable:
     def recorded(self) -> None:
         """The pass is committed: the record holds the ends of the trials cached in it, and
         a new proposal of their configs finds them there (the table forgets them)."""
-        if self._cache:
-            self._cache.clear()
+        self._cache.clear()
 
     def newly_submitted(self) -> list[LiveTrial]:
         """The running trials whose job id the record does not hold yet, marked as held from
