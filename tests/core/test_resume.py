@@ -310,6 +310,7 @@ def _opened(workspace: Any, c: dse.Campaign, run: int, cluster: ProbeCluster,
         "spent": engine.ledger.spent, "trials": engine.ledger.trials,
         "numbers": (d.number, d.wave, d.rejections),
         "pending": sorted(p for p, _ in engine.feedback._pending),
+        "unobserved": sorted(engine.feedback._unobserved),
         "running": sorted(t.number for t in engine.table.unfinished()),
         "agent": (agent.rng.getstate(), agent.best),
     }
@@ -347,3 +348,29 @@ def test_a_resume_from_a_snapshot_rebuilds_what_a_resume_from_the_whole_record_d
     assert stats["cached"] > 0  # cache hits counted apart
     assert stats["completed"] > 0
     assert from_snapshot["running"]  # the cancelled trials run again
+
+
+def test_a_snapshot_recorded_before_schema_12_is_not_restored_and_the_log_is_replayed_whole(
+    tmp_path: Any, monkeypatch: Any,
+) -> None:
+    import shutil
+    import sqlite3
+
+    c, store, cluster, clock, first = snapshotted_run(tmp_path, monkeypatch, passes=12,
+                                                      max_trials=40)
+    store.close()
+    old = tmp_path / "old"
+    shutil.copytree(c.workspace, old)
+    db = sqlite3.connect(old / "dse.sqlite")
+    with db:  # what a dse of schema 11 recorded: no proposals still to be told back
+        db.execute("UPDATE agent_snapshots SET unobserved = NULL")
+    db.close()
+
+    from_snapshot, _ = _opened(c.workspace, c, first.campaign_id, cluster, clock)
+    assert SnapshotAgent.restored == 1
+    from_old, _ = _opened(old, campaign(old, max_trials=40), first.campaign_id, cluster, clock)
+    assert SnapshotAgent.restored == 1  # the old snapshot was left alone
+
+    assert from_old == from_snapshot
+    assert from_snapshot["running"]  # in flight: not told back yet
+    assert len(from_snapshot["unobserved"]) >= len(from_snapshot["running"])

@@ -228,10 +228,12 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
     # What dse 0.1 with schema 3 wrote: no usage or spend on attempts, no data versions,
     # no scores, invalidations, environments or trial links, no expected durations.
     db = sqlite3.connect(path)
-    # Nor schema 11's summaries: its tables, the triggers that keep them, its indexes.
+    # Nor schema 11's and 12's summaries: their tables, the triggers that keep them, their
+    # indexes; nor agent snapshots.
     for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
         db.execute(f"DROP TRIGGER {name}")
-    for name in ("trials_invalid", "trials_cache_of", "trials_score", "trials_replaces"):
+    for name in ("trials_invalid", "trials_cache_of", "trials_score", "trials_replaces",
+                 "trials_open", "attempts_ended"):
         db.execute(f"DROP INDEX {name}")
     for table in ("run_tallies", "run_totals"):
         db.execute(f"DROP TABLE {table}")
@@ -241,7 +243,7 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
     for column in ("data_version", "data_version_read", "dependencies", "replaces",
                    "invalidation"):
         db.execute(f"ALTER TABLE trials DROP COLUMN {column}")
-    for table in ("scores", "invalidations", "environments"):
+    for table in ("scores", "invalidations", "environments", "agent_snapshots"):
         db.execute(f"DROP TABLE {table}")
     db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
     db.commit()
@@ -256,6 +258,7 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
     try:
         columns = {row[1] for row in db.execute("PRAGMA table_info(attempts)")}
         trial_columns = {row[1] for row in db.execute("PRAGMA table_info(trials)")}
+        snapshot_columns = {row[1] for row in db.execute("PRAGMA table_info(agent_snapshots)")}
         tables = {row[0] for row in db.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
         (version,) = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -263,6 +266,7 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
         db.close()
     assert {"usage", "spend", "expected_s"} <= columns
     assert {"data_version", "dependencies", "replaces", "invalidation"} <= trial_columns
+    assert "unobserved" in snapshot_columns
     assert {"scores", "invalidations", "environments", "run_tallies", "run_totals"} <= tables
     assert int(version) == _store.SCHEMA_VERSION
     assert names == ["old"]

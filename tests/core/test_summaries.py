@@ -1,6 +1,6 @@
-"""The summaries SQLite keeps as trials are written (schema 11) say what a scan of the rows
-says: after a run with failures, cache hits and an invalidation, and after a record of schema
-10 is migrated (its summaries rebuilt from its rows)."""
+"""The summaries SQLite keeps as trials are written (schemas 11 and 12) say what a scan of the
+rows says: after a run with failures, cache hits and an invalidation, and after a record of
+schema 10 is migrated (its summaries rebuilt from its rows)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,13 @@ def _scanned(db: Path, run: int) -> dict[str, Any]:
     try:
         trials = conn.execute("SELECT id, status, failure, cache_of, invalidation, score"
                               " FROM trials WHERE campaign_id = ?", (run,)).fetchall()
+        ((dirs, wave),) = conn.execute(
+            "SELECT SUM(cache_of IS NULL AND COALESCE(trial_dir, '') != ''), MAX(wave)"
+            " FROM trials WHERE campaign_id = ?", (run,)).fetchall()
+        ran = conn.execute(
+            "SELECT a.ended_at - a.started_at FROM attempts a JOIN trials t ON t.id = a.trial_id"
+            " WHERE t.campaign_id = ? AND a.started_at IS NOT NULL AND a.ended_at IS NOT NULL",
+            (run,)).fetchall()
         spends = conn.execute(
             "SELECT a.spend FROM attempts a JOIN trials t ON t.id = a.trial_id"
             " WHERE t.campaign_id = ? AND a.spend IS NOT NULL", (run,)).fetchall()
@@ -44,15 +51,22 @@ def _scanned(db: Path, run: int) -> dict[str, Any]:
         "dispatched": sum(1 for row, _, _, cache_of, *_ in trials
                           if cache_of is None and row in with_attempts),
         "wall_s": money,
+        "trial_dirs": dirs,
+        "wave": wave,
+        "attempt_s": round(sum(max(s, 0.0) for (s,) in ran), 6),
     }
 
 
 def _summarized(store: dse.Store, run: int) -> dict[str, Any]:
+    counts = store.run_counts(run, lower_is_better=True)
     return {
         "counts": {s.value: n for s, n in store.trial_counts(run).items()},
         "failures": store.failure_counts(run),
         "dispatched": store.dispatched(run),
         "wall_s": store.spend_total(run).wall_s,
+        "trial_dirs": counts.dispatched,
+        "wave": counts.wave,
+        "attempt_s": round(store.attempt_durations(run, last=1)[0], 6),
     }
 
 
@@ -63,16 +77,25 @@ def test_the_summaries_agree_with_the_rows_before_and_after_a_migration(run_camp
     store.invalidate("trial", "probe-campaign:2", "bad input", 0.0,
                      trial_row=store.find_trial("probe-campaign:2")[1].id)
     db = store.path
+    conn = sqlite3.connect(db)
+    with conn:  # the probe's attempts take no time on its clock: give them some (by trigger)
+        conn.execute("UPDATE attempts SET started_at = started_at - 0.25 * id"
+                     " WHERE started_at IS NOT NULL")
+    conn.close()
     before = run_detail(store, campaign_id)
     expected = _scanned(db, campaign_id)
     assert expected["counts"]["cached"] >= 3
     assert expected["failures"] == {"nonzero_exit": 2}
+    assert expected["attempt_s"] > 0
     assert _summarized(store, campaign_id) == expected
 
     # A record of schema 10 had no summaries: the migration builds them from its rows.
     conn = sqlite3.connect(db)
     conn.execute("DELETE FROM run_tallies")
-    conn.execute("DELETE FROM run_totals")
+    conn.execute("DROP TABLE run_totals")
+    for name in ("total_dispatched", "total_spend", "total_trial", "total_dirs",
+                 "total_seconds"):
+        conn.execute(f"DROP TRIGGER {name}")
     conn.execute("UPDATE meta SET value = '10' WHERE key = 'schema_version'")
     conn.commit()
     conn.close()

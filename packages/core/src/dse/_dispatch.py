@@ -223,6 +223,7 @@ class Dispatcher:
         p = self.parts
         p.stats.proposals += 1
         proposal = p.stats.proposals
+        p.feedback.numbered(proposal)
         try:
             params = hashed[0] if hashed is not None else p.campaign.space.coerce(raw)
         except ParamError as exc:

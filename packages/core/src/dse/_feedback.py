@@ -6,6 +6,7 @@ Results are told a batch at a time (never one by one mid-pass), in proposal orde
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from dse._guard import AgentGuard
@@ -21,9 +22,15 @@ if TYPE_CHECKING:
 
 
 SNAPSHOT_AFTER_S = 1.0
-"""Seconds spent in agent calls since its last snapshot after which a commit snapshots it."""
+"""Seconds spent in agent calls since its last snapshot after which a commit snapshots it (at
+the latest)."""
 SNAPSHOT_AFTER_CALLS = 1_000
 """Agent calls since its last snapshot after which a commit snapshots it (cheap calls)."""
+SNAPSHOT_COST_RATIO = 20.0
+"""A commit snapshots the agent sooner, once its calls since the last snapshot took this many
+times what taking that snapshot did: an agent that fits a model per proposal is snapshot after
+nearly every proposal (a resume then replays none of them), and snapshots cost at most a
+twentieth of the agent's own time."""
 
 
 class Feedback:
@@ -39,6 +46,12 @@ class Feedback:
         self._pending: list[tuple[int, Observation]] = []
         self._snapped = (0, 0.0)
         """The agent calls and their seconds when it was last snapshot."""
+        self._snapshot_s = 0.0
+        """What taking the last snapshot cost (seconds)."""
+        self._unobserved: set[int] = set()
+        """The proposals numbered and not yet told back as the record logs it (those in
+        flight, waiting to be told, or never to be): recorded with a snapshot, so that a
+        resume reads only these trials and those the calls after it name."""
         self.withheld = False
         """The agent is no longer told anything (the run stopped while the agent was being
         rebuilt, so it is not the agent the log describes): results are still logged as
@@ -58,6 +71,14 @@ class Feedback:
             failure=trial.failure,
             direction=self.direction,
         )
+
+    def numbered(self, proposal: int) -> None:
+        """*proposal* was given its number (its results are to be told back)."""
+        self._unobserved.add(proposal)
+
+    def unobserved_are(self, proposals: Iterable[int]) -> None:
+        """The proposals not yet told back are *proposals* (a resumed run's, from its log)."""
+        self._unobserved = set(proposals)
 
     def tell(self, proposal: int, observation: Observation) -> None:
         """Tell the agent *observation* about *proposal* at the next delivery."""
@@ -84,17 +105,20 @@ class Feedback:
     def snapshot(self, agent: Agent, batch: Batch, campaign_id: int) -> None:
         """Record the agent's state with the calls it covers (every call the record logs up to
         this commit), once replaying the calls since its last snapshot would cost a second of
-        its time or a thousand calls: a resume then restores it and replays only the calls
-        after it. An agent without ``snapshot``/``restore`` is replayed whole."""
+        its time (or :data:`SNAPSHOT_COST_RATIO` snapshots) or a thousand calls: a resume then
+        restores it and replays only the calls after it. An agent without
+        ``snapshot``/``restore`` is replayed whole."""
         guard = self.guard
         calls, busy = guard.calls - self._snapped[0], guard.busy_s - self._snapped[1]
-        if self.withheld or not calls or (busy < SNAPSHOT_AFTER_S
-                                           and calls < SNAPSHOT_AFTER_CALLS):
+        due = min(SNAPSHOT_AFTER_S, SNAPSHOT_COST_RATIO * self._snapshot_s)
+        if self.withheld or not calls or (busy < due and calls < SNAPSHOT_AFTER_CALLS):
             return
         self._snapped = (guard.calls, guard.busy_s)
+        began = time.perf_counter()
         state = guard.snapshot(agent)
+        self._snapshot_s = time.perf_counter() - began
         if state is not None:
-            batch.agent_snapshot(campaign=campaign_id, state=state)
+            batch.agent_snapshot(campaign=campaign_id, state=state, unobserved=self._unobserved)
 
     def deliver(self, agent: Agent, batch: Batch, campaign_id: int) -> None:
         """Tell the agent every waiting result, in proposal order, and log the call."""
@@ -103,6 +127,7 @@ class Feedback:
         pending = sorted(self._pending, key=lambda item: item[0])
         self._pending = []
         batch.agent_call(campaign=campaign_id, kind="observe", proposals=[p for p, _ in pending])
+        self._unobserved.difference_update(p for p, _ in pending)
         if not self.withheld:
             self.guard.observe(agent, [obs for _, obs in pending])
 
@@ -112,5 +137,6 @@ class Feedback:
     ) -> None:
         """Tell the agent at once that *proposal* was rejected, and log the call."""
         batch.agent_call(campaign=campaign_id, kind="observe", proposals=[proposal])
+        self._unobserved.discard(proposal)
         self.guard.observe(agent, [Observation(params=params, status=None, rejected=reason)])
 

@@ -254,6 +254,19 @@ class AgentCall:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentSnapshot:
+    """A run's latest agent snapshot (its row of ``agent_snapshots``)."""
+
+    log_id: int
+    """The last ``agent_log`` row it covers (the calls after it are replayed)."""
+    state: str
+    """The agent's state, as JSON."""
+    unobserved: frozenset[int] | None
+    """The proposals numbered by then and not yet told back to the agent (``None``: a
+    snapshot recorded before the record kept them)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Score:
     """One conclusion about a trial (a row of ``scores``)."""
 

@@ -62,8 +62,9 @@ class Tail:
     """The last ``agent_log`` row the snapshot covers."""
     entries: list[AgentCall]
     """The calls logged after it (to replay)."""
-    observed: set[int]
-    """The proposals the agent was told about, before the snapshot and after."""
+    unobserved: set[int]
+    """The proposals numbered and not told back by the end of the log (the snapshot's,
+    with those the calls after it numbered, less those they told)."""
 
 
 class Resume:
@@ -86,11 +87,10 @@ class Resume:
         if tail is None:
             rows = store.trials(cid)
         else:
-            # The snapshot stands for the rest: the trials the calls after it name, and the
-            # ended ones the agent is still to be told.
+            # The snapshot stands for the rest: the trials the calls after it name, and those
+            # not told back yet (in flight, or ended and still to be told).
             named = {n for e in tail.entries for n in (*e.proposals, *(e.in_flight or ()))}
-            rows = store.resume_rows(
-                cid, named | (set(store.ended_proposals(cid)) - tail.observed))
+            rows = store.resume_rows(cid, named | tail.unobserved)
         live = {row.id for row in rows if row.status in _UNFINISHED}
         attempts: dict[int, list[Attempt]] = {}
         for attempt in store.attempts(cid, trials=live):
@@ -168,17 +168,21 @@ class Resume:
         p = self._parts
         store, cid = p.store, p.journal.campaign_id
         snapshot = store.agent_snapshot(cid)
-        if snapshot is None or p.invalid.any_in_campaign or (
+        # A snapshot of a record older than schema 12 lacks what it had not told back.
+        if snapshot is None or snapshot.unobserved is None or p.invalid.any_in_campaign or (
             p.data.version is not None and store.stale_trials(cid, p.data.version)
         ):
             return None
-        if not p.feedback.guard.restore(agent, snapshot[1]):
+        if not p.feedback.guard.restore(agent, snapshot.state):
             return None
-        after = snapshot[0]
-        entries = store.agent_log(cid, after=after)
-        observed = store.observed(cid, upto=after)
-        observed.update(n for e in entries if e.kind == "observe" for n in e.proposals)
-        return Tail(after, entries, observed)
+        entries = store.agent_log(cid, after=snapshot.log_id)
+        unobserved = set(snapshot.unobserved)
+        for entry in entries:
+            if entry.kind == "propose":
+                unobserved.update(entry.proposals)
+            else:
+                unobserved.difference_update(entry.proposals)
+        return Tail(snapshot.log_id, entries, unobserved)
 
     def _restore(self, agent: Agent, runner: Runner, now: float, recorded: Recorded,
                  tail: Tail | None) -> dict[str, JobSpec]:
@@ -198,6 +202,7 @@ class Resume:
         same = tail is not None or (not p.invalid.any_in_campaign and all(
             p.data.current(t) for t in recorded.by_proposal.values()))
         observed = self.replay(agent, recorded, same_feedback=same, tail=tail)
+        p.feedback.unobserved_are(self._unobserved(observed, tail))
         reattach = self._resume_attempts(now, recorded, runner)
         for row_id, original_row in recorded.cache_of.items():
             waiter, original = recorded.by_row[row_id], recorded.by_row.get(original_row)
@@ -223,6 +228,7 @@ class Resume:
             recorded = self.read()
             agent = factory()
             observed = self.replay(agent, recorded, same_feedback=False)
+        p.feedback.unobserved_are(self._unobserved(observed, None))
         p.feedback.replace(self.untold(recorded, observed))
         p.journal.event(None, "agent_rebuilt", {
             "data_version": p.data.version, "trials": len(recorded.by_proposal),
@@ -336,6 +342,13 @@ class Resume:
 
     # -- the agent --------------------------------------------------------------------------
 
+    def _unobserved(self, observed: set[int], tail: Tail | None) -> set[int]:
+        """The proposals not told back by the end of the log, given those *observed* in the
+        replay (of the whole log, without a *tail*)."""
+        if tail is not None:
+            return tail.unobserved
+        return {n for n in range(1, self._parts.stats.proposals + 1) if n not in observed}
+
     def untold(self, recorded: Recorded, observed: set[int]) -> list[tuple[int, Observation]]:
         """What the agent is still to be told: the recorded ends of its proposals not among
         *observed*."""
@@ -360,7 +373,9 @@ class Resume:
         from the recorded ones, and that is no sign of a nondeterministic agent."""
         p = self._parts
         cid = p.journal.campaign_id
-        observed: set[int] = set() if tail is None else set(tail.observed)
+        # Of the trials read with a tail, those not among its unobserved were told before.
+        observed: set[int] = set() if tail is None else {
+            n for n in recorded.by_proposal if n > 0 and n not in tail.unobserved}
         diverged: str | None = None
         for entry in p.store.agent_log(cid) if tail is None else tail.entries:
             numbers = list(entry.proposals)

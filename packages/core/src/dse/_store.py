@@ -34,6 +34,7 @@ from dse._errors import ConfigError, StorageError, StoreError
 from dse._lock import lock_held
 from dse._records import (
     AgentCall,
+    AgentSnapshot,
     Attempt,
     AttemptSpend,
     CampaignRun,
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another controller's transaction before giving up."""
 DB_NAME = "dse.sqlite"
@@ -298,56 +299,51 @@ class _Reads:
     def resume_rows(self, campaign_id: int, proposals: Iterable[int]) -> list[Trial]:
         """The trials of run *campaign_id* a resume rebuilds when its agent's snapshot stands
         for the rest: the unfinished (running, cancelled), the baseline runs, the cache hits
-        still waiting, and those of *proposals*; by number."""
+        still waiting, and those of *proposals*; by number (both found by index)."""
         rows = {r[0]: r for r in self._rows(
-            f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND (status IN ('running',"
-            " 'cancelled') OR proposal = 0 OR (cache_of IS NOT NULL AND ended_at IS NULL))",
-            (campaign_id,))}
+            f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND ({_OPEN})", (campaign_id,))}
         for r in self._in(f"SELECT {_TRIAL} FROM trials WHERE proposal IN ({{marks}})"
                           " AND campaign_id = ?", proposals, campaign_id):
             rows[r[0]] = r
         return [_trial(r) for r in sorted(rows.values(), key=lambda r: int(r[2]))]
 
-    def ended_proposals(self, campaign_id: int) -> list[int]:
-        """The proposals of run *campaign_id* whose trials have ended (not running, not
-        cancelled, not a cache hit still waiting)."""
-        return [int(n) for (n,) in self._rows(
-            "SELECT proposal FROM trials WHERE campaign_id = ? AND proposal > 0 AND status NOT"
-            " IN ('running', 'cancelled') AND NOT (cache_of IS NOT NULL AND ended_at IS NULL)",
-            (campaign_id,))]
-
     def stale_trials(self, campaign_id: int, version: str) -> int:
         """Trials of run *campaign_id* whose result is about other data than *version* (the
         version they read, else the one they were dispatched against)."""
         ((n,),) = self._rows(
-            "SELECT COUNT(*) FROM (SELECT COALESCE(NULLIF(data_version_read, ''), data_version)"
-            " AS v FROM trials WHERE campaign_id = ?) WHERE v IS NOT NULL AND v != ?",
-            (campaign_id, version))
+            "SELECT COALESCE(SUM(trials), 0) FROM run_tallies WHERE campaign_id = ?"
+            " AND version != '' AND version != ?", (campaign_id, version))
         return int(n)
 
     def run_counts(self, campaign_id: int, *, lower_is_better: bool) -> RunCounts:
         """What a resumed run's counts are rebuilt from when every result is ranked (none
-        invalidated, all about the current data): see :class:`RunCounts`."""
-        ((steps, proposal, number, wave, dispatched),) = self._rows(
-            "SELECT COALESCE(SUM(proposal > 0), 0), COALESCE(MAX(proposal), 0),"
-            " COALESCE(MAX(number), 0), COALESCE(MAX(wave), 0),"
-            " COALESCE(SUM(cache_of IS NULL AND COALESCE(trial_dir, '') != ''), 0)"
-            " FROM trials WHERE campaign_id = ?", (campaign_id,))
+        invalidated, all about the current data): see :class:`RunCounts`. Every figure is
+        a summary or an index lookup: the same cost at a million trials as at ten."""
+        ((trials, baselines, proposal, number),) = self._rows(
+            "SELECT (SELECT COALESCE(SUM(trials), 0) FROM run_tallies WHERE campaign_id = ?1),"
+            " (SELECT COUNT(*) FROM trials WHERE campaign_id = ?1 AND proposal = 0),"
+            " (SELECT COALESCE(MAX(proposal), 0) FROM trials WHERE campaign_id = ?1),"
+            " (SELECT COALESCE(MAX(number), 0) FROM trials WHERE campaign_id = ?1)",
+            (campaign_id,))
+        totals = self._rows("SELECT wave, trial_dirs FROM run_totals WHERE campaign_id = ?",
+                            (campaign_id,))
+        wave, dispatched = totals[0] if totals else (0, 0)
         statuses = {_TRIAL_STATUS[status]: int(n) for status, n in self._rows(
             "SELECT status, SUM(trials) FROM run_tallies WHERE campaign_id = ? AND status !="
             " 'cached' GROUP BY status HAVING SUM(trials) > 0", (campaign_id,))}
         ((cached,),) = self._rows(
             "SELECT COUNT(*) FROM trials t LEFT JOIN trials o ON o.id = t.cache_of"
-            " WHERE t.campaign_id = ? AND t.status = 'cached' AND t.ended_at IS NOT NULL"
-            " AND COALESCE(o.status, '') != 'running'", (campaign_id,))
+            " WHERE t.campaign_id = ? AND t.cache_of IS NOT NULL AND t.status = 'cached'"
+            " AND t.ended_at IS NOT NULL AND COALESCE(o.status, '') != 'running'",
+            (campaign_id,))
         order = "ASC" if lower_is_better else "DESC"
         best = self._rows(
             "SELECT number, params, score FROM trials WHERE campaign_id = ? AND status ="
             f" 'completed' AND score IS NOT NULL ORDER BY score {order}, number LIMIT 1",
             (campaign_id,))
         return RunCounts(
-            int(steps), int(proposal), int(number), int(wave), int(dispatched), statuses,
-            int(cached),
+            int(trials) - int(baselines), int(proposal), int(number), int(wave),
+            int(dispatched), statuses, int(cached),
             None if not best else (int(best[0][0]), _loads(best[0][1]), float(best[0][2])))
 
     def trial_counts(self, campaign_id: int) -> dict[TrialStatus, int]:
@@ -417,18 +413,17 @@ class _Reads:
                 )]
 
     def attempt_durations(self, campaign_id: int, *, last: int) -> tuple[float, list[float]]:
-        """Of the attempts of run *campaign_id* that started and ended: their seconds summed,
-        and the seconds of the *last* that succeeded or failed, in the order they ended."""
-        ((total,),) = self._rows(
-            "SELECT TOTAL(MAX(a.ended_at - a.started_at, 0)) FROM attempts a JOIN trials t"
-            " ON a.trial_id = t.id WHERE t.campaign_id = ? AND a.started_at IS NOT NULL"
-            " AND a.ended_at IS NOT NULL", (campaign_id,))
+        """Of the attempts of run *campaign_id* that started and ended: their seconds summed
+        (a summary), and the seconds of the *last* that succeeded or failed, in the order
+        they ended (walked back along an index of ends)."""
+        found = self._rows("SELECT attempt_s FROM run_totals WHERE campaign_id = ?",
+                           (campaign_id,))
+        # `+`: the run's filter is no index to walk; the ends are walked newest first.
         recent = [max(float(s), 0.0) for (s,) in reversed(self._rows(
             "SELECT a.ended_at - a.started_at FROM attempts a JOIN trials t ON a.trial_id = t.id"
-            " WHERE t.campaign_id = ? AND a.started_at IS NOT NULL AND a.ended_at IS NOT NULL"
-            " AND a.state IN ('succeeded', 'failed') ORDER BY a.ended_at DESC, a.id DESC"
+            f" WHERE +t.campaign_id = ? AND {_ENDED} ORDER BY a.ended_at DESC, a.id DESC"
             " LIMIT ?", (campaign_id, last)))]
-        return float(total), recent
+        return float(found[0][0]) if found else 0.0, recent
 
     def trial_params(self, campaign_id: int) -> dict[int, dict[str, Any]]:
         """The params of each trial of run *campaign_id*, by trial row."""
@@ -480,23 +475,15 @@ class _Reads:
                                 (campaign_id, after))
         ]
 
-    def agent_snapshot(self, campaign_id: int) -> tuple[int, str] | None:
-        """Run *campaign_id*'s latest agent snapshot: the last ``agent_log`` row it covers and
-        the state (JSON); ``None`` when it has none."""
-        rows = self._rows("SELECT log_id, state FROM agent_snapshots WHERE campaign_id = ?",
-                          (campaign_id,))
-        return (int(rows[0][0]), str(rows[0][1])) if rows else None
-
-    def observed(self, campaign_id: int, *, upto: int) -> set[int]:
-        """The proposals of run *campaign_id* the agent was told about in the calls logged up
-        to row *upto*."""
-        out: set[int] = set()
-        for (proposals,) in self._rows(
-            "SELECT proposals FROM agent_log WHERE campaign_id = ? AND kind = 'observe'"
-            " AND id <= ?", (campaign_id, upto),
-        ):
-            out.update(_loads(proposals))
-        return out
+    def agent_snapshot(self, campaign_id: int) -> AgentSnapshot | None:
+        """Run *campaign_id*'s latest agent snapshot; ``None`` when it has none."""
+        rows = self._rows("SELECT log_id, state, unobserved FROM agent_snapshots"
+                          " WHERE campaign_id = ?", (campaign_id,))
+        if not rows:
+            return None
+        log_id, state, unobserved = rows[0]
+        return AgentSnapshot(int(log_id), str(state), None if unobserved is None
+                             else frozenset(int(n) for n in _loads(unobserved)))
 
     # -- conclusions and flags ------------------------------------------------------------
 
@@ -694,6 +681,80 @@ _BACKFILL_11: tuple[str, ...] = (
     + " FROM attempts a JOIN trials t ON t.id = a.trial_id GROUP BY t.campaign_id",
 )
 
+_OPEN = ("status IN ('running', 'cancelled') OR proposal = 0"
+         " OR (cache_of IS NOT NULL AND ended_at IS NULL)")
+"""The trials a resume rebuilds whatever its agent's snapshot says (unfinished, baseline
+runs, cache hits still waiting): a query naming this very condition reads them by the
+partial index ``trials_open``."""
+_ENDED = ("a.state IN ('succeeded', 'failed') AND a.started_at IS NOT NULL"
+          " AND a.ended_at IS NOT NULL")
+"""Attempts a duration estimate learns from (``attempts_ended`` indexes them by their end)."""
+
+
+def _seconds(row: str) -> str:
+    """The seconds attempt *row* (``NEW`` or ``OLD`` in a trigger) ran, once started and
+    ended; else 0."""
+    return (f"(CASE WHEN {row}.started_at IS NOT NULL AND {row}.ended_at IS NOT NULL"
+            f" THEN MAX({row}.ended_at - {row}.started_at, 0) ELSE 0 END)")
+
+
+def _made_dir(row: str) -> str:
+    """Whether trial *row* (``NEW`` or ``OLD``) was given a directory (not a cache hit)."""
+    return f"({row}.cache_of IS NULL AND IFNULL({row}.trial_dir, '') != '')"
+
+
+_SUMMARIES_12: tuple[str, ...] = (
+    # What a resume reads besides the trials it rebuilds, kept like schema 11's summaries:
+    # each run's attempt seconds, trials given a directory and latest wave; the trials
+    # still open; the ends of the attempts a duration estimate learns from. A resume then
+    # reads the same few rows at a million trials as at ten.
+    "ALTER TABLE agent_snapshots ADD COLUMN unobserved TEXT",
+    "ALTER TABLE run_totals ADD COLUMN attempt_s REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE run_totals ADD COLUMN trial_dirs INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE run_totals ADD COLUMN wave INTEGER NOT NULL DEFAULT 0",
+    "CREATE TRIGGER IF NOT EXISTS total_trial AFTER INSERT ON trials BEGIN"
+    " INSERT INTO run_totals(campaign_id, trial_dirs, wave)"
+    f" VALUES (NEW.campaign_id, {_made_dir('NEW')}, NEW.wave)"
+    " ON CONFLICT (campaign_id) DO UPDATE SET trial_dirs = trial_dirs + excluded.trial_dirs,"
+    " wave = MAX(wave, excluded.wave); END",
+    "CREATE TRIGGER IF NOT EXISTS total_dirs AFTER UPDATE OF cache_of, trial_dir ON trials"
+    f" WHEN {_made_dir('OLD')} IS NOT {_made_dir('NEW')} BEGIN"
+    " INSERT INTO run_totals(campaign_id, trial_dirs)"
+    f" VALUES (NEW.campaign_id, {_made_dir('NEW')} - {_made_dir('OLD')})"
+    " ON CONFLICT (campaign_id) DO UPDATE SET trial_dirs = trial_dirs + excluded.trial_dirs;"
+    " END",
+    "CREATE TRIGGER IF NOT EXISTS total_seconds AFTER UPDATE OF started_at, ended_at"
+    f" ON attempts WHEN {_seconds('OLD')} != {_seconds('NEW')} BEGIN"
+    " INSERT INTO run_totals(campaign_id, attempt_s)"
+    f" SELECT campaign_id, {_seconds('NEW')} - {_seconds('OLD')} FROM trials"
+    " WHERE id = NEW.trial_id"
+    " ON CONFLICT (campaign_id) DO UPDATE SET attempt_s = attempt_s + excluded.attempt_s; END",
+    f"CREATE INDEX IF NOT EXISTS trials_open ON trials(campaign_id) WHERE {_OPEN}",
+    "CREATE INDEX IF NOT EXISTS attempts_ended ON attempts(ended_at)"
+    f" WHERE {_ENDED.replace('a.', '')}",
+)
+"""The summaries and indexes of schema 12 (statements that hold ``;``: never split)."""
+
+_BACKFILL_12: tuple[str, ...] = (
+    "INSERT OR IGNORE INTO run_totals(campaign_id) SELECT DISTINCT campaign_id FROM trials",
+    f"UPDATE run_totals SET trial_dirs = (SELECT COUNT(*) FROM trials t WHERE"
+    f" t.campaign_id = run_totals.campaign_id AND {_made_dir('t')}),"
+    " wave = (SELECT COALESCE(MAX(wave), 0) FROM trials t"
+    " WHERE t.campaign_id = run_totals.campaign_id),"
+    f" attempt_s = (SELECT TOTAL({_seconds('a')}) FROM attempts a JOIN trials t"
+    " ON t.id = a.trial_id WHERE t.campaign_id = run_totals.campaign_id)",
+)
+
+_ADD_COLUMN = re.compile(r"ALTER TABLE (?P<table>\w+) ADD COLUMN (?P<column>\w+)")
+
+
+def _has_column(db: sqlite3.Connection, statement: str) -> bool:
+    """Whether *statement* adds a column the table has already (SQLite has no ``ADD COLUMN
+    IF NOT EXISTS``): a migration then leaves it be."""
+    added = _ADD_COLUMN.match(statement)
+    return added is not None and added["column"] in {
+        row[1] for row in db.execute(f"PRAGMA table_info({added['table']})")}
+
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: ("ALTER TABLE attempts ADD COLUMN usage TEXT",),
     4: ("ALTER TABLE attempts ADD COLUMN spend TEXT",),
@@ -711,6 +772,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         " SELECT 'attempts', COALESCE(MAX(id), 0) + 1 FROM attempts"),
     9: tuple(_NEW_TABLES_10.split(";")),
     10: (*_SUMMARIES, *_BACKFILL_11),
+    11: (*_SUMMARIES_12, *_BACKFILL_12),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
@@ -842,7 +904,10 @@ _INSERT_EVENT = "INSERT INTO events(campaign_id, trial_id, at, kind, data) VALUE
 _INSERT_AGENT_CALL = (
     "INSERT INTO agent_log(campaign_id, kind, n, proposals, in_flight) VALUES (?,?,?,?,?)"
 )
-_SNAPSHOT = "INSERT OR REPLACE INTO agent_snapshots(campaign_id, log_id, state) VALUES (?,?,?)"
+_SNAPSHOT = (
+    "INSERT OR REPLACE INTO agent_snapshots(campaign_id, log_id, state, unobserved)"
+    " VALUES (?,?,?,?)"
+)
 _END_CAMPAIGN = "UPDATE campaigns SET status=?, end_reason=?, ended_at=? WHERE id=?"
 _RUN_INSTEAD = (
     "UPDATE trials SET status=?, failure=?, message=?, cache_of=NULL, trial_dir=?, ended_at=?"
@@ -896,7 +961,7 @@ class Batch:
         self._events: list[tuple[Any, ...]] = []
         self._campaign_updates: list[tuple[Any, ...]] = []
         self._agent_log: list[tuple[Any, ...]] = []
-        self._agent_snapshots: dict[int, tuple[int, str]] = {}
+        self._agent_snapshots: dict[int, tuple[int, str, str]] = {}
         self._reruns: list[tuple[Any, ...]] = []
         self._relinks: list[tuple[Any, ...]] = []
         self._releases: list[tuple[Any, ...]] = []
@@ -1055,9 +1120,11 @@ class Batch:
         self._agent_log.append(entry)
         return len(self._agent_log) - 1
 
-    def agent_snapshot(self, *, campaign: int, state: str) -> None:
-        """The agent's state (JSON) after every agent call logged so far, the run's latest."""
-        self._agent_snapshots[campaign] = (len(self._agent_log), state)
+    def agent_snapshot(self, *, campaign: int, state: str, unobserved: Iterable[int]) -> None:
+        """The agent's state (JSON) after every agent call logged so far, the run's latest,
+        with the proposals numbered by then and not yet told back (*unobserved*)."""
+        self._agent_snapshots[campaign] = (len(self._agent_log), state,
+                                           dumps(sorted(unobserved)))
 
     def agent_slot(self) -> int:
         """Hold the place of an agent call that :meth:`agent_call` fills in later (a
@@ -1275,7 +1342,7 @@ class Store(_Summaries):
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 db.execute(statement)
-        for statement in _SUMMARIES:
+        for statement in (*_SUMMARIES, *_SUMMARIES_12):
             db.execute(statement)
         db.execute(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
@@ -1295,7 +1362,7 @@ class Store(_Summaries):
         version = int(found)
         while version != SCHEMA_VERSION:
             for statement in _MIGRATIONS[version]:
-                if statement.strip():
+                if statement.strip() and not _has_column(db, statement):
                     db.execute(statement)
             version += 1
         db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(version),))
@@ -1416,7 +1483,8 @@ class Store(_Summaries):
                     # Rows get ids one past the largest, in order: the k-th of this batch's
                     # calls is row last + k (the snapshot names the last call it covers).
                     (last,) = db.execute("SELECT COALESCE(MAX(id), 0) FROM agent_log").fetchone()
-                    db.executemany(_SNAPSHOT, [(c, last + k, state) for c, (k, state)
+                    db.executemany(_SNAPSHOT, [(c, last + k, state, unobserved)
+                                               for c, (k, state, unobserved)
                                                in batch._agent_snapshots.items()])
                 if rows:
                     db.executemany(sql, rows)
