@@ -446,6 +446,7 @@ def test_a_controller_killed_after_an_agent_snapshot_resumes_with_the_same_traje
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     for root in (reference, killed):
         root.mkdir()
+        write_plugin(root)
         (root / "campaign.toml").write_text(SNAPSHOT_CAMPAIGN)
     ref = run_dse(reference, "run", "campaign.toml", "--json", timeout=300)
     assert ref.returncode == 0, ref.stderr

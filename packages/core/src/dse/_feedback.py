@@ -26,11 +26,12 @@ SNAPSHOT_AFTER_S = 1.0
 the latest)."""
 SNAPSHOT_AFTER_CALLS = 1_000
 """Agent calls since its last snapshot after which a commit snapshots it (cheap calls)."""
-SNAPSHOT_COST_RATIO = 20.0
+SNAPSHOT_COST_RATIO = 5.0
 """A commit snapshots the agent sooner, once its calls since the last snapshot took this many
 times what taking that snapshot did: an agent that fits a model per proposal is snapshot after
-nearly every proposal (a resume then replays none of them), and snapshots cost at most a
-twentieth of the agent's own time."""
+every proposal (a resume then replays none of them: the Bayesian agent's snapshot at 1,000
+observations takes a tenth of its proposal's time), and snapshots cost at most a fifth of the
+agent's own time."""
 
 
 class Feedback:
