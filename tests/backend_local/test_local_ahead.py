@@ -1,5 +1,5 @@
 """Queued ahead on the local backend, through `dse run`: in rolling mode with an agent that
-proposes ahead (grid), the backend is handed one more round of trials than it runs and starts
+proposes ahead (grid), the backend is handed more trials than it runs (three rounds) and starts
 the next the moment a slot frees — never more than ``max_parallelism`` at once, even when it
 has more CPUs (each trial is a real process that records when it ran)."""
 
@@ -40,11 +40,11 @@ command = ["{sys.executable}", "work.py"]
 metric = "value"
 
 [space]
-x = {{ type = "int", low = 0, high = 7 }}
+x = {{ type = "int", low = 0, high = 15 }}
 '''
 
 
-def test_a_rolling_grid_queues_one_round_ahead_and_never_runs_more_than_max_parallelism(
+def test_a_rolling_grid_queues_ahead_and_never_runs_more_than_max_parallelism(
     tmp_path: Path,
 ) -> None:
     write_plugin(tmp_path)
@@ -59,8 +59,8 @@ def test_a_rolling_grid_queues_one_round_ahead_and_never_runs_more_than_max_para
     attempts = db.execute("SELECT submitted_at, started_at, ended_at FROM attempts").fetchall()
     dirs = [row[0] for row in db.execute("SELECT trial_dir FROM trials")]
     db.close()
-    assert statuses == ["completed"] * 8
-    assert len(attempts) == 8  # one attempt each: nothing ran twice
+    assert statuses == ["completed"] * 16
+    assert len(attempts) == 16  # one attempt each: nothing ran twice
 
     def running_at(t: float) -> int:
         return sum(1 for _, start, end in attempts if start <= t < end)

@@ -23,7 +23,7 @@ from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, Resources, p
 from dse_local._wrapper import encode_fields, read_small, write_atomic
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 log = logging.getLogger("dse.local")
 
@@ -32,6 +32,10 @@ EXIT_FILE = "exit.json"
 PID_FILE = "wrapper.pid"
 
 
+
+
+AHEAD_ROUNDS = 3
+"""Attempts the backend queues, in rounds of the attempts it runs at once."""
 
 
 def _write_pid_file(adir: Path, pid: int) -> int | None:
@@ -230,9 +234,10 @@ class LocalBackend(Backend):
         """At most this many attempts run at once (:meth:`limit_running`)."""
         self._running = 0
         """Attempts launched and not yet released."""
-        # One more round of attempts may wait here, started the moment a slot frees: the
-        # controller's commit of the pass is then off the path from one trial to the next.
-        self.queue_ahead = self.cpus
+        # Attempts may wait here beyond those that run (limit_running sizes how many), each
+        # started the moment a slot frees: the controller's pass is then off the path from
+        # one trial to the next.
+        self.queue_ahead = AHEAD_ROUNDS * self.cpus
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, source: str = "<campaign>") -> Self:
@@ -304,6 +309,7 @@ class LocalBackend(Backend):
 
     def limit_running(self, limit: int | None) -> None:
         self._limit = limit
+        self.queue_ahead = AHEAD_ROUNDS * (limit or self.cpus)
 
     def _launch_ready(self) -> None:
         while self._queue:
@@ -444,51 +450,13 @@ class LocalBackend(Backend):
                 lost = "the attempt never started (its controller stopped while launching it)"
                 return JobStatus(job.job_id, state, node="localhost", reason=lost,
                                  ended_at=self.clock.time())
-            if not self._session_ended(job):
+            if not _session_ended(job, self.clock.time):
                 return None
             lost = "the attempt's wrapper ended without writing exit.json"
             return JobStatus(job.job_id, state, node="localhost", reason=lost,
                              started_at=job.started_at, ended_at=self.clock.time(),
                              ambiguous=state is JobState.LOST)
         return _exit_status(job.job_id, spec, doc)
-
-    def _session_ended(self, job: _Job) -> bool:
-        """Kill what is left of the session of a wrapper that died without its exit file (an
-        OOM killer, an operator's ``kill -9``); whether none of it is left.
-
-        The wrapper is the one that ends its workload; once it is gone, nothing else would:
-        the workload would run on, unlimited and uncharged, beside the retry of its own trial
-        and write into a trial already recorded. So the attempt ends only once every process
-        of its session is gone (SIGKILL cannot be ignored, but a process in uninterruptible
-        sleep dies only when it wakes: until then the attempt stays ``running``).
-        """
-        if job.pidfd is not None:
-            os.close(job.pidfd)  # the wrapper has ended: never wait on it again
-            job.pidfd = None
-        job.pid = None
-        if job.sid is None:
-            return True
-        deadline = time.monotonic() + 1.0
-        left = _kill_session(job.sid, job.sid_ticks)
-        if left and job.orphans_since is None:
-            log.warning("attempt %s: its wrapper died without its exit file; killing what is"
-                        " left of its session (pids %s)", job.job_id, " ".join(map(str, left)))
-        while left:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
-            left = _kill_session(job.sid, job.sid_ticks)
-        if not left:
-            return True
-        now = self.clock.time()
-        if job.orphans_since is None:
-            job.orphans_since = now
-        elif now - job.orphans_since > 30.0:
-            log.warning("attempt %s: its wrapper died and %d process(es) of its session"
-                        " survive SIGKILL (pids %s)", job.job_id, len(left),
-                        " ".join(map(str, left)))
-            job.orphans_since = now
-        return False
 
     def _forget(self, job: _Job) -> None:
         self._release(job)
@@ -543,12 +511,38 @@ class LocalBackend(Backend):
             self._free_cpus -= spec.resources.cpus
 
     def _wait(self, timeout: float) -> bool:
+        """Wait for a wrapper to end. With attempts queued ahead (:meth:`limit_running`),
+        settle each end and start the next attempt in its slot at once, and wait on until
+        less than a round is left to start: the controller then takes in the ends of several
+        attempts in one pass (one commit) while the slots stay busy."""
         if any(j.final is not None or j.gone for j in self._jobs.values()):
             return True
         if not any(j.pidfd is not None for j in self._jobs.values()):
             return False
-        self._ended_fds(timeout)
-        return True
+        deadline = time.monotonic() + timeout
+        while True:
+            ready = self._ended_fds(deadline - time.monotonic())
+            if not ready or self._limit is None or len(self._queue) < self._limit:
+                return True
+            if self.interrupted_at is not None:
+                return True
+            self._settle(ready)
+            self._launch_ready()
+
+    def _settle(self, ready: set[int]) -> None:
+        """Record how the attempts whose wrappers ended (their pidfds in *ready*) ended, for
+        the next poll to report, and free their slots."""
+        for job in list(self._jobs.values()):
+            if job.final is not None or job.pidfd is None or job.pidfd not in ready:
+                continue
+            status = self._ended(job)
+            if status is None:
+                continue  # what is left of its session is still being killed
+            job.final = status
+            if job.pidfd is not None:
+                os.close(job.pidfd)
+                job.pidfd = None
+            self._release(job)
 
     def _shutdown(self) -> None:
         """Wait (up to the grace period and a margin) for cancelled attempts to end."""
@@ -564,6 +558,45 @@ class LocalBackend(Backend):
                 assert job.pid is not None
                 _kill_session(job.pid, job.ticks)
         self._server.close()
+
+
+def _session_ended(job: _Job, now: Callable[[], float]) -> bool:
+    """Kill what is left of the session of a wrapper that died without its exit file (an
+    OOM killer, an operator's ``kill -9``); whether none of it is left.
+
+    The wrapper is the one that ends its workload; once it is gone, nothing else would:
+    the workload would run on, unlimited and uncharged, beside the retry of its own trial
+    and write into a trial already recorded. So the attempt ends only once every process
+    of its session is gone (SIGKILL cannot be ignored, but a process in uninterruptible
+    sleep dies only when it wakes: until then the attempt stays ``running``).
+    """
+    if job.pidfd is not None:
+        os.close(job.pidfd)  # the wrapper has ended: never wait on it again
+        job.pidfd = None
+    job.pid = None
+    if job.sid is None:
+        return True
+    deadline = time.monotonic() + 1.0
+    left = _kill_session(job.sid, job.sid_ticks)
+    if left and job.orphans_since is None:
+        log.warning("attempt %s: its wrapper died without its exit file; killing what is"
+                    " left of its session (pids %s)", job.job_id, " ".join(map(str, left)))
+    while left:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+        left = _kill_session(job.sid, job.sid_ticks)
+    if not left:
+        return True
+    at = now()
+    if job.orphans_since is None:
+        job.orphans_since = at
+    elif at - job.orphans_since > 30.0:
+        log.warning("attempt %s: its wrapper died and %d process(es) of its session"
+                    " survive SIGKILL (pids %s)", job.job_id, len(left),
+                    " ".join(map(str, left)))
+        job.orphans_since = at
+    return False
 
 
 def _exit_status(job_id: str, spec: JobSpec, doc: Mapping[str, Any]) -> JobStatus:

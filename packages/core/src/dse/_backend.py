@@ -62,9 +62,9 @@ class Backend(ABC):
     it queues them itself and never starts more than ``max_parallelism`` at once (Slurm's
     auto-sized allocation; the local backend, told the limit by :meth:`limit_running`), so a
     freed slot takes the next attempt without waiting for the controller. The engine hands
-    over at most one round (``max_parallelism`` more) in rolling mode, for a campaign run
-    alone, when its agent proposes ahead (``proposes_ahead = True``: it does not learn from
-    results)."""
+    them over in rolling mode, for a campaign run alone, when its agent proposes ahead
+    (``proposes_ahead = True``: it does not learn from results); it reads the figure after
+    calling :meth:`limit_running`, which may size it."""
     overrun_s: float = 0.0
     """How long past its time limit an attempt may still run before the backend has ended it
     (a grace period, a scheduler's check interval). Budgets reserve it on top of the limit."""

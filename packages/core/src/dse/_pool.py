@@ -276,17 +276,16 @@ class Pool:
                 e.use_runner(_Share(self._router, backend))
 
     def _limit_backend(self, backend: Runner) -> None:
-        """Fix what each campaign hands its backend beyond what runs (:func:`ahead`, at most
-        one round of its parallelism, for a campaign alone) and tell the backend how many of
-        them it may start at once."""
+        """Tell the backend how many attempts it may start at once when a campaign alone
+        hands it more (:func:`ahead`), and fix how many more each campaign hands it."""
         limit: int | None = None
         for e in self.engines:
-            name = e.campaign.name
-            self.ahead[name] = min(ahead(e), self.parallelism[name]) if self.trivial else 0
-            if self.ahead[name]:
-                limit = self.parallelism[name]
+            if self.trivial and ahead(e):
+                limit = self.parallelism[e.campaign.name]
         if isinstance(backend, Backend):
-            backend.limit_running(limit)
+            backend.limit_running(limit)  # the backend may size its queue_ahead by it
+        for e in self.engines:
+            self.ahead[e.campaign.name] = ahead(e) if limit is not None else 0
 
     def _effective(self, engine: Engine, backend: Runner, capacity: Mapping[str, int]) -> int:
         """How many trials of *engine*'s campaign can run at once: its ``max_parallelism``,
