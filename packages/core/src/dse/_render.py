@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from dse._types import TrialStatus
 
 __all__ = [
+    "FORMATS",
     "REPORT_KEYS",
     "detail_json",
     "detail_lines",
@@ -47,6 +48,9 @@ __all__ = [
     "status_table",
     "trajectory",
 ]
+
+FORMATS = ("csv", "json", "jsonl")
+"""What ``dse export --format`` writes (:mod:`dse._export`)."""
 
 REPORT_KEYS = """\
 --json prints {"workspace": PATH, "runs": [RUN...], "objectives": [OBJECTIVE...]}.
