@@ -1,14 +1,18 @@
-"""The console every command prints through: a plain line is written as Rich would print it
-(without importing Rich for it), and user strings are never turned into markup or emoji."""
+"""The console every command prints through: a plain line, and a table of plain cells off a
+terminal, are written as Rich would print them (without importing Rich for them), and user
+strings are never turned into markup or emoji."""
 
 from __future__ import annotations
 
 import io
+import random
+import string
 
 import pytest
 from rich.console import Console as RichConsole
+from rich.table import Table
 
-from dse._terminal import Console, plain
+from dse._terminal import PIPED_WIDTH, Console, plain, plain_table
 
 LINES = [
     "",
@@ -82,3 +86,72 @@ def test_a_stream_whose_reader_is_gone_goes_quiet(capsys: pytest.CaptureFixture[
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == "still written\n"
+
+
+def rich_table(columns: list[str], rows: list[list[str]]) -> str:
+    """What the console's Rich stream prints for a default table, off a terminal."""
+    out = io.StringIO()
+    table = Table(*columns)
+    for row in rows:
+        table.add_row(*row)
+    RichConsole(file=out, markup=False, highlight=False, emoji=False, soft_wrap=True,
+                width=PIPED_WIDTH).print(table)
+    return out.getvalue()
+
+
+def random_tables(seed: int, count: int) -> list[tuple[list[str], list[list[str]]]]:
+    """Tables of 1-14 columns and 0-4 rows of printable ASCII cells (spaces at either end,
+    empty cells and punctuation among them), from narrow ones to past the width."""
+    rng = random.Random(seed)
+    alphabet = string.ascii_letters + string.digits + string.punctuation + " "
+
+    def cell() -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, rng.choice([8, 30]))))
+
+    tables = []
+    for _ in range(count):
+        n = rng.randint(1, 14)
+        tables.append(([cell() for _ in range(n)],
+                       [[cell() for _ in range(n)] for _ in range(rng.randint(0, 4))]))
+    return tables
+
+
+def test_a_table_of_plain_cells_is_laid_out_as_rich_lays_it_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    written = wider = 0
+    for columns, rows in random_tables(seed=19, count=1500):
+        text = plain_table(columns, rows)
+        if text is None:  # wider than the console: Rich wraps cells
+            wider += 1
+            widths = [max(len(c) for c in col) for col in zip(columns, *rows, strict=True)]
+            assert sum(widths) + 3 * len(widths) + 1 > PIPED_WIDTH
+            continue
+        written += 1
+        assert text == rich_table(columns, rows), (columns, rows)
+    assert written > 1000
+    assert wider > 50
+
+
+def test_a_table_at_the_width_is_written_and_past_it_left_to_rich() -> None:
+    assert plain_table(["a" * 97, "b" * 96], []) == rich_table(["a" * 97, "b" * 96], [])
+    assert plain_table(["a" * 97, "b" * 97], []) is None
+
+
+@pytest.mark.parametrize("cell", ["漢字", "é", "a\ttab", "😀"])
+def test_a_cell_not_printable_ascii_is_left_to_rich(
+    cell: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert plain_table(["name"], [[cell]]) is None
+    Console().table(["name"], [[cell]])
+    assert capsys.readouterr().out == rich_table(["name"], [[cell]])
+
+
+@pytest.mark.parametrize("variable", ["FORCE_COLOR", "TTY_COMPATIBLE"])
+def test_a_table_rich_is_told_to_style_is_left_to_rich(
+    variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(variable, "1")
+    assert plain_table(["name"], [["x"]]) is None

@@ -261,7 +261,7 @@ def _status(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         console.data(out)
     else:
-        console.out.print(status_table(out))
+        console.table(*status_table(out))
     return ExitCode.OK
 
 
@@ -304,7 +304,7 @@ def _plugins(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         console.data(rows)
     else:
-        console.out.print(plugins_table(rows))
+        console.table(*plugins_table(rows))
     return ExitCode.OK
 
 

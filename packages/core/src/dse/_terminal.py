@@ -6,10 +6,11 @@ that stream for good and the campaign goes on to its normal end, recorded as it 
 otherwise. Rich's own answer, ``SystemExit(1)`` in the middle of a pass, would end the run
 ``failed`` and cancel its trials.
 
-Every subcommand prints through it, so Rich is imported when something needs it (a table, a
-styled line, a line Rich would change: a tab, a control character), not to print plain
-lines: ``dse report`` and ``dse show`` print only those. The live view of ``dse run`` is
-:mod:`dse._console`'s.
+Every subcommand prints through it, so Rich is imported when something needs it (a styled
+line, a line Rich would change: a tab, a control character; a table on a terminal), not for
+what Rich would print as it is: plain lines (all ``dse report`` and ``dse show`` print), and
+a table of plain ASCII cells that fits the width off a terminal (``dse status | ...``), which
+is written in Rich's own layout. The live view of ``dse run`` is :mod:`dse._console`'s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import sys
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import Console as RichConsole
 
 __all__ = ["Console", "silence"]
@@ -47,6 +50,40 @@ def plain(text: str) -> bool:
     return text.isprintable() or all(line.isprintable() for line in text.split("\n"))
 
 
+PIPED_WIDTH = 200
+"""The width of stdout off a terminal: piped output is read by people and scripts alike, so
+a table is never cut to 80 columns."""
+
+_ASCII = frozenset(chr(c) for c in range(0x20, 0x7F))
+
+
+def plain_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str | None:
+    """*columns* and *rows* as Rich prints a default ``Table`` to stdout off a terminal (a
+    heavy head, a space each side of a cell, cells left-aligned), or None where Rich would
+    do more: on a terminal, or one it is told to treat as one (``FORCE_COLOR``,
+    ``TTY_COMPATIBLE``), not UTF-8 (an ASCII box), a cell not printable ASCII (its width in
+    cells), or wider than :data:`PIPED_WIDTH` (cells wrapped)."""
+    if (sys.stdout.isatty() or sys.platform == "win32"
+            or not (sys.stdout.encoding or "").lower().startswith("utf")
+            or "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ):
+        return None
+    if any(not _ASCII.issuperset(cell) for row in (columns, *rows) for cell in row):
+        return None
+    widths = [max([len(name), *(len(row[i]) for row in rows)]) for i, name in enumerate(columns)]
+    if sum(widths) + 3 * len(widths) + 1 > PIPED_WIDTH:
+        return None
+
+    def rule(left: str, middle: str, right: str, fill: str) -> str:
+        return left + middle.join(fill * (w + 2) for w in widths) + right + "\n"
+
+    def line(bar: str, cells: Sequence[str]) -> str:
+        return bar + bar.join(f" {c.ljust(w)} " for c, w in zip(cells, widths, strict=True)) \
+            + bar + "\n"
+
+    return "".join([rule("┏", "┳", "┓", "━"), line("┃", columns), rule("┡", "╇", "┩", "━"),
+                    *(line("│", row) for row in rows), rule("└", "┴", "┘", "─")])
+
+
 class Console:
     """Wraps two Rich consoles, each made on first use; user strings are never parsed as
     markup nor as emoji codes. Either goes quiet when its reader is gone (see the module's
@@ -60,8 +97,7 @@ class Console:
 
     @functools.cached_property
     def out(self) -> RichConsole:
-        # Piped output is read by people and scripts alike: never cut a table to 80 columns.
-        width = None if sys.stdout.isatty() else 200
+        width = None if sys.stdout.isatty() else PIPED_WIDTH
         return self._rich("out", sys.stdout, width)
 
     @functools.cached_property
@@ -97,6 +133,19 @@ class Console:
 
     def result(self, text: str) -> None:
         self._line("out", text)
+
+    def table(self, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        """A table on stdout: a column per name in *columns*, a row per item of *rows*."""
+        text = None if "out" in self.__dict__ else plain_table(columns, rows)
+        if text is not None:
+            self._write("out", text)
+            return
+        from rich.table import Table
+
+        table = Table(*columns)
+        for row in rows:
+            table.add_row(*row)
+        self.out.print(table)
 
     def data(self, value: Any) -> None:
         self.write(json.dumps(value, indent=2, default=str) + "\n")
