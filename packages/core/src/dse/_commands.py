@@ -232,10 +232,11 @@ def _resumable_run(
 
 def _open_target(target: str | None, workspace: Path | None) -> tuple[Store, str | None]:
     if target is not None and target.endswith(".toml"):
-        from dse._campaign import load_campaign
+        # Only its name and workspace: the record says the rest, as it ran.
+        from dse._campaignfile import campaign_place
 
-        campaign = load_campaign(target, workspace=workspace)
-        return open_existing(campaign.workspace), campaign.name
+        name, where = campaign_place(target, workspace=workspace)
+        return open_existing(where), name
     return open_existing(workspace or Path(".dse")), target
 
 
