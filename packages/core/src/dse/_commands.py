@@ -209,8 +209,8 @@ def _resumable_run(
 ) -> int | None:
     """The run of *campaign* to continue: the latest one, if it crashed or was cancelled."""
     from dse._hashing import canonical_json
-    from dse._scoring import RESOLVED_SCORER
     from dse._spec import campaign_spec
+    from dse._types import RESOLVED_SCORER
 
     row = store.find_campaign(campaign.name)
     if row is None or row.status not in (CampaignStatus.RUNNING, CampaignStatus.CANCELLED):
