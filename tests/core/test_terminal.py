@@ -122,7 +122,7 @@ def test_a_table_of_plain_cells_is_laid_out_as_rich_lays_it_out(
     monkeypatch.delenv("FORCE_COLOR", raising=False)
     monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
     written = wider = 0
-    for columns, rows in random_tables(seed=19, count=1500):
+    for columns, rows in random_tables(seed=19, count=400):
         text = plain_table(columns, rows)
         if text is None:  # wider than the console: Rich wraps cells
             wider += 1
@@ -131,7 +131,7 @@ def test_a_table_of_plain_cells_is_laid_out_as_rich_lays_it_out(
             continue
         written += 1
         assert text == rich_table(columns, rows), (columns, rows)
-    assert written > 1000
+    assert written > 250
     assert wider > 50
 
 
