@@ -119,6 +119,7 @@ class Backend(ABC):
         this backend up to :attr:`queue_ahead` attempts beyond it, else with ``None``. A
         backend whose :attr:`queue_ahead` is sized to the limit already (Slurm's allocation)
         may ignore it, as this default does."""
+        del limit  # nothing to hold: this backend queues nothing ahead by default
 
     def refuse(self, resources: Resources) -> str | None:
         """Why no job asking for *resources* can ever run here (more GPUs than there are), in
