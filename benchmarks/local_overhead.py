@@ -14,6 +14,16 @@ What is measured (one process, same machine, one run after the other):
   threads, each taking the next trial, making its directory and running the very command a
   dse trial runs (``sh -c 'true && printf ...'``, its result file included) with
   ``subprocess.run``, and nothing else: no record, no wrapper, no time limit.
+* **The controller's floor** (measured in the same run, to show what bounds dse's ``true``
+  rate on this machine): one thread doing only the file-system work the trial contract asks
+  of a controller per trial (the trial's directory and ``params.json``, the attempt's and
+  checkpoint directories) plus one durable SQLite commit per pass of P trials, starting no
+  process at all. dse's controller does this and more in one thread; where the floor is not
+  far above 0.5x the fork/exec loop, the file system and ``fsync`` leave no room for the rest.
+* **dse's trials come from the grid agent** (``dse_agents.GridAgent``, which proposes ahead):
+  in rolling mode the local backend is handed one more round of attempts than it runs
+  (``queue_ahead``) and starts the next the moment a slot frees, before the controller
+  commits the pass.
 * **CloudAI**'s standalone runner is not installable here; its figure on this class of machine
   (56.7 s for the 27 one-second trials at P = 1, from the issue) is printed as a reference.
 
@@ -36,6 +46,7 @@ import itertools
 import json
 import logging
 import math
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -46,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import dse
-from dse.testing import ScriptedAgent
+from dse_agents import GridAgent
 from dse_local import LocalBackend
 
 WORK_DIR = Path(__file__).resolve().parent / ".work"
@@ -65,13 +76,17 @@ def _grid(size: int) -> list[dict[str, Any]]:
 def run_dse(
     points: list[dict[str, Any]], sleep: float, parallelism: int, mode: str
 ) -> tuple[float, dict[str, int]]:
-    """Run *points* as real trials; return (wall seconds, trial counts by status)."""
+    """Run *points* as real trials, proposed by the grid agent (``dse_agents.GridAgent``: the
+    grid of the points' values, in their order); return (wall seconds, trial counts by
+    status)."""
     script = f"sleep {sleep} && {RESULT}" if sleep > 0 else f"true && {RESULT}"
     with tempfile.TemporaryDirectory(prefix="dse-local-", dir=WORK_DIR) as tmp:
         campaign = dse.campaign_from_dict(
             {
-                "campaign": {"name": "bench", "mode": mode, "max_parallelism": parallelism},
-                "space": {k: {"type": "int", "low": 0, "high": 1000} for k in "abc"},
+                "campaign": {"name": "bench", "mode": mode, "max_parallelism": parallelism,
+                             "max_trials": len(points)},
+                "space": {k: {"type": "int", "low": 0, "high": max(p[k] for p in points)}
+                          for k in "abc"},
                 "objectives": [{"metric": "v"}],
                 "environment": {"command": ["sh", "-c", script]},
             },
@@ -80,7 +95,7 @@ def run_dse(
         store = dse.Store(Path(tmp) / "dse.sqlite")
         backend = LocalBackend(cpus=max(parallelism, 1), gpus=0, grace=2.0)
         engine = dse.Engine(
-            campaign, agent=ScriptedAgent(points), backend=backend, store=store
+            campaign, agent=GridAgent(campaign.space), backend=backend, store=store
         )
         start = time.perf_counter()
         with backend:
@@ -128,6 +143,33 @@ def run_fork_exec(n: int, parallelism: int) -> float:
         written = len(list(Path(tmp).glob("*/result.json")))
     if failures or written != n:
         sys.exit(f"the fork/exec loop failed: {len(failures)} failures, {written}/{n} results")
+    return wall
+
+
+def run_floor(n: int, parallelism: int) -> float:
+    """What one controller thread must do per trial before any process starts, and nothing
+    else: the trial's directory, its params file, its attempt and checkpoint directories, and
+    one durable SQLite commit (WAL, ``synchronous=FULL``) of two rows per trial for every
+    *parallelism* trials (a pass); return wall seconds. No engine, no wrapper, no process."""
+    with tempfile.TemporaryDirectory(prefix="floor-local-", dir=WORK_DIR) as tmp:
+        db = sqlite3.connect(Path(tmp) / "floor.sqlite", isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("CREATE TABLE rows(id INTEGER PRIMARY KEY, trial INTEGER, doc TEXT)")
+        start = time.perf_counter()
+        for number in range(n):
+            trial_dir = Path(tmp) / f"{number:06d}"
+            trial_dir.mkdir()
+            (trial_dir / "params.json").write_bytes(b'{"a": 1, "b": 0, "c": 0}')
+            (trial_dir / "attempt-1").mkdir()
+            (trial_dir / "checkpoint").mkdir()
+            if (number + 1) % parallelism == 0 or number == n - 1:
+                db.execute("BEGIN IMMEDIATE")
+                db.executemany("INSERT INTO rows(trial, doc) VALUES (?, ?)",
+                               [(number, "{}")] * (2 * parallelism))
+                db.execute("COMMIT")
+        wall = time.perf_counter() - start
+        db.close()
     return wall
 
 
@@ -184,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"running the plain fork/exec loop: {n_true} x true at P=2 ...", file=sys.stderr)
     pfork = run_fork_exec(n_true, 2)
     rows.append(("fork/exec loop P=2 true", n_true, pfork, None))
+    print("running the controller's floor: directories, params files, commits ...",
+          file=sys.stderr)
+    pfloor = run_floor(n_true, 2)
+    rows.append(("floor: dirs+commit, no proc", n_true, pfloor, None))
 
     print("running optuna (n_jobs threads + subprocess) ...", file=sys.stderr)
     o1 = run_optuna(grid, sleep, 1)
@@ -219,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         "p3_ratio_to_ideal": round(p3 / ideal3, 4),
         "forkexec_trials_per_s": round(n_true / pfork, 1),
         "ratio_to_forkexec": round(fork_ratio, 3),
+        "floor_trials_per_s": round(n_true / pfloor, 1),
+        "floor_ratio_to_forkexec": round(pfork / pfloor, 3),
         "optuna_p1_wall_s": None if o1 is None else round(o1, 3),
         "optuna_p3_wall_s": None if o3 is None else round(o3, 3),
         "optuna_true_trials_per_s": None if otrue is None else round(n_true / otrue, 1),

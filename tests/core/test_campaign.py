@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from dse import CommandEnvironment, ConfigError, ConstraintError, Direction, load_campaign
+from dse._campaignfile import campaign_place
 from dse._protocols import TrialInfo
 
 GOOD = """
@@ -194,3 +195,50 @@ def test_objective_and_objectives_together_is_one_error(tmp_path: Path) -> None:
                         '[objective]\nmetric = "x"\n\n[[objectives]]\nmetric = "loss"', 1)
     with pytest.raises(ConfigError, match=r"give either \[objective\] or \[\[objectives\]\]"):
         load_campaign(write(tmp_path, text))
+
+
+PLACES = [
+    ("", None),
+    ('name = "other"\n', None),
+    ('workspace = "records/here"\n', None),
+    ('name = "x.y-z_1"\nworkspace = "/abs/ws"\n', None),
+    ("", "elsewhere"),
+]
+
+
+@pytest.mark.parametrize(("keys", "override"), PLACES)
+def test_the_record_of_a_campaign_file_is_found_as_load_campaign_finds_it(
+    tmp_path: Path, keys: str, override: str | None
+) -> None:
+    # `dse status/report/export FILE.toml` read only the name and the workspace.
+    path = write(tmp_path, GOOD.replace('name = "tiles"\n', keys))
+    c = load_campaign(path, workspace=override)
+    assert campaign_place(path, workspace=override) == (c.name, c.workspace)
+
+
+@pytest.mark.parametrize("text", [
+    GOOD.replace('name = "tiles"', 'name = 5'),
+    GOOD.replace('name = "tiles"', 'name = true'),
+    GOOD.replace('name = "tiles"', 'name = "../up"'),
+    GOOD.replace('name = "tiles"', 'workspace = 3'),
+    GOOD.replace("[campaign]", "campaign = 1\n[other]"),
+    "[campaign\n",
+])
+def test_a_bad_name_or_workspace_is_the_same_error_for_every_command(
+    tmp_path: Path, text: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as loading:
+        load_campaign(path)
+    with pytest.raises(ConfigError) as placing:
+        campaign_place(path)
+    assert str(placing.value) == str(loading.value)
+
+
+def test_the_record_of_a_campaign_file_is_found_whatever_its_other_keys(tmp_path: Path) -> None:
+    # The record says how each run was configured: a file edited since (here, into one
+    # `dse run` refuses) still names where its runs are.
+    path = write(tmp_path, GOOD.replace('a = { type = "int", low = 1, high = 4 }', "a = 7"))
+    with pytest.raises(ConfigError):
+        load_campaign(path)
+    assert campaign_place(path) == ("tiles", tmp_path / ".dse")

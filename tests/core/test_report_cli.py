@@ -13,7 +13,8 @@ import pytest
 from rich.console import Console as RichConsole
 
 import dse
-from dse._console import Console, LiveView
+from dse._console import LiveView
+from dse._terminal import Console
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 from support.cli import run_dse, write_plugin
 

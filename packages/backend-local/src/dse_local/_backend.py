@@ -23,7 +23,7 @@ from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, Resources, p
 from dse_local._wrapper import encode_fields, read_small, write_atomic
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 log = logging.getLogger("dse.local")
 
@@ -34,8 +34,13 @@ PID_FILE = "wrapper.pid"
 
 
 
+AHEAD_ROUNDS = 3
+"""Attempts the backend queues, in rounds of the attempts it runs at once."""
+
+
 def _write_pid_file(adir: Path, pid: int) -> int | None:
-    """Record the wrapper's pid and start time, so a later controller can find it."""
+    """Record the wrapper's pid and start time, so a later controller can find it once
+    :meth:`LocalBackend.submit` returned (the wrapper writes the same file, perhaps later)."""
     ticks = _start_ticks(pid)
     if ticks is None:
         return None  # already ended: keep the pid file the wrapper wrote itself
@@ -109,6 +114,9 @@ class _Job:
     started_at: float | None = None
     reattached: bool = False
     released: bool = False
+    request: tuple[dict[str, str], list[str]] | None = None
+    """The wrapper's environment and arguments, made when the job was submitted (its
+    directories too), so that starting it when a slot frees is one request to the server."""
     gone: bool = False
     """Its wrapper ended before it could be watched (no pidfd): the next poll reads its end,
     so a wait returns at once rather than sleeping the poll interval."""
@@ -222,6 +230,14 @@ class LocalBackend(Backend):
         self._queue: deque[_Job] = deque()
         self._free_cpus = self.cpus
         self._free_gpus = list(range(self.gpus))
+        self._limit: int | None = None
+        """At most this many attempts run at once (:meth:`limit_running`)."""
+        self._running = 0
+        """Attempts launched and not yet released."""
+        # Attempts may wait here beyond those that run (limit_running sizes how many), each
+        # started the moment a slot frees: the controller's pass is then off the path from
+        # one trial to the next.
+        self.queue_ahead = AHEAD_ROUNDS * self.cpus
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, source: str = "<campaign>") -> Self:
@@ -275,11 +291,25 @@ class LocalBackend(Backend):
                     reason=f"asks for {res.cpus} CPUs and {res.gpus} GPUs; this machine has"
                     f" {self.cpus} CPU slots and {self.gpus} GPUs",
                 )
-            else:
+            elif self._prepare(job):
                 self._queue.append(job)
             ids.append(job_id)
         self._launch_ready()
         return ids
+
+    def _prepare(self, job: _Job) -> bool:
+        """Make *job*'s directories and its wrapper's request; whether it can be started (else
+        its end is set)."""
+        made = _request(job.spec, self.grace, self._bin_dir)
+        if isinstance(made, JobStatus):
+            job.final = made
+            return False
+        job.request = made
+        return True
+
+    def limit_running(self, limit: int | None) -> None:
+        self._limit = limit
+        self.queue_ahead = AHEAD_ROUNDS * (limit or self.cpus)
 
     def _launch_ready(self) -> None:
         while self._queue:
@@ -287,7 +317,10 @@ class LocalBackend(Backend):
             res = job.spec.resources
             if res.cpus > self._free_cpus or res.gpus > len(self._free_gpus):
                 return
+            if self._limit is not None and self._running >= self._limit:
+                return
             self._queue.popleft()
+            self._running += 1
             self._free_cpus -= res.cpus
             job.gpus = tuple(self._free_gpus[: res.gpus])
             del self._free_gpus[: res.gpus]
@@ -298,41 +331,18 @@ class LocalBackend(Backend):
         if not job.launched or job.released:
             return
         job.released = True
+        self._running -= 1
         self._free_cpus += job.spec.resources.cpus
         self._free_gpus.extend(job.gpus)
         self._free_gpus.sort()
 
     def _launch(self, job: _Job) -> None:
-        spec = job.spec
-        adir = attempt_dir(spec)
-        argv = ["/bin/sh", "-c", spec.argv[0], "dse-trial"] if spec.shell else list(spec.argv)
-        if not argv:
-            job.final = JobStatus(
-                job.job_id, JobState.INVALID, node="localhost",
-                reason="the job has no command (set [environment] command)",
-            )
-            self._release(job)
-            return
-        refused = _unsafe_item(argv, spec.env)
-        if refused is not None:
-            job.final = JobStatus(job.job_id, JobState.INVALID, node="localhost", reason=refused)
-            self._release(job)
-            return
+        assert job.request is not None
+        env, args = job.request
+        job.request = None
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
         try:
-            adir.mkdir(parents=True, exist_ok=True)
-            spec.checkpoint_dir.mkdir(exist_ok=True)
-            env = dict(os.environ)
-            env.update(spec.env)
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
-            env["PATH"] = os.pathsep.join(filter(None, [self._bin_dir, env.get("PATH")]))
-            args = [
-                str(adir), repr(self.grace),
-                "" if spec.time_limit is None else repr(spec.time_limit),
-                str(adir / "stdout.log"), str(adir / "stderr.log"),
-                str(spec.cwd or spec.trial_dir), "--", *argv,
-            ]
             job.pid = job.sid = self._server.spawn(env, args)
-            job.ticks = job.sid_ticks = _write_pid_file(adir, job.pid)
         except OSError as exc:
             job.final = JobStatus(
                 job.job_id, JobState.LAUNCH_ERROR, node="localhost",
@@ -341,6 +351,11 @@ class LocalBackend(Backend):
             self._release(job)
             return
         job.started_at = self.clock.time()
+        try:
+            job.ticks = job.sid_ticks = _write_pid_file(attempt_dir(job.spec), job.pid)
+        except OSError as exc:
+            log.warning("attempt %s: cannot write its pid file: %s", job.job_id, exc)
+            job.ticks = job.sid_ticks = _start_ticks(job.pid)
         if job.ticks is None:
             # The wrapper ended before we looked (a command that fails at once): its pid
             # may already be reused, so never wait on it; the exit file tells the rest.
@@ -351,6 +366,12 @@ class LocalBackend(Backend):
             job.pidfd = os.pidfd_open(job.pid)
         except OSError:
             job.pidfd = None  # already gone: the exit file tells the rest
+            job.gone = True
+            return
+        if _start_ticks(job.pid) != job.ticks:
+            os.close(job.pidfd)  # the pid was reused between the two looks
+            job.pidfd = None
+            job.pid = None
             job.gone = True
 
     def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
@@ -429,80 +450,13 @@ class LocalBackend(Backend):
                 lost = "the attempt never started (its controller stopped while launching it)"
                 return JobStatus(job.job_id, state, node="localhost", reason=lost,
                                  ended_at=self.clock.time())
-            if not self._session_ended(job):
+            if not _session_ended(job, self.clock.time):
                 return None
             lost = "the attempt's wrapper ended without writing exit.json"
             return JobStatus(job.job_id, state, node="localhost", reason=lost,
                              started_at=job.started_at, ended_at=self.clock.time(),
                              ambiguous=state is JobState.LOST)
-        code = doc.get("exit_code")
-        sig = doc.get("signal")
-        reason: str | None = None
-        ambiguous = False
-        if doc.get("launch_error"):
-            # exec() refused the trial's own command: it would fail the same way again.
-            state = JobState.INVALID
-            reason = str(doc["launch_error"])
-        elif doc.get("cancelled"):
-            state = JobState.CANCELLED
-        elif doc.get("timed_out"):
-            state = JobState.TIMEOUT
-            reason = f"over its time limit of {spec.time_limit:g}s" if spec.time_limit else None
-        elif code == 0:
-            state = JobState.SUCCEEDED
-        elif code is not None:
-            state = JobState.FAILED
-        elif sig == signal.SIGKILL:
-            # Nobody here sent it: the OOM killer, an operator, or a dying node.
-            state = JobState.KILLED
-            ambiguous = True
-            reason = "killed by SIGKILL from outside dse"
-        else:
-            state = JobState.FAILED
-            reason = f"killed by signal {sig}"
-        return JobStatus(
-            job.job_id, state, exit_code=code, signal=sig, node="localhost",
-            started_at=doc.get("started_at"), ended_at=doc.get("ended_at"), reason=reason,
-            ambiguous=ambiguous, peak_rss_kb=doc.get("peak_rss_kb"),
-        )
-
-    def _session_ended(self, job: _Job) -> bool:
-        """Kill what is left of the session of a wrapper that died without its exit file (an
-        OOM killer, an operator's ``kill -9``); whether none of it is left.
-
-        The wrapper is the one that ends its workload; once it is gone, nothing else would:
-        the workload would run on, unlimited and uncharged, beside the retry of its own trial
-        and write into a trial already recorded. So the attempt ends only once every process
-        of its session is gone (SIGKILL cannot be ignored, but a process in uninterruptible
-        sleep dies only when it wakes: until then the attempt stays ``running``).
-        """
-        if job.pidfd is not None:
-            os.close(job.pidfd)  # the wrapper has ended: never wait on it again
-            job.pidfd = None
-        job.pid = None
-        if job.sid is None:
-            return True
-        deadline = time.monotonic() + 1.0
-        left = _kill_session(job.sid, job.sid_ticks)
-        if left and job.orphans_since is None:
-            log.warning("attempt %s: its wrapper died without its exit file; killing what is"
-                        " left of its session (pids %s)", job.job_id, " ".join(map(str, left)))
-        while left:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
-            left = _kill_session(job.sid, job.sid_ticks)
-        if not left:
-            return True
-        now = self.clock.time()
-        if job.orphans_since is None:
-            job.orphans_since = now
-        elif now - job.orphans_since > 30.0:
-            log.warning("attempt %s: its wrapper died and %d process(es) of its session"
-                        " survive SIGKILL (pids %s)", job.job_id, len(left),
-                        " ".join(map(str, left)))
-            job.orphans_since = now
-        return False
+        return _exit_status(job.job_id, spec, doc)
 
     def _forget(self, job: _Job) -> None:
         self._release(job)
@@ -550,14 +504,45 @@ class LocalBackend(Backend):
             job.ticks = ticks
             with contextlib.suppress(OSError):
                 job.pidfd = os.pidfd_open(pid)
+            # Still running: it holds its CPUs (not its GPUs, which it names itself) until
+            # it ends, so what this backend starts next stays within the limit.
+            job.launched = True
+            self._running += 1
+            self._free_cpus -= spec.resources.cpus
 
     def _wait(self, timeout: float) -> bool:
+        """Wait for a wrapper to end. With attempts queued ahead (:meth:`limit_running`),
+        settle each end and start the next attempt in its slot at once, and wait on until
+        less than a round is left to start: the controller then takes in the ends of several
+        attempts in one pass (one commit) while the slots stay busy."""
         if any(j.final is not None or j.gone for j in self._jobs.values()):
             return True
         if not any(j.pidfd is not None for j in self._jobs.values()):
             return False
-        self._ended_fds(timeout)
-        return True
+        deadline = time.monotonic() + timeout
+        while True:
+            ready = self._ended_fds(deadline - time.monotonic())
+            if not ready or self._limit is None or len(self._queue) < self._limit:
+                return True
+            if self.interrupted_at is not None:
+                return True
+            self._settle(ready)
+            self._launch_ready()
+
+    def _settle(self, ready: set[int]) -> None:
+        """Record how the attempts whose wrappers ended (their pidfds in *ready*) ended, for
+        the next poll to report, and free their slots."""
+        for job in list(self._jobs.values()):
+            if job.final is not None or job.pidfd is None or job.pidfd not in ready:
+                continue
+            status = self._ended(job)
+            if status is None:
+                continue  # what is left of its session is still being killed
+            job.final = status
+            if job.pidfd is not None:
+                os.close(job.pidfd)
+                job.pidfd = None
+            self._release(job)
 
     def _shutdown(self) -> None:
         """Wait (up to the grace period and a margin) for cancelled attempts to end."""
@@ -573,6 +558,110 @@ class LocalBackend(Backend):
                 assert job.pid is not None
                 _kill_session(job.pid, job.ticks)
         self._server.close()
+
+
+def _session_ended(job: _Job, now: Callable[[], float]) -> bool:
+    """Kill what is left of the session of a wrapper that died without its exit file (an
+    OOM killer, an operator's ``kill -9``); whether none of it is left.
+
+    The wrapper is the one that ends its workload; once it is gone, nothing else would:
+    the workload would run on, unlimited and uncharged, beside the retry of its own trial
+    and write into a trial already recorded. So the attempt ends only once every process
+    of its session is gone (SIGKILL cannot be ignored, but a process in uninterruptible
+    sleep dies only when it wakes: until then the attempt stays ``running``).
+    """
+    if job.pidfd is not None:
+        os.close(job.pidfd)  # the wrapper has ended: never wait on it again
+        job.pidfd = None
+    job.pid = None
+    if job.sid is None:
+        return True
+    deadline = time.monotonic() + 1.0
+    left = _kill_session(job.sid, job.sid_ticks)
+    if left and job.orphans_since is None:
+        log.warning("attempt %s: its wrapper died without its exit file; killing what is"
+                    " left of its session (pids %s)", job.job_id, " ".join(map(str, left)))
+    while left:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+        left = _kill_session(job.sid, job.sid_ticks)
+    if not left:
+        return True
+    at = now()
+    if job.orphans_since is None:
+        job.orphans_since = at
+    elif at - job.orphans_since > 30.0:
+        log.warning("attempt %s: its wrapper died and %d process(es) of its session"
+                    " survive SIGKILL (pids %s)", job.job_id, len(left),
+                    " ".join(map(str, left)))
+        job.orphans_since = at
+    return False
+
+
+def _exit_status(job_id: str, spec: JobSpec, doc: Mapping[str, Any]) -> JobStatus:
+    """How an attempt ended, from the exit file its wrapper wrote (*doc*)."""
+    code = doc.get("exit_code")
+    sig = doc.get("signal")
+    reason: str | None = None
+    ambiguous = False
+    if doc.get("launch_error"):
+        # exec() refused the trial's own command: it would fail the same way again.
+        state = JobState.INVALID
+        reason = str(doc["launch_error"])
+    elif doc.get("cancelled"):
+        state = JobState.CANCELLED
+    elif doc.get("timed_out"):
+        state = JobState.TIMEOUT
+        reason = f"over its time limit of {spec.time_limit:g}s" if spec.time_limit else None
+    elif code == 0:
+        state = JobState.SUCCEEDED
+    elif code is not None:
+        state = JobState.FAILED
+    elif sig == signal.SIGKILL:
+        # Nobody here sent it: the OOM killer, an operator, or a dying node.
+        state = JobState.KILLED
+        ambiguous = True
+        reason = "killed by SIGKILL from outside dse"
+    else:
+        state = JobState.FAILED
+        reason = f"killed by signal {sig}"
+    return JobStatus(
+        job_id, state, exit_code=code, signal=sig, node="localhost",
+        started_at=doc.get("started_at"), ended_at=doc.get("ended_at"), reason=reason,
+        ambiguous=ambiguous, peak_rss_kb=doc.get("peak_rss_kb"),
+    )
+
+
+def _request(
+    spec: JobSpec, grace: float, bin_dir: str
+) -> tuple[dict[str, str], list[str]] | JobStatus:
+    """The environment and arguments of *spec*'s wrapper, its directories made; or why it
+    cannot start."""
+    job_id = f"{spec.trial_id}.{spec.attempt}"
+    adir = attempt_dir(spec)
+    argv = ["/bin/sh", "-c", spec.argv[0], "dse-trial"] if spec.shell else list(spec.argv)
+    if not argv:
+        return JobStatus(job_id, JobState.INVALID, node="localhost",
+                         reason="the job has no command (set [environment] command)")
+    refused = _unsafe_item(argv, spec.env)
+    if refused is not None:
+        return JobStatus(job_id, JobState.INVALID, node="localhost", reason=refused)
+    try:
+        adir.mkdir(parents=True, exist_ok=True)
+        spec.checkpoint_dir.mkdir(exist_ok=True)
+    except OSError as exc:
+        return JobStatus(job_id, JobState.LAUNCH_ERROR, node="localhost",
+                         reason=f"{type(exc).__name__}: {exc}")
+    env = dict(os.environ)
+    env.update(spec.env)
+    env["PATH"] = os.pathsep.join(filter(None, [bin_dir, env.get("PATH")]))
+    args = [
+        str(adir), repr(grace), "" if spec.time_limit is None else repr(spec.time_limit),
+        str(adir / "stdout.log"), str(adir / "stderr.log"), str(spec.cwd or spec.trial_dir),
+        "--", *argv,
+    ]
+    return env, args
 
 
 def _unsafe_item(argv: Sequence[str], env: Mapping[str, str]) -> str | None:

@@ -214,15 +214,33 @@ def _write_pid_file(attempt_dir: str) -> None:
     write_atomic(os.path.join(attempt_dir, "wrapper.pid"), b"%d %s\n" % (pid, ticks.encode()))
 
 
+_PRCTL: list[object] = []
+"""The C ``prctl`` and the module that calls it, once found (the wrapper server finds them
+before it forks: every wrapper then has them without importing or looking up anything)."""
+
+
+def _find_prctl() -> bool:
+    """Find ``prctl`` through the C layer of ctypes (importing `ctypes` itself costs
+    milliseconds); whether it could be found."""
+    if not _PRCTL:
+        try:
+            import _ctypes
+
+            prctl = _ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl")  # type: ignore[arg-type]
+        except (ImportError, OSError, AttributeError):
+            return False
+        _PRCTL.extend((_ctypes, prctl))
+    return True
+
+
 def _prctl(option: int, arg: int) -> bool:
     """``prctl(option, arg)``; whether it could be called."""
-    # prctl through the C layer of ctypes: importing `ctypes` itself costs milliseconds.
+    if not _find_prctl():
+        return False
+    module, prctl = _PRCTL
     try:
-        import _ctypes
-
-        prctl = _ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl")  # type: ignore[arg-type]
-        _ctypes.call_function(prctl, (option, arg, 0, 0, 0))
-    except (ImportError, OSError, AttributeError):
+        module.call_function(prctl, (option, arg, 0, 0, 0))  # type: ignore[attr-defined]
+    except OSError:
         return False
     return True
 
@@ -426,6 +444,7 @@ def serve() -> int:
     # handlers then waits for them instead of killing it without an exit file.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps ended wrappers
+    _find_prctl()  # once, for every wrapper forked from here
     buffer = b""
     while True:
         chunk = os.read(0, 65536)

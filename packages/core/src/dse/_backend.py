@@ -60,9 +60,11 @@ class Backend(ABC):
     queue_ahead: int = 0
     """How many attempts beyond the campaign's ``max_parallelism`` the backend may be handed:
     it queues them itself and never starts more than ``max_parallelism`` at once (Slurm's
-    auto-sized allocation), so a freed slot takes the next attempt without waiting for the
-    controller. The engine hands them over in rolling mode, for a campaign run alone, when its
-    agent proposes ahead (``proposes_ahead = True``: it does not learn from results)."""
+    auto-sized allocation; the local backend, told the limit by :meth:`limit_running`), so a
+    freed slot takes the next attempt without waiting for the controller. The engine hands
+    them over in rolling mode, for a campaign run alone, when its agent proposes ahead
+    (``proposes_ahead = True``: it does not learn from results); it reads the figure after
+    calling :meth:`limit_running`, which may size it."""
     overrun_s: float = 0.0
     """How long past its time limit an attempt may still run before the backend has ended it
     (a grace period, a scheduler's check interval). Budgets reserve it on top of the limit."""
@@ -110,6 +112,14 @@ class Backend(ABC):
         one by default. A backend with several modes (Slurm's ``mode = "auto"``) returns the
         one that fits. Called once, when the campaign is built, before anything runs."""
         return self
+
+    def limit_running(self, limit: int | None) -> None:
+        """Start at most *limit* jobs at once (``None``: as many as the backend holds room
+        for). The pool calls it once before anything runs: with the limit when it will hand
+        this backend up to :attr:`queue_ahead` attempts beyond it, else with ``None``. A
+        backend whose :attr:`queue_ahead` is sized to the limit already (Slurm's allocation)
+        may ignore it, as this default does."""
+        del limit  # nothing to hold: this backend queues nothing ahead by default
 
     def refuse(self, resources: Resources) -> str | None:
         """Why no job asking for *resources* can ever run here (more GPUs than there are), in

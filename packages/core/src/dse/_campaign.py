@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from dse._budget import Budget, Price, parse_budget
+from dse._campaignfile import check_name, read_campaign_file
 from dse._code import detect_code_version
 from dse._constraints import (
     Constraint,
@@ -31,7 +31,6 @@ from dse._units import parse_duration
 Mode = Literal["waves", "rolling"]
 _PARAM_REF = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """``"{name}"``: a setting taken from each trial's param *name*."""
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,16 +148,6 @@ class Campaign:
             raise ConfigError(f"{where}: campaign.lookahead: expected >= 0")
         if self.max_consecutive_rejections < 1:
             raise ConfigError(f"{where}: campaign.max_consecutive_rejections: expected >= 1")
-
-
-def check_name(name: object, where: str) -> str:
-    """Refuse a campaign name that could escape its directory (``../x``, ``a/b``)."""
-    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
-        raise ConfigError(
-            f"{where}: {name!r} is not a valid campaign name; expected 1-100 letters, digits,"
-            " '.', '_' or '-' (no '/', no '..')"
-        )
-    return name
 
 
 class _Table:
@@ -379,20 +368,7 @@ def load_campaign(path: str | Path, *, workspace: str | Path | None = None) -> C
     :param workspace: override of ``campaign.workspace`` (default ``.dse`` beside the file).
     """
     path = Path(path)
-    source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot read the campaign file ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        line = exc.object[:exc.start].count(b"\n") + 1
-        msg = (f"{source}: line {line}: byte 0x{exc.object[exc.start]:02x} is not UTF-8; a"
-               " campaign file is UTF-8 TOML")
-        raise ConfigError(msg) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: malformed TOML: {exc}") from None
+    data = read_campaign_file(path)
     return campaign_from_dict(data, source=path, workspace=workspace)
 
 

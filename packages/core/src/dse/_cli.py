@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dse._commands import COMMANDS
-from dse._console import Console
 from dse._errors import DseError, ExitCode, StorageError
-from dse._export import FORMATS
-from dse._render import REPORT_KEYS
+from dse._render import FORMATS, REPORT_KEYS
+from dse._terminal import Console
 from dse._version import __version__
 
 if TYPE_CHECKING:

@@ -1,6 +1,11 @@
 """The ``dse`` subcommands: each reads its arguments, does the work through the engine and
 the store, and hands the values to :mod:`dse._render` (or :mod:`dse._show`, :mod:`dse._html`)
-to print. :data:`COMMANDS` is what :mod:`dse._cli` dispatches to."""
+to print. :data:`COMMANDS` is what :mod:`dse._cli` dispatches to.
+
+A module only one subcommand uses is imported by its handler: every ``dse`` command imports
+this module, and ``dse status`` should not pay for ``dse show``'s (nor the engine ``dse run``
+alone imports).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dse._errors import ConfigError, ExitCode
-from dse._export import export_text
 from dse._render import (
     detail_lines,
     outcome_json,
@@ -24,22 +28,20 @@ from dse._render import (
     status_entry,
     status_table,
 )
-from dse._report import rollup_by_objective, run_detail, summarize
-from dse._show import record_lines, trial_records
 from dse._store import Store, TrialSelection, open_existing, workspace_db
 from dse._types import CampaignStatus, FailureClass
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from types import FrameType
 
     from dse._campaign import Campaign
-    from dse._console import Console
     from dse._engine import Engine
     from dse._outcome import CampaignResult
     from dse._pool import PoolConfig
     from dse._report import RunDetail
+    from dse._terminal import Console
 
 __all__ = ["COMMANDS"]
 
@@ -128,8 +130,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             finally:
                 assert backend is not None
                 backend.shutdown(wait=not any(e.abandoned for e in engines))
-            details = [run_detail(stores[c.workspace], r.campaign_id)
-                       for c, r in zip(campaigns, results, strict=True)]
+            details = _details(stores, campaigns, results)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -140,6 +141,15 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     if any(r.status == "cancelled" for r in results):
         return ExitCode.INTERRUPTED
     return ExitCode.OK
+
+
+def _details(stores: Mapping[Path, Store], campaigns: Sequence[Campaign],
+             results: Sequence[CampaignResult]) -> list[RunDetail]:
+    """What ``dse report`` says of each run just ended."""
+    from dse._report import run_detail
+
+    return [run_detail(stores[c.workspace], r.campaign_id)
+            for c, r in zip(campaigns, results, strict=True)]
 
 
 def _one_backend(campaigns: Sequence[Campaign]) -> None:
@@ -199,8 +209,8 @@ def _resumable_run(
 ) -> int | None:
     """The run of *campaign* to continue: the latest one, if it crashed or was cancelled."""
     from dse._hashing import canonical_json
-    from dse._scoring import RESOLVED_SCORER
     from dse._spec import campaign_spec
+    from dse._types import RESOLVED_SCORER
 
     row = store.find_campaign(campaign.name)
     if row is None or row.status not in (CampaignStatus.RUNNING, CampaignStatus.CANCELLED):
@@ -222,10 +232,11 @@ def _resumable_run(
 
 def _open_target(target: str | None, workspace: Path | None) -> tuple[Store, str | None]:
     if target is not None and target.endswith(".toml"):
-        from dse._campaign import load_campaign
+        # Only its name and workspace: the record says the rest, as it ran.
+        from dse._campaignfile import campaign_place
 
-        campaign = load_campaign(target, workspace=workspace)
-        return open_existing(campaign.workspace), campaign.name
+        name, where = campaign_place(target, workspace=workspace)
+        return open_existing(where), name
     return open_existing(workspace or Path(".dse")), target
 
 
@@ -239,6 +250,8 @@ def _selected_runs(store: Store, name: str | None) -> list[int]:
 
 
 def _status(args: argparse.Namespace, console: Console) -> int:
+    from dse._report import summarize
+
     store, name = _open_target(args.target, args.workspace)
     runs = {r.id: r for r in store.campaigns()}
     now = time.time()
@@ -249,11 +262,13 @@ def _status(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         console.data(out)
     else:
-        console.out.print(status_table(out))
+        console.table(*status_table(out))
     return ExitCode.OK
 
 
 def _report(args: argparse.Namespace, console: Console) -> int:
+    from dse._report import rollup_by_objective, run_detail
+
     store, name = _open_target(args.target, args.workspace)
     now = time.time()
     every = {r.id: run_detail(store, r.id, now=now) for r in store.campaigns()}
@@ -290,11 +305,13 @@ def _plugins(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         console.data(rows)
     else:
-        console.out.print(plugins_table(rows))
+        console.table(*plugins_table(rows))
     return ExitCode.OK
 
 
 def _show(args: argparse.Namespace, console: Console) -> int:
+    from dse._show import record_lines, trial_records
+
     store = open_existing(args.workspace or Path(".dse"))
     try:
         run, trial = store.find_trial(args.trial)
@@ -367,6 +384,8 @@ def _invalidation_target(args: argparse.Namespace) -> tuple[str, str, TrialSelec
 
 
 def _export(args: argparse.Namespace, console: Console) -> int:
+    from dse._export import export_text
+
     store, name = _open_target(args.target, args.workspace)
     assert name is not None
     run = store.find_campaign(name)

@@ -1,21 +1,13 @@
-"""The one object that owns the terminal: status to stderr, results to stdout.
+"""The live view of ``dse run``: a Rich live table on a terminal, plain lines otherwise.
 
-Output is optional: when the reader of stdout or stderr goes away (``dse run | head -3``, a
-closed terminal pipe), writing there fails with ``EPIPE``; the console then goes quiet on
-that stream for good and the campaign goes on to its normal end, recorded as it would be
-otherwise. Rich's own answer, ``SystemExit(1)`` in the middle of a pass, would end the run
-``failed`` and cancel its trials.
+It prints through :class:`dse._terminal.Console`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 import time
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console as RichConsole
 from rich.console import Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
@@ -29,71 +21,7 @@ from dse._types import TrialStatus
 if TYPE_CHECKING:
     from dse._engine import Engine
     from dse._outcome import CampaignResult
-
-
-def silence(stream: IO[str]) -> None:
-    """Point *stream*'s file descriptor at ``/dev/null``, its reader being gone: every later
-    write to it (a warning logged, the interpreter's last flush at exit) succeeds unread
-    instead of failing again."""
-    try:
-        fd = stream.fileno()
-    except (OSError, ValueError):
-        return  # not a file (a test's StringIO): nothing outlives this process
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)
-
-
-class _Stream(RichConsole):
-    """A Rich console that goes quiet when its reader is gone."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        silence(self.file)
-
-
-class Console:
-    """Wraps two Rich consoles; user strings are never parsed as markup. Either goes quiet
-    when its reader is gone (see the module's docstring)."""
-
-    def __init__(self, *, json_output: bool = False) -> None:
-        # Piped output is read by people and scripts alike: never cut a table to 80 columns.
-        width = None if sys.stdout.isatty() else 200
-        self.out: RichConsole = _Stream(
-            file=sys.stdout, markup=False, highlight=False, soft_wrap=True, width=width
-        )
-        self.err: RichConsole = _Stream(
-            file=sys.stderr, markup=False, highlight=False, soft_wrap=True
-        )
-        self.json_output = json_output
-
-    @property
-    def interactive(self) -> bool:
-        return self.out.is_terminal and self.err.is_terminal
-
-    def status(self, message: str) -> None:
-        self.err.print(message)
-
-    def error(self, message: str) -> None:
-        self.err.print(Text(f"dse: error: {message}", style="bold red"))
-
-    def result(self, text: str) -> None:
-        self.out.print(text)
-
-    def data(self, value: Any) -> None:
-        self.write(json.dumps(value, indent=2, default=str) + "\n")
-
-    def write(self, text: str) -> None:
-        """*text* to stdout as it is (JSON, CSV): no Rich rendering, nothing wrapped."""
-        if self.out.quiet:
-            return
-        try:
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        except BrokenPipeError:
-            self.out.on_broken_pipe()
+    from dse._terminal import Console
 
 
 def budget_bar(spent: float, reserved: float, ceiling: float, width: int = 30) -> Text:

@@ -7,17 +7,16 @@ import hashlib
 import json
 import math
 import os
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dse._errors import ConfigError
+from dse._template import PLACEHOLDER, substitute
 from dse._trialfile import UnsafeTrialFile, read_trial_file, write_trial_file
 from dse._types import Evaluation, FailureClass, JobSpec, JobStatus, Objective, finite_float
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from pathlib import Path
 
     from dse._campaign import EnvironmentConfig
@@ -25,27 +24,9 @@ if TYPE_CHECKING:
 
 RESULT_FILE = "result.json"
 PARAMS_FILE = "params.json"
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TRIAL_VARS = ("trial_id", "trial_dir", "attempt", "checkpoint_dir", "params_file")
 _ABSENT: Any = object()
 _LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")
-
-
-def _render(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def substitute(
-    item: str, values: Mapping[str, Any], quote: Callable[[str], str] = str
-) -> str:
-    """One item of a command template with each ``{name}`` replaced by ``values[name]``
-    (a boolean as ``true``/``false``), passed through *quote*.
-
-    :raises KeyError: a placeholder names nothing in *values*.
-    """
-    return _PLACEHOLDER.sub(lambda m: quote(_render(values[m.group(1)])), item)
 
 
 class CommandEnvironment:
@@ -68,7 +49,7 @@ class CommandEnvironment:
         self.objectives = tuple(objectives)
         allowed = set(param_names) | set(_TRIAL_VARS)
         for item in config.command:
-            for name in _PLACEHOLDER.findall(item):
+            for name in PLACEHOLDER.findall(item):
                 if name not in allowed:
                     msg = (
                         f"{source}: environment.command: placeholder {{{name}}} is neither a"

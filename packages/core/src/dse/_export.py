@@ -22,18 +22,15 @@ if TYPE_CHECKING:
     from dse._records import CampaignRun
     from dse._store import Store
 
-__all__ = ["FORMATS", "export_text"]
-
-FORMATS = ("csv", "json", "jsonl")
-"""What ``dse export --format`` writes."""
+__all__ = ["export_text"]
 
 CSV_COLUMNS = ("step", "action", "reward", "observation", "status", "failure", "config_hash",
                "cache_of", "valid")
 
 
 def export_text(store: Store, run: CampaignRun, fmt: str, page: int = 1000) -> Iterator[str]:
-    """The export of *run* in format *fmt* (one of :data:`FORMATS`), as pieces of text to
-    write in order (each piece a page of trials at most)."""
+    """The export of *run* in format *fmt* (one of :data:`dse._render.FORMATS`), as pieces
+    of text to write in order (each piece a page of trials at most)."""
     if fmt == "csv":
         return _csv(store, run, page)
     if fmt == "jsonl":

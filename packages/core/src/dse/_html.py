@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from dse._errors import DseError
 from dse._render import detail_lines, rollup_line
 from dse._report import invalid_trials, rollup_by_objective, run_detail
-from dse._scoring import RESOLVED_SCORER
+from dse._types import RESOLVED_SCORER
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence

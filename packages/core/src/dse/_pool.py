@@ -219,6 +219,9 @@ class Pool:
         """The use of each campaign when the contest ended (all but one campaign had)."""
         self.backend: Runner | None = None
         self._router: _Router | None = None
+        self.ahead: dict[str, int] = {}
+        """How many attempts of each campaign its backend queues beyond those it runs
+        (:func:`ahead`), by name (set by :meth:`start`)."""
         self.parallelism: dict[str, int] = {}
         """How many trials of each campaign can run at once (its ``max_parallelism``, or
         fewer when the backend or the pool holds fewer), by name (set by :meth:`start`)."""
@@ -266,10 +269,23 @@ class Pool:
             )
         for e in engines:
             self.parallelism[e.campaign.name] = self._effective(e, backend, capacity)
+        self._limit_backend(backend)
         if len(engines) > 1:
             self._router = _Router(backend)
             for e in engines:
                 e.use_runner(_Share(self._router, backend))
+
+    def _limit_backend(self, backend: Runner) -> None:
+        """Tell the backend how many attempts it may start at once when a campaign alone
+        hands it more (:func:`ahead`), and fix how many more each campaign hands it."""
+        limit: int | None = None
+        for e in self.engines:
+            if self.trivial and ahead(e):
+                limit = self.parallelism[e.campaign.name]
+        if isinstance(backend, Backend):
+            backend.limit_running(limit)  # the backend may size its queue_ahead by it
+        for e in self.engines:
+            self.ahead[e.campaign.name] = ahead(e) if limit is not None else 0
 
     def _effective(self, engine: Engine, backend: Runner, capacity: Mapping[str, int]) -> int:
         """How many trials of *engine*'s campaign can run at once: its ``max_parallelism``,
@@ -321,7 +337,7 @@ class Pool:
         queued = len(table.queued) + len(table.retries)
         cap = campaign.max_parallelism + campaign.lookahead - len(table.running) - queued
         if self.trivial:
-            return cap + ahead(engine)  # the backend queues those itself
+            return cap + self.ahead.get(campaign.name, 0)  # the backend queues those itself
         size = size_of(_smallest(engine), self.config.capacity)
         free = self._free()
         fit = min((free.get(k, 0) // v for k, v in size.items() if v > 0), default=cap)

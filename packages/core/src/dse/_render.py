@@ -16,8 +16,6 @@ from dse._types import CampaignStatus
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-    from rich.table import Table
-
     from dse._budget import Spend
     from dse._campaign import Campaign
     from dse._outcome import CampaignResult
@@ -27,6 +25,7 @@ if TYPE_CHECKING:
     from dse._types import TrialStatus
 
 __all__ = [
+    "FORMATS",
     "REPORT_KEYS",
     "detail_json",
     "detail_lines",
@@ -47,6 +46,16 @@ __all__ = [
     "status_table",
     "trajectory",
 ]
+
+FORMATS = ("csv", "json", "jsonl")
+"""What ``dse export --format`` writes (:mod:`dse._export`)."""
+
+Table = tuple[tuple[str, ...], list[list[str]]]
+"""A table for people: its column names and its rows of cells (printed by
+:meth:`dse._terminal.Console.table`)."""
+
+STATUS_COLUMNS = ("run", "campaign", "status", "trials", "completed", "failed", "cached",
+                  "running", "trials/h", "results/h", "cost/result", "spent", "agent", "backend")
 
 REPORT_KEYS = """\
 --json prints {"workspace": PATH, "runs": [RUN...], "objectives": [OBJECTIVE...]}.
@@ -431,23 +440,19 @@ def status_entry(run: CampaignRun, summary: RunSummary,
 
 
 def status_table(entries: Iterable[Mapping[str, Any]]) -> Table:
-    """``dse status`` for people: one row per :func:`status_entry`."""
-    from rich.table import Table
-
-    table = Table("run", "campaign", "status", "trials", "completed", "failed", "cached",
-                  "running", "trials/h", "results/h", "cost/result", "spent", "agent",
-                  "backend")
+    """``dse status`` for people: its columns, and one row per :func:`status_entry`."""
+    rows = []
     for item in entries:
         cost = item["cost_per_effective"]
-        table.add_row(
+        rows.append([
             str(item["run"]), item["name"], f"{item['status']} ({item['end_reason'] or '-'})",
             str(item["trials"]), str(item.get("completed", 0)), str(item.get("failed", 0)),
             str(item.get("cached", 0)), str(item.get("running", 0)),
             rate_text(item["throughput_per_h"]), rate_text(item["effective_per_h"]),
             "-" if cost is None else f"{money_text(cost)} {item['currency']}",
             f"{money_text(item['spent'])} {item['currency']}", item["agent"], item["backend"],
-        )
-    return table
+        ])
+    return STATUS_COLUMNS, rows
 
 
 def plugin_rows(plugins: PluginManager) -> list[dict[str, Any]]:
@@ -465,14 +470,12 @@ def plugin_rows(plugins: PluginManager) -> list[dict[str, Any]]:
 
 
 def plugins_table(rows: Iterable[Mapping[str, Any]]) -> Table:
-    """``dse plugins`` for people."""
-    from rich.table import Table
-
-    table = Table("name", "kind", "version", "distribution")
-    for row in rows:
-        table.add_row(row["name"], row["kind"], row["version"],
-                      f"{row['distribution']} {row['distribution_version']}")
-    return table
+    """``dse plugins`` for people: its columns and rows."""
+    return ("name", "kind", "version", "distribution"), [
+        [row["name"], row["kind"], row["version"],
+         f"{row['distribution']} {row['distribution_version']}"]
+        for row in rows
+    ]
 
 
 # -- `dse export` and `dse invalidate` ---------------------------------------------------------

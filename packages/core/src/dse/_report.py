@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse._budget import Spend
 from dse._errors import DseError
-from dse._scoring import RESOLVED_SCORER
-from dse._types import TrialStatus
+from dse._types import RESOLVED_SCORER, TrialStatus
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -35,11 +35,8 @@ if TYPE_CHECKING:
     from dse._campaign import Campaign
     from dse._plugins import PluginManager
 
-RESOLVED_SCORER = "scorer_resolved"
-"""Key of a run's stored spec naming the scorer that ran: name, version, direction."""
 
 __all__ = [
-    "RESOLVED_SCORER",
     "DefaultScorer",
     "FunctionScorer",
     "RatioScorer",

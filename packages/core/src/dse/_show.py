@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dse._budget import Spend
-from dse._environment import substitute
 from dse._render import duration_text, hours_text, money_text
-from dse._scoring import RESOLVED_SCORER
+from dse._template import substitute
+from dse._types import RESOLVED_SCORER
 from dse._version import __version__
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dse._scoring import RESOLVED_SCORER
+from dse._types import RESOLVED_SCORER
 
 if TYPE_CHECKING:
     from dse._campaign import Campaign

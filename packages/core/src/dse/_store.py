@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from dse._budget import Spend
 from dse._errors import ConfigError, StorageError, StoreError
-from dse._lock import lock_held
 from dse._records import (
     AgentCall,
     AgentSnapshot,
@@ -1627,6 +1626,9 @@ class Store(_Summaries):
         of *campaign* itself (whose own table knows better: that trial has ended) — until the
         transaction that records the trial's end (or :meth:`Batch.release_claim`).
         """
+        # Only a run claims: the commands that read the record never import the lock module.
+        from dse._lock import lock_held
+
         self._claiming = True
         out: dict[str, Claim] = {}
         db = self._db

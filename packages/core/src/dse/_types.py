@@ -11,6 +11,10 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
+RESOLVED_SCORER = "scorer_resolved"
+"""Key of a run's stored spec naming the scorer that ran: name, version, direction (written
+by :mod:`dse._spec`, read by ``dse report`` and ``dse show``)."""
+
 
 class Direction(enum.Enum):
     """Whether an objective metric is better low or high."""

@@ -1,0 +1,74 @@
+"""Reading a campaign file (UTF-8 TOML), and the two keys that say where its record is.
+
+``dse status``, ``report`` and ``export`` given a campaign file need only its name and its
+workspace: they read those here, without validating (nor importing what validates) the rest
+of the campaign, which :func:`dse._campaign.load_campaign` does for ``dse run``.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from dse._errors import ConfigError
+
+__all__ = ["campaign_place", "check_name", "read_campaign_file"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+def check_name(name: object, where: str) -> str:
+    """Refuse a campaign name that could escape its directory (``../x``, ``a/b``)."""
+    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+        raise ConfigError(
+            f"{where}: {name!r} is not a valid campaign name; expected 1-100 letters, digits,"
+            " '.', '_' or '-' (no '/', no '..')"
+        )
+    return name
+
+
+def read_campaign_file(path: Path) -> dict[str, Any]:
+    """The parsed contents of the campaign file *path*.
+
+    :raises ConfigError: it cannot be read, is not UTF-8 or is not TOML (the file named).
+    """
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the campaign file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        msg = (f"{source}: line {line}: byte 0x{exc.object[exc.start]:02x} is not UTF-8; a"
+               " campaign file is UTF-8 TOML")
+        raise ConfigError(msg) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: malformed TOML: {exc}") from None
+
+
+def campaign_place(path: str | Path, *, workspace: str | Path | None = None) -> tuple[str, Path]:
+    """The campaign name and the workspace of the campaign file *path*, as
+    :func:`dse._campaign.load_campaign` resolves them (the name defaults to the file's stem,
+    the workspace to ``.dse`` beside the file; *workspace* overrides it), with the same
+    errors about those keys; the rest of the file is not read."""
+    path = Path(path)
+    data = read_campaign_file(path)
+    top = _entry(data, "campaign", dict, "a table", {}, f"{path}: ")
+    where = f"{path}: campaign."
+    name = _entry(top, "name", str, "a campaign name", path.stem, where)
+    check_name(name, f"{path}: campaign.name")
+    ws = _entry(top, "workspace", str, "a directory path", ".dse", where)
+    # Absolute, as load_campaign makes it.
+    return name, (Path(workspace) if workspace is not None else path.parent / ws).resolve()
+
+
+def _entry(table: dict[str, Any], key: str, kind: type, expected: str, default: Any,
+           prefix: str) -> Any:
+    value = table.get(key, default)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ConfigError(f"{prefix}{key}: expected {expected}, got {value!r}")
+    return value

@@ -1,0 +1,174 @@
+"""The one object that owns the terminal: status to stderr, results to stdout.
+
+Output is optional: when the reader of stdout or stderr goes away (``dse run | head -3``, a
+closed terminal pipe), writing there fails with ``EPIPE``; the console then goes quiet on
+that stream for good and the campaign goes on to its normal end, recorded as it would be
+otherwise. Rich's own answer, ``SystemExit(1)`` in the middle of a pass, would end the run
+``failed`` and cancel its trials.
+
+Every subcommand prints through it, so Rich is imported when something needs it (a styled
+line, a line Rich would change: a tab, a control character; a table on a terminal), not for
+what Rich would print as it is: plain lines (all ``dse report`` and ``dse show`` print), and
+a table of plain ASCII cells that fits the width off a terminal (``dse status | ...``), which
+is written in Rich's own layout. The live view of ``dse run`` is :mod:`dse._console`'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from rich.console import Console as RichConsole
+
+__all__ = ["Console", "silence"]
+
+
+def silence(stream: IO[str]) -> None:
+    """Point *stream*'s file descriptor at ``/dev/null``, its reader being gone: every later
+    write to it (a warning logged, the interpreter's last flush at exit) succeeds unread
+    instead of failing again."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):
+        return  # not a file (a test's StringIO): nothing outlives this process
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def plain(text: str) -> bool:
+    """Whether Rich would print *text* (markup, highlighting and emoji codes off, soft wrap)
+    exactly as it is: no tab to expand, no control character to strip."""
+    return text.isprintable() or all(line.isprintable() for line in text.split("\n"))
+
+
+PIPED_WIDTH = 200
+"""The width of stdout off a terminal: piped output is read by people and scripts alike, so
+a table is never cut to 80 columns."""
+
+_ASCII = frozenset(chr(c) for c in range(0x20, 0x7F))
+
+
+def plain_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str | None:
+    """*columns* and *rows* as Rich prints a default ``Table`` to stdout off a terminal (a
+    heavy head, a space each side of a cell, cells left-aligned), or None where Rich would
+    do more: on a terminal, or one it is told to treat as one (``FORCE_COLOR``,
+    ``TTY_COMPATIBLE``), not UTF-8 (an ASCII box), a cell not printable ASCII (its width in
+    cells), or wider than :data:`PIPED_WIDTH` (cells wrapped)."""
+    if (sys.stdout.isatty() or sys.platform == "win32"
+            or not (sys.stdout.encoding or "").lower().startswith("utf")
+            or "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ):
+        return None
+    if any(not _ASCII.issuperset(cell) for row in (columns, *rows) for cell in row):
+        return None
+    widths = [max([len(name), *(len(row[i]) for row in rows)]) for i, name in enumerate(columns)]
+    if sum(widths) + 3 * len(widths) + 1 > PIPED_WIDTH:
+        return None
+
+    def rule(left: str, middle: str, right: str, fill: str) -> str:
+        return left + middle.join(fill * (w + 2) for w in widths) + right + "\n"
+
+    def line(bar: str, cells: Sequence[str]) -> str:
+        return bar + bar.join(f" {c.ljust(w)} " for c, w in zip(cells, widths, strict=True)) \
+            + bar + "\n"
+
+    return "".join([rule("┏", "┳", "┓", "━"), line("┃", columns), rule("┡", "╇", "┩", "━"),
+                    *(line("│", row) for row in rows), rule("└", "┴", "┘", "─")])
+
+
+class Console:
+    """Wraps two Rich consoles, each made on first use; user strings are never parsed as
+    markup nor as emoji codes. Either goes quiet when its reader is gone (see the module's
+    docstring)."""
+
+    def __init__(self, *, json_output: bool = False) -> None:
+        self.json_output = json_output
+        self._gone: set[str] = set()
+        """The streams (``"out"``, ``"err"``) whose reader went away before their Rich
+        console was made."""
+
+    @functools.cached_property
+    def out(self) -> RichConsole:
+        width = None if sys.stdout.isatty() else PIPED_WIDTH
+        return self._rich("out", sys.stdout, width)
+
+    @functools.cached_property
+    def err(self) -> RichConsole:
+        return self._rich("err", sys.stderr, None)
+
+    def _rich(self, name: str, file: IO[str], width: int | None) -> RichConsole:
+        from dse._stream import Stream
+
+        console = Stream(file=file, markup=False, highlight=False, emoji=False, soft_wrap=True,
+                         width=width, gone=functools.partial(self._reader_gone, name, file))
+        console.quiet = name in self._gone
+        return console
+
+    def _reader_gone(self, name: str, stream: IO[str]) -> None:
+        self._gone.add(name)
+        made: RichConsole | None = self.__dict__.get(name)
+        if made is not None:
+            made.quiet = True
+        silence(stream)
+
+    @property
+    def interactive(self) -> bool:
+        return self.out.is_terminal and self.err.is_terminal
+
+    def status(self, message: str) -> None:
+        self._line("err", message)
+
+    def error(self, message: str) -> None:
+        from rich.text import Text
+
+        self.err.print(Text(f"dse: error: {message}", style="bold red"))
+
+    def result(self, text: str) -> None:
+        self._line("out", text)
+
+    def table(self, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        """A table on stdout: a column per name in *columns*, a row per item of *rows*."""
+        text = None if "out" in self.__dict__ else plain_table(columns, rows)
+        if text is not None:
+            self._write("out", text)
+            return
+        from rich.table import Table
+
+        table = Table(*columns)
+        for row in rows:
+            table.add_row(*row)
+        self.out.print(table)
+
+    def data(self, value: Any) -> None:
+        self.write(json.dumps(value, indent=2, default=str) + "\n")
+
+    def write(self, text: str) -> None:
+        """*text* to stdout as it is (JSON, CSV): no Rich rendering, nothing wrapped."""
+        self._write("out", text)
+
+    def _line(self, name: str, text: str) -> None:
+        """*text* and a newline, as the stream's Rich console prints it; written directly
+        while that console is not made and Rich would print *text* unchanged."""
+        if name in self.__dict__ or not plain(text):
+            getattr(self, name).print(text)
+        else:
+            self._write(name, text + "\n")
+
+    def _write(self, name: str, text: str) -> None:
+        made: RichConsole | None = self.__dict__.get(name)
+        if name in self._gone or (made is not None and made.quiet):
+            return
+        stream = sys.stdout if name == "out" else sys.stderr
+        try:
+            stream.write(text)
+            stream.flush()
+        except BrokenPipeError:
+            self._reader_gone(name, stream)

@@ -1,0 +1,103 @@
+"""What each `dse` command imports, read from a real `python -X importtime -m dse …` on a real
+record: the commands that read the record (`status`, `report`, `show`, `export`) and `plugins`
+never import the engine, numpy or scipy — `dse run` alone imports the engine — and each reads
+only what it prints (docs/architecture.md, "The record")."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+from support.cli import dse_env, run_dse, write_plugin
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+CAMPAIGN = """
+[campaign]
+name = "demo"
+agent = "list"
+backend = "probe"
+max_parallelism = 2
+poll_interval = "1ms"
+
+[agent.list]
+points = [{x = 1}, {x = 2}, {x = 3}]
+
+[[objectives]]
+metric = "value"
+
+[space]
+x = { type = "int", low = 0, high = 10 }
+"""
+
+ENGINE = frozenset({"dse._engine", "dse._pool", "dse._scheduler", "dse._build", "dse._dispatch",
+                    "dse._collect", "dse._results", "dse._resume", "dse._console"})
+"""The engine and its live view: `dse run`'s alone."""
+NUMERIC = frozenset({"numpy", "scipy"})
+
+READS = {
+    "status": ("status", "--workspace", ".dse"),
+    "status --json": ("status", "--workspace", ".dse", "--json"),
+    "report": ("report", "campaign.toml"),
+    "report --json": ("report", "--json"),
+    "show": ("show", "demo:2"),
+    "show --json": ("show", "demo:2", "--json"),
+    "export": ("export", "demo", "--format", "jsonl"),
+}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace holding one finished run of three trials."""
+    project = write_plugin(tmp_path_factory.mktemp("imports"))
+    (project / "campaign.toml").write_text(CAMPAIGN)
+    proc = run_dse(project, "run", "campaign.toml")
+    assert proc.returncode == 0, proc.stderr
+    return project
+
+
+def imported(project: Path, *args: str) -> set[str]:
+    """Every module `python -X importtime -m dse ARGS` imported (top-level packages and
+    submodules alike)."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "dse", *args], cwd=project,
+        env=dse_env(project), capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    names = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
+             if line.startswith("import time:")}
+    assert "dse._cli" in names, proc.stderr[-500:]
+    return names
+
+
+@pytest.mark.parametrize("command", [*READS, "plugins"])
+def test_reading_the_record_imports_no_engine_and_no_numpy(project: Path, command: str) -> None:
+    args = READS.get(command, ("plugins",))
+    names = imported(project, *args)
+    assert not names & ENGINE, sorted(names & ENGINE)
+    assert not {n for n in names if n.split(".")[0] in NUMERIC}
+
+
+@pytest.mark.parametrize("command", ["status", "status --json", "report", "report --json"])
+def test_status_and_report_read_summaries_not_trial_records(project: Path, command: str) -> None:
+    names = imported(project, *READS[command])
+    assert not names & {"dse._show", "dse._export", "dse._environment", "dse._lock"}
+
+
+@pytest.mark.parametrize("command", [*READS, "plugins"])
+def test_plain_output_is_printed_without_rich(project: Path, command: str) -> None:
+    # Rich is for styled lines and tables on a terminal; off one (here, a pipe), the lines of
+    # `dse report` and `dse show` and the tables of `dse status` and `dse plugins` are
+    # written as Rich would print them, without it.
+    names = imported(project, *READS.get(command, ("plugins",)))
+    assert not {n for n in names if n.split(".")[0] == "rich"}
+
+
+@pytest.mark.parametrize("command", ["show", "show --json"])
+def test_show_reads_one_trial_not_the_summaries(project: Path, command: str) -> None:
+    names = imported(project, *READS[command])
+    assert not names & {"dse._report", "dse._export"}
