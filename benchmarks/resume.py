@@ -85,9 +85,9 @@ def _count(db: Path, sql: str) -> int:
         conn.close()
 
 
-def _dse(project: Path) -> subprocess.Popen[bytes]:
+def _dse(project: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "dse", "run", "campaign.toml"], cwd=project,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
 AGENTS = {"random": (64, "RandomSampler", 50_000, 5_000),
@@ -123,16 +123,18 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def dse_resume(killed: Path, where: Path) -> tuple[float, float, bool]:
-    """Seconds from spawning the rerun to its first new dispatch, the CPU seconds the
-    controller used by then (what load multiplies); whether it paused."""
+def dse_resume(killed: Path, where: Path, env: dict[str, str] | None = None
+               ) -> tuple[float, float, bool]:
+    """Seconds from spawning the rerun (in *env*, default this one's) to its first new
+    dispatch, the CPU seconds the controller used by then (what load multiplies); whether it
+    paused."""
     project = where / "rerun"
     shutil.rmtree(project, ignore_errors=True)
     shutil.copytree(killed, project)
     db = project / ".dse" / "dse.sqlite"
     newest = _count(db, "SELECT MAX(id) FROM trials")
     start = time.monotonic()
-    proc = _dse(project)
+    proc = _dse(project, env)
     try:
         while not _count(db, f"SELECT COUNT(*) FROM attempts WHERE trial_id > {newest}"):
             if proc.poll() is not None:
