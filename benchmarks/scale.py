@@ -102,23 +102,40 @@ class Child:
     out: str
 
 
+LAUNCHER = """
+import json, os, sys, time
+start = time.monotonic()
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    json.dump({"code": os.waitstatus_to_exitcode(status), "wall": time.monotonic() - start,
+               "cpu": usage.ru_utime + usage.ru_stime, "maxrss_kb": usage.ru_maxrss}, out)
+"""
+"""Runs a child and writes its rusage. A process's peak RSS (``ru_maxrss``) starts from that
+of the process it was forked from, so each child is forked by this small, freshly started
+interpreter, never by this program (whose own peak would show in every child's figure)."""
+
+
 def child(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> Child:
-    """Run *argv* in *cwd* to its end; its rusage (``os.wait4``: this child's alone). Its
-    output goes to files (``dse run`` prints a line per trial when not on a terminal)."""
+    """Run *argv* in *cwd* to its end; its rusage (``os.wait4``: this child's alone, through
+    :data:`LAUNCHER`). Its output goes to files (``dse run`` prints a line per trial when not
+    on a terminal)."""
     out_path, err_path = cwd / ".child-out", cwd / ".child-err"
+    usage_path = cwd / ".child-usage"
     with out_path.open("wb") as out, err_path.open("wb") as err:
-        start = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.monotonic() - start
-    proc.returncode = code = os.waitstatus_to_exitcode(status)
+        subprocess.run([sys.executable, "-S", "-c", LAUNCHER, str(usage_path), *argv],
+                       cwd=cwd, stdout=out, stderr=err, env=env, check=False)
+    usage = json.loads(usage_path.read_text())
+    usage_path.unlink()
     text = out_path.read_text(errors="replace")
-    if code != 0:
+    if usage["code"] != 0:
         tail = err_path.read_text(errors="replace").strip()[-300:]
-        raise BenchmarkError(f"{' '.join(argv[2:5])} exited {code}: {tail}")
+        raise BenchmarkError(f"{' '.join(argv[2:5])} exited {usage['code']}: {tail}")
     out_path.unlink()
     err_path.unlink()
-    return Child(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text)
+    return Child(usage["wall"], usage["cpu"], usage["maxrss_kb"] / 1024, text)
 
 
 def dse(*args: str) -> list[str]:
