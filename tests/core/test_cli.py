@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import run_dse, start_dse, write_plugin
+from support.cli import run_dse, start_dse, wait_for_running, write_plugin
 
 CAMPAIGN = """
 [campaign]
@@ -323,26 +323,6 @@ HANGING = CAMPAIGN.format(extra="", agent_extra="").replace(
 )
 
 
-def wait_for_running(
-    db_path: Path, count: int, timeout: float = 30,
-    sql: str = "SELECT COUNT(*) FROM trials WHERE status = 'running'",
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-        try:
-            db = sqlite3.connect(db_path)
-            try:
-                running = db.execute(sql).fetchone()[0]
-            finally:
-                db.close()
-        except sqlite3.OperationalError:
-            continue
-        if running >= count:
-            return
-    pytest.fail(f"never reached {count}: {sql}")
-
-
 def test_a_second_ctrl_c_exits_at_once_and_a_rerun_continues_the_campaign(
     project: Path,
 ) -> None:
@@ -415,69 +395,4 @@ def test_a_killed_controller_is_resumed_with_the_same_trajectory(project: Path) 
             db.close()
 
     assert trajectory(project) == trajectory(reference)
-    assert json.loads(resumed.stdout)["best"] == json.loads(ref.stdout)["best"]
-
-
-SNAPSHOT_CAMPAIGN = """
-[campaign]
-name = "snap"
-agent = "random"
-backend = "probe"
-max_parallelism = 8
-mode = "rolling"
-max_trials = 600
-poll_interval = "1ms"
-
-[[objectives]]
-metric = "value"
-
-[space]
-x = { type = "float", low = 0, high = 1 }
-passes = [1, 2, 3]
-"""
-
-
-def test_a_controller_killed_after_an_agent_snapshot_resumes_with_the_same_trajectory(
-    tmp_path: Path,
-) -> None:
-    # The random agent is snapshot as it runs: the resume restores the latest snapshot and
-    # reads only the trials not told back to it, and must continue exactly as a run never
-    # killed does.
-    reference, killed = tmp_path / "reference", tmp_path / "killed"
-    for root in (reference, killed):
-        root.mkdir()
-        write_plugin(root)
-        (root / "campaign.toml").write_text(SNAPSHOT_CAMPAIGN)
-    ref = run_dse(reference, "run", "campaign.toml", "--json", timeout=300)
-    assert ref.returncode == 0, ref.stderr
-    db_path = killed / ".dse" / "dse.sqlite"
-    proc = start_dse(killed, "run", "campaign.toml")
-    wait_for_running(db_path, 100, timeout=120, sql="SELECT COUNT(*) FROM trials")
-    wait_for_running(db_path, 1, timeout=120,
-                     sql="SELECT COUNT(*) FROM agent_snapshots WHERE unobserved IS NOT NULL")
-    proc.kill()
-    proc.communicate(timeout=30)
-    db = sqlite3.connect(db_path)
-    try:
-        (status,) = db.execute("SELECT status FROM campaigns").fetchone()
-    finally:
-        db.close()
-    assert status == "running"  # killed mid-run
-
-    resumed = run_dse(killed, "run", "campaign.toml", "--json", timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resuming it" in resumed.stderr
-    assert "did not replay" not in resumed.stderr
-
-    def trajectory(root: Path) -> list[tuple[object, ...]]:
-        db = sqlite3.connect(root / ".dse" / "dse.sqlite")
-        try:
-            return db.execute(
-                "SELECT number, params, status, score FROM trials ORDER BY number"
-            ).fetchall()
-        finally:
-            db.close()
-
-    assert len(trajectory(killed)) == 600
-    assert trajectory(killed) == trajectory(reference)
     assert json.loads(resumed.stdout)["best"] == json.loads(ref.stdout)["best"]

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 PLUGIN_MODULE = "cli_plugin"
 PLUGIN = '''
@@ -97,3 +101,24 @@ def start_dse(project: Path, *args: str, env: dict[str, str] | None = None
         cwd=project, env=dse_env(project, env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, preexec_fn=default_sigint,
     )
+
+
+def wait_for_running(
+    db_path: Path, count: int, timeout: float = 30,
+    sql: str = "SELECT COUNT(*) FROM trials WHERE status = 'running'",
+) -> None:
+    """Wait until *sql* on the record counts at least *count* (default: running trials)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        try:
+            db = sqlite3.connect(db_path)
+            try:
+                running = db.execute(sql).fetchone()[0]
+            finally:
+                db.close()
+        except sqlite3.OperationalError:
+            continue
+        if running >= count:
+            return
+    pytest.fail(f"never reached {count}: {sql}")
