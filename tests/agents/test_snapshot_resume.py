@@ -8,7 +8,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from support.cli import run_dse, start_dse, wait_for_running, write_plugin
+from support.cli import run_dse, start_dse, trajectory, wait_for_running, write_plugin
 
 SNAPSHOT_CAMPAIGN = """
 [campaign]
@@ -60,15 +60,6 @@ def test_a_controller_killed_after_an_agent_snapshot_resumes_with_the_same_traje
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming it" in resumed.stderr
     assert "did not replay" not in resumed.stderr
-
-    def trajectory(root: Path) -> list[tuple[object, ...]]:
-        db = sqlite3.connect(root / ".dse" / "dse.sqlite")
-        try:
-            return db.execute(
-                "SELECT number, params, status, score FROM trials ORDER BY number"
-            ).fetchall()
-        finally:
-            db.close()
 
     assert len(trajectory(killed)) == 600
     assert trajectory(killed) == trajectory(reference)

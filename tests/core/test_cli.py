@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import run_dse, start_dse, wait_for_running, write_plugin
+from support.cli import run_dse, start_dse, trajectory, wait_for_running, write_plugin
 
 CAMPAIGN = """
 [campaign]
@@ -384,15 +384,6 @@ def test_a_killed_controller_is_resumed_with_the_same_trajectory(project: Path) 
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming it" in resumed.stderr
     assert "did not replay" not in resumed.stderr
-
-    def trajectory(root: Path) -> list[tuple[object, ...]]:
-        db = sqlite3.connect(root / ".dse" / "dse.sqlite")
-        try:
-            return db.execute(
-                "SELECT number, params, status, score FROM trials ORDER BY number"
-            ).fetchall()
-        finally:
-            db.close()
 
     assert trajectory(project) == trajectory(reference)
     assert json.loads(resumed.stdout)["best"] == json.loads(ref.stdout)["best"]

@@ -122,3 +122,15 @@ def wait_for_running(
         if running >= count:
             return
     pytest.fail(f"never reached {count}: {sql}")
+
+
+def trajectory(project: Path) -> list[tuple[object, ...]]:
+    """Every trial of the workspace's record in number order: number, params, status, score
+    (what two runs of one campaign must share to have taken the same path)."""
+    db = sqlite3.connect(project / ".dse" / "dse.sqlite")
+    try:
+        return db.execute(
+            "SELECT number, params, status, score FROM trials ORDER BY number"
+        ).fetchall()
+    finally:
+        db.close()

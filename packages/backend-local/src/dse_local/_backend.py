@@ -232,8 +232,6 @@ class LocalBackend(Backend):
         self._free_gpus = list(range(self.gpus))
         self._limit: int | None = None
         """At most this many attempts run at once (:meth:`limit_running`)."""
-        self._running = 0
-        """Attempts launched and not yet released."""
         # Attempts may wait here beyond those that run (limit_running sizes how many), each
         # started the moment a slot frees: the controller's pass is then off the path from
         # one trial to the next.
@@ -311,16 +309,19 @@ class LocalBackend(Backend):
         self._limit = limit
         self.queue_ahead = AHEAD_ROUNDS * (limit or self.cpus)
 
+    def _running(self) -> int:
+        """Attempts launched (or reattached alive) and not yet released."""
+        return sum(1 for j in self._jobs.values() if j.launched and not j.released)
+
     def _launch_ready(self) -> None:
         while self._queue:
             job = self._queue[0]
             res = job.spec.resources
             if res.cpus > self._free_cpus or res.gpus > len(self._free_gpus):
                 return
-            if self._limit is not None and self._running >= self._limit:
+            if self._limit is not None and self._running() >= self._limit:
                 return
             self._queue.popleft()
-            self._running += 1
             self._free_cpus -= res.cpus
             job.gpus = tuple(self._free_gpus[: res.gpus])
             del self._free_gpus[: res.gpus]
@@ -331,7 +332,6 @@ class LocalBackend(Backend):
         if not job.launched or job.released:
             return
         job.released = True
-        self._running -= 1
         self._free_cpus += job.spec.resources.cpus
         self._free_gpus.extend(job.gpus)
         self._free_gpus.sort()
@@ -507,7 +507,6 @@ class LocalBackend(Backend):
             # Still running: it holds its CPUs (not its GPUs, which it names itself) until
             # it ends, so what this backend starts next stays within the limit.
             job.launched = True
-            self._running += 1
             self._free_cpus -= spec.resources.cpus
 
     def _wait(self, timeout: float) -> bool:
@@ -522,9 +521,8 @@ class LocalBackend(Backend):
         deadline = time.monotonic() + timeout
         while True:
             ready = self._ended_fds(deadline - time.monotonic())
-            if not ready or self._limit is None or len(self._queue) < self._limit:
-                return True
-            if self.interrupted_at is not None:
+            if (not ready or self._limit is None or len(self._queue) < self._limit
+                    or self.interrupted_at is not None):
                 return True
             self._settle(ready)
             self._launch_ready()

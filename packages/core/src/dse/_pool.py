@@ -219,9 +219,9 @@ class Pool:
         """The use of each campaign when the contest ended (all but one campaign had)."""
         self.backend: Runner | None = None
         self._router: _Router | None = None
-        self.ahead: dict[str, int] = {}
-        """How many attempts of each campaign its backend queues beyond those it runs
-        (:func:`ahead`), by name (set by :meth:`start`)."""
+        self.ahead = 0
+        """How many attempts the campaign of a trivial pool hands its backend beyond those it
+        runs (:func:`ahead`; set by :meth:`start`)."""
         self.parallelism: dict[str, int] = {}
         """How many trials of each campaign can run at once (its ``max_parallelism``, or
         fewer when the backend or the pool holds fewer), by name (set by :meth:`start`)."""
@@ -276,16 +276,13 @@ class Pool:
                 e.use_runner(_Share(self._router, backend))
 
     def _limit_backend(self, backend: Runner) -> None:
-        """Tell the backend how many attempts it may start at once when a campaign alone
-        hands it more (:func:`ahead`), and fix how many more each campaign hands it."""
-        limit: int | None = None
-        for e in self.engines:
-            if self.trivial and ahead(e):
-                limit = self.parallelism[e.campaign.name]
+        """Tell the backend how many attempts it may start at once when the campaign of a
+        trivial pool hands it more (:func:`ahead`), and fix how many more it hands."""
+        alone = self.engines[0] if self.trivial and ahead(self.engines[0]) else None
+        limit = None if alone is None else self.parallelism[alone.campaign.name]
         if isinstance(backend, Backend):
             backend.limit_running(limit)  # the backend may size its queue_ahead by it
-        for e in self.engines:
-            self.ahead[e.campaign.name] = ahead(e) if limit is not None else 0
+        self.ahead = 0 if alone is None else ahead(alone)
 
     def _effective(self, engine: Engine, backend: Runner, capacity: Mapping[str, int]) -> int:
         """How many trials of *engine*'s campaign can run at once: its ``max_parallelism``,
@@ -337,7 +334,7 @@ class Pool:
         queued = len(table.queued) + len(table.retries)
         cap = campaign.max_parallelism + campaign.lookahead - len(table.running) - queued
         if self.trivial:
-            return cap + self.ahead.get(campaign.name, 0)  # the backend queues those itself
+            return cap + self.ahead  # the backend queues those itself
         size = size_of(_smallest(engine), self.config.capacity)
         free = self._free()
         fit = min((free.get(k, 0) // v for k, v in size.items() if v > 0), default=cap)
