@@ -155,10 +155,12 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 def queued_jobs(name_prefix: str) -> list[str]:
-    """Ids of jobs still queued or running whose name starts with *name_prefix*."""
-    out = run(["squeue", "--noheader", "--format=%i %j"])
+    """Ids of jobs still queued or running whose name starts with *name_prefix* (a job that
+    ended and only cleans up its nodes — state CG, "completing" — is not running)."""
+    out = run(["squeue", "--noheader", "--format=%i %j %t"])
     return [job_id for line in out.splitlines()
-            if len(line.split()) == 2 and line.split()[1].startswith(name_prefix)
+            if len(line.split()) == 3 and line.split()[1].startswith(name_prefix)
+            and line.split()[2] != "CG"
             for job_id in expand_job_ids(line.split()[0])]
 
 
