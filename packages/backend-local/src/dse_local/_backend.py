@@ -11,6 +11,7 @@ import py_compile
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -36,6 +37,8 @@ PID_FILE = "wrapper.pid"
 
 AHEAD_ROUNDS = 3
 """Attempts the backend queues, in rounds of the attempts it runs at once."""
+_HOST = socket.gethostname()
+"""This machine's name: every task's DSE_NODE and DSE_NODES."""
 
 
 def _write_pid_file(adir: Path, pid: int) -> int | None:
@@ -258,6 +261,10 @@ class LocalBackend(Backend):
         return f"{job.trial_id}.{job.attempt}"
 
     def refuse(self, resources: Resources) -> str | None:
+        if resources.tasks > 1:
+            return (f"asks for {resources.nodes} node(s) x {resources.tasks_per_node} task(s);"
+                    " the local backend runs one task per trial on this machine (run trials"
+                    " that span tasks or nodes with backend = \"slurm\")")
         if resources.cpus <= self.cpus and resources.gpus <= self.gpus:
             return None
         why = (f"asks for {resources.cpus} CPUs and {resources.gpus} GPUs; this machine has"
@@ -341,6 +348,7 @@ class LocalBackend(Backend):
         env, args = job.request
         job.request = None
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
+        env["DSE_NODE"] = env["DSE_NODES"] = _HOST  # one task, here (the trial contract)
         try:
             job.pid = job.sid = self._server.spawn(env, args)
         except OSError as exc:

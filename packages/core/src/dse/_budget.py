@@ -140,10 +140,11 @@ class Price:
         rates = {k: _number(v, f"{where}.{k}") for k, v in raw.items() if k != "currency"}
         return cls(currency=currency, **rates)
 
-    def per_second(self, resources: Resources, nodes: float = 1.0) -> float:
-        """Money per second of an attempt holding *resources* on *nodes* nodes."""
-        hourly = (self.cpu_hour * resources.cpus + self.gpu_hour * resources.gpus
-                  + self.node_hour * nodes)
+    def per_second(self, resources: Resources) -> float:
+        """Money per second of an attempt holding *resources* (every CPU, GPU and node of
+        every node it spans)."""
+        hourly = (self.cpu_hour * resources.total_cpus + self.gpu_hour * resources.total_gpus
+                  + self.node_hour * resources.nodes)
         return hourly / 3600.0
 
     def charge(self, elapsed_s: float, resources: Resources,
@@ -153,9 +154,9 @@ class Price:
         ``billing``), when it has one, is what was charged."""
         usage = usage or {}
         elapsed = max(float(usage.get("elapsed_s", elapsed_s)), 0.0)
-        cpus = float(usage.get("cpus", resources.cpus))
-        gpus = float(usage.get("gpus", resources.gpus))
-        nodes = float(usage.get("nodes", 1.0))
+        cpus = float(usage.get("cpus", resources.total_cpus))
+        gpus = float(usage.get("gpus", resources.total_gpus))
+        nodes = float(usage.get("nodes", resources.nodes))
         cpu_s, gpu_s, node_s = elapsed * cpus, elapsed * gpus, elapsed * nodes
         if "allocation_cpu_s" in usage:
             # A step of a shared allocation pays its share of it (see dse_slurm allocation
@@ -189,7 +190,8 @@ class TrialCeilings:
             limits.append(self.wall_s - spent.wall_s - overrun_s)
         if self.compute is not None:
             unit, hours = self.compute
-            units = {"cpu": resources.cpus, "gpu": resources.gpus, "node": 1}[unit]
+            units = {"cpu": resources.total_cpus, "gpu": resources.total_gpus,
+                     "node": resources.nodes}[unit]
             if units:
                 limits.append((hours * 3600.0 - spent.compute_s(unit)) / units - overrun_s)
         if self.money is not None:

@@ -30,6 +30,12 @@ from dse._units import parse_duration
 
 Mode = Literal["waves", "rolling"]
 _PARAM_REF = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+RESOURCE_LEAST: Mapping[str, int] = {"cpus": 1, "gpus": 0, "nodes": 1, "tasks_per_node": 1}
+"""The :class:`Resources` fields an ``[environment]`` key (or a ``{param}``) sets, each with
+the least it may be."""
+_RESOURCE_KEYS = (("cpus", "cpus", "cpus_per_task"), ("gpus", "gpus", "gpus_per_node"),
+                  ("nodes", "nodes", None), ("tasks_per_node", "tasks_per_node", None))
+"""(field, key, alias): the campaign file's keys of each resource field."""
 """``"{name}"``: a setting taken from each trial's param *name*."""
 
 
@@ -47,9 +53,11 @@ class EnvironmentConfig:
     time_limit_param: str | None = None
     """The param that sets each trial's limit in seconds (``time_limit = "{param}"``)."""
     resources: Resources = field(default_factory=Resources)
-    """CPUs, GPUs, memory per trial (the largest a trial may ask, when a param sets them)."""
+    """Nodes, tasks per node, CPUs per task, GPUs and memory per node of a trial (the largest
+    a trial may ask, when a param sets them)."""
     resource_params: Mapping[str, str] = field(default_factory=dict)
-    """``cpus``/``gpus`` set per trial by a param (``gpus = "{gpus}"``): resource -> param."""
+    """Resources set per trial by a param (``nodes = "{nodes}"``): :class:`Resources` field
+    (``cpus``, ``gpus``, ``nodes``, ``tasks_per_node``) -> param."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment variables for every trial."""
     code_version: str | None = None
@@ -60,8 +68,8 @@ class EnvironmentConfig:
     """Seconds between checkpoints the campaign asks for (``DSE_CHECKPOINT_EVERY``)."""
 
     def resources_for(self, params: Mapping[str, Any]) -> Resources:
-        """What a trial of *params* holds: :attr:`resources`, with the CPUs or GPUs a param
-        sets (``gpus = "{gpus}"``) taken from it."""
+        """What a trial of *params* holds: :attr:`resources`, with the nodes, tasks, CPUs or
+        GPUs a param sets (``nodes = "{nodes}"``) taken from it."""
         chosen = {k: int(params[name]) for k, name in self.resource_params.items()
                   if name in params}
         return dataclasses.replace(self.resources, **chosen) if chosen else self.resources
@@ -224,20 +232,31 @@ def _environment(raw: Mapping[str, Any], source: str, base_dir: Path) -> Environ
         limit_param, limit = match.group(1), None
     resource_params: dict[str, str] = {}
     counts: dict[str, int] = {}
-    for key, low in (("cpus", 1), ("gpus", 0)):
-        value = table.get(key, (int, str), "an integer or '{param}'", low)
+    for field_name, key, alias in _RESOURCE_KEYS:
+        low = RESOURCE_LEAST[field_name]
+        value = table.get(key, (int, str), "an integer or '{param}'", None)
+        if alias is not None:
+            other = table.get(alias, (int, str), "an integer or '{param}'", None)
+            if value is not None and other is not None:
+                raise ConfigError(
+                    f"{table.where(alias)}: give {key} or {alias}, not both (the same setting)")
+            if other is not None:
+                key, value = alias, other
+        if value is None:
+            value = low
         if isinstance(value, str):
             match = _PARAM_REF.fullmatch(value)
             if match is None:
                 raise ConfigError(
                     f"{table.where(key)}: expected an integer or '{{param}}', got {value!r}")
-            resource_params[key] = match.group(1)
+            resource_params[field_name] = match.group(1)
             value = low
-        counts[key] = value
-    cpus, gpus = counts["cpus"], counts["gpus"]
-    memory = table.get("memory_mb", int, "a positive integer (MiB)", None)
-    if cpus < 1 or gpus < 0 or (memory is not None and memory < 1):
-        raise ConfigError(f"{source}: environment: cpus >= 1, gpus >= 0, memory_mb >= 1 expected")
+        if value < low:
+            raise ConfigError(f"{table.where(key)}: expected an integer >= {low}, got {value}")
+        counts[field_name] = value
+    memory = table.get("memory_mb", int, "a positive integer (MiB per node)", None)
+    if memory is not None and memory < 1:
+        raise ConfigError(f"{table.where('memory_mb')}: expected an integer >= 1, got {memory}")
     for i, item in enumerate(command):
         if "\0" in item:
             raise ConfigError(f"{table.where('command')}[{i}]: {item!r} holds a NUL byte")
@@ -265,7 +284,7 @@ def _environment(raw: Mapping[str, Any], source: str, base_dir: Path) -> Environ
         shell=shell,
         time_limit=None if limit is None else parse_duration(limit, table.where("time_limit")),
         time_limit_param=limit_param,
-        resources=Resources(cpus, gpus, memory),
+        resources=Resources(memory_mb=memory, **counts),
         resource_params=resource_params,
         env=dict(env),
         code_version=code_version,
@@ -277,14 +296,14 @@ def _sized_by_params(env: EnvironmentConfig, space: Space, where: str) -> Enviro
     """Check the params that set a trial's CPUs, GPUs or time limit, and make the campaign's
     resources and limit the largest they allow (what budgets reserve for a trial not yet
     proposed)."""
-    largest = {"cpus": env.resources.cpus, "gpus": env.resources.gpus}
+    largest = {key: getattr(env.resources, key) for key in RESOURCE_LEAST}
     for key, name in env.resource_params.items():
         at = f"{where}: environment.{key}"
         if name not in space.names:
             raise ConfigError(f"{at}: {{{name}}} is not a parameter of the space")
         param = space[name]
         values = param.values() if param.size is not None else ()
-        low = 1 if key == "cpus" else 0
+        low = RESOURCE_LEAST[key]
         if not values or not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= low for v in values
         ):
@@ -292,7 +311,7 @@ def _sized_by_params(env: EnvironmentConfig, space: Space, where: str) -> Enviro
                 f"{at}: parameter {name!r} must take only integers >= {low} (an int range or"
                 " integer choices)")
         largest[key] = max(int(v) for v in values)
-    resources = Resources(largest["cpus"], largest["gpus"], env.resources.memory_mb)
+    resources = Resources(memory_mb=env.resources.memory_mb, **largest)
     limit = env.time_limit
     seconds = env.time_limit_param
     if seconds is not None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dse._baseline import Baselines
+from dse._campaign import RESOURCE_LEAST
 from dse._claims import Claims
 from dse._clock import SystemClock
 from dse._collect import Collector
@@ -81,8 +82,14 @@ def check_command(campaign: Campaign, backend: Runner, where: str) -> None:
     env = campaign.environment
     # The resources every trial asks (a param-set one at its least): refused here, it is one
     # line now rather than the same invalid_job for every trial.
-    least = {name: 1 if name == "cpus" else 0 for name in env.resource_params}
-    why = backend.refuse(dataclasses.replace(env.resources, **least))
+    least = {name: RESOURCE_LEAST[name] for name in env.resource_params}
+    smallest = dataclasses.replace(env.resources, **least)
+    why = backend.refuse(smallest)
+    if why is None and env.resources.tasks > 1:
+        # A backend that runs one task per trial refuses every trial that spans more, whatever
+        # its CPUs: one line now, not the same invalid_job for each trial of several nodes.
+        why = backend.refuse(dataclasses.replace(smallest, nodes=env.resources.nodes,
+                                                 tasks_per_node=env.resources.tasks_per_node))
     if why is not None:
         raise ConfigError(f"{where}: environment: {why}")
     if command and not backend.runs_commands:

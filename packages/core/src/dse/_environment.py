@@ -27,6 +27,9 @@ PARAMS_FILE = "params.json"
 _TRIAL_VARS = ("trial_id", "trial_dir", "attempt", "checkpoint_dir", "params_file")
 _ABSENT: Any = object()
 _LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")
+_SPAN = ("nodes", "tasks_per_node")
+"""Resources in a result's identity only when a trial spans more than one task (so the
+identity of every one-task trial recorded before they existed is unchanged)."""
 
 
 class CommandEnvironment:
@@ -65,7 +68,8 @@ class CommandEnvironment:
         config = self.config
         resources = {name: ("{" + config.resource_params[name] + "}"
                             if name in config.resource_params else value)
-                     for name, value in dataclasses.asdict(config.resources).items()}
+                     for name, value in dataclasses.asdict(config.resources).items()
+                     if name not in _SPAN or value != 1 or name in config.resource_params}
         return {
             "command": list(config.command),
             "shell": config.shell,
@@ -106,6 +110,12 @@ class CommandEnvironment:
         )
         if self.config.checkpoint_every is not None:
             env["DSE_CHECKPOINT_EVERY"] = repr(self.config.checkpoint_every)
+        resources = self.config.resources_for(trial.params)
+        # The task's place in the attempt: a backend that starts several tasks sets each
+        # task's own DSE_RANK, DSE_LOCAL_RANK, DSE_NODE_RANK, DSE_NODE and DSE_NODES.
+        env.update(DSE_RANK="0", DSE_LOCAL_RANK="0", DSE_NODE_RANK="0",
+                   DSE_WORLD_SIZE=str(resources.tasks), DSE_NUM_NODES=str(resources.nodes),
+                   DSE_TASKS_PER_NODE=str(resources.tasks_per_node))
         return JobSpec(
             trial_id=trial.trial_id,
             attempt=trial.attempt,
@@ -113,7 +123,7 @@ class CommandEnvironment:
             trial_dir=trial_dir,
             argv=argv,
             env=env,
-            resources=self.config.resources_for(trial.params),
+            resources=resources,
             time_limit=(
                 float(trial.params[self.config.time_limit_param])
                 if self.config.time_limit_param else self.config.time_limit

@@ -69,7 +69,7 @@ class BudgetGate:
             resources = environment.resources
             message = (
                 f"{where}: budget.trial: the per-trial ceilings leave no time to run on"
-                f" {resources.cpus} CPUs and {resources.gpus} GPUs (the backend may"
+                f" {resources.describe()} (the backend may"
                 f" run {self.overrun_s:g}s past a time limit)"
             )
             raise ConfigError(message)
@@ -103,12 +103,13 @@ class BudgetGate:
         return self.worst_case(spec.time_limit, spec.resources)
 
     def worst_case(self, time_limit: float | None, resources: Resources) -> Spend:
-        """(*time_limit* + overrun) x *resources* on one node, priced; with no time limit,
+        """(*time_limit* + overrun) x *resources* on all their nodes, priced; with no time limit,
         nothing (only the trials and a cancelling wall-clock ceiling bound such attempts)."""
         if time_limit is None:
             return Spend()
         wall = time_limit + self.overrun_s
-        return Spend(wall, wall * resources.cpus, wall * resources.gpus, wall,
+        return Spend(wall, wall * resources.total_cpus, wall * resources.total_gpus,
+                     wall * resources.nodes,
                      wall * self.price.per_second(resources))
 
     # -- before an attempt starts ---------------------------------------------------------

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Pool", "PoolConfig", "drive", "is_pool_file", "load_pool", "run_pool"]
 
-RESOURCES = ("slots", "cpus", "gpus")
+RESOURCES = ("slots", "cpus", "gpus", "nodes")
 """What a pool can count: trials at once (or outstanding Slurm jobs), CPUs, GPUs."""
 POOL_FILE_KEYS = frozenset({"pool", "campaign"})
 """The tables of a pool file: ``[pool]`` and ``[[campaign]]``."""
@@ -157,7 +157,8 @@ def load_pool(path: str | Path) -> PoolConfig:
 
 def size_of(resources: Resources, capacity: Mapping[str, int]) -> dict[str, int]:
     """What one trial of *resources* holds of a pool that counts *capacity*'s keys."""
-    held = {"slots": 1, "cpus": resources.cpus, "gpus": resources.gpus}
+    held = {"slots": 1, "cpus": resources.total_cpus, "gpus": resources.total_gpus,
+            "nodes": resources.nodes}
     return {k: held[k] for k in capacity}
 
 

@@ -47,6 +47,8 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
             "cpus": env.resources.cpus,
             "gpus": env.resources.gpus,
             "memory_mb": env.resources.memory_mb,
+            **{k: getattr(env.resources, k) for k in ("nodes", "tasks_per_node")
+               if getattr(env.resources, k) != 1},
             **{f"{k}_param": v for k, v in env.resource_params.items()},
             **({"time_limit_param": env.time_limit_param} if env.time_limit_param else {}),
             "code_version": env.code_version,

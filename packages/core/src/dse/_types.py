@@ -80,14 +80,44 @@ class JobState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Resources:
-    """What one attempt needs."""
+    """What one attempt needs: *nodes* nodes, each running *tasks_per_node* tasks of *cpus*
+    CPU cores, with *gpus* GPUs and *memory_mb* MiB per node. The default is one task on one
+    node; a backend that runs one task (the local one) refuses more (:meth:`Backend.refuse`).
+    """
 
     cpus: int = 1
-    """CPU cores."""
+    """CPU cores per task (``cpus_per_task`` in the campaign file)."""
     gpus: int = 0
-    """GPUs, handed out exclusively."""
+    """GPUs per node, handed out exclusively (``gpus_per_node`` in the campaign file)."""
     memory_mb: int | None = None
-    """Memory limit in MiB, or ``None`` for the backend's default."""
+    """Memory limit per node in MiB, or ``None`` for the backend's default."""
+    nodes: int = 1
+    """Nodes the attempt spans."""
+    tasks_per_node: int = 1
+    """Tasks (processes, ranks) on each node."""
+
+    @property
+    def tasks(self) -> int:
+        """Tasks of the attempt in all (its world size)."""
+        return self.nodes * self.tasks_per_node
+
+    @property
+    def total_cpus(self) -> int:
+        """CPU cores the attempt holds on all its nodes."""
+        return self.tasks * self.cpus
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs the attempt holds on all its nodes."""
+        return self.nodes * self.gpus
+
+    def describe(self) -> str:
+        """``"2 CPUs and 0 GPUs"``, or for several tasks ``"3 nodes x 2 tasks x 2 CPUs and
+        1 GPU per node"``."""
+        if self.tasks == 1:
+            return f"{self.cpus} CPUs and {self.gpus} GPUs"
+        return (f"{self.nodes} nodes x {self.tasks_per_node} tasks x {self.cpus} CPUs and"
+                f" {self.gpus} GPUs per node")
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,14 @@ regular file in the trial directory, of at most 16 MiB, and never waits on it: a
 ``result_symlink``, a FIFO, device, socket or directory ``result_not_regular``, a larger file
 ``result_too_large``.
 
+A trial may span several tasks on several nodes (``nodes``, ``tasks_per_node``): each task
+learns its place from ``DSE_RANK``, ``DSE_LOCAL_RANK``, ``DSE_NODE_RANK``, ``DSE_WORLD_SIZE``,
+``DSE_NODE`` and ``DSE_NODES`` (:func:`rank`, :func:`world_size`, :func:`nodes`...), and only
+the first task (rank 0) writes the result: :func:`report` on another rank writes nothing.
+
 Calling any function here outside a dse trial raises :class:`TrialContextError`, naming the
-variable that is missing; set the variables by hand to debug a workload without dse.
+variable that is missing (the task-place functions default to one task on this host); set the
+variables by hand to debug a workload without dse.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import contextlib
 import itertools
 import json
 import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,10 +61,17 @@ __all__ = [
     "checkpointed",
     "data_version",
     "environment",
+    "is_first",
+    "local_rank",
+    "node",
+    "node_rank",
+    "nodes",
     "params",
+    "rank",
     "report",
     "trial_dir",
     "trial_id",
+    "world_size",
 ]
 
 RESULT_FILE = "result.json"
@@ -172,6 +186,58 @@ def attempt() -> int:
     return number
 
 
+def _count(variable: str, default: int, least: int) -> int:
+    text = os.environ.get(variable)
+    if text is None:
+        return default
+    try:
+        number = int(text)
+    except ValueError:
+        number = least - 1
+    if number < least:
+        msg = f"dse.trial: ${variable} is {text!r}, expected an integer >= {least}"
+        raise TrialContextError(msg)
+    return number
+
+
+def rank() -> int:
+    """This task's rank among all tasks of the attempt, from 0 (``$DSE_RANK``; 0 when the
+    trial runs one task)."""
+    return _count("DSE_RANK", 0, 0)
+
+
+def local_rank() -> int:
+    """This task's rank among the tasks on its node, from 0 (``$DSE_LOCAL_RANK``)."""
+    return _count("DSE_LOCAL_RANK", 0, 0)
+
+
+def node_rank() -> int:
+    """The rank of this task's node among the attempt's nodes, from 0 (``$DSE_NODE_RANK``)."""
+    return _count("DSE_NODE_RANK", 0, 0)
+
+
+def world_size() -> int:
+    """How many tasks the attempt runs in all (``$DSE_WORLD_SIZE``; 1 for one task)."""
+    return _count("DSE_WORLD_SIZE", 1, 1)
+
+
+def node() -> str:
+    """The name of the node this task runs on (``$DSE_NODE``; else this host's name)."""
+    return os.environ.get("DSE_NODE") or socket.gethostname()
+
+
+def nodes() -> list[str]:
+    """The names of the attempt's nodes, in node-rank order (``$DSE_NODES``, comma-separated;
+    else this node alone)."""
+    text = os.environ.get("DSE_NODES", "")
+    return [n for n in text.split(",") if n] or [node()]
+
+
+def is_first() -> bool:
+    """Whether this task is rank 0, the one that writes the result (:func:`report`)."""
+    return rank() == 0
+
+
 def data_version() -> str | None:
     """The data version dse expects the trial to read (``$DSE_DATA_VERSION``), or ``None``.
 
@@ -212,6 +278,10 @@ def report(
         (``incomplete_output``), e.g. a run that stopped early on purpose.
     :param extra: more JSON-serialisable keys to keep in the file (notes, paths, counters).
     :raises TypeError: a value cannot be written as JSON (nothing is written then).
+
+    A trial of several tasks (``nodes``, ``tasks_per_node``) has one result, written by its
+    first task: on any other rank (:func:`rank` > 0) this writes nothing and returns the
+    path the first rank writes, so every rank may run the same code.
     """
     directory = trial_dir()
     document: dict[str, Any] = {
@@ -224,6 +294,8 @@ def report(
     # Serialise first: a value JSON cannot hold raises before any file is touched.
     text = json.dumps(document, allow_nan=True, default=_plain)
     target = directory / RESULT_FILE
+    if not is_first():
+        return target
     temporary = directory / f".{RESULT_FILE}.{os.getpid()}.{next(_temp_names)}.tmp"
     try:
         with open(temporary, "w", encoding="utf-8") as handle:
