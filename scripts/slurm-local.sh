@@ -15,7 +15,10 @@
 #     (the batch job shows PREEMPTED in `sacct -D` and runs again 10-14 s later);
 #   - a partition `aside` of its own node(s) after those (n4 by default), which nothing in
 #     `batch`/`urgent` touches: a test that must wait out Slurm's clock (a 1-minute time
-#     limit) runs there beside tests that take `batch` nodes down or preempt them.
+#     limit) runs there beside tests that take `batch` nodes down or preempt them;
+#   - a partition `wide` of the batch nodes and a spare node after the aside ones (n5 by
+#     default) that no other partition has: a job of all the batch nodes' count can still run
+#     there once a test took one of them down (its retry avoids that node).
 # The client commands (sbatch, squeue, sacct, ...) find the config at /etc/slurm/slurm.conf,
 # so callers need no environment. Jobs run as root; submit with -N1 when you mean to preempt.
 #
@@ -38,6 +41,8 @@
 #   DSE_SLURM_NODES=3         nodes n1..nN of partitions batch and urgent (one slurmd each,
 #                             ports 17001..)
 #   DSE_SLURM_ASIDE=1         nodes after those, in partition `aside` only (0 = none)
+#   DSE_SLURM_SPARE=1         nodes after the aside ones, in partition `wide` only, with the
+#                             batch nodes (0 = none, and no `wide` partition)
 #   DSE_SLURM_CPUS=2          CPUs per node; may exceed the real CPU count
 #   DSE_SLURM_MEM_MB=auto     RealMemory per node; auto = 80% of RAM / nodes.
 #                             DefMemPerCPU = RealMemory / CPUs (a job without --mem gets that)
@@ -65,6 +70,7 @@ set -Eeuo pipefail
 
 NODES=${DSE_SLURM_NODES:-3}
 ASIDE=${DSE_SLURM_ASIDE:-1}
+SPARE=${DSE_SLURM_SPARE:-1}
 CPUS=${DSE_SLURM_CPUS:-2}
 MEM_MB=${DSE_SLURM_MEM_MB:-auto}
 CGROUP=${DSE_SLURM_CGROUP:-1}
@@ -159,7 +165,7 @@ daemon_table() {
 configured_nodes() {
   local n
   n=$(sed -n 's/^# dse-slurm-local nodes=\([0-9]*\).*/\1/p' "$CONF_DIR/slurm.conf" 2>/dev/null || true)
-  echo "${n:-$(( NODES + ASIDE ))}"
+  echo "${n:-$(( NODES + ASIDE + SPARE ))}"
 }
 
 # stop_pids COMM SECONDS PIDFILE...: SIGTERM each live one, wait up to SECONDS, then SIGKILL
@@ -259,8 +265,8 @@ install_packages() {
 node_range() { if [ "$1" = "$2" ]; then echo "n$1"; else echo "n[$1-$2]"; fi; }
 
 generate_configs() {
-  local mem_kb mem_mb=$MEM_MB nodelist ports track cgroup_conf total=$(( NODES + ASIDE ))
-  local aside_nodes="" aside_partition=""
+  local mem_kb mem_mb=$MEM_MB nodelist ports track cgroup_conf total=$(( NODES + ASIDE + SPARE ))
+  local aside_nodes="" aside_partition="" spare_nodes
   if [ "$mem_mb" = auto ]; then
     mem_kb=$(sed -n 's/^MemTotal: *\([0-9]*\) kB/\1/p' /proc/meminfo)
     mem_mb=$(( mem_kb / 1024 * 8 / 10 / total ))
@@ -269,10 +275,16 @@ generate_configs() {
   else nodelist="n[1-$total]"; ports="[$(( NODE_PORT_BASE + 1 ))-$(( NODE_PORT_BASE + total ))]"; fi
   NODELIST=$(node_range 1 "$NODES")
   if [ "$ASIDE" -gt 0 ]; then
-    aside_nodes=$(node_range $(( NODES + 1 )) "$total")
+    aside_nodes=$(node_range $(( NODES + 1 )) $(( NODES + ASIDE )))
     aside_partition="
 PartitionName=aside Nodes=$aside_nodes MaxTime=INFINITE State=UP PriorityTier=1"
     NODELIST+=" aside=$aside_nodes"
+  fi
+  if [ "$SPARE" -gt 0 ]; then
+    spare_nodes=$(node_range $(( NODES + ASIDE + 1 )) "$total")
+    aside_partition+="
+PartitionName=wide Nodes=$(node_range 1 "$NODES"),$spare_nodes MaxTime=INFINITE State=UP PriorityTier=1"
+    NODELIST+=" wide=$(node_range 1 "$NODES"),$spare_nodes"
   fi
 
   if [ "$CGROUP" = 1 ]; then
@@ -458,7 +470,7 @@ NOT_READY=""
 nodes_ok() {
   local i name state
   NOT_READY=""
-  for (( i = 1; i <= NODES + ASIDE; i++ )); do
+  for (( i = 1; i <= NODES + ASIDE + SPARE; i++ )); do
     ensure "slurmd n$i" "/run/slurmd-n$i.pid" slurmd "$LOG_DIR/slurmd-n$i.log" start_slurmd "n$i" ||
       NOT_READY+=" n$i"
   done
@@ -475,7 +487,7 @@ nodes_ok() {
 }
 node_logs() {
   local n out="$LOG_DIR/slurmctld.log"
-  for n in ${NOT_READY:-$(seq -f 'n%g' 1 $(( NODES + ASIDE )))}; do out+=" $LOG_DIR/slurmd-${n%%(*}.log"; done
+  for n in ${NOT_READY:-$(seq -f 'n%g' 1 $(( NODES + ASIDE + SPARE )))}; do out+=" $LOG_DIR/slurmd-${n%%(*}.log"; done
   echo "$out"
 }
 
@@ -513,6 +525,7 @@ do_start() {
   [ "$(id -u)" = 0 ] || fail 2 "must run as root (it installs packages and starts daemons)"
   [[ "$NODES" =~ ^[1-9][0-9]*$ ]] || fail 2 "DSE_SLURM_NODES must be a positive number"
   [[ "$ASIDE" =~ ^[0-9]+$ ]] || fail 2 "DSE_SLURM_ASIDE must be a number (0 for none)"
+  [[ "$SPARE" =~ ^[0-9]+$ ]] || fail 2 "DSE_SLURM_SPARE must be a number (0 for none)"
   case "$CGROUP" in
     1) cgroup_v1_usable ||
          fail 2 "no writable cgroup v1 memory+freezer hierarchy under /sys/fs/cgroup (Slurm 22.05 needs systemd for cgroup v2); DSE_SLURM_CGROUP=0 runs without cgroups" ;;
@@ -544,7 +557,7 @@ do_start() {
   if [ "$SMOKE" = 1 ]; then t=$(now_us); smoke; timings+=("smoke $(secs "$t")s"); fi
 
   echo "slurm-local: ready in $(secs "$t0")s: $(sinfo -V) cluster=$CLUSTER nodes=$NODELIST cpus/node=$CPUS" \
-       "partitions=batch(default),urgent(preempts batch)$([ "$ASIDE" -gt 0 ] && echo ",aside") cgroup=$CGROUP accounting=slurmdbd"
+       "partitions=batch(default),urgent(preempts batch)$([ "$ASIDE" -gt 0 ] && echo ",aside")$([ "$SPARE" -gt 0 ] && echo ",wide") cgroup=$CGROUP accounting=slurmdbd"
   echo "slurm-local: timings: ${timings[*]}"
   echo "slurm-local: smoke: $SMOKE_NOTE"
   sinfo
