@@ -44,6 +44,8 @@ def dump(name, doc):
 dump("trace.json", {
     "start": start, "end": end, "pid": os.getpid(), "argv": sys.argv[1:], "params": params,
     "cwd": os.getcwd(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    "place": {k: os.environ.get("DSE_" + k) for k in (
+        "RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "NODE", "NODES")},
 })
 dump("result.json", {"complete": True, "metrics": {"value": float(params.get("x", 0))}})
 """
