@@ -261,10 +261,9 @@ class LocalBackend(Backend):
         return f"{job.trial_id}.{job.attempt}"
 
     def refuse(self, resources: Resources) -> str | None:
-        if resources.tasks > 1:
-            return (f"asks for {resources.nodes} node(s) x {resources.tasks_per_node} task(s);"
-                    " the local backend runs one task per trial on this machine (run trials"
-                    " that span tasks or nodes with backend = \"slurm\")")
+        refused = super().refuse(resources)
+        if refused is not None:
+            return refused
         if resources.cpus <= self.cpus and resources.gpus <= self.gpus:
             return None
         why = (f"asks for {resources.cpus} CPUs and {resources.gpus} GPUs; this machine has"

@@ -196,6 +196,7 @@ class SlurmAllocationBackend(Backend):
     """
 
     name: ClassVar[str] = "slurm"
+    spans_tasks: ClassVar[bool] = True
     version: ClassVar[str] = "0.1.0"
     default_poll_interval: ClassVar[tuple[float, float]] = (0.5, 5.0)
     overrun_s = 150.0

@@ -118,6 +118,7 @@ class SlurmBackend(Backend):
     """
 
     name: ClassVar[str] = "slurm"
+    spans_tasks: ClassVar[bool] = True
     version: ClassVar[str] = "0.1.0"
     default_poll_interval: ClassVar[tuple[float, float]] = (2.0, 60.0)
     overrun_s = 150.0

@@ -57,6 +57,10 @@ class Backend(ABC):
     runs_commands: ClassVar[bool] = True
     """Whether it runs each trial's command: a campaign on it must then name one
     (``[environment] command``). The probe backend plays scripts instead."""
+    spans_tasks: ClassVar[bool] = False
+    """Whether it starts a trial of several tasks (``nodes``, ``tasks_per_node``) as that many
+    processes, each told its place (``DSE_RANK``, ``DSE_NODE``... of the trial contract). A
+    backend that does not refuses such trials (:meth:`refuse`) rather than run one task."""
     queue_ahead: int = 0
     """How many attempts beyond the campaign's ``max_parallelism`` the backend may be handed:
     it queues them itself and never starts more than ``max_parallelism`` at once (Slurm's
@@ -124,7 +128,12 @@ class Backend(ABC):
     def refuse(self, resources: Resources) -> str | None:
         """Why no job asking for *resources* can ever run here (more GPUs than there are), in
         words for one line; ``None`` when it may. The engine asks before anything runs, for
-        the resources every trial of a campaign asks."""
+        the resources every trial of a campaign asks. This default refuses trials of more
+        than one task unless :attr:`spans_tasks` says the backend starts them."""
+        if resources.tasks > 1 and not self.spans_tasks:
+            return (f"asks for {resources.nodes} node(s) x {resources.tasks_per_node} task(s);"
+                    f" the {self.name} backend runs one task per trial (run trials that span"
+                    " tasks or nodes with a backend that starts them: backend = \"slurm\")")
         return None
 
     def capacity(self, resources: Resources) -> tuple[int, str] | None:

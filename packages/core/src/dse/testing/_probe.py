@@ -123,6 +123,7 @@ class ProbeBackend(Backend):
     name: ClassVar[str] = "probe"
     version: ClassVar[str] = "1"
     runs_commands: ClassVar[bool] = False
+    spans_tasks: ClassVar[bool] = True  # it plays scripts: a trial of any size is one script
     default_poll_interval: ClassVar[tuple[float, float]] = (0.0, 0.0)
 
     def __init__(
