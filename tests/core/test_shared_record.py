@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -210,3 +211,32 @@ def test_a_config_whose_trial_ended_without_a_reusable_result_is_claimed_anew(
     finally:
         first.close()
         second.close()
+
+
+OPEN_AT_ONCE = """
+import os, sys, time
+import dse
+path, start = sys.argv[1], float(sys.argv[2])
+time.sleep(max(start - time.time(), 0.0))
+dse.Store(path).close()
+"""
+
+
+def test_controllers_that_make_a_new_record_at_once_all_open_it(tmp_path: Path) -> None:
+    """Two `dse run`s started together in a new workspace both make the record: the one that
+    waited for the other's write lock finds the tables made (and adds no column twice)."""
+    for round_ in range(6):
+        path = tmp_path / f"dse-{round_}.sqlite"
+        start = time.time() + 1.0  # every process imported dse by then, even under load
+        procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, str(path), str(start)],
+                                  stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        errors = [proc.communicate(timeout=60)[1] for proc in procs]
+        assert all(proc.returncode == 0 for proc in procs), errors
+        store = dse.Store(path)
+        try:
+            assert store.campaigns() == []
+            assert _store.SCHEMA_VERSION == int(
+                store._db.execute("SELECT value FROM meta WHERE key='schema_version'")
+                .fetchone()[0])
+        finally:
+            store.close()

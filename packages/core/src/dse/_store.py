@@ -747,6 +747,15 @@ _BACKFILL_12: tuple[str, ...] = (
 _ADD_COLUMN = re.compile(r"ALTER TABLE (?P<table>\w+) ADD COLUMN (?P<column>\w+)")
 
 
+def _schema_version(db: sqlite3.Connection) -> str | None:
+    """The record's schema version, or ``None`` when it has none yet (a new file)."""
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return None if row is None else str(row[0])
+
+
 def _has_column(db: sqlite3.Connection, statement: str) -> bool:
     """Whether *statement* adds a column the table has already (SQLite has no ``ADD COLUMN
     IF NOT EXISTS``): a migration then leaves it be."""
@@ -1325,19 +1334,22 @@ class Store(_Summaries):
     @_writes
     def _init_schema(self) -> None:
         db = self._db
-        try:
-            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        except sqlite3.OperationalError:
-            row = None
-        if row is not None:
-            if int(row[0]) in _MIGRATIONS:
-                self._migrate(int(row[0]))
-            elif int(row[0]) != SCHEMA_VERSION:
+        found = _schema_version(db)
+        if found is not None:
+            if int(found) in _MIGRATIONS:
+                self._migrate(int(found))
+            elif int(found) != SCHEMA_VERSION:
                 raise StoreError(
-                    f"{self.path}: schema version {row[0]}, this dse reads {SCHEMA_VERSION}"
+                    f"{self.path}: schema version {found}, this dse reads {SCHEMA_VERSION}"
                 )
             return
         db.execute("BEGIN IMMEDIATE")
+        # Another controller may have made the record while this one waited for the lock:
+        # its tables are there, and adding a column twice fails.
+        if _schema_version(db) is not None:
+            db.execute("COMMIT")
+            self._init_schema()
+            return
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 db.execute(statement)
