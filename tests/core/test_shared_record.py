@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -235,8 +235,8 @@ def test_controllers_that_make_a_new_record_at_once_all_open_it(tmp_path: Path) 
         store = dse.Store(path)
         try:
             assert store.campaigns() == []
-            assert _store.SCHEMA_VERSION == int(
+            assert int(
                 store._db.execute("SELECT value FROM meta WHERE key='schema_version'")
-                .fetchone()[0])
+                .fetchone()[0]) == _store.SCHEMA_VERSION
         finally:
             store.close()
