@@ -1323,8 +1323,13 @@ class Store(_Summaries):
             self._sync = "FULL" if durable else "OFF"
             db.execute(f"PRAGMA synchronous={self._sync}")
             self._init_schema()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: not a dse record ({exc})") from None
+        except BaseException as exc:
+            # A transaction left open would hold the record's write lock for this process's
+            # life (a Python API caller that catches the error goes on).
+            db.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise StoreError(f"{self.path}: not a dse record ({exc})") from None
+            raise
         # Ids are handed out from blocks the record reserved for this Store: [next, end).
         self._next_trial = self._end_trial = self._next_attempt = self._end_attempt = 0
         self._blocks = {"trials": _FIRST_BLOCK, "attempts": _FIRST_BLOCK}
