@@ -747,6 +747,40 @@ _BACKFILL_12: tuple[str, ...] = (
 _ADD_COLUMN = re.compile(r"ALTER TABLE (?P<table>\w+) ADD COLUMN (?P<column>\w+)")
 
 
+def _bring_up_to_date(db: sqlite3.Connection, path: Path) -> None:
+    """Make a new record's tables, or migrate one an older dse wrote to :data:`SCHEMA_VERSION`
+    in place, in one write transaction; :class:`StoreError` for a version this dse does not
+    read. The version is read again under the write lock: another controller may have made or
+    migrated the record while this one waited for it (adding a column twice fails)."""
+    if _schema_version(db) == str(SCHEMA_VERSION):
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        found = _schema_version(db)
+        if found is None:
+            for statement in (*_SCHEMA.split(";"), *_SUMMARIES, *_SUMMARIES_12):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
+                       (str(SCHEMA_VERSION),))
+            db.execute("INSERT OR IGNORE INTO counters(name, next) VALUES ('trials', 1),"
+                       " ('attempts', 1)")
+        elif int(found) in _MIGRATIONS:
+            version = int(found)
+            while version != SCHEMA_VERSION:
+                for statement in _MIGRATIONS[version]:
+                    if statement.strip() and not _has_column(db, statement):
+                        db.execute(statement)
+                version += 1
+            db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(version),))
+        elif int(found) != SCHEMA_VERSION:
+            raise StoreError(f"{path}: schema version {found}, this dse reads {SCHEMA_VERSION}")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
 def _schema_version(db: sqlite3.Connection) -> str | None:
     """The record's schema version, or ``None`` when it has none yet (a new file)."""
     try:
@@ -1338,51 +1372,7 @@ class Store(_Summaries):
 
     @_writes
     def _init_schema(self) -> None:
-        db = self._db
-        found = _schema_version(db)
-        if found is not None:
-            if int(found) in _MIGRATIONS:
-                self._migrate(int(found))
-            elif int(found) != SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path}: schema version {found}, this dse reads {SCHEMA_VERSION}"
-                )
-            return
-        db.execute("BEGIN IMMEDIATE")
-        # Another controller may have made the record while this one waited for the lock:
-        # its tables are there, and adding a column twice fails.
-        if _schema_version(db) is not None:
-            db.execute("COMMIT")
-            self._init_schema()
-            return
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                db.execute(statement)
-        for statement in (*_SUMMARIES, *_SUMMARIES_12):
-            db.execute(statement)
-        db.execute(
-            "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
-            (str(SCHEMA_VERSION),),
-        )
-        db.execute("INSERT OR IGNORE INTO counters(name, next) VALUES ('trials', 1),"
-                   " ('attempts', 1)")
-        db.execute("COMMIT")
-
-    @_writes
-    def _migrate(self, version: int) -> None:
-        """Bring a record written by an older dse up to :data:`SCHEMA_VERSION`, in place."""
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        # Another controller may have migrated it while this one waited for the lock.
-        (found,) = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        version = int(found)
-        while version != SCHEMA_VERSION:
-            for statement in _MIGRATIONS[version]:
-                if statement.strip() and not _has_column(db, statement):
-                    db.execute(statement)
-            version += 1
-        db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(version),))
-        db.execute("COMMIT")
+        _bring_up_to_date(self._db, self.path)
 
     def _max_id(self, table: str) -> int:
         row = self._db.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}").fetchone()
