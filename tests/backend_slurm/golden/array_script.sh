@@ -30,6 +30,31 @@ set +e
 
 # task i runs line i+1 of the manifest (see dse_slurm._script)
 exec python3 -c 'import fcntl, json, os, stat, sys
+def hostnames(text):
+    items, depth, start = [], 0, 0
+    for at, char in enumerate(text):
+        if char == "," and not depth:
+            items.append(text[start:at])
+            start = at + 1
+        elif char == "[":
+            depth += 1
+        elif char == "]":
+            depth = max(depth - 1, 0)
+    items.append(text[start:])
+    return [name for item in items if item.strip() for name in expand(item.strip())]
+def expand(item):
+    start = item.find("[")
+    end = item.find("]", start)
+    if start < 0 or end < 0:
+        return [item]
+    heads = []
+    for part in item[start + 1:end].split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            return [item]
+        heads += [item[:start] + str(n).zfill(len(low))
+                  for n in range(int(low), int(high or low) + 1)]
+    return [head + tail for head in heads for tail in expand(item[end + 1:])]
 path, index = sys.argv[1], int(sys.argv[2])
 with open(path, encoding="utf-8") as handle:
     for number, line in enumerate(handle):
@@ -38,10 +63,24 @@ with open(path, encoding="utf-8") as handle:
     else:
         sys.exit("dse: no line %d in the manifest %s" % (index + 1, path))
 job = json.loads(line)
+env = dict(os.environ)
+env.update(job["env"])
+# The place of this task in the attempt (the trial contract): from srun, or the batch job.
+for key, name in (("DSE_RANK", "SLURM_PROCID"), ("DSE_LOCAL_RANK", "SLURM_LOCALID"),
+                  ("DSE_NODE_RANK", "SLURM_NODEID"), ("DSE_WORLD_SIZE", "SLURM_NTASKS"),
+                  ("DSE_NODE", "SLURMD_NODENAME")):
+    if os.environ.get(name):
+        env[key] = os.environ[name]
+nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+if nodelist:
+    env["DSE_NODES"] = ",".join(hostnames(nodelist))
+rank = int(env.get("DSE_RANK") or 0)
+names = ("stdout.log", "stderr.log") if rank == 0 else (
+    "stdout.%d.log" % rank, "stderr.%d.log" % rank)
 adir = os.path.join(job["trial_dir"], "attempt-%d" % job["attempt"])
 os.makedirs(adir, exist_ok=True)
 os.makedirs(os.path.join(job["trial_dir"], "checkpoint"), exist_ok=True)
-for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
+for fd, name in zip((1, 2), names):
     # Never through a symlink, never blocking on a FIFO an earlier attempt left there.
     try:
         out = os.open(os.path.join(adir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND
@@ -53,8 +92,6 @@ for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
     fcntl.fcntl(out, fcntl.F_SETFL, fcntl.fcntl(out, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     os.dup2(out, fd)
     os.close(out)
-env = dict(os.environ)
-env.update(job["env"])
 if job.get("path"):
     env["PATH"] = os.pathsep.join(job["path"] + [env.get("PATH", "")])
 try:

@@ -47,8 +47,9 @@ from dse_slurm._script import (
     group_for_arrays,
     render_array_script,
     render_manifest,
+    spare_exclusion,
 )
-from dse_slurm._states import SacctRow, SqueueRow, to_job_state
+from dse_slurm._states import SacctRow, SqueueRow, expand_hostlist, to_job_state
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -234,10 +235,10 @@ class SlurmBackend(Backend):
         ids: dict[int, str] = {}
         runnable: list[tuple[int, JobSpec]] = []
         for index, spec in enumerate(jobs):
-            if not spec.argv:
-                ids[index] = self._settled.new(
-                    spec, JobState.INVALID, "the job has no command (set [environment] command)"
-                )
+            why = ("the job has no command (set [environment] command)" if not spec.argv
+                   else self._too_wide(spec.resources))
+            if why is not None:
+                ids[index] = self._settled.new(spec, JobState.INVALID, why)
             else:
                 runnable.append((index, spec))
         position = {id(spec): index for index, spec in runnable}
@@ -246,7 +247,38 @@ class SlurmBackend(Backend):
                 ids[position[id(spec)]] = job_id
         return [ids[index] for index in range(len(jobs))]
 
+    def refuse(self, resources: Resources) -> str | None:
+        """Why no attempt asking for *resources* can run in the partition: more nodes than
+        it has (Slurm would accept the job and keep it pending for ever)."""
+        return self._too_wide(resources)
+
+    def _too_wide(self, resources: Resources) -> str | None:
+        if resources.nodes <= 1:
+            return None
+        known = self.slurm.partition_nodes(self.options.partition)
+        if known is None or resources.nodes <= len(known[1]):
+            return None
+        name, nodes = known
+        return (f"{resources.nodes} nodes asked, but the Slurm partition {name} has"
+                f" {len(nodes)} ({','.join(nodes)})")
+
+    def _spare(self, group: Sequence[JobSpec]) -> Sequence[JobSpec]:
+        """*group* avoiding only as many of its nodes as its partition can spare (one
+        ``sinfo``, asked once): Slurm refuses a job whose ``--exclude`` leaves too few."""
+        first = group[0]
+        known = self.slurm.partition_nodes(self.options.partition) if first.avoid_nodes else None
+        if known is None:
+            return group
+        name, nodes = known
+        excluded, kept = spare_exclusion(first.avoid_nodes, nodes, first.resources.nodes)
+        if kept:
+            log.warning("trials %s need %d of the %d nodes of partition %s: not avoiding %s",
+                        ", ".join(s.trial_id for s in group), first.resources.nodes,
+                        len(nodes), name, ", ".join(kept))
+        return [dataclasses.replace(spec, avoid_nodes=tuple(excluded)) for spec in group]
+
     def _submit_array(self, group: Sequence[JobSpec]) -> list[str]:
+        group = self._spare(group)
         first = group[0]
         slurm_dir = first.trial_dir.parent / SLURM_DIR
         # The job name is unique per batch: it finds the array again after a crash.
@@ -295,10 +327,36 @@ class SlurmBackend(Backend):
                     continue
                 self._last_rows[job_id] = row
                 state, _, _, _ = to_job_state(row.state, queued=True)
-                out[job_id] = JobStatus(job_id, state, node=row.nodes, reason=row.reason)
+                out[job_id] = JobStatus(job_id, state, node=_listed(row.nodes),
+                                        reason=row.reason)
         if self._leaving:
-            out.update(self._collect_ends(now))
+            out.update(self._blame(self._collect_ends(now)))
         return out
+
+    def _blame(self, ends: dict[str, JobStatus]) -> dict[str, JobStatus]:
+        """*ends* with the node of each multi-node end named for the engine, which avoids
+        the node of an unsuccessful end on retry: a success keeps its whole node list
+        (``n1,n2,n3``); any other end names the nodes of it that Slurm now shows down,
+        drained or failing (one ``sinfo`` for all of them), or none, and says in its reason
+        where it ran. (A compact list such as ``n[1-3]`` there would avoid every node.)"""
+        spans = {job_id: names for job_id, status in ends.items()
+                 if len(names := expand_hostlist(status.node or "")) > 1}
+        suspects = {node for job_id, names in spans.items()
+                    if ends[job_id].state is not JobState.SUCCEEDED for node in names}
+        failing = self.slurm.failing_nodes(suspects) if suspects else set()
+        for job_id, names in spans.items():
+            status = ends[job_id]
+            if status.state is JobState.SUCCEEDED:
+                ends[job_id] = dataclasses.replace(status, node=",".join(names))
+                continue
+            blamed = [node for node in names if node in failing]
+            where = f"ran on {','.join(names)}" + (
+                f"; Slurm shows {','.join(blamed)} down or failing" if blamed else "")
+            ends[job_id] = dataclasses.replace(
+                status, node=",".join(blamed) or None,
+                reason=f"{status.reason}; {where}" if status.reason else where,
+            )
+        return ends
 
     def _collect_ends(self, now: float) -> dict[str, JobStatus]:
         out: dict[str, JobStatus] = {}
@@ -395,6 +453,11 @@ def _single_tasks(rows: dict[str, _Row]) -> dict[str, _Row]:
     for job_id in [j for j in rows if "_" not in j and j not in arrays]:
         rows.setdefault(f"{job_id}_0", rows[job_id])
     return rows
+
+
+def _listed(nodes: str | None) -> str | None:
+    """Slurm's compact node list as names (``n[1-2]`` → ``n1,n2``), ``None`` for none."""
+    return (",".join(expand_hostlist(nodes)) or None) if nodes else None
 
 
 def _ran(row: SqueueRow | None) -> bool:

@@ -29,6 +29,7 @@ from dse_slurm._states import (
     SQUEUE_ARGS,
     SacctRow,
     SqueueRow,
+    node_is_failing,
     parse_sacct,
     parse_squeue,
 )
@@ -109,6 +110,7 @@ class SlurmCommands:
         self.accounting = True
         """Whether ``sacct`` answers (False once it said accounting storage is disabled)."""
         self._by_name: dict[str, str | None] = {}
+        self._partitions: dict[str | None, tuple[str, tuple[str, ...]]] | None = None
 
     def run(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         """Run one Slurm command (counted); the caller judges its exit status."""
@@ -233,6 +235,39 @@ class SlurmCommands:
                     return total - other
         return None
 
+    def partition_nodes(self, partition: str | None) -> tuple[str, tuple[str, ...]] | None:
+        """*partition*'s name and nodes, whatever their state (``None``: the default
+        partition), from one ``sinfo`` asked once: a partition's nodes do not change while a
+        campaign runs. ``None`` when sinfo fails (asked again next time) or does not list
+        it."""
+        if self._partitions is None:
+            try:
+                proc = self.run(["sinfo", "--noheader", "--Node", "--format=%N|%P"])
+            except SlurmCommandError:
+                return None
+            if proc.returncode != 0:
+                return None
+            self._partitions = _partitions(proc.stdout)
+        return self._partitions.get(partition)
+
+    def failing_nodes(self, nodes: Iterable[str]) -> set[str]:
+        """Those of *nodes* that Slurm shows down, drained or failing now, from one
+        ``sinfo``; empty when sinfo fails (nobody is blamed)."""
+        asked = sorted(set(nodes))
+        if not asked:
+            return set()
+        try:
+            proc = self.run(["sinfo", "--noheader", "--Node", f"--nodes={','.join(asked)}",
+                             "--format=%N|%t"])
+        except SlurmCommandError as exc:
+            log.warning("sinfo failed: %s", exc)
+            return set()
+        if proc.returncode != 0:
+            log.warning("%s", self.failure(proc))
+            return set()
+        rows = (line.strip().split("|") for line in proc.stdout.splitlines())
+        return {row[0] for row in rows if len(row) == 2 and node_is_failing(row[1])}
+
     def scancel(self, job_ids: Sequence[str]) -> None:
         """One ``scancel`` for *job_ids*; a failure is logged (later polls tell the ends)."""
         try:
@@ -242,6 +277,29 @@ class SlurmCommands:
             return
         if proc.returncode != 0 and INVALID_JOB_ID not in proc.stderr:
             log.warning("%s", self.failure(proc))
+
+
+def _partitions(text: str) -> dict[str | None, tuple[str, tuple[str, ...]]]:
+    """``sinfo --Node --format=%N|%P``'s lines as partition → (its name, its nodes in order);
+    the default partition (``batch*``) under ``None`` as well."""
+    nodes: dict[str, list[str]] = {}
+    default = None
+    for line in text.splitlines():
+        node, _, partition = line.strip().partition("|")
+        if not node or not partition:
+            continue
+        name = partition.rstrip("*")
+        if partition.endswith("*"):
+            default = name
+        listed = nodes.setdefault(name, [])
+        if node not in listed:
+            listed.append(node)
+    out: dict[str | None, tuple[str, tuple[str, ...]]] = {
+        name: (name, tuple(listed)) for name, listed in nodes.items()
+    }
+    if default is not None:
+        out[None] = out[default]
+    return out
 
 
 class Settled:

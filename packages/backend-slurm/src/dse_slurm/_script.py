@@ -16,6 +16,12 @@ Slurm's own ``--output``/``--error`` files (``<log_dir>/%A_%a.out`` and ``.err``
 what the setup lines print, launcher errors and slurmstepd's messages ("CANCELLED ... DUE TO
 TIME LIMIT"). Because the batch shell ``exec``\\ s the launcher and the launcher ``exec``\\ s the
 command, the trial *is* the batch shell's process: ``--signal=B:USR1@lead`` reaches it directly.
+
+An attempt of several tasks (``nodes`` x ``tasks_per_node`` > 1) asks for
+``--nodes --ntasks-per-node --cpus-per-task`` and the batch shell ``exec``\\ s ``srun
+--kill-on-bad-exit=1`` instead, which starts the launcher once per task: each task reads the
+same manifest line and learns its rank from srun's environment, and one task failing ends the
+others and the attempt. srun forwards ``SIGUSR1`` to every task, so the signal path holds.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dse import ConfigError
+from dse_slurm._states import expand_hostlist
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
     from dse import JobSpec, Resources
 
 __all__ = [
+    "HOSTNAMES",
     "LAUNCHER",
     "SlurmOptions",
     "group_for_arrays",
@@ -45,6 +53,7 @@ __all__ = [
     "render_pilot_script",
     "sbatch_argv",
     "slurm_time",
+    "spare_exclusion",
 ]
 
 MAX_SIGNAL_LEAD_S = 65535
@@ -56,8 +65,37 @@ MAX_SIGNAL_LEAD_S = 65535
 # would end the directive. Everything else survives shlex.quote.
 _FORBIDDEN = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL", "\\": "a backslash"}
 
-LAUNCHER = """\
-import fcntl, json, os, stat, sys
+HOSTNAMES = """\
+def hostnames(text):
+    items, depth, start = [], 0, 0
+    for at, char in enumerate(text):
+        if char == "," and not depth:
+            items.append(text[start:at])
+            start = at + 1
+        elif char == "[":
+            depth += 1
+        elif char == "]":
+            depth = max(depth - 1, 0)
+    items.append(text[start:])
+    return [name for item in items if item.strip() for name in expand(item.strip())]
+def expand(item):
+    start = item.find("[")
+    end = item.find("]", start)
+    if start < 0 or end < 0:
+        return [item]
+    heads = []
+    for part in item[start + 1:end].split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            return [item]
+        heads += [item[:start] + str(n).zfill(len(low))
+                  for n in range(int(low), int(high or low) + 1)]
+    return [head + tail for head in heads for tail in expand(item[end + 1:])]
+"""
+"""The launcher's copy of :func:`dse_slurm.expand_hostlist` (``hostnames(text)``), for any
+Python 3; the tests hold the two to the same answers."""
+
+LAUNCHER = "import fcntl, json, os, stat, sys\n" + HOSTNAMES + """\
 path, index = sys.argv[1], int(sys.argv[2])
 with open(path, encoding="utf-8") as handle:
     for number, line in enumerate(handle):
@@ -66,10 +104,24 @@ with open(path, encoding="utf-8") as handle:
     else:
         sys.exit("dse: no line %d in the manifest %s" % (index + 1, path))
 job = json.loads(line)
+env = dict(os.environ)
+env.update(job["env"])
+# The place of this task in the attempt (the trial contract): from srun, or the batch job.
+for key, name in (("DSE_RANK", "SLURM_PROCID"), ("DSE_LOCAL_RANK", "SLURM_LOCALID"),
+                  ("DSE_NODE_RANK", "SLURM_NODEID"), ("DSE_WORLD_SIZE", "SLURM_NTASKS"),
+                  ("DSE_NODE", "SLURMD_NODENAME")):
+    if os.environ.get(name):
+        env[key] = os.environ[name]
+nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+if nodelist:
+    env["DSE_NODES"] = ",".join(hostnames(nodelist))
+rank = int(env.get("DSE_RANK") or 0)
+names = ("stdout.log", "stderr.log") if rank == 0 else (
+    "stdout.%d.log" % rank, "stderr.%d.log" % rank)
 adir = os.path.join(job["trial_dir"], "attempt-%d" % job["attempt"])
 os.makedirs(adir, exist_ok=True)
 os.makedirs(os.path.join(job["trial_dir"], "checkpoint"), exist_ok=True)
-for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
+for fd, name in zip((1, 2), names):
     # Never through a symlink, never blocking on a FIFO an earlier attempt left there.
     try:
         out = os.open(os.path.join(adir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND
@@ -81,8 +133,6 @@ for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
     fcntl.fcntl(out, fcntl.F_SETFL, fcntl.fcntl(out, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     os.dup2(out, fd)
     os.close(out)
-env = dict(os.environ)
-env.update(job["env"])
 if job.get("path"):
     env["PATH"] = os.pathsep.join(job["path"] + [env.get("PATH", "")])
 try:
@@ -92,8 +142,14 @@ except OSError as exc:
     sys.stderr.write("dse: cannot run %r: %s\\n" % (job["argv"][0], exc))
     sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
 """
-"""The per-task launcher ``python3 -c`` runs; exit 127: command (or cwd) not found, 126: not
-runnable. Written for any Python 3 (no f-strings), since the node's python3 may be old."""
+"""The per-task launcher ``python3 -c`` runs (every task of the attempt runs it: srun starts
+one per task); exit 127: command (or cwd) not found, 126: not runnable. It sets the task's
+place in the trial contract (``DSE_RANK``, ``DSE_LOCAL_RANK``, ``DSE_NODE_RANK``,
+``DSE_WORLD_SIZE`` from ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NODEID``,
+``SLURM_NTASKS``; ``DSE_NODE`` from ``SLURMD_NODENAME``; ``DSE_NODES``, the step's or job's
+node list expanded) and sends rank 0's output to ``stdout.log``/``stderr.log``, rank *r*'s
+to ``stdout.<r>.log``/``stderr.<r>.log``. Written for any Python 3 (no f-strings), since the
+node's python3 may be old."""
 
 
 def _check_value(what: str, value: str) -> str:
@@ -308,23 +364,38 @@ def render_array_script(
     lines.append("")
     if options.setup:
         lines += ["# setup from the campaign file", "set -e", *options.setup, "set +e", ""]
-    lines += [
-        "# task i runs line i+1 of the manifest (see dse_slurm._script)",
-        f"exec {shlex.quote(options.python)} -c {shlex.quote(LAUNCHER)} \\",
-        f"    {shlex.quote(str(manifest_path))} \"${{SLURM_ARRAY_TASK_ID:?}}\"",
-        "",
-    ]
+    launch = f"{shlex.quote(options.python)} -c {shlex.quote(LAUNCHER)} \\"
+    res = first.resources
+    if res.tasks == 1:
+        lines += ["# task i runs line i+1 of the manifest (see dse_slurm._script)",
+                  f"exec {launch}"]
+    else:
+        # Every task of the attempt runs the launcher; one failing ends them all.
+        lines += [
+            f"# task i runs line i+1 of the manifest in each of its {res.tasks} tasks"
+            " (see dse_slurm._script)",
+            f"exec srun --kill-on-bad-exit=1 --nodes={res.nodes} --ntasks={res.tasks}"
+            f" --ntasks-per-node={res.tasks_per_node} --cpus-per-task={res.cpus} \\",
+            f"    {launch}",
+        ]
+    lines += [f"    {shlex.quote(str(manifest_path))} \"${{SLURM_ARRAY_TASK_ID:?}}\"", ""]
     return "\n".join(lines)
 
 
 def _resource_options(specs: Sequence[JobSpec]) -> list[str]:
-    """``--time`` (the largest limit; none when a spec has none) and what one task asks."""
+    """``--time`` (the largest limit; none when a spec has none) and what one attempt asks:
+    its nodes, tasks per node and CPUs per task; GPUs (``--gres`` is per node) and memory
+    (``--mem`` is per node) as given."""
     out = []
     limits = [spec.time_limit for spec in specs]
     if all(limit is not None for limit in limits):
         out.append(f"--time={slurm_time(max(limit or 0.0 for limit in limits))}")
     res = specs[0].resources
-    out += ["--nodes=1", "--ntasks=1", f"--cpus-per-task={res.cpus}"]
+    if res.tasks == 1:
+        out += ["--nodes=1", "--ntasks=1", f"--cpus-per-task={res.cpus}"]
+    else:
+        out += [f"--nodes={res.nodes}", f"--ntasks-per-node={res.tasks_per_node}",
+                f"--cpus-per-task={res.cpus}"]
     if res.gpus:
         out.append(f"--gres=gpu:{res.gpus}")
     if res.memory_mb is not None:
@@ -333,13 +404,30 @@ def _resource_options(specs: Sequence[JobSpec]) -> list[str]:
 
 
 def _exclude_option(avoid_nodes: Iterable[str]) -> str:
-    nodes = sorted(set(avoid_nodes))
+    """``--exclude`` of every node *avoid_nodes* names (an item may name several:
+    ``n1,n2``, or Slurm's ``n[1-2]``)."""
+    nodes = _avoided(avoid_nodes)
     for node in nodes:
-        if "," in node:
-            msg = f"backend.slurm: node name {node!r} holds a comma"
-            raise ConfigError(msg)
         _check_value("avoid_nodes", node)
     return f"--exclude={','.join(nodes)}"
+
+
+def _avoided(avoid_nodes: Iterable[str]) -> list[str]:
+    """The node names *avoid_nodes* holds, sorted, once each: an item may name several (a
+    multi-node attempt that ended on two failing nodes reports ``n1,n2``)."""
+    return sorted({name for item in avoid_nodes for name in expand_hostlist(item)})
+
+
+def spare_exclusion(
+    avoid_nodes: Iterable[str], partition_nodes: Sequence[str], nodes: int
+) -> tuple[list[str], list[str]]:
+    """``(excluded, kept in)``: the avoided nodes of the partition an attempt of *nodes*
+    nodes can do without — at most ``len(partition_nodes) - nodes``, the first in name order
+    — and those it cannot (Slurm refuses a job whose exclusions leave too few nodes).
+    Avoided nodes outside the partition are left out: they cannot be chosen anyway."""
+    inside = [node for node in _avoided(avoid_nodes) if node in set(partition_nodes)]
+    spare = max(len(set(partition_nodes)) - nodes, 0)
+    return inside[:spare], inside[spare:]
 
 
 def render_pilot_script(

@@ -3,7 +3,8 @@
 The backend asks for exactly these formats (:data:`SQUEUE_ARGS`, :data:`SACCT_ARGS`); the
 parsers never raise on odd input: a line they cannot read is skipped, an unknown state maps
 to ``LOST`` with ``ambiguous=True``. Array tasks are keyed ``<array id>_<task>``; a pending
-range such as ``123_[5-9%2]`` or ``123_[1,4-6]`` is expanded into one row per task.
+range such as ``123_[5-9%2]`` or ``123_[1,4-6]`` is expanded into one row per task. A node
+list in Slurm's compact form (``n[1-3,5]``) is expanded by :func:`expand_hostlist`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ __all__ = [
     "SQUEUE_ARGS",
     "SacctRow",
     "SqueueRow",
+    "expand_hostlist",
     "expand_job_ids",
+    "node_is_failing",
     "parse_exit_code",
     "parse_sacct",
     "parse_squeue",
@@ -55,6 +58,10 @@ _ENDS = {
 }
 _AMBIGUOUS = frozenset({"REVOKED", "SPECIAL_EXIT"})
 _MAX_SIGNAL = 64  # SIGRTMAX on Linux; Slurm puts other codes there (0:125 for OUT_OF_MEMORY)
+
+_FAILING_NODE = frozenset({"down", "drain", "drng", "drained", "draining", "fail", "failg",
+                           "failing", "no_respond"})
+_NODE_FLAGS = "*~#!%$@^-+"
 
 _ARRAY_RANGE = re.compile(r"^(\d+)_\[([^\]]*)\]$")
 
@@ -112,6 +119,50 @@ def expand_job_ids(text: str) -> list[str]:
             return [text]
         ids += [f"{base}_{task}" for task in range(int(low), int(high or low) + 1)]
     return ids
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """The node names of Slurm's compact node list *text*, in Slurm's order (the order of
+    ``SLURM_NODEID``): ``n[1-3,5]`` → ``n1``, ``n2``, ``n3``, ``n5``; ``gpu[01-02]`` keeps the
+    zero padding; several brackets in one name (``r[1-2]n[1-2]``) give every combination;
+    top-level commas separate names (``a1,b[2-3]``). A part it cannot read is kept as it is
+    (never raises)."""
+    items: list[str] = []
+    depth, start = 0, 0
+    for at, char in enumerate(text):
+        if char == "," and depth == 0:
+            items.append(text[start:at])
+            start = at + 1
+        elif char == "[":
+            depth += 1
+        elif char == "]":
+            depth = max(depth - 1, 0)
+    items.append(text[start:])
+    return [name for item in items if item.strip() for name in _expand_host(item.strip())]
+
+
+def _expand_host(item: str) -> list[str]:
+    """One name of a node list, its first bracket expanded (and the rest, recursively)."""
+    start = item.find("[")
+    end = item.find("]", start)
+    if start < 0 or end < 0:
+        return [item]
+    heads: list[str] = []
+    for part in item[start + 1 : end].split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            return [item]
+        heads += [item[:start] + str(n).zfill(len(low))
+                  for n in range(int(low), int(high or low) + 1)]
+    return [head + tail for head in heads for tail in _expand_host(item[end + 1 :])]
+
+
+def node_is_failing(state: str) -> bool:
+    """Whether a node in ``sinfo``'s *state* (``%t``: ``down``, ``drain*``, ``idle``...) is
+    one to blame for a job that ended on it: down, drained or draining, failing, or not
+    responding (a trailing ``*``)."""
+    word = state.strip().lower()
+    return word.endswith("*") or word.rstrip(_NODE_FLAGS) in _FAILING_NODE
 
 
 def parse_squeue(text: str) -> dict[str, SqueueRow]:
