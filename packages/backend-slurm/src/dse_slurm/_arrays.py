@@ -151,6 +151,8 @@ class SlurmBackend(Backend):
         self._leaving: dict[str, _Leaving] = {}
         self._last_rows: dict[str, SqueueRow] = {}
         self._cancelled: set[str] = set()
+        self._tasks: dict[str, int] = {}
+        """Job id → tasks, for the attempts of several tasks (srun ran them)."""
         self._bin_dir = os.path.dirname(sys.executable)
         self.auto: tuple[SlurmTable, str] | None = None
         """``mode = "auto"``: the table and the file it came from, for :meth:`for_trials`."""
@@ -308,7 +310,10 @@ class SlurmBackend(Backend):
         except SubmitRefused as exc:
             return [self._settled.new(spec, exc.state, exc.reason) for spec in group]
         log.debug("submitted array %s (%d tasks) as %s", array, len(group), job_name)
-        return [f"{array}_{index}" for index in range(len(group))]
+        ids = [f"{array}_{index}" for index in range(len(group))]
+        if first.resources.tasks > 1:
+            self._tasks.update(dict.fromkeys(ids, first.resources.tasks))
+        return ids
 
     # -- poll -------------------------------------------------------------------------------
 
@@ -330,33 +335,11 @@ class SlurmBackend(Backend):
                 out[job_id] = JobStatus(job_id, state, node=_listed(row.nodes),
                                         reason=row.reason)
         if self._leaving:
-            out.update(self._blame(self._collect_ends(now)))
+            ends = _spanning(self.slurm, self._collect_ends(now), self._tasks)
+            for job_id in ends:
+                self._tasks.pop(job_id, None)
+            out.update(ends)
         return out
-
-    def _blame(self, ends: dict[str, JobStatus]) -> dict[str, JobStatus]:
-        """*ends* with the node of each multi-node end named for the engine, which avoids
-        the node of an unsuccessful end on retry: a success keeps its whole node list
-        (``n1,n2,n3``); any other end names the nodes of it that Slurm now shows down,
-        drained or failing (one ``sinfo`` for all of them), or none, and says in its reason
-        where it ran. (A compact list such as ``n[1-3]`` there would avoid every node.)"""
-        spans = {job_id: names for job_id, status in ends.items()
-                 if len(names := expand_hostlist(status.node or "")) > 1}
-        suspects = {node for job_id, names in spans.items()
-                    if ends[job_id].state is not JobState.SUCCEEDED for node in names}
-        failing = self.slurm.failing_nodes(suspects) if suspects else set()
-        for job_id, names in spans.items():
-            status = ends[job_id]
-            if status.state is JobState.SUCCEEDED:
-                ends[job_id] = dataclasses.replace(status, node=",".join(names))
-                continue
-            blamed = [node for node in names if node in failing]
-            where = f"ran on {','.join(names)}" + (
-                f"; Slurm shows {','.join(blamed)} down or failing" if blamed else "")
-            ends[job_id] = dataclasses.replace(
-                status, node=",".join(blamed) or None,
-                reason=f"{status.reason}; {where}" if status.reason else where,
-            )
-        return ends
 
     def _collect_ends(self, now: float) -> dict[str, JobStatus]:
         out: dict[str, JobStatus] = {}
@@ -422,6 +405,8 @@ class SlurmBackend(Backend):
             self.slurm.scancel(slurm_ids)
 
     def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:
+        self._tasks.update({job_id: spec.resources.tasks for job_id, spec in jobs.items()
+                            if spec.resources.tasks > 1})
         for job_id in jobs:
             if not _array_of(job_id).isdigit():
                 # Never reached Slurm (an INVALID or a launch error id): nothing to adopt.
@@ -453,6 +438,47 @@ def _single_tasks(rows: dict[str, _Row]) -> dict[str, _Row]:
     for job_id in [j for j in rows if "_" not in j and j not in arrays]:
         rows.setdefault(f"{job_id}_0", rows[job_id])
     return rows
+
+
+def _spanning(slurm: SlurmCommands, ends: dict[str, JobStatus], tasks: Mapping[str, int]
+              ) -> dict[str, JobStatus]:
+    """*ends* with what srun hides of the attempts it ran: the exit status of a failed one
+    is srun's — a task it ended for another's failure shows as the signal's number — so the
+    step's own (the highest of its tasks) is asked for, in one ``sacct``; and the nodes of a
+    multi-node one are named (:func:`_blame`)."""
+    failed = [job_id for job_id, status in ends.items()
+              if job_id in tasks and status.state is JobState.FAILED]
+    if failed and slurm.accounting:
+        for job_id, code in slurm.step_exit_codes(failed).items():
+            ends[job_id] = dataclasses.replace(ends[job_id], exit_code=code,
+                                               reason=f"exit code {code}")
+    return _blame(slurm, ends)
+
+
+def _blame(slurm: SlurmCommands, ends: dict[str, JobStatus]) -> dict[str, JobStatus]:
+    """*ends* with the node of each multi-node end named for the engine, which avoids the
+    node of an unsuccessful end on retry: a success keeps its whole node list
+    (``n1,n2,n3``); any other end names the nodes of it that Slurm now shows down, drained or
+    failing (one ``sinfo`` for all of them), or none, and says in its reason where it ran.
+    (A compact list such as ``n[1-3]`` there would avoid every node.)"""
+    spans = {job_id: names for job_id, status in ends.items()
+             if len(names := expand_hostlist(status.node or "")) > 1}
+    suspects = {node for job_id, names in spans.items()
+                if ends[job_id].state is not JobState.SUCCEEDED for node in names}
+    failing = slurm.failing_nodes(suspects) if suspects else set()
+    for job_id, names in spans.items():
+        status = ends[job_id]
+        if status.state is JobState.SUCCEEDED:
+            ends[job_id] = dataclasses.replace(status, node=",".join(names))
+            continue
+        blamed = [node for node in names if node in failing]
+        where = f"ran on {','.join(names)}" + (
+            f"; Slurm shows {','.join(blamed)} down or failing" if blamed else "")
+        ends[job_id] = dataclasses.replace(
+            status, node=",".join(blamed) or None,
+            reason=f"{status.reason}; {where}" if status.reason else where,
+        )
+    return ends
 
 
 def _listed(nodes: str | None) -> str | None:

@@ -30,6 +30,7 @@ from dse_slurm._states import (
     SacctRow,
     SqueueRow,
     node_is_failing,
+    parse_exit_code,
     parse_sacct,
     parse_squeue,
 )
@@ -234,6 +235,24 @@ class SlurmCommands:
                     _allocated, _idle, other, total = (int(n) for n in cpus.split("/"))
                     return total - other
         return None
+
+    def step_exit_codes(self, job_ids: Iterable[str]) -> dict[str, int]:
+        """The exit status of the first step (``<id>.0``, the one srun ran) of each of
+        *job_ids* whose step failed with one, from one ``sacct``; empty when it fails."""
+        steps = [f"{job_id}.0" for job_id in job_ids]
+        try:
+            proc = self.run(["sacct", "--noheader", "--parsable2", "--format=JobID,ExitCode",
+                             f"--jobs={','.join(steps)}"])
+        except SlurmCommandError as exc:
+            log.warning("sacct failed: %s", exc)
+            return {}
+        codes: dict[str, int] = {}
+        for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+            step, _, exit_text = line.strip().partition("|")
+            code, _ = parse_exit_code(exit_text)
+            if step.endswith(".0") and code:
+                codes[step[:-2]] = code
+        return codes
 
     def partition_nodes(self, partition: str | None) -> tuple[str, tuple[str, ...]] | None:
         """*partition*'s name and nodes, whatever their state (``None``: the default
