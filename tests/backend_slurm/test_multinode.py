@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -287,3 +288,36 @@ def test_a_failed_multi_node_attempt_blames_no_healthy_node(tmp_path):
     assert len(succeeded.node.split(",")) == 2
     # One sinfo for the partition's nodes (asked once), one for the failed attempt's nodes.
     assert backend.commands["sinfo"] == 2
+
+
+USR1 = r"""
+import os, signal, sys, time
+rank = os.environ["DSE_RANK"]
+adir = os.path.join(os.environ["DSE_TRIAL_DIR"], "attempt-1")
+def told(signum, frame):
+    open(os.path.join(adir, "usr1-" + rank), "w").close()
+    sys.exit(0)
+signal.signal(signal.SIGUSR1, told)
+open(os.path.join(adir, "ready-" + rank), "w").close()
+time.sleep(120)
+sys.exit(5)
+"""
+
+
+def test_the_time_limit_warning_reaches_every_task(tmp_path):
+    # --signal=B:USR1@lead signals the batch shell, which is srun: srun passes it on.
+    wait_for_an_idle_cluster()
+    backend = SlurmBackend(options=SlurmOptions(partition="batch", signal_lead_s=60),
+                           sacct_lag=10)
+    job = dataclasses.replace(spec(tmp_path / "run", "usr1", 2),
+                              argv=(sys.executable, "-c", USR1))
+    adir = job.trial_dir / "attempt-1"
+    try:
+        (job_id,) = backend.submit([job])
+        wait_until(lambda: len(list(adir.glob("ready-*"))) == 2, 60, "both tasks to start")
+        run(["scancel", "--batch", "--signal=USR1", job_id])
+        (status,) = wait_for(backend, [job_id], timeout=60).values()
+    finally:
+        backend.shutdown()
+    assert sorted(p.name for p in adir.glob("usr1-*")) == ["usr1-0", "usr1-1"]
+    assert status.state is JobState.SUCCEEDED
