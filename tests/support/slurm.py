@@ -110,9 +110,14 @@ def slurm_cluster() -> str:
     if proc.returncode != 0:
         pytest.skip(f"no Slurm cluster answers: {proc.stderr.strip()}")
     states = dict(line.split()[:2] for line in proc.stdout.splitlines() if line.strip())
-    for node, state in states.items():
-        if state.startswith(("down", "drain")):
-            resume_node(node)
+    if any(state.startswith(("down", "drain")) for state in states.values()):
+        # A test of another worker (or worktree) may have taken the node down on purpose and
+        # be waiting for its jobs to fail: resume it only once no such test runs.
+        with open(Path(tempfile.gettempdir()) / CLUSTER_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for node, state in node_states().items():
+                if state.startswith(("down", "drain")):
+                    resume_node(node)
     usable = sorted(
         n for n, s in node_states().items() if s.rstrip("*") in ("idle", "mix", "alloc")
     )
