@@ -226,6 +226,9 @@ def test_a_node_down_under_a_3_node_trial_is_avoided_by_its_retry(tmp_path):
     assert attempts[1]["node"] == "n1,n3,n5"
     result = json.loads((Path(row["trial_dir"]) / "result.json").read_text())
     assert result["ranks"] == [[0, "n1"], [1, "n3"], [2, "n5"]]
+    (retry,) = [path.read_text() for path in root.glob(".dse/*/run-*/.slurm/*.sh")
+                if "trials=1.2" in path.read_text()]
+    assert "\n#SBATCH --exclude=n2\n" in retry
 
 
 def test_a_space_wider_than_the_partition_is_refused_in_one_line(tmp_path):
@@ -321,3 +324,33 @@ def test_the_time_limit_warning_reaches_every_task(tmp_path):
         backend.shutdown()
     assert sorted(p.name for p in adir.glob("usr1-*")) == ["usr1-0", "usr1-1"]
     assert status.state is JobState.SUCCEEDED
+
+
+TOLD = (
+    "import json, os; print(json.dumps({k[4:].lower(): os.environ[k] for k in ('DSE_RANK',"
+    " 'DSE_LOCAL_RANK', 'DSE_NODE_RANK', 'DSE_WORLD_SIZE', 'DSE_NODE', 'DSE_NODES')}))"
+)
+
+
+def test_two_tasks_on_each_of_two_nodes_are_told_their_places(tmp_path):
+    wait_for_an_idle_cluster()
+    backend = SlurmBackend(options=SlurmOptions(partition="batch"), sacct_lag=10)
+    job = dataclasses.replace(spec(tmp_path / "run", "two", 2), argv=(sys.executable, "-c", TOLD),
+                              resources=Resources(nodes=2, tasks_per_node=2))
+    try:
+        (job_id,) = backend.submit([job])
+        (status,) = wait_for(backend, [job_id], timeout=120).values()
+    finally:
+        backend.shutdown()
+    assert status.state is JobState.SUCCEEDED
+    first, second = status.node.split(",")
+    adir = job.trial_dir / "attempt-1"
+    told = [json.loads((adir / name).read_text()) for name in
+            ("stdout.log", "stdout.1.log", "stdout.2.log", "stdout.3.log")]
+    # srun's block distribution: ranks 0 and 1 on the first node, 2 and 3 on the second.
+    assert told == [
+        {"rank": str(rank), "local_rank": str(rank % 2), "node_rank": str(rank // 2),
+         "world_size": "4", "node": (first, second)[rank // 2], "nodes": status.node}
+        for rank in range(4)
+    ]
+    assert (status.usage or {}).get("cpus") == 4
