@@ -252,7 +252,7 @@ class SlurmBackend(Backend):
     def refuse(self, resources: Resources) -> str | None:
         """Why no attempt asking for *resources* can run in the partition: more nodes than
         it has (Slurm would accept the job and keep it pending for ever)."""
-        return self._too_wide(resources)
+        return super().refuse(resources) or self._too_wide(resources)
 
     def _too_wide(self, resources: Resources) -> str | None:
         if resources.nodes <= 1:
