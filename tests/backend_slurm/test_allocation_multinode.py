@@ -220,7 +220,8 @@ max_parallelism = {parallelism}
 poll_interval = ["0.3s", "1s"]
 
 [agent.list]
-points = [{{nodes = 3}}, {{nodes = 1}}, {{nodes = 2}}, {{nodes = 1}}, {{nodes = 2}}, {{nodes = 3}}]
+points = [{{nodes = 3, i = 0}}, {{nodes = 1, i = 1}}, {{nodes = 2, i = 2}}, {{nodes = 1, i = 3}},
+          {{nodes = 2, i = 4}}, {{nodes = 3, i = 5}}]
 
 [environment]
 command = ["python", "ranks.py"]
@@ -238,6 +239,7 @@ metric = "world"
 
 [space]
 nodes = {{ type = "categorical", choices = [1, 2, 3] }}
+i = {{ type = "int", low = 0, high = 9 }}
 """
 
 
