@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dse import JobSpec, Resources
-from dse_slurm._allocation import _Pilot, _step_usage, _Task, spanning_pilot
+from dse_slurm._allocation import _node_cpus, _Pilot, _step_usage, _Task, spanning_pilot
 from dse_slurm._pilot import Pilot, Warm
 from support.cli import run_dse, write_plugin
 from support.slurm import attempts_by_trial, queued_jobs, trials, wait_for_an_idle_cluster
@@ -166,6 +166,22 @@ def test_auto_mode_sizes_the_pilot_for_its_largest_trials_in_whole_shares_of_nod
     resources, parallelism, node_cpus, expected
 ):
     assert spanning_pilot(resources, parallelism, node_cpus) == expected
+
+
+class Sinfo:
+    """Answers ``sinfo`` as a cluster whose default partition holds a drained node."""
+
+    def run(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        out = ("n1 batch* 2 idle\nn1 wide 2 idle\nn2 batch* 4 mix\nn3 batch* 8 drain\n"
+               "n4 batch* 2 alloc*\nn5 wide 16 idle\n")
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+
+@pytest.mark.parametrize(("partition", "cpus"), [
+    (None, [2, 4]), ("batch", [2, 4]), ("wide", [2, 16]), ("other", []),
+])
+def test_the_cpus_of_a_partitions_usable_nodes_come_from_one_sinfo(partition, cpus):
+    assert _node_cpus(Sinfo(), partition) == cpus  # type: ignore[arg-type]
 
 
 def test_a_step_of_several_nodes_is_charged_at_least_its_nodes_for_its_run(tmp_path):

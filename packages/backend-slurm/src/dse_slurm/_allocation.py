@@ -98,7 +98,8 @@ _ID_PREFIX = "alloc."
 _RELEASED_WORD = "RELEASED"
 """The end word of a pilot that released its allocation itself (no controller followed it)."""
 _UP = frozenset({"idle", "mix", "alloc", "comp", "resv", "plnd"})
-"""Node states (``sinfo``'s ``%t``, without its suffix) in which a node can be allocated."""
+"""Node states (``sinfo``'s ``%t``, without a suffix but ``*``, not responding) in which a
+node can be allocated."""
 _INTERRUPTIONS = {
     "TIMEOUT": JobState.PREEMPTED,
     "DEADLINE": JobState.PREEMPTED,
@@ -185,8 +186,8 @@ def _node_cpus(slurm: SlurmCommands, partition: str | None) -> list[int] | None:
         if len(fields) != 4 or not fields[2].isdigit():
             continue
         node, name, count, state = fields
-        if (name == partition or (partition is None and name.endswith("*"))) and (
-                state.rstrip("*~#!%$@^-+") in _UP):
+        if (name.rstrip("*") == partition or (partition is None and name.endswith("*"))) and (
+                state.rstrip("~#!%$@^-+") in _UP):
             cpus[node] = int(count)
     return list(cpus.values())
 
