@@ -28,7 +28,7 @@ then ``os.replace``), so a reader never sees half a file:
 * ``<key>.exit.json`` — written by the pilot when the attempt ended (``srun``'s exit status
   and its last error lines, whether the pilot cancelled it or ended it at its time limit), or
   when it will not run it here (``declined``: too little time left, every node avoided;
-  ``invalid``: the allocation has not the nodes of the CPUs it asks for);
+  ``invalid``: the allocation has too few nodes with the CPUs it asks for);
 * ``pilot.alive`` (:data:`ALIVE`) — touched by the pilot about every :data:`ALIVE_S` seconds:
   the controller asks Slurm about a started pilot only when this stops changing (or now and
   then), so a pilot's liveness costs no Slurm command per pass;
