@@ -411,14 +411,7 @@ class SlurmAllocationBackend(Backend):
 
     def _hand_over(self, task: _Task, pilot: _Pilot) -> None:
         spec = task.spec
-        lead = self.options.signal_lead_s or signal_lead(spec)
-        res = spec.resources
-        doc = {
-            "name": f"{spec.trial_id}.{spec.attempt}", "cpus": res.cpus,
-            "nodes": res.nodes, "tasks_per_node": res.tasks_per_node, "mem_mb": res.memory_mb,
-            "gpus": res.gpus, "time_limit": spec.time_limit, "signal_lead": lead,
-            "avoid": sorted(spec.avoid_nodes),
-        }
+        doc = _task_doc(spec, self.options.signal_lead_s or signal_lead(spec))
         task.pilot = pilot
         try:
             write_atomic(task.file(".jsonl"), manifest_entry(spec, [self._bin_dir]) + "\n")
@@ -649,6 +642,17 @@ class SlurmAllocationBackend(Backend):
         self._adopted = True
         log.info("adopted pilot %s (%s)", job, pilot_dir.name)
         return pilot
+
+
+def _task_doc(spec: JobSpec, lead: int | None) -> dict[str, Any]:
+    """What the pilot reads of an attempt (``<key>.task.json``): its resources, time limit,
+    signal lead and nodes to avoid."""
+    res = spec.resources
+    return {
+        "name": f"{spec.trial_id}.{spec.attempt}", "cpus": res.cpus, "nodes": res.nodes,
+        "tasks_per_node": res.tasks_per_node, "mem_mb": res.memory_mb, "gpus": res.gpus,
+        "time_limit": spec.time_limit, "signal_lead": lead, "avoid": sorted(spec.avoid_nodes),
+    }
 
 
 def _interrupted(task: _Task, pilot: _Pilot, now: float) -> JobStatus | None:
