@@ -36,19 +36,27 @@ allocation's CPUs. How it talks to Slurm:
   there and goes to the next pilot. A pilot that ended while no controller watched (its time,
   a cancel, vanished) ends what it had started as an interruption, as above.
 
-Cost (:attr:`dse.JobStatus.usage` of each attempt): ``elapsed_s``, ``cpus`` and ``nodes`` (1)
-of its step, and its share of the allocation: while steps run, the allocation's CPUs are split
-among them by the CPUs each asked for, so an attempt running alone on a 6-CPU allocation is
-charged 6 CPU-seconds per second and one of three 2-CPU steps 2
+Trials of several nodes or tasks run as one step across nodes of the allocation (the pilot
+places it: :mod:`dse_slurm._pilot`); one that can never fit the allocation is INVALID, and
+``mode = "auto"`` sizes the pilot for them (:func:`spanning_pilot`). A multi-node step that
+did not succeed names no node to avoid (its reason names its nodes): none of them alone is to
+blame.
+
+Cost (:attr:`dse.JobStatus.usage` of each attempt): ``elapsed_s``, ``cpus`` (all its tasks')
+and ``nodes`` of its step, and its share of the allocation: while steps run, the allocation's
+CPUs are split among them by the CPUs each asked for, so an attempt running alone on a 6-CPU
+allocation is charged 6 CPU-seconds per second and one of three 2-CPU steps 2
 (``allocation_cpu_s``, and the same share of the allocation's node-seconds as
-``allocation_node_s``; :func:`allocation_share`). Time when no step runs (the pilot starting,
-gaps between batches, its end) is charged to no attempt. ``allocation_job`` is the pilot's
+``allocation_node_s``, but at least its nodes times its run; :func:`allocation_share`). Time
+when no step runs (the pilot starting, gaps between batches, its end) is charged to no
+attempt. ``allocation_job`` is the pilot's
 Slurm job id, also named in the attempt's reason.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -60,7 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from dse import Backend, ConfigError, JobSpec, JobState, JobStatus
+from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, Resources
 from dse_slurm._commands import (
     SLURM_DIR,
     TERMINAL_WORDS,
@@ -71,7 +79,7 @@ from dse_slurm._commands import (
     signal_lead,
     write_atomic,
 )
-from dse_slurm._options import SlurmTable, read_table
+from dse_slurm._options import Allocation, SlurmTable, read_table
 from dse_slurm._pilot import DRAINING, HEARTBEAT, MARGIN_S, RELEASED, STEP_MARK
 from dse_slurm._script import LAUNCHER, SlurmOptions, manifest_entry, render_pilot_script
 from dse_slurm._watch import DirectoryWatch, Liveness
@@ -81,7 +89,7 @@ if TYPE_CHECKING:
 
     from dse_slurm._states import SqueueRow
 
-__all__ = ["SlurmAllocationBackend", "allocation_share"]
+__all__ = ["SlurmAllocationBackend", "allocation_share", "spanning_pilot", "spanning_table"]
 
 log = logging.getLogger("dse.slurm")
 
@@ -89,6 +97,9 @@ PILOT_SOURCE = Path(__file__).with_name("_pilot.py")
 _ID_PREFIX = "alloc."
 _RELEASED_WORD = "RELEASED"
 """The end word of a pilot that released its allocation itself (no controller followed it)."""
+_UP = frozenset({"idle", "mix", "alloc", "comp", "resv", "plnd"})
+"""Node states (``sinfo``'s ``%t``, without a suffix but ``*``, not responding) in which a
+node can be allocated."""
 _INTERRUPTIONS = {
     "TIMEOUT": JobState.PREEMPTED,
     "DEADLINE": JobState.PREEMPTED,
@@ -122,6 +133,63 @@ def allocation_share(
         busy = sum(c for s, e, c in others if s <= low and e >= high)
         total += (high - low) * allocation_cpus * cpus / max(busy, cpus)
     return total
+
+
+def spanning_pilot(resources: Resources, parallelism: int,
+                   node_cpus: Sequence[int] | None) -> tuple[int, int, int]:
+    """``(nodes, CPUs per node, trials)``: a pilot with room for *parallelism* trials of
+    *resources* (the largest a trial of the campaign asks) that span several tasks, on nodes
+    of *node_cpus* CPUs each (those of the partition that are up; ``None``: unknown).
+
+    Each trial takes ``tasks_per_node x cpus`` CPUs (a share) on each of its ``nodes`` nodes,
+    so the pilot asks for whole shares on every node: as many shares as the smallest node
+    that holds one has room for, on as many nodes as *parallelism* trials need (never fewer
+    than a trial spans, never more than the partition has up), and runs *trials* of the
+    largest at once. Unknown nodes: room for one trial."""
+    share = resources.tasks_per_node * resources.cpus
+    fitting = [cpus for cpus in node_cpus or () if cpus >= share]
+    if not fitting:
+        return resources.nodes, share, 1
+    slots = min(fitting) // share
+    wanted = parallelism * resources.nodes
+    nodes = min(max(resources.nodes, math.ceil(wanted / slots)),
+                max(len(fitting), resources.nodes))
+    per_node = min(slots, math.ceil(wanted / nodes))
+    return nodes, per_node * share, max(1, min(parallelism, nodes * per_node // resources.nodes))
+
+
+def spanning_table(table: SlurmTable, resources: Resources, parallelism: int,
+                   slurm: SlurmCommands) -> tuple[SlurmTable, int]:
+    """*table* with ``allocation_nodes`` and ``allocation_cpus`` sized by
+    :func:`spanning_pilot` (``mode = "auto"`` for trials of several tasks; one ``sinfo``
+    tells the CPUs of the partition's nodes that are up), and how many of the largest trials
+    the pilot runs at once."""
+    nodes, cpus, trials = spanning_pilot(resources, parallelism,
+                                         _node_cpus(slurm, table.options.partition))
+    sized = Allocation(**table.allocation)
+    sized["allocation_nodes"], sized["allocation_cpus"] = nodes, cpus
+    return dataclasses.replace(table, allocation=sized), trials
+
+
+def _node_cpus(slurm: SlurmCommands, partition: str | None) -> list[int] | None:
+    """The CPUs of each node of *partition* (``None``: the default one) that can be
+    allocated, from one ``sinfo``; ``None`` when it fails."""
+    try:
+        proc = slurm.run(["sinfo", "--noheader", "--Node", "--format=%N %P %c %t"])
+    except SlurmCommandError:
+        return None
+    if proc.returncode != 0:
+        return None
+    cpus: dict[str, int] = {}
+    for line in proc.stdout.splitlines():
+        fields = line.split()
+        if len(fields) != 4 or not fields[2].isdigit():
+            continue
+        node, name, count, state = fields
+        if (name.rstrip("*") == partition or (partition is None and name.endswith("*"))) and (
+                state.rstrip("~#!%$@^-+") in _UP):
+            cpus[node] = int(count)
+    return list(cpus.values())
 
 
 @dataclass(slots=True)
@@ -162,6 +230,7 @@ class _Task:
     started_at: float | None = None
     ended_at: float | None = None
     node: str | None = None
+    """Where its step runs: the node, or the nodes (comma-separated) of a step of several."""
 
     @property
     def key(self) -> str:
@@ -343,13 +412,7 @@ class SlurmAllocationBackend(Backend):
 
     def _hand_over(self, task: _Task, pilot: _Pilot) -> None:
         spec = task.spec
-        lead = self.options.signal_lead_s or signal_lead(spec)
-        doc = {
-            "name": f"{spec.trial_id}.{spec.attempt}", "cpus": spec.resources.cpus,
-            "mem_mb": spec.resources.memory_mb, "gpus": spec.resources.gpus,
-            "time_limit": spec.time_limit, "signal_lead": lead,
-            "avoid": sorted(spec.avoid_nodes),
-        }
+        doc = _task_doc(spec, self.options.signal_lead_s or signal_lead(spec))
         task.pilot = pilot
         try:
             write_atomic(task.file(".jsonl"), manifest_entry(spec, [self._bin_dir]) + "\n")
@@ -454,9 +517,10 @@ class SlurmAllocationBackend(Backend):
         if run is not None and task.started_at is None:
             assert task.pilot is not None
             task.started_at = float(run.get("started_at") or self.clock.time())
-            task.node = run.get("node")
+            nodes = [n for n in run.get("nodes") or () if n]
+            task.node = ",".join(nodes) if len(nodes) > 1 else run.get("node")
             task.pilot.steps[task.job_id] = (
-                task.started_at, math.inf, float(task.spec.resources.cpus)
+                task.started_at, math.inf, float(task.spec.resources.total_cpus)
             )
         return run
 
@@ -490,9 +554,9 @@ class SlurmAllocationBackend(Backend):
             doc, started=run is not None, time_limit=task.spec.time_limit, pilot_job=pilot.job_id
         )
         task.ended_at = float(doc.get("ended_at") or self.clock.time())
-        where = f"step of allocation {pilot.job_id}"
+        node, where = _where(task, doc, state)
         return JobStatus(
-            task.job_id, state, exit_code=code, signal=sig, node=task.node or doc.get("node"),
+            task.job_id, state, exit_code=code, signal=sig, node=node,
             started_at=task.started_at, ended_at=task.ended_at,
             reason=f"{reason} ({where})" if reason else None, ambiguous=ambiguous,
             usage=_step_usage(task, pilot),
@@ -581,6 +645,17 @@ class SlurmAllocationBackend(Backend):
         return pilot
 
 
+def _task_doc(spec: JobSpec, lead: int | None) -> dict[str, Any]:
+    """What the pilot reads of an attempt (``<key>.task.json``): its resources, time limit,
+    signal lead and nodes to avoid."""
+    res = spec.resources
+    return {
+        "name": f"{spec.trial_id}.{spec.attempt}", "cpus": res.cpus, "nodes": res.nodes,
+        "tasks_per_node": res.tasks_per_node, "mem_mb": res.memory_mb, "gpus": res.gpus,
+        "time_limit": spec.time_limit, "signal_lead": lead, "avoid": sorted(spec.avoid_nodes),
+    }
+
+
 def _interrupted(task: _Task, pilot: _Pilot, now: float) -> JobStatus | None:
     """*task* had no end when its pilot ended."""
     pilot.tasks.discard(task.job_id)
@@ -600,9 +675,23 @@ def _interrupted(task: _Task, pilot: _Pilot, now: float) -> JobStatus | None:
     else:
         why = f"allocation {pilot.job_id} ended {word} while the attempt ran"
     node = task.node or ",".join((pilot.info or {}).get("nodes") or []) or None
+    if node and "," in node:  # the nodes of a step of several: none is the one to avoid
+        why, node = f"{why} (on {node})", None
     return JobStatus(task.job_id, state, node=node, started_at=task.started_at,
                      ended_at=now, reason=why, ambiguous=state is JobState.LOST,
                      usage={"allocation_job": float(pilot.job_id)} if pilot.job_id else None)
+
+
+def _where(task: _Task, doc: Mapping[str, Any], state: JobState) -> tuple[str | None, str]:
+    """The node a step that ended *state* reports, and words for its reason. A step of
+    several nodes that did not succeed names none (the engine would avoid the list as one
+    name, and not each of them failed it); the words name them."""
+    assert task.pilot is not None
+    node = task.node or ",".join(doc.get("nodes") or ()) or doc.get("node")
+    where = f"step of allocation {task.pilot.job_id}"
+    if state is not JobState.SUCCEEDED and node and "," in node:
+        return None, f"{where} on {node}"
+    return node, where
 
 
 def _step_end(
@@ -647,19 +736,22 @@ def _step_usage(task: _Task, pilot: _Pilot) -> dict[str, float] | None:
         usage["allocation_job"] = float(pilot.job_id)
     if task.started_at is None or task.ended_at is None:
         return usage or None
-    cpus = task.spec.resources.cpus
-    usage.update(elapsed_s=max(task.ended_at - task.started_at, 0.0), cpus=float(cpus),
-                 nodes=1.0)
-    if task.spec.resources.memory_mb is not None:
-        usage["mem_mb"] = float(task.spec.resources.memory_mb)
+    res = task.spec.resources
+    elapsed = max(task.ended_at - task.started_at, 0.0)
+    usage.update(elapsed_s=elapsed, cpus=float(res.total_cpus), nodes=float(res.nodes))
+    if res.memory_mb is not None:
+        usage["mem_mb"] = float(res.memory_mb * res.nodes)
     info = pilot.info or {}
     total = float(sum(info.get("cpus") or []))
-    step = (task.started_at, task.ended_at, float(cpus))
+    step = (task.started_at, task.ended_at, float(res.total_cpus))
     pilot.steps[task.job_id] = step
     if total > 0:
         share = allocation_share(step, pilot.steps.values(), total)
         usage["allocation_cpu_s"] = share
-        usage["allocation_node_s"] = share * len(info.get("nodes") or [1]) / total
+        # A step of several nodes holds each of them for its whole run, whatever its
+        # share of the allocation's CPUs.
+        usage["allocation_node_s"] = max(share * len(info.get("nodes") or [1]) / total,
+                                         res.nodes * elapsed)
     return usage
 
 

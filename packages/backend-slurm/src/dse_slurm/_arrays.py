@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
 
 from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, Resources
-from dse_slurm._allocation import SlurmAllocationBackend
+from dse_slurm._allocation import SlurmAllocationBackend, spanning_table
 from dse_slurm._commands import (
     SLURM_DIR,
     TERMINAL_WORDS,
@@ -187,10 +187,11 @@ class SlurmBackend(Backend):
         and asks for no GPU, else this backend (job arrays). The allocation holds room for
         ``max_parallelism`` trials at once (``--ntasks=max_parallelism
         --cpus-per-task=<the trial's CPUs>``, fewer when the partition has fewer CPUs up, as
-        one ``sinfo`` tells) unless the table sets ``allocation_nodes`` or
-        ``allocation_cpus``; such a pilot takes as many attempts again as it has room for
-        (:attr:`dse.Backend.queue_ahead`), queued in its directory. Other modes: this
-        backend."""
+        one ``sinfo`` tells; for trials of several tasks, whole shares of nodes for the
+        largest: :func:`~dse_slurm._allocation.spanning_pilot`) unless the table sets
+        ``allocation_nodes`` or ``allocation_cpus``; such a pilot takes as many attempts
+        again as it has room for (:attr:`dse.Backend.queue_ahead`), queued in its directory.
+        Other modes: this backend."""
         if self.auto is None:
             return self
         table, source = self.auto
@@ -200,19 +201,23 @@ class SlurmBackend(Backend):
             return self
         sized = "allocation_nodes" in table.allocation or "allocation_cpus" in table.allocation
         tasks = None
-        if not sized:
+        ahead = None
+        if not sized and resources.tasks > 1:
+            table, ahead = spanning_table(table, resources, parallelism, self.slurm)
+        elif not sized:
             cpus = self.slurm.partition_cpus(self.options.partition)
             fit = parallelism if cpus is None else max(1, cpus // max(resources.cpus, 1))
             tasks = (min(parallelism, fit), resources.cpus)
+            ahead = tasks[0]
         log.info("backend.slurm mode auto: allocation (time limit %gs <= auto_threshold %gs)",
                  time_limit, table.auto_threshold)
         allocation = SlurmAllocationBackend.from_table(table, source=source, tasks=tasks)
         for name, count in self.commands.items():  # the sinfo above: counted where it runs
             allocation.commands[name] = allocation.commands.get(name, 0) + count
-        if tasks is not None:
-            # The pilot runs at most tasks[0] <= max_parallelism steps at once: it may be
-            # handed a second round, which it starts the moment a step ends.
-            allocation.queue_ahead = tasks[0]
+        if ahead is not None:
+            # The pilot runs at most that many (<= max_parallelism) trials at once: it may
+            # be handed a second round, which it starts the moment a step ends.
+            allocation.queue_ahead = ahead
         return allocation
 
     # -- submit -----------------------------------------------------------------------------

@@ -28,7 +28,7 @@ then ``os.replace``), so a reader never sees half a file:
 * ``<key>.exit.json`` — written by the pilot when the attempt ended (``srun``'s exit status
   and its last error lines, whether the pilot cancelled it or ended it at its time limit), or
   when it will not run it here (``declined``: too little time left, every node avoided;
-  ``invalid``: no node of the allocation has the CPUs it asks for);
+  ``invalid``: the allocation has too few nodes with the CPUs it asks for);
 * ``pilot.alive`` (:data:`ALIVE`) — touched by the pilot about every :data:`ALIVE_S` seconds:
   the controller asks Slurm about a started pilot only when this stops changing (or now and
   then), so a pilot's liveness costs no Slurm command per pass;
@@ -38,10 +38,18 @@ then ``os.replace``), so a reader never sees half a file:
 Packing: the pilot keeps the free CPUs of each node of the allocation and starts an attempt
 on the first node where it fits (``srun --exact --overlap --nodelist=<node>``), in the order
 the tasks arrived; a task that fits nowhere now waits while later, smaller tasks may go ahead.
+An attempt of *k* nodes and *t* tasks per node of *c* CPUs each takes *t* x *c* CPUs on each
+of the first *k* nodes that have them free, as one step (``srun --nodes=k
+--ntasks-per-node=t --cpus-per-task=c --nodelist=a,b,...``, every task told the step's nodes
+in ``DSE_NODES``); while it waits, the nodes it may use with the most CPUs free keep its share
+from the tasks queued after it (:meth:`Pilot.hold`), so a stream of one-node attempts does not
+starve it. One that can never fit (more nodes than the allocation has with *t* x *c* CPUs) is
+``invalid``.
 Warm steps: starting a step costs a third of a second or more (``srun``, slurmctld's step
 record, the step's interpreter), so for each node the pilot starts the steps of the first
-waiting tasks that may run there *ahead* (up to one per CPU of the node, one per pass, and
-:data:`WARM_AFTER_S` after it last let one go there), while the node's CPUs are still busy:
+waiting one-node tasks that may run there *ahead* (up to one per CPU of the node, one per pass,
+and :data:`WARM_AFTER_S` after it last let one go there; a step of several nodes is started
+only once all its nodes have room), while the node's CPUs are still busy:
 ``--overlap``
 lets Slurm start it at once, and its launcher (:data:`STEP_MARK`) blocks reading its standard
 input (``srun`` forwards the pilot's pipe). When CPUs free on that node the pilot writes
@@ -104,14 +112,18 @@ null = os.open(os.devnull, os.O_RDONLY)
 os.dup2(null, 0)
 os.close(null)
 cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-with open(mark + ".tmp", "w") as handle:
-    json.dump({"node": os.environ.get("SLURMD_NODENAME"), "step": os.environ.get("SLURM_STEP_ID"),
-               "started_at": time.time(), "cpus": cpus}, handle)
-os.replace(mark + ".tmp", mark)
+if os.environ.get("SLURM_PROCID", "0") == "0":
+    with open(mark + ".tmp", "w") as handle:
+        json.dump({"node": os.environ.get("SLURMD_NODENAME"),
+                   "nodes": os.environ.get("DSE_NODES", "").split(","),
+                   "step": os.environ.get("SLURM_STEP_ID"), "started_at": time.time(),
+                   "cpus": cpus}, handle)
+    os.replace(mark + ".tmp", mark)
 """
 """Put before the manifest launcher in ``step.py``: waits for the pilot's ``go`` line on its
-standard input (forwarded by ``srun``; end of input without it: exit 75, the workload never
-ran), then records where and when the step started and the CPUs it may use."""
+standard input (forwarded by ``srun`` to every task of the step; end of input without it: exit
+75, the workload never ran), then the first task records where and when the step started, the
+step's nodes (``DSE_NODES``, set by the pilot) and the CPUs it may use."""
 
 
 def write_json(path: str, doc: dict[str, Any]) -> None:
@@ -168,15 +180,25 @@ def allocation_end(job_id: str, fallback: float) -> float:
         return fallback
 
 
-class Warm:
-    """An attempt's step started ahead (``srun --overlap``) on *node*: its launcher waits for
-    the ``go`` line on its standard input before the workload runs."""
+def span(task: dict[str, Any]) -> int:
+    """The nodes *task*'s step spans."""
+    return int(task.get("nodes") or 1)
 
-    def __init__(self, key: str, task: dict[str, Any], node: str,
+
+def share(task: dict[str, Any]) -> int:
+    """The CPUs *task*'s step takes on each of its nodes (its tasks there times their CPUs)."""
+    return int(task.get("tasks_per_node") or 1) * int(task["cpus"])
+
+
+class Warm:
+    """An attempt's step started ahead (``srun --overlap``) on *nodes*: its launchers wait for
+    the ``go`` line on their standard input before the workload runs."""
+
+    def __init__(self, key: str, task: dict[str, Any], nodes: list[str],
                  proc: subprocess.Popen[bytes]) -> None:
         self.key = key
         self.task = task
-        self.node = node
+        self.nodes = nodes
         self.proc = proc
         self.launched_at = time.time()
 
@@ -190,11 +212,12 @@ class Warm:
 class Step:
     """One attempt's ``srun`` started by this pilot."""
 
-    def __init__(self, key: str, task: dict[str, Any], node: str,
+    def __init__(self, key: str, task: dict[str, Any], nodes: list[str],
                  proc: subprocess.Popen[bytes]) -> None:
         self.key = key
-        self.node = node
-        self.cpus = int(task["cpus"])
+        self.nodes = nodes
+        self.cpus = share(task)
+        """CPUs it holds on each of its nodes."""
         self.proc = proc
         self.started_at = time.time()
         limit = task.get("time_limit")
@@ -240,6 +263,10 @@ class Pilot:
         one per CPU of each node."""
         self.let_go: dict[str, float] = {}
         """Per node, when the pilot last let a warm step go there."""
+        self.held: dict[str, int] = {}
+        """CPUs per node kept for the waiting tasks of several nodes: tasks queued after
+        them do not take them (and no step is started ahead on such a node), so a step of
+        many nodes is not starved by a stream of one-node steps."""
         self.listed: int | None = None
         self.listed_at = 0.0
         self.cancels: set[str] = set()
@@ -308,12 +335,18 @@ class Pilot:
         self.queue += [(key, task) for _, key, task in sorted(new, key=lambda t: t[:2])]
         return cancels
 
-    def start(self, key: str, task: dict[str, Any], node: str) -> Warm | None:
-        """Start *task*'s step on *node*; its workload waits for :meth:`go`. ``--overlap``: Slurm
-        starts it at once even while the node's CPUs run other steps (the pilot packs)."""
-        argv = ["srun", "--exact", "--overlap", "--nodes=1", "--ntasks=1",
-                f"--cpus-per-task={task['cpus']}", f"--nodelist={node}",
-                f"--job-name={task['name']}"]
+    def start(self, key: str, task: dict[str, Any], nodes: list[str]) -> Warm | None:
+        """Start *task*'s step on *nodes* (``tasks_per_node`` tasks on each); its workload
+        waits for :meth:`go`. ``--overlap``: Slurm starts it at once even while the nodes'
+        CPUs run other steps (the pilot packs). A step of several tasks ends as a whole when
+        one of them fails (``--kill-on-bad-exit``); each task learns the step's nodes, in
+        Slurm's order (that of the allocation), from ``DSE_NODES``."""
+        per_node = int(task.get("tasks_per_node") or 1)
+        argv = ["srun", "--exact", "--overlap", f"--nodes={len(nodes)}",
+                f"--ntasks={len(nodes) * per_node}", f"--cpus-per-task={task['cpus']}",
+                f"--nodelist={','.join(nodes)}", f"--job-name={task['name']}"]
+        if len(nodes) * per_node > 1:
+            argv += [f"--ntasks-per-node={per_node}", "--kill-on-bad-exit=1"]
         if task.get("mem_mb"):
             argv.append(f"--mem={task['mem_mb']}M")
         if task.get("gpus"):
@@ -322,28 +355,32 @@ class Pilot:
                  self.path(key + ".run")]
         try:
             with open(self.path(key + ".srun.err"), "wb") as err:
-                proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
-                                        stdout=subprocess.DEVNULL, stderr=err)
+                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                        stderr=err, env=dict(os.environ, DSE_NODES=",".join(nodes)))
         except OSError as exc:
-            self.finish(key, {"launch_error": f"cannot run srun: {exc}", "node": node})
+            self.finish(key, {"launch_error": f"cannot run srun: {exc}", "node": nodes[0],
+                              "nodes": nodes})
             return None
         threading.Thread(target=self.notice_end, args=(proc,), daemon=True).start()
-        return Warm(key, task, node, proc)
+        return Warm(key, task, nodes, proc)
 
     def go(self, warm: Warm) -> None:
         """Let *warm*'s workload run now: its CPUs are taken and its time limit starts."""
         write_json(self.path(warm.key + ".claim"), {
-            "started_at": time.time(), "node": warm.node, "launched_at": warm.launched_at})
+            "started_at": time.time(), "node": warm.nodes[0], "nodes": warm.nodes,
+            "launched_at": warm.launched_at})
         with contextlib.suppress(OSError, ValueError):
             assert warm.proc.stdin is not None
             warm.proc.stdin.write(b"go\n")
             warm.proc.stdin.close()
-        self.free[warm.node] -= int(warm.task["cpus"])
-        self.let_go[warm.node] = time.time()
-        self.running[warm.key] = Step(warm.key, warm.task, warm.node, warm.proc)
+        now = time.time()
+        for node in warm.nodes:
+            self.free[node] -= share(warm.task)
+            self.let_go[node] = now
+        self.running[warm.key] = Step(warm.key, warm.task, warm.nodes, warm.proc)
 
-    def launch(self, key: str, task: dict[str, Any], node: str) -> None:
-        warm = self.start(key, task, node)
+    def launch(self, key: str, task: dict[str, Any], nodes: list[str]) -> None:
+        warm = self.start(key, task, nodes)
         if warm is not None:
             self.go(warm)
 
@@ -361,11 +398,12 @@ class Pilot:
         except OSError:
             err = ""
         return {"rc": step.proc.returncode, "cancelled": cancelled, "timed_out": timed_out,
-                "node": step.node, "srun_err": err}
+                "node": step.nodes[0], "nodes": step.nodes, "srun_err": err}
 
     def ended(self, step: Step) -> None:
         self.finish(step.key, self.step_doc(step, step.cancelled, step.timed_out))
-        self.free[step.node] += step.cpus
+        for node in step.nodes:
+            self.free[node] += step.cpus
         del self.running[step.key]
 
     def orphaned(self, now: float) -> bool:
@@ -390,36 +428,53 @@ class Pilot:
 
     def refuse(self, task: dict[str, Any], now: float) -> dict[str, Any] | None:
         """Why *task* will not run in this allocation (an exit doc), or None."""
-        need = int(task["cpus"])
+        need, count = share(task), span(task)
         limit = task.get("time_limit")
         if limit is not None and now + float(limit) > self.ends_at - MARGIN_S:
             why = (f"its time limit of {float(limit):g}s ends after allocation {self.job_id}"
                    f" does ({self.ends_at - now:.0f}s left)")
             return {"declined": why}
-        if need > max(self.cpus.values()):
-            why = (f"asks for {need} CPUs; the nodes of allocation {self.job_id} have"
-                   f" {sorted(set(self.cpus.values()))}")
+        if sum(1 for cpus in self.cpus.values() if cpus >= need) < count:
+            asks = f"{need} CPUs" if count == 1 else f"{count} nodes of {need} CPUs each"
+            why = (f"asks for {asks}; the {len(self.nodes)} node(s) of allocation"
+                   f" {self.job_id} have {sorted(set(self.cpus.values()))} CPUs")
             return {"invalid": why}
-        if not self.usable(task):
+        if len(self.usable(task)) < count:
             why = f"it avoids every node of allocation {self.job_id} that could hold it"
+            if count > 1:
+                why = (f"it avoids the nodes of allocation {self.job_id} it needs: fewer than"
+                       f" {count} others could hold it")
             return {"declined": why}
         return None
 
     def usable(self, task: dict[str, Any]) -> list[str]:
         avoid = set(task.get("avoid") or ())
-        return [n for n in self.nodes if n not in avoid and self.cpus[n] >= int(task["cpus"])]
+        return [n for n in self.nodes if n not in avoid and self.cpus[n] >= share(task)]
 
     def place(
         self, task: dict[str, Any], now: float
-    ) -> tuple[str | None, dict[str, Any] | None]:
-        """The node to start *task* on now, or why it will not run here (an exit doc)."""
+    ) -> tuple[list[str] | None, dict[str, Any] | None]:
+        """The nodes to start *task* on now (the first ones, in the allocation's order, with
+        its share free, not counting CPUs :attr:`held`), or why it will not run here (an exit
+        doc)."""
         refusal = self.refuse(task, now)
         if refusal is not None:
             return None, refusal
-        for node in self.usable(task):  # a node's freed CPUs go first to its warm step
-            if self.warmed(node) == 0 and self.free[node] >= int(task["cpus"]):
-                return node, None
-        return None, None
+        # A node's freed CPUs go first to its warm step.
+        room = [n for n in self.usable(task)
+                if self.warmed(n) == 0 and self.room(n) >= share(task)]
+        count = span(task)
+        return (room[:count], None) if len(room) >= count else (None, None)
+
+    def room(self, node: str) -> int:
+        """CPUs free on *node* for a task queued after those :attr:`held` CPUs there."""
+        return self.free[node] - self.held.get(node, 0)
+
+    def hold(self, task: dict[str, Any]) -> None:
+        """Keep *task*'s share, as it waits, on the nodes it may use with the most room."""
+        nodes = sorted(self.usable(task), key=lambda n: -self.room(n))[:span(task)]
+        for node in nodes:
+            self.held[node] = self.held.get(node, 0) + share(task)
 
     def release_warm(self, cancels: set[str], now: float) -> None:
         """Let go the steps started ahead whose node has room now; drop the cancelled ones,
@@ -435,24 +490,28 @@ class Pilot:
                 del self.warm[key]
                 warm.drop()
                 self.finish(key, refusal)
-            elif self.free[warm.node] >= int(warm.task["cpus"]):
+            elif all(self.room(node) >= share(warm.task) for node in warm.nodes):
                 del self.warm[key]
                 self.go(warm)
 
     def warmed(self, node: str) -> int:
-        return sum(1 for warm in self.warm.values() if warm.node == node)
+        return sum(1 for warm in self.warm.values() if node in warm.nodes)
 
     def prepare(self, now: float) -> None:
-        """Start ahead, on each node with fewer warm steps than CPUs, the step of the first
-        waiting task it can hold (one per node and pass): when a CPU frees there the task's
-        workload starts without a Slurm round trip."""
+        """Start ahead, on each node with fewer warm steps than CPUs and none
+        :attr:`held`, the step of the first waiting one-node task it can hold (one per
+        node and pass): when a CPU frees there the task's workload starts without a Slurm
+        round trip. Steps of several nodes are not started ahead: they start when all their
+        nodes have room."""
         for node in self.nodes:
-            if (self.warmed(node) >= self.cpus[node]
+            if (self.warmed(node) >= self.cpus[node] or self.held.get(node)
                     or now - self.let_go.get(node, 0.0) < WARM_AFTER_S):
                 continue
             for index, (key, task) in enumerate(self.queue):
+                if span(task) > 1:
+                    continue
                 if node in self.usable(task) and self.refuse(task, now) is None:
-                    warm = self.start(key, task, node)
+                    warm = self.start(key, task, [node])
                     del self.queue[index]
                     if warm is not None:
                         self.warm[key] = warm
@@ -480,17 +539,20 @@ class Pilot:
                 step.proc.kill()
         self.release_warm(cancels, now)
         waiting = []
+        self.held = {}
         for key, task in self.queue:
             if key in cancels:
                 self.finish(key, {"cancelled": True, "rc": None})
                 continue
-            node, refusal = self.place(task, now)
+            nodes, refusal = self.place(task, now)
             if refusal is not None:
                 self.finish(key, refusal)
-            elif node is not None:
-                self.launch(key, task, node)
+            elif nodes is not None:
+                self.launch(key, task, nodes)
             else:
                 waiting.append((key, task))
+                if span(task) > 1:
+                    self.hold(task)
         self.queue = waiting
         self.prepare(now)
 
