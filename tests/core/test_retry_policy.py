@@ -381,25 +381,38 @@ def test_interruptions_subside_once_fewer_than_the_threshold_remain() -> None:
 
 def test_a_node_that_interrupts_enough_trials_becomes_suspect_once() -> None:
     w = watch(threshold=100, node_threshold=2)
-    assert w.note(0.0, "n1", 1) is None
-    assert w.note(1.0, "n1", 1) is None  # the same trial again: still one trial
-    assert w.note(2.0, "n2", 2) is None
+    assert w.note(0.0, "n1", 1) == []
+    assert w.note(1.0, "n1", 1) == []  # the same trial again: still one trial
+    assert w.note(2.0, "n2", 2) == []
     assert w.avoid == frozenset()
-    assert w.note(3.0, "n1", 2) == "n1"
+    assert w.note(3.0, "n1", 2) == ["n1"]
     assert w.avoid == frozenset({"n1"})
     assert w.node_trials("n1") == [1, 2]
     assert w.suspect_message("n1") == "node n1 interrupted 2 trials; avoiding it from now on"
-    assert w.note(4.0, "n1", 3) is None  # already suspect
+    assert w.note(4.0, "n1", 3) == []  # already suspect
     assert w.node_trials("n1") == [1, 2, 3]
     assert w.node_trials("n9") == []
     assert w.count == 5
 
 
+def test_an_end_blaming_several_nodes_counts_against_each() -> None:
+    """A trial that spanned nodes may end naming several (``"n2,n3"``): each node is counted
+    (and avoided) by its own name, never the list as one name."""
+    w = watch(threshold=100, node_threshold=2)
+    assert w.note(0.0, "n2,n3", 1) == []
+    assert w.note(1.0, "n3", 2) == ["n3"]
+    assert w.note(2.0, "n1,n2", 3) == ["n2"]
+    assert w.avoid == frozenset({"n2", "n3"})
+    assert (w.node_trials("n2"), w.node_trials("n2,n3")) == ([1, 3], [])
+    history = AttemptHistory.rebuild([(1, AttemptState.NODE_FAIL, "n2,n3", "node down")])
+    assert history.failed_nodes == {"n2", "n3"}
+
+
 def test_localhost_and_unknown_nodes_count_in_the_window_but_are_never_suspect() -> None:
     w = watch(threshold=100, node_threshold=1)
-    assert w.note(0.0, "localhost", 1) is None
-    assert w.note(0.0, None, 2) is None
-    assert w.note(0.0, "", 3) is None
+    assert w.note(0.0, "localhost", 1) == []
+    assert w.note(0.0, None, 2) == []
+    assert w.note(0.0, "", 3) == []
     assert (w.count, w.avoid, w.node_trials("localhost")) == (3, frozenset(), [])
 
 

@@ -79,8 +79,7 @@ class Interruptions:
 
     def _note(self, trial: LiveTrial, status: JobStatus, now: float) -> None:
         journal = self._dispatcher.parts.journal
-        node = self.watch.note(now, status.node, trial.number)
-        if node is not None:
+        for node in self.watch.note(now, status.node, trial.number):
             journal.event(None, "suspect_node", {"node": node,
                                                  "trials": self.watch.node_trials(node)})
             journal.alert(self.watch.suspect_message(node))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 from dse._classify import classify_end
 from dse._types import AttemptState, FailureClass, JobState, TrialStatus
@@ -49,8 +49,10 @@ LOCAL_NODE = "localhost"
 """The node every local attempt reports: one machine, so never suspect or avoided."""
 
 
-def _counts_as_node(node: str | None) -> TypeGuard[str]:
-    return bool(node) and node != LOCAL_NODE
+def nodes_of(node: str | None) -> list[str]:
+    """The nodes an end names: *node* is one name or, for an attempt that spanned nodes,
+    several separated by commas (``"n1,n3"``); the local machine's is none."""
+    return [n for n in (node or "").split(",") if n and n != LOCAL_NODE]
 
 
 @dataclass(slots=True)
@@ -85,8 +87,7 @@ class AttemptHistory:
                 history.interruptions += 1
             if state.is_ambiguous():
                 history.ambiguous_ends.append((number, JobState(state.value)))
-            if _counts_as_node(node):
-                history.failed_nodes.add(node)
+            history.failed_nodes.update(nodes_of(node))
         return history
 
 
@@ -142,8 +143,7 @@ class RetryPolicy:
         about the trial, its node or the infrastructure."""
         if failure is FailureClass.CONTROLLER_RESTART:
             return Decision(True, TrialStatus.INTERRUPTED, message)
-        if _counts_as_node(status.node):
-            history.failed_nodes.add(status.node)
+        history.failed_nodes.update(nodes_of(status.node))
         if status.ambiguous:
             earlier = [a for a, state in history.ambiguous_ends if state is status.state]
             history.ambiguous_ends.append((attempt, status.state))
@@ -266,17 +266,19 @@ class InterruptionWatch:
         """The numbers of the trials *node* interrupted, sorted."""
         return sorted(self._node_trials.get(node, ()))
 
-    def note(self, now: float, node: str | None, trial_number: int) -> str | None:
-        """Record one interruption of trial *trial_number* on *node* at *now*; return the
-        node when it has just become suspect. Call :meth:`check` after."""
+    def note(self, now: float, node: str | None, trial_number: int) -> list[str]:
+        """Record one interruption of trial *trial_number* on *node* (or the nodes it names,
+        :func:`nodes_of`) at *now*; return the nodes that have just become suspect. Call
+        :meth:`check` after."""
         self._times.append(now)
-        if _counts_as_node(node):
-            trials = self._node_trials.setdefault(node, set())
+        suspect = []
+        for name in nodes_of(node):
+            trials = self._node_trials.setdefault(name, set())
             trials.add(trial_number)
-            if len(trials) == self.node_threshold and node not in self._avoid:
-                self._avoid.add(node)
-                return node
-        return None
+            if len(trials) == self.node_threshold and name not in self._avoid:
+                self._avoid.add(name)
+                suspect.append(name)
+        return suspect
 
     def suspect_message(self, node: str) -> str:
         """The alert for a node that has just become suspect."""
