@@ -14,7 +14,9 @@ holds a reservation.
   reservation: the earliest time enough resources will be free, from the expected ends of
   the running trials. Later requests start only when they fit now *and* either end before
   that time or use only what the reservation leaves over. So a large or long trial is never
-  starved by a stream of small ones, and small ones still fill the gaps.
+  starved by a stream of small ones, and small ones still fill the gaps. Sizes count whatever
+  the pool counts (slots, CPUs, GPUs, nodes): a trial of 8 nodes reserves 8 of the pool's
+  nodes as one of 8 GPUs reserves 8 GPUs.
 * **Bounded wait.** A request that has waited ``wait_factor`` times its own expected duration,
   or ``max_wait`` seconds, goes ahead of the fair-share order (oldest first) and so gets the
   reservation: even a campaign far over its share gets its trial started, and a trial's wait
@@ -117,8 +119,8 @@ class PoolScheduler:
     :param max_wait: seconds after which a waiting request goes first (``None``: never).
     :param wait_factor: a request that has waited this many times its own expected duration
         goes first too (``None``: never).
-    :param longest_first: campaigns whose own requests are served longest expected first
-        instead of first come first served.
+    :param longest_first: campaigns whose own requests are served largest expected area
+        first (:meth:`area`) instead of first come first served.
     """
 
     def __init__(
@@ -155,6 +157,13 @@ class PoolScheduler:
             return math.inf
         return max((size.get(k, 0) / cap for k, cap in self.capacity.items()), default=0.0)
 
+    def area(self, request: Request) -> float:
+        """How much of the pool *request* is expected to use: its :meth:`dominant` share
+        times its expected duration (the longest of equally wide trials, the widest of equally
+        long ones: a 16-node trial of a 16-node pool counts as much as sixteen 1-node trials
+        of the same length)."""
+        return self.dominant(request.size) * request.duration
+
     def usage(self, campaign: str, now: float) -> float:
         """Decayed dominant-resource seconds *campaign* has been charged by *now*."""
         entry = self._usage.setdefault(campaign, _Usage(at=now))
@@ -181,16 +190,18 @@ class PoolScheduler:
     def order(self, queue: Sequence[Request], now: float) -> list[Request]:
         """*queue* in the order it is served: overdue requests first (oldest first), then
         campaigns by fair share (each pick charged at once, so campaigns interleave by weight),
-        first come first served within a campaign, or longest expected first for the campaigns
-        in ``longest_first`` (those that queue ahead: a long trial started last would hold the
-        campaign's end back on its own)."""
+        first come first served within a campaign, or largest expected :meth:`area` first for
+        the campaigns in ``longest_first`` (those that queue ahead: a long or wide trial started
+        last would hold the campaign's end back on its own, and one started first is never
+        kept waiting by the small ones, which fill the gaps around it)."""
         overdue = [r for r in queue if self.overdue(r, now)]
         overdue.sort(key=lambda r: (r.since, r.key))
         late = {r.key for r in overdue}
         lines: dict[str, deque[Request]] = {}
         lpt = self.longest_first
         for r in sorted((r for r in queue if r.key not in late),
-                        key=lambda r: (-r.duration if r.campaign in lpt else 0.0, r.since, r.key)):
+                        key=lambda r: (-self.area(r) if r.campaign in lpt else 0.0,
+                                       r.since, r.key)):
             lines.setdefault(r.campaign, deque()).append(r)
         virtual = {c: self.usage(c, now) for c in lines}
         out = list(overdue)
