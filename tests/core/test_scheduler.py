@@ -259,3 +259,20 @@ def test_lookahead_starts_the_largest_area_first_not_the_longest() -> None:
     assert [r.key for r in sched.order(queue, 0.0)] == ["wide", "middle", "narrow"]
     assert [r.key for r in sched.plan(queue, [], 0.0).start] == ["wide"]
     assert PoolScheduler({"nodes": 16}, {"a": 1.0}).order(queue, 0.0) == queue  # first come
+
+
+def test_an_estimate_kept_up_to_date_between_passes_is_the_one_taken_afresh() -> None:
+    # Trials waiting are estimated again after each end; the nearest are merged with those
+    # that ended since, and taken afresh when one of them left the window.
+    rng = random.Random(7)
+    points = [(rng.random(), rng.choice("xy")) for _ in range(40)]
+    ended: list[tuple[float, tuple[float, str]]] = []
+    kept = DurationEstimate(window=20)
+    for _ in range(300):
+        ended.append((rng.expovariate(0.01), (rng.random(), rng.choice("xy"))))
+        kept.observe("a", *ended[-1])
+        fresh = DurationEstimate(window=20)
+        for seconds, point in ended:
+            fresh.observe("a", seconds, point)
+        for point in points:
+            assert kept.estimate("a", None, point) == fresh.estimate("a", None, point)
