@@ -36,16 +36,17 @@ Scenarios (seeded; every method sees the same trials):
   figure is the largest relative deviation of the heavier campaign's share from 2/3.
 * **(d) node counts**: a pool of 16 nodes (``[pool] nodes = 16``), one campaign of 200 trials
   whose ``environment.nodes = "{nodes}"`` asks 1, 2, 4, 8 or 16 nodes (half of them 1, 3 in a
-  hundred the full pool), each running ``60 s x work x noise`` as in (a) whatever its
-  width; the whole sweep prepared ahead (``lookahead = 200``). Greedy packing and first come
-  first served (start trials in order until one does not fit, then wait) against dse, whose
-  lookahead starts the largest expected area first (share of the pool x expected duration),
-  so wide and long trials start first and small ones fill the gaps behind the reservation.
-  Figures: the largest trial's (most node-seconds) wait over its own duration, and makespan
-  over the bound max(total node-seconds / 16, longest trial). The table also shows the worst
-  wait of any 16-node trial: those run one at a time, so the last started waits for all the
-  others, and the floor column is that figure in the best order knowing every duration
-  (shortest first); before any has ended dse cannot tell them apart.
+  hundred the full pool), each running ``60 s x work x noise`` as in (a) whatever its width
+  (the scheduler learns durations from ``work`` and ``nodes``, a category: the nearest ended
+  trials of the same width count first); the whole sweep prepared ahead (``lookahead = 200``).
+  Greedy packing and first come first served (start trials in order until one does not fit,
+  then wait) against dse, whose lookahead starts the largest expected area first (share of the
+  pool x expected duration), so wide and long trials start first and small ones fill the gaps
+  behind the reservation. Figures: the largest trial's (most node-seconds) wait over its own
+  duration, and makespan over the bound max(total node-seconds / 16, longest trial). The table
+  also shows the worst wait of any 16-node trial: those run one at a time, so the last started
+  waits for all the others, and the floor column is that figure in the best order knowing every
+  duration (shortest first); before any has ended dse cannot tell them apart.
 
 Usage::
 
