@@ -50,7 +50,7 @@ Scenarios (seeded; every method sees the same trials):
 
 Usage::
 
-    python benchmarks/scheduling.py          # 5 seeds, about 3 minutes
+    python benchmarks/scheduling.py          # 5 seeds, about 4 minutes of CPU time
     python benchmarks/scheduling.py --quick  # 1 seed, under a minute
 
 The last line printed is one JSON object: ``makespan_ratio_to_bound``,
