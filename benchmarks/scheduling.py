@@ -34,15 +34,29 @@ Scenarios (seeded; every method sees the same trials):
   1-GPU trials (log-normal, median 60 s) on the 8-GPU pool. The share of GPU-seconds each
   campaign used in each 10-minute window while both ran (the first window left out); the
   figure is the largest relative deviation of the heavier campaign's share from 2/3.
+* **(d) node counts**: a pool of 16 nodes (``[pool] nodes = 16``), one campaign of 200 trials
+  whose ``environment.nodes = "{nodes}"`` asks 1, 2, 4, 8 or 16 nodes (half of them 1, 3 in a
+  hundred the full pool), each running ``60 s x work x noise`` as in (a) whatever its width
+  (the scheduler learns durations from ``work`` and ``nodes``, a category: the nearest ended
+  trials of the same width count first); the whole sweep prepared ahead (``lookahead = 200``).
+  Greedy packing and first come first served (start trials in order until one does not fit,
+  then wait) against dse, whose lookahead starts the largest expected area first (share of the
+  pool x expected duration), so wide and long trials start first and small ones fill the gaps
+  behind the reservation. Figures: the largest trial's (most node-seconds) wait over its own
+  duration, and makespan over the bound max(total node-seconds / 16, longest trial). The table
+  also shows the worst wait of any 16-node trial: those run one at a time, so the last started
+  waits for all the others, and the floor column is that figure in the best order knowing every
+  duration (shortest first); before any has ended dse cannot tell them apart.
 
 Usage::
 
-    python benchmarks/scheduling.py          # 5 seeds, about 3 minutes
+    python benchmarks/scheduling.py          # 5 seeds, about 4 minutes of CPU time
     python benchmarks/scheduling.py --quick  # 1 seed, under a minute
 
 The last line printed is one JSON object: ``makespan_ratio_to_bound``,
-``long_wait_ratio_to_duration``, ``greedy_long_wait_ratio_to_duration``, ``share_deviation``
-(each the worst over seeds) and the figures of every method.
+``long_wait_ratio_to_duration``, ``greedy_long_wait_ratio_to_duration``, ``share_deviation``,
+``node_largest_wait_ratio_to_duration``, ``node_makespan_ratio_to_bound`` (each the worst over
+seeds) and the figures of every method.
 """
 
 from __future__ import annotations
@@ -69,6 +83,10 @@ if TYPE_CHECKING:
 
 
 START = 1_000_000.0
+NODES = 16
+"""(d): the pool's nodes."""
+NODE_MIX = {1: 0.5, 2: 0.25, 4: 0.14, 8: 0.08, 16: 0.03}
+"""(d): how often a trial asks each node count: mostly small, a few of the full width."""
 WAIT_FACTOR = 0.5
 """(b): the pool's ``wait_factor``: a trial that waited half its expected duration (its time
 limit, twice its median) goes ahead of the fair share. Without it, ``wide`` (over its share
@@ -79,6 +97,7 @@ SPACE = dse.Space.from_dict({
     "seconds": {"type": "float", "low": 0.0, "high": 1e9},
     "limit": {"type": "float", "low": 0.0, "high": 1e9},
     "gpus": {"type": "int", "low": 1, "high": 8},
+    "nodes": {"type": "categorical", "choices": list(NODE_MIX)},
 })
 """Every scenario's trials: ``work`` is what the scheduler may learn durations from;
 ``seconds`` (how long it really runs) and ``limit`` are hidden from its similarity (they are
@@ -87,6 +106,22 @@ scaled over a range so wide they weigh nothing next to ``work``)."""
 
 def script(params: Mapping[str, Any]) -> ProbeScript:
     return ProbeScript(seconds=float(params["seconds"]), metrics={"value": 1.0})
+
+
+class Fcfs(PoolScheduler):
+    """First come first served: start queued trials oldest first until one does not fit."""
+
+    def plan(self, queue: Sequence[Request], running: Sequence[Any], now: float) -> Plan:
+        free = dict(self.capacity)
+        for job in running:
+            _take(free, job.size)
+        out = []
+        for r in sorted(queue, key=lambda r: (r.since, r.key)):
+            if not all(free.get(k, 0) >= v for k, v in r.size.items() if v > 0):
+                break
+            _take(free, r.size)
+            out.append(r)
+        return Plan(tuple(out), None)
 
 
 class Greedy(PoolScheduler):
@@ -120,9 +155,10 @@ class Spec:
 
 def run(specs: Sequence[Spec], capacity: dict[str, int], *, weights: Mapping[str, float] = {},
         half_life: float = 3600.0, wait_factor: float | None = None,
-        greedy: bool = False) -> dict[str, list[dict[str, Any]]]:
-    """Run *specs* as campaigns of one pool; each campaign's attempts (params, queued, start,
-    end, expected), times relative to the start."""
+        policy: type[PoolScheduler] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Run *specs* as campaigns of one pool (planned by dse, or by *policy*); each campaign's
+    attempts (params, queued, start, end, expected), times relative to the start. A trial's
+    nodes come from its params when the pool counts nodes, else its GPUs do."""
     clock = FakeClock(START)
     backend = ProbeBackend(script, clock=clock)
     with tempfile.TemporaryDirectory() as tmp:
@@ -131,11 +167,14 @@ def run(specs: Sequence[Spec], capacity: dict[str, int], *, weights: Mapping[str
                                wait_factor=wait_factor))
         engines = []
         for spec in specs:
-            # A trial's GPUs, and its time limit where it has one, come from its params.
+            # A trial's GPUs or nodes, and its time limit where it has one, come from its
+            # params; the campaign's resources are the largest a trial asks.
             limited = any(t["limit"] for t in spec.trials)
-            env = EnvironmentConfig(resource_params={"gpus": "gpus"},
+            sized = "nodes" if "nodes" in capacity else "gpus"
+            env = EnvironmentConfig(resource_params={sized: sized},
                                     time_limit_param="limit" if limited else None,
-                                    resources=dse.Resources(cpus=1, gpus=8))
+                                    resources=dse.Resources(cpus=1, gpus=8) if sized == "gpus"
+                                    else dse.Resources(nodes=max(NODE_MIX)))
             campaign = dse.Campaign(
                 name=spec.name, space=SPACE, objectives=(dse.Objective("value"),),
                 mode=spec.mode,  # type: ignore[arg-type]
@@ -150,9 +189,9 @@ def run(specs: Sequence[Spec], capacity: dict[str, int], *, weights: Mapping[str
             pool.join(engine)
             engines.append(engine)
         pool.start()
-        if greedy:
+        if policy is not None:
             assert pool.scheduler is not None
-            pool.scheduler = Greedy(pool.scheduler.capacity, pool.scheduler.weights)
+            pool.scheduler = policy(pool.scheduler.capacity, pool.scheduler.weights)
         for engine in engines:
             engine.open()
         results = drive(pool)
@@ -172,9 +211,10 @@ def run(specs: Sequence[Spec], capacity: dict[str, int], *, weights: Mapping[str
     return out
 
 
-def trial(kind: str, seconds: float, *, work: float = 1.0, gpus: int = 1,
+def trial(kind: str, seconds: float, *, work: float = 1.0, gpus: int = 1, nodes: int = 1,
           limit: float = 0.0) -> dict[str, Any]:
-    return {"kind": kind, "work": work, "seconds": seconds, "limit": limit, "gpus": gpus}
+    return {"kind": kind, "work": work, "seconds": seconds, "limit": limit, "gpus": gpus,
+            "nodes": nodes}
 
 
 # -- (a) makespan -----------------------------------------------------------------------------
@@ -223,12 +263,49 @@ def starvation(seed: int) -> dict[str, float]:
         return max((r["start"] - r["queued"]) / (r["end"] - r["start"]) for r in rows)
 
     figures = {"wide_8gpu_trials": float(sum(1 for t in wide if t["gpus"] == 8))}
-    for method, greedy in (("dse", False), ("greedy", True)):
-        out = run(specs, {"gpus": 8}, wait_factor=WAIT_FACTOR, greedy=greedy)
+    for method, policy in (("dse", None), ("greedy", Greedy)):
+        out = run(specs, {"gpus": 8}, wait_factor=WAIT_FACTOR, policy=policy)
         figures[f"{method}_8gpu"] = worst(out, 8)
         figures[f"{method}_multi"] = worst(out, 2)
         figures[method] = max(figures[f"{method}_8gpu"], figures[f"{method}_multi"])
     return figures
+
+
+# -- (d) node counts --------------------------------------------------------------------------
+
+
+def node_counts(seed: int, count: int = 200) -> dict[str, float]:
+    rng = random.Random(f"d:{seed}")
+    trials = []
+    for _ in range(count):
+        nodes = rng.choices(list(NODE_MIX), weights=list(NODE_MIX.values()))[0]
+        work = rng.lognormvariate(0.0, 0.9)
+        trials.append(trial("a", 60.0 * work * rng.lognormvariate(0.0, 0.4), work=work,
+                            nodes=nodes))
+    area = sum(t["nodes"] * t["seconds"] for t in trials)
+    bound = max(area / NODES, max(t["seconds"] for t in trials))
+    figures = {"bound_s": bound,
+               "widest": float(sum(1 for t in trials if t["nodes"] == NODES))}
+    for method, policy in (("dse", None), ("greedy", Greedy), ("fcfs", Fcfs)):
+        out = run([Spec("d", trials, parallelism=NODES, lookahead=count)], {"nodes": NODES},
+                  policy=policy)["d"]
+        largest = max(out, key=lambda r: (r["params"]["nodes"] * r["params"]["seconds"],
+                                          r["params"]["nodes"]))
+        figures[f"{method}_wait"] = _wait(largest)
+        figures[f"{method}_widest"] = max(
+            (_wait(r) for r in out if r["params"]["nodes"] == NODES), default=0.0)
+        figures[f"{method}_span"] = max(r["end"] for r in out) / bound
+    # Trials of the full width run one at a time: the one started last waits for all the
+    # others. Even knowing every duration, the best order (shortest first) leaves this.
+    chain = sorted(t["seconds"] for t in trials if t["nodes"] == NODES)
+    figures["floor_widest"] = max((sum(chain[:i]) / s for i, s in enumerate(chain)),
+                                  default=0.0)
+    return figures
+
+
+def _wait(row: Mapping[str, Any]) -> float:
+    """How long *row* waited (queued to started) over how long it ran."""
+    return float((row["start"] - row["queued"]) / (row["end"] - row["start"]))
 
 
 # -- (c) fair share ---------------------------------------------------------------------------
@@ -265,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     a = [makespan(s) for s in seeds]
     b = [starvation(s) for s in seeds]
     c = [fair_share(s, 800 if args.quick else 2000) for s in seeds]
+    d = [node_counts(s) for s in seeds]
     print("scheduling: the engine on the probe backend in virtual time")
     print()
     print("(a) makespan / lower bound, 500 log-normal trials on 8 slots")
@@ -287,6 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     print(table(("seed", "windows", "dse"), [
         (str(s), f"{r['windows']:.0f}", f"{r['dse']:.4f}") for s, r in zip(seeds, c, strict=True)
     ]))
+    print()
+    print(f"(d) {NODES} nodes, 200 trials of 1 to {NODES} nodes: the largest trial's wait / its"
+          " duration, and makespan / bound")
+    print(table(("seed", "bound s", f"{NODES}-node trials", "wait: greedy", "fcfs", "dse",
+                 f"worst {NODES}-node: floor", "dse", "makespan: greedy", "fcfs", "dse"), [
+        (str(s), f"{r['bound_s']:.0f}", f"{r['widest']:.0f}", f"{r['greedy_wait']:.2f}",
+         f"{r['fcfs_wait']:.2f}", f"{r['dse_wait']:.2f}", f"{r['floor_widest']:.2f}",
+         f"{r['dse_widest']:.2f}", f"{r['greedy_span']:.3f}", f"{r['fcfs_span']:.3f}",
+         f"{r['dse_span']:.3f}")
+        for s, r in zip(seeds, d, strict=True)
+    ]))
     summary = {
         "makespan_ratio_to_bound": round(max(r["dse"] for r in a), 4),
         "waves_makespan_ratio_to_bound": round(max(r["waves"] for r in a), 4),
@@ -294,10 +383,15 @@ def main(argv: list[str] | None = None) -> int:
         "long_wait_ratio_to_duration": round(max(r["dse"] for r in b), 4),
         "greedy_long_wait_ratio_to_duration": round(max(r["greedy"] for r in b), 4),
         "share_deviation": round(max(r["dse"] for r in c), 4),
+        **{f"{prefix}node_{name}": round(max(r[f"{method}_{key}"] for r in d), 4)
+           for method, prefix in (("dse", ""), ("greedy", "greedy_"), ("fcfs", "fcfs_"))
+           for name, key in (("largest_wait_ratio_to_duration", "wait"),
+                             ("makespan_ratio_to_bound", "span"))},
         "seeds": len(seeds),
         "through_engine": True,
         "targets_met": max(r["dse"] for r in a) <= 1.05 and max(r["dse"] for r in b) <= 2.0
-        and max(r["dse"] for r in c) <= 0.05,
+        and max(r["dse"] for r in c) <= 0.05 and max(r["dse_wait"] for r in d) <= 2.0
+        and max(r["dse_span"] for r in d) <= 1.05,
     }
     print()
     print(json.dumps(summary))

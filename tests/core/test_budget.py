@@ -162,6 +162,28 @@ def test_a_money_ceiling_to_the_cent(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_node_hour_ceiling_reserves_every_node_of_a_trial_and_stops_launches_exactly(
+    tmp_path: Path,
+) -> None:
+    # Trials of 3 nodes with a 10 s limit (30 node-seconds reserved each) run 6 s (18 spent),
+    # two at a time, under 0.03 node-hours (108 node-seconds): two at 0 s (60 reserved), two
+    # at 6 s (36 spent + 60), one at 12 s (72 + 30; a second would make 132), none at 18 s
+    # (90 + 30 > 108). Counting one node each, 10 node-seconds would be reserved instead.
+    camp = campaign(tmp_path, budget={"compute": "0.03 node-hours"},
+                    environment={"time_limit": "10s", "nodes": 3})
+    result, store, clock = run_timed(camp, seconds(6.0))
+
+    assert (result.status, result.end_reason) == ("budget_exhausted", "budget_exhausted")
+    assert len(store.trials(result.campaign_id)) == 5
+    assert clock.now == 18.0
+    summary = summarize(store, result.campaign_id)
+    assert summary.spent.node_s == pytest.approx(5 * 3 * 6.0)
+    assert summary.spent.node_s <= 108.0
+    events = store.events(result.campaign_id, "budget_exhausted")
+    assert [(e.data or {}).get("reason") for e in events] == ["compute ceiling 0.03 node-hours"]
+    store.close()
+
+
 def test_a_trial_ceiling_cuts_the_trial_at_its_time_limit(tmp_path: Path) -> None:
     camp = campaign(tmp_path, budget={"trials": 3, "trial": {"money": "0.05 USD"}},
                     price={"cpu_hour": 36})

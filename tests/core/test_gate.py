@@ -16,8 +16,9 @@ CENT_A_SECOND = Price(cpu_hour=36.0)
 """1 CPU costs 0.01 USD per second."""
 
 
-def spec(time_limit: float | None = 10.0, cpus: int = 1, gpus: int = 0) -> JobSpec:
-    return JobSpec("t-1", 1, {}, Path("t-1"), resources=Resources(cpus, gpus),
+def spec(time_limit: float | None = 10.0, cpus: int = 1, gpus: int = 0,
+         nodes: int = 1) -> JobSpec:
+    return JobSpec("t-1", 1, {}, Path("t-1"), resources=Resources(cpus, gpus, nodes=nodes),
                    time_limit=time_limit)
 
 
@@ -104,6 +105,16 @@ def test_the_charge_is_the_run_time_or_the_backends_accounting() -> None:
     assert accounted.as_dict() == pytest.approx(Spend(50.0, 200.0, 50.0, 50.0, 0.725).as_dict())
 
 
+def test_a_trial_of_three_nodes_reserves_node_hours_for_every_node() -> None:
+    # 10 s limit + 2 s overrun on each of 3 nodes (one 1-CPU task each), at a cent a
+    # node-second: 36 node-seconds, 36 CPU-seconds, 0.36 USD, before it is launched.
+    the_gate = gate(price=Price(node_hour=36.0), overrun_s=2.0, compute=("node", 1.0))
+    worst = Spend(12.0, 36.0, 0.0, 36.0, 0.36)
+    assert the_gate.worst(spec(nodes=3)) == pytest.approx(worst)
+    assert the_gate.reserve(spec(nodes=3), 0.0, new_trial=True) == pytest.approx(worst)
+    assert the_gate.reserved == pytest.approx(worst)
+
+
 # -- refusals ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("budget", "job", "admitted", "refusal"), [
@@ -115,6 +126,10 @@ def test_the_charge_is_the_run_time_or_the_backends_accounting() -> None:
     ({"compute": ("cpu", 1.0)}, spec(cpus=25), 12, "compute ceiling 1 cpu-hours"),  # 300 each
     ({"compute": ("gpu", 0.1)}, spec(gpus=3), 10, "compute ceiling 0.1 gpu-hours"),  # 36 each
     ({"compute": ("node", 0.01)}, spec(cpus=8), 3, "compute ceiling 0.01 node-hours"),
+    # 0.03 node-hours = 108 node-seconds: three trials of 3 nodes x 12 s, not nine.
+    ({"compute": ("node", 0.03)}, spec(nodes=3), 3, "compute ceiling 0.03 node-hours"),
+    ({"compute": ("cpu", 0.03)}, spec(nodes=3), 3, "compute ceiling 0.03 cpu-hours"),
+    ({"compute": ("gpu", 0.03)}, spec(gpus=1, nodes=3), 3, "compute ceiling 0.03 gpu-hours"),
     ({"money": 5.0, "compute": ("cpu", 0.01)}, spec(), 3, "compute ceiling 0.01 cpu-hours"),
 ])
 def test_each_ceiling_refuses_what_would_pass_it(

@@ -18,6 +18,7 @@ from dse._campaign import EnvironmentConfig
 from dse._pool import Pool, PoolConfig, drive, load_pool, run_pool
 from dse._types import AttemptState
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
+from support.cli import run_dse, write_plugin
 
 if TYPE_CHECKING:
     from dse._records import Attempt, Trial
@@ -28,6 +29,7 @@ SPACE = dse.Space.from_dict({
     "seconds": {"type": "float", "low": 1, "high": 1000},
     "limit": {"type": "float", "low": 1, "high": 1000},
     "gpus": {"type": "int", "low": 1, "high": 8},
+    "nodes": {"type": "int", "low": 1, "high": 4},
 })
 
 
@@ -37,10 +39,12 @@ def script(params: Mapping[str, Any]) -> ProbeScript:
 
 def engine(
     tmp_path: Path, name: str, trials: Sequence[Mapping[str, Any]], backend: ProbeBackend,
-    clock: FakeClock, *, parallelism: int, lookahead: int = 0,
+    clock: FakeClock, *, parallelism: int, lookahead: int = 0, sized: str = "gpus",
 ) -> dse.Engine:
-    env = EnvironmentConfig(resource_params={"gpus": "gpus"}, time_limit_param="limit",
-                            resources=dse.Resources(cpus=1, gpus=8), time_limit=1000.0)
+    """A campaign of *trials* whose GPUs (or nodes: *sized*) and limits come from params."""
+    largest = dse.Resources(cpus=1, gpus=8) if sized == "gpus" else dse.Resources(nodes=4)
+    env = EnvironmentConfig(resource_params={sized: sized}, time_limit_param="limit",
+                            resources=largest, time_limit=1000.0)
     campaign = dse.Campaign(
         name=name, space=SPACE, objectives=(dse.Objective("value"),), mode="rolling",
         max_parallelism=parallelism, lookahead=lookahead, max_trials=len(trials),
@@ -52,7 +56,9 @@ def engine(
 
 
 def trial(name: str, gpus: int, seconds: float, n: int = 0) -> dict[str, Any]:
-    return {"name": name, "n": n, "seconds": seconds, "limit": seconds, "gpus": gpus}
+    """A trial holding *gpus* GPUs, or as many nodes in a campaign sized by nodes."""
+    return {"name": name, "n": n, "seconds": seconds, "limit": seconds, "gpus": gpus,
+            "nodes": min(gpus, 4)}
 
 
 def schedule(e: dse.Engine) -> dict[str, tuple[float, float]]:
@@ -142,6 +148,48 @@ def test_lookahead_starts_the_longest_expected_first(tmp_path):
     assert got["a5"] == (0.0, 40.0)
     assert sorted(got[f"a{n}"] for n in range(1, 5)) == [
         (0.0, 10.0), (10.0, 20.0), (20.0, 30.0), (30.0, 40.0)]
+
+
+def test_lookahead_starts_the_trial_spanning_the_pool_first_and_1_node_ones_after(tmp_path):
+    clock = FakeClock(START)
+    backend = ProbeBackend(script, clock=clock)
+    # Four 1-node trials of 100 s and, proposed last, a 4-node one of 60 s on a 4-node pool.
+    e = engine(tmp_path, "nodes", [*(trial("a", 1, 100.0, n) for n in range(4)),
+                                   trial("t1", 4, 60.0)],
+               backend, clock, parallelism=4, lookahead=4, sized="nodes")
+    run_pool([e], PoolConfig({"nodes": 4}))
+    # It holds the pool for 60 s, each small one a quarter of it for 100 s: it starts first.
+    # Longest first would start the small ones and keep it waiting 100 s for all four.
+    got = schedule(e)
+    assert got["t1"] == (0.0, 60.0)
+    assert sorted(got[f"a{n}"] for n in range(1, 5)) == [(60.0, 160.0)] * 4
+    assert backend.cluster.running_peak == 4
+
+
+def test_a_wide_trial_is_reserved_its_nodes_while_another_campaign_streams_1_node_trials(
+    tmp_path,
+):
+    clock = FakeClock(START)
+    backend = ProbeBackend(script, clock=clock)
+    # A stream of 1-node trials of 20 to 35 s keeps the 4-node pool busy, ending one at a
+    # time; the other campaign's second trial spans all 4 nodes and queues at 10 s.
+    stream = engine(tmp_path / "s", "stream",
+                    [trial("a", 1, 20.0 + 5.0 * (n % 4), n) for n in range(40)],
+                    backend, clock, parallelism=4, sized="nodes")
+    wide = engine(tmp_path / "w", "wide", [trial("t1", 1, 10.0), trial("t2", 4, 60.0)],
+                  backend, clock, parallelism=1, sized="nodes")
+    results = run_pool([stream, wide], PoolConfig({"nodes": 4}))
+
+    assert [r.status for r in results] == ["completed", "completed"]
+    got = schedule(wide)
+    assert got["t1"] == (0.0, 10.0)
+    running_at_10 = [(s, end) for s, end in schedule(stream).values() if s <= 10.0 < end]
+    # It starts when what ran at 10 s has ended (nothing started after it may delay it)...
+    assert got["t2"][0] == max(end for _, end in running_at_10)
+    assert got["t2"][0] - 10.0 <= 2 * 60.0
+    # ...and no trial of the stream holds a node while it runs.
+    assert not [span for span in schedule(stream).values()
+                if span[0] < got["t2"][1] and span[1] > got["t2"][0]]
 
 
 def test_a_trial_still_queued_when_the_controller_dies_waits_again_as_the_same_attempt(
@@ -267,3 +315,23 @@ def test_a_bad_pool_file_is_one_config_error_naming_the_key(tmp_path, text, mess
         load_pool(path)
     assert message in str(info.value)
     assert str(path) in str(info.value)
+
+
+def test_a_campaign_whose_trials_may_span_more_nodes_than_the_pool_is_refused_in_one_line(
+    tmp_path,
+):
+    project = write_plugin(tmp_path)
+    (project / "wide.toml").write_text(
+        '[campaign]\nname = "wide"\nagent = "list"\nbackend = "probe"\n'
+        '[agent.list]\npoints = [{nodes = 1}, {nodes = 4}]\n'
+        '[environment]\nnodes = "{nodes}"\n'
+        '[[objectives]]\nmetric = "value"\n'
+        '[space]\nnodes = { type = "int", low = 1, high = 4 }\n')
+    (project / "pool.toml").write_text('[pool]\nnodes = 2\n[[campaign]]\nfile = "wide.toml"\n')
+    proc = run_dse(project, "run", "pool.toml")
+    # Refused before anything runs: the largest trial the space allows spans 4 nodes.
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "dse: error: wide.toml: environment: a trial needs {'nodes': 4}, more than the pool"
+        " has ({'nodes': 2})"]
+    assert not (project / ".dse").exists() or not list((project / ".dse").rglob("attempt-*"))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from typing import TYPE_CHECKING
+
 import pytest
 
 from dse import ConfigError
@@ -13,6 +16,9 @@ from dse._scheduler import (
     Running,
     simulate,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def gpus(n: int) -> dict[str, int]:
@@ -177,3 +183,96 @@ def test_a_request_waiting_past_its_own_length_times_wait_factor_goes_first() ->
     assert [r.key for r in sched.order(queue, 19.0)] == ["b0", "a0"]
     assert sched.overdue(queue[0], 20.0)
     assert [r.key for r in sched.order(queue, 20.0)] == ["a0", "b0"]
+
+
+def nodes(n: int) -> dict[str, int]:
+    return {"nodes": n}
+
+
+def greedy(queue: Sequence[Request], running: Sequence[Running], now: float) -> list[Request]:
+    """Greedy packing: every queued request that fits, oldest first, nothing reserved."""
+    free = {"nodes": 16}
+    for job in running:
+        free["nodes"] -= job.size["nodes"]
+    out = []
+    for r in sorted(queue, key=lambda r: (r.since, r.key)):
+        if r.size["nodes"] <= free["nodes"]:
+            free["nodes"] -= r.size["nodes"]
+            out.append(r)
+    return out
+
+
+def test_a_full_width_trial_is_reserved_and_started_while_1_node_trials_would_starve_it() -> None:
+    # 16 nodes; a 1-node trial of 30 s arrives every 2 s (15 run at once); a 16-node trial of
+    # 60 s arrives at 11 s, when s0..s5 hold 6 nodes until 30..40 s.
+    stream = [Request(f"s{i}", "a", nodes(1), 30.0, 2.0 * i) for i in range(100)]
+    wide = Request("wide", "a", nodes(16), 60.0, 11.0)
+    out = run(PoolScheduler({"nodes": 16}, {"a": 1.0}), [*stream, wide])
+    # Reserved for the end of s5; s6.. (ending after 40 s, no node to spare) wait behind it.
+    assert out["wide"] == (40.0, 100.0)
+    assert out["wide"][0] - wide.since <= 2 * wide.duration
+    assert out["s6"][0] == 100.0
+    # Greedy packing hands every freed node to the stream: the wide trial waits for its end.
+    starved = simulate(greedy, [*stream, wide])
+    assert starved["wide"][0] == max(end for key, (_, end) in starved.items() if key != "wide")
+
+
+@pytest.mark.parametrize("ahead", [False, True], ids=["arriving", "all-queued-ahead"])
+@pytest.mark.parametrize("seed", range(5))
+def test_backfill_never_delays_a_reservation_of_nodes(seed: int, ahead: bool) -> None:
+    # Trials of 1 to 16 nodes with exact expected durations, arriving over time (first come
+    # first served) or all queued at once (largest area first): each reserved trial starts
+    # exactly at the first start it was reserved, whatever backfilled meanwhile.
+    rng = random.Random(seed)
+    arrivals = [
+        Request(f"t{i}", "a", nodes(rng.choice([1, 1, 1, 2, 2, 4, 8, 16])),
+                float(rng.randint(5, 200)), 0.0 if ahead else float(rng.randint(0, 1000)))
+        for i in range(150)
+    ]
+    sched = PoolScheduler({"nodes": 16}, {"a": 1.0}, longest_first=["a"] if ahead else [])
+    first: dict[str, float] = {}
+    backfills = 0
+
+    def plan(queue: Sequence[Request], running: Sequence[Running], now: float) -> list[Request]:
+        nonlocal backfills
+        p = sched.plan(queue, running, now)
+        if p.reservation is not None:
+            first.setdefault(p.reservation.key, p.reservation.start)
+        backfills += len(p.backfilled)
+        return list(p.start)
+
+    out = simulate(plan, arrivals)
+    assert len(out) == len(arrivals)
+    assert first  # the case is exercised:
+    assert backfills
+    assert {key: out[key][0] for key in first} == first
+
+
+def test_lookahead_starts_the_largest_area_first_not_the_longest() -> None:
+    # On 16 nodes a 16-node trial of 50 s holds 50 pool-seconds, a 4-node trial of 150 s
+    # 37.5 and a 1-node trial of 400 s 25: widest or longest alone would put one of them
+    # behind the others; the area weighs both.
+    queue = [Request("narrow", "a", nodes(1), 400.0, 0.0),
+             Request("middle", "a", nodes(4), 150.0, 1.0),
+             Request("wide", "a", nodes(16), 50.0, 2.0)]
+    sched = PoolScheduler({"nodes": 16}, {"a": 1.0}, longest_first=["a"])
+    assert [r.key for r in sched.order(queue, 0.0)] == ["wide", "middle", "narrow"]
+    assert [r.key for r in sched.plan(queue, [], 0.0).start] == ["wide"]
+    assert PoolScheduler({"nodes": 16}, {"a": 1.0}).order(queue, 0.0) == queue  # first come
+
+
+def test_an_estimate_kept_up_to_date_between_passes_is_the_one_taken_afresh() -> None:
+    # Trials waiting are estimated again after each end; the nearest are merged with those
+    # that ended since, and taken afresh when one of them left the window.
+    rng = random.Random(7)
+    points = [(rng.random(), rng.choice("xy")) for _ in range(40)]
+    ended: list[tuple[float, tuple[float, str]]] = []
+    kept = DurationEstimate(window=20)
+    for _ in range(300):
+        ended.append((rng.expovariate(0.01), (rng.random(), rng.choice("xy"))))
+        kept.observe("a", *ended[-1])
+        fresh = DurationEstimate(window=20)
+        for seconds, point in ended:
+            fresh.observe("a", seconds, point)
+        for point in points:
+            assert kept.estimate("a", None, point) == fresh.estimate("a", None, point)

@@ -14,7 +14,9 @@ holds a reservation.
   reservation: the earliest time enough resources will be free, from the expected ends of
   the running trials. Later requests start only when they fit now *and* either end before
   that time or use only what the reservation leaves over. So a large or long trial is never
-  starved by a stream of small ones, and small ones still fill the gaps.
+  starved by a stream of small ones, and small ones still fill the gaps. Sizes count whatever
+  the pool counts (slots, CPUs, GPUs, nodes): a trial of 8 nodes reserves 8 of the pool's
+  nodes as one of 8 GPUs reserves 8 GPUs.
 * **Bounded wait.** A request that has waited ``wait_factor`` times its own expected duration,
   or ``max_wait`` seconds, goes ahead of the fair-share order (oldest first) and so gets the
   reservation: even a campaign far over its share gets its trial started, and a trial's wait
@@ -30,6 +32,7 @@ be checked exactly in virtual time (:func:`simulate`).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import statistics
 from collections import deque
@@ -117,8 +120,8 @@ class PoolScheduler:
     :param max_wait: seconds after which a waiting request goes first (``None``: never).
     :param wait_factor: a request that has waited this many times its own expected duration
         goes first too (``None``: never).
-    :param longest_first: campaigns whose own requests are served longest expected first
-        instead of first come first served.
+    :param longest_first: campaigns whose own requests are served largest expected area
+        first (:meth:`area`) instead of first come first served.
     """
 
     def __init__(
@@ -155,6 +158,13 @@ class PoolScheduler:
             return math.inf
         return max((size.get(k, 0) / cap for k, cap in self.capacity.items()), default=0.0)
 
+    def area(self, request: Request) -> float:
+        """How much of the pool *request* is expected to use: its :meth:`dominant` share
+        times its expected duration (the longest of equally wide trials, the widest of equally
+        long ones: a 16-node trial of a 16-node pool counts as much as sixteen 1-node trials
+        of the same length)."""
+        return self.dominant(request.size) * request.duration
+
     def usage(self, campaign: str, now: float) -> float:
         """Decayed dominant-resource seconds *campaign* has been charged by *now*."""
         entry = self._usage.setdefault(campaign, _Usage(at=now))
@@ -181,16 +191,18 @@ class PoolScheduler:
     def order(self, queue: Sequence[Request], now: float) -> list[Request]:
         """*queue* in the order it is served: overdue requests first (oldest first), then
         campaigns by fair share (each pick charged at once, so campaigns interleave by weight),
-        first come first served within a campaign, or longest expected first for the campaigns
-        in ``longest_first`` (those that queue ahead: a long trial started last would hold the
-        campaign's end back on its own)."""
+        first come first served within a campaign, or largest expected :meth:`area` first for
+        the campaigns in ``longest_first`` (those that queue ahead: a long or wide trial started
+        last would hold the campaign's end back on its own, and one started first is never
+        kept waiting by the small ones, which fill the gaps around it)."""
         overdue = [r for r in queue if self.overdue(r, now)]
         overdue.sort(key=lambda r: (r.since, r.key))
         late = {r.key for r in overdue}
         lines: dict[str, deque[Request]] = {}
         lpt = self.longest_first
         for r in sorted((r for r in queue if r.key not in late),
-                        key=lambda r: (-r.duration if r.campaign in lpt else 0.0, r.since, r.key)):
+                        key=lambda r: (-self.area(r) if r.campaign in lpt else 0.0,
+                                       r.since, r.key)):
             lines.setdefault(r.campaign, deque()).append(r)
         virtual = {c: self.usage(c, now) for c in lines}
         out = list(overdue)
@@ -284,19 +296,27 @@ class DurationEstimate:
     window: int = 50
     quantile: float = 0.9
     neighbours: int = 5
-    _seen: dict[str, deque[tuple[Point | None, float]]] = field(
+    _seen: dict[str, deque[tuple[int, Point | None, float]]] = field(
         default_factory=dict, init=False, repr=False)
+    """Per campaign: the last *window* ended trials, each numbered in the order it ended."""
     _quantiles: dict[str, tuple[float, int]] = field(
         default_factory=dict, init=False, repr=False)
     """Per campaign: the quantile, and how many durations had been seen when it was taken."""
     _count: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _near: dict[tuple[str, Point], tuple[int, list[tuple[float, int, float]]]] = field(
+        default_factory=dict, init=False, repr=False)
+    """Per campaign and point: how many durations had been seen, and the nearest of them
+    (distance, number, seconds), nearest first. A waiting trial is estimated again at every
+    pass, after one or two more ended: those are merged in rather than every distance taken
+    again (thousands of trials queued ahead make that the scheduler's main cost)."""
 
     def observe(self, campaign: str, seconds: float, point: Point | None = None) -> None:
         """Add an ended trial's actual duration (and its params) to *campaign*'s history."""
         if seconds >= 0 and math.isfinite(seconds):
             seen = self._seen.setdefault(campaign, deque(maxlen=self.window))
-            seen.append((point, seconds))
-            self._count[campaign] = self._count.get(campaign, 0) + 1
+            count = self._count.get(campaign, 0)
+            seen.append((count, point, seconds))
+            self._count[campaign] = count + 1
 
     def estimate(
         self, campaign: str, time_limit: float | None = None, point: Point | None = None
@@ -304,33 +324,49 @@ class DurationEstimate:
         """The expected duration of a trial of *campaign* with params *point*."""
         seen = self._seen.get(campaign)
         if seen and len(seen) >= 3:
-            guess = self._similar(seen, point) if point is not None else None
+            guess = self._similar(campaign, seen, point) if point is not None else None
             if guess is None:
                 guess = self._quantile(campaign, seen)
             return min(guess, time_limit) if time_limit is not None else guess
         if time_limit is not None:
             return time_limit
-        return max(s for _, s in seen) if seen else self.default
+        return max(s for _, _, s in seen) if seen else self.default
 
-    def _quantile(self, campaign: str, seen: Iterable[tuple[Point | None, float]]) -> float:
+    def _quantile(self, campaign: str, seen: Iterable[tuple[int, Point | None, float]]) -> float:
         """The quantile of *campaign*'s recent durations, taken again after every tenth of
         a window of new ones (a run of thousands of trials asks it at each start)."""
         count = self._count.get(campaign, 0)
         cached = self._quantiles.get(campaign)
         if cached is not None and count - cached[1] < max(self.window // 10, 1):
             return cached[0]
-        value = statistics.quantiles([s for _, s in seen], n=100, method="inclusive")[
+        value = statistics.quantiles([s for _, _, s in seen], n=100, method="inclusive")[
             round(self.quantile * 100) - 1]
         self._quantiles[campaign] = (value, count)
         return value
 
-    def _similar(self, seen: Iterable[tuple[Point | None, float]], point: Point) -> float | None:
-        near = heapq.nsmallest(
-            self.neighbours,
-            ((_distance(point, p), s) for p, s in seen if p is not None and len(p) == len(point)),
-            key=lambda pair: pair[0],
-        )
-        return sum(s for _, s in near) / len(near) if near else None
+    def _similar(
+        self, campaign: str, seen: deque[tuple[int, Point | None, float]], point: Point
+    ) -> float | None:
+        """The mean duration of the ended trials nearest *point* (ties: the earlier ended)."""
+        count = self._count[campaign]
+        oldest = seen[0][0]
+        cached = self._near.get((campaign, point))
+        if cached is not None and all(n >= oldest for _, n, _ in cached[1]):
+            # None of the nearest has left the window: the nearest now are among them and
+            # the trials that ended since.
+            since, near = cached
+            new = [(_distance(point, p), n, s)
+                   for n, p, s in itertools.islice(reversed(seen), count - since)
+                   if p is not None and len(p) == len(point)]
+            near = heapq.nsmallest(self.neighbours, near + new) if new else near
+        else:
+            near = heapq.nsmallest(self.neighbours, (
+                (_distance(point, p), n, s) for n, p, s in seen
+                if p is not None and len(p) == len(point)))
+        if len(self._near) >= 64 * 1024:
+            self._near.clear()  # of trials long started; kept bounded
+        self._near[(campaign, point)] = (count, near)
+        return sum(s for _, _, s in near) / len(near) if near else None
 
 
 def _distance(a: Point, b: Point) -> float:
