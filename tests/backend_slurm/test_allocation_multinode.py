@@ -324,3 +324,17 @@ def test_auto_mode_sizes_its_pilot_for_the_largest_trial(slurm_cluster, tmp_path
     info = assert_every_trial_ran_its_ranks_on_distinct_nodes_of_one_pilot(project)
     # two 3-node trials at once: a CPU on each of three nodes for each
     assert (sorted(info["nodes"]), info["cpus"]) == (["n1", "n2", "n3"], [2, 2, 2])
+
+
+def test_an_allocation_narrower_than_the_trials_is_refused_in_one_line(tmp_path):
+    """``mode = "allocation"`` with fewer ``allocation_nodes`` than a trial may span: refused
+    before anything runs (no pilot, no trial), naming the key to set, rather than every wide
+    trial failing ``invalid_job``."""
+    project = campaign_of_node_counts(tmp_path, "narrow", 2, 'mode = "allocation"\n'
+                                                             "allocation_nodes = 2")
+    proc = run_dse(project, "run", "campaign.toml", timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "dse: error: campaign.toml: environment: trials of up to 3 nodes, but each allocation"
+        " has 2 (backend.slurm.allocation_nodes); set allocation_nodes = 3, or mode = \"jobs\""]
+    assert not list(project.glob(".dse/*/run-*/.slurm"))

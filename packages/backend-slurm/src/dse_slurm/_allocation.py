@@ -318,6 +318,9 @@ class SlurmAllocationBackend(Backend):
         self._watch = DirectoryWatch()
         self._liveness = Liveness()
 
+    def refuse(self, resources: Resources) -> str | None:
+        return super().refuse(resources) or _wider_than_pilot(self, resources)
+
     @property
     def command_timeout(self) -> float:
         """Seconds after which a Slurm command counts as failed."""
@@ -643,6 +646,17 @@ class SlurmAllocationBackend(Backend):
         self._adopted = True
         log.info("adopted pilot %s (%s)", job, pilot_dir.name)
         return pilot
+
+
+def _wider_than_pilot(backend: SlurmAllocationBackend, resources: Resources) -> str | None:
+    """Why no trial of *resources* can run in *backend*'s pilots: more nodes than
+    ``allocation_nodes`` gives them (a pilot sized by task count, ``mode = "auto"``'s, is
+    checked per attempt)."""
+    if backend.allocation_tasks is not None or resources.nodes <= backend.allocation_nodes:
+        return None
+    return (f"trials of up to {resources.nodes} nodes, but each allocation has"
+            f" {backend.allocation_nodes} (backend.slurm.allocation_nodes); set"
+            f' allocation_nodes = {resources.nodes}, or mode = "jobs"')
 
 
 def _task_doc(spec: JobSpec, lead: int | None) -> dict[str, Any]:
