@@ -197,3 +197,17 @@ def test_every_key_of_show_and_export_is_documented(project: Path) -> None:
     missing = sorted(k for k in documented_keys(export) if f"`{k}`" not in docs
                      and f"{{{k}" not in docs and f", {k}" not in docs)
     assert missing == []
+
+
+def test_show_says_what_a_trial_spanning_nodes_asked_for(project: Path) -> None:
+    text = PROBE_CAMPAIGN.replace("[space]", '[environment]\nnodes = "{x}"\ntasks_per_node = 2\n'
+                                  "gpus_per_node = 1\nmemory_mb = 512\n\n[space]")
+    text = text.replace("low = 0, high = 10", "low = 1, high = 10")
+    ran(project, text)
+    shown = json.loads(run_dse(project, "show", "demo-1-3", "--json").stdout)
+    assert shown["run"]["resources"] == {"nodes": 3, "tasks_per_node": 2, "cpus": 1,
+                                         "gpus": 1, "memory_mb": 512}
+    lines = run_dse(project, "show", "demo-1-3").stdout.splitlines()
+    assert "  resources     3 nodes x 2 tasks x 1 CPU; 1 GPU, 512 MiB per node" in lines
+    one = json.loads(run_dse(project, "show", "demo-1-1", "--json").stdout)["run"]["resources"]
+    assert (one["nodes"], one["tasks_per_node"]) == (1, 2)

@@ -154,6 +154,7 @@ def _what_ran(run: CampaignRun, trial: Trial, trial_id: str, attempts: list[Atte
         "command": command or None,
         "shell": bool(env.get("shell", False)),
         "argv": argv,
+        "resources": _resources(env, params),
         "code_version": env.get("code_version"),
         "dependencies": dependencies,
         "agent": {"name": agent_name, "version": agent_version or None},
@@ -163,6 +164,32 @@ def _what_ran(run: CampaignRun, trial: Trial, trial_id: str, attempts: list[Atte
         "backend": run.backend,
         "trial_dir": trial.trial_dir,
     }
+
+
+_RESOURCES = {"nodes": 1, "tasks_per_node": 1, "cpus": 1, "gpus": 0, "memory_mb": None}
+"""The resources a run's spec records, with the value a record made before one existed
+means."""
+
+
+def _resources(env: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """What the trial asked for: the campaign's resources, or the param that set each."""
+    out = {}
+    for key, default in _RESOURCES.items():
+        name = env.get(f"{key}_param")
+        out[key] = params.get(name, default) if name else env.get(key, default)
+    return out
+
+
+def _resources_text(res: Mapping[str, Any]) -> str:
+    """``"2 CPUs, 0 GPUs"``, or ``"3 nodes x 2 tasks x 1 CPU; 1 GPU, 4096 MiB per node"``."""
+    def count(n: Any, what: str) -> str:
+        return f"{n} {what}" + ("" if n == 1 else "s")
+
+    memory = "" if res["memory_mb"] is None else f", {res['memory_mb']} MiB"
+    if res["nodes"] * res["tasks_per_node"] == 1:
+        return f"{count(res['cpus'], 'CPU')}, {count(res['gpus'], 'GPU')}{memory}"
+    return (f"{count(res['nodes'], 'node')} x {count(res['tasks_per_node'], 'task')} x"
+            f" {count(res['cpus'], 'CPU')}; {count(res['gpus'], 'GPU')}{memory} per node")
 
 
 def _concluded(run: CampaignRun, trial: Trial, context: _Context) -> dict[str, Any]:
@@ -305,6 +332,7 @@ def _ran_lines(r: Mapping[str, Any], row: Callable[[str, str], None]) -> None:
             row("argv", shlex.join(r["argv"]))
     else:
         row("command", "none (the backend runs no command)")
+    row("resources", _resources_text(r["resources"]))
     row("code version", r["code_version"] or "not declared")
     deps = r["dependencies"]
     if deps is None:
