@@ -357,3 +357,46 @@ def test_two_tasks_on_each_of_two_nodes_are_told_their_places(tmp_path):
         for rank in range(4)
     ]
     assert (status.usage or {}).get("cpus") == 4
+
+
+def test_a_node_down_under_a_3_node_step_of_an_allocation_is_avoided_by_its_retry(tmp_path):
+    """Allocation mode: the node failure ends the pilot and the step it ran; the step's end
+    names the node Slurm shows down (not the three, not none), and the retry's pilot avoids
+    it."""
+    wait_for_an_idle_cluster()
+    root = project(tmp_path, "allocdown", [3], partition="wide")
+    text = (root / "campaign.toml").read_text().replace(
+        'mode = "jobs"', f'mode = "allocation"\nallocation_nodes = 3\nallocation_cpus = 1\n'
+                         f'allocation_time = "10m"\npython = "{sys.executable}"')
+    (root / "campaign.toml").write_text(text)
+    (root / "hold").touch()
+    victim = None
+    dse = start_dse(root, "run", "campaign.toml")
+    try:
+        ready = wait_until(lambda: list(root.glob(".dse/*/run-*/*/attempt-1/ready")), 120,
+                           "the 3-node step to run its all-reduce")
+        first = [s["node"] for s in ranks_seen(ready[0].parent)]
+        victim = first[1]
+        run(["scontrol", "update", f"nodename={victim}", "state=down", "reason=dse-test"])
+        wait_until(lambda: any(a["state"] not in ("running", "submitted") for tries in
+                               attempts_by_trial(root).values() for a in tries),
+                   120, "the first attempt to end")
+        (root / "hold").unlink()
+        _, err = dse.communicate(timeout=240)
+    finally:
+        if dse.poll() is None:
+            dse.kill()
+        dse.communicate(timeout=30)
+        if victim is not None:
+            resume_node(victim)
+    assert dse.returncode == 0, err
+    (row,) = trials(root).values()
+    assert row["status"] == "completed"
+    (attempts,) = attempts_by_trial(root).values()
+    assert len(attempts) == 2, [(a["state"], a["node"], a["reason"]) for a in attempts]
+    assert attempts[0]["state"] != "succeeded"
+    assert attempts[0]["node"] == victim, attempts[0]["reason"]
+    assert f"ran on {','.join(first)}" in attempts[0]["reason"]
+    retried = json.loads((Path(row["trial_dir"]) / "result.json").read_text())["ranks"]
+    assert victim not in [node for _, node in retried]
+    assert len({node for _, node in retried}) == 3

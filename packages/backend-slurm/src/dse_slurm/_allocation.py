@@ -76,6 +76,7 @@ from dse_slurm._commands import (
     SlurmCommandError,
     SlurmCommands,
     SubmitRefused,
+    blame_nodes,
     signal_lead,
     write_atomic,
 )
@@ -485,6 +486,8 @@ class SlurmAllocationBackend(Backend):
             if status.state.is_finished():
                 del self._tasks[job_id]
         self._dispatch()
+        out.update(blame_nodes(self.slurm, {j: st for j, st in out.items()
+                                            if st.state.is_finished()}))
         return out
 
     def _watch_pilots(self, *, force: bool = False) -> None:
@@ -557,7 +560,7 @@ class SlurmAllocationBackend(Backend):
             doc, started=run is not None, time_limit=task.spec.time_limit, pilot_job=pilot.job_id
         )
         task.ended_at = float(doc.get("ended_at") or self.clock.time())
-        node, where = _where(task, doc, state)
+        node, where = _where(task, doc)
         return JobStatus(
             task.job_id, state, exit_code=code, signal=sig, node=node,
             started_at=task.started_at, ended_at=task.ended_at,
@@ -689,23 +692,18 @@ def _interrupted(task: _Task, pilot: _Pilot, now: float) -> JobStatus | None:
     else:
         why = f"allocation {pilot.job_id} ended {word} while the attempt ran"
     node = task.node or ",".join((pilot.info or {}).get("nodes") or []) or None
-    if node and "," in node:  # the nodes of a step of several: none is the one to avoid
-        why, node = f"{why} (on {node})", None
     return JobStatus(task.job_id, state, node=node, started_at=task.started_at,
                      ended_at=now, reason=why, ambiguous=state is JobState.LOST,
                      usage={"allocation_job": float(pilot.job_id)} if pilot.job_id else None)
 
 
-def _where(task: _Task, doc: Mapping[str, Any], state: JobState) -> tuple[str | None, str]:
-    """The node a step that ended *state* reports, and words for its reason. A step of
-    several nodes that did not succeed names none (the engine would avoid the list as one
-    name, and not each of them failed it); the words name them."""
+def _where(task: _Task, doc: Mapping[str, Any]) -> tuple[str | None, str]:
+    """The node (or, for a step of several, the nodes: ``n1,n3``) a step that ended *state*
+    reports, and words for its reason; :func:`~dse_slurm._commands.blame_nodes` then names
+    only those of a failed step's nodes that Slurm shows failing."""
     assert task.pilot is not None
     node = task.node or ",".join(doc.get("nodes") or ()) or doc.get("node")
-    where = f"step of allocation {task.pilot.job_id}"
-    if state is not JobState.SUCCEEDED and node and "," in node:
-        return None, f"{where} on {node}"
-    return node, where
+    return node, f"step of allocation {task.pilot.job_id}"
 
 
 def _step_end(

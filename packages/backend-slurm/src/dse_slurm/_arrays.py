@@ -38,6 +38,7 @@ from dse_slurm._commands import (
     Settled,
     SlurmCommands,
     SubmitRefused,
+    blame_nodes,
     signal_lead,
     write_atomic,
 )
@@ -450,40 +451,14 @@ def _spanning(slurm: SlurmCommands, ends: dict[str, JobStatus], tasks: Mapping[s
     """*ends* with what srun hides of the attempts it ran: the exit status of a failed one
     is srun's — a task it ended for another's failure shows as the signal's number — so the
     step's own (the highest of its tasks) is asked for, in one ``sacct``; and the nodes of a
-    multi-node one are named (:func:`_blame`)."""
+    multi-node one are named (:func:`~dse_slurm._commands.blame_nodes`)."""
     failed = [job_id for job_id, status in ends.items()
               if job_id in tasks and status.state is JobState.FAILED]
     if failed and slurm.accounting:
         for job_id, code in slurm.step_exit_codes(failed).items():
             ends[job_id] = dataclasses.replace(ends[job_id], exit_code=code,
                                                reason=f"exit code {code}")
-    return _blame(slurm, ends)
-
-
-def _blame(slurm: SlurmCommands, ends: dict[str, JobStatus]) -> dict[str, JobStatus]:
-    """*ends* with the node of each multi-node end named for the engine, which avoids the
-    node of an unsuccessful end on retry: a success keeps its whole node list
-    (``n1,n2,n3``); any other end names the nodes of it that Slurm now shows down, drained or
-    failing (one ``sinfo`` for all of them), or none, and says in its reason where it ran.
-    (A compact list such as ``n[1-3]`` there would avoid every node.)"""
-    spans = {job_id: names for job_id, status in ends.items()
-             if len(names := expand_hostlist(status.node or "")) > 1}
-    suspects = {node for job_id, names in spans.items()
-                if ends[job_id].state is not JobState.SUCCEEDED for node in names}
-    failing = slurm.failing_nodes(suspects) if suspects else set()
-    for job_id, names in spans.items():
-        status = ends[job_id]
-        if status.state is JobState.SUCCEEDED:
-            ends[job_id] = dataclasses.replace(status, node=",".join(names))
-            continue
-        blamed = [node for node in names if node in failing]
-        where = f"ran on {','.join(names)}" + (
-            f"; Slurm shows {','.join(blamed)} down or failing" if blamed else "")
-        ends[job_id] = dataclasses.replace(
-            status, node=",".join(blamed) or None,
-            reason=f"{status.reason}; {where}" if status.reason else where,
-        )
-    return ends
+    return blame_nodes(slurm, ends)
 
 
 def _listed(nodes: str | None) -> str | None:

@@ -14,6 +14,7 @@ imports neither.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -29,6 +30,7 @@ from dse_slurm._states import (
     SQUEUE_ARGS,
     SacctRow,
     SqueueRow,
+    expand_hostlist,
     node_is_failing,
     parse_exit_code,
     parse_sacct,
@@ -371,3 +373,29 @@ def write_atomic(path: Path, text: str) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def blame_nodes(slurm: SlurmCommands, ends: dict[str, JobStatus]) -> dict[str, JobStatus]:
+    """*ends* with the node of each multi-node end named for the engine, which avoids the
+    node of an unsuccessful end on retry: a success keeps its whole node list
+    (``n1,n2,n3``); any other end names the nodes of it that Slurm now shows down, drained or
+    failing (one ``sinfo`` for all of them), or none, and says in its reason where it ran.
+    (A compact list such as ``n[1-3]`` there would avoid every node.)"""
+    spans = {job_id: names for job_id, status in ends.items()
+             if len(names := expand_hostlist(status.node or "")) > 1}
+    suspects = {node for job_id, names in spans.items()
+                if ends[job_id].state is not JobState.SUCCEEDED for node in names}
+    failing = slurm.failing_nodes(suspects) if suspects else set()
+    for job_id, names in spans.items():
+        status = ends[job_id]
+        if status.state is JobState.SUCCEEDED:
+            ends[job_id] = dataclasses.replace(status, node=",".join(names))
+            continue
+        blamed = [node for node in names if node in failing]
+        where = f"ran on {','.join(names)}" + (
+            f"; Slurm shows {','.join(blamed)} down or failing" if blamed else "")
+        ends[job_id] = dataclasses.replace(
+            status, node=",".join(blamed) or None,
+            reason=f"{status.reason}; {where}" if status.reason else where,
+        )
+    return ends
