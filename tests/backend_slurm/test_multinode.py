@@ -14,6 +14,7 @@ import dataclasses
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -196,29 +197,44 @@ def test_every_node_of_a_trial_is_charged(allreduce):
         assert spend["money"] == pytest.approx(k * usage["elapsed_s"] / 3600)
 
 
-def test_a_node_down_under_a_3_node_trial_is_avoided_by_its_retry(tmp_path):
-    wait_for_an_idle_cluster()
-    assert set(node_states("wide")) == {"n1", "n2", "n3", "n5"}
-    root = project(tmp_path, "nodedown", [3], partition="wide")
+def take_a_node_down(root: Path, pick: Callable[[list[str]], str]) -> tuple[str, list[str]]:
+    """Run *root*'s campaign of one 3-node trial to its end, taking down the node *pick* chooses
+    of the nodes its first attempt ran on once its all-reduce ran (the workload holds until
+    that attempt ended), and bringing it back after; return the node and those nodes."""
     (root / "hold").touch()
+    victim = None
     dse = start_dse(root, "run", "campaign.toml")
     try:
         ready = wait_until(lambda: list(root.glob(".dse/*/run-*/*/attempt-1/ready")), 120,
                            "the 3-node trial to run its all-reduce")
-        first = ranks_seen(ready[0].parent)
-        assert "n2" in [s["node"] for s in first], first  # batch places it on n[1-3]
-        run(["scontrol", "update", "nodename=n2", "state=down", "reason=dse-test"])
-        wait_until(lambda: any(a["state"] == "node_fail" for tries in
+        first = [seen["node"] for seen in ranks_seen(ready[0].parent)]
+        victim = pick(first)
+        run(["scontrol", "update", f"nodename={victim}", "state=down", "reason=dse-test"])
+        wait_until(lambda: any(a["state"] not in ("running", "submitted") for tries in
                                attempts_by_trial(root).values() for a in tries),
-                   120, "an attempt ended node_fail")
+                   120, "the first attempt to end")
         (root / "hold").unlink()
         _, err = dse.communicate(timeout=240)
     finally:
         if dse.poll() is None:
             dse.kill()
         dse.communicate(timeout=30)
-        resume_node("n2")
+        if victim is not None:
+            resume_node(victim)
     assert dse.returncode == 0, err
+    return victim, first
+
+
+def test_a_node_down_under_a_3_node_trial_is_avoided_by_its_retry(tmp_path):
+    wait_for_an_idle_cluster()
+    assert set(node_states("wide")) == {"n1", "n2", "n3", "n5"}
+    root = project(tmp_path, "nodedown", [3], partition="wide")
+
+    def pick(nodes: list[str]) -> str:
+        assert "n2" in nodes, nodes  # batch nodes first: it runs on n[1-3]
+        return "n2"
+
+    take_a_node_down(root, pick)
     (row,) = trials(root).values()
     assert row["status"] == "completed"
     (attempts,) = attempts_by_trial(root).values()
@@ -369,27 +385,7 @@ def test_a_node_down_under_a_3_node_step_of_an_allocation_is_avoided_by_its_retr
         'mode = "jobs"', f'mode = "allocation"\nallocation_nodes = 3\nallocation_cpus = 1\n'
                          f'allocation_time = "10m"\npython = "{sys.executable}"')
     (root / "campaign.toml").write_text(text)
-    (root / "hold").touch()
-    victim = None
-    dse = start_dse(root, "run", "campaign.toml")
-    try:
-        ready = wait_until(lambda: list(root.glob(".dse/*/run-*/*/attempt-1/ready")), 120,
-                           "the 3-node step to run its all-reduce")
-        first = [s["node"] for s in ranks_seen(ready[0].parent)]
-        victim = first[1]
-        run(["scontrol", "update", f"nodename={victim}", "state=down", "reason=dse-test"])
-        wait_until(lambda: any(a["state"] not in ("running", "submitted") for tries in
-                               attempts_by_trial(root).values() for a in tries),
-                   120, "the first attempt to end")
-        (root / "hold").unlink()
-        _, err = dse.communicate(timeout=240)
-    finally:
-        if dse.poll() is None:
-            dse.kill()
-        dse.communicate(timeout=30)
-        if victim is not None:
-            resume_node(victim)
-    assert dse.returncode == 0, err
+    victim, first = take_a_node_down(root, lambda nodes: nodes[1])
     (row,) = trials(root).values()
     assert row["status"] == "completed"
     (attempts,) = attempts_by_trial(root).values()
