@@ -22,7 +22,7 @@ from dse_slurm import (
     render_array_script,
     render_manifest,
 )
-from dse_slurm._script import HOSTNAMES, spare_exclusion
+from dse_slurm._script import spare_exclusion
 from dse_slurm._states import node_is_failing
 
 WIDE = Resources(cpus=4, gpus=1, memory_mb=2048, nodes=3, tasks_per_node=2)
@@ -57,9 +57,11 @@ def test_a_multi_node_attempt_asks_per_node_and_starts_its_tasks_with_srun(tmp_p
     ]
     assert "#SBATCH --signal=B:USR1@60" in options
     body = text.split("\n\n")[-1].splitlines()
-    assert body[1] == ("exec srun --kill-on-bad-exit=1 --nodes=3 --ntasks=6"
+    assert body[1] == ('DSE_NODES="$(scontrol show hostnames "$SLURM_JOB_NODELIST"'
+                       ' | paste -sd, -)" \\')
+    assert body[2] == ("exec srun --kill-on-bad-exit=1 --nodes=3 --ntasks=6"
                        " --ntasks-per-node=2 --cpus-per-task=4 \\")
-    assert body[2].startswith(f"    {sys.executable} -c ")
+    assert body[3].startswith(f"    {sys.executable} -c ")
     proc = subprocess.run([shutil.which("bash") or "bash", "-n"], input=text,
                           capture_output=True, text=True, check=False)
     assert (proc.returncode, proc.stderr) == (0, "")
@@ -100,15 +102,6 @@ def test_node_lists_expand_in_slurms_order(text, names):
     assert expand_hostlist(text) == names
 
 
-def test_the_launcher_expands_node_lists_as_the_backend_does():
-    namespace: dict[str, object] = {}
-    exec(HOSTNAMES, namespace)  # the launcher's own source, run as it runs
-    hostnames = namespace["hostnames"]
-    assert callable(hostnames)
-    assert {text: hostnames(text) for text in CASES} == CASES
-    assert LAUNCHER.count(HOSTNAMES) == 1
-
-
 def run_task(manifest: Path, **slurm: str) -> subprocess.CompletedProcess[str]:
     """The launcher run as srun runs it in one task (its environment says which)."""
     env = {"PATH": os.environ["PATH"], **slurm}
@@ -123,8 +116,8 @@ def test_each_task_is_told_its_place_and_writes_its_own_logs(tmp_path):
     for rank in (0, 3):
         proc = run_task(manifest, SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank % 2),
                         SLURM_NODEID=str(rank // 2), SLURM_NTASKS="6",
-                        SLURMD_NODENAME=f"n{rank // 2 + 1}", SLURM_STEP_NODELIST="n[1-2,4]",
-                        SLURM_JOB_NODELIST="other[1-3]")
+                        SLURMD_NODENAME=f"n{rank // 2 + 1}", SLURM_JOB_NODELIST="n[1-2,4]",
+                        DSE_NODES="n1,n2,n4")  # as the batch script expands them
         assert (proc.returncode, proc.stderr) == (0, "")
     adir = job.trial_dir / "attempt-1"
     assert sorted(p.name for p in adir.iterdir()) == [

@@ -30,31 +30,6 @@ set +e
 
 # task i runs line i+1 of the manifest (see dse_slurm._script)
 exec python3 -c 'import fcntl, json, os, stat, sys
-def hostnames(text):
-    items, depth, start = [], 0, 0
-    for at, char in enumerate(text):
-        if char == "," and not depth:
-            items.append(text[start:at])
-            start = at + 1
-        elif char == "[":
-            depth += 1
-        elif char == "]":
-            depth = max(depth - 1, 0)
-    items.append(text[start:])
-    return [name for item in items if item.strip() for name in expand(item.strip())]
-def expand(item):
-    start = item.find("[")
-    end = item.find("]", start)
-    if start < 0 or end < 0:
-        return [item]
-    heads = []
-    for part in item[start + 1:end].split(","):
-        low, _, high = part.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
-            return [item]
-        heads += [item[:start] + str(n).zfill(len(low))
-                  for n in range(int(low), int(high or low) + 1)]
-    return [head + tail for head in heads for tail in expand(item[end + 1:])]
 path, index = sys.argv[1], int(sys.argv[2])
 with open(path, encoding="utf-8") as handle:
     for number, line in enumerate(handle):
@@ -71,9 +46,10 @@ for key, name in (("DSE_RANK", "SLURM_PROCID"), ("DSE_LOCAL_RANK", "SLURM_LOCALI
                   ("DSE_NODE", "SLURMD_NODENAME")):
     if os.environ.get(name):
         env[key] = os.environ[name]
-nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
-if nodelist:
-    env["DSE_NODES"] = ",".join(hostnames(nodelist))
+# The attempt'"'"'s nodes: expanded by whoever started several tasks (the batch script, the
+# pilot); one task'"'"'s are its own node.
+if not env.get("DSE_NODES") and env.get("DSE_NODE"):
+    env["DSE_NODES"] = env["DSE_NODE"]
 rank = int(env.get("DSE_RANK") or 0)
 names = ("stdout.log", "stderr.log") if rank == 0 else (
     "stdout.%d.log" % rank, "stderr.%d.log" % rank)

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from dse import JobSpec, Resources
 
 __all__ = [
-    "HOSTNAMES",
     "LAUNCHER",
     "SlurmOptions",
     "group_for_arrays",
@@ -65,37 +64,8 @@ MAX_SIGNAL_LEAD_S = 65535
 # would end the directive. Everything else survives shlex.quote.
 _FORBIDDEN = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL", "\\": "a backslash"}
 
-HOSTNAMES = """\
-def hostnames(text):
-    items, depth, start = [], 0, 0
-    for at, char in enumerate(text):
-        if char == "," and not depth:
-            items.append(text[start:at])
-            start = at + 1
-        elif char == "[":
-            depth += 1
-        elif char == "]":
-            depth = max(depth - 1, 0)
-    items.append(text[start:])
-    return [name for item in items if item.strip() for name in expand(item.strip())]
-def expand(item):
-    start = item.find("[")
-    end = item.find("]", start)
-    if start < 0 or end < 0:
-        return [item]
-    heads = []
-    for part in item[start + 1:end].split(","):
-        low, _, high = part.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
-            return [item]
-        heads += [item[:start] + str(n).zfill(len(low))
-                  for n in range(int(low), int(high or low) + 1)]
-    return [head + tail for head in heads for tail in expand(item[end + 1:])]
-"""
-"""The launcher's copy of :func:`dse_slurm.expand_hostlist` (``hostnames(text)``), for any
-Python 3; the tests hold the two to the same answers."""
-
-LAUNCHER = "import fcntl, json, os, stat, sys\n" + HOSTNAMES + """\
+LAUNCHER = """\
+import fcntl, json, os, stat, sys
 path, index = sys.argv[1], int(sys.argv[2])
 with open(path, encoding="utf-8") as handle:
     for number, line in enumerate(handle):
@@ -112,9 +82,10 @@ for key, name in (("DSE_RANK", "SLURM_PROCID"), ("DSE_LOCAL_RANK", "SLURM_LOCALI
                   ("DSE_NODE", "SLURMD_NODENAME")):
     if os.environ.get(name):
         env[key] = os.environ[name]
-nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
-if nodelist:
-    env["DSE_NODES"] = ",".join(hostnames(nodelist))
+# The attempt's nodes: expanded by whoever started several tasks (the batch script, the
+# pilot); one task's are its own node.
+if not env.get("DSE_NODES") and env.get("DSE_NODE"):
+    env["DSE_NODES"] = env["DSE_NODE"]
 rank = int(env.get("DSE_RANK") or 0)
 names = ("stdout.log", "stderr.log") if rank == 0 else (
     "stdout.%d.log" % rank, "stderr.%d.log" % rank)
@@ -146,10 +117,10 @@ except OSError as exc:
 one per task); exit 127: command (or cwd) not found, 126: not runnable. It sets the task's
 place in the trial contract (``DSE_RANK``, ``DSE_LOCAL_RANK``, ``DSE_NODE_RANK``,
 ``DSE_WORLD_SIZE`` from ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NODEID``,
-``SLURM_NTASKS``; ``DSE_NODE`` from ``SLURMD_NODENAME``; ``DSE_NODES``, the step's or job's
-node list expanded) and sends rank 0's output to ``stdout.log``/``stderr.log``, rank *r*'s
-to ``stdout.<r>.log``/``stderr.<r>.log``. Written for any Python 3 (no f-strings), since the
-node's python3 may be old."""
+``SLURM_NTASKS``; ``DSE_NODE`` from ``SLURMD_NODENAME``; ``DSE_NODES`` as the batch script
+or the pilot expanded the node list, else the task's own node) and sends rank 0's output to
+``stdout.log``/``stderr.log``, rank *r*'s to ``stdout.<r>.log``/``stderr.<r>.log``. Written
+for any Python 3 (no f-strings), since the node's python3 may be old."""
 
 
 def _check_value(what: str, value: str) -> str:
@@ -364,22 +335,27 @@ def render_array_script(
     lines.append("")
     if options.setup:
         lines += ["# setup from the campaign file", "set -e", *options.setup, "set +e", ""]
-    launch = f"{shlex.quote(options.python)} -c {shlex.quote(LAUNCHER)} \\"
-    res = first.resources
-    if res.tasks == 1:
-        lines += ["# task i runs line i+1 of the manifest (see dse_slurm._script)",
-                  f"exec {launch}"]
-    else:
-        # Every task of the attempt runs the launcher; one failing ends them all.
-        lines += [
-            f"# task i runs line i+1 of the manifest in each of its {res.tasks} tasks"
-            " (see dse_slurm._script)",
-            f"exec srun --kill-on-bad-exit=1 --nodes={res.nodes} --ntasks={res.tasks}"
-            f" --ntasks-per-node={res.tasks_per_node} --cpus-per-task={res.cpus} \\",
-            f"    {launch}",
-        ]
+    lines += _launch_lines(first.resources, options)
     lines += [f"    {shlex.quote(str(manifest_path))} \"${{SLURM_ARRAY_TASK_ID:?}}\"", ""]
     return "\n".join(lines)
+
+
+def _launch_lines(res: Resources, options: SlurmOptions) -> list[str]:
+    """The lines that start the launcher: ``exec``\\ ed by the batch shell for one task, or
+    once per task by ``srun`` (one task failing ends them all), told the attempt's nodes."""
+    launch = f"{shlex.quote(options.python)} -c {shlex.quote(LAUNCHER)} \\"
+    if res.tasks == 1:
+        return ["# task i runs line i+1 of the manifest (see dse_slurm._script)",
+                f"exec {launch}"]
+    return [
+        f"# task i runs line i+1 of the manifest in each of its {res.tasks} tasks"
+        " (see dse_slurm._script)",
+        # The attempt's nodes in node-rank order, for every task (DSE_NODES).
+        'DSE_NODES="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)" \\',
+        f"exec srun --kill-on-bad-exit=1 --nodes={res.nodes} --ntasks={res.tasks}"
+        f" --ntasks-per-node={res.tasks_per_node} --cpus-per-task={res.cpus} \\",
+        f"    {launch}",
+    ]
 
 
 def _resource_options(specs: Sequence[JobSpec]) -> list[str]:
