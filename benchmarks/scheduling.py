@@ -108,24 +108,12 @@ def script(params: Mapping[str, Any]) -> ProbeScript:
     return ProbeScript(seconds=float(params["seconds"]), metrics={"value": 1.0})
 
 
-class Fcfs(PoolScheduler):
-    """First come first served: start queued trials oldest first until one does not fit."""
-
-    def plan(self, queue: Sequence[Request], running: Sequence[Any], now: float) -> Plan:
-        free = dict(self.capacity)
-        for job in running:
-            _take(free, job.size)
-        out = []
-        for r in sorted(queue, key=lambda r: (r.since, r.key)):
-            if not all(free.get(k, 0) >= v for k, v in r.size.items() if v > 0):
-                break
-            _take(free, r.size)
-            out.append(r)
-        return Plan(tuple(out), None)
-
-
 class Greedy(PoolScheduler):
     """Greedy packing: start every queued trial that fits, oldest first, no reservation."""
+
+    stop_at_misfit = False
+    """Stop at the first trial that does not fit (first come first served) instead of
+    skipping it."""
 
     def plan(self, queue: Sequence[Request], running: Sequence[Any], now: float) -> Plan:
         free = dict(self.capacity)
@@ -136,7 +124,15 @@ class Greedy(PoolScheduler):
             if all(free.get(k, 0) >= v for k, v in r.size.items() if v > 0):
                 _take(free, r.size)
                 out.append(r)
+            elif self.stop_at_misfit:
+                break
         return Plan(tuple(out), None)
+
+
+class Fcfs(Greedy):
+    """First come first served: start queued trials oldest first until one does not fit."""
+
+    stop_at_misfit = True
 
 
 def _take(free: dict[str, int], size: Mapping[str, int]) -> None:
