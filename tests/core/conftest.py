@@ -109,7 +109,8 @@ def run_campaign(
     ``proposals`` are params or plain ints (``3`` stands for ``{"x": 3}``), possibly endless.
     ``passes`` maps ``x`` to its duration in passes (a sequence: ``passes[x - 1]``); ``script``
     replaces the probe script altogether; ``agent_type`` may be a ScriptedAgent subclass;
-    ``queue_ahead`` is the probe's :attr:`dse.Backend.queue_ahead`.
+    ``queue_ahead`` is the probe's :attr:`dse.Backend.queue_ahead`, ``trial_dirs`` its
+    :attr:`dse.Backend.trial_dirs`.
     Other keywords go to :func:`make_campaign`.
     """
     stores: list[dse.Store] = []
@@ -125,6 +126,7 @@ def run_campaign(
         environment: dse.Environment | None = None,
         listener: dse.EngineListener | None = None,
         queue_ahead: int = 0,
+        trial_dirs: bool = False,
         **overrides: Any,
     ) -> Run:
         if campaign is None:
@@ -135,6 +137,7 @@ def run_campaign(
         agent = agent_type(params, wait_for_feedback=wait_for_feedback)
         backend = ProbeBackend(script or value_script(passes), clock=fake_clock)
         backend.queue_ahead = queue_ahead  # a backend that queues that many itself
+        backend.trial_dirs = trial_dirs  # a backend that wants the trials' directories made
         store = dse.Store(campaign.workspace / "dse.sqlite")
         stores.append(store)
         engine = dse.Engine(

@@ -81,12 +81,21 @@ def test_the_trajectory_keeps_proposal_order_when_trials_finish_in_reverse(run_c
 
 
 def test_every_trial_gets_its_own_output_directory(run_campaign):
-    run = run_campaign(range(1, 8), max_parallelism=3)
+    run = run_campaign(range(1, 8), max_parallelism=3, trial_dirs=True)
 
     dirs = [r["trial_dir"] for r in run.trials]
     assert len(dirs) == 7
     assert len(set(dirs)) == 7
     assert all(Path(d).is_dir() for d in dirs)
+
+
+def test_no_directory_is_made_for_a_backend_that_wants_none(run_campaign):
+    run = run_campaign(range(1, 8), max_parallelism=3, trial_dirs=False)
+
+    dirs = [Path(r["trial_dir"]) for r in run.trials]
+    assert len(set(dirs)) == 7  # each trial still has its own place in the record
+    assert dirs[0].parent.is_dir()  # the run's directory
+    assert not any(d.exists() for d in dirs)
 
 
 def _pi_script(params: Mapping[str, Any]) -> ProbeScript:

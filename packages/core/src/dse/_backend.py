@@ -61,6 +61,12 @@ class Backend(ABC):
     """Whether it starts a trial of several tasks (``nodes``, ``tasks_per_node``) as that many
     processes, each told its place (``DSE_RANK``, ``DSE_NODE``... of the trial contract). A
     backend that does not refuses such trials (:meth:`refuse`) rather than run one task."""
+    trial_dirs: bool = True
+    """Whether the engine makes each trial its directory (``<run>/<number:06d>``, the
+    ``trial_dir`` of its :class:`dse.JobSpec`) before preparing it: a backend that runs
+    commands needs one for the trial's params file, output and result. The probe, which
+    runs none, asks for them only when it writes result files; then ``trial_dir`` is
+    recorded but never made."""
     queue_ahead: int = 0
     """How many attempts beyond the campaign's ``max_parallelism`` the backend may be handed:
     it queues them itself and never starts more than ``max_parallelism`` at once (Slurm's

@@ -95,6 +95,10 @@ class TrialDirs:
     def __init__(self) -> None:
         self.run_dir: Path | None = None
         """Where they go (set when the run is recorded)."""
+        self.wanted = True
+        """Whether the backend wants them (:attr:`dse.Backend.trial_dirs`): a ``mkdir``
+        costs as much as the rest of a trial's bookkeeping, and the record's fsync flushes
+        every one made since the last."""
         self._fd: int | None = None
         """The run directory, open: a trial's directory is made relative to it (``mkdir`` of
         a relative name costs half of one given the whole path, which the kernel walks)."""
@@ -107,6 +111,8 @@ class TrialDirs:
         """Make trial *number*'s directory. One left by a controller that died before
         committing the trial is reused: nothing ran in it, since submission follows the
         commit."""
+        if not self.wanted:
+            return
         if self._fd is None:
             assert self.run_dir is not None
             self._fd = os.open(self.run_dir, os.O_RDONLY | os.O_DIRECTORY)

@@ -251,6 +251,7 @@ class Engine:
         self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.dispatcher.dirs.run_dir = self.run_dir
+        self.dispatcher.dirs.wanted = bool(getattr(self.backend, "trial_dirs", True))
         if self.pool is not None:
             pool, engine = self.pool, self
             self.collector.on_attempt_end = (

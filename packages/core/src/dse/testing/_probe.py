@@ -142,6 +142,7 @@ class ProbeBackend(Backend):
             self.use_clock(clock)  # the engine sets the same (its own) when it is built
         self.cluster = cluster or ProbeCluster()
         self.write_results = write_results
+        self.trial_dirs = write_results  # a trial's directory holds only its result file
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, source: str = "<campaign>") -> Self:
