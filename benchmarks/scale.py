@@ -245,6 +245,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="1k and 10k; quick resumes")
     parser.add_argument("--sizes", type=int, nargs="+", help="campaign sizes (trials)")
     parser.add_argument("--no-resume", action="store_true", help="skip the resume timings")
+    parser.add_argument("--keep", action="store_true",
+                        help="leave the records in benchmarks/.work/scale (to time other"
+                        " commands on them)")
     parser.add_argument("--optuna-cap", type=int, default=None,
                         help="most trials Optuna's journal runs (default 2,000; quick 500)")
     args = parser.parse_args()
@@ -272,8 +275,8 @@ def main() -> int:
         shutil.rmtree(WORK_DIR, ignore_errors=True)
         return 1
     report(runs, peer, timed, load, time.monotonic() - started)
-    # After the figures: a million trial directories take minutes to unlink on a busy disk.
-    shutil.rmtree(WORK_DIR, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(WORK_DIR, ignore_errors=True)
     return 0
 
 
