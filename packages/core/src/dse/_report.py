@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from dse._budget import Spend
 from dse._errors import DseError
-from dse._types import RESOLVED_SCORER, TrialStatus
+from dse._spend import Spend
+from dse._states import RESOLVED_SCORER, TrialStatus
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
