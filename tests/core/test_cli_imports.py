@@ -103,6 +103,13 @@ def test_show_reads_one_trial_not_the_summaries(project: Path, command: str) -> 
     assert not names & {"dse._report", "dse._export"}
 
 
+@pytest.mark.parametrize("command", ["status", "status --json"])
+def test_status_reads_the_three_numbers_not_the_report(project: Path, command: str) -> None:
+    names = imported(project, *READS[command])
+    assert "dse._summary" in names
+    assert "dse._report" not in names
+
+
 PLUGIN_VALUES = frozenset({"dse._types", "dse._budget", "dse._units", "dse._campaign",
                            "dse._plugins", "dse._protocols", "dse._backend"})
 """The values crossing a plugin boundary (dataclasses built at import: about a millisecond

@@ -250,7 +250,7 @@ def _selected_runs(store: Store, name: str | None) -> list[int]:
 
 
 def _status(args: argparse.Namespace, console: Console) -> int:
-    from dse._report import summarize
+    from dse._summary import summarize
 
     store, name = _open_target(args.target, args.workspace)
     runs = {r.id: r for r in store.campaigns()}
