@@ -1,6 +1,6 @@
 """`dse SUBCOMMAND ...` parses with that subcommand's subparser alone (the others cost their
 construction at every start); what it prints — help, usage, errors — is what the whole
-parser prints for the same arguments."""
+parser prints for the same arguments. And what the process entry does before parsing."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import argparse
 import contextlib
 import io
 import re
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -59,3 +62,23 @@ def test_an_unknown_command_is_refused_naming_every_command(
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert all(repr(name) in err for name in COMMANDS), err
+
+
+def test_the_process_entry_freezes_what_it_imported_and_a_call_does_not() -> None:
+    # `dse` as a process (no argv given: the console script, `python -m dse`) moves what it
+    # imported out of every later collection; a caller in the same process (a test) keeps
+    # its collections as they were.
+    code = textwrap.dedent("""
+        import gc, sys
+        from dse._cli import main
+        main(["plugins", "--json"])
+        called = gc.get_freeze_count()
+        sys.argv = ["dse", "plugins", "--json"]
+        main()
+        print(called, gc.get_freeze_count(), file=sys.stderr)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    called, entered = map(int, proc.stderr.split())
+    assert called == 0
+    assert entered > 1000

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import os
 import sys
 from pathlib import Path
@@ -167,6 +168,10 @@ def _refusal(exc: OSError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dse`` command; returns the exit code."""
     if argv is None:
+        # The process's entry (the console script, `python -m dse`): what it imported lives
+        # until it exits, so no collection walks it again, nor the one at exit (about 5% of
+        # the instructions of `dse status`).
+        gc.freeze()
         argv = sys.argv[1:]
     # `dse status ...` makes its own subparser alone; anything else (`dse --help`, an unknown
     # command) the whole parser, whose help and errors name every subcommand.
