@@ -101,3 +101,37 @@ def test_plain_output_is_printed_without_rich(project: Path, command: str) -> No
 def test_show_reads_one_trial_not_the_summaries(project: Path, command: str) -> None:
     names = imported(project, *READS[command])
     assert not names & {"dse._report", "dse._export"}
+
+
+@pytest.mark.parametrize("command", ["status", "status --json"])
+def test_status_reads_the_three_numbers_not_the_report(project: Path, command: str) -> None:
+    names = imported(project, *READS[command])
+    assert "dse._summary" in names
+    assert "dse._report" not in names
+
+
+PLUGIN_VALUES = frozenset({"dse._types", "dse._budget", "dse._units", "dse._campaign",
+                           "dse._plugins", "dse._protocols", "dse._backend"})
+"""The values crossing a plugin boundary (dataclasses built at import: about a millisecond
+each), the budget's parsing and ledger, the campaign file's full loading, plugin discovery:
+what `dse run` needs. The states and `Spend` the record's rows carry are `dse._states`' and
+`dse._spend`'s."""
+
+
+@pytest.mark.parametrize("command", [*READS])
+def test_reading_the_record_imports_no_plugin_values_nor_plugins(project: Path,
+                                                                 command: str) -> None:
+    names = imported(project, *READS[command])
+    assert {"dse._states", "dse._spend", "dse._records", "dse._store"} <= names
+    assert not names & PLUGIN_VALUES, sorted(names & PLUGIN_VALUES)
+    assert not names & {"pluggy", "importlib.metadata"}
+
+
+def test_run_imports_what_reading_the_record_leaves_out(tmp_path: Path) -> None:
+    # The other side of the rule above: the modules it keeps out are real (a rename would
+    # make it pass for nothing), and `dse run` does import them.
+    project = write_plugin(tmp_path)
+    (project / "campaign.toml").write_text(CAMPAIGN)
+    names = imported(project, "run", "campaign.toml")
+    assert names >= PLUGIN_VALUES, sorted(PLUGIN_VALUES - names)
+    assert {"pluggy", "importlib.metadata"} <= names

@@ -10,7 +10,6 @@ alone imports).
 from __future__ import annotations
 
 import contextlib
-import signal
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,8 +27,8 @@ from dse._render import (
     status_entry,
     status_table,
 )
+from dse._states import CampaignStatus, FailureClass
 from dse._store import Store, TrialSelection, open_existing, workspace_db
-from dse._types import CampaignStatus, FailureClass
 
 if TYPE_CHECKING:
     import argparse
@@ -63,7 +62,8 @@ def _pool_files(paths: Sequence[Path]) -> tuple[list[Path], PoolConfig | None]:
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
-    # Imported by `dse run` alone: the commands that read the record start faster.
+    import signal  # this and the rest: `dse run`'s alone (the reads start faster)
+
     from dse._backend import Backend
     from dse._build import build_engine
     from dse._campaign import load_campaign
@@ -210,7 +210,7 @@ def _resumable_run(
     """The run of *campaign* to continue: the latest one, if it crashed or was cancelled."""
     from dse._hashing import canonical_json
     from dse._spec import campaign_spec
-    from dse._types import RESOLVED_SCORER
+    from dse._states import RESOLVED_SCORER
 
     row = store.find_campaign(campaign.name)
     if row is None or row.status not in (CampaignStatus.RUNNING, CampaignStatus.CANCELLED):
@@ -250,7 +250,7 @@ def _selected_runs(store: Store, name: str | None) -> list[int]:
 
 
 def _status(args: argparse.Namespace, console: Console) -> int:
-    from dse._report import summarize
+    from dse._summary import summarize
 
     store, name = _open_target(args.target, args.workspace)
     runs = {r.id: r for r in store.campaigns()}

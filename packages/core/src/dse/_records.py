@@ -16,12 +16,12 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dse._budget import Spend
+from dse._spend import Spend
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from dse._types import AttemptState, CampaignStatus, FailureClass, TrialStatus
+    from dse._states import AttemptState, CampaignStatus, FailureClass, TrialStatus
 
 __all__ = [
     "AgentCall",

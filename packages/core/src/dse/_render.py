@@ -11,18 +11,18 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from dse._types import CampaignStatus
+from dse._states import CampaignStatus
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-    from dse._budget import Spend
     from dse._campaign import Campaign
     from dse._outcome import CampaignResult
     from dse._plugins import PluginManager
     from dse._records import CampaignRun, Invalidation, Trial
     from dse._report import ObjectiveRollup, RunDetail, RunSummary
-    from dse._types import TrialStatus
+    from dse._spend import Spend
+    from dse._states import TrialStatus
 
 __all__ = [
     "FORMATS",

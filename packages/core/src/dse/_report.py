@@ -9,22 +9,24 @@
 Spend is attributed per attempt and rolled up to trial, run, and objective label (the
 ``serves`` labels of the campaign); a cache hit costs nothing and names the trial whose spend
 it reuses.
+
+:class:`RunSummary` and :func:`summarize` (what ``dse status`` prints, which needs nothing
+else from here) are :mod:`dse._summary`'s, re-exported.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from dse._budget import Spend
-from dse._errors import DseError
-from dse._types import RESOLVED_SCORER, TrialStatus
+from dse._spend import Spend
+from dse._states import RESOLVED_SCORER
+from dse._summary import PerResult, RunSummary, campaign_run, invalid_trials, summarize
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from dse._records import CampaignRun
     from dse._store import Store
 
 __all__ = [
@@ -33,95 +35,11 @@ __all__ = [
     "ObjectiveRollup",
     "RunDetail",
     "RunSummary",
+    "invalid_trials",
     "rollup_by_objective",
     "run_detail",
     "summarize",
 ]
-
-_FINISHED = (TrialStatus.COMPLETED, TrialStatus.FAILED, TrialStatus.BUDGET_EXHAUSTED,
-             TrialStatus.INTERRUPTED)
-
-
-class _PerResult:
-    """Cost per effective result, for anything that has ``spent`` and ``effective``."""
-
-    __slots__ = ()
-    spent: Spend
-    effective: int
-
-    @property
-    def cost_per_effective(self) -> float | None:
-        """Money per usable result (``None`` before the first one)."""
-        return self.spent.money / self.effective if self.effective else None
-
-    def compute_per_effective_h(self, unit: str) -> float | None:
-        """*unit*-hours (``cpu``, ``gpu``, ``node``) per usable result."""
-        if not self.effective:
-            return None
-        return self.spent.compute_s(unit) / 3600.0 / self.effective
-
-
-@dataclass(frozen=True, slots=True)
-class RunSummary(_PerResult):
-    """One run's spend and the three numbers."""
-
-    campaign_id: int
-    name: str
-    status: str
-    wall_s: float
-    """From the run's creation to its end (or to *now* while it runs)."""
-    finished: int
-    effective: int
-    cached: int
-    spent: Spend
-    currency: str
-    budget: dict[str, Any]
-    serves: tuple[str, ...]
-    failures: dict[str, int] = field(default_factory=dict)
-    """Failure class → trials."""
-
-    @property
-    def throughput_per_h(self) -> float:
-        return self.finished * 3600.0 / self.wall_s if self.wall_s > 0 else 0.0
-
-    @property
-    def effective_per_h(self) -> float:
-        return self.effective * 3600.0 / self.wall_s if self.wall_s > 0 else 0.0
-
-
-def summarize(
-    store: Store, campaign_id: int, *, now: float | None = None,
-    invalid: dict[int, str] | None = None,
-) -> RunSummary:
-    """The :class:`RunSummary` of run *campaign_id* as the record has it (*invalid*: its
-    :func:`invalid_trials`, when the caller has them). Read through SQL aggregates: its cost
-    does not grow with the number of trials."""
-    run = _run(store, campaign_id)
-    spec = run.spec
-    end = run.ended_at if run.ended_at is not None else now
-    if end is None:
-        end = run.created_at
-    counts = store.trial_counts(campaign_id)
-    if invalid is None:
-        invalid = invalid_trials(store, campaign_id)
-    invalid_completed = sum(1 for status in store.trial_statuses(invalid).values()
-                            if status is TrialStatus.COMPLETED)
-    budget = spec.get("budget") or {}
-    return RunSummary(
-        campaign_id=campaign_id,
-        name=run.name,
-        status=run.status.value,
-        wall_s=max(float(end) - float(run.created_at), 0.0),
-        finished=sum(counts.get(s, 0) for s in _FINISHED),
-        effective=counts.get(TrialStatus.COMPLETED, 0) - invalid_completed,
-        cached=counts.get(TrialStatus.CACHED, 0),
-        spent=store.spend_total(campaign_id),
-        currency=spec.get("currency") or budget.get("currency") or "USD",
-        budget=budget,
-        serves=tuple(spec.get("serves") or (run.name,)),
-        failures=store.failure_counts(campaign_id),
-    )
-
 
 _SPEND_FIELDS = tuple(f.name for f in fields(Spend))
 _SPEND_OF = attrgetter(*_SPEND_FIELDS)
@@ -134,19 +52,6 @@ def _total(spends: Iterable[Spend]) -> Spend:
     for spend in spends:
         total = [a + b for a, b in zip(total, _SPEND_OF(spend), strict=True)]
     return Spend(*total)
-
-
-def _run(store: Store, campaign_id: int) -> CampaignRun:
-    run = store.campaign(campaign_id)
-    if run is None:
-        raise DseError(f"{store.path}: no campaign run {campaign_id}")
-    return run
-
-
-def invalid_trials(store: Store, campaign_id: int) -> dict[int, str]:
-    """Trial row → why it is flagged invalid (its result's invalidation, else its score's),
-    for the trials of run *campaign_id*."""
-    return store.invalid_reasons(campaign_id)
 
 
 # -- what `dse report` shows beyond the three numbers ----------------------------------------
@@ -219,7 +124,7 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
     and mismatched trials, data versions — never with the number of trials)."""
     invalid = invalid_trials(store, campaign_id)
     summary = summarize(store, campaign_id, now=now, invalid=invalid)
-    run = _run(store, campaign_id)
+    run = campaign_run(store, campaign_id)
     spec = run.spec
     objectives = spec.get("objectives") or [{}]
     resolved = spec.get(RESOLVED_SCORER) or {}
@@ -268,7 +173,7 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
 
 
 @dataclass(frozen=True, slots=True)
-class ObjectiveRollup(_PerResult):
+class ObjectiveRollup(PerResult):
     """Spend and usable results of every run that serves one objective label (in one
     currency)."""
 

@@ -12,10 +12,10 @@ import shlex
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dse._budget import Spend
 from dse._render import duration_text, hours_text, money_text
+from dse._spend import Spend
+from dse._states import RESOLVED_SCORER
 from dse._template import substitute
-from dse._types import RESOLVED_SCORER
 from dse._version import __version__
 
 if TYPE_CHECKING:

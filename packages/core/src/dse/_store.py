@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from dse._budget import Spend
 from dse._errors import ConfigError, StorageError, StoreError
 from dse._records import (
     AgentCall,
@@ -45,7 +44,8 @@ from dse._records import (
     Trial,
     TrialRef,
 )
-from dse._types import REUSED_FAILURES, AttemptState, CampaignStatus, FailureClass, TrialStatus
+from dse._spend import Spend
+from dse._states import REUSED_FAILURES, AttemptState, CampaignStatus, FailureClass, TrialStatus
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence

@@ -1,0 +1,41 @@
+"""What an attempt (or a sum of attempts) used: :class:`Spend`, re-exported by
+:mod:`dse._budget`; apart from it so that the commands reading the record (and the record's
+rows) import it without the budget's parsing and ledger."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Spend"]
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """What one attempt (or a sum of attempts) used: seconds of wall clock and of each kind of
+    compute, and money in the campaign's currency."""
+
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    gpu_s: float = 0.0
+    node_s: float = 0.0
+    money: float = 0.0
+
+    # Spelt out: several sums per attempt are on the engine's hot path, and a loop over
+    # dataclasses.fields() cost more than the rest of the ledger's work.
+    def __add__(self, other: Spend) -> Spend:
+        return Spend(self.wall_s + other.wall_s, self.cpu_s + other.cpu_s,
+                     self.gpu_s + other.gpu_s, self.node_s + other.node_s,
+                     self.money + other.money)
+
+    def __sub__(self, other: Spend) -> Spend:
+        return Spend(self.wall_s - other.wall_s, self.cpu_s - other.cpu_s,
+                     self.gpu_s - other.gpu_s, self.node_s - other.node_s,
+                     self.money - other.money)
+
+    def compute_s(self, unit: str) -> float:
+        """Seconds of *unit* (``cpu``, ``gpu`` or ``node``)."""
+        return float(getattr(self, f"{unit}_s"))
+
+    def as_dict(self) -> dict[str, float]:
+        return {"wall_s": self.wall_s, "cpu_s": self.cpu_s, "gpu_s": self.gpu_s,
+                "node_s": self.node_s, "money": self.money}

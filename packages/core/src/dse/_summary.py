@@ -1,0 +1,117 @@
+"""One run's spend and the three numbers (DESIGN.md, "The numbers that matter"), read from
+the record's summaries: what ``dse status`` prints of each run. ``dse report`` adds the rest
+(:mod:`dse._report`, which re-exports these names).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dse._errors import DseError
+from dse._states import TrialStatus
+
+if TYPE_CHECKING:
+    from dse._records import CampaignRun
+    from dse._spend import Spend
+    from dse._store import Store
+
+__all__ = ["PerResult", "RunSummary", "campaign_run", "invalid_trials", "summarize"]
+
+_FINISHED = (TrialStatus.COMPLETED, TrialStatus.FAILED, TrialStatus.BUDGET_EXHAUSTED,
+             TrialStatus.INTERRUPTED)
+
+
+class PerResult:
+    """Cost per effective result, for anything that has ``spent`` and ``effective``."""
+
+    __slots__ = ()
+    spent: Spend
+    effective: int
+
+    @property
+    def cost_per_effective(self) -> float | None:
+        """Money per usable result (``None`` before the first one)."""
+        return self.spent.money / self.effective if self.effective else None
+
+    def compute_per_effective_h(self, unit: str) -> float | None:
+        """*unit*-hours (``cpu``, ``gpu``, ``node``) per usable result."""
+        if not self.effective:
+            return None
+        return self.spent.compute_s(unit) / 3600.0 / self.effective
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary(PerResult):
+    """One run's spend and the three numbers."""
+
+    campaign_id: int
+    name: str
+    status: str
+    wall_s: float
+    """From the run's creation to its end (or to *now* while it runs)."""
+    finished: int
+    effective: int
+    cached: int
+    spent: Spend
+    currency: str
+    budget: dict[str, Any]
+    serves: tuple[str, ...]
+    failures: dict[str, int] = field(default_factory=dict)
+    """Failure class → trials."""
+
+    @property
+    def throughput_per_h(self) -> float:
+        return self.finished * 3600.0 / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def effective_per_h(self) -> float:
+        return self.effective * 3600.0 / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def summarize(
+    store: Store, campaign_id: int, *, now: float | None = None,
+    invalid: dict[int, str] | None = None,
+) -> RunSummary:
+    """The :class:`RunSummary` of run *campaign_id* as the record has it (*invalid*: its
+    :func:`invalid_trials`, when the caller has them). Read through SQL aggregates: its cost
+    does not grow with the number of trials."""
+    run = campaign_run(store, campaign_id)
+    spec = run.spec
+    end = run.ended_at if run.ended_at is not None else now
+    if end is None:
+        end = run.created_at
+    counts = store.trial_counts(campaign_id)
+    if invalid is None:
+        invalid = invalid_trials(store, campaign_id)
+    invalid_completed = sum(1 for status in store.trial_statuses(invalid).values()
+                            if status is TrialStatus.COMPLETED)
+    budget = spec.get("budget") or {}
+    return RunSummary(
+        campaign_id=campaign_id,
+        name=run.name,
+        status=run.status.value,
+        wall_s=max(float(end) - float(run.created_at), 0.0),
+        finished=sum(counts.get(s, 0) for s in _FINISHED),
+        effective=counts.get(TrialStatus.COMPLETED, 0) - invalid_completed,
+        cached=counts.get(TrialStatus.CACHED, 0),
+        spent=store.spend_total(campaign_id),
+        currency=spec.get("currency") or budget.get("currency") or "USD",
+        budget=budget,
+        serves=tuple(spec.get("serves") or (run.name,)),
+        failures=store.failure_counts(campaign_id),
+    )
+
+
+def campaign_run(store: Store, campaign_id: int) -> CampaignRun:
+    """Run *campaign_id* of *store*, or :class:`DseError` when it has none so numbered."""
+    run = store.campaign(campaign_id)
+    if run is None:
+        raise DseError(f"{store.path}: no campaign run {campaign_id}")
+    return run
+
+
+def invalid_trials(store: Store, campaign_id: int) -> dict[int, str]:
+    """Trial row → why it is flagged invalid (its result's invalidation, else its score's),
+    for the trials of run *campaign_id*."""
+    return store.invalid_reasons(campaign_id)
