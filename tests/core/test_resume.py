@@ -318,14 +318,15 @@ def _opened(workspace: Any, c: dse.Campaign, run: int, cluster: ProbeCluster,
     return state, agent
 
 
-def test_a_resume_from_a_snapshot_rebuilds_what_a_resume_from_the_whole_record_does(
-    tmp_path: Any, monkeypatch: Any,
-) -> None:
+def _from_snapshot_and_whole(tmp_path: Any, monkeypatch: Any, **overrides: Any
+                             ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a resume of a snapshotted run holds, and what one of the same record without its
+    snapshot (the whole log replayed) holds."""
     import shutil
     import sqlite3
 
     c, store, cluster, clock, first = snapshotted_run(tmp_path, monkeypatch, passes=12,
-                                                      max_trials=40)
+                                                      max_trials=40, **overrides)
     store.close()
     statuses = {r["status"] for r in record(store).trials(first.campaign_id)}
     assert {"completed", "cancelled"} <= statuses
@@ -338,16 +339,62 @@ def test_a_resume_from_a_snapshot_rebuilds_what_a_resume_from_the_whole_record_d
 
     from_snapshot, _ = _opened(c.workspace, c, first.campaign_id, cluster, clock)
     assert SnapshotAgent.restored == 1
-    c_whole = campaign(whole, max_trials=40)
+    c_whole = campaign(whole, max_trials=40, **overrides)
     from_record, _ = _opened(whole, c_whole, first.campaign_id, cluster, clock)
     assert SnapshotAgent.restored == 1  # the second one replayed the whole log
+    return from_snapshot, from_record
 
+
+def test_a_resume_from_a_snapshot_rebuilds_what_a_resume_from_the_whole_record_does(
+    tmp_path: Any, monkeypatch: Any,
+) -> None:
+    from_snapshot, from_record = _from_snapshot_and_whole(tmp_path, monkeypatch)
     assert from_snapshot == from_record
     stats = from_snapshot["stats"]
     assert stats["best"] is not None
     assert stats["cached"] > 0  # cache hits counted apart
     assert stats["completed"] > 0
     assert from_snapshot["running"]  # the cancelled trials run again
+
+
+def test_a_resume_from_a_snapshot_counts_the_rejections_it_does_not_read(
+    tmp_path: Any, monkeypatch: Any,
+) -> None:
+    # A third of the proposals rejected: the snapshot's resume reads only the rejections its
+    # tail names (and the last ones in a row), and counts the rest.
+    from_snapshot, from_record = _from_snapshot_and_whole(tmp_path, monkeypatch,
+                                                          constraints=["x % 3 != 0"])
+    assert from_snapshot == from_record
+    assert from_snapshot["stats"]["rejected"] > 0
+
+
+def test_the_newest_rejections_are_those_from_a_proposal_on_and_the_last_in_a_row(
+    tmp_path: Any,
+) -> None:
+    c = campaign(tmp_path / "run", max_trials=30, constraints=["x % 3 != 0 or x > 35"])
+    store = dse.Store(c.workspace / "dse.sqlite")
+    first = run_engine(c, store, ProbeCluster(), FakeClock(), SeededAgent(5))
+    every = {json.loads(e["data"])["proposal"]: json.loads(e["data"])
+             for e in record(store).events(first.campaign_id, "rejected")}
+    assert len(every) > 5
+    # Made a run of rejections in a row the newest: proposals past the last, rejected.
+    top = max(every)
+    from dse._store import Batch
+
+    batch = Batch()
+    for n in (top + 3, top + 4, top + 5):
+        data = {"proposal": n, "params": {"x": 3}, "reason": "constraint"}
+        batch.add_event(campaign=first.campaign_id, trial=None, at=1.0, kind="rejected",
+                        data=data)
+        every[n] = data
+    store.commit(batch)
+    in_a_row = {top + 3, top + 4, top + 5}
+    for down_to in (0, *sorted(every), top + 10):
+        count, found = store.rejections(first.campaign_id, down_to=down_to)
+        assert count == len(every)
+        assert set(found) == {n for n in every if n >= down_to} | in_a_row
+        assert all(found[n] == (every[n]["params"], every[n]["reason"]) for n in found)
+    store.close()
 
 
 def test_a_snapshot_recorded_before_schema_12_is_not_restored_and_the_log_is_replayed_whole(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,10 @@ class Recorded:
     attempts: dict[int, list[Attempt]]
     """Attempt rows by trial row."""
     rejected: dict[int, tuple[dict[str, Any], str]]
-    """Rejected proposals: their params and why."""
+    """Rejected proposals: their params and why (with a snapshot's tail, only those the resume
+    needs: the ones its calls name or it has not told, and the last ones in a row)."""
+    rejections: int
+    """How many proposals the run rejected (all of them, read or not)."""
     by_proposal: dict[int, LiveTrial]
     """Trials by proposal (a baseline run under minus its row id)."""
     by_row: dict[int, LiveTrial]
@@ -84,21 +88,24 @@ class Resume:
         trials the rest of the resume needs are read (the counts come from the record)."""
         p = self._parts
         store, cid = p.store, p.journal.campaign_id
+        rejected: dict[int, tuple[dict[str, Any], str]] = {}
         if tail is None:
             rows = store.trials(cid)
+            for event in store.events(cid, "rejected"):
+                data = event.data or {}
+                rejected[data["proposal"]] = (data["params"], data["reason"])
+            rejections = len(rejected)
         else:
             # The snapshot stands for the rest: the trials the calls after it name, and those
             # not told back yet (in flight, or ended and still to be told).
             named = {n for e in tail.entries for n in (*e.proposals, *(e.in_flight or ()))}
-            rows = store.resume_rows(cid, named | tail.unobserved)
+            needed = named | tail.unobserved
+            rows = store.resume_rows(cid, needed)
+            rejections, rejected = store.rejections(cid, down_to=min(needed, default=math.inf))
         live = {row.id for row in rows if row.status in _UNFINISHED}
         attempts: dict[int, list[Attempt]] = {}
         for attempt in store.attempts(cid, trials=live):
             attempts.setdefault(attempt.trial_id, []).append(attempt)
-        rejected: dict[int, tuple[dict[str, Any], str]] = {}
-        for event in store.events(cid, "rejected"):
-            data = event.data or {}
-            rejected[data["proposal"]] = (data["params"], data["reason"])
         by_proposal: dict[int, LiveTrial] = {}
         by_row: dict[int, LiveTrial] = {}
         cache_of: dict[int, int] = {}
@@ -121,7 +128,8 @@ class Resume:
             # A cache hit the record has not ended still waits, whatever its original did.
             by_row[row_id].original_status = (
                 TrialStatus.RUNNING if row_id in waiting else originals.get(original_row))
-        return Recorded(attempts, rejected, by_proposal, by_row, cache_of, dispatched)
+        return Recorded(attempts, rejected, rejections, by_proposal, by_row, cache_of,
+                        dispatched)
 
     def _trial(self, row: Trial, attempts: list[Attempt] | None) -> LiveTrial:
         """*row* as a live trial; with its *attempts* (an unfinished trial), whole."""
@@ -252,7 +260,7 @@ class Resume:
         stats, by_proposal, rejected = p.stats, recorded.by_proposal, recorded.rejected
         stats.steps = sum(1 for n in by_proposal if n > 0)
         stats.proposals = max([*by_proposal, *rejected, 0])
-        stats.rejected = len(rejected)
+        stats.rejected = recorded.rejections
         self._dispatcher.number = max((t.number for t in by_proposal.values()), default=0)
         self._dispatcher.wave = max((t.batch for t in by_proposal.values()), default=0)
         for trial in by_proposal.values():
@@ -273,7 +281,8 @@ class Resume:
         ranking = p.results.ranking
         counts = p.store.run_counts(p.journal.campaign_id,
                                     lower_is_better=ranking.direction.better(0.0, 1.0))
-        stats.steps, stats.cached, stats.rejected = counts.steps, counts.cached, len(rejected)
+        stats.steps, stats.cached = counts.steps, counts.cached
+        stats.rejected = recorded.rejections
         stats.proposals = max([counts.proposal, *rejected, 0])
         self._dispatcher.number, self._dispatcher.wave = counts.number, counts.wave
         for status, n in counts.statuses.items():

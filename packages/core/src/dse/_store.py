@@ -464,6 +464,33 @@ class _Reads:
         return [Event(r[0], r[1], r[2], r[3], r[4], _loads(r[5]) if r[5] else None)
                 for r in rows]
 
+    def rejections(self, campaign_id: int, *, down_to: float
+                   ) -> tuple[int, dict[int, tuple[dict[str, Any], str]]]:
+        """How many proposals of run *campaign_id* were rejected, and the params and reason of
+        the newest rejections: those of proposals numbered *down_to* and up, and the last
+        rejections in a row (walked back from the newest along the events' index: a resume
+        reads what follows its agent's snapshot, never every rejection of the run)."""
+        ((count,),) = self._rows("SELECT COUNT(*) FROM events WHERE campaign_id = ?"
+                                 " AND kind = 'rejected'", (campaign_id,))
+        found: dict[int, tuple[dict[str, Any], str]] = {}
+        expected: int | None = None  # the next proposal of the newest rejections in a row
+        cursor = self._db.execute("SELECT data FROM events WHERE campaign_id = ?"
+                                  " AND kind = 'rejected' ORDER BY id DESC", (campaign_id,))
+        try:
+            for (data,) in cursor:
+                event = _loads(data)
+                proposal = int(event["proposal"])
+                if expected is None or proposal == expected:
+                    expected = proposal - 1
+                elif proposal < down_to:
+                    break
+                else:
+                    expected = -1  # the run in a row ended
+                found[proposal] = (event["params"], event["reason"])
+        finally:
+            cursor.close()
+        return int(count), found
+
     def agent_log(self, campaign_id: int, *, after: int = 0) -> list[AgentCall]:
         """The agent's calls of run *campaign_id* (those logged after row *after*), in the
         order they were made."""
