@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, Resources, parse_duration
-from dse_local._wrapper import encode_fields, read_small, write_atomic
+from dse_local._wrapper import encode_request, read_small
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -36,19 +36,11 @@ PID_FILE = "wrapper.pid"
 
 
 AHEAD_ROUNDS = 3
+MAX_SPARES = 4
+"""Most wrappers the wrapper server keeps forked ahead (one per slot up to this)."""
 """Attempts the backend queues, in rounds of the attempts it runs at once."""
 _HOST = socket.gethostname()
 """This machine's name: every task's DSE_NODE and DSE_NODES."""
-
-
-def _write_pid_file(adir: Path, pid: int) -> int | None:
-    """Record the wrapper's pid and start time, so a later controller can find it once
-    :meth:`LocalBackend.submit` returned (the wrapper writes the same file, perhaps later)."""
-    ticks = _start_ticks(pid)
-    if ticks is None:
-        return None  # already ended: keep the pid file the wrapper wrote itself
-    write_atomic(str(adir / PID_FILE), f"{pid} {ticks or 0}\n".encode())
-    return ticks
 
 
 def _compile_wrapper() -> None:
@@ -126,32 +118,32 @@ class _Job:
 
 
 class _Server:
-    """The wrapper server (``_wrapper.serve``): forks one wrapper per attempt.
+    """The wrapper server (``_wrapper.serve``): hands each attempt to a wrapper it forked ahead.
 
-    Starting a Python interpreter per attempt would cost every trial tens of milliseconds;
-    forking a small, single-threaded server costs about one. Wrappers live in sessions of
-    their own, so they outlive the server and the controller.
+    Starting a Python interpreter per attempt would cost every trial tens of milliseconds,
+    and forking one (twice: the wrapper, then its workload) several on this path; the server
+    keeps *spares* wrappers forked ahead, each with its workload's first process forked too,
+    so a request costs a pipe round trip. Wrappers live in sessions of their own, so they
+    outlive the server and the controller.
     """
 
     def __init__(self, python: str) -> None:
         self.python = python
         self.proc: subprocess.Popen[bytes] | None = None
+        self.spares = 1
 
     def _start(self) -> subprocess.Popen[bytes]:
         self.proc = subprocess.Popen(
-            [self.python, "-S", str(WRAPPER), "--serve"],
+            [self.python, "-S", str(WRAPPER), "--serve", str(self.spares)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True, bufsize=0,
         )
         return self.proc
 
-    def spawn(self, env: Mapping[str, str], args: Sequence[str]) -> int:
-        """Start a wrapper with *env* and *args*; return its pid."""
-        fields = [b"%d" % len(env)]
-        for key, value in env.items():
-            fields += (os.fsencode(key), os.fsencode(value))
-        fields.extend(os.fsencode(a) for a in args)
-        payload = encode_fields(fields)
+    def spawn(self, env: Mapping[str, str], args: Sequence[str]) -> tuple[int, int]:
+        """Start a wrapper with *env* and *args*; return its pid and start time (clock ticks
+        since boot), once its pid file is written."""
+        payload = encode_request(env, list(args))
         message = b"%d\n" % len(payload) + payload
         for retry in (False, True):
             proc = self.proc if self.proc is not None and self.proc.poll() is None else None
@@ -160,11 +152,13 @@ class _Server:
             assert proc.stdout is not None
             try:
                 proc.stdin.write(message)
-                reply = proc.stdout.readline()
+                words = proc.stdout.readline().split()
             except (BrokenPipeError, OSError):
-                reply = b""
-            if reply.strip().isdigit():
-                return int(reply)
+                words = []
+            if len(words) == 2 and words[0].isdigit() and words[1].isdigit():
+                return int(words[0]), int(words[1])
+            if words == [b"0"]:
+                break  # the server runs but no wrapper could take the request
             self.close()
             if retry:
                 break
@@ -228,6 +222,7 @@ class LocalBackend(Backend):
         self.overrun_s = self.grace + 1.0
         _compile_wrapper()
         self._server = _Server(os.path.realpath(sys.executable))
+        self._server.spares = min(self.cpus, MAX_SPARES)
         self._bin_dir = os.path.dirname(sys.executable)
         self._jobs: dict[str, _Job] = {}
         self._queue: deque[_Job] = deque()
@@ -313,6 +308,7 @@ class LocalBackend(Backend):
 
     def limit_running(self, limit: int | None) -> None:
         self._limit = limit
+        self._server.spares = min(limit or self.cpus, MAX_SPARES)
         self.queue_ahead = AHEAD_ROUNDS * (limit or self.cpus)
 
     def _running(self) -> int:
@@ -349,7 +345,7 @@ class LocalBackend(Backend):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
         env["DSE_NODE"] = env["DSE_NODES"] = _HOST  # one task, here (the trial contract)
         try:
-            job.pid = job.sid = self._server.spawn(env, args)
+            pid, ticks = self._server.spawn(env, args)
         except OSError as exc:
             job.final = JobStatus(
                 job.job_id, JobState.LAUNCH_ERROR, node="localhost",
@@ -358,26 +354,20 @@ class LocalBackend(Backend):
             self._release(job)
             return
         job.started_at = self.clock.time()
+        # The wrapper wrote its pid file (pid and start time) before the server answered:
+        # a later controller finds it from there.
+        job.pid = job.sid = pid
+        job.ticks = job.sid_ticks = ticks
         try:
-            job.ticks = job.sid_ticks = _write_pid_file(attempt_dir(job.spec), job.pid)
-        except OSError as exc:
-            log.warning("attempt %s: cannot write its pid file: %s", job.job_id, exc)
-            job.ticks = job.sid_ticks = _start_ticks(job.pid)
-        if job.ticks is None:
-            # The wrapper ended before we looked (a command that fails at once): its pid
-            # may already be reused, so never wait on it; the exit file tells the rest.
-            job.pid = None
-            job.gone = True
-            return
-        try:
-            job.pidfd = os.pidfd_open(job.pid)
+            job.pidfd = os.pidfd_open(pid)
         except OSError:
             job.pidfd = None  # already gone: the exit file tells the rest
-            job.gone = True
-            return
-        if _start_ticks(job.pid) != job.ticks:
-            os.close(job.pidfd)  # the pid was reused between the two looks
+        if job.pidfd is not None and _start_ticks(pid) != ticks:
+            os.close(job.pidfd)  # it ended, and the pid may be another process's now
             job.pidfd = None
+        if job.pidfd is None:
+            # The wrapper ended before we looked (a command that fails at once): never wait
+            # on its pid; the exit file tells the rest.
             job.pid = None
             job.gone = True
 
