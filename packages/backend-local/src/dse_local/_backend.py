@@ -140,30 +140,42 @@ class _Server:
         )
         return self.proc
 
-    def spawn(self, env: Mapping[str, str], args: Sequence[str]) -> tuple[int, int]:
-        """Start a wrapper with *env* and *args*; return its pid and start time (clock ticks
-        since boot), once its pid file is written."""
-        payload = encode_request(env, list(args))
-        message = b"%d\n" % len(payload) + payload
+    def spawn(
+        self, requests: Sequence[tuple[Mapping[str, str], Sequence[str]]]
+    ) -> list[tuple[int, int] | OSError]:
+        """Start a wrapper for each (environment, arguments) of *requests*, all sent at once;
+        return each one's pid and start time (clock ticks since boot), its pid file written,
+        or why it could not start."""
+        out: list[tuple[int, int] | OSError] = []
         for retry in (False, True):
+            todo = requests[len(out):]
             proc = self.proc if self.proc is not None and self.proc.poll() is None else None
             proc = proc or self._start()
             assert proc.stdin is not None
             assert proc.stdout is not None
+            message = b"".join(
+                b"%d\n%s" % (len(payload), payload)
+                for payload in (encode_request(env, list(args)) for env, args in todo)
+            )
             try:
                 proc.stdin.write(message)
-                words = proc.stdout.readline().split()
-            except (BrokenPipeError, OSError):
-                words = []
-            if len(words) == 2 and words[0].isdigit() and words[1].isdigit():
-                return int(words[0]), int(words[1])
-            if words == [b"0"]:
-                break  # the server runs but no wrapper could take the request
+                for _ in todo:
+                    words = proc.stdout.readline().split()
+                    if len(words) == 2 and words[0].isdigit() and words[1].isdigit():
+                        out.append((int(words[0]), int(words[1])))
+                    elif words == [b"0"]:  # the server runs, but no wrapper took it
+                        out.append(OSError("the wrapper server could not start a wrapper"))
+                    else:
+                        break
+            except OSError:
+                pass
+            if len(out) == len(requests):
+                return out
             self.close()
             if retry:
                 break
-        msg = "the wrapper server did not answer"
-        raise OSError(msg)
+        out.extend(OSError("the wrapper server did not answer") for _ in requests[len(out):])
+        return out
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
@@ -316,19 +328,23 @@ class LocalBackend(Backend):
         return sum(1 for j in self._jobs.values() if j.launched and not j.released)
 
     def _launch_ready(self) -> None:
+        """Start the queued jobs that fit, in order, all in one request to the server."""
+        ready = []
         while self._queue:
             job = self._queue[0]
             res = job.spec.resources
             if res.cpus > self._free_cpus or res.gpus > len(self._free_gpus):
-                return
+                break
             if self._limit is not None and self._running() >= self._limit:
-                return
+                break
             self._queue.popleft()
             self._free_cpus -= res.cpus
             job.gpus = tuple(self._free_gpus[: res.gpus])
             del self._free_gpus[: res.gpus]
             job.launched = True
-            self._launch(job)
+            ready.append(job)
+        if ready:
+            self._launch(ready)
 
     def _release(self, job: _Job) -> None:
         if not job.launched or job.released:
@@ -338,24 +354,31 @@ class LocalBackend(Backend):
         self._free_gpus.extend(job.gpus)
         self._free_gpus.sort()
 
-    def _launch(self, job: _Job) -> None:
-        assert job.request is not None
-        env, args = job.request
-        job.request = None
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
-        env["DSE_NODE"] = env["DSE_NODES"] = _HOST  # one task, here (the trial contract)
-        try:
-            pid, ticks = self._server.spawn(env, args)
-        except OSError as exc:
-            job.final = JobStatus(
-                job.job_id, JobState.LAUNCH_ERROR, node="localhost",
-                reason=f"{type(exc).__name__}: {exc}",
-            )
-            self._release(job)
-            return
-        job.started_at = self.clock.time()
-        # The wrapper wrote its pid file (pid and start time) before the server answered:
-        # a later controller finds it from there.
+    def _launch(self, jobs: Sequence[_Job]) -> None:
+        requests = []
+        for job in jobs:
+            assert job.request is not None
+            env, args = job.request
+            job.request = None
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
+            env["DSE_NODE"] = env["DSE_NODES"] = _HOST  # one task, here (the trial contract)
+            requests.append((env, args))
+        replies = self._server.spawn(requests)
+        started = self.clock.time()
+        for job, reply in zip(jobs, replies, strict=True):
+            if isinstance(reply, OSError):
+                job.final = JobStatus(
+                    job.job_id, JobState.LAUNCH_ERROR, node="localhost",
+                    reason=f"{type(reply).__name__}: {reply}",
+                )
+                self._release(job)
+                continue
+            job.started_at = started
+            self._watch(job, *reply)
+
+    def _watch(self, job: _Job, pid: int, ticks: int) -> None:
+        """Watch *job*'s wrapper *pid*, started at *ticks*. It wrote its pid file (pid and
+        start time) before the server answered: a later controller finds it from there."""
         job.pid = job.sid = pid
         job.ticks = job.sid_ticks = ticks
         try:

@@ -544,8 +544,9 @@ def _fork_spare(others: list[_Spare], null: int) -> _Spare:
             # Only its own pipes: a spare holding another's would keep it from ever seeing
             # the end of its input.
             for other in others:
-                os.close(other.req_w)
-                os.close(other.ack_r)
+                for fd in (other.req_w, other.ack_r):
+                    if fd >= 0:  # -1: closed in the server (its number may be reused)
+                        os.close(fd)
             os.close(req_w)
             os.close(ack_r)
             os.dup2(null, 0)
@@ -578,14 +579,21 @@ def _spare(req_r: int, ack_w: int) -> int:
     return attempt(args, stub, payload)
 
 
-def _hand_over(spare: _Spare, payload: bytes) -> bytes:
-    """Give *spare* its request; its ``pid ticks`` line, or b"" if it is gone."""
+def _give(spare: _Spare, payload: bytes) -> None:
+    """Hand *spare* its request (:func:`_taken` reads its answer)."""
     try:
         _write_all(spare.req_w, payload)
     except OSError:
         pass  # it died while it waited: no acknowledgement comes
     os.close(spare.req_w)
+    spare.req_w = -1
+
+
+def _taken(spare: _Spare) -> bytes:
+    """The ``pid ticks`` line of the wrapper *spare* once its pid file is written, or b""
+    if it is gone."""
     ack = _read_to_end(spare.ack_r)
+    spare.ack_r = -1
     return ack if ack.endswith(b"\n") else b""
 
 
@@ -619,19 +627,31 @@ def serve(spares: int = SPARES) -> int:
             if not chunk:
                 return 0
             buffer += chunk
+            payloads = []
             while b"\n" in buffer:
                 header, rest = buffer.split(b"\n", 1)
                 size = int(header)
                 if len(rest) < size:
                     break
-                payload, buffer = rest[:size], rest[size:]
-                reply = b""
-                for _ in range(2):  # a spare killed while it waited: another one
-                    spare = ready.pop(0) if ready else _fork_spare(ready, null)
-                    reply = _hand_over(spare, payload)
-                    if reply:
-                        break
-                os.write(1, reply or b"0\n")
+                payloads.append(rest[:size])
+                buffer = rest[size:]
+            # Every request that came together is handed over before any answer is awaited:
+            # the wrappers write their pid files side by side.
+            given: list[_Spare] = []
+            for payload in payloads:
+                spare = ready.pop(0) if ready else _fork_spare([*ready, *given], null)
+                _give(spare, payload)
+                given.append(spare)
+            replies = []
+            for payload, spare in zip(payloads, given, strict=True):
+                reply = _taken(spare)
+                if not reply:  # a spare killed while it waited: a fresh wrapper
+                    spare = _fork_spare([*ready, *given], null)
+                    _give(spare, payload)
+                    reply = _taken(spare)
+                replies.append(reply or b"0\n")
+            if replies:
+                os.write(1, b"".join(replies))
     finally:
         for spare in ready:  # each ends at the end of its input
             os.close(spare.req_w)
