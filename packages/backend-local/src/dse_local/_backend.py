@@ -132,6 +132,13 @@ class _Server:
         self.proc: subprocess.Popen[bytes] | None = None
         self.spares = 1
 
+    def start(self, spares: int) -> None:
+        """Start the server now, with *spares* wrappers forked ahead (it starts at the first
+        request otherwise)."""
+        self.spares = spares
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+
     def _start(self) -> subprocess.Popen[bytes]:
         self.proc = subprocess.Popen(
             [self.python, "-S", str(WRAPPER), "--serve", str(self.spares)],
@@ -320,8 +327,10 @@ class LocalBackend(Backend):
 
     def limit_running(self, limit: int | None) -> None:
         self._limit = limit
-        self._server.spares = min(limit or self.cpus, MAX_SPARES)
         self.queue_ahead = AHEAD_ROUNDS * (limit or self.cpus)
+        # Called once before anything runs: the server and its spares start now, beside the
+        # controller's opening of the run, rather than on the first trial's path.
+        self._server.start(min(limit or self.cpus, MAX_SPARES))
 
     def _running(self) -> int:
         """Attempts launched (or reattached alive) and not yet released."""
