@@ -166,8 +166,8 @@ class _Server:
             )
             try:
                 proc.stdin.write(message)
-                for _ in todo:
-                    words = proc.stdout.readline().split()
+                for line in self._lines(proc.stdout.fileno(), len(todo)):
+                    words = line.split()
                     if len(words) == 2 and words[0].isdigit() and words[1].isdigit():
                         out.append((int(words[0]), int(words[1])))
                     elif words == [b"0"]:  # the server runs, but no wrapper took it
@@ -183,6 +183,18 @@ class _Server:
                 break
         out.extend(OSError("the wrapper server did not answer") for _ in requests[len(out):])
         return out
+
+    @staticmethod
+    def _lines(fd: int, count: int) -> list[bytes]:
+        """The next *count* lines the server writes (fewer if it ends first), read a pipe's
+        worth at a time (its replies are all it writes, and it writes them once asked)."""
+        data = b""
+        while data.count(b"\n") < count:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+        return data.split(b"\n")[: data.count(b"\n")]
 
     def close(self) -> None:
         proc, self.proc = self.proc, None

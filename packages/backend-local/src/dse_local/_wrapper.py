@@ -212,14 +212,19 @@ def _open_log(path: str) -> int:
     return fd
 
 
-def _write_pid_file(attempt_dir: str) -> bytes:
-    """``wrapper.pid``: pid and start time, for a controller that restarts; return the
-    line written (the server hands it to the controller as its reply)."""
-    pid = os.getpid()
+def _pid_line() -> bytes:
+    """This process's pid and start time (clock ticks since boot), as ``wrapper.pid`` holds
+    them."""
     with open("/proc/self/stat", "rb") as handle:
         stat = handle.read()
-    ticks = stat[stat.rfind(b")") + 2 :].split()[19]
-    line = b"%d %s\n" % (pid, ticks)
+    return b"%d %s\n" % (os.getpid(), stat[stat.rfind(b")") + 2 :].split()[19])
+
+
+def _write_pid_file(attempt_dir: str, line: bytes | None = None) -> bytes:
+    """``wrapper.pid``: pid and start time (*line*, read now if not given), for a controller
+    that restarts; return the line written (the server hands it to the controller as its
+    reply)."""
+    line = line or _pid_line()
     write_atomic(os.path.join(attempt_dir, "wrapper.pid"), line)
     return line
 
@@ -591,12 +596,13 @@ def _spare(req_r: int, ack_w: int) -> int:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _subreaper()
     stub = _prestart(close=(req_r, ack_w))
+    line = _pid_line()  # while it waits
     payload = _read_to_end(req_r)
     if not payload:
         os.close(stub.go_w)  # the stub ends too
         return 0
     _env, args = _split_request(decode_fields(payload))
-    os.write(ack_w, _write_pid_file(args[0]))
+    os.write(ack_w, _write_pid_file(args[0], line))
     os.close(ack_w)
     return attempt(args, stub, payload)
 
