@@ -20,6 +20,9 @@ What is measured (one process, same machine, one run after the other):
   checkpoint directories) plus one durable SQLite commit per pass of P trials, starting no
   process at all. dse's controller does this and more in one thread; where the floor is not
   far above 0.5x the fork/exec loop, the file system and ``fsync`` leave no room for the rest.
+* **CPU per ``true`` trial**: the controller's own (``getrusage``; dse's wrappers are children
+  of its wrapper server, which the kernel reaps, so they are not counted) against the fork/exec
+  loop's, every process included. When the machine is busy, trials/s follow CPU per trial.
 * **dse's trials come from the grid agent** (``dse_agents.GridAgent``, which proposes ahead):
   in rolling mode the local backend is handed one more round of attempts than it runs
   (``queue_ahead``) and starts the next the moment a slot frees, before the controller
@@ -36,7 +39,8 @@ Targets (issue 19): ``true`` at P = 2 at >= 0.5x the fork/exec loop's trials/s; 
 grid within 1.01x of the ideal at P = 1 and 1.02x at P = 3 (about 10 ms of overhead a trial).
 
 The last line printed is one JSON object: p1_wall_s, p3_wall_s, true200_trials_per_s,
-forkexec_trials_per_s, overhead_ms_per_trial, the ratios and which targets were met.
+forkexec_trials_per_s, overhead_ms_per_trial, controller_cpu_ms_per_true_trial,
+forkexec_cpu_ms_per_trial, the ratios and which targets were met.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import itertools
 import json
 import logging
 import math
+import resource
 import sqlite3
 import subprocess
 import sys
@@ -73,12 +78,17 @@ def _grid(size: int) -> list[dict[str, Any]]:
     return [{"a": a, "b": b, "c": c} for a, b, c in itertools.product(range(size), repeat=3)]
 
 
+def _cpu(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_dse(
     points: list[dict[str, Any]], sleep: float, parallelism: int, mode: str
-) -> tuple[float, dict[str, int]]:
+) -> tuple[float, float]:
     """Run *points* as real trials, proposed by the grid agent (``dse_agents.GridAgent``: the
-    grid of the points' values, in their order); return (wall seconds, trial counts by
-    status)."""
+    grid of the points' values, in their order); return (wall seconds, CPU seconds of the
+    controller's process alone: the wrappers are not its children)."""
     script = f"sleep {sleep} && {RESULT}" if sleep > 0 else f"true && {RESULT}"
     with tempfile.TemporaryDirectory(prefix="dse-local-", dir=WORK_DIR) as tmp:
         campaign = dse.campaign_from_dict(
@@ -98,9 +108,11 @@ def run_dse(
             campaign, agent=GridAgent(campaign.space), backend=backend, store=store
         )
         start = time.perf_counter()
+        cpu = _cpu(resource.RUSAGE_SELF)
         with backend:
             result = engine.run()
         wall = time.perf_counter() - start
+        cpu = _cpu(resource.RUSAGE_SELF) - cpu
         counts: dict[str, int] = {}
         reread = dse.Store(Path(tmp) / "dse.sqlite")
         for row in reread.trials(result.campaign_id):
@@ -109,12 +121,13 @@ def run_dse(
         store.close()
     if counts != {"completed": len(points)}:
         sys.exit(f"dse did not complete every trial: {counts}")
-    return wall, counts
+    return wall, cpu
 
 
-def run_fork_exec(n: int, parallelism: int) -> float:
+def run_fork_exec(n: int, parallelism: int) -> tuple[float, float]:
     """*n* trials' commands run by *parallelism* threads with ``subprocess.run``, each in a
-    directory of its own made by the loop (as dse makes each trial's); return wall seconds."""
+    directory of its own made by the loop (as dse makes each trial's); return (wall seconds,
+    CPU seconds of the loop and every process it ran)."""
     argv = ["sh", "-c", f"true && {RESULT}"]
     with tempfile.TemporaryDirectory(prefix="forkexec-local-", dir=WORK_DIR) as tmp:
         numbers = iter(range(n))
@@ -135,15 +148,17 @@ def run_fork_exec(n: int, parallelism: int) -> float:
 
         threads = [threading.Thread(target=worker) for _ in range(parallelism)]
         start = time.perf_counter()
+        cpu = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN)
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         wall = time.perf_counter() - start
+        cpu = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN) - cpu
         written = len(list(Path(tmp).glob("*/result.json")))
     if failures or written != n:
         sys.exit(f"the fork/exec loop failed: {len(failures)} failures, {written}/{n} results")
-    return wall
+    return wall, cpu
 
 
 def run_floor(n: int, parallelism: int) -> float:
@@ -217,14 +232,14 @@ def main(argv: list[str] | None = None) -> int:
     print("running dse: P=3 ...", file=sys.stderr)
     p3, _ = run_dse(grid, sleep, 3, "waves")
     print(f"running dse: {n_true} x true at P=2 ...", file=sys.stderr)
-    ptrue, _ = run_dse(true_points, 0.0, 2, "rolling")
+    ptrue, ctl_cpu = run_dse(true_points, 0.0, 2, "rolling")
     ideal1 = len(grid) * sleep
     ideal3 = math.ceil(len(grid) / 3) * sleep
     rows.append(("dse  P=1 sleep grid", len(grid), p1, ideal1))
     rows.append(("dse  P=3 sleep grid", len(grid), p3, ideal3))
     rows.append(("dse  P=2 true", n_true, ptrue, None))
     print(f"running the plain fork/exec loop: {n_true} x true at P=2 ...", file=sys.stderr)
-    pfork = run_fork_exec(n_true, 2)
+    pfork, fork_cpu = run_fork_exec(n_true, 2)
     rows.append(("fork/exec loop P=2 true", n_true, pfork, None))
     print("running the controller's floor: directories, params files, commits ...",
           file=sys.stderr)
@@ -248,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         print(f"{'cloudai standalone P=1':<24} {27:>6} {CLOUDAI_P1_REFERENCE_S:>8.2f}"
               f" {27.0:>8.1f} {CLOUDAI_P1_REFERENCE_S / 27:>7.3f}   (reference from the issue)")
+    ctl_ms, fork_ms = ctl_cpu / n_true * 1000, fork_cpu / n_true * 1000
+    print(f"CPU per `true` trial: dse's controller alone {ctl_ms:.2f} ms (its wrappers are not"
+          f" counted); the fork/exec loop, every process {fork_ms:.2f} ms")
     overhead_ms = (p1 - ideal1) / len(grid) * 1000
     fork_ratio = pfork / ptrue  # dse's trials/s over the loop's
     target1, target3 = p1 / ideal1 <= P1_TARGET, p3 / ideal3 <= P3_TARGET
@@ -266,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         "forkexec_trials_per_s": round(n_true / pfork, 1),
         "ratio_to_forkexec": round(fork_ratio, 3),
         "floor_trials_per_s": round(n_true / pfloor, 1),
+        "controller_cpu_ms_per_true_trial": round(ctl_ms, 2),
+        "forkexec_cpu_ms_per_trial": round(fork_ms, 2),
         "floor_ratio_to_forkexec": round(pfork / pfloor, 3),
         "optuna_p1_wall_s": None if o1 is None else round(o1, 3),
         "optuna_p3_wall_s": None if o3 is None else round(o3, 3),

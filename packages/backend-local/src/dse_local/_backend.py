@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, Resources, parse_duration
-from dse_local._wrapper import encode_fields, read_small, write_atomic
+from dse_local._wrapper import encode_request, read_small
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -36,19 +36,11 @@ PID_FILE = "wrapper.pid"
 
 
 AHEAD_ROUNDS = 3
+MAX_SPARES = 4
+"""Most wrappers the wrapper server keeps forked ahead (one per slot up to this)."""
 """Attempts the backend queues, in rounds of the attempts it runs at once."""
 _HOST = socket.gethostname()
 """This machine's name: every task's DSE_NODE and DSE_NODES."""
-
-
-def _write_pid_file(adir: Path, pid: int) -> int | None:
-    """Record the wrapper's pid and start time, so a later controller can find it once
-    :meth:`LocalBackend.submit` returned (the wrapper writes the same file, perhaps later)."""
-    ticks = _start_ticks(pid)
-    if ticks is None:
-        return None  # already ended: keep the pid file the wrapper wrote itself
-    write_atomic(str(adir / PID_FILE), f"{pid} {ticks or 0}\n".encode())
-    return ticks
 
 
 def _compile_wrapper() -> None:
@@ -126,50 +118,83 @@ class _Job:
 
 
 class _Server:
-    """The wrapper server (``_wrapper.serve``): forks one wrapper per attempt.
+    """The wrapper server (``_wrapper.serve``): hands each attempt to a wrapper it forked ahead.
 
-    Starting a Python interpreter per attempt would cost every trial tens of milliseconds;
-    forking a small, single-threaded server costs about one. Wrappers live in sessions of
-    their own, so they outlive the server and the controller.
+    Starting a Python interpreter per attempt would cost every trial tens of milliseconds,
+    and forking one (twice: the wrapper, then its workload) several on this path; the server
+    keeps *spares* wrappers forked ahead, each with its workload's first process forked too,
+    so a request costs a pipe round trip. Wrappers live in sessions of their own, so they
+    outlive the server and the controller.
     """
 
     def __init__(self, python: str) -> None:
         self.python = python
         self.proc: subprocess.Popen[bytes] | None = None
+        self.spares = 1
+
+    def start(self, spares: int) -> None:
+        """Start the server now, with *spares* wrappers forked ahead (it starts at the first
+        request otherwise)."""
+        self.spares = spares
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
 
     def _start(self) -> subprocess.Popen[bytes]:
         self.proc = subprocess.Popen(
-            [self.python, "-S", str(WRAPPER), "--serve"],
+            [self.python, "-S", str(WRAPPER), "--serve", str(self.spares)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True, bufsize=0,
         )
         return self.proc
 
-    def spawn(self, env: Mapping[str, str], args: Sequence[str]) -> int:
-        """Start a wrapper with *env* and *args*; return its pid."""
-        fields = [b"%d" % len(env)]
-        for key, value in env.items():
-            fields += (os.fsencode(key), os.fsencode(value))
-        fields.extend(os.fsencode(a) for a in args)
-        payload = encode_fields(fields)
-        message = b"%d\n" % len(payload) + payload
+    def spawn(
+        self, requests: Sequence[tuple[Mapping[str, str], Sequence[str]]]
+    ) -> list[tuple[int, int] | OSError]:
+        """Start a wrapper for each (environment, arguments) of *requests*, all sent at once;
+        return each one's pid and start time (clock ticks since boot), its pid file written,
+        or why it could not start."""
+        out: list[tuple[int, int] | OSError] = []
         for retry in (False, True):
+            todo = requests[len(out):]
             proc = self.proc if self.proc is not None and self.proc.poll() is None else None
             proc = proc or self._start()
             assert proc.stdin is not None
             assert proc.stdout is not None
+            message = b"".join(
+                b"%d\n%s" % (len(payload), payload)
+                for payload in (encode_request(env, list(args)) for env, args in todo)
+            )
             try:
                 proc.stdin.write(message)
-                reply = proc.stdout.readline()
-            except (BrokenPipeError, OSError):
-                reply = b""
-            if reply.strip().isdigit():
-                return int(reply)
+                for line in self._lines(proc.stdout.fileno(), len(todo)):
+                    words = line.split()
+                    if len(words) == 2 and words[0].isdigit() and words[1].isdigit():
+                        out.append((int(words[0]), int(words[1])))
+                    elif words == [b"0"]:  # the server runs, but no wrapper took it
+                        out.append(OSError("the wrapper server could not start a wrapper"))
+                    else:
+                        break
+            except OSError:
+                pass
+            if len(out) == len(requests):
+                return out
             self.close()
             if retry:
                 break
-        msg = "the wrapper server did not answer"
-        raise OSError(msg)
+        out.extend(OSError("the wrapper server did not answer") for _ in requests[len(out):])
+        return out
+
+    @staticmethod
+    def _lines(fd: int, count: int) -> list[bytes]:
+        """The next *count* lines the server writes (fewer if it ends first), read a pipe's
+        worth at a time (its replies are all it writes, and it writes them once asked)."""
+        data = b""
+        while data.count(b"\n") < count:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+        return data.split(b"\n")[: data.count(b"\n")]
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
@@ -228,6 +253,7 @@ class LocalBackend(Backend):
         self.overrun_s = self.grace + 1.0
         _compile_wrapper()
         self._server = _Server(os.path.realpath(sys.executable))
+        self._server.spares = min(self.cpus, MAX_SPARES)
         self._bin_dir = os.path.dirname(sys.executable)
         self._jobs: dict[str, _Job] = {}
         self._queue: deque[_Job] = deque()
@@ -314,25 +340,32 @@ class LocalBackend(Backend):
     def limit_running(self, limit: int | None) -> None:
         self._limit = limit
         self.queue_ahead = AHEAD_ROUNDS * (limit or self.cpus)
+        # Called once before anything runs: the server and its spares start now, beside the
+        # controller's opening of the run, rather than on the first trial's path.
+        self._server.start(min(limit or self.cpus, MAX_SPARES))
 
     def _running(self) -> int:
         """Attempts launched (or reattached alive) and not yet released."""
         return sum(1 for j in self._jobs.values() if j.launched and not j.released)
 
     def _launch_ready(self) -> None:
+        """Start the queued jobs that fit, in order, all in one request to the server."""
+        ready = []
         while self._queue:
             job = self._queue[0]
             res = job.spec.resources
             if res.cpus > self._free_cpus or res.gpus > len(self._free_gpus):
-                return
+                break
             if self._limit is not None and self._running() >= self._limit:
-                return
+                break
             self._queue.popleft()
             self._free_cpus -= res.cpus
             job.gpus = tuple(self._free_gpus[: res.gpus])
             del self._free_gpus[: res.gpus]
             job.launched = True
-            self._launch(job)
+            ready.append(job)
+        if ready:
+            self._launch(ready)
 
     def _release(self, job: _Job) -> None:
         if not job.launched or job.released:
@@ -342,42 +375,43 @@ class LocalBackend(Backend):
         self._free_gpus.extend(job.gpus)
         self._free_gpus.sort()
 
-    def _launch(self, job: _Job) -> None:
-        assert job.request is not None
-        env, args = job.request
-        job.request = None
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
-        env["DSE_NODE"] = env["DSE_NODES"] = _HOST  # one task, here (the trial contract)
+    def _launch(self, jobs: Sequence[_Job]) -> None:
+        requests = []
+        for job in jobs:
+            assert job.request is not None
+            env, args = job.request
+            job.request = None
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
+            env["DSE_NODE"] = env["DSE_NODES"] = _HOST  # one task, here (the trial contract)
+            requests.append((env, args))
+        replies = self._server.spawn(requests)
+        started = self.clock.time()
+        for job, reply in zip(jobs, replies, strict=True):
+            if isinstance(reply, OSError):
+                job.final = JobStatus(
+                    job.job_id, JobState.LAUNCH_ERROR, node="localhost",
+                    reason=f"{type(reply).__name__}: {reply}",
+                )
+                self._release(job)
+                continue
+            job.started_at = started
+            self._watch(job, *reply)
+
+    def _watch(self, job: _Job, pid: int, ticks: int) -> None:
+        """Watch *job*'s wrapper *pid*, started at *ticks*. It wrote its pid file (pid and
+        start time) before the server answered: a later controller finds it from there."""
+        job.pid = job.sid = pid
+        job.ticks = job.sid_ticks = ticks
         try:
-            job.pid = job.sid = self._server.spawn(env, args)
-        except OSError as exc:
-            job.final = JobStatus(
-                job.job_id, JobState.LAUNCH_ERROR, node="localhost",
-                reason=f"{type(exc).__name__}: {exc}",
-            )
-            self._release(job)
-            return
-        job.started_at = self.clock.time()
-        try:
-            job.ticks = job.sid_ticks = _write_pid_file(attempt_dir(job.spec), job.pid)
-        except OSError as exc:
-            log.warning("attempt %s: cannot write its pid file: %s", job.job_id, exc)
-            job.ticks = job.sid_ticks = _start_ticks(job.pid)
-        if job.ticks is None:
-            # The wrapper ended before we looked (a command that fails at once): its pid
-            # may already be reused, so never wait on it; the exit file tells the rest.
-            job.pid = None
-            job.gone = True
-            return
-        try:
-            job.pidfd = os.pidfd_open(job.pid)
+            job.pidfd = os.pidfd_open(pid)
         except OSError:
             job.pidfd = None  # already gone: the exit file tells the rest
-            job.gone = True
-            return
-        if _start_ticks(job.pid) != job.ticks:
-            os.close(job.pidfd)  # the pid was reused between the two looks
+        if job.pidfd is not None and _start_ticks(pid) != ticks:
+            os.close(job.pidfd)  # it ended, and the pid may be another process's now
             job.pidfd = None
+        if job.pidfd is None:
+            # The wrapper ended before we looked (a command that fails at once): never wait
+            # on its pid; the exit file tells the rest.
             job.pid = None
             job.gone = True
 

@@ -1,12 +1,16 @@
 """The attempt wrapper: runs one workload and writes how it ended, whatever the controller does.
 
-Started by the local backend, in a session of its own, as::
+The local backend runs a wrapper server (``python -S _launch.py --serve N``, :func:`serve`)
+that keeps N wrappers forked ahead, each in a session of its own with its workload's first
+process forked too and waiting for its command: forking a Python process costs milliseconds
+(page-table copies and copy-on-write faults), paid while the previous trial runs rather than
+between its end and the next start. A wrapper can also be started on its own, as::
 
     python -S _launch.py ATTEMPT_DIR GRACE LIMIT STDOUT STDERR CWD -- ARGV...
 
-(``_launch.py`` imports this module so that its compiled form is cached.)
-(``LIMIT`` and ``CWD`` may be empty). It is on every trial's critical path, so it imports only
-what starts fast: no ``json``, no ``subprocess``.
+(``_launch.py`` imports this module so that its compiled form is cached; ``LIMIT`` and
+``CWD`` may be empty). Every process here is forked once per trial, so the module imports
+only what is small: no ``json``, no ``subprocess``, no ``enum``.
 
 It makes itself a child subreaper (descendants that detach are re-parented to it and can be
 found), starts the workload in a process group of its own with stdout and stderr going to
@@ -30,6 +34,10 @@ import resource
 import select
 import sys
 import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # no `typing` import at run time: the wrapper imports only what starts fast
+    from collections.abc import Mapping
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -204,14 +212,21 @@ def _open_log(path: str) -> int:
     return fd
 
 
-def _write_pid_file(attempt_dir: str) -> None:
-    """``wrapper.pid``: pid and start time, for a controller that restarts (it writes the
-    same file too; whichever lands first, a restarted controller finds this wrapper)."""
-    pid = os.getpid()
+def _pid_line() -> bytes:
+    """This process's pid and start time (clock ticks since boot), as ``wrapper.pid`` holds
+    them."""
     with open("/proc/self/stat", "rb") as handle:
         stat = handle.read()
-    ticks = stat[stat.rfind(b")") + 2 :].split()[19].decode()
-    write_atomic(os.path.join(attempt_dir, "wrapper.pid"), b"%d %s\n" % (pid, ticks.encode()))
+    return b"%d %s\n" % (os.getpid(), stat[stat.rfind(b")") + 2 :].split()[19])
+
+
+def _write_pid_file(attempt_dir: str, line: bytes | None = None) -> bytes:
+    """``wrapper.pid``: pid and start time (*line*, read now if not given), for a controller
+    that restarts; return the line written (the server hands it to the controller as its
+    reply)."""
+    line = line or _pid_line()
+    write_atomic(os.path.join(attempt_dir, "wrapper.pid"), line)
+    return line
 
 
 _PRCTL: list[object] = []
@@ -250,64 +265,174 @@ def _subreaper() -> None:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
-def _spawn(
-    argv: list[str], cwd: str, out_fd: int, err_fd: int
-) -> tuple[int | None, str | None]:
-    """Fork and exec *argv* in a new process group; return (pid, launch error or None)."""
-    rfd, wfd = os.pipe()  # close-on-exec: the parent reads EOF once exec succeeded
+class _Stub:
+    """The workload's first process, forked ahead of its command (:func:`_prestart`)."""
+
+    __slots__ = ("err_r", "go_w", "pid")
+
+    def __init__(self, pid: int, go_w: int, err_r: int) -> None:
+        self.pid = pid
+        self.go_w = go_w
+        self.err_r = err_r
+
+
+def _prestart(close: tuple[int, ...] = ()) -> _Stub:
+    """Fork the workload's first process before its command is known: forking a Python
+    process costs milliseconds, which a wrapper forked ahead (:func:`serve`) pays while it
+    waits rather than on the trial's path. The child sets its parent-death signal, its own
+    process group and default signal handling, then waits for :func:`_go`'s request; it
+    ends quietly at end of input (the wrapper was never used). *close*: the wrapper's
+    descriptors it must not hold."""
+    go_r, go_w = os.pipe()
+    err_r, err_w = os.pipe()  # close-on-exec: the wrapper reads EOF once exec succeeded
     wrapper = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
-            # A watchdog for a wrapper killed from outside (the OOM killer, kill -9): the
-            # workload's first process dies with it. What it started lives on in the session
-            # until the controller, seeing the wrapper gone without its exit file, kills the
-            # session (at once, or when it is started again).
-            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != wrapper:
-                os._exit(137)  # the wrapper died before the watchdog was set
-            os.setpgid(0, 0)
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
-                signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, set())
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(out_fd, 1)
-            os.dup2(err_fd, 2)
-            if cwd:
-                os.chdir(cwd)
-            os.execvp(argv[0], argv)
-        except BaseException as exc:  # noqa: BLE001 - report any failure to exec, then die
-            try:
-                text = type(exc).__name__ + ": " + str(exc)
-                if isinstance(exc, OSError) and exc.filename is None:
-                    text += ": " + repr(argv[0])  # execvp's error does not name the command
-                os.write(wfd, text.encode(errors="replace"))
-            finally:
-                os._exit(127)
-    os.close(wfd)
+            os.close(go_w)
+            os.close(err_r)
+            for fd in close:
+                os.close(fd)
+            _stub(wrapper, go_r, err_w)
+        finally:
+            os._exit(127)
+    os.close(go_r)
+    os.close(err_w)
+    return _Stub(pid, go_w, err_r)
+
+
+def _stub(wrapper: int, go_r: int, err_w: int) -> None:
+    """The workload's first process until its exec (see :func:`_prestart`)."""
+    # A watchdog for a wrapper killed from outside (the OOM killer, kill -9): the workload's
+    # first process dies with it. What it started lives on in the session until the
+    # controller, seeing the wrapper gone without its exit file, kills the session (at once,
+    # or when it is started again).
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != wrapper:
+        os._exit(137)  # the wrapper died before the watchdog was set
+    os.setpgid(0, 0)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    payload = _read_to_end(go_r)
+    if not payload:
+        os._exit(0)  # never used: the server or the wrapper ended
+    argv: list[str] = []
+    try:
+        env, args = _split_request(decode_fields(payload))
+        stdout, stderr, cwd = args[3], args[4], args[5]
+        argv = args[7:]
+        try:
+            out_fd = _open_log(stdout)
+            err_fd = out_fd if stderr == stdout else _open_log(stderr)
+        except OSError as exc:
+            # Something the trial left where its log goes: the trial's doing, like a bad
+            # command.
+            os.write(err_w, ("cannot open %s: %s" % (exc.filename, exc.strerror)).encode(
+                errors="replace"))
+            os._exit(127)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        if cwd:
+            os.chdir(cwd)
+        _execvpe(argv, env)
+    except BaseException as exc:  # noqa: BLE001 - report any failure to exec, then die
+        try:
+            text = type(exc).__name__ + ": " + str(exc)
+            if isinstance(exc, OSError) and exc.filename is None and argv:
+                text += ": " + repr(argv[0])  # execvp's error does not name the command
+            os.write(err_w, text.encode(errors="replace"))
+        finally:
+            os._exit(127)
+
+
+def _execvpe(argv: list[str], env: dict[str, str]) -> None:
+    """``os.execvpe(argv[0], argv, env)``, the same search of *env*'s ``PATH`` and the same
+    error, without the `warnings` module ``os.get_exec_path`` imports: milliseconds of
+    every trial's start."""
+    name = argv[0]
+    if os.path.dirname(name):
+        os.execve(name, argv, env)
+    path = env.get("PATH")
+    saved: OSError | None = None
+    last: OSError | None = None
+    for directory in (os.defpath if path is None else path).split(os.pathsep):
+        try:
+            os.execve(os.path.join(directory, name), argv, env)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            last = exc
+        except OSError as exc:
+            last = exc
+            saved = saved or exc
+    assert last is not None
+    raise saved or last
+
+
+def _read_to_end(fd: int) -> bytes:
     chunks = []
     while True:
-        chunk = os.read(rfd, 4096)
+        chunk = os.read(fd, 65536)
         if not chunk:
             break
         chunks.append(chunk)
-    os.close(rfd)
-    if chunks:
-        os.waitpid(pid, 0)
-        return None, b"".join(chunks).decode(errors="replace")
-    return pid, None
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def _go(stub: _Stub, payload: bytes) -> tuple[int | None, str | None]:
+    """Hand the stub its request (*payload*: the wrapper's environment and arguments); return
+    (the workload's pid, or None and why it could not start)."""
+    try:
+        _write_all(stub.go_w, payload)
+    except OSError:
+        pass  # it died: its error (or none) tells the rest
+    os.close(stub.go_w)
+    error = _read_to_end(stub.err_r)
+    if error:
+        os.waitpid(stub.pid, 0)
+        return None, error.decode(errors="replace")
+    return stub.pid, None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _split_request(fields: list[str]) -> tuple[dict[str, str], list[str]]:
+    """(environment, wrapper arguments) of a request's fields (:func:`serve`)."""
+    split = 1 + 2 * int(fields[0])
+    return dict(zip(fields[1:split:2], fields[2:split:2], strict=True)), fields[split:]
+
+
+def encode_request(env: Mapping[str, str], args: list[str]) -> bytes:
+    """A wrapper's environment and arguments as one request payload (:func:`serve`)."""
+    fields = [b"%d" % len(env)]
+    for key, value in env.items():
+        fields += (os.fsencode(key), os.fsencode(value))
+    fields.extend(os.fsencode(a) for a in args)
+    return encode_fields(fields)
 
 
 def main(args: list[str]) -> int:
-    """Run one attempt; *args* is ``DIR GRACE LIMIT STDOUT STDERR CWD -- ARGV...``."""
-    attempt_dir, grace_text, limit_text, stdout, stderr, cwd, sep = args[:7]
-    argv = args[7:]
+    """Run one attempt; *args* is ``DIR GRACE LIMIT STDOUT STDERR CWD -- ARGV...`` (a wrapper
+    started on its own rather than forked by :func:`serve`)."""
+    _write_pid_file(args[0])
+    _subreaper()
+    return attempt(args, _prestart(), encode_request(os.environ, args))
+
+
+def attempt(args: list[str], stub: _Stub, payload: bytes) -> int:
+    """Run one attempt whose pid file is written, its first process forked ahead (*stub*,
+    which is handed *payload*: the environment and *args*, ``DIR GRACE LIMIT STDOUT STDERR
+    CWD -- ARGV...``)."""
+    attempt_dir, grace_text, limit_text, _stdout, _stderr, _cwd, sep = args[:7]
     assert sep == "--", "usage: _wrapper.py DIR GRACE LIMIT STDOUT STDERR CWD -- ARGV..."
     grace = float(grace_text)
     limit = float(limit_text) if limit_text else None
-    _write_pid_file(attempt_dir)
-    _subreaper()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -326,16 +451,7 @@ def main(args: list[str]) -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     started = time.time()
     start_mono = time.monotonic()
-    pid: int | None = None
-    error: str | None
-    try:
-        out_fd = _open_log(stdout)
-        err_fd = out_fd if stderr == stdout else _open_log(stderr)
-    except OSError as exc:
-        # Something the trial left where its log goes: the trial's doing, like a bad command.
-        error = "cannot open %s: %s" % (exc.filename, exc.strerror)
-    else:
-        pid, error = _spawn(argv, cwd, out_fd, err_fd)
+    pid, error = _go(stub, payload)
     code, sig = (None, None) if pid is None else _run(pid, state, wake_r, limit, grace, start_mono)
     ended = time.time()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -430,50 +546,144 @@ def decode_fields(payload: bytes) -> list[str]:
     return fields
 
 
-def serve() -> int:
-    """The wrapper server: fork one wrapper per request, so no attempt pays Python's start.
+SPARES = 1
+"""Wrappers the server keeps forked ahead (the controller asks for more: ``--serve N``)."""
 
-    Requests arrive on stdin, each a decimal length and a newline, then that many bytes of
-    fields (:func:`decode_fields`): the number of environment entries, each entry's name and
-    value, then the wrapper's arguments. Every field carries its own length, so no byte of a
-    value (a newline, a NUL, an ``=``) can split it or start another. Each request is
-    answered on stdout with the new wrapper's pid. The server ends at end of input (its
-    controller is gone); wrappers already forked live on, each in a session of its own.
+
+class _Spare:
+    """A wrapper forked ahead by the server, waiting for its request (:func:`_spare`)."""
+
+    __slots__ = ("ack_r", "pid", "req_w")
+
+    def __init__(self, pid: int, req_w: int, ack_r: int) -> None:
+        self.pid = pid
+        self.req_w = req_w
+        self.ack_r = ack_r
+
+
+def _fork_spare(others: list[_Spare], null: int) -> _Spare:
+    req_r, req_w = os.pipe()
+    ack_r, ack_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            # Only its own pipes: a spare holding another's would keep it from ever seeing
+            # the end of its input.
+            for other in others:
+                for fd in (other.req_w, other.ack_r):
+                    if fd >= 0:  # -1: closed in the server (its number may be reused)
+                        os.close(fd)
+            os.close(req_w)
+            os.close(ack_r)
+            os.dup2(null, 0)
+            os.dup2(null, 1)
+            os.close(null)
+            code = _spare(req_r, ack_w)
+        finally:
+            os._exit(code)
+    os.close(req_r)
+    os.close(ack_w)
+    return _Spare(pid, req_w, ack_r)
+
+
+def _spare(req_r: int, ack_w: int) -> int:
+    """A wrapper forked ahead: a session of its own, the workload's first process forked
+    (:func:`_prestart`); then it waits for its request. It writes its pid file before it
+    acknowledges the request (so the pid file exists once the controller learns its pid),
+    then runs the attempt. At end of input (the server ended) it ends without a trace."""
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _subreaper()
+    stub = _prestart(close=(req_r, ack_w))
+    line = _pid_line()  # while it waits
+    payload = _read_to_end(req_r)
+    if not payload:
+        os.close(stub.go_w)  # the stub ends too
+        return 0
+    _env, args = _split_request(decode_fields(payload))
+    os.write(ack_w, _write_pid_file(args[0], line))
+    os.close(ack_w)
+    return attempt(args, stub, payload)
+
+
+def _give(spare: _Spare, payload: bytes) -> None:
+    """Hand *spare* its request (:func:`_taken` reads its answer)."""
+    try:
+        _write_all(spare.req_w, payload)
+    except OSError:
+        pass  # it died while it waited: no acknowledgement comes
+    os.close(spare.req_w)
+    spare.req_w = -1
+
+
+def _taken(spare: _Spare) -> bytes:
+    """The ``pid ticks`` line of the wrapper *spare* once its pid file is written, or b""
+    if it is gone."""
+    ack = _read_to_end(spare.ack_r)
+    spare.ack_r = -1
+    return ack if ack.endswith(b"\n") else b""
+
+
+def serve(spares: int = SPARES) -> int:
+    """The wrapper server: so no attempt pays Python's start, nor a fork on its path.
+
+    It keeps *spares* wrappers forked ahead (:func:`_spare`), each with its workload's first
+    process forked too, and hands each request to one. Requests arrive on stdin, each a
+    decimal length and a newline, then that many bytes of fields (:func:`decode_fields`): the
+    number of environment entries, each entry's name and value, then the wrapper's arguments.
+    Every field carries its own length, so no byte of a value (a newline, a NUL, an ``=``)
+    can split it or start another. Each request is answered on stdout, once the wrapper's
+    pid file is written, with the wrapper's pid and start time (``0`` if none could take
+    it). The server ends at end of input (its controller is gone), and its idle spares with
+    it; wrappers already running live on, each in a session of its own.
     """
     # Wrappers must start with these blocked: a cancel sent before a wrapper installed its
     # handlers then waits for them instead of killing it without an exit file.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps ended wrappers
     _find_prctl()  # once, for every wrapper forked from here
+    null = os.open(os.devnull, os.O_RDWR)
+    ready: list[_Spare] = []
     buffer = b""
-    while True:
-        chunk = os.read(0, 65536)
-        if not chunk:
-            return 0
-        buffer += chunk
-        while b"\n" in buffer:
-            header, rest = buffer.split(b"\n", 1)
-            size = int(header)
-            if len(rest) < size:
-                break
-            payload, buffer = rest[:size], rest[size:]
-            fields = decode_fields(payload)
-            split = 1 + 2 * int(fields[0])
-            env = dict(zip(fields[1:split:2], fields[2:split:2], strict=True))
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    os.setsid()
-                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    os.close(0)
-                    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-                    os.environ.clear()
-                    os.environ.update(env)
-                    code = main(fields[split:])
-                finally:
-                    os._exit(code)
-            os.write(1, b"%d\n" % pid)
+    try:
+        while True:
+            if len(ready) < spares and not select.select([0], [], [], 0)[0]:
+                ready.append(_fork_spare(ready, null))  # while no request waits
+                continue
+            chunk = os.read(0, 65536)
+            if not chunk:
+                return 0
+            buffer += chunk
+            payloads = []
+            while b"\n" in buffer:
+                header, rest = buffer.split(b"\n", 1)
+                size = int(header)
+                if len(rest) < size:
+                    break
+                payloads.append(rest[:size])
+                buffer = rest[size:]
+            # Every request that came together is handed over before any answer is awaited:
+            # the wrappers write their pid files side by side.
+            given: list[_Spare] = []
+            for payload in payloads:
+                spare = ready.pop(0) if ready else _fork_spare([*ready, *given], null)
+                _give(spare, payload)
+                given.append(spare)
+            replies = []
+            for payload, spare in zip(payloads, given, strict=True):
+                reply = _taken(spare)
+                if not reply:  # a spare killed while it waited: a fresh wrapper
+                    spare = _fork_spare([*ready, *given], null)
+                    _give(spare, payload)
+                    reply = _taken(spare)
+                replies.append(reply or b"0\n")
+            if replies:
+                os.write(1, b"".join(replies))
+    finally:
+        for spare in ready:  # each ends at the end of its input
+            os.close(spare.req_w)
+            os.close(spare.ack_r)
 
 
 if __name__ == "__main__":  # pragma: no cover - run through _launch.py
