@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from dse._journal import Journal
     from dse._live import LiveTrial, TrialTable
     from dse._outcome import RunEnd
+    from dse._progress import ProgressReader
     from dse._protocols import Runner
     from dse._results import Results
     from dse._types import JobStatus
@@ -46,6 +47,8 @@ class Collector:
         self._clock = clock
         self._runner = runner
         self.on_attempt_end: Callable[[LiveTrial, JobStatus, float], None] | None = None
+        self.progress: ProgressReader | None = None
+        """Reads the running trials' learning curves each pass (when they have directories)."""
 
     def use_runner(self, runner: Runner) -> None:
         """Poll and cancel through *runner* from now on (a pool's share of its backend)."""
@@ -53,6 +56,8 @@ class Collector:
 
     def apply(self, statuses: Sequence[JobStatus]) -> bool:
         changed = False
+        if self.progress is not None:  # before the ends: an ended trial's last points too
+            self.progress.read(self._table.running.values(), self._journal)
         now = self._clock.time()
         for status in statuses:
             trial = self._table.running.get(status.job_id)

@@ -103,6 +103,11 @@ class TrialDirs:
         """The run directory, open: a trial's directory is made relative to it (``mkdir`` of
         a relative name costs half of one given the whole path, which the kernel walks)."""
 
+    def open(self, run_dir: Path, wanted: bool) -> None:
+        """Make the directories of the trials of the run in *run_dir* from now on, if
+        *wanted* (:attr:`dse.Backend.trial_dirs`)."""
+        self.run_dir, self.wanted = run_dir, wanted
+
     def path(self, number: int) -> Path:
         assert self.run_dir is not None
         return self.run_dir / f"{number:06d}"

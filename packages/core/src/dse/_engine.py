@@ -44,6 +44,7 @@ from dse._live import CurrentData, LiveTrial, TrialTable
 from dse._outcome import CampaignResult, EngineListener, RunEnd, Stats
 from dse._plugins import PluginManager
 from dse._pool import PoolConfig, run_pool
+from dse._progress import ProgressReader
 from dse._results import Results
 from dse._resume import Resume
 from dse._retry import RetryPolicy
@@ -250,8 +251,8 @@ class Engine:
             self.stats.best = None
         self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.dispatcher.dirs.run_dir = self.run_dir
-        self.dispatcher.dirs.wanted = bool(getattr(self.backend, "trial_dirs", True))
+        self.dispatcher.dirs.open(self.run_dir, bool(getattr(self.backend, "trial_dirs", True)))
+        self.collector.progress = ProgressReader() if self.dispatcher.dirs.wanted else None
         if self.pool is not None:
             pool, engine = self.pool, self
             self.collector.on_attempt_end = (

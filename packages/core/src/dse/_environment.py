@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 RESULT_FILE = "result.json"
 PARAMS_FILE = "params.json"
+PROGRESS_FILE = "progress.jsonl"
 _TRIAL_VARS = ("trial_id", "trial_dir", "attempt", "checkpoint_dir", "params_file")
 _ABSENT: Any = object()
 _LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")
@@ -105,6 +106,7 @@ class CommandEnvironment:
             DSE_TRIAL_DIR=dir_text,
             DSE_PARAMS_FILE=params_file,
             DSE_CHECKPOINT_DIR=checkpoint,
+            DSE_PROGRESS_FILE=f"{dir_text}{os.sep}{PROGRESS_FILE}",
             DSE_ATTEMPT=str(trial.attempt),
             DSE_DATA_VERSION=trial.data_version or "",
         )

@@ -217,6 +217,20 @@ class AttemptSpend:
 
 
 @dataclass(frozen=True, slots=True)
+class ProgressRow:
+    """A point of a trial's learning curve (a row of ``progress``)."""
+
+    attempt: int
+    """The attempt that reported it."""
+    step: int
+    """The workload's measure of progress (an epoch, an iteration...)."""
+    metrics: Mapping[str, float]
+    """The metrics after that step, as reported."""
+    at: float
+    """When it was reported (or read, when the line named no time)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     """Something a run noted in its record (a row of ``events``): a retry, a rejection…"""
 

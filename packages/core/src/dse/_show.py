@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         CampaignRun,
         EnvironmentRecord,
         Invalidation,
+        ProgressRow,
         Score,
         Trial,
         TrialRef,
@@ -72,6 +73,7 @@ class _Context:
         linked |= {s.baseline_trial for rows in self.scores.values() for s in rows
                    if s.baseline_trial is not None}
         self.names = {row: _trial_ref(ref) for row, ref in store.trial_refs(linked).items()}
+        self.progress = store.progress_tails(t.id for t in trials)
         self.replaced_by = {
             row: [_trial_ref(ref) for ref in refs]
             for row, refs in store.replacements(t.id for t in trials).items()
@@ -121,6 +123,7 @@ def _record(
             "created_at": trial.created_at,
             "ended_at": trial.ended_at,
             "attempts": [_attempt(a) for a in attempts],
+            "progress": _progress(context.progress.get(trial.id)),
         },
         "cost": {"currency": run.spec.get("currency") or "USD", "attempts": costs,
                  "total": total.as_dict()},
@@ -238,6 +241,14 @@ def _argv(command: list[str], params: dict[str, Any], trial_id: str, trial_dir: 
         return [substitute(item, values, shlex.quote if shell else str) for item in command]
     except KeyError:
         return None
+
+
+def _progress(tail: tuple[int, ProgressRow] | None) -> dict[str, Any] | None:
+    if tail is None:
+        return None
+    n, last = tail
+    return {"points": n, "last": {"attempt": last.attempt, "step": last.step,
+                                  "metrics": dict(last.metrics), "at": last.at}}
 
 
 def _attempt(row: Attempt) -> dict[str, Any]:
@@ -370,6 +381,11 @@ def _ended_lines(
         row("replaces", f"{e['replaces']['trial']} (invalidated)")
     for other in e["replaced_by"]:
         row("replaced by", other["trial"])
+    if e["progress"] is not None:
+        last = e["progress"]["last"]
+        metrics = ", ".join(f"{k}={v:g}" for k, v in last["metrics"].items())
+        row("progress", f"{e['progress']['points']} points; last: step {last['step']} of"
+            f" attempt {last['attempt']}" + (f" ({metrics})" if metrics else ""))
     if not e["attempts"]:
         row("attempts", "none")
     for a in e["attempts"]:

@@ -40,6 +40,7 @@ from dse._records import (
     EnvironmentRecord,
     Event,
     Invalidation,
+    ProgressRow,
     Score,
     Trial,
     TrialRef,
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another controller's transaction before giving up."""
 DB_NAME = "dse.sqlite"
@@ -464,6 +465,24 @@ class _Reads:
         return [Event(r[0], r[1], r[2], r[3], r[4], _loads(r[5]) if r[5] else None)
                 for r in rows]
 
+    def progress(self, trial_row: int) -> list[ProgressRow]:
+        """The learning curve of trial *trial_row*: its points by attempt and step."""
+        return [ProgressRow(a, step, _loads(metrics), at) for a, step, metrics, at in self._rows(
+            "SELECT attempt, step, metrics, at FROM progress WHERE trial_id = ?"
+            " ORDER BY attempt, step", (trial_row,))]
+
+    def progress_tails(self, trial_rows: Iterable[int]) -> dict[int, tuple[int, ProgressRow]]:
+        """For each of *trial_rows* with a learning curve: how many points it has, and its
+        last (the highest step of the latest attempt)."""
+        out: dict[int, tuple[int, ProgressRow]] = {}
+        for chunk in _chunks(list(trial_rows)):
+            for row, n, _, attempt, step, metrics, at in self._rows(
+                "SELECT trial_id, COUNT(*), MAX((attempt << 40) | step), attempt, step, metrics,"
+                f" at FROM progress WHERE trial_id IN ({','.join('?' * len(chunk))})"
+                " GROUP BY trial_id", tuple(chunk)):
+                out[row] = (n, ProgressRow(attempt, step, _loads(metrics), at))
+        return out
+
     def rejections(self, campaign_id: int, *, down_to: float
                    ) -> tuple[int, dict[int, tuple[dict[str, Any], str]]]:
         """How many proposals of run *campaign_id* were rejected, and the params and reason of
@@ -631,6 +650,21 @@ CREATE INDEX IF NOT EXISTS trials_proposal ON trials(campaign_id, proposal)
 """Schema 10: each run's latest agent snapshot (its ``snapshot()``, as JSON) and the last
 ``agent_log`` row it covers: a resume restores it and replays only the calls after it, and
 reads the trials those calls name (by proposal)."""
+
+
+_NEW_TABLES_13 = """
+CREATE TABLE IF NOT EXISTS progress (
+    trial_id INTEGER NOT NULL REFERENCES trials(id),
+    attempt INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    metrics TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (trial_id, attempt, step)
+) WITHOUT ROWID
+"""
+"""Schema 13: each trial's learning curve, the points its attempts reported as they ran
+(``dse.trial.report_progress``: one row per attempt and step; a point read twice — by a
+restarted controller — is kept once)."""
 
 
 def _tally_key(row: str) -> str:
@@ -842,6 +876,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     9: tuple(_NEW_TABLES_10.split(";")),
     10: (*_SUMMARIES, *_BACKFILL_11),
     11: (*_SUMMARIES_12, *_BACKFILL_12),
+    12: tuple(_NEW_TABLES_13.split(";")),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
@@ -930,9 +965,12 @@ CREATE TABLE IF NOT EXISTS agent_log (
     in_flight TEXT
 );
 CREATE INDEX IF NOT EXISTS agent_log_campaign ON agent_log(campaign_id, id);
-""" + _NEW_TABLES_7 + ";" + _NEW_TABLES_9 + ";" + _NEW_TABLES_10
+""" + _NEW_TABLES_7 + ";" + _NEW_TABLES_9 + ";" + _NEW_TABLES_10 + ";" + _NEW_TABLES_13
 
 
+_INSERT_PROGRESS = (
+    "INSERT OR IGNORE INTO progress(trial_id, attempt, step, metrics, at) VALUES (?,?,?,?,?)"
+)
 _INSERT_TRIAL = (
     "INSERT INTO trials(id, campaign_id, number, proposal, wave, config_hash, params, status,"
     " failure, message, metrics, score, cache_of, trial_dir, created_at, ended_at,"
@@ -1011,7 +1049,7 @@ class Batch:
         "_trials", "_trial_ends", "_attempts", "_attempt_updates", "_attempt_ends",
         "_attempt_usage", "_trial_data", "_attempt_spend", "_attempt_expected", "_scores",
         "_environments", "_trial_links", "_events", "_campaign_updates", "_agent_log",
-        "_agent_snapshots", "_reruns", "_relinks", "_releases",
+        "_agent_snapshots", "_reruns", "_relinks", "_releases", "_progress",
     )
 
     def __init__(self) -> None:
@@ -1034,6 +1072,7 @@ class Batch:
         self._reruns: list[tuple[Any, ...]] = []
         self._relinks: list[tuple[Any, ...]] = []
         self._releases: list[tuple[Any, ...]] = []
+        self._progress: list[tuple[Any, ...]] = []
 
     def __bool__(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)
@@ -1160,6 +1199,12 @@ class Batch:
         self._attempt_expected.append((seconds, row))
 
     # -- campaigns, events, the agent -----------------------------------------------------
+
+    def add_progress(
+        self, *, row: int, attempt: int, step: int, metrics: str, at: float
+    ) -> None:
+        """A point of trial *row*'s learning curve (*metrics*: its JSON object)."""
+        self._progress.append((row, attempt, step, metrics, at))
 
     def add_event(
         self, *, campaign: int, trial: int | None, at: float, kind: str,
@@ -1509,6 +1554,7 @@ class Store(_Summaries):
                 (_LINK_TRIAL, batch._trial_links),
                 (_INSERT_SCORE, batch._scores),
                 (_INSERT_EVENT, batch._events),
+                (_INSERT_PROGRESS, batch._progress),
                 (_INSERT_AGENT_CALL, batch._agent_log),
                 (_END_CAMPAIGN, batch._campaign_updates),
             ):

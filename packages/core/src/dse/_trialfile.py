@@ -71,6 +71,27 @@ def read_trial_file(
     return data
 
 
+def read_trial_file_from(directory: Path, name: str, offset: int, size: int) -> bytes:
+    """At most *size* bytes of the file *name* in *directory* from byte *offset* on (a file
+    a trial appends to), under the rules of :func:`read_trial_file`: a regular file inside the
+    trial directory, never followed through a symlink, never waited on.
+
+    :raises FileNotFoundError: the file (or the directory) does not exist.
+    :raises UnsafeTrialFile: the file or the directory is a symlink, or the file is not a
+        regular file.
+    """
+    dir_fd = _open_directory(directory, name)
+    try:
+        fd = _open_file(dir_fd, name)
+    finally:
+        os.close(dir_fd)
+    try:
+        _check_mode(os.fstat(fd).st_mode, name)
+        return os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+
+
 def write_trial_file(directory: Path, name: str, data: bytes) -> None:
     """Replace the file *name* in the trial directory *directory* with *data*, atomically.
 

@@ -44,6 +44,7 @@ import itertools
 import json
 import os
 import socket
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +70,7 @@ __all__ = [
     "params",
     "rank",
     "report",
+    "report_progress",
     "trial_dir",
     "trial_id",
     "world_size",
@@ -76,6 +78,8 @@ __all__ = [
 
 RESULT_FILE = "result.json"
 """Name of the result file inside the trial directory."""
+PROGRESS_FILE = "progress.jsonl"
+"""Name of the progress file inside the trial directory (one JSON object per line)."""
 
 _HINT = "run this as a dse trial (dse run <campaign.toml>), or set it by hand to debug"
 _temp_names = itertools.count()
@@ -308,6 +312,47 @@ def report(
             os.unlink(temporary)
         raise
     _sync_directory(directory)
+    return target
+
+
+def report_progress(step: int, metrics: Mapping[str, float]) -> Path:
+    """Add a point to the trial's learning curve: *metrics* as they stand after *step*.
+
+    Appends one line to ``progress.jsonl`` in the trial directory (``DSE_PROGRESS_FILE``)::
+
+        {"step": 120, "metrics": {"loss": 0.41}, "attempt": 1, "at": 1733000000.5}
+
+    in a single ``write`` to a file opened for appending, so a reader never sees half a line
+    it would take for whole. dse reads the new lines of every running trial at each polling
+    pass and keeps them in the record as the trial's learning curve (``dse show``). *step* is
+    the workload's own measure of progress (an epoch, an iteration, samples seen): a whole
+    number, at least 0, growing; an attempt resumed from a checkpoint goes on from the step it
+    reached. A workload in another language appends the same lines (``step`` and
+    ``metrics`` are required; ``attempt`` defaults to ``DSE_ATTEMPT``, ``at`` to when dse read
+    the line).
+
+    Returns the file's path. On a task other than the first (:func:`rank` > 0) nothing is
+    written, as for :func:`report`.
+
+    :raises ValueError: *step* is not a whole number of at least 0.
+    :raises TypeError: a value cannot be written as JSON (nothing is written then).
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"dse.trial.report_progress(): step must be a whole number >= 0,"
+                         f" not {step!r}")
+    target = trial_dir() / PROGRESS_FILE
+    line = json.dumps({"step": step, "metrics": dict(metrics), "attempt": attempt(),
+                       "at": time.time()}, allow_nan=True, default=_plain) + "\n"
+    if not is_first():
+        return target
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                 | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        data = line.encode()
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
     return target
 
 
