@@ -101,6 +101,32 @@ def test_every_reported_point_is_recorded_once_as_the_trials_learning_curve(
     assert progress["last"]["metrics"] == {"loss": pytest.approx(x / 5)}
 
 
+WAITING_WORKLOAD = """\
+import sqlite3, time, dse.trial
+dse.trial.report_progress(1, {"loss": 1.0})
+directory = dse.trial.trial_dir()
+record = directory.parent.parent.parent / "dse.sqlite"  # <workspace>/<campaign>/run-N/<n>
+number = int(directory.name)
+seen, deadline = 0, time.monotonic() + 30
+while not seen and time.monotonic() < deadline:
+    time.sleep(0.05)
+    db = sqlite3.connect(f"file:{record}?mode=ro", uri=True)
+    (seen,) = db.execute("SELECT COUNT(*) FROM progress p JOIN trials t ON t.id = p.trial_id"
+                         " WHERE t.number = ?", (number,)).fetchone()
+    db.close()
+dse.trial.report({"loss": 1.0, "seen": float(seen)})
+"""
+
+
+def test_a_point_is_in_the_record_while_its_trial_still_runs(tmp_path: Path) -> None:
+    (tmp_path / "wait.py").write_text(WAITING_WORKLOAD)
+    db = run(tmp_path, [sys.executable, "wait.py"])
+
+    # Each trial waited for its own first point to be recorded before it ended.
+    seen = [json.loads(m)["seen"] for (m,) in db.execute("SELECT metrics FROM trials")]
+    assert seen == [1.0, 1.0, 1.0]
+
+
 def test_any_program_appends_lines_a_half_written_one_waits_and_bad_ones_are_noted(
     tmp_path: Path,
 ) -> None:

@@ -36,9 +36,9 @@ PID_FILE = "wrapper.pid"
 
 
 AHEAD_ROUNDS = 3
+"""Attempts the backend queues, in rounds of the attempts it runs at once."""
 MAX_SPARES = 4
 """Most wrappers the wrapper server keeps forked ahead (one per slot up to this)."""
-"""Attempts the backend queues, in rounds of the attempts it runs at once."""
 _HOST = socket.gethostname()
 """This machine's name: every task's DSE_NODE and DSE_NODES."""
 

@@ -53,15 +53,9 @@ def read_trial_file(
         file (a FIFO, a device, a socket, a directory) or it is longer than *limit* bytes.
     :raises OSError: it cannot be read for another reason (permissions, I/O).
     """
-    dir_fd = _open_directory(directory, name)
+    fd, size = _open_regular(directory, name)
     try:
-        fd = _open_file(dir_fd, name)
-    finally:
-        os.close(dir_fd)
-    try:
-        info = os.fstat(fd)
-        _check_mode(info.st_mode, name)
-        if info.st_size > limit:
+        if size > limit:
             raise _too_large(name, limit)
         data = _read_at_most(fd, limit + 1)
     finally:
@@ -80,13 +74,8 @@ def read_trial_file_from(directory: Path, name: str, offset: int, size: int) -> 
     :raises UnsafeTrialFile: the file or the directory is a symlink, or the file is not a
         regular file.
     """
-    dir_fd = _open_directory(directory, name)
+    fd, _ = _open_regular(directory, name)
     try:
-        fd = _open_file(dir_fd, name)
-    finally:
-        os.close(dir_fd)
-    try:
-        _check_mode(os.fstat(fd).st_mode, name)
         return os.pread(fd, size, offset)
     finally:
         os.close(fd)
@@ -109,6 +98,24 @@ def write_trial_file(directory: Path, name: str, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _open_regular(directory: Path, name: str) -> tuple[int, int]:
+    """The file *name* in the trial directory *directory*, open for reading once it is known
+    to be a regular file there (never through a symlink, never a FIFO or device), and its
+    size then."""
+    dir_fd = _open_directory(directory, name)
+    try:
+        fd = _open_file(dir_fd, name)
+    finally:
+        os.close(dir_fd)
+    try:
+        info = os.fstat(fd)
+        _check_mode(info.st_mode, name)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info.st_size
 
 
 def _open_directory(directory: Path, name: str) -> int:
