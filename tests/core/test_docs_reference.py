@@ -75,6 +75,17 @@ direction = "minimize"
 
 [baseline]
 params = { x = 2, kind = "a" }
+
+[stopping]
+rule = "asha"
+metric = "loss"
+direction = "minimize"
+min_step = 1
+max_step = 27
+promote = true
+
+[stopping.asha]
+reduction_factor = 3
 """
 
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from dse._outcome import BestTrial, CampaignResult, EngineListener, Stats
     from dse._plugins import Deferred, PluginManager, Registered
     from dse._pool import Pool, PoolConfig, drive, run_pool
-    from dse._protocols import Agent, Environment, Runner, TrialInfo
+    from dse._protocols import Agent, Environment, Runner, StoppingRule, TrialInfo
     from dse._scheduler import Plan, PoolScheduler, Request
     from dse._scoring import Scorer
     from dse._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         REUSED_FAILURES,
         AttemptState,
         CampaignStatus,
+        Decision,
         Direction,
         EndReason,
         Evaluation,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
         Observation,
         Resources,
         TrialStatus,
+        Verdict,
         reusable,
     )
     from dse._units import parse_duration
@@ -67,6 +69,9 @@ _LAZY: dict[str, str] = {
     "AgentError": "dse._errors",
     "AttemptState": "dse._types",
     "CampaignStatus": "dse._types",
+    "Decision": "dse._types",
+    "StoppingRule": "dse._protocols",
+    "Verdict": "dse._types",
     "EndReason": "dse._types",
     "Backend": "dse._backend",
     "BackendError": "dse._errors",
@@ -153,6 +158,7 @@ __all__ = [
     "ConfigError",
     "Constraint",
     "ConstraintError",
+    "Decision",
     "Deferred",
     "Direction",
     "DseError",
@@ -188,11 +194,13 @@ __all__ = [
     "Scorer",
     "Space",
     "Stats",
+    "StoppingRule",
     "Store",
     "StoreError",
     "SystemClock",
     "TrialInfo",
     "TrialStatus",
+    "Verdict",
     "__version__",
     "build_engine",
     "campaign_from_dict",

@@ -1,5 +1,5 @@
-"""dse-core's own plugin: registers the probe backend and the built-in scorers through the
-public hooks."""
+"""dse-core's own plugin: registers the probe backend, the built-in scorers and stopping rules
+through the public hooks."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dse.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from dse._backend import Backend
+    from dse._protocols import StoppingRule
     from dse._scoring import Scorer
 
 
@@ -24,3 +25,10 @@ def dse_register_scorers() -> list[type[Scorer]]:
     from dse._scoring import DefaultScorer, RatioScorer
 
     return [DefaultScorer, RatioScorer]
+
+
+@hookimpl
+def dse_register_stopping_rules() -> list[type[StoppingRule]]:
+    from dse._stopping_rules import AshaRule, HyperbandRule, MedianRule
+
+    return [MedianRule, AshaRule, HyperbandRule]

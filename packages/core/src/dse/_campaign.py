@@ -132,6 +132,8 @@ class Campaign:
     """The inputs the trials read (the ``[data]`` table), whose version stamps every trial."""
     scorer: ScorerSpec = field(default_factory=ScorerSpec)
     """Who scores a complete run (the ``[scorer]`` table; default: the objective's metric)."""
+    stopping: StoppingSpec | None = None
+    """The rule that stops hopeless trials early (the ``[stopping]`` table), or ``None``."""
     baseline: Baseline | None = None
     """What scores are compared against (the ``[baseline]`` table), or ``None``."""
     workspace: Path = Path(".dse")
@@ -327,6 +329,64 @@ def _sized_by_params(env: EnvironmentConfig, space: Space, where: str) -> Enviro
 
 
 @dataclass(frozen=True, slots=True)
+class StoppingSpec:
+    """The ``[stopping]`` table: which rule stops trials early, on which metric, over which
+    steps (the workload's :func:`dse.trial.report_progress` steps)."""
+
+    rule: str
+    """The registered stopping rule (``median``, ``asha``, ``hyperband``, or a plugin's)."""
+    max_step: int
+    """The step a full run ends at (a trial reporting it is not compared any more)."""
+    metric: str
+    """The progress metric compared (default: the primary objective's)."""
+    direction: Direction = Direction.MINIMIZE
+    """Which way the metric is better (default: its objective's)."""
+    min_step: int = 1
+    """The first step a trial may be stopped at (ASHA's and Hyperband's smallest rung)."""
+    promote: bool = True
+    """Whether a stopped trial with a checkpoint may be promoted (resumed) later."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The ``[stopping.<rule>]`` table, handed to the rule."""
+
+
+def _stopping(raw: Any, where: str, objectives: tuple[Objective, ...]) -> StoppingSpec | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: stopping: expected a table with 'rule' and 'max_step'")
+    # The rules' option tables ([stopping.<rule>]) are theirs: only the chosen one is read.
+    table = _Table({k: v for k, v in raw.items() if not isinstance(v, Mapping)}, where,
+                   "stopping.")
+    rule = table.get("rule", str, "a stopping rule name ('median', 'asha', 'hyperband')", None)
+    if not rule:
+        raise ConfigError(f"{table.where('rule')}: missing (median, asha, hyperband or a"
+                          " plugin's rule)")
+    options = raw.get(rule, {})
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"{where}: stopping.{rule}: expected a table of options")
+    max_step = table.get("max_step", int, "a whole number of steps >= 1", None)
+    if max_step is None:
+        raise ConfigError(f"{table.where('max_step')}: missing: the step a full run ends at")
+    min_step = table.get("min_step", int, "a whole number of steps >= 1", 1)
+    if not 1 <= min_step < max_step:
+        raise ConfigError(f"{table.where('min_step')}: expected 1 <= min_step < max_step"
+                          f" ({max_step}), got {min_step}")
+    metric = table.get("metric", str, "a metric name", objectives[0].metric)
+    known = {o.metric: o.direction for o in objectives}
+    direction = table.get("direction", str, "'minimize' or 'maximize'", None)
+    try:
+        chosen = known.get(metric, Direction.MINIMIZE) if direction is None else Direction(
+            direction)
+    except ValueError:
+        raise ConfigError(f"{table.where('direction')}: expected 'minimize' or 'maximize',"
+                          f" got {direction!r}") from None
+    promote = table.get("promote", bool, "true or false", True)
+    table.finish()
+    return StoppingSpec(rule=rule, max_step=max_step, metric=metric, direction=chosen,
+                        min_step=min_step, promote=promote, options=dict(options))
+
+
+@dataclass(frozen=True, slots=True)
 class Baseline:
     """The ``[baseline]`` table: the params of the reference run, or an existing trial."""
 
@@ -415,9 +475,10 @@ def campaign_from_dict(
                                      "local" if has_command else "probe")
     backend_options = dict(chosen)
     price = _price(backend_options, f"{where}: backend.{backend}.price")
-    root.used.update(("data", "scorer", "baseline", "budget"))
+    root.used.update(("data", "scorer", "baseline", "budget", "stopping"))
     data_spec = parse_data(data.get("data"), f"{where}: data", base_dir.resolve())
     scorer = _scorer(root.table("scorer"), where)
+    stopping = _stopping(data.get("stopping"), where, objectives)
     baseline = _baseline(data.get("baseline"), where, space)
     budget = parse_budget(data.get("budget"), f"{where}: budget")
     if budget.currency is not None and price is not None and budget.currency != price.currency:
@@ -457,6 +518,7 @@ def campaign_from_dict(
         serves=tuple(serves) if serves is not None else (name,),
         data=data_spec,
         scorer=scorer,
+        stopping=stopping,
         baseline=baseline,
         workspace=workspace_path,
         source=source,

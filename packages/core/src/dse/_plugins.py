@@ -111,12 +111,13 @@ class PluginManager:
         self._backends: dict[str, Registered] | None = None
         self._agents: dict[str, Registered] | None = None
         self._scorers: dict[str, Registered] | None = None
+        self._rules: dict[str, Registered] | None = None
 
     def register(self, plugin: object, *, name: str, distribution: tuple[str, str]) -> None:
         """Register *plugin* (a module or object with hook implementations)."""
         self.pm.register(plugin, name=name)
         self._dist[name] = distribution
-        self._backends = self._agents = self._scorers = None
+        self._backends = self._agents = self._scorers = self._rules = None
 
     def _load_entry_points(self) -> None:
         seen: set[str] = set()
@@ -197,6 +198,12 @@ class PluginManager:
             self._scorers = self._collect("dse_register_scorers", "scorer")
         return self._scorers
 
+    @property
+    def stopping_rules(self) -> dict[str, Registered]:
+        if self._rules is None:
+            self._rules = self._collect("dse_register_stopping_rules", "stopping rule")
+        return self._rules
+
     def backend_class(self, name: str) -> type:
         return self._lookup(self.backends, name, "backend")
 
@@ -205,6 +212,9 @@ class PluginManager:
 
     def scorer_class(self, name: str) -> type:
         return self._lookup(self.scorers, name, "scorer")
+
+    def stopping_rule_class(self, name: str) -> type:
+        return self._lookup(self.stopping_rules, name, "stopping rule")
 
     @staticmethod
     def _lookup(registry: dict[str, Registered], name: str, kind: str) -> type:

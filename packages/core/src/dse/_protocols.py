@@ -1,4 +1,5 @@
-"""The three protocols dse is specified with: :class:`Agent`, :class:`Environment`, :class:`Runner`.
+"""The protocols dse is specified with: :class:`Agent`, :class:`Environment`, :class:`Runner`,
+and :class:`StoppingRule` for a campaign that stops hopeless trials early.
 
 Each is what the engine needs from one part, and a plain class satisfies it. Users write agents
 and environments as plain classes; a runner is usually written by extending
@@ -12,11 +13,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Collection, Mapping, Sequence
     from pathlib import Path
 
     from dse._clock import Clock
-    from dse._types import Evaluation, JobSpec, JobStatus, Observation, Resources
+    from dse._types import (
+        Decision,
+        Evaluation,
+        JobSpec,
+        JobStatus,
+        Observation,
+        Resources,
+    )
 
 
 @runtime_checkable
@@ -70,6 +78,38 @@ class Agent(Protocol):
 
         :param observations: in proposal order.
         """
+        ...
+
+
+@runtime_checkable
+class StoppingRule(Protocol):
+    """Decides, from the learning curves trials report, which to stop early and which stopped
+    ones to promote (resume from their checkpoint).
+
+    Rules are registered by :attr:`name` (:func:`dse.hookspecs.dse_register_stopping_rules`)
+    and built as ``cls(min_step=..., max_step=..., **options)`` from the campaign's
+    ``[stopping]`` table, *options* being its ``[stopping.<name>]`` table. A rule sees only
+    numbers: trial numbers, steps and values oriented so that lower is better. It must be
+    deterministic: a resumed run rebuilds it by reporting every recorded point again, in the
+    order they were recorded, before it decides anything new.
+    """
+
+    name: ClassVar[str]
+    """Registered name, used as ``rule = "<name>"`` in ``[stopping]``."""
+    version: ClassVar[str]
+    """Version recorded with every decision the rule makes."""
+
+    def report(self, trial: int, step: int, value: float) -> Decision | None:
+        """Trial *trial* reported *value* (a loss) after *step*; return a decision when the
+        rule compares it with its peers now (:attr:`Verdict.CONTINUE` or :attr:`Verdict.STOP`),
+        ``None`` when it does not (between rungs, too early)."""
+        ...
+
+    def promotions(self, stopped: Collection[int]) -> Sequence[Decision]:
+        """Of the *stopped* trials (stopped at a rung and resumable from a checkpoint), those
+        to resume now, most deserving first, each as a :attr:`Verdict.PROMOTE` decision.
+        The engine promotes as many as it has room for and reports their points again as
+        they come."""
         ...
 
 

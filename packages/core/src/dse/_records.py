@@ -231,6 +231,38 @@ class ProgressRow:
 
 
 @dataclass(frozen=True, slots=True)
+class DecisionRow:
+    """A stopping rule's decision about a trial at a rung (a row of ``decisions``): values
+    in the metric's own sign."""
+
+    trial_row: int
+    """The trial's row."""
+    number: int
+    """The trial's number in its run."""
+    attempt: int
+    """The attempt it was made in (for a promotion: the attempt it ended)."""
+    rule: str
+    rule_version: str
+    verdict: str
+    """``continue``, ``stop`` or ``promote``."""
+    rung: int
+    """The step of the rung compared at."""
+    step: int
+    """The step whose value was compared."""
+    value: float
+    """The trial's metric there."""
+    cutoff: float | None
+    """The value it had to match or beat (``None``: no peers yet)."""
+    peers: int
+    """How many other trials it was compared with."""
+    compared: list[tuple[int, float]]
+    """Those peers (at most 64, the best first) as ``(trial number, value)``."""
+    reason: str
+    bracket: int | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     """Something a run noted in its record (a row of ``events``): a retry, a rejection…"""
 

@@ -68,7 +68,7 @@ class JobState(enum.Enum):
 
 
 class TrialStatus(enum.Enum):
-    """Where a trial is in its life; the last five are outcomes."""
+    """Where a trial is in its life; the last six are outcomes."""
 
     PENDING = "pending"
     """Recorded, not submitted yet."""
@@ -86,14 +86,19 @@ class TrialStatus(enum.Enum):
     """Hit its own ceiling."""
     CANCELLED = "cancelled"
     """Stopped by the user."""
+    STOPPED = "stopped"
+    """Stopped early by the campaign's stopping rule at a rung (``[stopping]``): a result at
+    a lower fidelity (its last reported metrics), not a failure; never retried, and resumed
+    from its checkpoint if the rule promotes it later."""
 
     def is_finished(self) -> bool:
         return self is not TrialStatus.PENDING and self is not TrialStatus.RUNNING
 
     def is_reusable(self) -> bool:
         """Whether a trial ending so may have a result a later identical proposal reuses
-        (completed, or failed for a reason about the design: see :func:`reusable`)."""
-        return self in (TrialStatus.COMPLETED, TrialStatus.FAILED)
+        (completed, stopped at a rung, or failed for a reason about the design: see
+        :func:`reusable`)."""
+        return self in (TrialStatus.COMPLETED, TrialStatus.FAILED, TrialStatus.STOPPED)
 
 
 class AttemptState(enum.Enum):
@@ -276,7 +281,9 @@ preempted or killed job, a cancellation, a time limit the campaign chose) and is
 
 def reusable(status: TrialStatus, failure: FailureClass | None) -> bool:
     """Whether a trial that ended *status* with *failure* has a result a later identical
-    proposal may reuse: completed, or failed for a reason in :data:`REUSED_FAILURES`."""
-    if status is TrialStatus.COMPLETED:
+    proposal may reuse: completed, stopped by the stopping rule (its result at its rung: the
+    reuse is told to the agent as that low-fidelity observation), or failed for a reason in
+    :data:`REUSED_FAILURES`."""
+    if status is TrialStatus.COMPLETED or status is TrialStatus.STOPPED:
         return True
     return status is TrialStatus.FAILED and failure in REUSED_FAILURES

@@ -37,6 +37,7 @@ from dse._records import (
     AttemptSpend,
     CampaignRun,
     Claim,
+    DecisionRow,
     EnvironmentRecord,
     Event,
     Invalidation,
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another controller's transaction before giving up."""
 DB_NAME = "dse.sqlite"
@@ -130,7 +131,7 @@ _CAMPAIGN_STATUS = {s.value: s for s in CampaignStatus}
 
 _CAMPAIGN = ("id, name, source, spec, agent, backend, mode, max_parallelism, status,"
              " end_reason, created_at, ended_at")
-REUSABLE = ("(status = 'completed' OR (status = 'failed' AND failure IN ("
+REUSABLE = ("(status IN ('completed', 'stopped') OR (status = 'failed' AND failure IN ("
             + ", ".join(sorted(f"'{f.value}'" for f in REUSED_FAILURES)) + ")))")
 """The trials whose result a later identical proposal may reuse (:func:`dse._types.reusable`,
 in SQL): the one place the record says so."""
@@ -667,6 +668,33 @@ CREATE TABLE IF NOT EXISTS progress (
 restarted controller — is kept once)."""
 
 
+_NEW_TABLES_14 = """
+CREATE TABLE IF NOT EXISTS decisions (
+    id INTEGER PRIMARY KEY,
+    campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+    trial_id INTEGER NOT NULL REFERENCES trials(id),
+    attempt INTEGER NOT NULL,
+    rule TEXT NOT NULL,
+    rule_version TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    rung INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    value REAL NOT NULL,
+    cutoff REAL,
+    peers INTEGER NOT NULL,
+    compared TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    bracket INTEGER,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS decisions_trial ON decisions(trial_id);
+CREATE INDEX IF NOT EXISTS decisions_run ON decisions(campaign_id, verdict);
+CREATE INDEX IF NOT EXISTS trials_stopped ON trials(campaign_id) WHERE status = 'stopped'
+"""
+"""Schema 14: the decisions of a campaign's stopping rule (``[stopping]``): which trial, at
+which rung, compared with which peers, by which rule and version, and what it decided."""
+
+
 def _tally_key(row: str) -> str:
     """The ``run_tallies`` key columns of trial *row* (``NEW`` or ``OLD`` in a trigger)."""
     version = f"IFNULL(COALESCE(NULLIF({row}.data_version_read, ''), {row}.data_version), '')"
@@ -877,6 +905,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     10: (*_SUMMARIES, *_BACKFILL_11),
     11: (*_SUMMARIES_12, *_BACKFILL_12),
     12: tuple(_NEW_TABLES_13.split(";")),
+    13: tuple(_NEW_TABLES_14.split(";")),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
@@ -965,12 +994,19 @@ CREATE TABLE IF NOT EXISTS agent_log (
     in_flight TEXT
 );
 CREATE INDEX IF NOT EXISTS agent_log_campaign ON agent_log(campaign_id, id);
-""" + _NEW_TABLES_7 + ";" + _NEW_TABLES_9 + ";" + _NEW_TABLES_10 + ";" + _NEW_TABLES_13
+""" + ";".join((_NEW_TABLES_7, _NEW_TABLES_9, _NEW_TABLES_10, _NEW_TABLES_13, _NEW_TABLES_14))
 
 
 _INSERT_PROGRESS = (
     "INSERT OR IGNORE INTO progress(trial_id, attempt, step, metrics, at) VALUES (?,?,?,?,?)"
 )
+_INSERT_DECISION = (
+    "INSERT INTO decisions(campaign_id, trial_id, attempt, rule, rule_version, verdict, rung,"
+    " step, value, cutoff, peers, compared, reason, bracket, at)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+_DECISION = ("d.trial_id, t.number, d.attempt, d.rule, d.rule_version, d.verdict, d.rung,"
+             " d.step, d.value, d.cutoff, d.peers, d.compared, d.reason, d.bracket, d.at")
 _INSERT_TRIAL = (
     "INSERT INTO trials(id, campaign_id, number, proposal, wave, config_hash, params, status,"
     " failure, message, metrics, score, cache_of, trial_dir, created_at, ended_at,"
@@ -1049,7 +1085,7 @@ class Batch:
         "_trials", "_trial_ends", "_attempts", "_attempt_updates", "_attempt_ends",
         "_attempt_usage", "_trial_data", "_attempt_spend", "_attempt_expected", "_scores",
         "_environments", "_trial_links", "_events", "_campaign_updates", "_agent_log",
-        "_agent_snapshots", "_reruns", "_relinks", "_releases", "_progress",
+        "_agent_snapshots", "_reruns", "_relinks", "_releases", "_progress", "_decisions",
     )
 
     def __init__(self) -> None:
@@ -1073,6 +1109,7 @@ class Batch:
         self._relinks: list[tuple[Any, ...]] = []
         self._releases: list[tuple[Any, ...]] = []
         self._progress: list[tuple[Any, ...]] = []
+        self._decisions: list[tuple[Any, ...]] = []
 
     def __bool__(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)
@@ -1205,6 +1242,15 @@ class Batch:
     ) -> None:
         """A point of trial *row*'s learning curve (*metrics*: its JSON object)."""
         self._progress.append((row, attempt, step, metrics, at))
+
+    def add_decision(
+        self, *, campaign: int, row: int, attempt: int, rule: str, version: str,
+        verdict: str, rung: int, step: int, value: float, cutoff: float | None, peers: int,
+        compared: str, reason: str, bracket: int | None, at: float,
+    ) -> None:
+        """A stopping rule's decision about trial *row* (*compared*: its peers, as JSON)."""
+        self._decisions.append((campaign, row, attempt, rule, version, verdict, rung, step,
+                                value, cutoff, peers, compared, reason, bracket, at))
 
     def add_event(
         self, *, campaign: int, trial: int | None, at: float, kind: str,
@@ -1393,7 +1439,53 @@ class _Summaries(_Reads):
         return [_score(r) for r in sorted(found)]
 
 
-class Store(_Summaries):
+def _decision(r: tuple[Any, ...]) -> DecisionRow:
+    return DecisionRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
+                       [(int(n), float(v)) for n, v in _loads(r[11])], r[12], r[13], r[14])
+
+
+class _Stops(_Summaries):
+    """Reads of early stopping: the stopping rule's decisions, the learning curves a resumed
+    run's rule is rebuilt from, the trials stopped at a rung."""
+
+    def decisions(self, trial_row: int) -> list[DecisionRow]:
+        """The decisions about trial *trial_row*, in the order they were made."""
+        return [_decision(r) for r in self._rows(
+            f"SELECT {_DECISION} FROM decisions d JOIN trials t ON t.id = d.trial_id"
+            " WHERE d.trial_id = ? ORDER BY d.id", (trial_row,))]
+
+    def run_decisions(self, campaign_id: int, verdicts: Sequence[str] = ("stop", "promote")
+                      ) -> list[DecisionRow]:
+        """The decisions of run *campaign_id* with one of *verdicts*, in the order made."""
+        marks = ",".join("?" * len(verdicts))
+        return [_decision(r) for r in self._rows(
+            f"SELECT {_DECISION} FROM decisions d JOIN trials t ON t.id = d.trial_id"
+            f" WHERE d.campaign_id = ? AND d.verdict IN ({marks}) ORDER BY d.id",
+            (campaign_id, *verdicts))]
+
+    def decision_counts(self, campaign_id: int) -> dict[tuple[str, int], int]:
+        """How many trials of run *campaign_id* were stopped or promoted at each rung:
+        ``(verdict, rung) -> count``."""
+        return {(v, rung): n for v, rung, n in self._rows(
+            "SELECT verdict, rung, COUNT(*) FROM decisions WHERE campaign_id = ? AND verdict"
+            " IN ('stop', 'promote') GROUP BY verdict, rung", (campaign_id,))}
+
+    def run_progress(self, campaign_id: int) -> Iterator[tuple[int, int, int, str]]:
+        """Every point of run *campaign_id*'s learning curves as ``(trial number, attempt,
+        step, metrics JSON)``, in the order they were reported."""
+        yield from self._db.execute(
+            "SELECT t.number, p.attempt, p.step, p.metrics FROM trials t JOIN progress p"
+            " ON p.trial_id = t.id WHERE t.campaign_id = ? ORDER BY p.at, t.number, p.step",
+            (campaign_id,))
+
+    def stopped_trials(self, campaign_id: int) -> list[Trial]:
+        """The trials of run *campaign_id* that ended stopped by its rule (not cache hits)."""
+        return [_trial(r) for r in self._rows(
+            f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND status = 'stopped' AND"
+            " cache_of IS NULL ORDER BY number", (campaign_id,))]
+
+
+class Store(_Stops):
     """The SQLite record of a workspace (``<workspace>/dse.sqlite``).
 
     ``journal_mode`` is the journal SQLite runs with: ``wal`` on a local disk, ``delete``
@@ -1555,6 +1647,7 @@ class Store(_Summaries):
                 (_INSERT_SCORE, batch._scores),
                 (_INSERT_EVENT, batch._events),
                 (_INSERT_PROGRESS, batch._progress),
+                (_INSERT_DECISION, batch._decisions),
                 (_INSERT_AGENT_CALL, batch._agent_log),
                 (_END_CAMPAIGN, batch._campaign_updates),
             ):

@@ -33,6 +33,7 @@ __all__ = [
     "REUSED_FAILURES",
     "AttemptState",
     "CampaignStatus",
+    "Decision",
     "Direction",
     "EndReason",
     "Evaluation",
@@ -44,6 +45,7 @@ __all__ = [
     "Observation",
     "Resources",
     "TrialStatus",
+    "Verdict",
     "finite_float",
     "reusable",
 ]
@@ -218,6 +220,14 @@ class Observation:
     """Why the proposal was rejected (constraint, outside the space), or ``None``."""
     direction: Direction = Direction.MINIMIZE
     """Whether a lower or a higher :attr:`score` is better (the campaign scorer's)."""
+    step: int | None = None
+    """For a trial stopped early (``status`` :attr:`TrialStatus.STOPPED`, or a cache hit of
+    one): the step its :attr:`metrics` and :attr:`score` are from, a lower fidelity than a full
+    run's; ``None`` for a trial that ran to its end. A stopped trial promoted later is told
+    again, with the same :attr:`trial_number`, when it ends."""
+    max_step: int | None = None
+    """The step a full run ends at (the campaign's ``[stopping] max_step``), when the campaign
+    stops trials early; ``step / max_step`` is the fidelity of a stopped trial's result."""
 
     @property
     def loss(self) -> float | None:
@@ -226,6 +236,52 @@ class Observation:
         if self.score is None:
             return None
         return -self.score if self.direction is Direction.MAXIMIZE else self.score
+
+
+class Verdict(enum.StrEnum):
+    """What a stopping rule decided for a trial at a rung."""
+
+    CONTINUE = "continue"
+    """Go on to the next rung."""
+    STOP = "stop"
+    """Stop now: the trial ends :attr:`TrialStatus.STOPPED` at this rung."""
+    PROMOTE = "promote"
+    """A stopped trial goes on after all (its peers did worse than expected): it resumes
+    from its checkpoint as a new attempt."""
+
+
+MAX_COMPARED = 64
+"""The most peers a :class:`Decision` lists by name (the count is always whole)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One decision of a stopping rule about one trial at one rung, as the record keeps it.
+
+    Values are losses (lower is better: a maximised metric's values are negated) as the rule
+    saw them; the record keeps them in the metric's own sign.
+    """
+
+    trial: int
+    """The trial number decided on."""
+    verdict: Verdict
+    rung: int
+    """The step of the rung the trial was compared at."""
+    step: int
+    """The step whose value was compared (the first reported at or past the rung)."""
+    value: float
+    """The trial's value there."""
+    cutoff: float | None = None
+    """The value it had to match or beat (``None``: no peers to compare with yet)."""
+    peers: int = 0
+    """How many other trials it was compared with."""
+    compared: tuple[tuple[int, float], ...] = ()
+    """Those peers as ``(trial number, value)``, best first; at most :data:`MAX_COMPARED`
+    (the best ones)."""
+    reason: str = ""
+    """One line saying why (``"0.41 is not in the best 1/3 of 7 trials at step 9"``)."""
+    bracket: int | None = None
+    """The bracket the trial belongs to (Hyperband), ``None`` for a rule without brackets."""
 
 
 def finite_float(value: Any) -> float | None:

@@ -21,7 +21,7 @@ import pluggy
 if TYPE_CHECKING:
     from dse._backend import Backend
     from dse._plugins import Deferred
-    from dse._protocols import Agent
+    from dse._protocols import Agent, StoppingRule
     from dse._scoring import Scorer
 
 hookspec = pluggy.HookspecMarker("dse")
@@ -77,4 +77,20 @@ def dse_register_scorers() -> list[type[Scorer]]:  # type: ignore[empty-body]
     error naming both distributions.
 
     :return: a list of scorer classes (possibly empty).
+    """
+
+
+@hookspec
+def dse_register_stopping_rules() -> list[type[StoppingRule]]:  # type: ignore[empty-body]
+    """Return the stopping-rule classes this plugin provides.
+
+    Called once per process, when dse first needs a stopping rule. Every plugin's result is
+    collected. Each class satisfies :class:`dse.StoppingRule` (``name``, ``version``,
+    ``report(trial, step, value)``, ``promotions(stopped)``); the campaign file selects it with
+    ``[stopping] rule = "<name>"`` and it is built as
+    ``cls(min_step=..., max_step=..., **options)`` with the ``[stopping.<name>]`` table as
+    *options*. dse-core registers ``median``, ``asha`` and ``hyperband``. Two plugins
+    returning the same name is an error naming both distributions.
+
+    :return: a list of stopping-rule classes (possibly empty).
     """
