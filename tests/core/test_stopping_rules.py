@@ -371,6 +371,18 @@ def test_asha_promotes_a_stopped_trial_once_its_rung_has_grown() -> None:
     assert rule.promotions({2}) == []
 
 
+def test_asha_promotes_the_highest_rung_first() -> None:
+    rule = AshaRule(min_step=1, max_step=8, reduction_factor=2, min_peers=0)
+    assert rule.rungs == [1, 2, 4]
+    verdicts = [rule.report(*point).verdict  # type: ignore[union-attr]
+                for point in [(1, 1, 0.1), (2, 1, 0.2), (1, 2, 0.1), (3, 1, 0.05), (3, 2, 0.3),
+                              (4, 2, 0.9), (5, 2, 0.95), (6, 1, 1.0)]]
+    assert [v.value for v in verdicts] == [
+        "continue", "stop", "continue", "continue", "stop", "stop", "stop", "stop"]
+    promoted = rule.promotions({2, 3, 4, 5, 6})
+    assert [(d.trial, d.rung, d.step) for d in promoted] == [(3, 2, 2), (2, 1, 1)]
+
+
 def test_asha_ties_go_to_the_lower_trial_number() -> None:
     rule = AshaRule(min_step=1, max_step=10, min_peers=0)
     assert rule.report(2, 1, 0.5).verdict is Verdict.CONTINUE  # type: ignore[union-attr]

@@ -90,13 +90,15 @@ def hyperband_rungs(max_step: int, eta: float, s: int) -> list[int]:
 
 class _Ranked:
     """One population (the trials at one rung, or at one step), sorted best first: by value,
-    ties by trial number. Kept in two parallel arrays (16 bytes a trial, no objects)."""
+    ties by trial number. Kept in two parallel arrays (16 bytes a trial, no objects), with
+    the best few as pairs, made again only when an insertion lands among them."""
 
-    __slots__ = ("trials", "values")
+    __slots__ = ("_head", "trials", "values")
 
     def __init__(self) -> None:
         self.values = array("d")
         self.trials = array("q")
+        self._head: tuple[tuple[int, float], ...] | None = ()
 
     def __len__(self) -> int:
         return len(self.values)
@@ -108,26 +110,23 @@ class _Ranked:
         at = bisect.bisect_left(self.trials, trial, lo, hi)
         self.values.insert(at, value)
         self.trials.insert(at, trial)
+        if at <= MAX_COMPARED:
+            self._head = None
         return at
 
     def value_without(self, skip: int, j: int) -> float:
         """The *j*-th best value (0-based) of the population without the one at *skip*."""
         return self.values[j if j < skip else j + 1]
 
-    def head(self) -> list[tuple[int, float]]:
-        """The best ``MAX_COMPARED + 1`` as ``(trial, value)``: enough to list the best
-        :data:`MAX_COMPARED` peers of any one of them."""
-        end = MAX_COMPARED + 1
-        return list(zip(self.trials[:end], self.values[:end], strict=True))
-
-    def best_without(self, skip: int, head: list[tuple[int, float]] | None = None,
-                     ) -> tuple[tuple[int, float], ...]:
-        """The best :data:`MAX_COMPARED` of the population without the one at *skip*
-        (from :meth:`head`, when the caller has it)."""
-        pairs = self.head() if head is None else head
-        if skip < len(pairs):
-            return (*pairs[:skip], *pairs[skip + 1:])
-        return tuple(pairs[:MAX_COMPARED])
+    def best_without(self, skip: int) -> tuple[tuple[int, float], ...]:
+        """The best :data:`MAX_COMPARED` of the population without the one at *skip*."""
+        head = self._head
+        if head is None:
+            end = MAX_COMPARED + 1
+            head = self._head = tuple(zip(self.trials[:end], self.values[:end], strict=True))
+        if skip < len(head):
+            return head[:skip] + head[skip + 1:]
+        return head[:MAX_COMPARED]
 
 
 class _Halving:
@@ -191,7 +190,6 @@ class _Halving:
             at = self._at[k]
             n = len(at)
             keep = int(n // self.eta)
-            head = at.head() if keep else []
             for i in range(keep):
                 trial = at.trials[i]
                 if trial not in stopped or self._top[trial][0] != k:
@@ -200,7 +198,7 @@ class _Halving:
                 cutoff = at.value_without(i, keep - 1)  # keep < n: eta >= 2
                 out.append(Decision(
                     trial, Verdict.PROMOTE, self.rungs[k], self._top[trial][1], value, cutoff,
-                    n - 1, at.best_without(i, head),
+                    n - 1, at.best_without(i),
                     f"{value:g} is now among the best {keep} of {n} trials at step"
                     f" {self.rungs[k]}", self.bracket))
         return out
