@@ -105,12 +105,10 @@ def test_asha_stops_the_worse_trials_and_promotes_one_whose_peers_did_worse(
     tmp_path: Path,
 ) -> None:
     # Trial 2 (x=3: 1 + 3/step) reaches rung 1 after trial 1 (x=2: 2 + 1/step), the best:
-    # with two trials there (min_peers = 0: compared from the second on), only the best goes
-    # on, so it is stopped. Then worse trials arrive: with six at rung 1, the best two are
-    # ASHA's to promote — and trial 2 is second.
+    # with two trials there, only the best goes on, so it is stopped. Then worse trials
+    # arrive: with six at rung 1, the best two are ASHA's to promote — and trial 2 is second.
     # Resumed, it beats trial 1 at rung 3 (2.0 against 2.33) and runs to the end, the best.
-    db = run(tmp_path, rule="asha", choices=[2, 3, 10, 11, 12, 13, 14, 15],
-             extra="[stopping.asha]\nmin_peers = 0")
+    db = run(tmp_path, rule="asha", choices=[2, 3, 10, 11, 12, 13, 14, 15])
     ended = trials(db)
 
     assert ended[1]["status"] == "completed"
@@ -201,7 +199,7 @@ def test_hyperband_decisions_name_their_bracket(tmp_path: Path) -> None:
 
 def test_a_stopped_result_is_reused_and_the_agent_is_told_its_step(tmp_path: Path) -> None:
     db = run(tmp_path, rule="asha", choices=[1, 9], step_s=0.05,
-             extra="promote = false\n[stopping.asha]\nmin_peers = 0")
+             extra="promote = false")
     ended = trials(db)
     assert ended[2]["status"] == "stopped"
     store = dse.Store(tmp_path / ".dse" / "dse.sqlite")

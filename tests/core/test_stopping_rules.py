@@ -256,7 +256,7 @@ def asha_cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[Point], list[int]]
     max_step = draw(st.integers(2, 40))
     min_step = draw(st.integers(1, max_step - 1))
     options = {"min_step": min_step, "max_step": max_step, "reduction_factor": draw(ETAS),
-               "min_peers": draw(st.one_of(st.none(), st.integers(0, 3)))}
+               "min_peers": draw(st.integers(0, 3))}
     points = draw(curves(max_step))
     takes = draw(st.lists(st.integers(0, 3), min_size=len(points), max_size=len(points)))
     return options, points, takes
@@ -391,8 +391,8 @@ def test_asha_ties_go_to_the_lower_trial_number() -> None:
 
 
 def test_asha_waits_for_min_peers_before_comparing() -> None:
-    rule = AshaRule(min_step=1, max_step=10)  # default: a rung compares from 3 trials on
-    assert rule.min_peers == 2
+    assert AshaRule(min_step=1, max_step=10).min_peers == 0  # compared from the second on
+    rule = AshaRule(min_step=1, max_step=10, min_peers=2)
     for trial, value in ((1, 0.1), (2, 0.9)):
         d = rule.report(trial, 1, value)
         assert d is not None
@@ -429,7 +429,7 @@ def hyperband_cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[Point], list[
     min_step = draw(st.integers(1, 4))
     max_step = draw(st.integers(math.ceil(min_step * eta), 60))
     options = {"min_step": min_step, "max_step": max_step, "reduction_factor": eta,
-               "min_peers": draw(st.one_of(st.none(), st.integers(0, 2)))}
+               "min_peers": draw(st.integers(0, 2))}
     points = draw(curves(max_step, most=16))
     takes = draw(st.lists(st.integers(0, 3), min_size=len(points), max_size=len(points)))
     return options, points, takes

@@ -61,13 +61,6 @@ def _steps(min_step: object, max_step: object) -> tuple[int, int]:
     return low, high
 
 
-def _grace(name: str, value: object, eta: float) -> int:
-    """``min_peers`` of a halving rule; ``None`` (the default) is ``ceil(eta) - 1``: a rung
-    compares once it holds ``reduction_factor`` trials, the fewest of which a fraction
-    ``1/reduction_factor`` is a whole trial."""
-    return math.ceil(eta) - 1 if value is None else _whole(name, value, 0)
-
-
 def rungs(min_step: int, max_step: int, eta: float) -> list[int]:
     """ASHA's rungs: ``min_step * eta**k`` for k = 0, 1, ... below *max_step*, each rounded
     up to a whole step (a trial is at a rung once it ran at least that many steps)."""
@@ -224,7 +217,9 @@ class AshaRule:
     whole steps). A trial reaching a rung is compared with the ``n`` trials that reached it so
     far (itself included): it goes on when it is among the best ``max(1, n //
     reduction_factor)`` of them, and is stopped otherwise. While fewer than ``min_peers``
-    other trials have reached the rung it goes on without a comparison (by default until the
+    other trials have reached the rung it goes on without a comparison (by default it is
+    compared from the second trial on, as in Optuna and Ray Tune: with checkpoints an early
+    stop is taken back by a promotion; without them, ``reduction_factor - 1`` waits until a
     rung holds ``reduction_factor`` trials). A trial reporting coarse steps is counted at
     every rung it passed, with the value it passed them with, and decided at the highest.
     A stopped trial is promoted later, by :meth:`promotions`, when it has become one of the
@@ -238,11 +233,11 @@ class AshaRule:
     version: ClassVar[str] = "1"
 
     def __init__(self, *, min_step: int, max_step: int, reduction_factor: float = 3,
-                 min_peers: int | None = None) -> None:
+                 min_peers: int = 0) -> None:
         low, high = _steps(min_step, max_step)
         eta = _factor("stopping.asha.reduction_factor", reduction_factor)
         self.eta = eta
-        self.min_peers = _grace("stopping.asha.min_peers", min_peers, eta)
+        self.min_peers = _whole("stopping.asha.min_peers", min_peers, 0)
         self.max_step = high
         self._ladder = _Halving(rungs(low, high, eta), max_step=high, eta=eta,
                                 min_peers=self.min_peers)
@@ -276,10 +271,10 @@ class HyperbandRule:
     version: ClassVar[str] = "1"
 
     def __init__(self, *, min_step: int, max_step: int, reduction_factor: float = 3,
-                 min_peers: int | None = None) -> None:
+                 min_peers: int = 0) -> None:
         low, high = _steps(min_step, max_step)
         eta = _factor("stopping.hyperband.reduction_factor", reduction_factor)
-        grace = _grace("stopping.hyperband.min_peers", min_peers, eta)
+        grace = _whole("stopping.hyperband.min_peers", min_peers, 0)
         s_max = 0
         while low * eta ** (s_max + 1) <= high * (1 + 1e-12):
             s_max += 1
