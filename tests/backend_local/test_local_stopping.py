@@ -393,7 +393,8 @@ def test_a_bad_rule_option_is_one_line_and_records_no_run(
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("dse: error: ") and says in lines[0], lines[0]
+    assert lines[0].startswith("dse: error: "), lines[0]
+    assert says in lines[0], lines[0]
     assert "c.toml: stopping" in lines[0]
     assert lines[0].count("stopping.asha") == 1
     record = tmp_path / ".dse" / "dse.sqlite"
