@@ -106,6 +106,9 @@ class Scenario:
     stopping: Mapping[str, Any] | None = None
     """The campaign's ``[stopping]`` table (the stopping layer's cases; their scripts carry
     learning curves)."""
+    races: int = 0
+    """The stopping layer: every *races*-th cancel the backend is asked for comes as the job is
+    preempted, which ends it instead (0: never)."""
 
     def like(self, x: int) -> int:
         """The scripted ``x`` whose behaviour and resources a proposal ``x`` has."""
@@ -1069,18 +1072,24 @@ def stopping_scenario(number: int) -> Scenario:
                                             state=state, progress=points))
         scripts[x] = tuple(attempts)
     # Its campaign may run more trials than the engine layer's: the campaign ceilings are
-    # as drawn, or 4 or 16 times larger (binding later, or not at all).
+    # as drawn, or 4 or 16 times larger (binding later, or not at all). A promoted attempt
+    # gets what its trial's earlier attempts left: a per-trial wall-clock ceiling (one case in
+    # two) makes that bind.
     scale = draw.choice([1.0, 4.0, 16.0])
     budget = base.budget
+    trial = budget.trial
+    if trial.wall_s is None and draw.one_in(2):
+        trial = dataclasses.replace(trial, wall_s=draw.seconds(0.5, 40.0))
     budget = dataclasses.replace(
-        budget,
+        budget, trial=trial,
         wall_clock_s=None if budget.wall_clock_s is None else budget.wall_clock_s * scale,
         compute=None if budget.compute is None else (
             budget.compute[0], budget.compute[1] * scale),
         money=None if budget.money is None else budget.money * scale,
     )
     return dataclasses.replace(base, proposals=proposals, scripts=scripts, budget=budget,
-                               stopping=_stopping_table(draw, max_step))
+                               stopping=_stopping_table(draw, max_step),
+                               races=draw.choice([0, 0, 2, 3]))
 
 
 def _spend(case: Scenario, resources: dse.Resources, wall: float) -> Spend:
@@ -1130,10 +1139,23 @@ class WatchedProbe(OverrunningProbe):
         """Trial id -> what its ended attempts spent (by the times the probe reported)."""
         self.resumed = 0
         """Attempts started from a checkpoint."""
+        self.cancels = 0
+        """Cancels asked for so far."""
+        self.broken: list[AssertionError] = []
+        """What did not hold (raised in the engine's call, which would take it for a
+        refusal of the batch; raised again after the run)."""
 
     def _submit(self, jobs: Sequence[JobSpec]) -> Sequence[str]:
         now = self.clock.time()
         ids = super()._submit(jobs)
+        try:
+            self._started(jobs, ids, now)
+        except AssertionError as exc:
+            self.broken.append(exc)  # the engine takes what submit raises for a refusal
+            raise
+        return ids
+
+    def _started(self, jobs: Sequence[JobSpec], ids: Sequence[str], now: float) -> None:
         ledger, case = self.ledger, self.case
         assert ledger is not None
         deadline = ledger.deadline
@@ -1154,7 +1176,21 @@ class WatchedProbe(OverrunningProbe):
             held = ledger.reserved.as_dict()[name]
             assert value <= held * (1 + TOLERANCE) + TOLERANCE, (name, value, held)
         _within(ledger.spent + running, case, trial=False)
-        return ids
+
+    def _cancel(self, job_ids: Sequence[str]) -> None:
+        """Cancel, except that every ``case.races``-th cancel loses the race with a
+        preemption: the job ends preempted now, as a real job may just as it is cancelled."""
+        now, cancel = self.clock.time(), []
+        for job_id in job_ids:
+            self.cancels += 1
+            job = self.cluster.jobs.get(job_id)
+            if (self.case.races and self.cancels % self.case.races == 0 and job is not None
+                    and job.ends_at is not None and not job.state.is_finished()):
+                job.script = dataclasses.replace(job.script, state=JobState.PREEMPTED)
+                job.ends_at, job.times_out = min(job.ends_at, now), False
+            else:
+                cancel.append(job_id)
+        super()._cancel(cancel)
 
     def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
         statuses = super()._poll(job_ids)
@@ -1241,6 +1277,8 @@ def test_early_stopping_never_spends_past_a_ceiling_and_ends(
         try:
             probe = WatchedProbe(case)
             record = run_engine(case, root, probe)
+            if probe.broken:
+                raise probe.broken[0]
             if record.refusal is None:
                 done = check_stops(case, root / "dse.sqlite")
                 done.resumed = probe.resumed
