@@ -1026,13 +1026,18 @@ def _curve(draw: Draw, max_step: int, pace: float, rank: int | None
 
 def _stopping_table(draw: Draw, max_step: int) -> dict[str, Any]:
     rule = draw.choice(["asha", "hyperband", "median"])
+    min_step = draw.integer(1, min(2, max_step - 1))
+    if rule == "hyperband":  # a bracket must stop trials: min_step x eta <= max_step
+        eta = draw.choice([2, 3])
+        if min_step * eta > max_step:
+            min_step, eta = 1, 2
     options: dict[str, Any] = {
         "asha": lambda: {"reduction_factor": draw.choice([2, 2, 3, 3, 4]),
                          "min_peers": draw.integer(0, 2)},
-        "hyperband": lambda: {"reduction_factor": draw.choice([2, 3])},
+        "hyperband": lambda: {"reduction_factor": eta},
         "median": lambda: {"min_peers": draw.integer(1, 4), "interval": draw.integer(1, 2)},
     }[rule]()
-    return {"rule": rule, "max_step": max_step, "min_step": draw.integer(1, min(2, max_step - 1)),
+    return {"rule": rule, "max_step": max_step, "min_step": min_step,
             "promote": not draw.one_in(4), rule: options}
 
 
