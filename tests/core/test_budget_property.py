@@ -13,6 +13,14 @@ Two layers check the same generated cases with the same :func:`check`:
   the engine did what the model did (same trials, attempts, spend and end), so the engine's
   use of the gate stays proven and the model stays faithful.
 
+A third layer, the **stopping layer** (a hundred and twenty cases of their own), runs whole
+campaigns with early stopping in play (``[stopping]``: asha, hyperband or median, promotion on
+or off; learning curves that cross, some checkpointed, on the probe) among the same generated
+ceilings, prices, failures, interruptions, retries, parallelism and modes, and checks the
+same guarantee on the record, and more: the probe checks at every start that the attempt (a
+promoted one too) was reserved and its worst case fit; a stopped trial is never retried as an
+interruption, only promoted, resumed from its checkpoint.
+
 Case *n* is drawn from a :class:`random.Random` seeded with *n*, so every run checks the same
 cases; a failing case is named, with its full description, in the failure. (Hypothesis drew
 these cases before; its ~150 draws per case cost ten times more than checking the case on the
@@ -42,13 +50,14 @@ import pytest
 
 import dse
 from dse import JobSpec, JobState, JobStatus
-from dse._budget import Budget, Price, Spend, TrialCeilings
+from dse._budget import Budget, Ledger, Price, Spend, TrialCeilings
 from dse._gate import BudgetGate
-from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
+from dse.testing import FakeClock, ProbeBackend, ProbePoint, ProbeScript, ScriptedAgent
 
-LAYERS = {"gate": (4, 2_500), "engine": (2, 200)}
+LAYERS = {"gate": (4, 2_500), "engine": (2, 200), "stopping": (2, 60)}
 """Layer -> (shards, cases per shard). The gate layer checks cases 0 to 9,999; the engine
-layer every :data:`ENGINE_STRIDE`-th of them."""
+layer every :data:`ENGINE_STRIDE`-th of them; the stopping layer others, with early stopping
+(:data:`STOPPING_OFFSET`)."""
 ENGINE_STRIDE = 25
 POLL_INTERVAL = 3600.0
 """The campaigns' polling interval (the probe sleeps the fake clock to the next end)."""
@@ -94,6 +103,12 @@ class Scenario:
     budget: Budget
     overrun_s: float
     """How long past its time limit the backend lets an attempt run."""
+    stopping: Mapping[str, Any] | None = None
+    """The campaign's ``[stopping]`` table (the stopping layer's cases; their scripts carry
+    learning curves)."""
+    races: int = 0
+    """The stopping layer: every *races*-th cancel the backend is asked for comes as the job is
+    preempted, which ends it instead (0: never)."""
 
     def like(self, x: int) -> int:
         """The scripted ``x`` whose behaviour and resources a proposal ``x`` has."""
@@ -574,9 +589,9 @@ class OverrunningProbe(ProbeBackend):
 
     def __init__(
         self, script: Callable[[Mapping[str, Any]], Sequence[ProbeScript]], *,
-        clock: FakeClock, overrun_s: float,
+        clock: FakeClock, overrun_s: float, write_results: bool = False,
     ) -> None:
-        super().__init__(script, clock=clock)
+        super().__init__(script, clock=clock, write_results=write_results)
         self.overrun_s = overrun_s
 
     def _submit(self, jobs: Sequence[JobSpec]) -> Sequence[str]:
@@ -585,7 +600,8 @@ class OverrunningProbe(ProbeBackend):
             job = self.cluster.jobs[job_id]
             limit, seconds = job.spec.time_limit, job.script.seconds
             if limit is not None and seconds is not None and job.started_at is not None:
-                job.ends_at = job.started_at + min(seconds, limit + self.overrun_s)
+                run = max(seconds - job.resumed_at, 0.0)  # less what a checkpoint saved
+                job.ends_at = job.started_at + min(run, limit + self.overrun_s)
         return ids
 
 
@@ -603,22 +619,27 @@ def _campaign(case: Scenario, workspace: Path) -> dse.Campaign:
     }
     if case.max_trials is not None:
         table["max_trials"] = case.max_trials
-    camp = dse.campaign_from_dict({
+    document: dict[str, Any] = {
         "campaign": table,
         "space": {"x": {"type": "int", "low": 0, "high": 10 * FRESH}},
         "objectives": [{"metric": "value"}],
         "environment": environment,
-    }, workspace=workspace)
+    }
+    if case.stopping is not None:
+        document["stopping"] = dict(case.stopping)
+    camp = dse.campaign_from_dict(document, workspace=workspace)
     return dataclasses.replace(camp, budget=case.budget, price=case.price)
 
 
-def run_engine(case: Scenario, root: Path) -> Record:
-    """Run *case* as a campaign through the engine and read what it recorded."""
+def run_engine(case: Scenario, root: Path, backend: OverrunningProbe | None = None) -> Record:
+    """Run *case* as a campaign through the engine (on *backend*, by default a probe
+    playing its scripts) and read what it recorded."""
 
     def script(params: Mapping[str, Any]) -> Sequence[ProbeScript]:
         return case.scripts[case.like(params["x"])]
 
-    clock = FakeClock(start=0.0)
+    clock = backend.clock if isinstance(backend, WatchedProbe) else FakeClock(start=0.0)
+    assert isinstance(clock, FakeClock)
     camp = _campaign(case, root)
     path = root / "dse.sqlite"
     store = dse.Store(path, durable=False)
@@ -627,11 +648,14 @@ def run_engine(case: Scenario, root: Path) -> Record:
         try:
             engine = dse.Engine(
                 camp, agent=agent, environment=SizedEnvironment(camp, case),
-                backend=OverrunningProbe(script, clock=clock, overrun_s=case.overrun_s),
+                backend=backend or OverrunningProbe(script, clock=clock,
+                                                    overrun_s=case.overrun_s),
                 store=store, clock=clock, listener=PassGuard(),
             )
         except dse.ConfigError as exc:
             return Record(refusal=str(exc))
+        if isinstance(backend, WatchedProbe):
+            backend.ledger = engine.ledger
         result = engine.run()
     finally:
         store.close()
@@ -882,7 +906,7 @@ def scratch(tmp_path: Path) -> Iterator[Path]:
 
 def _tally(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, layer: str,
-    shard: int, cases: int,
+    shard: int, cases: int, extra: str = "",
 ) -> str:
     """Note this shard's count where every shard of this session sees it (xdist workers
     share the parent of their temporary directories); return the line to print."""
@@ -897,7 +921,7 @@ def _tally(
     counts = [int(path.read_text()) for path in tally.glob("shard-*[0-9]")]
     shards = LAYERS[layer][0]
     line = (f"budget property ({layer}): shard {shard + 1}/{shards} checked {cases:,}"
-            " generated cases")
+            f" generated cases{extra}")
     if len(counts) == shards:
         return f"{line}; {sum(counts):,} in all"
     return f"{line}; {sum(counts):,} so far ({len(counts)} of {shards} shards)"
@@ -914,14 +938,18 @@ def _print(request: pytest.FixtureRequest, line: str) -> None:
 def _check_generated(
     layer: str, shard: int, run: Callable[[Scenario], Record], request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory, record_property: Callable[[str, object], None],
+    extra: Callable[[], str] = str,
 ) -> None:
-    """Check this shard's cases of *layer*, each as *run* records it, and report how many."""
+    """Check this shard's cases of *layer*, each as *run* records it, and report how many
+    (and *extra*, said after)."""
     per_shard = LAYERS[layer][1]
-    stride = ENGINE_STRIDE if layer == "engine" else 1
+    stride, offset = {"gate": (1, 0), "engine": (ENGINE_STRIDE, 0),
+                      "stopping": (ENGINE_STRIDE, STOPPING_OFFSET)}[layer]
+    make = stopping_scenario if layer == "stopping" else scenario
     cases = 0
     for index in range(shard * per_shard, (shard + 1) * per_shard):
-        number = index * stride
-        case = scenario(number)
+        number = index * stride + offset
+        case = make(number)
         try:
             check(case, run(case))
         except Exception as exc:
@@ -929,7 +957,7 @@ def _check_generated(
             raise
         cases += 1
     record_property("generated_cases", cases)
-    _print(request, _tally(request, tmp_path_factory, layer, shard, cases))
+    _print(request, _tally(request, tmp_path_factory, layer, shard, cases, extra()))
     assert cases == per_shard
 
 
@@ -957,3 +985,319 @@ def test_a_campaign_never_spends_past_a_ceiling_and_ends(
         return record
 
     _check_generated("engine", shard, run, request, tmp_path_factory, record_property)
+
+
+# -- the stopping layer: the same guarantee with early stopping in play -------------------
+#
+# Generated campaigns as the engine layer's (ceilings, prices, failures, interruptions and
+# retries, parallelism, modes), with a [stopping] table (asha, hyperband or median; promote
+# on or off) and a learning curve on every trial's scripts: random curves that cross, some
+# checkpointed. A case is checked with :func:`check` on what the run recorded, and with
+# :func:`check_stops` on its decisions; the probe itself (:class:`WatchedProbe`) checks at
+# each start that the attempt was reserved and that its worst case fit.
+
+STOPPING_OFFSET = 12
+"""The stopping layer checks cases ``index * ENGINE_STRIDE + STOPPING_OFFSET`` (others than
+the engine layer's), with a stopping table and curves drawn from a seed of their own."""
+
+
+def _curve(draw: Draw, max_step: int, pace: float, rank: int | None
+           ) -> tuple[tuple[ProbePoint, ...], float, float]:
+    """A random learning curve (points, the time of a full run, its final value): a loss
+    ``a + b / step`` with noise, whose (a, b) differ per trial, so that curves cross, about
+    *pace* seconds a step; a *rank* makes it worse and slower by that much (else its pace
+    is random); now and then rounded (ties), cut short (a workload that reports fewer
+    points), checkpointed at every point, at some, or never."""
+    rng = draw.rng
+    step_s = pace * (rng.uniform(0.5, 2.0) if rank is None else 1 + rank / 4)
+    rank = rank or 0
+    floor = 2.5 * rank
+    a, b = floor + rng.uniform(0.0, 2.0), rng.uniform(0.0, 4.0)
+    digits = draw.choice([1, 6])
+    length = draw.integer(1, max_step) if draw.one_in(6) else max_step
+    checkpoints = draw.choice(["never", "always", "always", "always", "some"])
+    points = []
+    for step in range(1, length + 1):
+        value = round(a + b / step + rng.uniform(-0.1, 0.1), digits)
+        saved = checkpoints == "always" or (checkpoints == "some" and draw.one_in(2))
+        points.append(ProbePoint(step * step_s, step, {"value": value}, checkpoint=saved))
+    return tuple(points), max_step * step_s, round(a + b / max_step, digits)
+
+
+def _stopping_table(draw: Draw, max_step: int) -> dict[str, Any]:
+    rule = draw.choice(["asha", "hyperband", "median"])
+    min_step = draw.integer(1, min(2, max_step - 1))
+    if rule == "hyperband":  # a bracket must stop trials: min_step x eta <= max_step
+        eta = draw.choice([2, 3])
+        if min_step * eta > max_step:
+            min_step, eta = 1, 2
+    options: dict[str, Any] = {
+        "asha": lambda: {"reduction_factor": draw.choice([2, 2, 3, 3, 4]),
+                         "min_peers": draw.integer(0, 2)},
+        "hyperband": lambda: {"reduction_factor": eta},
+        "median": lambda: {"min_peers": draw.integer(1, 4), "interval": draw.integer(1, 2)},
+    }[rule]()
+    return {"rule": rule, "max_step": max_step, "min_step": min_step,
+            "promote": not draw.one_in(4), rule: options}
+
+
+def stopping_scenario(number: int) -> Scenario:
+    """Stopping case *number*: generated case *number*'s ceilings, prices, resources,
+    parallelism, mode and retries, with a ``[stopping]`` table, more proposals (a rule needs
+    peers) and scripts of its own: each trial plays one learning curve in every attempt; an
+    attempt that succeeds runs it to the end and delivers its last value, one that fails,
+    is interrupted or times out ends somewhere along it."""
+    base = scenario(number)
+    draw = Draw(f"dse-budget-property-stopping-{number}")
+    max_step = draw.integer(2, 9)
+    # Rules compare peers: mostly distinct proposals, in a random order, a few repeated.
+    distinct = draw.integer(6, 20)
+    order = list(range(distinct))
+    draw.rng.shuffle(order)
+    for _ in range(draw.integer(0, 4)):
+        order.insert(draw.integer(0, len(order)), draw.integer(0, distinct - 1))
+    proposals = tuple(order)
+    # In two cases of three the later proposals tend to be worse and slower: then a trial
+    # stopped among few peers is among the best once more have reported, and is promoted.
+    worse = not draw.one_in(3)
+    ranks = {x: rank for rank, x in enumerate(dict.fromkeys(proposals))}
+    pace = draw.seconds(0.1, 2.0)
+    scripts = {}
+    for x in range(distinct):
+        rank = ranks[x] if worse else None
+        points, full_s, final = _curve(draw, max_step, pace, rank)
+        attempts = []
+        for _ in range(draw.integer(1, 3)):
+            state = JobState.SUCCEEDED if draw.one_in(2) else draw.choice(_END_STATES)
+            if state is JobState.SUCCEEDED:
+                attempts.append(ProbeScript(seconds=full_s, metrics={"value": final},
+                                            progress=points))
+            else:
+                attempts.append(ProbeScript(seconds=draw.seconds(0.0, full_s * 1.2),
+                                            state=state, progress=points))
+        scripts[x] = tuple(attempts)
+    # Its campaign may run more trials than the engine layer's: the campaign ceilings are
+    # as drawn, or 4 or 16 times larger (binding later, or not at all). A promoted attempt
+    # gets what its trial's earlier attempts left: a per-trial wall-clock ceiling (one case in
+    # two) makes that bind.
+    scale = draw.choice([1.0, 4.0, 16.0])
+    budget = base.budget
+    trial = budget.trial
+    if trial.wall_s is None and draw.one_in(2):
+        trial = dataclasses.replace(trial, wall_s=draw.seconds(0.5, 40.0))
+    budget = dataclasses.replace(
+        budget, trial=trial,
+        wall_clock_s=None if budget.wall_clock_s is None else budget.wall_clock_s * scale,
+        compute=None if budget.compute is None else (
+            budget.compute[0], budget.compute[1] * scale),
+        money=None if budget.money is None else budget.money * scale,
+    )
+    return dataclasses.replace(base, proposals=proposals, scripts=scripts, budget=budget,
+                               stopping=_stopping_table(draw, max_step),
+                               races=draw.choice([0, 0, 2, 3]))
+
+
+def _spend(case: Scenario, resources: dse.Resources, wall: float) -> Spend:
+    """What *wall* seconds on *resources* cost in *case*."""
+    return Spend(wall, wall * resources.total_cpus, wall * resources.total_gpus,
+                 wall * resources.nodes, wall * case.price.per_second(resources))
+
+
+def _within(spend: Spend, case: Scenario, *, trial: bool) -> None:
+    """*spend* is within the case's per-trial ceilings (*trial*) or its campaign ceilings."""
+    budget = case.budget
+    if trial:
+        ceilings = budget.trial
+        if ceilings.wall_s is not None:
+            assert not _exceeds(spend.wall_s, ceilings.wall_s), (spend, ceilings)
+        compute, money = ceilings.compute, ceilings.money
+    else:
+        compute, money = budget.compute, budget.money
+    if compute is not None:
+        assert not _exceeds(spend.compute_s(compute[0]), compute[1] * 3600), (spend, compute)
+    if money is not None:
+        assert not _exceeds(spend.money, money), (spend, money)
+
+
+class WatchedProbe(OverrunningProbe):
+    """The stopping layer's probe (with trial directories, so curves are played): when it
+    starts attempts it checks that each was reserved before it started — the ledger holds at
+    least the worst case of every attempt running — and started only if its worst case fit:
+    the campaign's spend, the worst cases of all running attempts included, within the
+    compute and money ceilings; its trial's earlier attempts' spend plus its worst case
+    within the per-trial ceilings; and, finishing at the wall-clock ceiling, its worst case
+    ends by the deadline. When an attempt ends it checks it spent no more than its worst
+    case."""
+
+    def __init__(self, case: Scenario) -> None:
+        def script(params: Mapping[str, Any]) -> Sequence[ProbeScript]:
+            return case.scripts[case.like(params["x"])]
+
+        super().__init__(script, clock=FakeClock(start=0.0), overrun_s=case.overrun_s,
+                         write_results=True)
+        self.case = case
+        self.ledger: Ledger | None = None
+        """The engine's ledger (set once the engine is built)."""
+        self.worst: dict[str, Spend] = {}
+        """Job id -> the worst case of an attempt not ended yet."""
+        self.spent: dict[str, Spend] = {}
+        """Trial id -> what its ended attempts spent (by the times the probe reported)."""
+        self.resumed = 0
+        """Attempts started from a checkpoint."""
+        self.cancels = 0
+        """Cancels asked for so far."""
+        self.broken: list[AssertionError] = []
+        """What did not hold (raised in the engine's call, which would take it for a
+        refusal of the batch; raised again after the run)."""
+
+    def _submit(self, jobs: Sequence[JobSpec]) -> Sequence[str]:
+        now = self.clock.time()
+        ids = super()._submit(jobs)
+        try:
+            self._started(jobs, ids, now)
+        except AssertionError as exc:
+            self.broken.append(exc)  # the engine takes what submit raises for a refusal
+            raise
+        return ids
+
+    def _started(self, jobs: Sequence[JobSpec], ids: Sequence[str], now: float) -> None:
+        ledger, case = self.ledger, self.case
+        assert ledger is not None
+        deadline = ledger.deadline
+        for spec, job_id in zip(jobs, ids, strict=True):
+            limit = spec.time_limit
+            worst = Spend() if limit is None else _spend(
+                case, spec.resources, limit + case.overrun_s)
+            self.worst[job_id] = worst
+            self.resumed += self.cluster.jobs[job_id].resumed_at > 0
+            _within(self.spent.get(spec.trial_id, Spend()) + worst, case, trial=True)
+            if deadline is not None:
+                assert not _exceeds(now, deadline), (now, deadline)
+                if case.budget.on_deadline == "finish":
+                    assert limit is not None, spec
+                    assert not _exceeds(now + worst.wall_s, deadline), (now, worst, deadline)
+        running = sum(self.worst.values(), Spend())
+        for name, value in running.as_dict().items():
+            held = ledger.reserved.as_dict()[name]
+            assert value <= held * (1 + TOLERANCE) + TOLERANCE, (name, value, held)
+        _within(ledger.spent + running, case, trial=False)
+
+    def _cancel(self, job_ids: Sequence[str]) -> None:
+        """Cancel, except that every ``case.races``-th cancel loses the race with a
+        preemption: the job ends preempted now, as a real job may just as it is cancelled."""
+        now, cancel = self.clock.time(), []
+        for job_id in job_ids:
+            self.cancels += 1
+            job = self.cluster.jobs.get(job_id)
+            if (self.case.races and self.cancels % self.case.races == 0 and job is not None
+                    and job.ends_at is not None and not job.state.is_finished()):
+                job.script = dataclasses.replace(job.script, state=JobState.PREEMPTED)
+                job.ends_at, job.times_out = min(job.ends_at, now), False
+            else:
+                cancel.append(job_id)
+        super()._cancel(cancel)
+
+    def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
+        statuses = super()._poll(job_ids)
+        for job_id, status in statuses.items():
+            if not status.state.is_finished() or job_id not in self.worst:
+                continue
+            worst = self.worst.pop(job_id)
+            spec = self.cluster.jobs[job_id].spec
+            started = status.started_at if status.started_at is not None else 0.0
+            wall = max((status.ended_at or started) - started, 0.0)
+            if spec.time_limit is not None:
+                assert not _exceeds(wall, worst.wall_s), (job_id, wall, worst)
+            spent = self.spent.get(spec.trial_id, Spend())
+            self.spent[spec.trial_id] = spent + _spend(self.case, spec.resources, wall)
+        return statuses
+
+
+@dataclass
+class StopCounts:
+    """What a stopping case did (summed over a shard, to show the layer exercised it)."""
+
+    stops: int = 0
+    """Attempts a rule stopped (their trial ended ``stopped``, perhaps promoted later)."""
+    promotions: int = 0
+    """Attempts started by a promotion."""
+    resumed: int = 0
+    """Attempts started from a checkpoint (promoted or retried)."""
+    bound: int = 0
+    """Promotions in runs a ceiling ended (``budget_exhausted``)."""
+
+    def add(self, other: StopCounts) -> None:
+        for name in ("stops", "promotions", "resumed", "bound"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def check_stops(case: Scenario, path: Path) -> StopCounts:
+    """What the record says of stops and promotions holds: a trial ends ``stopped`` only at
+    a STOP of its last attempt; an attempt after a stopped one is a promotion of it (never a
+    retry of an interruption), resumed from its checkpoint, and only when the campaign
+    promotes; every promotion started an attempt."""
+    db = sqlite3.connect(path)
+    try:
+        attempts = {(t, a): (state, resumed) for t, a, state, resumed in db.execute(
+            "SELECT trial_id, attempt, state, resumed FROM attempts")}
+        trials = {t: (status, step) for t, status, step in db.execute(
+            "SELECT id, status, stop_step FROM trials WHERE cache_of IS NULL")}
+        decisions = db.execute("SELECT trial_id, attempt, verdict FROM decisions").fetchall()
+        retries = [(t, json.loads(data)["attempt"]) for t, data in db.execute(
+            "SELECT trial_id, data FROM events WHERE kind = 'retry'")]
+    finally:
+        db.close()
+    assert case.stopping is not None
+    stopped = {(t, a) for t, a, verdict in decisions if verdict == "stop"
+               and attempts.get((t, a), ("", 0))[0] != "succeeded"}
+    promoted = {(t, a) for t, a, verdict in decisions if verdict == "promote"}
+    for trial, (status, step) in trials.items():
+        last = max((a for t, a in attempts if t == trial), default=0)
+        if status == "stopped":
+            assert (trial, last) in stopped, (trial, last)
+            assert step is not None, trial
+        for attempt in range(1, last):
+            if (trial, attempt) in stopped:
+                # Only a promotion follows a stop: resumed from its checkpoint.
+                assert (trial, attempt) in promoted, (trial, attempt)
+                assert attempts[trial, attempt + 1][1] == 1, (trial, attempt + 1)
+    assert not promoted or case.stopping["promote"], promoted
+    for trial, attempt in promoted:
+        assert (trial, attempt) in stopped, (trial, attempt)
+        assert (trial, attempt + 1) in attempts, (trial, attempt)
+    for trial, attempt in retries:
+        assert (trial, attempt - 1) not in stopped, ("retried after a stop", trial, attempt)
+    return StopCounts(stops=len(stopped), promotions=len(promoted))
+
+
+@pytest.mark.parametrize("shard", range(LAYERS["stopping"][0]))
+def test_early_stopping_never_spends_past_a_ceiling_and_ends(
+    shard: int, scratch: Path, tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest, record_property: Callable[[str, object], None],
+) -> None:
+    counts = StopCounts()
+
+    def run(case: Scenario) -> Record:
+        root = Path(tempfile.mkdtemp(dir=scratch))
+        try:
+            probe = WatchedProbe(case)
+            record = run_engine(case, root, probe)
+            if probe.broken:
+                raise probe.broken[0]
+            if record.refusal is None:
+                done = check_stops(case, root / "dse.sqlite")
+                done.resumed = probe.resumed
+                done.bound = done.promotions if record.status == "budget_exhausted" else 0
+                counts.add(done)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return record
+
+    _check_generated("stopping", shard, run, request, tmp_path_factory, record_property,
+                     extra=lambda: (f" ({counts.stops} stops, {counts.promotions} promotions,"
+                                    f" {counts.resumed} attempts resumed from a checkpoint,"
+                                    f" {counts.bound} promotions in runs a ceiling ended)"))
+    # The layer exercised what it is about (a layer that stops nothing proves nothing).
+    assert counts.stops, counts
+    assert counts.promotions, counts
+    assert counts.resumed, counts

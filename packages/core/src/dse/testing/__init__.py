@@ -1,7 +1,8 @@
 """Helpers for people who test dse or write plugins for it.
 
 * :class:`ProbeBackend` — an in-memory backend whose jobs' durations (in polling passes) and
-  ends are scripted per params; registered as ``probe`` through the public hooks.
+  ends (and, with trial directories, learning curves: :class:`ProbePoint`) are scripted per
+  params; registered as ``probe`` through the public hooks.
 * :class:`ScriptedAgent` — proposes a fixed list (or an endless iterator) of params.
 * :class:`FakeClock` — a clock that advances when the engine sleeps.
 * :class:`BackendContract` and :class:`AgentContract` — pytest suites a plugin author
@@ -13,7 +14,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dse.testing._agents import FakeClock, ScriptedAgent
-from dse.testing._probe import ProbeBackend, ProbeCluster, ProbeScript, default_script
+from dse.testing._probe import (
+    ProbeBackend,
+    ProbeCluster,
+    ProbePoint,
+    ProbeScript,
+    default_script,
+)
 
 if TYPE_CHECKING:
     from dse.testing.contracts import AgentContract, BackendContract
@@ -24,6 +31,7 @@ __all__ = [
     "FakeClock",
     "ProbeBackend",
     "ProbeCluster",
+    "ProbePoint",
     "ProbeScript",
     "ScriptedAgent",
     "default_script",

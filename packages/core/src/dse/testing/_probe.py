@@ -4,12 +4,20 @@ It runs no process. Each job's script says how many polling passes report it run
 it ends, how it ends and what result it delivers, so a test can assert wave composition and
 pass counts exactly. Several probe instances may share one :class:`ProbeCluster`, which is
 how a controller restart is simulated (a new instance reattaches to the cluster's jobs).
+
+With trial directories (``write_results``) a script may also carry a learning curve
+(:attr:`ProbeScript.progress`, :class:`ProbePoint`): at each poll the probe appends to the
+trial's ``progress.jsonl`` the points whose time has come on its clock (the lines
+:func:`dse.trial.report_progress` writes), saving a checkpoint first for the points that say
+so, and an attempt that finds a checkpoint in its trial directory resumes the curve after it,
+as the early-stopping contract asks of a workload.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +27,32 @@ from dse._backend import Backend
 from dse._constraints import load_callable
 from dse._errors import ConfigError
 from dse._types import JobSpec, JobState, JobStatus
+from dse.trial import CHECKPOINT_MARK, PROGRESS_FILE
 
 if TYPE_CHECKING:
     from dse._clock import Clock
+
+
+CHECKPOINT_STEP = "probe-step"
+"""The probe's checkpoint, in the trial's ``checkpoint/`` directory: the step it was saved
+for (a workload's own state, as far as a probe has any)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbePoint:
+    """One point of a probe job's learning curve (:attr:`ProbeScript.progress`)."""
+
+    at: float
+    """When it is reported: seconds of the backend's clock after the start of a run of the
+    whole curve (an attempt resumed from a checkpoint starts later in it)."""
+    step: int
+    """Its step (a whole number, growing along the curve)."""
+    metrics: Mapping[str, Any]
+    """Its metrics."""
+    checkpoint: bool = False
+    """Save a checkpoint for this step just before reporting it: the probe writes the step
+    to ``checkpoint/probe-step`` and the checkpoint mark (:data:`dse.trial.CHECKPOINT_MARK`,
+    dated at the point's time), as a resumable workload does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +78,20 @@ class ProbeScript:
     seconds: float | None = None
     """Run for this many seconds of the backend's clock instead of counting passes: the job
     starts when submitted, ends ``seconds`` later, and is ended TIMEOUT at its time limit if
-    that comes first. :meth:`ProbeBackend.wait` then sleeps the clock to the next end."""
+    that comes first. :meth:`ProbeBackend.wait` then sleeps the clock to the next end (or the
+    next point of a learning curve).
+
+    An attempt resumed from a checkpoint (one in its trial directory when it is submitted,
+    saved by a point of an earlier attempt) starts at the time of the checkpointed point
+    instead of 0: it runs ``seconds`` less that time (at least 0) and reports the points
+    after that step."""
+    progress: tuple[ProbePoint, ...] = ()
+    """The learning curve, in the order of the points' times, played only with trial
+    directories (``write_results``): each poll appends to the trial's ``progress.jsonl`` the
+    points whose time has come (a job reports none past its end, or past the time it was
+    cancelled), in the format of :func:`dse.trial.report_progress`, with the attempt's
+    number and the point's time on the backend's clock. A script of attempts 1, 2, ... that
+    share a curve gives each the same points."""
 
 
 ScriptFn = Callable[
@@ -82,11 +126,42 @@ class _Job:
     state: JobState = JobState.PENDING
     started_at: float | None = None
     cancelled: bool = False
+    cancelled_at: float | None = None
     ends_at: float | None = None
     """For a timed script: when it ends (its duration or its time limit, whichever first)."""
     times_out: bool = False
     """For a timed script: whether its time limit comes before its end."""
     ended_at: float | None = None
+    resumed_at: float = 0.0
+    """The time along its script's learning curve this attempt started at (the checkpointed
+    point's: 0 for a run from the start)."""
+    curve: list[ProbePoint] = field(default_factory=list)
+    """The points of its learning curve not reported yet (soonest last)."""
+
+    def point_time(self, point: ProbePoint) -> float:
+        """When *point* comes on the clock (the job has started)."""
+        assert self.started_at is not None
+        return self.started_at + point.at - self.resumed_at
+
+    def next_event(self) -> float | None:
+        """For a timed job: when it next changes (its end, its next point, or its cancel)."""
+        if self.ends_at is None:
+            return None
+        if self.cancelled_at is not None:
+            return self.cancelled_at
+        if self.curve:
+            return min(self.ends_at, self.point_time(self.curve[-1]))
+        return self.ends_at
+
+    def reported_until(self, now: float) -> float:
+        """The clock time up to which the job reports points at *now*: not past its end nor
+        past its cancel."""
+        limit = now
+        if self.cancelled_at is not None:
+            limit = min(limit, self.cancelled_at)
+        if self.ends_at is not None:
+            limit = min(limit, self.ends_at)
+        return limit
 
 
 @dataclass
@@ -174,9 +249,11 @@ class ProbeBackend(Backend):
             cluster._counter += 1
             job_id = f"probe-{cluster._counter}"
             job = _Job(job_id, spec, self._resolve(spec.params, spec.attempt))
+            if self.write_results and job.script.progress:
+                self._resume(job)
             if job.script.seconds is not None:
                 job.started_at = self.clock.time()
-                run = job.script.seconds
+                run = max(job.script.seconds - job.resumed_at, 0.0)
                 if spec.time_limit is not None and spec.time_limit < run:
                     run, job.times_out = spec.time_limit, True
                 job.ends_at = job.started_at + run
@@ -189,6 +266,57 @@ class ProbeBackend(Backend):
             cluster.batches.append([spec.trial_id for spec in jobs])
         cluster.running_peak = max(cluster.running_peak, cluster.live)
         return ids
+
+    @staticmethod
+    def _resume(job: _Job) -> None:
+        """Set *job* to play its curve from its trial's checkpoint (if there is one)."""
+        points = job.script.progress
+        try:
+            text = (job.spec.checkpoint_dir / CHECKPOINT_STEP).read_text()
+        except FileNotFoundError:
+            saved = None
+        else:
+            saved = int(text)
+        if saved is not None:
+            done = [point for point in points if point.step <= saved]
+            job.resumed_at = max((point.at for point in done), default=0.0)
+            points = tuple(point for point in points if point.step > saved)
+        job.curve = list(reversed(points))
+
+    def _report(self, job: _Job, until: float) -> None:
+        """Append to *job*'s progress file the points that come by *until* on the clock."""
+        if not job.curve or job.started_at is None:
+            return
+        lines: list[str] = []
+        while job.curve and job.point_time(job.curve[-1]) <= until:
+            point = job.curve.pop()
+            at = job.point_time(point)
+            if point.checkpoint:
+                if lines:  # what came before the checkpoint is written before it
+                    self._append(job, lines)
+                    lines = []
+                self._checkpoint(job, point.step, at)
+            lines.append(json.dumps({"step": point.step, "metrics": dict(point.metrics),
+                                     "attempt": job.spec.attempt, "at": at}) + "\n")
+        if lines:
+            self._append(job, lines)
+
+    @staticmethod
+    def _append(job: _Job, lines: list[str]) -> None:
+        with open(job.spec.trial_dir / PROGRESS_FILE, "a", encoding="utf-8") as handle:
+            handle.write("".join(lines))
+
+    @staticmethod
+    def _checkpoint(job: _Job, step: int, at: float) -> None:
+        """Save the checkpoint of *step*, then its mark dated *at* (as
+        :func:`dse.trial.checkpointed` does, after the checkpoint is complete)."""
+        directory = job.spec.checkpoint_dir
+        directory.mkdir(exist_ok=True)
+        for name, text in ((CHECKPOINT_STEP, str(step)), (CHECKPOINT_MARK, str(job.spec.attempt))):
+            tmp = directory / f"{name}.tmp"
+            tmp.write_text(f"{text}\n")
+            os.replace(tmp, directory / name)
+        os.utime(directory / CHECKPOINT_MARK, (at, at))
 
     def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
         cluster = self.cluster
@@ -205,6 +333,8 @@ class ProbeBackend(Backend):
                 continue
             if job.started_at is None:
                 job.started_at = now
+            if self.write_results:
+                self._report(job, job.reported_until(now))
             if job.cancelled:
                 job.state = JobState.CANCELLED
             elif job.ends_at is not None:
@@ -263,18 +393,19 @@ class ProbeBackend(Backend):
             now = self.clock.time()
             if job.ends_at is not None and job.ends_at <= now:
                 continue  # it already ended; the next poll reports how
-            job.cancelled = True
+            job.cancelled, job.cancelled_at = True, now  # it reports no point after this
             if job.ends_at is not None:
                 job.ended_at = now
 
     def _wait(self, timeout: float) -> bool:
-        """With timed jobs: sleep the clock to the next end (at most *timeout*). With no
-        timeout (a poll interval of 0) and only timed jobs, none of which has ended, to the
-        next end: nothing can change before it, and on a fake clock nothing else moves time."""
+        """With timed jobs: sleep the clock to the next end or point of a learning curve (at
+        most *timeout*; a cancelled job's end is now). With no timeout (a poll interval of 0)
+        and only timed jobs, none of which has ended, to the next end: nothing can change
+        before it, and on a fake clock nothing else moves time."""
         now = self.clock.time()
         jobs = self.cluster.jobs
         live = [jobs[job_id] for job_id in self.outstanding if job_id in jobs]
-        ends = [end for job in live if (end := job.ends_at) is not None]
+        ends = [end for job in live if (end := job.next_event()) is not None]
         if not ends:
             return False
         soonest = min(ends)
