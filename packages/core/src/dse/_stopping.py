@@ -154,6 +154,8 @@ class EarlyStopping:
         from (what may be promoted)."""
         self._store: Store | None = None
         """Set by :meth:`restore` until the first pass has asked again to stop what was."""
+        self._deferred: set[int] = set()
+        """Trials the rule promoted that the budget could not afford yet (noted once)."""
         self._replayed: dict[int, int] = {}
         """Trial number -> the last step the rule was told when it was rebuilt (those of
         the trials still running, after the first pass)."""
@@ -283,8 +285,13 @@ class EarlyStopping:
             p.data.version)), trial)
         reserved = p.gate.reserve(spec, now, new_trial=False)
         if isinstance(reserved, str):
+            if decision.trial not in self._deferred:  # said once per trial, not every pass
+                self._deferred.add(decision.trial)
+                p.journal.event(row, "promotion_deferred", {
+                    "trial": decision.trial, "rung": decision.rung, "reason": reserved})
             return None
         del self.stopped[decision.trial]
+        self._deferred.discard(decision.trial)
         batch = p.journal.batch
         self.record(trial, decision, p.journal)
         trial.reserved, trial.spec, trial.attempt = reserved, spec, spec.attempt
