@@ -66,7 +66,8 @@ Usage::
 
     python benchmarks/early_stopping.py           # 5 synthetic seeds, 3 mlp seeds (~8 min)
     python benchmarks/early_stopping.py --quick   # under a minute: 1 seed each, small runs
-    python benchmarks/early_stopping.py --workloads synthetic --seeds 3
+    python benchmarks/early_stopping.py --workloads synthetic --seeds 3 --rules asha
+    python benchmarks/early_stopping.py --quick --keep /tmp/es   # keep the dse workspaces
 
 Targets (issue 21): dse's best rule reaches the target regret with at least 3x less compute
 than no stopping (``/budget``; the strict ratio and the final regrets are printed beside it),
@@ -83,9 +84,11 @@ medians, spreads and the rules' decisions.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -288,14 +291,22 @@ def campaign_dict(workload: Workload, seed: int, rule: str | None, data: Path) -
 
 POLL_S = 0.05
 """The controller's polling interval: a verdict acts at the next pass after the point."""
+KEEP: Path | None = None
+"""Where to keep each dse run's workspace (``--keep``); ``None``: a temporary directory."""
 
 
 def run_dse(workload: Workload, configs: list[Params], seed: int, rule: str | None,
             data: Path) -> RunLog:
     """One campaign on the local backend; the log read back from its record."""
     method = f"dse {rule or FULL}" if rule else FULL
-    with tempfile.TemporaryDirectory(prefix="dse-es-", dir=WORK_DIR) as tmp:
-        workspace = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        if KEEP is not None:  # --keep: the workspace stays, for `dse show` and the decisions
+            workspace = KEEP / f"{workload.key}-{rule or 'full'}-seed{seed}"
+            shutil.rmtree(workspace, ignore_errors=True)
+            workspace.mkdir(parents=True)
+        else:
+            workspace = Path(stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="dse-es-", dir=WORK_DIR)))
         campaign = dse.campaign_from_dict(campaign_dict(workload, seed, rule, data),
                                           workspace=workspace)
         store = dse.Store(workspace / "dse.sqlite")
@@ -739,9 +750,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="+", choices=("synthetic", "mlp"),
                         default=["synthetic", "mlp"])
     parser.add_argument("--rules", nargs="*", choices=DSE_RULES, default=list(DSE_RULES))
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep each dse run's workspace in DIR/<workload>-<rule>-seed<n>"
+                             " (to read its decisions: dse show <name>:<n> --workspace ...)")
     parser.add_argument("--step-ms", type=float, default=None,
                         help="work per synthetic step, ms (default 15; quick 10)")
     args = parser.parse_args(argv)
+    global KEEP
+    KEEP = args.keep.resolve() if args.keep else None
     for var in THREAD_VARS:  # before the trials start: one BLAS thread per process
         os.environ.setdefault(var, "1")
     WORK_DIR.mkdir(exist_ok=True)
