@@ -64,10 +64,14 @@ the same parallelism):
 
 Usage::
 
-    python benchmarks/early_stopping.py           # 5 synthetic seeds, 3 mlp seeds (~8 min)
-    python benchmarks/early_stopping.py --quick   # under a minute: 1 seed each, small runs
+    python benchmarks/early_stopping.py           # 5 synthetic seeds, 3 mlp seeds (see below)
+    python benchmarks/early_stopping.py --quick   # 1 seed each, small runs: a smoke test
     python benchmarks/early_stopping.py --workloads synthetic --seeds 3 --rules asha
     python benchmarks/early_stopping.py --quick --keep /tmp/es   # keep the dse workspaces
+
+The full run takes 28 minutes on 2 cores at a load of 7 to 19 (most of it the dse runs'
+trials: 81 x 81 synthetic steps of 15 ms at P = 4 for no stopping alone); ``--quick`` about a
+minute at a load of 7 (a smoke test: one seed of 16 and 8 configs decides nothing).
 
 Targets (issue 21): dse's best rule reaches the target regret with at least 3x less compute
 than no stopping (``/budget``; the strict ratio and the final regrets are printed beside it),
@@ -813,8 +817,13 @@ def report(results: dict[str, Seeded], seeds: dict[str, int], optuna_version: st
                 for rung, n in s.log.rungs.items():
                     counts[rung] = counts.get(rung, 0) + n
             if counts:
-                print(f"{method} decisions (all seeds): "
-                      + ", ".join(f"{k} {n}" for k, n in counts.items()))
+                ordered = sorted(counts.items(), key=lambda kv: (kv[0].split("@")[0],
+                                                                 int(kv[0].split("@")[1])))
+                shown = ", ".join(f"{k} {n}" for k, n in ordered[:10])
+                if len(ordered) > 10:
+                    shown += (f", ... ({len(ordered) - 10} more steps,"
+                              f" {sum(n for _, n in ordered[10:])} decisions)")
+                print(f"{method} decisions, verdict@rung (all seeds): {shown}")
             missing = sum(s.log.unrecorded for s in runs)
             if missing:
                 print(f"{method}: {missing} step(s) in progress files not in the record")
