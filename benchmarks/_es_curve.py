@@ -41,7 +41,7 @@ def true_loss(u: float, v: float, step: int) -> float:
     """The loss of config (u, v) after *step* steps, without noise."""
     rate = 0.02 * math.exp(5.5 * u)
     plateau = 0.1 + 0.5 * (v - 0.55) ** 2 + FAST_PLATEAU * u * u
-    return plateau + (L0 - plateau) / (1.0 + rate * step) ** DECAY
+    return plateau + (L0 - plateau) / float((1.0 + rate * step) ** DECAY)
 
 
 def observed_loss(u: float, v: float, step: int) -> float:

@@ -153,7 +153,8 @@ def main(argv: list[str]) -> int:
     while trainer.epochs < max_step:
         loss = trainer.epoch()
         tmp = checkpoint.with_name(f"state.{os.getpid()}.tmp.npz")
-        np.savez(tmp, **trainer.state())
+        arrays: dict[str, Any] = trainer.state()
+        np.savez(tmp, **arrays)
         os.replace(tmp, checkpoint)  # the checkpoint of an epoch is saved before it is reported
         dse.trial.checkpointed()
         dse.trial.report_progress(trainer.epochs, {"val_loss": loss})

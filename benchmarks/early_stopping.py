@@ -11,9 +11,9 @@ the same parallelism):
     one epoch (5-30 ms), the value is the validation cross-entropy. Deterministic: a config's
     curve is the same in every method.
   - ``synthetic``: a family of parametric curves with noise (``_es_curve.py``) where configs
-    that learn fast plateau higher, so curves cross and the early ranking is imperfect (Spearman
-    rank correlation with the final value about 0.7 at step 1, 0.87 at step 27 of 81); a dse
-    trial sleeps ``--step-ms`` per step as its work.
+    that learn fast plateau higher, so curves cross and the early ranking is imperfect (the
+    best config at step 81 is in the median at rank fraction 0.14 at step 1); a dse trial
+    sleeps ``--step-ms`` per step as its work (``STEP_MS``, 50).
 
 * **Configs**: per seed, the first N proposals of dse's ``random`` agent with that seed; dse's
   campaigns run that agent with that seed (the record is checked to hold those configs in that
@@ -295,6 +295,13 @@ def campaign_dict(workload: Workload, seed: int, rule: str | None, data: Path) -
 
 POLL_S = 0.05
 """The controller's polling interval: a verdict acts at the next pass after the point."""
+STEP_MS = 50.0
+"""A synthetic step's work. A dse trial takes about 0.3 s from its start to its first point
+(Python, dse.trial; more under load): with 15 ms steps the trials that survive a rung run ~20
+steps on while a stopped trial's successor starts, reach the next rung while few peers are
+there, pass it, and rolling ASHA spent twice the compute of its lockstep run (935 against 453
+steps, seed 0); at 60 ms it spent 460 (late steps per stop 0.17 instead of 1.0). Steps of
+real work are seconds to hours; 50 ms keeps the benchmark's length bearable."""
 KEEP: Path | None = None
 """Where to keep each dse run's workspace (``--keep``); ``None``: a temporary directory."""
 
@@ -758,14 +765,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep each dse run's workspace in DIR/<workload>-<rule>-seed<n>"
                              " (to read its decisions: dse show <name>:<n> --workspace ...)")
     parser.add_argument("--step-ms", type=float, default=None,
-                        help="work per synthetic step, ms (default 15; quick 10)")
+                        help=f"work per synthetic step, ms (default {STEP_MS:g}; quick 10)")
     args = parser.parse_args(argv)
     global KEEP
     KEEP = args.keep.resolve() if args.keep else None
     for var in THREAD_VARS:  # before the trials start: one BLAS thread per process
         os.environ.setdefault(var, "1")
     WORK_DIR.mkdir(exist_ok=True)
-    step_ms = args.step_ms or (10.0 if args.quick else 15.0)
+    step_ms = args.step_ms or (10.0 if args.quick else STEP_MS)
     chosen = {k: w for k, w in workloads(args.quick, step_ms).items() if k in args.workloads}
     seeds = {k: args.seeds or (1 if args.quick else 5 if k == "synthetic" else 3)
              for k in chosen}
