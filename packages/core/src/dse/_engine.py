@@ -49,7 +49,7 @@ from dse._resume import Resume
 from dse._retry import RetryPolicy
 from dse._scoring import build_scorer
 from dse._spec import record_run
-from dse._stopping import watch_progress
+from dse._stopping import stopping_for, watch_progress
 from dse._types import AttemptState, EndReason, Objective
 from dse._waits import Waits
 
@@ -189,7 +189,7 @@ class Engine:
         self.collector = Collector(
             table=self.table, gate=self.gate, results=self.results,
             interruptions=self.interruptions, journal=self.journal, end=self.end,
-            clock=self.clock, runner=self.backend,
+            clock=self.clock, runner=self.backend, stopping=stopping_for(self),
         )
 
     # -- public ---------------------------------------------------------------------------
@@ -262,9 +262,9 @@ class Engine:
         # loaded whole: a workspace of a million trials opens as fast as an empty one.
         self.dispatcher.parts.claims.reuse = self.reuse
         self._check_invalidations()
+        watch_progress(self, resumed=resume is not None)  # and stop trials early, if asked
         if resume is not None:
             self._restore()
-        watch_progress(self, resumed=resume is not None)  # and stop trials early, if asked
         self.dispatcher.parts.claims.reset(now, self.campaign_id)
         self.listener.on_start(self)
 

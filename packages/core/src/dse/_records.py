@@ -251,8 +251,8 @@ class DecisionRow:
     """The step of the rung compared at."""
     step: int
     """The step whose value was compared."""
-    value: float
-    """The trial's metric there."""
+    value: float | None
+    """The trial's metric there (``None``: not a finite number, taken as the worst)."""
     cutoff: float | None
     """The value it had to match or beat (``None``: no peers yet)."""
     peers: int
@@ -299,6 +299,9 @@ class AgentCall:
     """The proposal numbers it returned (``propose``) or told the results of (``observe``)."""
     in_flight: Sequence[int] | None
     """The proposals still in flight when ``propose`` was called."""
+    stops: Mapping[int, int] | None = None
+    """For ``observe``: the proposals told as stopped early, each with the step it was
+    stopped at (a trial promoted since is replayed as it was told)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,8 @@ of the runner and not yet confirmed, and the trials stopped at a rung that may b
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import math
 from pathlib import Path
@@ -24,7 +26,7 @@ from dse._types import Decision, Direction, JobState, TrialStatus, Verdict
 from dse.trial import CHECKPOINT_MARK
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from dse._campaign import StoppingSpec
     from dse._dispatch import Dispatcher
@@ -33,22 +35,39 @@ if TYPE_CHECKING:
     from dse._progress import ProgressPoint
     from dse._protocols import Runner, StoppingRule
     from dse._records import Trial
+    from dse._store import Store
     from dse._types import JobStatus
 
-__all__ = ["EarlyStopping", "watch_progress"]
+__all__ = ["EarlyStopping", "as_stopped", "stopping_for", "watch_progress"]
 
 
-def watch_progress(engine: Engine, *, resumed: bool) -> None:
-    """Read the running trials' learning curves each pass (when the backend gives trials
-    directories) and, with a ``[stopping]`` table, stop and promote trials by its rule; a
-    *resumed* run's rule is rebuilt from the record first."""
-    wanted = engine.dispatcher.dirs.wanted
-    engine.collector.progress = ProgressReader() if wanted else None
+def as_stopped(store: Store, trial: LiveTrial, step: int) -> LiveTrial:
+    """*trial* as the agent was told of it when it was stopped at *step*: itself when it
+    still stands so, else (promoted since) a copy with the point it reported at that step."""
+    if trial.step == step and TrialStatus.STOPPED in (trial.status, trial.original_status):
+        return trial
+    points = [pt for pt in store.progress(trial.row_id) if pt.step == step]
+    metrics = dict(points[-1].metrics) if points else {}
+    return dataclasses.replace(trial, status=TrialStatus.STOPPED, original_status=None,
+                               step=step, metrics=metrics, score=None, failure=None,
+                               waiters=[])
+
+
+def _finite(value: float) -> float | None:
+    """*value*, or ``None`` for the worst loss a NaN or an infinity was taken as."""
+    return value if math.isfinite(value) else None
+
+
+def stopping_for(engine: Engine) -> EarlyStopping | None:
+    """The campaign's early stopping (``None`` without a ``[stopping]`` table), its rule
+    built and checked when the engine is, before anything is recorded: a bad rule or option
+    is one line naming it."""
     spec = engine.campaign.stopping
     if spec is None:
-        return
-    where = f"{engine.campaign.source or '<campaign>'}: stopping"
-    if not wanted:
+        return None
+    source = engine.campaign.source or "<campaign>"
+    where = f"{source}: stopping"
+    if not getattr(engine.backend, "trial_dirs", True):
         raise ConfigError(
             f"{where}: the {engine.backend.name} backend gives trials no directory, so no"
             " progress can be reported; use a backend that runs commands (local, slurm)")
@@ -57,13 +76,46 @@ def watch_progress(engine: Engine, *, resumed: bool) -> None:
         cls = engine.plugins.stopping_rule_class(spec.rule)
     except PluginError as exc:
         raise PluginError(f"{where}.rule: {exc}") from None
+    takes = _options_of(cls)
+    unknown = sorted(set(spec.options) - takes) if takes is not None else []
+    if unknown:
+        raise ConfigError(
+            f"{where}.{spec.rule}: unknown option(s) {', '.join(map(repr, unknown))}; the"
+            f" {spec.rule} rule takes {', '.join(sorted(takes or ())) or 'none'}")
     try:
         rule = cls(min_step=spec.min_step, max_step=spec.max_step, **spec.options)
-    except (TypeError, ValueError, ConfigError) as exc:
+    except ConfigError as exc:  # the rule names its option (stopping.<rule>.<key>)
+        raise ConfigError(f"{source}: {exc}") from None
+    except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}.{spec.rule}: {exc}") from None
     version = registered.class_version if registered is not None else "?"
-    stopping = EarlyStopping(rule, spec, version=version, runner=engine.backend)
-    engine.collector.stopping = stopping
+    return EarlyStopping(rule, spec, version=version, runner=engine.backend)
+
+
+def _options_of(cls: type) -> set[str] | None:
+    """The options a rule class takes besides ``min_step`` and ``max_step`` (``None``: any)."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (
+        inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)} - {
+        "min_step", "max_step"}
+
+
+def watch_progress(engine: Engine, *, resumed: bool) -> None:
+    """Read the running trials' learning curves each pass (when the backend gives trials
+    directories) and, with a ``[stopping]`` table, stop and promote trials by its rule; a
+    *resumed* run's rule is rebuilt from the record first."""
+    wanted = engine.dispatcher.dirs.wanted
+    engine.collector.progress = ProgressReader() if wanted else None
+    stopping = engine.collector.stopping
+    if stopping is None:
+        return
+    spec = stopping.spec
+    stopping.use_runner(engine.backend)
     engine.dispatcher.parts.stopping = stopping
     feedback = engine.feedback
     feedback.max_step = spec.max_step
@@ -100,6 +152,11 @@ class EarlyStopping:
         self.stopped: dict[int, int] = {}
         """Trial number -> row of the trials stopped at a rung with a checkpoint to resume
         from (what may be promoted)."""
+        self._store: Store | None = None
+        """Set by :meth:`restore` until the first pass has asked again to stop what was."""
+        self._replayed: dict[int, int] = {}
+        """Trial number -> the last step the rule was told when it was rebuilt (those of
+        the trials still running, after the first pass)."""
 
     def use_runner(self, runner: Runner) -> None:
         self._runner = runner
@@ -120,27 +177,30 @@ class EarlyStopping:
             raise PluginError(f"stopping rule {self.name!r}: promotions raised"
                               f" {type(exc).__name__}: {exc}") from None
 
-    def _value(self, metrics: dict[str, Any]) -> float | None:
+    def _loss(self, metrics: dict[str, Any]) -> float | None:
+        """The stopping metric of *metrics* as a loss (lower is better); a NaN or an infinity
+        is the worst loss (a diverging trial is stopped, not ignored); ``None`` without it."""
         value = metrics.get(self.spec.metric)
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None
-        return float(value) if math.isfinite(value) else None
+        return self._sign * float(value) if math.isfinite(value) else math.inf
 
     # -- each pass: new points, stops ----------------------------------------------------
 
     def review(self, new: Sequence[tuple[LiveTrial, list[ProgressPoint]]],
-               journal: Journal) -> None:
+               journal: Journal, running: Mapping[str, LiveTrial]) -> None:
         """Tell the rule the new points of the running trials; cancel those it stops."""
-        stops: list[str] = []
+        stops = self._stop_again(running) if self._store is not None else []
         for trial, points in new:
+            told = self._replayed.get(trial.number, -1)
             for point in sorted(points, key=lambda pt: pt.step):
-                if point.attempt not in (None, trial.attempt):
+                if point.attempt not in (None, trial.attempt) or point.step <= told:
                     continue
                 self._last[trial.row_id] = (point.step, point.metrics)
-                value = self._value(point.metrics)
-                if value is None or trial.proposal <= 0:
+                loss = self._loss(point.metrics)
+                if loss is None or trial.proposal <= 0:
                     continue  # the baseline is the reference, never stopped
-                decision = self._report(trial.number, point.step, self._sign * value)
+                decision = self._report(trial.number, point.step, loss)
                 if decision is None or trial.job_id in self.requested:
                     continue
                 self.record(trial, decision, journal)
@@ -159,16 +219,18 @@ class EarlyStopping:
             campaign=journal.campaign_id, row=trial.row_id,
             attempt=attempt if attempt is not None else trial.attempt, rule=self.name,
             version=self.version, verdict=decision.verdict.value, rung=decision.rung,
-            step=decision.step, value=sign * decision.value,
-            cutoff=None if decision.cutoff is None else sign * decision.cutoff,
-            peers=decision.peers,
-            compared=json.dumps([[n, sign * v] for n, v in decision.compared]),
+            step=decision.step, value=_finite(sign * decision.value),
+            cutoff=None if decision.cutoff is None else _finite(sign * decision.cutoff),
+            peers=decision.peers,  # by name only for a stop or a promotion: the record's size
+            compared=json.dumps([] if decision.verdict is Verdict.CONTINUE else [
+                [n, _finite(sign * v)] for n, v in decision.compared]),
             reason=decision.reason, bracket=decision.bracket, at=journal.now())
 
     def ended(self, trial: LiveTrial, status: JobStatus) -> bool:
         """*trial*'s attempt ended with *status*: when the rule had stopped it (and it did
         not succeed first), it ends ``stopped`` with its last point; True then."""
         last = self._last.pop(trial.row_id, None)
+        self._replayed.pop(trial.number, None)
         decision = self.requested.pop(status.job_id, None)
         if decision is None or status.state is JobState.SUCCEEDED:
             return False
@@ -264,28 +326,41 @@ class EarlyStopping:
     # -- a resumed run -------------------------------------------------------------------
 
     def restore(self, engine: Engine) -> None:
-        """Rebuild the rule from the run's recorded points, in order; know again the trials
-        stopped at a rung; ask again to stop the running trials it had stopped."""
+        """Rebuild the rule from the run's recorded points, in order, and know again the
+        trials stopped at a rung (before a resumed run replays its agent); the running trials
+        it had stopped are asked to stop again at the first pass (once they are reattached)."""
         store, cid = engine.store, engine.campaign_id
-        for number, _attempt, step, text in store.run_progress(cid):
-            value = self._value(json.loads(text))
-            if value is not None:
-                self._report(number, step, self._sign * value)
+        told = self._replayed
+        for number, proposal, step, text in store.run_progress(cid):
+            loss = self._loss(json.loads(text))
+            if loss is not None and proposal > 0:  # the baseline is never compared
+                self._report(number, step, loss)
+                told[number] = max(step, told.get(number, -1))
         dirs = engine.dispatcher.dirs
         for row in store.stopped_trials(cid):
             path = Path(row.trial_dir) if row.trial_dir else dirs.path(row.number)
             if self.spec.promote and (path / "checkpoint" / CHECKPOINT_MARK).exists():
                 self.stopped[row.number] = row.id
+        self._store = store
+
+    def _stop_again(self, running: Mapping[str, LiveTrial]) -> list[str]:
+        """The running trials of a resumed run whose last decision was to stop them."""
+        store, self._store = self._store, None
         again: list[str] = []
-        for job_id, trial in engine.table.running.items():
+        if store is None:
+            return again
+        # Only the running trials' files are read again from their start: keep what the
+        # rule was told of those, so that it is not told twice.
+        self._replayed = {t.number: self._replayed[t.number] for t in running.values()
+                          if t.number in self._replayed}
+        for job_id, trial in running.items():
             made = store.decisions(trial.row_id)
-            if made and made[-1].verdict == Verdict.STOP.value and made[-1].attempt == (
-                    trial.attempt):
-                last = made[-1]
+            last = made[-1] if made else None
+            if last is not None and last.verdict == Verdict.STOP.value and (
+                    last.attempt == trial.attempt):
                 self.requested[job_id] = Decision(
-                    trial.number, Verdict.STOP, last.rung, last.step, self._sign * last.value,
+                    trial.number, Verdict.STOP, last.rung, last.step,
+                    math.inf if last.value is None else self._sign * last.value,
                     reason=last.reason)
                 again.append(job_id)
-        if again:
-            engine.backend.cancel(again)
-
+        return again
