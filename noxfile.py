@@ -59,7 +59,9 @@ def bench(session: nox.Session) -> None:
     """Run the benchmarks against their peers (quick mode unless --full is passed)."""
     # torch is for Optuna's GPSampler (search_quality); pinned to the CPU-only wheel the
     # machines have: an unpinned install may fetch a multi-GB CUDA build.
-    session.install("optuna", "numpy", "scipy", "torch==2.13.0", *(f"-e{p}" for p in PACKAGES))
+    # scikit-learn only for the digits early_stopping.py trains on (its trials need numpy).
+    session.install("optuna", "numpy", "scipy", "torch==2.13.0", "scikit-learn",
+                    *(f"-e{p}" for p in PACKAGES))
     quick = [] if "--full" in session.posargs else ["--quick"]
     session.run("python", "benchmarks/engine_overhead.py", *quick)
     session.run("python", "benchmarks/local_overhead.py", *quick)
@@ -67,3 +69,4 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/scheduling.py", *quick)
     session.run("python", "benchmarks/report_render.py", *quick)
     session.run("python", "benchmarks/scale.py", *quick)
+    session.run("python", "benchmarks/early_stopping.py", *quick)
