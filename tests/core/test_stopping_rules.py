@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import dse
 from dse import ConfigError, Decision, Verdict
 from dse._stopping_rules import AshaRule, HyperbandRule, MedianRule, hyperband_rungs, rungs
 from dse._types import MAX_COMPARED
@@ -543,7 +544,7 @@ def test_median_stops_what_is_worse_than_the_median_at_the_same_step(data: st.Da
     min_peers = data.draw(st.integers(1, 4))
     points = data.draw(curves(max_step, most=16))
     rule = MedianRule(min_step=min_step, max_step=max_step, min_peers=min_peers,
-                      interval=interval)
+                      interval=interval, peers="all")
     model = MedianModel(min_step, max_step, min_peers, interval)
     log = drive(rule, points, [0] * len(points), model.report)
     windows: set[tuple[int, int]] = set()
@@ -556,11 +557,11 @@ def test_median_stops_what_is_worse_than_the_median_at_the_same_step(data: st.Da
         assert window not in windows
         windows.add(window)
     assert replay(MedianRule(min_step=min_step, max_step=max_step, min_peers=min_peers,
-                             interval=interval), log) == answers(log)
+                             interval=interval, peers="all"), log) == answers(log)
 
 
 def test_median_compares_every_interval_steps_from_min_step() -> None:
-    rule = MedianRule(min_step=3, max_step=20, min_peers=2, interval=4)
+    rule = MedianRule(min_step=3, max_step=20, min_peers=2, interval=4, peers="all")
     for trial in (1, 2):
         for step in range(1, 20):
             rule.report(trial, step, 1.0)
@@ -570,7 +571,7 @@ def test_median_compares_every_interval_steps_from_min_step() -> None:
 
 
 def test_median_uses_the_trials_best_so_far_and_the_peers_at_that_step() -> None:
-    rule = MedianRule(min_step=1, max_step=10, min_peers=3)
+    rule = MedianRule(min_step=1, max_step=10, min_peers=3, peers="all")
     for trial, values in ((1, [4.0, 1.0]), (2, [4.0, 2.0]), (3, [4.0, 3.0])):
         for step, value in enumerate(values, start=1):
             rule.report(trial, step, value)
@@ -587,7 +588,7 @@ def test_median_uses_the_trials_best_so_far_and_the_peers_at_that_step() -> None
 
 
 def test_median_waits_for_min_peers_and_never_decides_at_max_step() -> None:
-    rule = MedianRule(min_step=1, max_step=5, min_peers=2)
+    rule = MedianRule(min_step=1, max_step=5, min_peers=2, peers="all")
     assert rule.report(1, 1, 1.0) is None
     assert rule.report(2, 1, 1.0) is None  # one peer
     assert rule.report(3, 1, 9.0) is not None
@@ -597,7 +598,7 @@ def test_median_waits_for_min_peers_and_never_decides_at_max_step() -> None:
 
 
 def test_a_step_gone_over_again_changes_nothing() -> None:
-    rule = MedianRule(min_step=1, max_step=10, min_peers=1)
+    rule = MedianRule(min_step=1, max_step=10, min_peers=1, peers="all")
     rule.report(1, 1, 1.0)
     rule.report(1, 2, 1.0)
     rule.report(2, 1, 0.5)
@@ -648,3 +649,24 @@ def test_steps_are_checked_by_the_rule_too(cls: type[Rule], low: int, high: int,
 def test_hyperband_refuses_a_span_with_no_bracket_to_stop() -> None:
     with pytest.raises(ConfigError, match=r"^stopping\.hyperband\.reduction_factor: 3 "):
         HyperbandRule(min_step=2, max_step=5)
+
+
+def test_median_by_default_compares_with_the_trials_that_ran_to_the_end() -> None:
+    # As Vizier and Optuna: the peers at a step are the finished trials' values there, not
+    # every trial that got so far (the survivors of a late step make a harsh median).
+    rule = MedianRule(min_step=1, max_step=4, min_peers=2)
+    for trial in (1, 2):  # running, not finished: no peers yet
+        assert rule.report(trial, 1, float(trial)) is None
+    assert rule.report(3, 1, 9.0) is None  # two trials there, none finished
+    for trial in (1, 2):
+        for step in (2, 3, 4):
+            rule.report(trial, step, float(trial))
+    d = rule.report(3, 2, 9.0)  # now against the finished 1 and 2 at step 2
+    assert d is not None
+    assert (d.verdict, d.peers, d.cutoff) == (Verdict.STOP, 2, 1.5)
+    assert rule.report(3, 3, 0.1) is None  # stopped: what it reports after counts for nothing
+    d = rule.report(4, 2, 1.2)
+    assert d is not None
+    assert (d.verdict, d.peers) == (Verdict.CONTINUE, 2)
+    with pytest.raises(dse.ConfigError, match=r"stopping\.median\.peers"):
+        MedianRule(min_step=1, max_step=4, peers="some")

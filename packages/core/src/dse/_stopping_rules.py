@@ -323,25 +323,34 @@ class MedianRule:
     A trial reporting step ``s`` (``min_step <= s < max_step``) is compared at most once per
     window of ``interval`` steps (``[min_step + i * interval, min_step + (i + 1) *
     interval)``), at the first step it reports in that window: once at least ``min_peers``
-    other trials reported that same step, it is stopped when its best value so far is worse
-    than the median of their values at ``s``, and goes on otherwise. Every trial that
-    reported ``s`` counts, whatever became of it since.
+    peers reported that same step, it is stopped when its best value so far is worse than the
+    median of their values at ``s``, and goes on otherwise. With ``peers = "finished"`` (the
+    default, as Vizier and Optuna) the peers are the trials that ran to ``max_step``; with
+    ``peers = "all"``, every other trial that reported ``s``, whatever became of it since
+    (harsher early on: the trials at a late step are the survivors).
 
     Values are losses; a maximised metric reaches the rule negated (the engine does that).
     """
 
     name: ClassVar[str] = "median"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
 
     def __init__(self, *, min_step: int, max_step: int, min_peers: int = 5,
-                 interval: int = 1) -> None:
+                 interval: int = 1, peers: str = "finished") -> None:
         self.min_step, self.max_step = _steps(min_step, max_step)
         self.min_peers = _whole("stopping.median.min_peers", min_peers, 1)
         self.interval = _whole("stopping.median.interval", interval, 1)
+        if peers not in ("finished", "all"):
+            raise ConfigError(f"stopping.median.peers: expected 'finished' or 'all', got"
+                              f" {peers!r}")
+        self.finished_only = peers == "finished"
         self._at: dict[int, _Ranked] = {}
-        """Step -> the trials that reported it and their values there."""
+        """Step -> the peers that reported it and their values there."""
         self._trials: dict[int, list[float]] = {}
         """Trial -> [last step reported, best value so far, last window decided]."""
+        self._pending: dict[int, list[tuple[int, float]]] = {}
+        """Trial -> its values at the steps compared, until it finishes (``peers =
+        "finished"``: they count once it ran to ``max_step``)."""
 
     def report(self, trial: int, step: int, value: float) -> Decision | None:
         value = _loss(value)
@@ -352,17 +361,23 @@ class MedianRule:
             return None
         seen[0] = step
         best = seen[1] = min(seen[1], value)
-        if step < self.min_step or step >= self.max_step:
+        if step >= self.max_step:
+            for at_step, kept in self._pending.pop(trial, ()):
+                self._population(at_step).add(trial, kept)
+            return None
+        if step < self.min_step:
             return None  # nobody is compared at this step: it need not be kept
-        at = self._at.get(step)
-        if at is None:
-            at = self._at[step] = _Ranked()
-        rank = at.add(trial, value)
+        at = self._population(step)
+        if self.finished_only:
+            self._pending.setdefault(trial, []).append((step, value))
+            rank = len(at)  # not among its peers: none of them is skipped
+        else:
+            rank = at.add(trial, value)
         window = (step - self.min_step) // self.interval
         if window <= seen[2]:
             return None
         seen[2] = window
-        peers = len(at) - 1
+        peers = len(at) - (0 if self.finished_only else 1)
         if peers < self.min_peers:
             return None
         half = peers // 2
@@ -372,12 +387,21 @@ class MedianRule:
             verdict = Verdict.STOP
             why = (f"its best {best:g} is worse than the median {median:g} of {peers}"
                    f" trials at step {step}")
+            if self.finished_only:  # stopped, it never finishes: nothing of it is a peer
+                self._pending.pop(trial, None)
+                seen[0] = math.inf
         else:
             verdict = Verdict.CONTINUE
             why = (f"its best {best:g} is no worse than the median {median:g} of {peers}"
                    f" trials at step {step}")
         return Decision(trial, verdict, step, step, best, median, peers,
                         at.best_without(rank), why)
+
+    def _population(self, step: int) -> _Ranked:
+        at = self._at.get(step)
+        if at is None:
+            at = self._at[step] = _Ranked()
+        return at
 
     def promotions(self, stopped: Collection[int]) -> list[Decision]:
         return []  # median stopping never takes a decision back
