@@ -1484,6 +1484,70 @@ class _Stops(_Summaries):
             f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND status = 'stopped' AND"
             " cache_of IS NULL ORDER BY number", (campaign_id,))]
 
+    def trial_decisions(self, trial_rows: Iterable[int]) -> list[DecisionRow]:
+        """The decisions about each of *trial_rows*, in the order they were made."""
+        return [_decision(r[1:]) for r in sorted(self._in(
+            f"SELECT d.id, {_DECISION} FROM decisions d JOIN trials t ON t.id = d.trial_id"
+            " WHERE d.trial_id IN ({marks})", trial_rows))]
+
+    def first_steps(self, trial_rows: Iterable[int]) -> dict[tuple[int, int], int]:
+        """``(trial row, attempt) -> the first step that attempt reported``, for each attempt
+        of *trial_rows* with a learning curve (where a promoted trial resumed)."""
+        return {(row, attempt): step for row, attempt, step in self._in(
+            "SELECT trial_id, attempt, MIN(step) FROM progress WHERE trial_id IN ({marks})"
+            " GROUP BY trial_id, attempt", trial_rows)}
+
+    def trial_progress(self, trial_rows: Iterable[int]) -> dict[int, list[ProgressRow]]:
+        """The learning curves of *trial_rows* (each by attempt and step)."""
+        out: dict[int, list[ProgressRow]] = {}
+        for row, attempt, step, metrics, at in sorted(self._in(
+                "SELECT trial_id, attempt, step, metrics, at FROM progress"
+                " WHERE trial_id IN ({marks})", trial_rows)):
+            out.setdefault(row, []).append(ProgressRow(attempt, step, _loads(metrics), at))
+        return out
+
+    def stop_tallies(self, campaign_id: int) -> list[StopTally]:
+        """The trials of run *campaign_id* that ended stopped, by the rung and step of the
+        decision that last stopped each, with what their attempts spent: one aggregate over
+        the stopped trials (by the partial index ``trials_stopped``)."""
+        return [StopTally(rung, step, trials, Spend(*spend)) for rung, step, trials, *spend
+                in self._rows(
+            "SELECT d.rung, d.step, COUNT(DISTINCT t.id), "
+            + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in _SPEND_KEYS)
+            + " FROM trials t JOIN decisions d ON d.id = (SELECT MAX(id) FROM decisions"
+            " WHERE trial_id = t.id AND verdict = 'stop')"
+            " LEFT JOIN attempts a ON a.trial_id = t.id"
+            " WHERE t.campaign_id = ? AND t.status = 'stopped' AND t.cache_of IS NULL"
+            " GROUP BY d.rung, d.step ORDER BY d.rung, d.step", (campaign_id,))]
+
+    def completed_spend(self, campaign_id: int) -> tuple[int, Spend]:
+        """How many trials of run *campaign_id* ran to their end (completed, not cache hits)
+        and what their attempts spent."""
+        ((trials, *spend),) = self._rows(
+            "SELECT COUNT(DISTINCT t.id), "
+            + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in _SPEND_KEYS)
+            + " FROM trials t LEFT JOIN attempts a ON a.trial_id = t.id WHERE t.campaign_id = ?"
+            " AND t.status = 'completed' AND t.cache_of IS NULL", (campaign_id,))
+        return int(trials), Spend(*spend)
+
+    def stopping_rule(self, campaign_id: int) -> tuple[str, str] | None:
+        """The rule and version of run *campaign_id*'s latest decision, or ``None``."""
+        found = self._rows("SELECT rule, rule_version FROM decisions WHERE campaign_id = ?"
+                           " ORDER BY id DESC LIMIT 1", (campaign_id,))
+        return (str(found[0][0]), str(found[0][1])) if found else None
+
+
+@dataclass(frozen=True, slots=True)
+class StopTally:
+    """The trials of a run that ended stopped at one rung and step, and their spend."""
+
+    rung: int
+    step: int
+    """The step the stopping decision compared (the trial's metrics are from it)."""
+    trials: int
+    spend: Spend
+    """What every attempt of those trials spent."""
+
 
 class Store(_Stops):
     """The SQLite record of a workspace (``<workspace>/dse.sqlite``).
