@@ -15,7 +15,8 @@ import pytest
 
 import dse
 from dse._render import REPORT_KEYS
-from dse._states import TrialStatus
+from dse._states import AttemptState, TrialStatus
+from dse._store import Batch
 from support.cli import run_dse, write_plugin
 from support.show import undocumented_keys
 from support.stopping import MAX_STEP, PLAN, build, loss
@@ -237,3 +238,133 @@ def test_every_key_of_the_stopping_record_is_documented(project: Path) -> None:
     stopped = [t for t in export["trials"] if t["ended"]["stopping"]]
     assert len(stopped) == 5
     assert undocumented_keys(export) == []
+
+
+def scanned_totals(db: Path, run: int) -> dict[str, Any]:
+    """The stopping summary as a scan of the rows says it: stopped trials by the (rung, step)
+    of their latest stop with their attempts' CPU seconds; completed trials and theirs; stop
+    and promote decisions by rung."""
+    conn = sqlite3.connect(db)
+    try:
+        ended: dict[tuple[int, int], list[float]] = {}
+        completed = [0, 0.0]
+        for row, status in conn.execute(
+                "SELECT id, status FROM trials WHERE campaign_id = ?", (run,)):
+            cpu = sum(json.loads(s)["cpu_s"] for s, in conn.execute(
+                "SELECT spend FROM attempts WHERE trial_id = ? AND spend IS NOT NULL", (row,)))
+            if status == "stopped":
+                key = conn.execute("SELECT rung, step FROM decisions WHERE trial_id = ? AND"
+                                   " verdict = 'stop' ORDER BY id DESC LIMIT 1", (row,)).fetchone()
+                entry = ended.setdefault(tuple(key), [0, 0.0])
+                entry[0] += 1
+                entry[1] += cpu
+            elif status == "completed":
+                completed[0] += 1
+                completed[1] += cpu
+        counts = dict(Counter(conn.execute(
+            "SELECT verdict, rung FROM decisions WHERE campaign_id = ? AND verdict != 'continue'",
+            (run,)).fetchall()))
+    finally:
+        conn.close()
+    return {"ended": {k: (int(n), pytest.approx(s)) for k, (n, s) in ended.items()},
+            "completed": (int(completed[0]), pytest.approx(completed[1])), "counts": counts}
+
+
+def summarized(store: dse.Store, run: int) -> dict[str, Any]:
+    trials, spend = store.completed_spend(run)
+    return {"ended": {(t.rung, t.step): (t.trials, t.spend.cpu_s)
+                      for t in store.stop_tallies(run)},
+            "completed": (trials, spend.cpu_s), "counts": store.decision_counts(run)}
+
+
+class Passes:
+    """Commits a run's changes one pass at a time, as the engine does."""
+
+    def __init__(self, store: dse.Store, run: int) -> None:
+        self.store, self.run, self.batch = store, run, Batch()
+        self.attempts: dict[tuple[int, int], int] = {}
+
+    def start(self, row: int, attempt: int) -> None:
+        self.attempts[row, attempt] = self.store.new_attempt_id()
+        self.batch.add_attempt(row=self.attempts[row, attempt], trial=row, attempt=attempt,
+                               backend="probe", state=AttemptState.RUNNING, submitted_at=0.0)
+
+    def end(self, row: int, attempt: int, seconds: float, status: TrialStatus | None) -> None:
+        self.batch.end_attempt(row=self.attempts[row, attempt], state=AttemptState.SUCCEEDED,
+                               started_at=0.0, ended_at=seconds,
+                               spend={"wall_s": seconds, "cpu_s": seconds})
+        if status is not None:
+            self.batch.end_trial(row=row, status=status, ended_at=seconds, metrics={"loss": 1.0},
+                                 score=1.0)
+
+    def decide(self, row: int, verdict: str, rung: int, attempt: int = 1) -> None:
+        self.batch.add_decision(campaign=self.run, row=row, attempt=attempt, rule="asha",
+                                version="1", verdict=verdict, rung=rung, step=rung, value=1.0,
+                                cutoff=0.5, peers=1, compared="[[1, 0.5]]", reason="r",
+                                bracket=None, at=0.0)
+
+    def commit(self) -> None:
+        self.store.commit(self.batch)
+        assert summarized(self.store, self.run) == scanned_totals(self.store.path, self.run)
+
+
+def test_the_stop_summary_agrees_with_the_rows_after_every_pass_and_a_migration(
+    tmp_path: Path,
+) -> None:
+    store = dse.Store(tmp_path / "dse.sqlite")
+    run = store.create_campaign(name="es", source=None, spec={}, agent="a==1",
+                                backend="probe==1", mode="rolling", max_parallelism=4, now=0.0)
+    passes = Passes(store, run)
+    rows = [store.new_trial_id() for _ in range(5)]
+    for n, row in enumerate(rows, 1):
+        passes.batch.add_trial(row=row, campaign=run, number=n, proposal=n, wave=1,
+                               config_hash=f"h{n}", params_json="{}",
+                               status=TrialStatus.RUNNING, created_at=0.0)
+        passes.start(row, 1)
+    passes.end(rows[0], 1, 50.0, TrialStatus.COMPLETED)  # ends before the run's first decision
+    passes.commit()
+    passes.decide(rows[1], "continue", 1)
+    passes.decide(rows[2], "stop", 1)  # the decision first, the stop a pass later
+    passes.commit()
+    passes.end(rows[2], 1, 3.0, TrialStatus.STOPPED)
+    passes.decide(rows[3], "stop", 1)
+    passes.end(rows[3], 1, 4.0, TrialStatus.STOPPED)  # the stop and its decision in one pass
+    passes.commit()
+    passes.decide(rows[3], "promote", 1)  # promoted: running again, a second attempt
+    passes.batch.end_trial(row=rows[3], status=TrialStatus.RUNNING, ended_at=None)
+    passes.start(rows[3], 2)
+    passes.commit()
+    passes.decide(rows[3], "stop", 3, attempt=2)
+    passes.end(rows[3], 2, 6.0, TrialStatus.STOPPED)
+    passes.end(rows[1], 1, 40.0, TrialStatus.COMPLETED)
+    passes.commit()
+    # The backend's accounting comes late: the stopped trial's spend changes.
+    passes.batch.attempt_spend(row=passes.attempts[rows[2], 1], spend={"wall_s": 9.0,
+                                                                       "cpu_s": 9.0})
+    passes.commit()
+    passes.decide(rows[2], "stop", 3)  # a stop recorded after the trial was stopped
+    passes.commit()
+    assert summarized(store, run) == {
+        "ended": {(3, 3): (2, 19.0)}, "completed": (2, 90.0),
+        "counts": {("stop", 1): 2, ("stop", 3): 2, ("promote", 1): 1}}
+    # A record of schema 14 (before the summary) is migrated: the summary is rebuilt.
+    before = summarized(store, run)
+    store.close()
+    conn = sqlite3.connect(tmp_path / "dse.sqlite")
+    conn.executescript("DROP TABLE stop_totals; UPDATE meta SET value = '14'"
+                       " WHERE key = 'schema_version';")
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"
+                                " AND name LIKE 'stop_%'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.commit()
+    conn.close()
+    store = dse.Store(tmp_path / "dse.sqlite")
+    try:
+        assert summarized(store, run) == before
+        passes = Passes(store, run)
+        passes.attempts = {(rows[4], 1): store.attempts(run, trials=[rows[4]])[0].id}
+        passes.decide(rows[4], "stop", 1)
+        passes.end(rows[4], 1, 2.0, TrialStatus.STOPPED)
+        passes.commit()
+    finally:
+        store.close()

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another controller's transaction before giving up."""
 DB_NAME = "dse.sqlite"
@@ -695,6 +695,113 @@ CREATE INDEX IF NOT EXISTS trials_stopped ON trials(campaign_id) WHERE status = 
 which rung, compared with which peers, by which rule and version, and what it decided."""
 
 
+def _last_stop(trial: str, column: str, before: str | None = None) -> str:
+    """The *column* (``rung`` or ``step``) of the latest stop decision about trial *trial*
+    (an SQL expression of its row id; made before decision *before*, if given), else -1."""
+    earlier = "" if before is None else f" AND id < {before}"
+    return (f"IFNULL((SELECT {column} FROM decisions WHERE trial_id = {trial} AND verdict ="
+            f" 'stop'{earlier} ORDER BY id DESC LIMIT 1), -1)")
+
+
+def _end_key(row: str, status: str) -> str:
+    """The ``stop_totals`` kind, rung and step of trial *row* (``NEW``, ``OLD``, ``t``) as
+    ended with *status*: a stopped trial's is its latest stop's rung and step."""
+    return ", ".join([f"'ended_' || {status}"] + [
+        f"CASE WHEN {status} = 'stopped' THEN {_last_stop(f'{row}.id', c)} ELSE 0 END"
+        for c in ("rung", "step")])
+
+
+_UPSERT_STOP = (" ON CONFLICT (campaign_id, kind, rung, step) DO UPDATE SET trials = trials +"
+                " excluded.trials, " + ", ".join(f"{k} = {k} + excluded.{k}" for k in
+                                                 ("wall_s", "cpu_s", "gpu_s", "node_s", "money")))
+_STOP_COLUMNS = "campaign_id, kind, rung, step, trials, wall_s, cpu_s, gpu_s, node_s, money"
+
+
+def _end_delta(sign: str, campaign: str, trial: str, key: str, when: str = "1") -> str:
+    """Add (*sign* ``+``) or take away (``-``) trial *trial*'s count and its attempts' spend
+    at ``stop_totals`` *key* (kind, rung, step), when *when* holds."""
+    spend = ", ".join(f"TOTAL(json_extract(spend, '$.{k}')) AS {k}" for k in
+                      ("wall_s", "cpu_s", "gpu_s", "node_s", "money"))
+    return (f"INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT {campaign}, {key}, {sign}1, "
+            + ", ".join(f"{sign}{k}" for k in ("wall_s", "cpu_s", "gpu_s", "node_s", "money"))
+            + f" FROM (SELECT {spend} FROM attempts WHERE trial_id = {trial}) WHERE {when}"
+            + _UPSERT_STOP)
+
+
+_TRACKED = "EXISTS (SELECT 1 FROM stop_totals WHERE campaign_id = {run})"
+"""Whether run ``{run}`` has ``stop_totals`` rows: from its first decision on."""
+_STOPPED_NOW = "(SELECT status FROM trials WHERE id = NEW.trial_id) = 'stopped'"
+_SUMMARIES_15: tuple[str, ...] = (
+    # What `dse report` says of early stopping, kept by SQLite as decisions, trials and
+    # attempts are written: per run, the decisions by verdict and rung (kind = the verdict,
+    # step 0), and the trials that ended stopped (kind 'ended_stopped', by the rung and step
+    # of their latest stop) or ran to the end ('ended_completed') with their attempts' spend.
+    # A run has rows from its first decision on (its ended trials are added then): a run
+    # without a stopping rule costs one index probe per trial end.
+    "CREATE TABLE IF NOT EXISTS stop_totals (campaign_id INTEGER NOT NULL, kind TEXT NOT NULL,"
+    " rung INTEGER NOT NULL, step INTEGER NOT NULL, trials INTEGER NOT NULL DEFAULT 0, "
+    + ", ".join(f"{k} REAL NOT NULL DEFAULT 0" for k in ("wall_s", "cpu_s", "gpu_s", "node_s",
+                                                         "money"))
+    + ", PRIMARY KEY (campaign_id, kind, rung, step)) WITHOUT ROWID",
+    # A decision: a stopped trial's latest stop moves it (before anything else reads the
+    # summary), a run's first decision adds its ended trials, then the decision is counted.
+    "CREATE TRIGGER IF NOT EXISTS stop_decided AFTER INSERT ON decisions BEGIN "
+    + _end_delta("-", "NEW.campaign_id", "NEW.trial_id",
+                 "'ended_stopped', " + ", ".join(_last_stop("NEW.trial_id", c, "NEW.id")
+                                                 for c in ("rung", "step")),
+                 f"NEW.verdict = 'stop' AND {_STOPPED_NOW} AND "
+                 + _TRACKED.format(run="NEW.campaign_id")) + "; "
+    + _end_delta("+", "NEW.campaign_id", "NEW.trial_id", "'ended_stopped', NEW.rung, NEW.step",
+                 f"NEW.verdict = 'stop' AND {_STOPPED_NOW} AND "
+                 + _TRACKED.format(run="NEW.campaign_id")) + "; "
+    + f"INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT t.campaign_id, {_end_key('t', 't.status')},"
+    " COUNT(DISTINCT t.id), "
+    + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in ("wall_s", "cpu_s", "gpu_s",
+                                                                    "node_s", "money"))
+    + " FROM trials t LEFT JOIN attempts a ON a.trial_id = t.id WHERE t.campaign_id ="
+    " NEW.campaign_id AND t.status IN ('stopped', 'completed') AND NOT "
+    + _TRACKED.format(run="NEW.campaign_id") + " GROUP BY 1, 2, 3, 4; "
+    "INSERT INTO stop_totals(campaign_id, kind, rung, step, trials) VALUES (NEW.campaign_id,"
+    " NEW.verdict, NEW.rung, 0, 1) ON CONFLICT (campaign_id, kind, rung, step) DO UPDATE SET"
+    " trials = trials + 1; END",
+    "CREATE TRIGGER IF NOT EXISTS stop_left AFTER UPDATE OF status ON trials WHEN OLD.status IN"
+    " ('stopped', 'completed') AND NEW.status IS NOT OLD.status AND "
+    + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
+    + _end_delta("-", "NEW.campaign_id", "NEW.id", _end_key("NEW", "OLD.status")) + "; END",
+    "CREATE TRIGGER IF NOT EXISTS stop_entered AFTER UPDATE OF status ON trials WHEN NEW.status"
+    " IN ('stopped', 'completed') AND NEW.status IS NOT OLD.status AND "
+    + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
+    + _end_delta("+", "NEW.campaign_id", "NEW.id", _end_key("NEW", "NEW.status")) + "; END",
+    "CREATE TRIGGER IF NOT EXISTS stop_inserted AFTER INSERT ON trials WHEN NEW.status IN"
+    " ('stopped', 'completed') AND " + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
+    + _end_delta("+", "NEW.campaign_id", "NEW.id", _end_key("NEW", "NEW.status")) + "; END",
+    "CREATE TRIGGER IF NOT EXISTS stop_spend AFTER UPDATE OF spend ON attempts WHEN EXISTS"
+    " (SELECT 1 FROM trials t WHERE t.id = NEW.trial_id AND t.status IN ('stopped',"
+    " 'completed') AND " + _TRACKED.format(run="t.campaign_id") + ") BEGIN"
+    f" INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT t.campaign_id, {_end_key('t', 't.status')},"
+    " 0, "
+    + ", ".join(f"IFNULL(json_extract(NEW.spend, '$.{k}'), 0) -"
+                f" IFNULL(json_extract(OLD.spend, '$.{k}'), 0)" for k in ("wall_s", "cpu_s",
+                                                                         "gpu_s", "node_s",
+                                                                         "money"))
+    + " FROM trials t WHERE t.id = NEW.trial_id" + _UPSERT_STOP + "; END",
+)
+"""The summary of schema 15 (statements that hold ``;``: never split)."""
+
+_BACKFILL_15: tuple[str, ...] = (
+    "DELETE FROM stop_totals",
+    "INSERT INTO stop_totals(campaign_id, kind, rung, step, trials) SELECT campaign_id,"
+    " verdict, rung, 0, COUNT(*) FROM decisions GROUP BY 1, 2, 3",
+    f"INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT t.campaign_id, {_end_key('t', 't.status')},"
+    " COUNT(DISTINCT t.id), "
+    + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in ("wall_s", "cpu_s", "gpu_s",
+                                                                    "node_s", "money"))
+    + " FROM trials t LEFT JOIN attempts a ON a.trial_id = t.id WHERE t.status IN ('stopped',"
+    " 'completed') AND t.campaign_id IN (SELECT DISTINCT campaign_id FROM decisions)"
+    " GROUP BY 1, 2, 3, 4",
+)
+
+
 def _tally_key(row: str) -> str:
     """The ``run_tallies`` key columns of trial *row* (``NEW`` or ``OLD`` in a trigger)."""
     version = f"IFNULL(COALESCE(NULLIF({row}.data_version_read, ''), {row}.data_version), '')"
@@ -847,7 +954,8 @@ def _bring_up_to_date(db: sqlite3.Connection, path: Path) -> None:
     try:
         found = _schema_version(db)
         if found is None:
-            for statement in (*_SCHEMA.split(";"), *_SUMMARIES, *_SUMMARIES_12):
+            for statement in (*_SCHEMA.split(";"), *_SUMMARIES, *_SUMMARIES_12,
+                              *_SUMMARIES_15):
                 if statement.strip():
                     db.execute(statement)
             db.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
@@ -906,6 +1014,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     11: (*_SUMMARIES_12, *_BACKFILL_12),
     12: tuple(_NEW_TABLES_13.split(";")),
     13: tuple(_NEW_TABLES_14.split(";")),
+    14: (*_SUMMARIES_15, *_BACKFILL_15),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
@@ -1465,10 +1574,11 @@ class _Stops(_Summaries):
 
     def decision_counts(self, campaign_id: int) -> dict[tuple[str, int], int]:
         """How many trials of run *campaign_id* were stopped or promoted at each rung:
-        ``(verdict, rung) -> count``."""
+        ``(verdict, rung) -> count`` (read from ``stop_totals``, which SQLite keeps as
+        decisions are written: a few rows at a million trials as at ten)."""
         return {(v, rung): n for v, rung, n in self._rows(
-            "SELECT verdict, rung, COUNT(*) FROM decisions WHERE campaign_id = ? AND verdict"
-            " IN ('stop', 'promote') GROUP BY verdict, rung", (campaign_id,))}
+            "SELECT kind, rung, trials FROM stop_totals WHERE campaign_id = ? AND kind"
+            " IN ('stop', 'promote') AND trials > 0", (campaign_id,))}
 
     def run_progress(self, campaign_id: int) -> Iterator[tuple[int, int, int, str]]:
         """Every point of run *campaign_id*'s learning curves as ``(trial number, attempt,
@@ -1508,33 +1618,44 @@ class _Stops(_Summaries):
 
     def stop_tallies(self, campaign_id: int) -> list[StopTally]:
         """The trials of run *campaign_id* that ended stopped, by the rung and step of the
-        decision that last stopped each, with what their attempts spent: one aggregate over
-        the stopped trials (by the partial index ``trials_stopped``)."""
+        decision that last stopped each, with what their attempts spent (read from
+        ``stop_totals``)."""
         return [StopTally(rung, step, trials, Spend(*spend)) for rung, step, trials, *spend
                 in self._rows(
-            "SELECT d.rung, d.step, COUNT(DISTINCT t.id), "
-            + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in _SPEND_KEYS)
-            + " FROM trials t JOIN decisions d ON d.id = (SELECT MAX(id) FROM decisions"
-            " WHERE trial_id = t.id AND verdict = 'stop')"
-            " LEFT JOIN attempts a ON a.trial_id = t.id"
-            " WHERE t.campaign_id = ? AND t.status = 'stopped' AND t.cache_of IS NULL"
-            " GROUP BY d.rung, d.step ORDER BY d.rung, d.step", (campaign_id,))]
+            f"SELECT rung, step, trials, {', '.join(_SPEND_KEYS)} FROM stop_totals"
+            " WHERE campaign_id = ? AND kind = 'ended_stopped' AND trials > 0"
+            " ORDER BY rung, step", (campaign_id,))]
 
     def completed_spend(self, campaign_id: int) -> tuple[int, Spend]:
-        """How many trials of run *campaign_id* ran to their end (completed, not cache hits)
-        and what their attempts spent."""
-        ((trials, *spend),) = self._rows(
-            "SELECT COUNT(DISTINCT t.id), "
-            + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in _SPEND_KEYS)
-            + " FROM trials t LEFT JOIN attempts a ON a.trial_id = t.id WHERE t.campaign_id = ?"
-            " AND t.status = 'completed' AND t.cache_of IS NULL", (campaign_id,))
+        """How many trials of run *campaign_id* ran to their end (completed) and what their
+        attempts spent: from ``stop_totals`` once the run has a decision, else summed from
+        its rows."""
+        found = self._rows(
+            f"SELECT trials, {', '.join(_SPEND_KEYS)} FROM stop_totals WHERE campaign_id = ?"
+            " AND kind = 'ended_completed'", (campaign_id,))
+        if not found and not self._rows(
+                "SELECT 1 FROM stop_totals WHERE campaign_id = ? LIMIT 1", (campaign_id,)):
+            found = self._rows(
+                "SELECT COUNT(DISTINCT t.id), "
+                + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in _SPEND_KEYS)
+                + " FROM trials t LEFT JOIN attempts a ON a.trial_id = t.id"
+                " WHERE t.campaign_id = ? AND t.status = 'completed'", (campaign_id,))
+        if not found:
+            return 0, Spend()
+        trials, *spend = found[0]
         return int(trials), Spend(*spend)
 
     def stopping_rule(self, campaign_id: int) -> tuple[str, str] | None:
-        """The rule and version of run *campaign_id*'s latest decision, or ``None``."""
-        found = self._rows("SELECT rule, rule_version FROM decisions WHERE campaign_id = ?"
-                           " ORDER BY id DESC LIMIT 1", (campaign_id,))
-        return (str(found[0][0]), str(found[0][1])) if found else None
+        """The rule and version of run *campaign_id*'s latest decision of one verdict (stop,
+        else promote, else continue: each one probe of the index ``decisions_run``), or
+        ``None``."""
+        for verdict in ("stop", "promote", "continue"):
+            found = self._rows("SELECT rule, rule_version FROM decisions WHERE campaign_id = ?"
+                               " AND verdict = ? ORDER BY id DESC LIMIT 1",
+                               (campaign_id, verdict))
+            if found:
+                return str(found[0][0]), str(found[0][1])
+        return None
 
 
 @dataclass(frozen=True, slots=True)
