@@ -52,8 +52,9 @@ def scan(db: Path) -> dict[str, Any]:
         stopped: dict[int, tuple[int, int, float]] = {}
         for row, in conn.execute("SELECT id FROM trials WHERE status = 'stopped'"):
             rung, step = conn.execute(
-                "SELECT rung, step FROM decisions WHERE trial_id = ? AND verdict = 'stop'"
-                " ORDER BY id DESC LIMIT 1", (row,)).fetchone()
+                "SELECT d.rung, COALESCE(t.stop_step, d.step) FROM decisions d JOIN trials t"
+                " ON t.id = d.trial_id WHERE d.trial_id = ? AND d.verdict = 'stop'"
+                " ORDER BY d.id DESC LIMIT 1", (row,)).fetchone()
             seconds = sum(json.loads(s)["cpu_s"] for s, in conn.execute(
                 "SELECT spend FROM attempts WHERE trial_id = ?", (row,)))
             stopped[row] = (rung, step, seconds)
@@ -253,9 +254,12 @@ def scanned_totals(db: Path, run: int) -> dict[str, Any]:
             cpu = sum(json.loads(s)["cpu_s"] for s, in conn.execute(
                 "SELECT spend FROM attempts WHERE trial_id = ? AND spend IS NOT NULL", (row,)))
             if status == "stopped":
-                key = conn.execute("SELECT rung, step FROM decisions WHERE trial_id = ? AND"
-                                   " verdict = 'stop' ORDER BY id DESC LIMIT 1", (row,)).fetchone()
-                entry = ended.setdefault(tuple(key), [0, 0.0])
+                rung, step = conn.execute(
+                    "SELECT rung, step FROM decisions WHERE trial_id = ? AND verdict = 'stop'"
+                    " ORDER BY id DESC LIMIT 1", (row,)).fetchone()
+                (stop_step,) = conn.execute("SELECT stop_step FROM trials WHERE id = ?",
+                                            (row,)).fetchone()
+                entry = ended.setdefault((rung, stop_step or step), [0, 0.0])
                 entry[0] += 1
                 entry[1] += cpu
             elif status == "completed":
@@ -283,6 +287,8 @@ class Passes:
     def __init__(self, store: dse.Store, run: int) -> None:
         self.store, self.run, self.batch = store, run, Batch()
         self.attempts: dict[tuple[int, int], int] = {}
+        self.step: int | None = None
+        """The step a trial ends stopped at (None: the step of its stop decision)."""
 
     def start(self, row: int, attempt: int) -> None:
         self.attempts[row, attempt] = self.store.new_attempt_id()
@@ -294,8 +300,10 @@ class Passes:
                                started_at=0.0, ended_at=seconds,
                                spend={"wall_s": seconds, "cpu_s": seconds})
         if status is not None:
+            stopped = status is TrialStatus.STOPPED
             self.batch.end_trial(row=row, status=status, ended_at=seconds, metrics={"loss": 1.0},
-                                 score=1.0)
+                                 score=None if stopped else 1.0,
+                                 step=self.step if stopped else None)
 
     def decide(self, row: int, verdict: str, rung: int, attempt: int = 1) -> None:
         self.batch.add_decision(campaign=self.run, row=row, attempt=attempt, rule="asha",
@@ -326,7 +334,9 @@ def test_the_stop_summary_agrees_with_the_rows_after_every_pass_and_a_migration(
     passes.decide(rows[1], "continue", 1)
     passes.decide(rows[2], "stop", 1)  # the decision first, the stop a pass later
     passes.commit()
+    passes.step = 2  # it reported one more step before its cancel took
     passes.end(rows[2], 1, 3.0, TrialStatus.STOPPED)
+    passes.step = None
     passes.decide(rows[3], "stop", 1)
     passes.end(rows[3], 1, 4.0, TrialStatus.STOPPED)  # the stop and its decision in one pass
     passes.commit()
@@ -344,8 +354,10 @@ def test_the_stop_summary_agrees_with_the_rows_after_every_pass_and_a_migration(
     passes.commit()
     passes.decide(rows[2], "stop", 3)  # a stop recorded after the trial was stopped
     passes.commit()
+    passes.batch.end_trial(row=rows[2], status=TrialStatus.STOPPED, ended_at=9.0, step=5)
+    passes.commit()  # the step of a stopped trial changes
     assert summarized(store, run) == {
-        "ended": {(3, 3): (2, 19.0)}, "completed": (2, 90.0),
+        "ended": {(3, 3): (1, 10.0), (3, 5): (1, 9.0)}, "completed": (2, 90.0),
         "counts": {("stop", 1): 2, ("stop", 3): 2, ("promote", 1): 1}}
     # A record of schema 14 (before the summary) is migrated: the summary is rebuilt.
     before = summarized(store, run)

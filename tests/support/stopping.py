@@ -130,7 +130,12 @@ def _trial(store: dse.Store, batch: Batch, run: int, plan: Planned) -> None:
                     cutoff=d.cutoff, peers=len(plan.peers), compared=json.dumps(plan.peers),
                     reason=f"{d.verdict} at rung {d.rung}", bracket=None, at=at + step + 0.5)
         at += seconds + 1.0
+    # As the engine records them: a stopped trial has its last point's metrics and step, and
+    # no score (its result is partial).
     metrics = {"loss": loss(n, last)}
-    score = None if plan.failure else metrics["loss"]
+    stopped = plan.status is TrialStatus.STOPPED
+    score = None if plan.failure or stopped else metrics["loss"]
     batch.end_trial(row=row, status=plan.status, ended_at=at, failure=plan.failure,
-                    metrics=None if plan.failure else metrics, score=score)
+                    metrics=None if plan.failure else metrics, score=score,
+                    step=last if stopped else None,
+                    message=f"stopped at step {last}" if stopped else None)

@@ -229,7 +229,8 @@ def _concluded(run: CampaignRun, trial: Trial, context: _Context) -> dict[str, A
                       "direction": objectives[0].get("direction")},
         "direction": resolved.get("direction") or objectives[0].get("direction"),
         "metrics": trial.metrics or {},
-        "step": stopped["stopped"]["step"] if stopped and stopped["stopped"] else None,
+        "step": trial.step if trial.step is not None else (
+            stopped["stopped"]["step"] if stopped and stopped["stopped"] else None),
         "max_step": (spec.get("stopping") or {}).get("max_step"),
         "score": trial.score,
         "baseline": latest["baseline"] if latest else None,

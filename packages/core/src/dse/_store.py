@@ -705,12 +705,14 @@ def _last_stop(trial: str, column: str, before: str | None = None) -> str:
             f" 'stop'{earlier} ORDER BY id DESC LIMIT 1), -1)")
 
 
-def _end_key(row: str, status: str) -> str:
-    """The ``stop_totals`` kind, rung and step of trial *row* (``NEW``, ``OLD``, ``t``) as
-    ended with *status*: a stopped trial's is its latest stop's rung and step."""
-    return ", ".join([f"'ended_' || {status}"] + [
-        f"CASE WHEN {status} = 'stopped' THEN {_last_stop(f'{row}.id', c)} ELSE 0 END"
-        for c in ("rung", "step")])
+def _end_key(row: str, status: str, id_row: str | None = None) -> str:
+    """The ``stop_totals`` kind, rung and step of trial *row* (``NEW``, ``OLD``, ``t``: its
+    ``stop_step``; its id is *id_row*'s) as ended with *status*: a stopped trial's is its
+    latest stop's rung and the step it stopped at (``stop_step``, else that stop's)."""
+    trial = f"{id_row or row}.id"
+    return (f"'ended_' || {status}, CASE WHEN {status} = 'stopped' THEN"
+            f" {_last_stop(trial, 'rung')} ELSE 0 END, CASE WHEN {status} = 'stopped' THEN"
+            f" COALESCE({row}.stop_step, {_last_stop(trial, 'step')}) ELSE 0 END")
 
 
 _UPSERT_STOP = (" ON CONFLICT (campaign_id, kind, rung, step) DO UPDATE SET trials = trials +"
@@ -758,22 +760,27 @@ _SUMMARIES_15: tuple[str, ...] = (
     # A decision: a stopped trial's latest stop moves it, then the decision is counted.
     "CREATE TRIGGER IF NOT EXISTS stop_decided AFTER INSERT ON decisions BEGIN "
     + _end_delta("-", "NEW.campaign_id", "NEW.trial_id",
-                 "'ended_stopped', " + ", ".join(_last_stop("NEW.trial_id", c, "NEW.id")
-                                                 for c in ("rung", "step")),
+                 "'ended_stopped', " + _last_stop("NEW.trial_id", "rung", "NEW.id")
+                 + ", COALESCE((SELECT stop_step FROM trials WHERE id = NEW.trial_id), "
+                 + _last_stop("NEW.trial_id", "step", "NEW.id") + ")",
                  f"NEW.verdict = 'stop' AND {_STOPPED_NOW} AND "
                  + _TRACKED.format(run="NEW.campaign_id")) + "; "
-    + _end_delta("+", "NEW.campaign_id", "NEW.trial_id", "'ended_stopped', NEW.rung, NEW.step",
+    + _end_delta("+", "NEW.campaign_id", "NEW.trial_id", "'ended_stopped', NEW.rung,"
+                 " COALESCE((SELECT stop_step FROM trials WHERE id = NEW.trial_id), NEW.step)",
                  f"NEW.verdict = 'stop' AND {_STOPPED_NOW} AND "
                  + _TRACKED.format(run="NEW.campaign_id")) + "; "
     + "INSERT INTO stop_totals(campaign_id, kind, rung, step, trials) VALUES (NEW.campaign_id,"
     " NEW.verdict, NEW.rung, 0, 1) ON CONFLICT (campaign_id, kind, rung, step) DO UPDATE SET"
     " trials = trials + 1; END",
-    "CREATE TRIGGER IF NOT EXISTS stop_left AFTER UPDATE OF status ON trials WHEN OLD.status IN"
-    " ('stopped', 'completed') AND NEW.status IS NOT OLD.status AND "
+    "CREATE TRIGGER IF NOT EXISTS stop_left AFTER UPDATE OF status, stop_step ON trials WHEN"
+    " OLD.status IN ('stopped', 'completed') AND (NEW.status IS NOT OLD.status OR"
+    " NEW.stop_step IS NOT OLD.stop_step) AND "
     + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
-    + _end_delta("-", "NEW.campaign_id", "NEW.id", _end_key("NEW", "OLD.status")) + "; END",
-    "CREATE TRIGGER IF NOT EXISTS stop_entered AFTER UPDATE OF status ON trials WHEN NEW.status"
-    " IN ('stopped', 'completed') AND NEW.status IS NOT OLD.status AND "
+    + _end_delta("-", "NEW.campaign_id", "NEW.id", _end_key("OLD", "OLD.status", "NEW"))
+    + "; END",
+    "CREATE TRIGGER IF NOT EXISTS stop_entered AFTER UPDATE OF status, stop_step ON trials WHEN"
+    " NEW.status IN ('stopped', 'completed') AND (NEW.status IS NOT OLD.status OR"
+    " NEW.stop_step IS NOT OLD.stop_step) AND "
     + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
     + _end_delta("+", "NEW.campaign_id", "NEW.id", _end_key("NEW", "NEW.status")) + "; END",
     "CREATE TRIGGER IF NOT EXISTS stop_inserted AFTER INSERT ON trials WHEN NEW.status IN"
