@@ -117,7 +117,7 @@ def test_show_says_where_and_why_a_stopped_trial_stopped(project: Path) -> None:
     stop = lines.index("  STOPPED       at rung 3 (step 3 of attempt 2): value 1.66667, cutoff 1,"
                        " 1 peer (asha 1)")
     assert lines[stop + 1] == "                reason: stop at rung 3"
-    assert any(line.startswith("  fidelity      the metrics and score are from step 3 of 9")
+    assert any(line.startswith("  fidelity      the metrics are from step 3 of 9")
                for line in lines)
 
 

@@ -419,7 +419,8 @@ def _ended_lines(
     if e["progress"] is not None:
         last = e["progress"]["last"]
         metrics = ", ".join(f"{k}={v:g}" for k, v in last["metrics"].items())
-        row("progress", f"{e['progress']['points']} points; last: step {last['step']} of"
+        points = e["progress"]["points"]
+        row("progress", f"{points} point{'' if points == 1 else 's'}; last: step {last['step']} of"
             f" attempt {last['attempt']}" + (f" ({metrics})" if metrics else ""))
     if e["stopping"] is not None:
         _stopping_lines(e["stopping"], row)
@@ -471,8 +472,8 @@ def _concluded_lines(k: Mapping[str, Any], row: Callable[[str, str], None]) -> N
     row("metrics", json.dumps(k["metrics"]) if k["metrics"] else "none")
     if k["step"] is not None:
         of = "" if k["max_step"] is None else f" of {k['max_step']}"
-        row("fidelity", f"the metrics and score are from step {k['step']}{of}: the trial was"
-            " stopped there (a low-fidelity result)")
+        row("fidelity", f"the metrics are from step {k['step']}{of}: the trial was stopped"
+            " there (a partial, low-fidelity result)")
     objective = k["objective"]
     if k["score"] is None:
         row("score", f"no score: {k['no_score']}")
