@@ -153,6 +153,8 @@ def outcome_json(result: CampaignResult, detail: RunDetail, campaign: Campaign) 
         "rejected": s.rejected,
         "cancelled": s.cancelled,
         "interrupted": s.interrupted,
+        "stopped": s.stopped,
+        "promoted": s.promoted,
         "best": None if best is None else {
             "trial": best.number, "score": best.score, "params": dict(best.params),
             "metric": campaign.objectives[0].metric,
@@ -175,6 +177,8 @@ def outcome_lines(result: CampaignResult, detail: RunDetail, campaign: Campaign)
         f"campaign {result.name} run {result.campaign_id}: {result.status}"
         f" ({result.end_reason}); {s.steps} trials: {s.completed} completed, {s.failed} failed,"
         f" {s.cached} cached, {s.rejected} rejected, {s.cancelled} cancelled"
+        + (f", {s.stopped} stopped early ({s.promoted} promoted)" if s.stopped or s.promoted
+           else "")
         + ("" if s.baseline is None else f"; baseline {s.baseline.value}")
     ]
     if best is not None:
