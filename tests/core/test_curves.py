@@ -130,3 +130,26 @@ x = { type = "int", low = 0, high = 10 }
     page = (tmp_path / "p.html").read_text()
     assert 'id="plot-outcomes"' in page
     assert 'id="plot-curves"' not in page
+
+
+def test_a_stop_without_a_finite_value_is_marked_on_the_curve(tmp_path: Path) -> None:
+    from dse._store import Batch
+
+    build(tmp_path / "ws")
+    store = dse.Store(tmp_path / "ws" / "dse.sqlite")
+    try:
+        batch = Batch()
+        batch.add_decision(campaign=1, row=store.find_trial("es:6")[1].id, attempt=1,
+                           rule="asha", version="1", verdict="stop", rung=2, step=2,
+                           value=None, cutoff=1.0, peers=3, compared="[]", reason="NaN",
+                           bracket=None, at=2.0)
+        store.commit(batch)
+        trials = [{"row": t.id, "number": t.number, "status": t.status.value,
+                   "score": t.score, "cached": False, "valid": True} for t in store.trials(1)]
+        curves = learning_curves(store, 1, store.campaign(1).spec,  # type: ignore[union-attr]
+                                 trials)
+    finally:
+        store.close()
+    assert curves is not None
+    (six,) = [c for c in curves.curves if c.number == 6]
+    assert six.stops == [(2, loss(6, 2))]

@@ -380,3 +380,21 @@ def test_the_stop_summary_agrees_with_the_rows_after_every_pass_and_a_migration(
         passes.commit()
     finally:
         store.close()
+
+
+def test_a_value_that_was_not_a_finite_number_is_said_so(project: Path) -> None:
+    store = dse.Store(project / ".dse" / "dse.sqlite")
+    try:
+        row = store.find_trial("es:6")[1].id
+        batch = Batch()
+        batch.add_decision(campaign=1, row=row, attempt=1, rule="asha", version="1",
+                           verdict="stop", rung=2, step=2, value=None, cutoff=1.0, peers=3,
+                           compared="[]", reason="NaN is the worst", bracket=None, at=2.0)
+        store.commit(batch)
+    finally:
+        store.close()
+    lines = dse_lines(project, "show", "es:6")
+    assert ("  stopped       at rung 2 (step 2 of attempt 1): value not a finite number (the"
+            " worst), cutoff 1, 3 peers (asha 1)") in lines
+    decision = dse_json(project, "show", "es:6")["ended"]["stopping"]["decisions"][0]
+    assert decision["value"] is None

@@ -124,11 +124,17 @@ def _curve(trial: Mapping[str, Any], metric: str, points: Sequence[ProgressRow],
         value = p.metrics.get(metric)
         if isinstance(value, int | float) and math.isfinite(value):
             curve.points.append((p.step, float(value)))
+    at = dict(curve.points)
     for d in decisions:
+        # A value that was not a finite number (the worst, to the rule) has no place on the
+        # axis: the mark goes on the curve's point at that step, if it has a finite one.
+        value = d.value if d.value is not None else at.get(d.step)
+        if value is None:
+            continue
         if d.verdict == "stop":
-            curve.stops.append((d.step, d.value))
+            curve.stops.append((d.step, value))
         elif d.verdict == "promote":
-            curve.promotions.append((d.step, d.value))
+            curve.promotions.append((d.step, value))
     return curve
 
 

@@ -453,7 +453,7 @@ def _stopping_lines(stopping: Mapping[str, Any], row: Callable[[str, str], None]
         peers = f"{d['peers']} peer" + ("" if d["peers"] == 1 else "s")
         cutoff = ("no cutoff" if d["cutoff"] is None else f"cutoff {d['cutoff']:.6g}")
         compared = (f"at rung {d['rung']} (step {d['step']} of attempt {d['attempt']}):"
-                    f" value {d['value']:.6g}, {cutoff}, {peers} ({d['rule']} {d['version']}"
+                    f" value {_value(d['value'])}, {cutoff}, {peers} ({d['rule']} {d['version']}"
                     + ("" if d["bracket"] is None else f", bracket {d['bracket']}") + ")")
         if d["verdict"] == "stop":
             row("STOPPED" if d == stopping["stopped"] else "stopped", compared)
@@ -463,6 +463,10 @@ def _stopping_lines(stopping: Mapping[str, Any], row: Callable[[str, str], None]
             row("promoted", f"{compared}; {resumed}")
         if d["reason"]:
             row("", f"reason: {d['reason']}")
+
+
+def _value(value: float | None) -> str:
+    return "not a finite number (the worst)" if value is None else f"{value:.6g}"
 
 
 def _concluded_lines(k: Mapping[str, Any], row: Callable[[str, str], None]) -> None:
