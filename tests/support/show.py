@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 import dse
 from support.cli import run_dse
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 SECTIONS = ("1. What was run", "2. Against what data", "3. How it ended", "4. What it cost",
             "5. What was concluded")
@@ -119,3 +117,25 @@ def assert_matches_record(doc: dict[str, Any], run: sqlite3.Row, trial: sqlite3.
                                            if trial["metrics"] else {})
     assert doc["concluded"]["scorer"]["name"] == "default"
     assert doc["concluded"]["scorer"]["version"] == dse.__version__
+
+
+def documented_keys(value: Any, path: str = "") -> set[str]:
+    """Every key of a record, leaving out the free-form maps (params, metrics, usage)."""
+    keys: set[str] = set()
+    if isinstance(value, dict):
+        for key, item in value.items():
+            keys.add(key)
+            if key not in ("params", "metrics", "usage", "action", "observation"):
+                keys |= documented_keys(item, key)
+    elif isinstance(value, list):
+        for item in value:
+            keys |= documented_keys(item, path)
+    return keys
+
+
+def undocumented_keys(export: Any) -> list[str]:
+    """The keys of *export* (a ``dse export`` or ``dse show --json`` document) that
+    docs/record.md does not name."""
+    docs = (Path(__file__).parents[2] / "docs" / "record.md").read_text(encoding="utf-8")
+    return sorted(k for k in documented_keys(export) if f"`{k}`" not in docs
+                  and f"{{{k}" not in docs and f", {k}" not in docs)

@@ -8,7 +8,9 @@ kilobytes whatever the number of trials:
 * **timeline**: every attempt as a bar on the slot it held (waves and backfill visible);
 * **parameters**: parallel coordinates of the trials' params, coloured by score;
 * **cost**: cost per effective result over the run's time;
-* **outcomes**: trials by outcome and failure class.
+* **outcomes**: trials by outcome and failure class;
+* **curves** (a run with a stopping rule or learning curves, :mod:`dse._curves`): the trials'
+  learning curves with the stopping rule's stops and promotions.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dse._curves import CURVES, draw_curves, learning_curves
 from dse._errors import DseError
 from dse._render import detail_lines, rollup_line
 from dse._report import invalid_trials, rollup_by_objective, run_detail
 from dse._types import RESOLVED_SCORER
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from pathlib import Path
 
     from dse._report import RunDetail
@@ -60,6 +63,7 @@ class _Run:
     space: list[dict[str, Any]]
     trials: list[dict[str, Any]] = field(default_factory=list)
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    spec: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _load(store: Store, campaign_id: int) -> _Run:
@@ -74,14 +78,14 @@ def _load(store: Store, campaign_id: int) -> _Run:
         direction=str(resolved.get("direction") or objective.get("direction", "minimize")),
         metric=str(objective.get("metric", "score")),
         currency=str(spec.get("currency") or "USD"), created=float(row.created_at),
-        space=list(spec.get("space") or []),
+        space=list(spec.get("space") or []), spec=spec,
     )
     invalid = invalid_trials(store, campaign_id)
     number_of: dict[int, int] = {}
     for t in store.trials(campaign_id):
         number_of[t.id] = t.number
         run.trials.append({
-            "number": t.number, "status": t.status.value,
+            "row": t.id, "number": t.number, "status": t.status.value,
             "failure": t.failure.value if t.failure is not None else None,
             "score": t.score, "params": t.params,
             "valid": t.id not in invalid, "ended": t.ended_at,
@@ -121,8 +125,12 @@ def render_html(store: Store, campaign_id: int, out: Path, report_lines: Sequenc
         "cost": ("Cost per effective result", _cost),
         "outcomes": ("Outcomes and failure classes", _outcomes),
     }
+    curves = learning_curves(store, campaign_id, run.spec, run.trials)
+    if curves is not None:
+        drawers[CURVES] = ("Learning curves, stops and promotions",
+                           lambda fig, _: draw_curves(fig, curves))
     figures = []
-    for key in PLOTS:
+    for key in (*PLOTS, *([CURVES] if curves is not None else [])):
         title, draw = drawers[key]
         fig = plt.figure(figsize=(10, 4.2), dpi=100)
         caption = draw(fig, run)
@@ -327,8 +335,10 @@ def _cost(fig: Any, run: _Run) -> str:
     for a in run.attempts:
         if a["end"] is not None:
             events.append((a["end"], a["money"] if money else a["cpu_s"] / 3600.0, 0))
-    for t in _scored(run):
-        if t["ended"] is not None:
+    for t in run.trials:
+        # A usable result, as the three numbers count them: completed or stopped at a rung.
+        if (t["status"] in ("completed", "stopped") and t["valid"] and not t["cached"]
+                and t["ended"] is not None):
             events.append((t["ended"], 0.0, 1))
     events.sort()
     t0 = run.created
@@ -344,8 +354,8 @@ def _cost(fig: Any, run: _Run) -> str:
     ax.set_xlabel("hours since the run started")
     ax.set_ylabel(f"{unit} per effective result")
     ax.set_ylim(bottom=0)
-    return (f"Cumulative spend over cumulative effective results (completed, valid), in {unit}:"
-            " how much each usable result has cost so far.")
+    return (f"Cumulative spend over cumulative effective results (completed or stopped at a"
+            f" rung, valid), in {unit}: how much each usable result has cost so far.")
 
 
 def _outcomes(fig: Any, run: _Run) -> str:
@@ -353,8 +363,8 @@ def _outcomes(fig: Any, run: _Run) -> str:
     counts: dict[str, int] = {}
     for t in run.trials:
         label = t["status"] if not t["failure"] else f"{t['status']}: {t['failure']}"
-        if t["status"] == "completed" and not t["valid"]:
-            label = "completed: invalidated"
+        if t["status"] in ("completed", "stopped") and not t["valid"]:
+            label = f"{t['status']}: invalidated"
         counts[label] = counts.get(label, 0) + 1
     labels = sorted(counts, key=lambda k: (-counts[k], k))
     ax.barh(labels, [counts[k] for k in labels], color="#546e7a")

@@ -12,6 +12,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from dse._states import CampaignStatus
+from dse._stopreport import SAVED_METHOD
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from dse._report import ObjectiveRollup, RunDetail, RunSummary
     from dse._spend import Spend
     from dse._states import TrialStatus
+    from dse._stopreport import StoppingDetail
 
 __all__ = [
     "FORMATS",
@@ -54,8 +56,9 @@ Table = tuple[tuple[str, ...], list[list[str]]]
 """A table for people: its column names and its rows of cells (printed by
 :meth:`dse._terminal.Console.table`)."""
 
-STATUS_COLUMNS = ("run", "campaign", "status", "trials", "completed", "failed", "cached",
-                  "running", "trials/h", "results/h", "cost/result", "spent", "agent", "backend")
+STATUS_COLUMNS = ("run", "campaign", "status", "trials", "completed", "stopped", "failed",
+                  "cached", "running", "trials/h", "results/h", "cost/result", "spent", "agent",
+                  "backend")
 
 REPORT_KEYS = """\
 --json prints {"workspace": PATH, "runs": [RUN...], "objectives": [OBJECTIVE...]}.
@@ -76,13 +79,22 @@ RUN:
                    money (currency), compute (<unit>-hours), trials (trials run),
                    wall_clock (seconds since the run was created)
   wall_clock_s     the run's wall clock (creation to end, or to now while it runs)
-  finished         trials that reached an outcome (not cache hits, not cancelled)
-  effective        trials with a usable, scored result
+  finished         trials that reached an outcome, stopped ones included (not cache hits,
+                   not cancelled)
+  effective        trials with a usable result: completed, or stopped at a rung (low
+                   fidelity), and not flagged invalid
   throughput_per_h finished trials per wall-clock hour
   effective_per_h  effective results per wall-clock hour
   cost_per_effective       money per effective result (null before the first)
   compute_per_effective_h  {cpu, gpu, node}: compute-hours per effective result
   cache_hits       [{trial, reuses_run, reuses_trial, cost (always 0), reused_cost}]
+  stopping         null (no stopping rule) or {rule, version, metric, direction, max_step,
+                   ended_stopped, promotions, to_end, rungs, to_end_spent, stopped_spent,
+                   saved_estimate, saved_method}: rungs [{rung, stopped, promoted, ended,
+                   spent}] (stop and promote decisions at the rung; trials whose end is a
+                   stop there and what they spent); to_end: trials that ran to their end;
+                   saved_estimate: SPENT or null, how it is estimated in saved_method
+                   (SPENT: the keys of spent)
 OBJECTIVE (every run of the workspace serving the label, per currency):
   objective, currency, runs, spent, finished, effective, cached, cost_per_effective,
   compute_per_effective_h
@@ -141,6 +153,8 @@ def outcome_json(result: CampaignResult, detail: RunDetail, campaign: Campaign) 
         "rejected": s.rejected,
         "cancelled": s.cancelled,
         "interrupted": s.interrupted,
+        "stopped": s.stopped,
+        "promoted": s.promoted,
         "best": None if best is None else {
             "trial": best.number, "score": best.score, "params": dict(best.params),
             "metric": campaign.objectives[0].metric,
@@ -163,6 +177,8 @@ def outcome_lines(result: CampaignResult, detail: RunDetail, campaign: Campaign)
         f"campaign {result.name} run {result.campaign_id}: {result.status}"
         f" ({result.end_reason}); {s.steps} trials: {s.completed} completed, {s.failed} failed,"
         f" {s.cached} cached, {s.rejected} rejected, {s.cancelled} cancelled"
+        + (f", {s.stopped} stopped early ({s.promoted} promoted)" if s.stopped or s.promoted
+           else "")
         + ("" if s.baseline is None else f"; baseline {s.baseline.value}")
     ]
     if best is not None:
@@ -286,6 +302,22 @@ def detail_json(detail: RunDetail) -> dict[str, Any]:
              "cost": 0.0, "reused_cost": h.reuses_spend.money}
             for h in detail.cache_hits
         ],
+        "stopping": None if detail.stopping is None else _stopping_json(detail.stopping),
+    }
+
+
+def _stopping_json(d: StoppingDetail) -> dict[str, Any]:
+    return {
+        "rule": d.rule, "version": d.version, "metric": d.metric, "direction": d.direction,
+        "max_step": d.max_step, "ended_stopped": d.ended_stopped, "promotions": d.promotions,
+        "to_end": d.to_end,
+        "rungs": [{"rung": r.rung, "stopped": r.stopped, "promoted": r.promoted,
+                   "ended": r.ended, "spent": _spent_json(r.spent)} for r in d.rungs],
+        "to_end_spent": _spent_json(d.to_end_spent),
+        "stopped_spent": _spent_json(d.stopped_spent),
+        "saved_estimate": None if d.saved is None else _spent_json(d.saved),
+        "saved_method": SAVED_METHOD if d.saved is not None else
+        "no estimate: the run's record holds no max_step",
     }
 
 
@@ -356,7 +388,36 @@ def detail_lines(detail: RunDetail) -> list[str]:
             for h in detail.cache_hits[:5]
         ) + ("; ..." if len(detail.cache_hits) > 5 else "")
         row("cache hits", f"{len(detail.cache_hits)}, costing nothing: {reuses}")
+    if detail.stopping is not None:
+        _stopping_rows(detail.stopping, s.currency, row)
     return lines
+
+
+def _stopping_rows(d: StoppingDetail, currency: str, row: Callable[[str, str], None]) -> None:
+    """A run's early stopping: what was stopped and promoted at each rung, what the trials
+    that ended there and those that ran to the end spent, and what stopping saved."""
+    def spent(spend: Spend) -> str:
+        units = ", ".join(f"{hours_text(spend.compute_s(u) / 3600.0)} {u}-hours"
+                          for u in _shown_units(spend, None))
+        return f"{units}, {money_text(spend.money)} {currency}, attempts" \
+               f" {duration_text(spend.wall_s)}"
+
+    what = f"{d.rule} {d.version or '(no decision yet)'}"
+    if d.metric:
+        what += f" on {d.metric}" + (f" ({d.direction})" if d.direction else "")
+    if d.max_step is not None:
+        what += f", a full run is {d.max_step} steps"
+    row("stopping", f"{what}: {d.ended_stopped} trials ended stopped, {d.promotions}"
+        f" promoted, {d.to_end} ran to the end")
+    for r in d.rungs:
+        row(f"rung {r.rung}", f"{r.stopped} stopped, {r.promoted} promoted; {r.ended} ended"
+            f" here, spent {spent(r.spent)}")
+    row("to the end", f"{d.to_end} trials, spent {spent(d.to_end_spent)}")
+    if d.saved is None:
+        row("saved", "no estimate: the run's record holds no max_step")
+    else:
+        row("saved", f"about {spent(d.saved)}")
+        row("", f"({SAVED_METHOD})")
 
 
 def _data_rows(detail: RunDetail, row: Callable[[str, str], None]) -> None:
@@ -446,7 +507,8 @@ def status_table(entries: Iterable[Mapping[str, Any]]) -> Table:
         cost = item["cost_per_effective"]
         rows.append([
             str(item["run"]), item["name"], f"{item['status']} ({item['end_reason'] or '-'})",
-            str(item["trials"]), str(item.get("completed", 0)), str(item.get("failed", 0)),
+            str(item["trials"]), str(item.get("completed", 0)), str(item.get("stopped", 0)),
+            str(item.get("failed", 0)),
             str(item.get("cached", 0)), str(item.get("running", 0)),
             rate_text(item["throughput_per_h"]), rate_text(item["effective_per_h"]),
             "-" if cost is None else f"{money_text(cost)} {item['currency']}",

@@ -1,8 +1,10 @@
 """The numbers that matter, read back from the record (DESIGN.md, "The numbers that matter").
 
-* **throughput** — trials that reached an outcome (completed, failed, hit their ceiling or
-  were interrupted for good; not cache hits, not cancelled) per hour of the run's wall clock;
-* **effective rate** — trials with a usable result (completed and scored) per wall-clock hour;
+* **throughput** — trials that reached an outcome (completed, stopped at a rung by the
+  stopping rule, failed, hit their ceiling or were interrupted for good; not cache hits, not
+  cancelled) per hour of the run's wall clock;
+* **effective rate** — trials with a usable result (completed, or stopped at a rung: a
+  low-fidelity result the agent learns from; not flagged invalid) per wall-clock hour;
 * **cost per effective result** — everything the run spent (every attempt of every trial,
   failures included) divided by the number of usable results, in money and in compute.
 
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse._spend import Spend
 from dse._states import RESOLVED_SCORER
+from dse._stopreport import StoppingDetail, stopping_detail
 from dse._summary import PerResult, RunSummary, campaign_run, invalid_trials, summarize
 
 if TYPE_CHECKING:
@@ -104,6 +107,8 @@ class RunDetail:
     """Trials (number, reason) whose result or score is flagged invalid: never ranked."""
     scorer: str = "default"
     """The scorer that scored the run (``name version``)."""
+    stopping: StoppingDetail | None = None
+    """The run's early stopping, when it has a stopping rule (:mod:`dse._stopreport`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +174,7 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
         best=best, cache_hits=tuple(hits), data_versions=versions,
         mismatched=tuple(store.mismatched_numbers(campaign_id)), invalid=tuple(flagged),
         scorer=f"{resolved.get('name', 'default')} {resolved.get('version', '')}".strip(),
+        stopping=stopping_detail(store, run),
     )
 
 

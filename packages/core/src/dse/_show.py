@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from dse._records import (
         Attempt,
         CampaignRun,
+        DecisionRow,
         EnvironmentRecord,
         Invalidation,
         ProgressRow,
@@ -74,6 +75,12 @@ class _Context:
                    if s.baseline_trial is not None}
         self.names = {row: _trial_ref(ref) for row, ref in store.trial_refs(linked).items()}
         self.progress = store.progress_tails(t.id for t in trials)
+        self.decisions: dict[int, list[DecisionRow]] = {}
+        for decision in store.trial_decisions(t.id for t in trials):
+            self.decisions.setdefault(decision.trial_row, []).append(decision)
+        self.first_steps = store.first_steps(
+            row for row, rows in self.decisions.items()
+            if any(d.verdict == "promote" for d in rows))
         self.replaced_by = {
             row: [_trial_ref(ref) for ref in refs]
             for row, refs in store.replacements(t.id for t in trials).items()
@@ -124,6 +131,7 @@ def _record(
             "ended_at": trial.ended_at,
             "attempts": [_attempt(a) for a in attempts],
             "progress": _progress(context.progress.get(trial.id)),
+            "stopping": _stopping(trial, context),
         },
         "cost": {"currency": run.spec.get("currency") or "USD", "attempts": costs,
                  "total": total.as_dict()},
@@ -214,12 +222,16 @@ def _concluded(run: CampaignRun, trial: Trial, context: _Context) -> dict[str, A
               else {"name": resolved["name"], "version": resolved["version"]})
     invalid = context.invalid(trial.invalidation)
     score_invalid = latest["invalid"] if latest else None
+    stopped = _stopping(trial, context)
     return {
         "scorer": scorer,
         "objective": {"metric": objectives[0].get("metric"),
                       "direction": objectives[0].get("direction")},
         "direction": resolved.get("direction") or objectives[0].get("direction"),
         "metrics": trial.metrics or {},
+        "step": trial.step if trial.step is not None else (
+            stopped["stopped"]["step"] if stopped and stopped["stopped"] else None),
+        "max_step": (spec.get("stopping") or {}).get("max_step"),
         "score": trial.score,
         "baseline": latest["baseline"] if latest else None,
         "no_score": None if trial.score is not None else _no_score(trial),
@@ -249,6 +261,29 @@ def _progress(tail: tuple[int, ProgressRow] | None) -> dict[str, Any] | None:
     n, last = tail
     return {"points": n, "last": {"attempt": last.attempt, "step": last.step,
                                   "metrics": dict(last.metrics), "at": last.at}}
+
+
+def _stopping(trial: Trial, context: _Context) -> dict[str, Any] | None:
+    """The stopping rule's decisions about *trial*, and the one that stopped it."""
+    rows = context.decisions.get(trial.id)
+    if not rows:
+        return None
+    decisions = [_decision(d, context.first_steps.get((trial.id, d.attempt + 1))
+                           if d.verdict == "promote" else None) for d in rows]
+    stops = [d for d in decisions if d["verdict"] == "stop"]
+    stopped = stops[-1] if stops and trial.status.value == "stopped" else None
+    return {"stopped": stopped, "decisions": decisions}
+
+
+def _decision(row: DecisionRow, resumed_step: int | None) -> dict[str, Any]:
+    return {
+        "attempt": row.attempt, "verdict": row.verdict, "rule": row.rule,
+        "version": row.rule_version, "rung": row.rung, "step": row.step, "value": row.value,
+        "cutoff": row.cutoff, "peers": row.peers,
+        "compared": [[number, value] for number, value in row.compared],
+        "reason": row.reason, "bracket": row.bracket, "at": row.at,
+        "resumed_step": resumed_step,
+    }
 
 
 def _attempt(row: Attempt) -> dict[str, Any]:
@@ -384,8 +419,11 @@ def _ended_lines(
     if e["progress"] is not None:
         last = e["progress"]["last"]
         metrics = ", ".join(f"{k}={v:g}" for k, v in last["metrics"].items())
-        row("progress", f"{e['progress']['points']} points; last: step {last['step']} of"
+        points = e["progress"]["points"]
+        row("progress", f"{points} point{'' if points == 1 else 's'}; last: step {last['step']} of"
             f" attempt {last['attempt']}" + (f" ({metrics})" if metrics else ""))
+    if e["stopping"] is not None:
+        _stopping_lines(e["stopping"], row)
     if not e["attempts"]:
         row("attempts", "none")
     for a in e["attempts"]:
@@ -401,11 +439,45 @@ def _ended_lines(
             row("", "; ".join(extra))
 
 
+def _stopping_lines(stopping: Mapping[str, Any], row: Callable[[str, str], None]) -> None:
+    """Where the stopping rule compared the trial: the rungs it passed, each stop (with its
+    value, the cutoff, the peers, the rule and the reason) and each promotion."""
+    passed = [d for d in stopping["decisions"] if d["verdict"] == "continue"]
+    if passed:
+        rule = f"{passed[-1]['rule']} {passed[-1]['version']}"
+        row("passed", "rung" + ("s " if len(passed) > 1 else " ")
+            + ", ".join(str(d["rung"]) for d in passed) + f" ({rule})")
+    for d in stopping["decisions"]:
+        if d["verdict"] == "continue":
+            continue
+        peers = f"{d['peers']} peer" + ("" if d["peers"] == 1 else "s")
+        cutoff = ("no cutoff" if d["cutoff"] is None else f"cutoff {d['cutoff']:.6g}")
+        compared = (f"at rung {d['rung']} (step {d['step']} of attempt {d['attempt']}):"
+                    f" value {_value(d['value'])}, {cutoff}, {peers} ({d['rule']} {d['version']}"
+                    + ("" if d["bracket"] is None else f", bracket {d['bracket']}") + ")")
+        if d["verdict"] == "stop":
+            row("STOPPED" if d == stopping["stopped"] else "stopped", compared)
+        else:
+            resumed = ("not resumed yet" if d["resumed_step"] is None else
+                       f"resumed at step {d['resumed_step']} in attempt {d['attempt'] + 1}")
+            row("promoted", f"{compared}; {resumed}")
+        if d["reason"]:
+            row("", f"reason: {d['reason']}")
+
+
+def _value(value: float | None) -> str:
+    return "not a finite number (the worst)" if value is None else f"{value:.6g}"
+
+
 def _concluded_lines(k: Mapping[str, Any], row: Callable[[str, str], None]) -> None:
     """Answer 5 for people."""
     scorer = k["scorer"]
     row("scorer", f"{scorer['name']} {scorer['version']} ({k['direction']})")
     row("metrics", json.dumps(k["metrics"]) if k["metrics"] else "none")
+    if k["step"] is not None:
+        of = "" if k["max_step"] is None else f" of {k['max_step']}"
+        row("fidelity", f"the metrics are from step {k['step']}{of}: the trial was stopped"
+            " there (a partial, low-fidelity result)")
     objective = k["objective"]
     if k["score"] is None:
         row("score", f"no score: {k['no_score']}")

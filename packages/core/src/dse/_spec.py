@@ -72,6 +72,15 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
     }
     if campaign.lookahead:
         spec["lookahead"] = campaign.lookahead
+    stopping = campaign.stopping
+    if stopping is not None:
+        # What `dse report` reads of the rule (its metric, and max_step for what it saved).
+        spec["stopping"] = {
+            "rule": stopping.rule, "max_step": stopping.max_step,
+            "min_step": stopping.min_step, "metric": stopping.metric,
+            "direction": stopping.direction.value, "promote": stopping.promote,
+            "options": dict(stopping.options),
+        }
     return spec
 
 

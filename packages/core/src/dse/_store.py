@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another controller's transaction before giving up."""
 DB_NAME = "dse.sqlite"
@@ -701,6 +701,122 @@ the step a trial stopped at (``trials.stop_step``: its metrics are from that ste
 trial promoted since is replayed as it was told)."""
 
 
+def _last_stop(trial: str, column: str, before: str | None = None) -> str:
+    """The *column* (``rung`` or ``step``) of the latest stop decision about trial *trial*
+    (an SQL expression of its row id; made before decision *before*, if given), else -1."""
+    earlier = "" if before is None else f" AND id < {before}"
+    return (f"IFNULL((SELECT {column} FROM decisions WHERE trial_id = {trial} AND verdict ="
+            f" 'stop'{earlier} ORDER BY id DESC LIMIT 1), -1)")
+
+
+def _end_key(row: str, status: str, id_row: str | None = None) -> str:
+    """The ``stop_totals`` kind, rung and step of trial *row* (``NEW``, ``OLD``, ``t``: its
+    ``stop_step``; its id is *id_row*'s) as ended with *status*: a stopped trial's is its
+    latest stop's rung and the step it stopped at (``stop_step``, else that stop's)."""
+    trial = f"{id_row or row}.id"
+    return (f"'ended_' || {status}, CASE WHEN {status} = 'stopped' THEN"
+            f" {_last_stop(trial, 'rung')} ELSE 0 END, CASE WHEN {status} = 'stopped' THEN"
+            f" COALESCE({row}.stop_step, {_last_stop(trial, 'step')}) ELSE 0 END")
+
+
+_UPSERT_STOP = (" ON CONFLICT (campaign_id, kind, rung, step) DO UPDATE SET trials = trials +"
+                " excluded.trials, " + ", ".join(f"{k} = {k} + excluded.{k}" for k in
+                                                 ("wall_s", "cpu_s", "gpu_s", "node_s", "money")))
+_STOP_COLUMNS = "campaign_id, kind, rung, step, trials, wall_s, cpu_s, gpu_s, node_s, money"
+
+
+def _end_delta(sign: str, campaign: str, trial: str, key: str, when: str = "1") -> str:
+    """Add (*sign* ``+``) or take away (``-``) trial *trial*'s count and its attempts' spend
+    at ``stop_totals`` *key* (kind, rung, step), when *when* holds."""
+    spend = ", ".join(f"TOTAL(json_extract(spend, '$.{k}')) AS {k}" for k in
+                      ("wall_s", "cpu_s", "gpu_s", "node_s", "money"))
+    return (f"INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT {campaign}, {key}, {sign}1, "
+            + ", ".join(f"{sign}{k}" for k in ("wall_s", "cpu_s", "gpu_s", "node_s", "money"))
+            + f" FROM (SELECT {spend} FROM attempts WHERE trial_id = {trial}) WHERE {when}"
+            + _UPSERT_STOP)
+
+
+_TRACKED = "EXISTS (SELECT 1 FROM stop_totals WHERE campaign_id = {run})"
+"""Whether run ``{run}`` has ``stop_totals`` rows: from its first decision on."""
+_STOPPED_NOW = "(SELECT status FROM trials WHERE id = NEW.trial_id) = 'stopped'"
+_SUMMARIES_15: tuple[str, ...] = (
+    # What `dse report` says of early stopping, kept by SQLite as decisions, trials and
+    # attempts are written: per run, the decisions by verdict and rung (kind = the verdict,
+    # step 0), and the trials that ended stopped (kind 'ended_stopped', by the rung and step
+    # of their latest stop) or ran to the end ('ended_completed') with their attempts' spend.
+    # A run has rows from its first decision on (its ended trials are added then): a run
+    # without a stopping rule costs one index probe per trial end.
+    "CREATE TABLE IF NOT EXISTS stop_totals (campaign_id INTEGER NOT NULL, kind TEXT NOT NULL,"
+    " rung INTEGER NOT NULL, step INTEGER NOT NULL, trials INTEGER NOT NULL DEFAULT 0, "
+    + ", ".join(f"{k} REAL NOT NULL DEFAULT 0" for k in ("wall_s", "cpu_s", "gpu_s", "node_s",
+                                                         "money"))
+    + ", PRIMARY KEY (campaign_id, kind, rung, step)) WITHOUT ROWID",
+    # A run's first decision adds its ended trials first, as they stand before it (by a
+    # WHEN clause: a condition in the statement would not spare each decision a scan).
+    "CREATE TRIGGER IF NOT EXISTS stop_first BEFORE INSERT ON decisions WHEN NOT "
+    + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
+    + f"INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT t.campaign_id, {_end_key('t', 't.status')},"
+    " COUNT(DISTINCT t.id), "
+    + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in ("wall_s", "cpu_s", "gpu_s",
+                                                                    "node_s", "money"))
+    + " FROM trials t LEFT JOIN attempts a ON a.trial_id = t.id WHERE t.campaign_id ="
+    " NEW.campaign_id AND t.status IN ('stopped', 'completed') GROUP BY 1, 2, 3, 4; END",
+    # A decision: a stopped trial's latest stop moves it, then the decision is counted.
+    "CREATE TRIGGER IF NOT EXISTS stop_decided AFTER INSERT ON decisions BEGIN "
+    + _end_delta("-", "NEW.campaign_id", "NEW.trial_id",
+                 "'ended_stopped', " + _last_stop("NEW.trial_id", "rung", "NEW.id")
+                 + ", COALESCE((SELECT stop_step FROM trials WHERE id = NEW.trial_id), "
+                 + _last_stop("NEW.trial_id", "step", "NEW.id") + ")",
+                 f"NEW.verdict = 'stop' AND {_STOPPED_NOW} AND "
+                 + _TRACKED.format(run="NEW.campaign_id")) + "; "
+    + _end_delta("+", "NEW.campaign_id", "NEW.trial_id", "'ended_stopped', NEW.rung,"
+                 " COALESCE((SELECT stop_step FROM trials WHERE id = NEW.trial_id), NEW.step)",
+                 f"NEW.verdict = 'stop' AND {_STOPPED_NOW} AND "
+                 + _TRACKED.format(run="NEW.campaign_id")) + "; "
+    + "INSERT INTO stop_totals(campaign_id, kind, rung, step, trials) VALUES (NEW.campaign_id,"
+    " NEW.verdict, NEW.rung, 0, 1) ON CONFLICT (campaign_id, kind, rung, step) DO UPDATE SET"
+    " trials = trials + 1; END",
+    "CREATE TRIGGER IF NOT EXISTS stop_left AFTER UPDATE OF status, stop_step ON trials WHEN"
+    " OLD.status IN ('stopped', 'completed') AND (NEW.status IS NOT OLD.status OR"
+    " NEW.stop_step IS NOT OLD.stop_step) AND "
+    + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
+    + _end_delta("-", "NEW.campaign_id", "NEW.id", _end_key("OLD", "OLD.status", "NEW"))
+    + "; END",
+    "CREATE TRIGGER IF NOT EXISTS stop_entered AFTER UPDATE OF status, stop_step ON trials WHEN"
+    " NEW.status IN ('stopped', 'completed') AND (NEW.status IS NOT OLD.status OR"
+    " NEW.stop_step IS NOT OLD.stop_step) AND "
+    + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
+    + _end_delta("+", "NEW.campaign_id", "NEW.id", _end_key("NEW", "NEW.status")) + "; END",
+    "CREATE TRIGGER IF NOT EXISTS stop_inserted AFTER INSERT ON trials WHEN NEW.status IN"
+    " ('stopped', 'completed') AND " + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
+    + _end_delta("+", "NEW.campaign_id", "NEW.id", _end_key("NEW", "NEW.status")) + "; END",
+    "CREATE TRIGGER IF NOT EXISTS stop_spend AFTER UPDATE OF spend ON attempts WHEN EXISTS"
+    " (SELECT 1 FROM trials t WHERE t.id = NEW.trial_id AND t.status IN ('stopped',"
+    " 'completed') AND " + _TRACKED.format(run="t.campaign_id") + ") BEGIN"
+    f" INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT t.campaign_id, {_end_key('t', 't.status')},"
+    " 0, "
+    + ", ".join(f"IFNULL(json_extract(NEW.spend, '$.{k}'), 0) -"
+                f" IFNULL(json_extract(OLD.spend, '$.{k}'), 0)" for k in ("wall_s", "cpu_s",
+                                                                         "gpu_s", "node_s",
+                                                                         "money"))
+    + " FROM trials t WHERE t.id = NEW.trial_id" + _UPSERT_STOP + "; END",
+)
+"""The summary of schema 15 (statements that hold ``;``: never split)."""
+
+_BACKFILL_15: tuple[str, ...] = (
+    "DELETE FROM stop_totals",
+    "INSERT INTO stop_totals(campaign_id, kind, rung, step, trials) SELECT campaign_id,"
+    " verdict, rung, 0, COUNT(*) FROM decisions GROUP BY 1, 2, 3",
+    f"INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT t.campaign_id, {_end_key('t', 't.status')},"
+    " COUNT(DISTINCT t.id), "
+    + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in ("wall_s", "cpu_s", "gpu_s",
+                                                                    "node_s", "money"))
+    + " FROM trials t LEFT JOIN attempts a ON a.trial_id = t.id WHERE t.status IN ('stopped',"
+    " 'completed') AND t.campaign_id IN (SELECT DISTINCT campaign_id FROM decisions)"
+    " GROUP BY 1, 2, 3, 4",
+)
+
+
 def _tally_key(row: str) -> str:
     """The ``run_tallies`` key columns of trial *row* (``NEW`` or ``OLD`` in a trigger)."""
     version = f"IFNULL(COALESCE(NULLIF({row}.data_version_read, ''), {row}.data_version), '')"
@@ -853,7 +969,8 @@ def _bring_up_to_date(db: sqlite3.Connection, path: Path) -> None:
     try:
         found = _schema_version(db)
         if found is None:
-            for statement in (*_SCHEMA.split(";"), *_SUMMARIES, *_SUMMARIES_12):
+            for statement in (*_SCHEMA.split(";"), *_SUMMARIES, *_SUMMARIES_12,
+                              *_SUMMARIES_15):
                 if statement.strip():
                     db.execute(statement)
             db.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
@@ -912,6 +1029,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     11: (*_SUMMARIES_12, *_BACKFILL_12),
     12: tuple(_NEW_TABLES_13.split(";")),
     13: tuple(_NEW_TABLES_14.split(";")),
+    14: (*_SUMMARIES_15, *_BACKFILL_15),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
@@ -1479,10 +1597,11 @@ class _Stops(_Summaries):
 
     def decision_counts(self, campaign_id: int) -> dict[tuple[str, int], int]:
         """How many trials of run *campaign_id* were stopped or promoted at each rung:
-        ``(verdict, rung) -> count``."""
+        ``(verdict, rung) -> count`` (read from ``stop_totals``, which SQLite keeps as
+        decisions are written: a few rows at a million trials as at ten)."""
         return {(v, rung): n for v, rung, n in self._rows(
-            "SELECT verdict, rung, COUNT(*) FROM decisions WHERE campaign_id = ? AND verdict"
-            " IN ('stop', 'promote') GROUP BY verdict, rung", (campaign_id,))}
+            "SELECT kind, rung, trials FROM stop_totals WHERE campaign_id = ? AND kind"
+            " IN ('stop', 'promote') AND trials > 0", (campaign_id,))}
 
     def run_progress(self, campaign_id: int) -> Iterator[tuple[int, int, int, str]]:
         """Every point of run *campaign_id*'s learning curves as ``(trial number, proposal,
@@ -1502,6 +1621,81 @@ class _Stops(_Summaries):
         return [_trial(r) for r in self._rows(
             f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND status = 'stopped' AND"
             " cache_of IS NULL ORDER BY number", (campaign_id,))]
+
+    def trial_decisions(self, trial_rows: Iterable[int]) -> list[DecisionRow]:
+        """The decisions about each of *trial_rows*, in the order they were made."""
+        return [_decision(r[1:]) for r in sorted(self._in(
+            f"SELECT d.id, {_DECISION} FROM decisions d JOIN trials t ON t.id = d.trial_id"
+            " WHERE d.trial_id IN ({marks})", trial_rows))]
+
+    def first_steps(self, trial_rows: Iterable[int]) -> dict[tuple[int, int], int]:
+        """``(trial row, attempt) -> the first step that attempt reported``, for each attempt
+        of *trial_rows* with a learning curve (where a promoted trial resumed)."""
+        return {(row, attempt): step for row, attempt, step in self._in(
+            "SELECT trial_id, attempt, MIN(step) FROM progress WHERE trial_id IN ({marks})"
+            " GROUP BY trial_id, attempt", trial_rows)}
+
+    def trial_progress(self, trial_rows: Iterable[int]) -> dict[int, list[ProgressRow]]:
+        """The learning curves of *trial_rows* (each by attempt and step)."""
+        out: dict[int, list[ProgressRow]] = {}
+        for row, attempt, step, metrics, at in sorted(self._in(
+                "SELECT trial_id, attempt, step, metrics, at FROM progress"
+                " WHERE trial_id IN ({marks})", trial_rows)):
+            out.setdefault(row, []).append(ProgressRow(attempt, step, _loads(metrics), at))
+        return out
+
+    def stop_tallies(self, campaign_id: int) -> list[StopTally]:
+        """The trials of run *campaign_id* that ended stopped, by the rung and step of the
+        decision that last stopped each, with what their attempts spent (read from
+        ``stop_totals``)."""
+        return [StopTally(rung, step, trials, Spend(*spend)) for rung, step, trials, *spend
+                in self._rows(
+            f"SELECT rung, step, trials, {', '.join(_SPEND_KEYS)} FROM stop_totals"
+            " WHERE campaign_id = ? AND kind = 'ended_stopped' AND trials > 0"
+            " ORDER BY rung, step", (campaign_id,))]
+
+    def completed_spend(self, campaign_id: int) -> tuple[int, Spend]:
+        """How many trials of run *campaign_id* ran to their end (completed) and what their
+        attempts spent: from ``stop_totals`` once the run has a decision, else summed from
+        its rows."""
+        found = self._rows(
+            f"SELECT trials, {', '.join(_SPEND_KEYS)} FROM stop_totals WHERE campaign_id = ?"
+            " AND kind = 'ended_completed'", (campaign_id,))
+        if not found and not self._rows(
+                "SELECT 1 FROM stop_totals WHERE campaign_id = ? LIMIT 1", (campaign_id,)):
+            found = self._rows(
+                "SELECT COUNT(DISTINCT t.id), "
+                + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in _SPEND_KEYS)
+                + " FROM trials t LEFT JOIN attempts a ON a.trial_id = t.id"
+                " WHERE t.campaign_id = ? AND t.status = 'completed'", (campaign_id,))
+        if not found:
+            return 0, Spend()
+        trials, *spend = found[0]
+        return int(trials), Spend(*spend)
+
+    def stopping_rule(self, campaign_id: int) -> tuple[str, str] | None:
+        """The rule and version of run *campaign_id*'s latest decision of one verdict (stop,
+        else promote, else continue: each one probe of the index ``decisions_run``), or
+        ``None``."""
+        for verdict in ("stop", "promote", "continue"):
+            found = self._rows("SELECT rule, rule_version FROM decisions WHERE campaign_id = ?"
+                               " AND verdict = ? ORDER BY id DESC LIMIT 1",
+                               (campaign_id, verdict))
+            if found:
+                return str(found[0][0]), str(found[0][1])
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class StopTally:
+    """The trials of a run that ended stopped at one rung and step, and their spend."""
+
+    rung: int
+    step: int
+    """The step the stopping decision compared (the trial's metrics are from it)."""
+    trials: int
+    spend: Spend
+    """What every attempt of those trials spent."""
 
 
 class Store(_Stops):

@@ -18,8 +18,11 @@ if TYPE_CHECKING:
 
 __all__ = ["PerResult", "RunSummary", "campaign_run", "invalid_trials", "summarize"]
 
-_FINISHED = (TrialStatus.COMPLETED, TrialStatus.FAILED, TrialStatus.BUDGET_EXHAUSTED,
-             TrialStatus.INTERRUPTED)
+_FINISHED = (TrialStatus.COMPLETED, TrialStatus.STOPPED, TrialStatus.FAILED,
+             TrialStatus.BUDGET_EXHAUSTED, TrialStatus.INTERRUPTED)
+_USABLE = (TrialStatus.COMPLETED, TrialStatus.STOPPED)
+"""A result at its end or at the rung the stopping rule stopped it (a low-fidelity result the
+agent learns from and a proposal may reuse): what the effective rate counts."""
 
 
 class PerResult:
@@ -84,8 +87,8 @@ def summarize(
     counts = store.trial_counts(campaign_id)
     if invalid is None:
         invalid = invalid_trials(store, campaign_id)
-    invalid_completed = sum(1 for status in store.trial_statuses(invalid).values()
-                            if status is TrialStatus.COMPLETED)
+    invalid_usable = sum(1 for status in store.trial_statuses(invalid).values()
+                         if status in _USABLE)
     budget = spec.get("budget") or {}
     return RunSummary(
         campaign_id=campaign_id,
@@ -93,7 +96,7 @@ def summarize(
         status=run.status.value,
         wall_s=max(float(end) - float(run.created_at), 0.0),
         finished=sum(counts.get(s, 0) for s in _FINISHED),
-        effective=counts.get(TrialStatus.COMPLETED, 0) - invalid_completed,
+        effective=sum(counts.get(s, 0) for s in _USABLE) - invalid_usable,
         cached=counts.get(TrialStatus.CACHED, 0),
         spent=store.spend_total(campaign_id),
         currency=spec.get("currency") or budget.get("currency") or "USD",
