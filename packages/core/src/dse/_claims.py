@@ -28,7 +28,7 @@ def of_record(row: Trial) -> LiveTrial:
     return LiveTrial(
         row_id=row.id, number=row.number, proposal=0, batch=0, params={},
         config_hash=row.config_hash, status=row.status, metrics=row.metrics,
-        score=row.score, failure=row.failure, message=row.message,
+        score=row.score, failure=row.failure, message=row.message, step=row.step,
     )
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from dse._progress import ProgressReader
     from dse._protocols import Runner
     from dse._results import Results
+    from dse._stopping import EarlyStopping
     from dse._types import JobStatus
 
 
@@ -49,15 +50,21 @@ class Collector:
         self.on_attempt_end: Callable[[LiveTrial, JobStatus, float], None] | None = None
         self.progress: ProgressReader | None = None
         """Reads the running trials' learning curves each pass (when they have directories)."""
+        self.stopping: EarlyStopping | None = None
+        """Stops and promotes trials by the campaign's rule (with a ``[stopping]`` table)."""
 
     def use_runner(self, runner: Runner) -> None:
         """Poll and cancel through *runner* from now on (a pool's share of its backend)."""
         self._runner = runner
+        if self.stopping is not None:
+            self.stopping.use_runner(runner)
 
     def apply(self, statuses: Sequence[JobStatus]) -> bool:
         changed = False
         if self.progress is not None:  # before the ends: an ended trial's last points too
-            self.progress.read(self._table.running.values(), self._journal)
+            new = self.progress.read(self._table.running.values(), self._journal)
+            if self.stopping is not None and new:
+                self.stopping.review(new, self._journal)
         now = self._clock.time()
         for status in statuses:
             trial = self._table.running.get(status.job_id)
@@ -88,7 +95,8 @@ class Collector:
             # knows it too).
             status = dataclasses.replace(status, reason=controller_lost(status.reason),
                                          ambiguous=False)
-        self._results.conclude(trial, status)
+        if self.stopping is None or not self.stopping.ended(trial, status):
+            self._results.conclude(trial, status)
         ended_at = status.ended_at or now
         if self.on_attempt_end is not None:
             self.on_attempt_end(trial, status, ended_at)

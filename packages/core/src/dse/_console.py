@@ -47,7 +47,7 @@ def _numbers_text(engine: Engine) -> str:
     """The three numbers, live (the same definitions as ``dse report``)."""
     s = engine.stats
     hours = _elapsed(engine) / 3600.0
-    finished = s.completed + s.failed + s.budget_exhausted + s.interrupted
+    finished = s.completed + s.failed + s.budget_exhausted + s.interrupted + s.stopped
     throughput = finished / hours if hours > 0 else 0.0
     effective = s.completed / hours if hours > 0 else 0.0
     spent = engine.ledger.spent

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from dse._protocols import Agent, Environment
     from dse._results import Results
     from dse._retry import InterruptionWatch
+    from dse._stopping import EarlyStopping
     from dse._store import Store
     from dse._types import JobSpec
 
@@ -63,6 +64,9 @@ class Parts:
     claims: Claims
     backend: str
     """The backend's name, recorded with each attempt."""
+    stopping: EarlyStopping | None = None
+    """Promotes stopped trials into free room before retries are admitted and new
+    proposals pulled (``[stopping]``)."""
 
 
 def claim_configs(p: Parts, proposals: list[Mapping[str, Any]]) -> list[Hashed | None]:
@@ -361,6 +365,7 @@ class Dispatcher:
             metrics=original.metrics if finished else None,
             score=trial.score if finished else None, cache_of=original.row_id,
             created_at=now, ended_at=now if finished else None,
+            step=original.step if finished else None,
         )
         if finished:
             p.results.cached_end(trial, original)
@@ -454,6 +459,8 @@ class Dispatcher:
         """Queue the waiting attempts the budget can afford; return those it never will
         (nothing runs, so nothing will free a reservation), with why."""
         p = self.parts
+        if p.stopping is not None:  # stopped trials the rule promotes go first
+            p.stopping.promote(self, p.campaign.max_parallelism - p.table.busy(), now)
         waiting = []
         for trial in p.table.take_retries():
             assert trial.spec is not None

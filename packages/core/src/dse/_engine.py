@@ -44,12 +44,12 @@ from dse._live import CurrentData, LiveTrial, TrialTable
 from dse._outcome import CampaignResult, EngineListener, RunEnd, Stats
 from dse._plugins import PluginManager
 from dse._pool import PoolConfig, run_pool
-from dse._progress import ProgressReader
 from dse._results import Results
 from dse._resume import Resume
 from dse._retry import RetryPolicy
 from dse._scoring import build_scorer
 from dse._spec import record_run
+from dse._stopping import watch_progress
 from dse._types import AttemptState, EndReason, Objective
 from dse._waits import Waits
 
@@ -138,7 +138,7 @@ class Engine:
         self.stats = Stats()
         self.campaign_id = 0
         self.run_dir = Path()
-        plugins = plugins or PluginManager(autoload=False)
+        self.plugins = plugins = plugins or PluginManager(autoload=False)
         self.scorer: Scorer = scorer or build_scorer(campaign, plugins)
         self._guard = AgentGuard.lookup(plugins, campaign.agent)
         """Who scores complete runs; its name and version are recorded with every score."""
@@ -252,7 +252,6 @@ class Engine:
         self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.dispatcher.dirs.open(self.run_dir, bool(getattr(self.backend, "trial_dirs", True)))
-        self.collector.progress = ProgressReader() if self.dispatcher.dirs.wanted else None
         if self.pool is not None:
             pool, engine = self.pool, self
             self.collector.on_attempt_end = (
@@ -265,6 +264,7 @@ class Engine:
         self._check_invalidations()
         if resume is not None:
             self._restore()
+        watch_progress(self, resumed=resume is not None)  # and stop trials early, if asked
         self.dispatcher.parts.claims.reset(now, self.campaign_id)
         self.listener.on_start(self)
 

@@ -13,7 +13,7 @@ from dse._guard import AgentGuard
 from dse._types import Observation, TrialStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from dse._live import LiveTrial
     from dse._protocols import Agent
@@ -42,6 +42,11 @@ class Feedback:
 
     def __init__(self, direction: Direction, guard: AgentGuard | None = None) -> None:
         self.direction = direction
+        self.max_step: int | None = None
+        """The step a full run ends at, when the campaign stops trials early."""
+        self.partial: Callable[[LiveTrial], float | None] | None = None
+        """Scores a stopped trial's metrics at its step (what the agent is told of it: the
+        record keeps no score for a trial that did not run to its end)."""
         self.guard = guard or AgentGuard()
         """Every call into the agent goes through it (it names the agent when one fails)."""
         self._pending: list[tuple[int, Observation]] = []
@@ -63,14 +68,20 @@ class Feedback:
     ) -> Observation:
         """What the agent is told of *trial* (with *status*, default its own); a result about
         other data than the current is told without its metrics and score."""
+        told = status or trial.original_status or trial.status
+        score = trial.score if current else None
+        if told is TrialStatus.STOPPED and current and self.partial is not None:
+            score = self.partial(trial)
         return Observation(
             params=trial.params,
-            status=status or trial.original_status or trial.status,
+            status=told,
             metrics=(trial.metrics or {}) if current else {},
-            score=trial.score if current else None,
+            score=score,
             trial_number=trial.number,
             failure=trial.failure,
             direction=self.direction,
+            step=trial.step,
+            max_step=self.max_step,
         )
 
     def numbered(self, proposal: int) -> None:

@@ -95,6 +95,8 @@ class LiveTrial:
     """The run time the pool expected when it started the current attempt."""
     granted_at: float = 0.0
     """When the pool let the current attempt start (it holds its resources from then)."""
+    step: int | None = None
+    """For a trial stopped early (or a cache hit of one): the step its metrics are from."""
 
     @property
     def checkpoint_mark(self) -> Path | None:

@@ -41,6 +41,10 @@ class Stats:
     cancelled: int = 0
     interrupted: int = 0
     budget_exhausted: int = 0
+    stopped: int = 0
+    """Trials stopped early by the stopping rule (a promoted one leaves the count)."""
+    promoted: int = 0
+    """Stopped trials promoted (resumed from their checkpoint)."""
     running: int = 0
     passes: int = 0
     retries: int = 0
@@ -75,6 +79,8 @@ class Stats:
             self.interrupted += n
         elif status is TrialStatus.BUDGET_EXHAUSTED:
             self.budget_exhausted += n
+        elif status is TrialStatus.STOPPED:
+            self.stopped += n
 
     def rank(self, number: int, params: Mapping[str, Any], score: float,
              objective: Objective) -> None:

@@ -81,20 +81,25 @@ class ProgressReader:
         """Trial row -> bytes of its file already recorded."""
         self._refused: set[int] = set()
 
-    def read(self, trials: Iterable[LiveTrial], journal: Journal) -> None:
-        """Record the new points of each of *trials* (running, with a directory)."""
+    def read(self, trials: Iterable[LiveTrial], journal: Journal
+             ) -> list[tuple[LiveTrial, list[ProgressPoint]]]:
+        """Record the new points of each of *trials* (running, with a directory); return
+        them, by trial."""
         now = journal.now()
         seen: dict[int, int] = {}
+        new: list[tuple[LiveTrial, list[ProgressPoint]]] = []
         for trial in trials:
             row = trial.row_id
             offset = self._read.get(row, 0)
             seen[row] = offset
             if trial.trial_dir is None or row in self._refused:
                 continue
-            seen[row] = self._read_one(trial, offset, journal, now)
+            seen[row] = self._read_one(trial, offset, journal, now, new)
         self._read = seen  # the trials no longer running are forgotten
+        return new
 
-    def _read_one(self, trial: LiveTrial, offset: int, journal: Journal, now: float) -> int:
+    def _read_one(self, trial: LiveTrial, offset: int, journal: Journal, now: float,
+                  new: list[tuple[LiveTrial, list[ProgressPoint]]]) -> int:
         assert trial.trial_dir is not None
         size = min(PASS_BYTES, MAX_PROGRESS_BYTES - offset)
         if size <= 0:
@@ -112,6 +117,8 @@ class ProgressReader:
         if used == 0 and len(data) == size:  # one line longer than a pass reads
             self._refuse(trial, journal, f"{PROGRESS_FILE}: a line longer than {size} bytes")
             return offset
+        if points:
+            new.append((trial, points))
         for point in points:
             journal.batch.add_progress(
                 row=trial.row_id, attempt=point.attempt or trial.attempt,

@@ -119,6 +119,8 @@ class Trial:
     """When it was recorded."""
     ended_at: float | None
     """When it reached its outcome."""
+    step: int | None = None
+    """For a trial stopped early (or a cache hit of one): the step its metrics are from."""
 
     @property
     def params(self) -> dict[str, Any]:

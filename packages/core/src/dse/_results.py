@@ -177,7 +177,7 @@ class Results:
             self._record_score(trial, now)
         batch.end_trial(row=trial.row_id, status=trial.status, failure=trial.failure,
                         message=trial.message, metrics=trial.metrics, score=trial.score,
-                        ended_at=now)
+                        ended_at=now, step=trial.step)
         if reusable(trial.status, trial.failure) and not self._invalid.row_flagged(trial.row_id):
             self._table.cache(trial)
         self.ended(trial)
@@ -192,7 +192,8 @@ class Results:
                 self._baselines.rescore(waiter, trial)
                 batch.end_trial(row=waiter.row_id, status=TrialStatus.CACHED,
                                 failure=trial.failure, message=waiter.message or trial.message,
-                                metrics=trial.metrics, score=waiter.score, ended_at=now)
+                                metrics=trial.metrics, score=waiter.score, ended_at=now,
+                                step=trial.step)
                 self.cached_end(waiter, trial)
             else:
                 waiter.status = trial.status
@@ -215,6 +216,7 @@ class Results:
         agent."""
         trial.metrics = original.metrics
         trial.failure = original.failure
+        trial.step = original.step
         if trial.score is not None:
             self._record_score(trial, self._journal.now())
         self._stats.cached += 1

@@ -141,6 +141,7 @@ class Resume:
             trial_id=f"{p.campaign.name}-{p.journal.campaign_id}-{row.number}",
             status=row.status, metrics=row.metrics, score=row.score, failure=row.failure,
             message=row.message, data_version=row.data_version, data_read=row.data_version_read,
+            step=row.step,
         )
         if attempts is not None:
             trial.trial_dir = Path(row.trial_dir) if row.trial_dir else None

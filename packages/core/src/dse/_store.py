@@ -138,7 +138,7 @@ in SQL): the one place the record says so."""
 
 _TRIAL = ("id, campaign_id, number, proposal, wave, config_hash, params, status, failure,"
           " message, metrics, score, cache_of, trial_dir, data_version, data_version_read,"
-          " dependencies, replaces, invalidation, created_at, ended_at")
+          " dependencies, replaces, invalidation, created_at, ended_at, stop_step")
 _ATTEMPT = ("id, trial_id, attempt, backend, job_id, state, exit_code, signal, node, reason,"
             " peak_rss_kb, resumed, work_lost_s, usage, spend, expected_s, submitted_at,"
             " started_at, ended_at")
@@ -174,7 +174,7 @@ def _campaign(r: tuple[Any, ...]) -> CampaignRun:
 def _trial(r: tuple[Any, ...]) -> Trial:
     return Trial(r[0], r[1], r[2], r[3], r[4], r[5], r[6], _TRIAL_STATUS[r[7]], _FAILURE[r[8]],
                  r[9], r[10], r[11], r[12], r[13], r[14], r[15], r[16], r[17], r[18], r[19],
-                 r[20])
+                 r[20], r[21])
 
 
 def _spend(text: str) -> Spend:
@@ -669,6 +669,7 @@ restarted controller — is kept once)."""
 
 
 _NEW_TABLES_14 = """
+ALTER TABLE trials ADD COLUMN stop_step INTEGER;
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY,
     campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
@@ -692,7 +693,8 @@ CREATE INDEX IF NOT EXISTS decisions_run ON decisions(campaign_id, verdict);
 CREATE INDEX IF NOT EXISTS trials_stopped ON trials(campaign_id) WHERE status = 'stopped'
 """
 """Schema 14: the decisions of a campaign's stopping rule (``[stopping]``): which trial, at
-which rung, compared with which peers, by which rule and version, and what it decided."""
+which rung, compared with which peers, by which rule and version, and what it decided; and
+the step a trial stopped at (``trials.stop_step``: its metrics are from that step)."""
 
 
 def _tally_key(row: str) -> str:
@@ -882,7 +884,7 @@ def _schema_version(db: sqlite3.Connection) -> str | None:
 def _has_column(db: sqlite3.Connection, statement: str) -> bool:
     """Whether *statement* adds a column the table has already (SQLite has no ``ADD COLUMN
     IF NOT EXISTS``): a migration then leaves it be."""
-    added = _ADD_COLUMN.match(statement)
+    added = _ADD_COLUMN.match(statement.strip())
     return added is not None and added["column"] in {
         row[1] for row in db.execute(f"PRAGMA table_info({added['table']})")}
 
@@ -1010,7 +1012,7 @@ _DECISION = ("d.trial_id, t.number, d.attempt, d.rule, d.rule_version, d.verdict
 _INSERT_TRIAL = (
     "INSERT INTO trials(id, campaign_id, number, proposal, wave, config_hash, params, status,"
     " failure, message, metrics, score, cache_of, trial_dir, created_at, ended_at,"
-    " data_version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " data_version, stop_step) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 _INSERT_ATTEMPT = (
     "INSERT INTO attempts(id, trial_id, attempt, backend, job_id, state, submitted_at,"
@@ -1029,7 +1031,7 @@ _TRIAL_DATA = (
     " data_version_read=COALESCE(?, data_version_read) WHERE id=?"
 )
 _END_TRIAL = (
-    "UPDATE trials SET status=?, failure=?, message=?, metrics=?, score=?, ended_at=?"
+    "UPDATE trials SET status=?, failure=?, message=?, metrics=?, score=?, ended_at=?, stop_step=?"
     " WHERE id=?"
 )
 _INSERT_ENVIRONMENT = (
@@ -1128,14 +1130,16 @@ class Batch:
         metrics: Mapping[str, float] | None = None, score: float | None = None,
         cache_of: int | None = None, trial_dir: str | None = None,
         ended_at: float | None = None, data_version: str | None = None,
+        step: int | None = None,
     ) -> None:
-        """A new trial (or cache hit: *cache_of* is the trial it reuses), with the data
-        version it is dispatched against (as :meth:`trial_data` would record it)."""
+        """A new trial (or cache hit: *cache_of* is the trial it reuses; *step*: the step of
+        the stopped trial it reuses), with the data version it is dispatched against (as
+        :meth:`trial_data` would record it)."""
         self._trials.append((
             row, campaign, number, proposal, wave, config_hash, params_json, status.value,
             failure.value if failure is not None else None, message,
             dumps(metrics) if metrics is not None else None, score, cache_of, trial_dir,
-            created_at, ended_at, data_version,
+            created_at, ended_at, data_version, step,
         ))
 
     def run_instead(
@@ -1160,11 +1164,13 @@ class Batch:
         self, *, row: int, status: TrialStatus, ended_at: float | None,
         failure: FailureClass | None = None, message: str | None = None,
         metrics: Mapping[str, float] | None = None, score: float | None = None,
+        step: int | None = None,
     ) -> None:
-        """A trial's outcome (``running`` with no end again: a cancelled trial resumed)."""
+        """A trial's outcome (``running`` with no end again: a cancelled trial resumed, a
+        stopped one promoted); *step*: the step a stopped trial's *metrics* are from."""
         self._trial_ends.append((
             status.value, failure.value if failure is not None else None, message,
-            dumps(metrics) if metrics is not None else None, score, ended_at, row,
+            dumps(metrics) if metrics is not None else None, score, ended_at, step, row,
         ))
 
     def trial_data(
@@ -1477,6 +1483,11 @@ class _Stops(_Summaries):
             "SELECT t.number, p.attempt, p.step, p.metrics FROM trials t JOIN progress p"
             " ON p.trial_id = t.id WHERE t.campaign_id = ? ORDER BY p.at, t.number, p.step",
             (campaign_id,))
+
+    def trial_by_row(self, row: int) -> Trial | None:
+        """Trial row *row*, or ``None``."""
+        found = self._rows(f"SELECT {_TRIAL} FROM trials WHERE id = ?", (row,))
+        return _trial(found[0]) if found else None
 
     def stopped_trials(self, campaign_id: int) -> list[Trial]:
         """The trials of run *campaign_id* that ended stopped by its rule (not cache hits)."""
@@ -1858,7 +1869,7 @@ def _released(batch: Batch) -> Iterator[tuple[int]]:
     yield from batch._releases
     for change in batch._trial_ends:
         if change[5] is not None:
-            yield (change[6],)
+            yield (change[7],)
     for change in batch._trials:
         if change[15] is not None:
             yield (change[0],)

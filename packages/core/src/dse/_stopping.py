@@ -1,0 +1,291 @@
+"""Early stopping at work: the campaign's stopping rule told each running trial's new progress
+points, a trial it stops cancelled and ended ``stopped`` at its rung, a stopped trial it
+promotes resumed from its checkpoint as a new attempt, every decision recorded.
+
+:class:`EarlyStopping` owns the rule, the last point of each running trial, the stops asked
+of the runner and not yet confirmed, and the trials stopped at a rung that may be promoted
+(by number). :func:`watch_progress` wires it (and the progress reader) into an opened engine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dse._errors import ConfigError, PluginError
+from dse._live import LiveTrial
+from dse._progress import ProgressReader
+from dse._protocols import TrialInfo
+from dse._retry import AttemptHistory
+from dse._spend import Spend
+from dse._types import Decision, Direction, JobState, TrialStatus, Verdict
+from dse.trial import CHECKPOINT_MARK
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from dse._campaign import StoppingSpec
+    from dse._dispatch import Dispatcher
+    from dse._engine import Engine
+    from dse._journal import Journal
+    from dse._progress import ProgressPoint
+    from dse._protocols import Runner, StoppingRule
+    from dse._records import Trial
+    from dse._types import JobStatus
+
+__all__ = ["EarlyStopping", "watch_progress"]
+
+
+def watch_progress(engine: Engine, *, resumed: bool) -> None:
+    """Read the running trials' learning curves each pass (when the backend gives trials
+    directories) and, with a ``[stopping]`` table, stop and promote trials by its rule; a
+    *resumed* run's rule is rebuilt from the record first."""
+    wanted = engine.dispatcher.dirs.wanted
+    engine.collector.progress = ProgressReader() if wanted else None
+    spec = engine.campaign.stopping
+    if spec is None:
+        return
+    where = f"{engine.campaign.source or '<campaign>'}: stopping"
+    if not wanted:
+        raise ConfigError(
+            f"{where}: the {engine.backend.name} backend gives trials no directory, so no"
+            " progress can be reported; use a backend that runs commands (local, slurm)")
+    registered = engine.plugins.stopping_rules.get(spec.rule)
+    try:
+        cls = engine.plugins.stopping_rule_class(spec.rule)
+    except PluginError as exc:
+        raise PluginError(f"{where}.rule: {exc}") from None
+    try:
+        rule = cls(min_step=spec.min_step, max_step=spec.max_step, **spec.options)
+    except (TypeError, ValueError, ConfigError) as exc:
+        raise ConfigError(f"{where}.{spec.rule}: {exc}") from None
+    version = registered.class_version if registered is not None else "?"
+    stopping = EarlyStopping(rule, spec, version=version, runner=engine.backend)
+    engine.collector.stopping = stopping
+    engine.dispatcher.parts.stopping = stopping
+    feedback = engine.feedback
+    feedback.max_step = spec.max_step
+    baselines = engine.baselines
+
+    def partial(trial: LiveTrial) -> float | None:
+        if not trial.metrics:
+            return None
+        try:
+            return baselines.score(trial, trial.metrics)[0]
+        except Exception:  # noqa: BLE001 - a partial curve may lack what the scorer needs
+            return None
+
+    feedback.partial = partial
+    if resumed:
+        stopping.restore(engine)
+
+
+class EarlyStopping:
+    """The stopping rule of one run and what it has asked for."""
+
+    def __init__(self, rule: StoppingRule, spec: StoppingSpec, *, version: str,
+                 runner: Runner) -> None:
+        self.rule = rule
+        self.spec = spec
+        self.name = str(getattr(rule, "name", spec.rule))
+        self.version = version
+        self._runner = runner
+        self._sign = -1.0 if spec.direction is Direction.MAXIMIZE else 1.0
+        self._last: dict[int, tuple[int, dict[str, Any]]] = {}
+        """Trial row -> the last point of its current attempt (step, metrics)."""
+        self.requested: dict[str, Decision] = {}
+        """Job id -> the decision that stopped it (the runner was asked to cancel it)."""
+        self.stopped: dict[int, int] = {}
+        """Trial number -> row of the trials stopped at a rung with a checkpoint to resume
+        from (what may be promoted)."""
+
+    def use_runner(self, runner: Runner) -> None:
+        self._runner = runner
+
+    # -- the rule, guarded ---------------------------------------------------------------
+
+    def _report(self, trial: int, step: int, value: float) -> Decision | None:
+        try:
+            return self.rule.report(trial, step, value)
+        except Exception as exc:  # noqa: BLE001 - name the plugin that broke
+            raise PluginError(f"stopping rule {self.name!r}: report raised"
+                              f" {type(exc).__name__}: {exc}") from None
+
+    def _promotions(self) -> Sequence[Decision]:
+        try:
+            return self.rule.promotions(set(self.stopped))
+        except Exception as exc:  # noqa: BLE001 - name the plugin that broke
+            raise PluginError(f"stopping rule {self.name!r}: promotions raised"
+                              f" {type(exc).__name__}: {exc}") from None
+
+    def _value(self, metrics: dict[str, Any]) -> float | None:
+        value = metrics.get(self.spec.metric)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value) if math.isfinite(value) else None
+
+    # -- each pass: new points, stops ----------------------------------------------------
+
+    def review(self, new: Sequence[tuple[LiveTrial, list[ProgressPoint]]],
+               journal: Journal) -> None:
+        """Tell the rule the new points of the running trials; cancel those it stops."""
+        stops: list[str] = []
+        for trial, points in new:
+            for point in sorted(points, key=lambda pt: pt.step):
+                if point.attempt not in (None, trial.attempt):
+                    continue
+                self._last[trial.row_id] = (point.step, point.metrics)
+                value = self._value(point.metrics)
+                if value is None or trial.proposal <= 0:
+                    continue  # the baseline is the reference, never stopped
+                decision = self._report(trial.number, point.step, self._sign * value)
+                if decision is None or trial.job_id in self.requested:
+                    continue
+                self.record(trial, decision, journal)
+                if decision.verdict is Verdict.STOP and trial.job_id is not None:
+                    self.requested[trial.job_id] = decision
+                    stops.append(trial.job_id)
+        if stops:
+            journal.event(None, "stop", {"jobs": len(stops)})
+            self._runner.cancel(stops)
+
+    def record(self, trial: LiveTrial, decision: Decision, journal: Journal,
+               attempt: int | None = None) -> None:
+        """Record *decision* about *trial* (values back in the metric's own sign)."""
+        sign = self._sign
+        journal.batch.add_decision(
+            campaign=journal.campaign_id, row=trial.row_id,
+            attempt=attempt if attempt is not None else trial.attempt, rule=self.name,
+            version=self.version, verdict=decision.verdict.value, rung=decision.rung,
+            step=decision.step, value=sign * decision.value,
+            cutoff=None if decision.cutoff is None else sign * decision.cutoff,
+            peers=decision.peers,
+            compared=json.dumps([[n, sign * v] for n, v in decision.compared]),
+            reason=decision.reason, bracket=decision.bracket, at=journal.now())
+
+    def ended(self, trial: LiveTrial, status: JobStatus) -> bool:
+        """*trial*'s attempt ended with *status*: when the rule had stopped it (and it did
+        not succeed first), it ends ``stopped`` with its last point; True then."""
+        last = self._last.pop(trial.row_id, None)
+        decision = self.requested.pop(status.job_id, None)
+        if decision is None or status.state is JobState.SUCCEEDED:
+            return False
+        step, metrics = last if last is not None else (decision.step, {
+            self.spec.metric: self._sign * decision.value})
+        trial.status, trial.failure, trial.score = TrialStatus.STOPPED, None, None
+        trial.step, trial.metrics = step, dict(metrics)
+        trial.message = (f"stopped at step {decision.step} (rung {decision.rung}) by"
+                         f" {self.name} {self.version}: {decision.reason}")
+        mark = trial.checkpoint_mark
+        if self.spec.promote and mark is not None and mark.exists():
+            self.stopped[trial.number] = trial.row_id
+        return True
+
+    # -- promotions ----------------------------------------------------------------------
+
+    def promote(self, dispatcher: Dispatcher, slots: int, now: float) -> int:
+        """Resume up to *slots* stopped trials the rule promotes (before new proposals take
+        the room); how many were."""
+        if slots <= 0 or not self.stopped:
+            return 0
+        promoted = 0
+        for decision in self._promotions():
+            if promoted >= slots:
+                break
+            row = self.stopped.get(decision.trial)
+            if row is None:
+                continue
+            outcome = self._promote(dispatcher, row, decision, now)
+            if outcome is None:
+                break  # the budget affords no more now
+            promoted += outcome
+        return promoted
+
+    def _promote(self, dispatcher: Dispatcher, row: int, decision: Decision,
+                 now: float) -> int | None:
+        """Resume trial *row*; 1 when it was, 0 when it may never be (its data changed, it
+        was invalidated), ``None`` when the budget cannot afford it now."""
+        p = dispatcher.parts
+        found = p.store.trial_by_row(row)
+        trial = self._live(dispatcher, found) if found is not None else None
+        if (trial is None or found is None or found.status is not TrialStatus.STOPPED
+                or p.invalid.row_flagged(row) or not p.data.current(trial)):
+            # Its checkpoint is of other data, or its result may not be used: never resumed.
+            del self.stopped[decision.trial]
+            return 0
+        assert trial.trial_dir is not None
+        spec = dispatcher.avoiding(p.environment.prepare(TrialInfo(
+            trial.trial_id, trial.number, trial.attempt + 1, trial.params, trial.trial_dir,
+            p.data.version)), trial)
+        reserved = p.gate.reserve(spec, now, new_trial=False)
+        if isinstance(reserved, str):
+            return None
+        del self.stopped[decision.trial]
+        batch = p.journal.batch
+        self.record(trial, decision, p.journal)
+        trial.reserved, trial.spec, trial.attempt = reserved, spec, spec.attempt
+        trial.attempt_row = p.store.new_attempt_id()
+        trial.attempt_started = now
+        batch.end_trial(row=row, status=TrialStatus.RUNNING, ended_at=None)
+        batch.add_attempt(row=trial.attempt_row, trial=row, attempt=spec.attempt,
+                          backend=p.backend, state=dispatcher.first_state, submitted_at=now,
+                          resumed=True)
+        p.journal.event(row, "promoted", {"trial": trial.number, "attempt": spec.attempt,
+                                          "rung": decision.rung, "step": decision.step})
+        p.table.queue(trial, now)
+        p.table.dispatched(trial)
+        p.feedback.numbered(trial.proposal)
+        p.stats.stopped -= 1
+        p.stats.promoted += 1
+        return 1
+
+    @staticmethod
+    def _live(dispatcher: Dispatcher, row: Trial) -> LiveTrial:
+        """Stopped trial *row* as a live trial about to run again."""
+        p = dispatcher.parts
+        raw = row.params
+        params = {k: raw[k] for k in p.campaign.space.names if k in raw} | raw
+        trial = LiveTrial(
+            row.id, row.number, row.proposal, row.wave, params, row.config_hash,
+            trial_id=f"{p.campaign.name}-{p.journal.campaign_id}-{row.number}",
+            data_version=row.data_version, data_read=row.data_version_read,
+        )
+        trial.trial_dir = Path(row.trial_dir) if row.trial_dir else dispatcher.dirs.path(
+            row.number)
+        attempts = p.store.attempts(p.journal.campaign_id, trials=[row.id])
+        trial.attempt = max((a.attempt for a in attempts), default=1)
+        trial.history = AttemptHistory.rebuild(
+            (a.attempt, a.state, a.node, a.reason) for a in attempts)
+        trial.spent = sum((a.spend for a in p.store.trial_spends([row.id])), Spend())
+        return trial
+
+    # -- a resumed run -------------------------------------------------------------------
+
+    def restore(self, engine: Engine) -> None:
+        """Rebuild the rule from the run's recorded points, in order; know again the trials
+        stopped at a rung; ask again to stop the running trials it had stopped."""
+        store, cid = engine.store, engine.campaign_id
+        for number, _attempt, step, text in store.run_progress(cid):
+            value = self._value(json.loads(text))
+            if value is not None:
+                self._report(number, step, self._sign * value)
+        dirs = engine.dispatcher.dirs
+        for row in store.stopped_trials(cid):
+            path = Path(row.trial_dir) if row.trial_dir else dirs.path(row.number)
+            if self.spec.promote and (path / "checkpoint" / CHECKPOINT_MARK).exists():
+                self.stopped[row.number] = row.id
+        again: list[str] = []
+        for job_id, trial in engine.table.running.items():
+            made = store.decisions(trial.row_id)
+            if made and made[-1].verdict == Verdict.STOP.value and made[-1].attempt == (
+                    trial.attempt):
+                last = made[-1]
+                self.requested[job_id] = Decision(
+                    trial.number, Verdict.STOP, last.rung, last.step, self._sign * last.value,
+                    reason=last.reason)
+                again.append(job_id)
+        if again:
+            engine.backend.cancel(again)
+

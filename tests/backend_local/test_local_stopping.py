@@ -1,0 +1,212 @@
+"""Early stopping on real processes: a workload that checkpoints and reports its learning
+curve is stopped by each rule with the decision in the record; a stopped trial promoted later
+resumes from its checkpoint (no step is run twice); a stopped trial is a result, not a
+failure, and is not retried."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dse
+
+CAMPAIGN = """
+[campaign]
+name = "es"
+agent = "grid"
+backend = "local"
+max_parallelism = {parallel}
+mode = "rolling"
+poll_interval = ["10ms", "40ms"]
+
+[[objectives]]
+metric = "loss"
+
+[environment]
+command = ["{python}", "w.py"]
+time_limit = "60s"
+
+[space]
+x = {{ type = "categorical", choices = {choices} }}
+
+[stopping]
+rule = "{rule}"
+max_step = 9
+{extra}
+"""
+
+WORKLOAD = """\
+import json, os, time, dse.trial
+x = dse.trial.params()["x"]
+a, c = {3: (1.0, 3.0)}.get(x, (x, 1.0))  # x=3 starts badly and ends best
+state = dse.trial.checkpoint_dir() / "state.json"
+start = json.loads(state.read_text())["step"] if state.exists() else 0
+log = dse.trial.trial_dir() / "steps.log"
+for step in range(start + 1, 10):
+    time.sleep(float(os.environ.get("STEP_S", "0.12")))
+    with open(log, "a") as f:
+        f.write(f"{dse.trial.attempt()} {step}\\n")
+    tmp = state.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"step": step}))
+    os.replace(tmp, state)
+    dse.trial.checkpointed()
+    dse.trial.report_progress(step, {"loss": a + c / step})
+dse.trial.report({"loss": a + c / 9})
+"""
+
+
+def run(tmp_path: Path, *, rule: str, choices: list[int], parallel: int = 1,
+        extra: str = "", step_s: float = 0.12) -> sqlite3.Connection:
+    (tmp_path / "c.toml").write_text(CAMPAIGN.format(
+        python=sys.executable, rule=rule, choices=json.dumps(choices), parallel=parallel,
+        extra=extra))
+    (tmp_path / "w.py").write_text(WORKLOAD)
+    env = dict(os.environ, STEP_S=str(step_s))
+    done = subprocess.run([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return sqlite3.connect(tmp_path / ".dse" / "dse.sqlite")
+
+
+def trials(db: sqlite3.Connection) -> dict[int, dict[str, Any]]:
+    out = {}
+    for number, x, status, step, message, metrics in db.execute(
+        "SELECT number, json_extract(params, '$.x'), status, stop_step, message, metrics"
+        " FROM trials ORDER BY number"
+    ):
+        out[number] = {"x": x, "status": status, "step": step, "message": message,
+                       "metrics": json.loads(metrics) if metrics else None}
+    return out
+
+
+def decisions(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    return db.execute(
+        "SELECT t.number, d.verdict, d.rung, d.step, d.value, d.cutoff, d.peers, d.rule,"
+        " d.rule_version, d.compared FROM decisions d JOIN trials t ON t.id = d.trial_id"
+        " ORDER BY d.id").fetchall()
+
+
+def steps_run(tmp_path: Path, number: int) -> list[tuple[int, int]]:
+    log = tmp_path / ".dse" / "es" / "run-1" / f"{number:06d}" / "steps.log"
+    return [tuple(int(v) for v in line.split()) for line in log.read_text().splitlines()]
+
+
+def test_asha_stops_the_worse_trials_and_promotes_one_whose_peers_did_worse(
+    tmp_path: Path,
+) -> None:
+    # Trial 2 (x=3: 1 + 3/step) reaches rung 1 after trial 1 (x=2: 2 + 1/step), the best:
+    # with two trials there, only the best goes on, so it is stopped. Then worse trials
+    # arrive: with six at rung 1, the best two are ASHA's to promote — and trial 2 is second.
+    # Resumed, it beats trial 1 at rung 3 (2.0 against 2.33) and runs to the end, the best.
+    db = run(tmp_path, rule="asha", choices=[2, 3, 10, 11, 12, 13, 14, 15])
+    ended = trials(db)
+
+    assert ended[1]["status"] == "completed"
+    assert ended[2]["status"] == "completed", ended[2]
+    for number in range(3, 9):
+        assert ended[number]["status"] == "stopped", ended[number]
+        assert ended[number]["message"].startswith("stopped at step"), ended[number]
+        # Its last reported metrics, and the step they are from.
+        step = ended[number]["step"]
+        assert step is not None
+        assert 1 <= step < 9
+        x = ended[number]["x"]
+        assert ended[number]["metrics"] == {"loss": pytest.approx(x + 1 / step)}
+
+    made = decisions(db)
+    stops = [d for d in made if d[1] == "stop"]
+    promotes = [d for d in made if d[1] == "promote"]
+    assert {d[0] for d in stops} >= {2, 3, 4, 5, 6, 7, 8}
+    assert [d[0] for d in promotes] == [2]
+    number, _, rung, step, value, cutoff, peers, rule, version, compared = promotes[0]
+    assert (rung, rule, version) == (1, "asha", "1")
+    assert value == pytest.approx(1 + 3 / step)
+    assert peers >= 5
+    assert cutoff >= value
+    assert next(n for n, _ in json.loads(compared)) == 1  # the best peer first
+    stop_2 = next(d for d in stops if d[0] == 2)
+    assert stop_2[2] == 1
+    assert stop_2[6] >= 1
+    assert stop_2[5] == pytest.approx(3.0)
+    best = db.execute("SELECT number FROM trials WHERE score IS NOT NULL ORDER BY score"
+                      " LIMIT 1").fetchone()
+    assert best == (2,)
+
+    # Promoted: a second attempt, resumed from the checkpoint; no step ran twice.
+    attempts = db.execute(
+        "SELECT a.attempt, a.state, a.resumed FROM attempts a JOIN trials t ON t.id ="
+        " a.trial_id WHERE t.number = 2 ORDER BY a.attempt").fetchall()
+    assert attempts == [(1, "cancelled", 0), (2, "succeeded", 1)]
+    ran = steps_run(tmp_path, 2)
+    assert [s for _, s in ran] == list(range(1, 10)), ran
+    first_of_2 = min(s for a, s in ran if a == 2)
+    assert first_of_2 > 1
+    # The record's curve shows where the promoted attempt resumed.
+    curve = db.execute("SELECT attempt, MIN(step), MAX(step) FROM progress p JOIN trials t ON"
+                       " t.id = p.trial_id WHERE t.number = 2 GROUP BY attempt").fetchall()
+    assert curve == [(1, 1, first_of_2 - 1), (2, first_of_2, 9)]
+
+    # Stopped trials are never retried, and none is a failure.
+    assert db.execute("SELECT COUNT(*) FROM trials WHERE status IN ('failed',"
+                      " 'interrupted')").fetchone() == (0,)
+    for number in range(3, 9):
+        assert db.execute(
+            "SELECT COUNT(*) FROM attempts a JOIN trials t ON t.id = a.trial_id"
+            " WHERE t.number = ?", (number,)).fetchone() == (1,)
+
+
+def test_median_stopping_stops_a_trial_worse_than_the_median_of_its_peers(
+    tmp_path: Path,
+) -> None:
+    db = run(tmp_path, rule="median", choices=[1, 2, 4, 20],
+             extra="min_step = 2\n[stopping.median]\nmin_peers = 3", step_s=0.03)
+    ended = trials(db)
+    assert [ended[n]["status"] for n in (1, 2, 3)] == ["completed"] * 3
+    assert ended[4]["status"] == "stopped"
+    made = [d for d in decisions(db) if d[0] == 4]
+    stop = made[-1]
+    assert stop[1] == "stop"
+    assert stop[7] == "median"
+    assert stop[3] == 2  # compared from min_step on, with enough peers at once
+    assert stop[6] == 3
+    assert stop[5] == pytest.approx(2 + 1 / 2)
+
+
+def test_hyperband_decisions_name_their_bracket(tmp_path: Path) -> None:
+    db = run(tmp_path, rule="hyperband", choices=[1, 5, 9, 13, 17, 21], step_s=0.03)
+    made = decisions(db)
+    assert made, "hyperband decided nothing"
+    assert all(d[7] == "hyperband" for d in made)
+    brackets = dict(db.execute(
+        "SELECT t.number, d.bracket FROM decisions d JOIN trials t ON t.id = d.trial_id"))
+    assert set(brackets.values()) <= {0, 1, 2}
+    ended = trials(db)
+    assert all(t["status"] in ("completed", "stopped") for t in ended.values())
+    assert any(t["status"] == "stopped" for t in ended.values())
+
+
+def test_a_stopped_result_is_reused_and_the_agent_is_told_its_step(tmp_path: Path) -> None:
+    db = run(tmp_path, rule="asha", choices=[1, 9], step_s=0.05,
+             extra="promote = false")
+    ended = trials(db)
+    assert ended[2]["status"] == "stopped"
+    store = dse.Store(tmp_path / ".dse" / "dse.sqlite")
+    row = store.trial_by_row(db.execute("SELECT id FROM trials WHERE number = 2").fetchone()[0])
+    assert row is not None
+    assert row.status is dse.TrialStatus.STOPPED
+    assert row.step == ended[2]["step"]
+    # A second run reuses the stopped result rather than running it again.
+    done = subprocess.run([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
+                          env=dict(os.environ, STEP_S="0.05"), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    again = db.execute("SELECT status, cache_of IS NOT NULL, stop_step FROM trials t WHERE"
+                       " campaign_id = 2 AND json_extract(params, '$.x') = 9").fetchone()
+    assert again == ("cached", 1, ended[2]["step"])
