@@ -5,11 +5,14 @@ failure, and is not retried."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -126,9 +129,11 @@ def test_asha_stops_the_worse_trials_and_promotes_one_whose_peers_did_worse(
     assert {d[0] for d in stops} >= {2, 3, 4, 5, 6, 7, 8}
     assert [d[0] for d in promotes] == [2]
     number, _, rung, step, value, cutoff, peers, rule, version, compared = promotes[0]
-    assert (rung, rule, version) == (1, "asha", "1")
+    # From rung 1, or rung 3 if the cancel landed after it reported step 3 (a loaded machine).
+    assert (rule, version) == ("asha", "1")
+    assert rung in (1, 3)
     assert value == pytest.approx(1 + 3 / step)
-    assert peers >= 5
+    assert peers >= (5 if rung == 1 else 1)
     assert cutoff >= value
     assert next(n for n, _ in json.loads(compared)) == 1  # the best peer first
     stop_2 = next(d for d in stops if d[0] == 2)
@@ -210,3 +215,86 @@ def test_a_stopped_result_is_reused_and_the_agent_is_told_its_step(tmp_path: Pat
     again = db.execute("SELECT status, cache_of IS NOT NULL, stop_step FROM trials t WHERE"
                        " campaign_id = 2 AND json_extract(params, '$.x') = 9").fetchone()
     assert again == ("cached", 1, ended[2]["step"])
+
+
+def _start(tmp_path: Path, **kwargs: Any) -> subprocess.Popen[str]:
+    (tmp_path / "c.toml").write_text(CAMPAIGN.format(
+        python=sys.executable, rule="asha", choices=json.dumps([2, 3, 10, 11, 12, 13, 14, 15]),
+        parallel=1, extra=""))
+    (tmp_path / "w.py").write_text(WORKLOAD)
+    return subprocess.Popen([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
+                            env=dict(os.environ, STEP_S="0.15"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def _wait_for_promotion(tmp_path: Path, controller: subprocess.Popen[str]) -> None:
+    """Until the record holds a promotion whose attempt has reported a point."""
+    deadline = time.monotonic() + 120
+    path = tmp_path / ".dse" / "dse.sqlite"
+    while time.monotonic() < deadline:
+        assert controller.poll() is None, controller.communicate()[0]
+        if path.exists():
+            with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+                try:
+                    found = db.execute(
+                        "SELECT COUNT(*) FROM decisions d JOIN progress p ON p.trial_id ="
+                        " d.trial_id AND p.attempt > d.attempt WHERE d.verdict = 'promote'"
+                    ).fetchone()[0]
+                except sqlite3.OperationalError:  # the record is being made
+                    found = 0
+            if found:
+                return
+        time.sleep(0.02)
+    raise AssertionError("no promotion within 120 s")
+
+
+def _resume_and_check(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
+                          env=dict(os.environ, STEP_S="0.15"), capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    db = sqlite3.connect(tmp_path / ".dse" / "dse.sqlite")
+    assert db.execute("SELECT status FROM campaigns").fetchall() == [("completed",)]
+    ended = trials(db)
+    assert [ended[n]["status"] for n in sorted(ended)] == (
+        ["completed", "completed"] + ["stopped"] * 6), ended
+    # Nothing lost, nothing done twice: the promoted trial ran each step once, from its
+    # checkpoint on, and was promoted once.
+    assert [s for _, s in steps_run(tmp_path, 2)] == list(range(1, 10))
+    promotes = [d[0] for d in decisions(db) if d[1] == "promote"]
+    assert promotes == [2]
+    stops = sorted(d[0] for d in decisions(db) if d[1] == "stop")
+    assert stops == [2, 3, 4, 5, 6, 7, 8]
+    assert db.execute("SELECT COUNT(*) FROM trials WHERE status IN ('failed',"
+                      " 'interrupted')").fetchone() == (0,)
+
+
+def test_a_controller_killed_after_a_promotion_resumes_with_nothing_lost(
+    tmp_path: Path,
+) -> None:
+    controller = _start(tmp_path)
+    try:
+        _wait_for_promotion(tmp_path, controller)
+        controller.send_signal(signal.SIGKILL)
+        controller.wait(timeout=30)
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+        controller.communicate()
+    _resume_and_check(tmp_path)
+
+
+def test_ctrl_c_after_a_promotion_resumes_with_nothing_lost(tmp_path: Path) -> None:
+    controller = _start(tmp_path, start_new_session=True)
+    try:
+        _wait_for_promotion(tmp_path, controller)
+        os.killpg(controller.pid, signal.SIGINT)  # as a terminal's Ctrl+C: the whole group
+        output = controller.communicate(timeout=60)[0]
+        assert controller.returncode != 0, output
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+            controller.communicate()
+    db = sqlite3.connect(tmp_path / ".dse" / "dse.sqlite")
+    assert db.execute("SELECT status FROM campaigns").fetchall() == [("cancelled",)]
+    _resume_and_check(tmp_path)
