@@ -1,8 +1,10 @@
 """The Bayesian agent in a campaign that stops trials early, on real processes: `dse run` with
 ``asha`` and a workload that checkpoints and reports its learning curve, killed (SIGKILL) once
-trials were stopped and promoted, then resumed. The resumed controller replays the agent's
-recorded calls: the stopped trials must be told as they were live (their step, their partial
-score), else the agent proposes otherwise than the record says and dse says it did not replay."""
+trials were stopped, then resumed. The resumed controller restores the agent's snapshot (its
+stopped results, their fidelities) and replays the calls after it, or, without a snapshot,
+every call the record logs: the stopped trials must be told as they were live (their step,
+their partial score, the campaign's max_step), else the agent proposes otherwise than the
+record says and dse warns that it did not replay."""
 
 from __future__ import annotations
 
@@ -64,7 +66,18 @@ dse.trial.report({"loss": loss(9)})  # resumed after its last step, it just repo
 """
 
 
-@pytest.mark.parametrize("snapshot", [True, False], ids=["from-its-snapshot", "whole-log"])
+REPLAY_TELLS_THE_PRESENT = (
+    "dse-core: a resume replays the agent's calls before the early stopping is wired"
+    " (Feedback.max_step and .partial are set by watch_progress after Engine._restore), so a"
+    " stopped trial is replayed without its partial score nor max_step; and a trial stopped,"
+    " then promoted, is replayed at every call naming it as it is now (running, or stopped at"
+    " a higher rung, or completed), not as it was told then")
+
+
+@pytest.mark.parametrize("snapshot", [
+    True,
+    pytest.param(False, marks=pytest.mark.xfail(reason=REPLAY_TELLS_THE_PRESENT, strict=True)),
+], ids=["from-its-snapshot", "whole-log"])
 def test_a_killed_campaign_with_stopped_and_promoted_trials_replays_the_agent(
     tmp_path: Path, snapshot: bool,
 ) -> None:

@@ -10,6 +10,11 @@
   trials and rejected proposals are given the worst score seen, so the model learns where
   not to go. Beyond ``max_points`` observations it fits a subsample (the best third and a
   seeded draw of the rest), which keeps a batch well under a second at 1,000 observations.
+* **Trials stopped early**: a loss at step *s* of ``max_step`` is a result at fidelity
+  ``s / max_step``. With such results the model takes the fidelity as one more input column
+  (1 for full runs, failures and rejections) and the acquisition asks it about full runs
+  (:class:`dse_agents._gp.AtFullFidelity`). A trial told again (stopped, promoted, then
+  stopped higher or run to its end) replaces its earlier result.
 * **Acquisition**: log expected improvement over the best posterior mean of the observed
   points (robust to noise), maximised over random candidates and perturbations of the best
   points: the best of each (a far peak is how the model leaves a basin it has settled in)
