@@ -95,6 +95,9 @@ def test_a_trial_told_stopped_then_completed_is_one_point_at_its_full_fidelity()
     assert learnt(agent) == [([0.4], 2.0, 3 / 27), ([0.6], 0.7, 1.0)]
     agent.observe([stopped(0.4, 1, 1.5, step=9)])  # promoted, stopped at the next rung
     assert learnt(agent) == [([0.4], 1.5, 9 / 27), ([0.6], 0.7, 1.0)]
+    agent.observe([dse.Observation(params={"x": 0.4}, status=dse.TrialStatus.INTERRUPTED,
+                                   trial_number=1)])  # an end that teaches nothing
+    assert learnt(agent) == [([0.4], 1.5, 9 / 27), ([0.6], 0.7, 1.0)]
     agent.observe([completed(0.4, 1, 0.9)])  # promoted again, ran to its end
     assert learnt(agent) == [([0.4], 0.9, 1.0), ([0.6], 0.7, 1.0)]
     agent.observe([failed(0.6, 2)])  # a later failure of a promoted trial replaces it too
