@@ -217,13 +217,15 @@ def test_a_stopped_result_is_reused_and_the_agent_is_told_its_step(tmp_path: Pat
     assert again == ("cached", 1, ended[2]["step"])
 
 
-def _start(tmp_path: Path, **kwargs: Any) -> subprocess.Popen[str]:
-    (tmp_path / "c.toml").write_text(CAMPAIGN.format(
+def _start(tmp_path: Path, *, env: dict[str, str] | None = None, agent: str = "grid",
+           **kwargs: Any) -> subprocess.Popen[str]:
+    text = CAMPAIGN.format(
         python=sys.executable, rule="asha", choices=json.dumps([2, 3, 10, 11, 12, 13, 14, 15]),
-        parallel=1, extra=""))
+        parallel=1, extra="")
+    (tmp_path / "c.toml").write_text(text.replace('agent = "grid"', f'agent = "{agent}"'))
     (tmp_path / "w.py").write_text(WORKLOAD)
     return subprocess.Popen([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
-                            env=dict(os.environ, STEP_S="0.15"), stdout=subprocess.PIPE,
+                            env=dict(env or os.environ, STEP_S="0.15"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, **kwargs)
 
 
@@ -298,3 +300,78 @@ def test_ctrl_c_after_a_promotion_resumes_with_nothing_lost(tmp_path: Path) -> N
     db = sqlite3.connect(tmp_path / ".dse" / "dse.sqlite")
     assert db.execute("SELECT status FROM campaigns").fetchall() == [("cancelled",)]
     _resume_and_check(tmp_path)
+
+
+TELLING_AGENT = '''
+import json, os
+import dse
+
+class Telling:
+    """Proposes the choices in order, and writes down every observation it is told."""
+    name = "telling"
+    version = "1"
+
+    def __init__(self, space, *, seed=0, **options):
+        self._left = list(space["x"].choices)
+
+    @property
+    def exhausted(self):
+        return not self._left
+
+    def propose(self, n, in_flight):
+        out, self._left = self._left[:n], self._left[n:]
+        return [{"x": x} for x in out]
+
+    def observe(self, observations):
+        with open(os.environ["TOLD_LOG"], "a") as f:
+            for o in observations:
+                f.write(json.dumps([os.getpid(), o.trial_number, o.status.value, o.step,
+                                    o.max_step, o.score]) + "\\n")
+
+@dse.hookimpl
+def dse_register_agents():
+    return [Telling]
+'''
+
+
+def test_a_replayed_agent_is_told_a_promoted_trial_as_it_was_told_first(tmp_path: Path) -> None:
+    # An agent without a snapshot is rebuilt after a kill by replaying its calls: a trial told
+    # "stopped at step s", then promoted and told "completed", is replayed so, not as it ends.
+    (tmp_path / "telling_agent.py").write_text(TELLING_AGENT)
+    env = dict(os.environ, DSE_PLUGINS="telling_agent", TOLD_LOG=str(tmp_path / "told.log"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    controller = _start(tmp_path, env=env, agent="telling")
+    path = tmp_path / ".dse" / "dse.sqlite"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until the promoted trial 2 is told completed
+            assert controller.poll() is None, controller.communicate()[0]
+            log = tmp_path / "told.log"
+            told = [json.loads(line) for line in log.read_text().splitlines()] if (
+                log.exists()) else []
+            if any(t[1] == 2 and t[2] == "completed" for t in told):
+                break
+            time.sleep(0.02)
+        controller.send_signal(signal.SIGKILL)
+        controller.wait(timeout=30)
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+        controller.communicate()
+    first = [t[1:] for t in told]
+    stopped_2 = [t for t in first if t[0] == 2]
+    assert [t[1] for t in stopped_2] == ["stopped", "completed"], first
+    assert stopped_2[0][2] is not None  # its step
+    assert stopped_2[0][3] == 9  # max_step
+    assert stopped_2[0][4] is not None  # a score at that step, for the agent only
+    done = subprocess.run([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
+                          env=dict(env, STEP_S="0.15"), capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [json.loads(line) for line in (tmp_path / "told.log").read_text().splitlines()]
+    pids = list(dict.fromkeys(t[0] for t in lines))
+    replayed = [t[1:] for t in lines if t[0] == pids[1]][:len(first)]
+    assert replayed == first
+    assert "did not replay" not in done.stdout + done.stderr
+    assert sqlite3.connect(path).execute(
+        "SELECT COUNT(*) FROM events WHERE kind = 'agent_replay_diverged'").fetchone() == (0,)

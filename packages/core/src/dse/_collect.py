@@ -63,8 +63,8 @@ class Collector:
         changed = False
         if self.progress is not None:  # before the ends: an ended trial's last points too
             new = self.progress.read(self._table.running.values(), self._journal)
-            if self.stopping is not None and new:
-                self.stopping.review(new, self._journal)
+            if self.stopping is not None:
+                self.stopping.review(new, self._journal, self._table.running)
         now = self._clock.time()
         for status in statuses:
             trial = self._table.running.get(status.job_id)

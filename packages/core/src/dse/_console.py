@@ -183,6 +183,8 @@ class LiveView(EngineListener):
             "finished",
             f"{s.completed} completed, {s.failed} failed, {s.cached} cached,"
             f" {s.rejected} rejected, {s.interrupted} interrupted, {s.cancelled} cancelled"
+            + (f", {s.stopped} stopped early ({s.promoted} promoted)"
+               if s.stopped or s.promoted else "")
             + ("" if s.baseline is None else f"; baseline {s.baseline.value}"),
         )
         table.add_row("numbers", _numbers_text(engine))

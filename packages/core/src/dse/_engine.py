@@ -262,9 +262,9 @@ class Engine:
         # loaded whole: a workspace of a million trials opens as fast as an empty one.
         self.dispatcher.parts.claims.reuse = self.reuse
         self._check_invalidations()
+        watch_progress(self, resumed=resume is not None)  # and stop trials early, if asked
         if resume is not None:
             self._restore()
-        watch_progress(self, resumed=resume is not None)  # and stop trials early, if asked
         self.dispatcher.parts.claims.reset(now, self.campaign_id)
         self.listener.on_start(self)
 

@@ -138,7 +138,10 @@ class Feedback:
             return
         pending = sorted(self._pending, key=lambda item: item[0])
         self._pending = []
-        batch.agent_call(campaign=campaign_id, kind="observe", proposals=[p for p, _ in pending])
+        stops = {p: obs.step for p, obs in pending
+                 if obs.status is TrialStatus.STOPPED and obs.step is not None}
+        batch.agent_call(campaign=campaign_id, kind="observe", proposals=[p for p, _ in pending],
+                         stops=stops)
         self._unobserved.difference_update(p for p, _ in pending)
         if not self.withheld:
             self.guard.observe(agent, [obs for _, obs in pending])

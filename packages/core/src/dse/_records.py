@@ -299,6 +299,9 @@ class AgentCall:
     """The proposal numbers it returned (``propose``) or told the results of (``observe``)."""
     in_flight: Sequence[int] | None
     """The proposals still in flight when ``propose`` was called."""
+    stops: Mapping[int, int] | None = None
+    """For ``observe``: the proposals told as stopped early, each with the step it was
+    stopped at (a trial promoted since is replayed as it was told)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from dse._live import LiveTrial
 from dse._protocols import TrialInfo
 from dse._retry import AttemptHistory, controller_lost
 from dse._space import ParamError
+from dse._stopping import as_stopped
 from dse._types import (
     AttemptState,
     FailureClass,
@@ -408,6 +409,8 @@ class Resume:
                 elif not p.invalid.row_flagged(recorded.by_proposal[proposal].row_id):
                     # An invalidated result is left out: the rebuilt agent never learns it.
                     trial = recorded.by_proposal[proposal]
+                    if entry.stops and proposal in entry.stops:  # as told: promoted since?
+                        trial = as_stopped(p.store, trial, entry.stops[proposal])
                     observations.append(
                         p.feedback.observation(trial, current=p.data.current(trial)))
             p.feedback.guard.observe(agent, observations)

@@ -9,6 +9,7 @@ of the runner and not yet confirmed, and the trials stopped at a rung that may b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -24,7 +25,7 @@ from dse._types import Decision, Direction, JobState, TrialStatus, Verdict
 from dse.trial import CHECKPOINT_MARK
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from dse._campaign import StoppingSpec
     from dse._dispatch import Dispatcher
@@ -33,9 +34,22 @@ if TYPE_CHECKING:
     from dse._progress import ProgressPoint
     from dse._protocols import Runner, StoppingRule
     from dse._records import Trial
+    from dse._store import Store
     from dse._types import JobStatus
 
-__all__ = ["EarlyStopping", "watch_progress"]
+__all__ = ["EarlyStopping", "as_stopped", "watch_progress"]
+
+
+def as_stopped(store: Store, trial: LiveTrial, step: int) -> LiveTrial:
+    """*trial* as the agent was told of it when it was stopped at *step*: itself when it
+    still stands so, else (promoted since) a copy with the point it reported at that step."""
+    if trial.step == step and TrialStatus.STOPPED in (trial.status, trial.original_status):
+        return trial
+    points = [pt for pt in store.progress(trial.row_id) if pt.step == step]
+    metrics = dict(points[-1].metrics) if points else {}
+    return dataclasses.replace(trial, status=TrialStatus.STOPPED, original_status=None,
+                               step=step, metrics=metrics, score=None, failure=None,
+                               waiters=[])
 
 
 def watch_progress(engine: Engine, *, resumed: bool) -> None:
@@ -100,6 +114,11 @@ class EarlyStopping:
         self.stopped: dict[int, int] = {}
         """Trial number -> row of the trials stopped at a rung with a checkpoint to resume
         from (what may be promoted)."""
+        self._store: Store | None = None
+        """Set by :meth:`restore` until the first pass has asked again to stop what was."""
+        self._replayed: dict[int, int] = {}
+        """Trial number -> the last step the rule was told when it was rebuilt (those of
+        the trials still running, after the first pass)."""
 
     def use_runner(self, runner: Runner) -> None:
         self._runner = runner
@@ -129,12 +148,13 @@ class EarlyStopping:
     # -- each pass: new points, stops ----------------------------------------------------
 
     def review(self, new: Sequence[tuple[LiveTrial, list[ProgressPoint]]],
-               journal: Journal) -> None:
+               journal: Journal, running: Mapping[str, LiveTrial]) -> None:
         """Tell the rule the new points of the running trials; cancel those it stops."""
-        stops: list[str] = []
+        stops = self._stop_again(running) if self._store is not None else []
         for trial, points in new:
+            told = self._replayed.get(trial.number, -1)
             for point in sorted(points, key=lambda pt: pt.step):
-                if point.attempt not in (None, trial.attempt):
+                if point.attempt not in (None, trial.attempt) or point.step <= told:
                     continue
                 self._last[trial.row_id] = (point.step, point.metrics)
                 value = self._value(point.metrics)
@@ -169,6 +189,7 @@ class EarlyStopping:
         """*trial*'s attempt ended with *status*: when the rule had stopped it (and it did
         not succeed first), it ends ``stopped`` with its last point; True then."""
         last = self._last.pop(trial.row_id, None)
+        self._replayed.pop(trial.number, None)
         decision = self.requested.pop(status.job_id, None)
         if decision is None or status.state is JobState.SUCCEEDED:
             return False
@@ -264,28 +285,40 @@ class EarlyStopping:
     # -- a resumed run -------------------------------------------------------------------
 
     def restore(self, engine: Engine) -> None:
-        """Rebuild the rule from the run's recorded points, in order; know again the trials
-        stopped at a rung; ask again to stop the running trials it had stopped."""
+        """Rebuild the rule from the run's recorded points, in order, and know again the
+        trials stopped at a rung (before a resumed run replays its agent); the running trials
+        it had stopped are asked to stop again at the first pass (once they are reattached)."""
         store, cid = engine.store, engine.campaign_id
+        told = self._replayed
         for number, _attempt, step, text in store.run_progress(cid):
             value = self._value(json.loads(text))
             if value is not None:
                 self._report(number, step, self._sign * value)
+                told[number] = max(step, told.get(number, -1))
         dirs = engine.dispatcher.dirs
         for row in store.stopped_trials(cid):
             path = Path(row.trial_dir) if row.trial_dir else dirs.path(row.number)
             if self.spec.promote and (path / "checkpoint" / CHECKPOINT_MARK).exists():
                 self.stopped[row.number] = row.id
+        self._store = store
+
+    def _stop_again(self, running: Mapping[str, LiveTrial]) -> list[str]:
+        """The running trials of a resumed run whose last decision was to stop them."""
+        store, self._store = self._store, None
         again: list[str] = []
-        for job_id, trial in engine.table.running.items():
+        if store is None:
+            return again
+        # Only the running trials' files are read again from their start: keep what the
+        # rule was told of those, so that it is not told twice.
+        self._replayed = {t.number: self._replayed[t.number] for t in running.values()
+                          if t.number in self._replayed}
+        for job_id, trial in running.items():
             made = store.decisions(trial.row_id)
-            if made and made[-1].verdict == Verdict.STOP.value and made[-1].attempt == (
-                    trial.attempt):
-                last = made[-1]
+            last = made[-1] if made else None
+            if last is not None and last.verdict == Verdict.STOP.value and (
+                    last.attempt == trial.attempt):
                 self.requested[job_id] = Decision(
                     trial.number, Verdict.STOP, last.rung, last.step, self._sign * last.value,
                     reason=last.reason)
                 again.append(job_id)
-        if again:
-            engine.backend.cancel(again)
-
+        return again

@@ -515,8 +515,9 @@ class _Reads:
         """The agent's calls of run *campaign_id* (those logged after row *after*), in the
         order they were made."""
         return [
-            AgentCall(r[0], r[1], r[2], r[3], _loads(r[4]), _loads(r[5]) if r[5] else None)
-            for r in self._rows("SELECT id, campaign_id, kind, n, proposals, in_flight"
+            AgentCall(r[0], r[1], r[2], r[3], _loads(r[4]), _loads(r[5]) if r[5] else None,
+                      {int(k): v for k, v in _loads(r[6]).items()} if r[6] else None)
+            for r in self._rows("SELECT id, campaign_id, kind, n, proposals, in_flight, stops"
                                 " FROM agent_log WHERE campaign_id = ? AND id > ? ORDER BY id",
                                 (campaign_id, after))
         ]
@@ -670,6 +671,7 @@ restarted controller — is kept once)."""
 
 _NEW_TABLES_14 = """
 ALTER TABLE trials ADD COLUMN stop_step INTEGER;
+ALTER TABLE agent_log ADD COLUMN stops TEXT;
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY,
     campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
@@ -694,7 +696,9 @@ CREATE INDEX IF NOT EXISTS trials_stopped ON trials(campaign_id) WHERE status = 
 """
 """Schema 14: the decisions of a campaign's stopping rule (``[stopping]``): which trial, at
 which rung, compared with which peers, by which rule and version, and what it decided; and
-the step a trial stopped at (``trials.stop_step``: its metrics are from that step)."""
+the step a trial stopped at (``trials.stop_step``: its metrics are from that step); and, for an
+``observe`` call, the step each stopped trial it told was stopped at (``agent_log.stops``: a
+trial promoted since is replayed as it was told)."""
 
 
 def _tally_key(row: str) -> str:
@@ -1047,7 +1051,8 @@ _INSERT_SCORE = (
 )
 _INSERT_EVENT = "INSERT INTO events(campaign_id, trial_id, at, kind, data) VALUES (?,?,?,?,?)"
 _INSERT_AGENT_CALL = (
-    "INSERT INTO agent_log(campaign_id, kind, n, proposals, in_flight) VALUES (?,?,?,?,?)"
+    "INSERT INTO agent_log(campaign_id, kind, n, proposals, in_flight, stops)"
+    " VALUES (?,?,?,?,?,?)"
 )
 _SNAPSHOT = (
     "INSERT OR REPLACE INTO agent_snapshots(campaign_id, log_id, state, unobserved)"
@@ -1274,12 +1279,14 @@ class Batch:
     def agent_call(
         self, *, campaign: int, kind: str, proposals: Sequence[int], n: int | None = None,
         in_flight: Sequence[int] | None = None, slot: int | None = None,
+        stops: Mapping[int, int] | None = None,
     ) -> int:
         """One ``propose`` (asked for *n*, with the proposals *in_flight*) or ``observe``
         call of the agent, replayed to rebuild it after a crash; returns its slot. A call
         given the *slot* of :meth:`agent_slot` fills it in, keeping its place in order."""
         entry = (campaign, kind, n, dumps(list(proposals)),
-                 None if in_flight is None else dumps(list(in_flight)))
+                 None if in_flight is None else dumps(list(in_flight)),
+                 dumps(dict(stops)) if stops else None)
         if slot is not None:
             self._agent_log[slot] = entry
             return slot
