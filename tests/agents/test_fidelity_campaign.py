@@ -66,18 +66,7 @@ dse.trial.report({"loss": loss(9)})  # resumed after its last step, it just repo
 """
 
 
-REPLAY_TELLS_THE_PRESENT = (
-    "dse-core: a resume replays the agent's calls before the early stopping is wired"
-    " (Feedback.max_step and .partial are set by watch_progress after Engine._restore), so a"
-    " stopped trial is replayed without its partial score nor max_step; and a trial stopped,"
-    " then promoted, is replayed at every call naming it as it is now (running, or stopped at"
-    " a higher rung, or completed), not as it was told then")
-
-
-@pytest.mark.parametrize("snapshot", [
-    True,
-    pytest.param(False, marks=pytest.mark.xfail(reason=REPLAY_TELLS_THE_PRESENT, strict=True)),
-], ids=["from-its-snapshot", "whole-log"])
+@pytest.mark.parametrize("snapshot", [True, False], ids=["from-its-snapshot", "whole-log"])
 def test_a_killed_campaign_with_stopped_and_promoted_trials_replays_the_agent(
     tmp_path: Path, snapshot: bool,
 ) -> None:
