@@ -206,6 +206,14 @@ def main(argv: list[str]) -> None:
               f"  quartiles {np.quantile(bests, 0.25):.4f}..{np.quantile(bests, 0.75):.4f}"
               f"  best of the variants on {wins}/{len(rows)} seeds"
               f"  median trials {statistics.median(t for _, _, t in rows):.0f}")
+    if "fidelity" in results:
+        mine = {seed: best for seed, best, _ in results["fidelity"]}
+        for variant, rows in results.items():
+            if variant != "fidelity":
+                better = sum(mine[seed] < best for seed, best, _ in rows)
+                worse = sum(mine[seed] > best for seed, best, _ in rows)
+                print(f"fidelity against {variant}: better on {better} seeds, worse on {worse}"
+                      f" of {len(rows)}")
 
 
 if __name__ == "__main__":
