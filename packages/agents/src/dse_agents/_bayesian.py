@@ -232,10 +232,10 @@ class BayesianAgent:
         or a bool (JSON cannot hold it exactly; the engine never tells one)."""
         gp = self._gp.snapshot()
         fidelity = None if self._gp_fidelity is None else self._gp_fidelity.snapshot()
-        if gp is None or (self._gp_fidelity is not None and fidelity is None) or not (
-                all(_exact(v) for key in self._seen for _, v in key)
-                              and all(y is None or _exact(y) for y in self._y)
-                              and all(np.isfinite(x).all() for x in self._x)):
+        exact = (all(_exact(v) for key in self._seen for _, v in key)
+                 and all(y is None or _exact(y) for y in self._y)
+                 and all(np.isfinite(x).all() for x in self._x))
+        if gp is None or (self._gp_fidelity is not None and fidelity is None) or not exact:
             return None
         return {
             "rng": dict(self._rng.bit_generator.state),
