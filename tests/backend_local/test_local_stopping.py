@@ -375,3 +375,50 @@ def test_a_replayed_agent_is_told_a_promoted_trial_as_it_was_told_first(tmp_path
     assert "did not replay" not in done.stdout + done.stderr
     assert sqlite3.connect(path).execute(
         "SELECT COUNT(*) FROM events WHERE kind = 'agent_replay_diverged'").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    ("[stopping.asha]\nbogus = 1", "stopping.asha: unknown option(s) 'bogus'; the asha rule"
+                                  " takes"),
+    ("[stopping.asha]\nreduction_factor = 1", "stopping.asha.reduction_factor: expected"),
+])
+def test_a_bad_rule_option_is_one_line_and_records_no_run(
+    tmp_path: Path, extra: str, says: str
+) -> None:
+    (tmp_path / "c.toml").write_text(CAMPAIGN.format(
+        python=sys.executable, rule="asha", choices="[1, 2]", parallel=1, extra=extra))
+    (tmp_path / "w.py").write_text(WORKLOAD)
+    done = subprocess.run([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("dse: error: "), lines[0]
+    assert says in lines[0], lines[0]
+    assert "c.toml: stopping" in lines[0]
+    assert lines[0].count("stopping.asha") == 1
+    record = tmp_path / ".dse" / "dse.sqlite"
+    if record.exists():  # nothing was run, nor left unfinished
+        assert sqlite3.connect(record).execute("SELECT COUNT(*) FROM campaigns").fetchone() == (
+            0,)
+
+
+def test_an_unknown_rule_names_the_installed_ones(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text(CAMPAIGN.format(
+        python=sys.executable, rule="ashaa", choices="[1, 2]", parallel=1, extra=""))
+    done = subprocess.run([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "stopping.rule: unknown stopping rule 'ashaa'" in done.stderr
+    assert "asha, hyperband, median" in done.stderr
+
+
+def test_a_backend_without_trial_directories_cannot_stop_early(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text(
+        '[campaign]\nname = "p"\nbackend = "probe"\n[[objectives]]\nmetric = "loss"\n'
+        '[space]\nx = { type = "int", low = 1, high = 3 }\n'
+        '[stopping]\nrule = "asha"\nmax_step = 9\n')
+    done = subprocess.run([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "c.toml: stopping: the probe backend gives trials no directory" in done.stderr

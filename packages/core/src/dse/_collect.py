@@ -37,7 +37,7 @@ class Collector:
     def __init__(
         self, *, table: TrialTable, gate: BudgetGate, results: Results,
         interruptions: Interruptions, journal: Journal, end: RunEnd, clock: Clock,
-        runner: Runner,
+        runner: Runner, stopping: EarlyStopping | None = None,
     ) -> None:
         self._table = table
         self._gate = gate
@@ -50,7 +50,7 @@ class Collector:
         self.on_attempt_end: Callable[[LiveTrial, JobStatus, float], None] | None = None
         self.progress: ProgressReader | None = None
         """Reads the running trials' learning curves each pass (when they have directories)."""
-        self.stopping: EarlyStopping | None = None
+        self.stopping = stopping
         """Stops and promotes trials by the campaign's rule (with a ``[stopping]`` table)."""
 
     def use_runner(self, runner: Runner) -> None:

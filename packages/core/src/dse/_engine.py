@@ -49,7 +49,7 @@ from dse._resume import Resume
 from dse._retry import RetryPolicy
 from dse._scoring import build_scorer
 from dse._spec import record_run
-from dse._stopping import watch_progress
+from dse._stopping import stopping_for, watch_progress
 from dse._types import AttemptState, EndReason, Objective
 from dse._waits import Waits
 
@@ -189,7 +189,7 @@ class Engine:
         self.collector = Collector(
             table=self.table, gate=self.gate, results=self.results,
             interruptions=self.interruptions, journal=self.journal, end=self.end,
-            clock=self.clock, runner=self.backend,
+            clock=self.clock, runner=self.backend, stopping=stopping_for(self),
         )
 
     # -- public ---------------------------------------------------------------------------

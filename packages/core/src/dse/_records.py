@@ -251,8 +251,8 @@ class DecisionRow:
     """The step of the rung compared at."""
     step: int
     """The step whose value was compared."""
-    value: float
-    """The trial's metric there."""
+    value: float | None
+    """The trial's metric there (``None``: not a finite number, taken as the worst)."""
     cutoff: float | None
     """The value it had to match or beat (``None``: no peers yet)."""
     peers: int

@@ -10,6 +10,7 @@ of the runner and not yet confirmed, and the trials stopped at a rung that may b
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 from pathlib import Path
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from dse._store import Store
     from dse._types import JobStatus
 
-__all__ = ["EarlyStopping", "as_stopped", "watch_progress"]
+__all__ = ["EarlyStopping", "as_stopped", "stopping_for", "watch_progress"]
 
 
 def as_stopped(store: Store, trial: LiveTrial, step: int) -> LiveTrial:
@@ -52,17 +53,21 @@ def as_stopped(store: Store, trial: LiveTrial, step: int) -> LiveTrial:
                                waiters=[])
 
 
-def watch_progress(engine: Engine, *, resumed: bool) -> None:
-    """Read the running trials' learning curves each pass (when the backend gives trials
-    directories) and, with a ``[stopping]`` table, stop and promote trials by its rule; a
-    *resumed* run's rule is rebuilt from the record first."""
-    wanted = engine.dispatcher.dirs.wanted
-    engine.collector.progress = ProgressReader() if wanted else None
+def _finite(value: float) -> float | None:
+    """*value*, or ``None`` for the worst loss a NaN or an infinity was taken as."""
+    return value if math.isfinite(value) else None
+
+
+def stopping_for(engine: Engine) -> EarlyStopping | None:
+    """The campaign's early stopping (``None`` without a ``[stopping]`` table), its rule
+    built and checked when the engine is, before anything is recorded: a bad rule or option
+    is one line naming it."""
     spec = engine.campaign.stopping
     if spec is None:
-        return
-    where = f"{engine.campaign.source or '<campaign>'}: stopping"
-    if not wanted:
+        return None
+    source = engine.campaign.source or "<campaign>"
+    where = f"{source}: stopping"
+    if not getattr(engine.backend, "trial_dirs", True):
         raise ConfigError(
             f"{where}: the {engine.backend.name} backend gives trials no directory, so no"
             " progress can be reported; use a backend that runs commands (local, slurm)")
@@ -71,13 +76,46 @@ def watch_progress(engine: Engine, *, resumed: bool) -> None:
         cls = engine.plugins.stopping_rule_class(spec.rule)
     except PluginError as exc:
         raise PluginError(f"{where}.rule: {exc}") from None
+    takes = _options_of(cls)
+    unknown = sorted(set(spec.options) - takes) if takes is not None else []
+    if unknown:
+        raise ConfigError(
+            f"{where}.{spec.rule}: unknown option(s) {', '.join(map(repr, unknown))}; the"
+            f" {spec.rule} rule takes {', '.join(sorted(takes or ())) or 'none'}")
     try:
         rule = cls(min_step=spec.min_step, max_step=spec.max_step, **spec.options)
-    except (TypeError, ValueError, ConfigError) as exc:
+    except ConfigError as exc:  # the rule names its option (stopping.<rule>.<key>)
+        raise ConfigError(f"{source}: {exc}") from None
+    except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}.{spec.rule}: {exc}") from None
     version = registered.class_version if registered is not None else "?"
-    stopping = EarlyStopping(rule, spec, version=version, runner=engine.backend)
-    engine.collector.stopping = stopping
+    return EarlyStopping(rule, spec, version=version, runner=engine.backend)
+
+
+def _options_of(cls: type) -> set[str] | None:
+    """The options a rule class takes besides ``min_step`` and ``max_step`` (``None``: any)."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (
+        inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)} - {
+        "min_step", "max_step"}
+
+
+def watch_progress(engine: Engine, *, resumed: bool) -> None:
+    """Read the running trials' learning curves each pass (when the backend gives trials
+    directories) and, with a ``[stopping]`` table, stop and promote trials by its rule; a
+    *resumed* run's rule is rebuilt from the record first."""
+    wanted = engine.dispatcher.dirs.wanted
+    engine.collector.progress = ProgressReader() if wanted else None
+    stopping = engine.collector.stopping
+    if stopping is None:
+        return
+    spec = stopping.spec
+    stopping.use_runner(engine.backend)
     engine.dispatcher.parts.stopping = stopping
     feedback = engine.feedback
     feedback.max_step = spec.max_step
@@ -139,11 +177,13 @@ class EarlyStopping:
             raise PluginError(f"stopping rule {self.name!r}: promotions raised"
                               f" {type(exc).__name__}: {exc}") from None
 
-    def _value(self, metrics: dict[str, Any]) -> float | None:
+    def _loss(self, metrics: dict[str, Any]) -> float | None:
+        """The stopping metric of *metrics* as a loss (lower is better); a NaN or an infinity
+        is the worst loss (a diverging trial is stopped, not ignored); ``None`` without it."""
         value = metrics.get(self.spec.metric)
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None
-        return float(value) if math.isfinite(value) else None
+        return self._sign * float(value) if math.isfinite(value) else math.inf
 
     # -- each pass: new points, stops ----------------------------------------------------
 
@@ -157,10 +197,10 @@ class EarlyStopping:
                 if point.attempt not in (None, trial.attempt) or point.step <= told:
                     continue
                 self._last[trial.row_id] = (point.step, point.metrics)
-                value = self._value(point.metrics)
-                if value is None or trial.proposal <= 0:
+                loss = self._loss(point.metrics)
+                if loss is None or trial.proposal <= 0:
                     continue  # the baseline is the reference, never stopped
-                decision = self._report(trial.number, point.step, self._sign * value)
+                decision = self._report(trial.number, point.step, loss)
                 if decision is None or trial.job_id in self.requested:
                     continue
                 self.record(trial, decision, journal)
@@ -179,10 +219,11 @@ class EarlyStopping:
             campaign=journal.campaign_id, row=trial.row_id,
             attempt=attempt if attempt is not None else trial.attempt, rule=self.name,
             version=self.version, verdict=decision.verdict.value, rung=decision.rung,
-            step=decision.step, value=sign * decision.value,
-            cutoff=None if decision.cutoff is None else sign * decision.cutoff,
-            peers=decision.peers,
-            compared=json.dumps([[n, sign * v] for n, v in decision.compared]),
+            step=decision.step, value=_finite(sign * decision.value),
+            cutoff=None if decision.cutoff is None else _finite(sign * decision.cutoff),
+            peers=decision.peers,  # by name only for a stop or a promotion: the record's size
+            compared=json.dumps([] if decision.verdict is Verdict.CONTINUE else [
+                [n, _finite(sign * v)] for n, v in decision.compared]),
             reason=decision.reason, bracket=decision.bracket, at=journal.now())
 
     def ended(self, trial: LiveTrial, status: JobStatus) -> bool:
@@ -290,10 +331,10 @@ class EarlyStopping:
         it had stopped are asked to stop again at the first pass (once they are reattached)."""
         store, cid = engine.store, engine.campaign_id
         told = self._replayed
-        for number, _attempt, step, text in store.run_progress(cid):
-            value = self._value(json.loads(text))
-            if value is not None:
-                self._report(number, step, self._sign * value)
+        for number, proposal, step, text in store.run_progress(cid):
+            loss = self._loss(json.loads(text))
+            if loss is not None and proposal > 0:  # the baseline is never compared
+                self._report(number, step, loss)
                 told[number] = max(step, told.get(number, -1))
         dirs = engine.dispatcher.dirs
         for row in store.stopped_trials(cid):
@@ -318,7 +359,8 @@ class EarlyStopping:
             if last is not None and last.verdict == Verdict.STOP.value and (
                     last.attempt == trial.attempt):
                 self.requested[job_id] = Decision(
-                    trial.number, Verdict.STOP, last.rung, last.step, self._sign * last.value,
+                    trial.number, Verdict.STOP, last.rung, last.step,
+                    math.inf if last.value is None else self._sign * last.value,
                     reason=last.reason)
                 again.append(job_id)
         return again

@@ -1,16 +1,29 @@
 """The stopping rules dse-core ships: median stopping, asynchronous successive halving (ASHA)
 and Hyperband (brackets of ASHA).
 
-Each satisfies :class:`dse.StoppingRule`: it sees trial numbers, steps and values oriented so
-that lower is better, and nothing of the engine. Each is deterministic: reporting the same
-points in the same order rebuilds the same state (a resumed run does exactly that).
-``docs/stopping.md`` says what each decides and when.
+Each satisfies :class:`dse.StoppingRule` and sees only numbers: trial numbers, the steps they
+reported and values that are **losses** (lower is better). Turning a maximised metric into a
+loss (negating it) is the engine's business, as is giving the values back in the metric's own
+sign in the record; nothing here knows a metric's direction. A NaN value is taken as the worst
+possible (``+inf``): a trial whose loss diverged is the first to stop.
+
+Each rule is deterministic: reporting the same points in the same order rebuilds the same
+state and makes the same decisions (a resumed run does exactly that). Ties between equal
+values are broken by trial number (the lower ranks better), never by arrival or chance. A
+point whose step is not past the last step the trial reported (a retried attempt going over
+steps again) changes nothing.
+
+Each is cheap: a population (one rung's trials, one step's) is kept sorted, so a report costs
+a binary search and an insertion into the population it joins, plus the at most
+:data:`~dse._types.MAX_COMPARED` peers a decision lists; it never walks the other trials.
+``docs/stopping.md`` says what each rule decides and when to choose it.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
-import statistics
+from array import array
 from typing import TYPE_CHECKING, ClassVar
 
 from dse._errors import ConfigError
@@ -19,43 +32,201 @@ from dse._types import MAX_COMPARED, Decision, Verdict
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-__all__ = ["AshaRule", "HyperbandRule", "MedianRule", "rungs"]
+__all__ = ["AshaRule", "HyperbandRule", "MedianRule", "hyperband_rungs", "rungs"]
+
+_GOLDEN = (math.sqrt(5) - 1) / 2
+"""The stride, as a fraction of the cycle, that spreads Hyperband's brackets over trial
+numbers (consecutive trials land far apart in the cycle)."""
 
 
-def _check(name: str, value: object, *, least: float, whole: bool = True) -> None:
-    kind = (int,) if whole else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or value < least:
-        what = "a whole number" if whole else "a number"
-        raise ConfigError(f"{name}: expected {what} >= {least:g}, got {value!r}")
+def _whole(name: str, value: object, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"{name}: expected a whole number >= {least}, got {value!r}")
+    return value
+
+
+def _factor(name: str, value: object) -> float:
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or value < 2):
+        raise ConfigError(f"{name}: expected a finite number >= 2, got {value!r}")
+    return float(value)
+
+
+def _steps(min_step: object, max_step: object) -> tuple[int, int]:
+    low = _whole("stopping.min_step", min_step, 1)
+    high = _whole("stopping.max_step", max_step, 2)
+    if low >= high:
+        raise ConfigError(f"stopping.min_step: expected 1 <= min_step < max_step ({high}),"
+                          f" got {low}")
+    return low, high
 
 
 def rungs(min_step: int, max_step: int, eta: float) -> list[int]:
-    """The rungs of ASHA from *min_step* below *max_step*: ``min_step * eta**k``, rounded
-    to whole steps (distinct, increasing)."""
+    """ASHA's rungs: ``min_step * eta**k`` for k = 0, 1, ... below *max_step*, each rounded
+    up to a whole step (a trial is at a rung once it ran at least that many steps)."""
     out: list[int] = []
-    k = 0
+    at = float(min_step)
     while True:
-        step = round(min_step * eta**k)
+        step = math.ceil(at * (1 - 1e-12))  # 1e-12: a product a hair above a whole number
         if step >= max_step:
             return out
         if not out or step > out[-1]:
             out.append(step)
-        k += 1
+        at *= eta
 
 
-def _compared(peers: dict[int, float]) -> tuple[tuple[int, float], ...]:
-    best = sorted(peers.items(), key=lambda item: (item[1], item[0]))
-    return tuple(best[:MAX_COMPARED])
+def hyperband_rungs(max_step: int, eta: float, s: int) -> list[int]:
+    """The rungs of Hyperband's bracket *s* (it halves *s* times): ``max_step / eta**j`` for
+    j = s, ..., 1, rounded down to whole steps; bracket 0 has none."""
+    return [math.floor(max_step / eta**j * (1 + 1e-12)) for j in range(s, 0, -1)]
+
+
+class _Ranked:
+    """One population (the trials at one rung, or at one step), sorted best first: by value,
+    ties by trial number. Kept in two parallel arrays (16 bytes a trial, no objects), with
+    the best few as pairs, made again only when an insertion lands among them."""
+
+    __slots__ = ("_head", "trials", "values")
+
+    def __init__(self) -> None:
+        self.values = array("d")
+        self.trials = array("q")
+        self._head: tuple[tuple[int, float], ...] | None = ()
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def add(self, trial: int, value: float) -> int:
+        """Insert *trial* with *value*; return its index (0: the best)."""
+        lo = bisect.bisect_left(self.values, value)
+        hi = bisect.bisect_right(self.values, value, lo)
+        at = bisect.bisect_left(self.trials, trial, lo, hi)
+        self.values.insert(at, value)
+        self.trials.insert(at, trial)
+        if at <= MAX_COMPARED:
+            self._head = None
+        return at
+
+    def value_without(self, skip: int, j: int) -> float:
+        """The *j*-th best value (0-based) of the population without the one at *skip*."""
+        return self.values[j if j < skip else j + 1]
+
+    def best_without(self, skip: int) -> tuple[tuple[int, float], ...]:
+        """The best :data:`MAX_COMPARED` of the population without the one at *skip*."""
+        head = self._head
+        if head is None:
+            end = MAX_COMPARED + 1
+            head = self._head = tuple(zip(self.trials[:end], self.values[:end], strict=True))
+        if skip < len(head):
+            return head[:skip] + head[skip + 1:]
+        return head[:MAX_COMPARED]
+
+
+class _Halving:
+    """One ladder of successive halving in rolling mode (no brackets to fill, no waiting):
+    the rungs, the trials that reached each with the value they reached it with, and the
+    decisions of ASHA (Li et al. 2020) made on them."""
+
+    def __init__(self, ladder: list[int], *, max_step: int, eta: float, min_peers: int,
+                 bracket: int | None = None) -> None:
+        self.rungs = ladder
+        self.max_step = max_step
+        self.eta = eta
+        self.min_peers = min_peers
+        self.bracket = bracket
+        self._at = [_Ranked() for _ in ladder]
+        self._top: dict[int, tuple[int, int, float]] = {}
+        """Trial -> (index of the highest rung it reached, the step and value it reached it
+        with)."""
+
+    def report(self, trial: int, step: int, value: float) -> Decision | None:
+        reached = self._top.get(trial, (-1, 0, 0.0))[0]
+        top = reached
+        rank = 0
+        while top + 1 < len(self.rungs) and self.rungs[top + 1] <= step:
+            top += 1  # every rung passed, even those a coarse report skipped over
+            rank = self._at[top].add(trial, value)
+        if top == reached:
+            return None
+        self._top[trial] = (top, step, value)
+        if step >= self.max_step:
+            return None  # a full run: counted at its rungs, never decided on
+        return self._decide(trial, top, rank, step, value)
+
+    def _decide(self, trial: int, k: int, rank: int, step: int, value: float) -> Decision:
+        at = self._at[k]
+        n = len(at)
+        peers = n - 1
+        keep = max(1, int(n // self.eta))
+        rung = self.rungs[k]
+        cutoff = at.value_without(rank, keep - 1) if peers else None
+        if peers < self.min_peers:
+            verdict = Verdict.CONTINUE
+            cutoff = None
+            why = (f"{peers} peers at step {rung}, fewer than min_peers {self.min_peers}:"
+                   " not compared yet")
+        elif rank < keep:
+            verdict = Verdict.CONTINUE
+            why = f"{value:g} is among the best {keep} of {n} trials at step {rung}"
+        else:
+            verdict = Verdict.STOP
+            why = (f"{value:g} is not among the best {keep} of {n} trials at step {rung}"
+                   f" (1/{self.eta:g}; the cut is {cutoff:g})")
+        return Decision(trial, verdict, rung, step, value, cutoff, peers,
+                        at.best_without(rank), why, self.bracket)
+
+    def promotions(self, stopped: Collection[int]) -> list[Decision]:
+        """The *stopped* trials now among the best ``n // eta`` of the ``n`` at the highest
+        rung they reached, highest rung first, best first within a rung."""
+        out: list[Decision] = []
+        for k in range(len(self.rungs) - 1, -1, -1):
+            at = self._at[k]
+            n = len(at)
+            keep = int(n // self.eta)
+            for i in range(keep):
+                trial = at.trials[i]
+                if trial not in stopped or self._top[trial][0] != k:
+                    continue
+                value = at.values[i]
+                cutoff = at.value_without(i, keep - 1)  # keep < n: eta >= 2
+                out.append(Decision(
+                    trial, Verdict.PROMOTE, self.rungs[k], self._top[trial][1], value, cutoff,
+                    n - 1, at.best_without(i),
+                    f"{value:g} is now among the best {keep} of {n} trials at step"
+                    f" {self.rungs[k]}", self.bracket))
+        return out
+
+
+def _bracket_size(s_max: int, s: int, eta: float) -> int:
+    """Hyperband's ``n`` for bracket *s*: ``ceil((s_max + 1) / (s + 1) * eta**s)``, exact
+    for a whole *eta*."""
+    if eta.is_integer():
+        whole = (s_max + 1) * math.prod([int(eta)] * s)
+        return -(-whole // (s + 1))
+    return math.ceil((s_max + 1) / (s + 1) * eta**s * (1 - 1e-12))
+
+
+def _loss(value: float) -> float:
+    return math.inf if math.isnan(value) else value
 
 
 class AshaRule:
-    """Asynchronous successive halving, in rolling mode: no brackets to fill, no waiting.
+    """Asynchronous successive halving (ASHA, Li et al. 2020), in rolling mode.
 
-    A trial reaching a rung (``min_step * reduction_factor**k`` steps) goes on when it is in
-    the best ``1/reduction_factor`` of the trials that reached that rung so far (always the
-    best one), and is stopped otherwise. A stopped trial is promoted later when it is among
-    the best ``n // reduction_factor`` of the ``n`` trials at its rung by then (ASHA's own
-    promotion rule): its peers did worse than the first comparison expected.
+    The rungs are ``min_step * reduction_factor**k`` steps below ``max_step`` (rounded up to
+    whole steps). A trial reaching a rung is compared with the ``n`` trials that reached it so
+    far (itself included): it goes on when it is among the best ``max(1, n //
+    reduction_factor)`` of them, and is stopped otherwise. While fewer than ``min_peers``
+    other trials have reached the rung it goes on without a comparison (by default it is
+    compared from the second trial on, as in Optuna and Ray Tune: with checkpoints an early
+    stop is taken back by a promotion; without them, ``reduction_factor - 1`` waits until a
+    rung holds ``reduction_factor`` trials). A trial reporting coarse steps is counted at
+    every rung it passed, with the value it passed them with, and decided at the highest.
+    A stopped trial is promoted later, by :meth:`promotions`, when it has become one of the
+    best ``n // reduction_factor`` at its rung (ASHA's own promotion rule): its peers did worse
+    than the first comparison expected. Nothing is decided at or past ``max_step``.
+
+    Values are losses; a maximised metric reaches the rule negated (the engine does that).
     """
 
     name: ClassVar[str] = "asha"
@@ -63,171 +234,150 @@ class AshaRule:
 
     def __init__(self, *, min_step: int, max_step: int, reduction_factor: float = 3,
                  min_peers: int = 0) -> None:
-        _check("stopping.asha.reduction_factor", reduction_factor, least=2, whole=False)
-        _check("stopping.asha.min_peers", min_peers, least=0)
-        self.eta = float(reduction_factor)
-        self.min_peers = min_peers
-        self.max_step = max_step
-        self.rungs = rungs(min_step, max_step, self.eta)
-        self._at: list[dict[int, float]] = [{} for _ in self.rungs]
-        """Per rung: each trial that reached it and its value there."""
-        self._step_at: list[dict[int, int]] = [{} for _ in self.rungs]
-        self._reached: dict[int, int] = {}
-        """Trial -> index of the highest rung it reached."""
-        self.bracket: int | None = None
+        low, high = _steps(min_step, max_step)
+        eta = _factor("stopping.asha.reduction_factor", reduction_factor)
+        self.eta = eta
+        self.min_peers = _whole("stopping.asha.min_peers", min_peers, 0)
+        self.max_step = high
+        self._ladder = _Halving(rungs(low, high, eta), max_step=high, eta=eta,
+                                min_peers=self.min_peers)
+        self.rungs = self._ladder.rungs
 
     def report(self, trial: int, step: int, value: float) -> Decision | None:
-        if step >= self.max_step:
-            return None
-        reached = self._reached.get(trial, -1)
-        top = reached
-        for k in range(reached + 1, len(self.rungs)):
-            if self.rungs[k] > step:
-                break
-            self._at[k][trial] = value
-            self._step_at[k][trial] = step
-            top = k
-        if top == reached:
-            return None
-        self._reached[trial] = top
-        return self._decide(trial, top)
-
-    def _decide(self, trial: int, k: int) -> Decision:
-        at = self._at[k]
-        value = at[trial]
-        peers = {t: v for t, v in at.items() if t != trial}
-        n = len(at)
-        keep = max(1, int(n // self.eta))
-        ordered = sorted(at.values())
-        cutoff = ordered[keep - 1] if peers else None
-        better = sum(1 for v in peers.values() if v < value)
-        rung = self.rungs[k]
-        if len(peers) < self.min_peers or better < keep:
-            verdict = Verdict.CONTINUE
-            why = (f"{value:g} is among the best {keep} of {n} trials at step {rung}"
-                   if len(peers) >= self.min_peers else
-                   f"{len(peers)} peers at step {rung}, fewer than {self.min_peers}")
-        else:
-            verdict = Verdict.STOP
-            why = (f"{value:g} is not among the best {keep} of {n} trials at step {rung}"
-                   f" (1/{self.eta:g}; the cut is {cutoff:g})")
-        return Decision(trial, verdict, rung, self._step_at[k][trial], value, cutoff,
-                        len(peers), _compared(peers), why, self.bracket)
+        return self._ladder.report(trial, step, _loss(value))
 
     def promotions(self, stopped: Collection[int]) -> list[Decision]:
-        out: list[Decision] = []
-        chosen: set[int] = set()
-        for k in range(len(self.rungs) - 1, -1, -1):  # the highest rung first
-            at = self._at[k]
-            keep = int(len(at) // self.eta)
-            if keep < 1:
-                continue
-            best = sorted(at.items(), key=lambda item: (item[1], item[0]))[:keep]
-            cutoff = best[-1][1]
-            rung = self.rungs[k]
-            for trial, value in best:
-                if trial in stopped and trial not in chosen and self._reached.get(trial) == k:
-                    chosen.add(trial)
-                    peers = {t: v for t, v in at.items() if t != trial}
-                    out.append(Decision(
-                        trial, Verdict.PROMOTE, rung, self._step_at[k][trial], value, cutoff,
-                        len(peers), _compared(peers),
-                        f"{value:g} is now among the best {keep} of {len(at)} trials at step"
-                        f" {rung}", self.bracket))
-        return out
+        return self._ladder.promotions(stopped if isinstance(stopped, set | frozenset)
+                                       else set(stopped))
 
 
 class HyperbandRule:
-    """Hyperband as brackets of ASHA: each trial is given a bracket by its number (in the
-    proportions of Hyperband's brackets), and each bracket is an ASHA of its own whose
-    smallest rung is ``min_step * reduction_factor**b``; trials are compared only within their
-    bracket. The last bracket has no rung below ``max_step``: its trials run to the end."""
+    """Hyperband (Li et al. 2018) as brackets of ASHA, as the ASHA paper runs it.
+
+    With ``s_max = floor(log(max_step / min_step) / log(reduction_factor))`` there are
+    ``s_max + 1`` brackets. Bracket ``b`` halves ``s = s_max - b`` times: its rungs are
+    ``max_step / reduction_factor**j`` for j = s, ..., 1 (rounded down), so bracket 0 starts
+    comparing earliest and the last bracket has no rung at all: its trials always run to
+    ``max_step``. Each trial belongs to one bracket, fixed by its number: over every cycle of
+    consecutive trial numbers, bracket ``b`` gets Hyperband's ``n = ceil((s_max + 1) /
+    (s + 1) * reduction_factor**s)`` of them, spread through the cycle. Within its bracket a
+    trial is compared, stopped and promoted exactly as by :class:`AshaRule`, with trials of
+    its bracket only.
+
+    Values are losses; a maximised metric reaches the rule negated (the engine does that).
+    """
 
     name: ClassVar[str] = "hyperband"
     version: ClassVar[str] = "1"
 
-    def __init__(self, *, min_step: int, max_step: int, reduction_factor: float = 3) -> None:
-        _check("stopping.hyperband.reduction_factor", reduction_factor, least=2, whole=False)
-        eta = float(reduction_factor)
-        s_max = len(rungs(min_step, max_step, eta))  # the last bracket stops nothing
-        self.brackets: list[AshaRule] = []
-        cycle: list[int] = []
-        for b in range(s_max + 1):
-            rule = AshaRule(min_step=max(1, round(min_step * eta**b)), max_step=max_step,
-                            reduction_factor=eta)
-            rule.bracket = b
-            self.brackets.append(rule)
-            s = s_max - b  # Hyperband's s: the most trials start in the most aggressive
-            cycle += [b] * math.ceil((s_max + 1) / (s + 1) * eta**s)
-        self._cycle = _interleave(cycle)
+    def __init__(self, *, min_step: int, max_step: int, reduction_factor: float = 3,
+                 min_peers: int = 0) -> None:
+        low, high = _steps(min_step, max_step)
+        eta = _factor("stopping.hyperband.reduction_factor", reduction_factor)
+        grace = _whole("stopping.hyperband.min_peers", min_peers, 0)
+        s_max = 0
+        while low * eta ** (s_max + 1) <= high * (1 + 1e-12):
+            s_max += 1
+        if s_max == 0:
+            raise ConfigError(
+                f"stopping.hyperband.reduction_factor: {eta:g} leaves no bracket that stops a"
+                f" trial (needs max_step {high} >= min_step {low} * reduction_factor)")
+        self.eta = eta
+        self.min_peers = grace
+        self.brackets = [
+            _Halving(hyperband_rungs(high, eta, s_max - b), max_step=high, eta=eta,
+                     min_peers=grace, bracket=b)
+            for b in range(s_max + 1)]
+        self.sizes = [_bracket_size(s_max, s, eta) for s in range(s_max, -1, -1)]
+        """Trials per cycle of each bracket (Hyperband's ``n``), bracket 0 first."""
+        self._bounds: list[int] = []
+        total = 0
+        for size in self.sizes:
+            total += size
+            self._bounds.append(total)
+        self.cycle = total
+        stride = max(1, round(total * _GOLDEN))
+        while math.gcd(stride, total) != 1:
+            stride += 1
+        self._stride = stride
 
     def bracket_of(self, trial: int) -> int:
-        """The bracket of trial number *trial* (a fixed cycle in Hyperband's proportions)."""
-        return self._cycle[(trial - 1) % len(self._cycle)]
+        """The bracket of trial number *trial*: its place in the cycle, spread by a stride
+        prime to the cycle's length (a permutation), falls in one bracket's share."""
+        place = ((trial - 1) % self.cycle) * self._stride % self.cycle
+        return bisect.bisect_right(self._bounds, place)
 
     def report(self, trial: int, step: int, value: float) -> Decision | None:
-        return self.brackets[self.bracket_of(trial)].report(trial, step, value)
+        return self.brackets[self.bracket_of(trial)].report(trial, step, _loss(value))
 
     def promotions(self, stopped: Collection[int]) -> list[Decision]:
-        out: list[Decision] = []
-        for rule in self.brackets:
-            mine = {t for t in stopped if self.bracket_of(t) == rule.bracket}
-            out += rule.promotions(mine)
+        chosen = stopped if isinstance(stopped, set | frozenset) else set(stopped)
+        out = [d for ladder in self.brackets for d in ladder.promotions(chosen)]
+        out.sort(key=lambda d: (-d.rung, d.value, d.trial))
         return out
 
 
-def _interleave(cycle: list[int]) -> list[int]:
-    """*cycle*'s items spread out evenly (each bracket's share through the cycle, not in one
-    run), deterministically."""
-    counts: dict[int, int] = {}
-    for b in cycle:
-        counts[b] = counts.get(b, 0) + 1
-    total = len(cycle)
-    keyed = [((i + 0.5) / n, b) for b, n in counts.items() for i in range(n)]
-    return [b for _, b in sorted(keyed)][:total]
-
-
 class MedianRule:
-    """Median stopping: from ``min_step`` on, every ``interval`` steps, a trial whose best
-    value so far is worse than the median of the values other trials reported at the same
-    step is stopped (once at least ``min_peers`` of them have)."""
+    """Median stopping (Golovin et al. 2017, "Google Vizier"; Optuna's ``MedianPruner``).
+
+    A trial reporting step ``s`` (``min_step <= s < max_step``) is compared at most once per
+    window of ``interval`` steps (``[min_step + i * interval, min_step + (i + 1) *
+    interval)``), at the first step it reports in that window: once at least ``min_peers``
+    other trials reported that same step, it is stopped when its best value so far is worse
+    than the median of their values at ``s``, and goes on otherwise. Every trial that
+    reported ``s`` counts, whatever became of it since.
+
+    Values are losses; a maximised metric reaches the rule negated (the engine does that).
+    """
 
     name: ClassVar[str] = "median"
     version: ClassVar[str] = "1"
 
     def __init__(self, *, min_step: int, max_step: int, min_peers: int = 5,
                  interval: int = 1) -> None:
-        _check("stopping.median.min_peers", min_peers, least=1)
-        _check("stopping.median.interval", interval, least=1)
-        self.min_step = min_step
-        self.max_step = max_step
-        self.min_peers = min_peers
-        self.interval = interval
-        self._at: dict[int, dict[int, float]] = {}
-        """Step -> each trial's value reported at it."""
-        self._best: dict[int, float] = {}
+        self.min_step, self.max_step = _steps(min_step, max_step)
+        self.min_peers = _whole("stopping.median.min_peers", min_peers, 1)
+        self.interval = _whole("stopping.median.interval", interval, 1)
+        self._at: dict[int, _Ranked] = {}
+        """Step -> the trials that reported it and their values there."""
+        self._trials: dict[int, list[float]] = {}
+        """Trial -> [last step reported, best value so far, last window decided]."""
 
     def report(self, trial: int, step: int, value: float) -> Decision | None:
-        self._at.setdefault(step, {})[trial] = value
-        best = min(self._best.get(trial, math.inf), value)
-        self._best[trial] = best
+        value = _loss(value)
+        seen = self._trials.get(trial)
+        if seen is None:
+            seen = self._trials[trial] = [-1, math.inf, -1]
+        elif step <= seen[0]:
+            return None
+        seen[0] = step
+        best = seen[1] = min(seen[1], value)
         if step < self.min_step or step >= self.max_step:
+            return None  # nobody is compared at this step: it need not be kept
+        at = self._at.get(step)
+        if at is None:
+            at = self._at[step] = _Ranked()
+        rank = at.add(trial, value)
+        window = (step - self.min_step) // self.interval
+        if window <= seen[2]:
             return None
-        if (step - self.min_step) % self.interval:
+        seen[2] = window
+        peers = len(at) - 1
+        if peers < self.min_peers:
             return None
-        peers = {t: v for t, v in self._at[step].items() if t != trial}
-        if len(peers) < self.min_peers:
-            return None
-        median = statistics.median(peers.values())
+        half = peers // 2
+        median = (at.value_without(rank, half) if peers % 2 else
+                  (at.value_without(rank, half - 1) + at.value_without(rank, half)) / 2)
         if best > median:
             verdict = Verdict.STOP
-            why = (f"its best {best:g} is worse than the median {median:g} of {len(peers)}"
+            why = (f"its best {best:g} is worse than the median {median:g} of {peers}"
                    f" trials at step {step}")
         else:
             verdict = Verdict.CONTINUE
-            why = f"its best {best:g} is no worse than the median {median:g} at step {step}"
-        return Decision(trial, verdict, step, step, best, median, len(peers),
-                        _compared(peers), why)
+            why = (f"its best {best:g} is no worse than the median {median:g} of {peers}"
+                   f" trials at step {step}")
+        return Decision(trial, verdict, step, step, best, median, peers,
+                        at.best_without(rank), why)
 
     def promotions(self, stopped: Collection[int]) -> list[Decision]:
-        return []
+        return []  # median stopping never takes a decision back

@@ -682,7 +682,7 @@ CREATE TABLE IF NOT EXISTS decisions (
     verdict TEXT NOT NULL,
     rung INTEGER NOT NULL,
     step INTEGER NOT NULL,
-    value REAL NOT NULL,
+    value REAL,
     cutoff REAL,
     peers INTEGER NOT NULL,
     compared TEXT NOT NULL,
@@ -1256,7 +1256,8 @@ class Batch:
 
     def add_decision(
         self, *, campaign: int, row: int, attempt: int, rule: str, version: str,
-        verdict: str, rung: int, step: int, value: float, cutoff: float | None, peers: int,
+        verdict: str, rung: int, step: int, value: float | None, cutoff: float | None,
+        peers: int,
         compared: str, reason: str, bracket: int | None, at: float,
     ) -> None:
         """A stopping rule's decision about trial *row* (*compared*: its peers, as JSON)."""
@@ -1484,10 +1485,10 @@ class _Stops(_Summaries):
             " IN ('stop', 'promote') GROUP BY verdict, rung", (campaign_id,))}
 
     def run_progress(self, campaign_id: int) -> Iterator[tuple[int, int, int, str]]:
-        """Every point of run *campaign_id*'s learning curves as ``(trial number, attempt,
+        """Every point of run *campaign_id*'s learning curves as ``(trial number, proposal,
         step, metrics JSON)``, in the order they were reported."""
         yield from self._db.execute(
-            "SELECT t.number, p.attempt, p.step, p.metrics FROM trials t JOIN progress p"
+            "SELECT t.number, t.proposal, p.step, p.metrics FROM trials t JOIN progress p"
             " ON p.trial_id = t.id WHERE t.campaign_id = ? ORDER BY p.at, t.number, p.step",
             (campaign_id,))
 
