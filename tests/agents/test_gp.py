@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from dse_agents._gp import (
+    AtFullFidelity,
     GaussianProcess,
     _matern,
     _matern_in_place,
@@ -95,3 +96,35 @@ def test_a_smooth_noiseless_function_is_fitted_below_the_old_noise_floor() -> No
     assert np.exp(gp._theta[-1]) < 1e-6
     assert np.max(np.abs(mean - y)) < 1e-4 * np.std(y)
     assert np.max(std) < 1e-2 * np.std(y)
+
+
+def test_a_model_with_a_fidelity_column_is_asked_at_full_fidelity() -> None:
+    # The last column is the fidelity: the view predicts at 1 and its gradients leave that
+    # column out (matching finite differences on the other columns).
+    rng = np.random.default_rng(5)
+    x = rng.random((40, 3))
+    x[:, 2] = rng.choice([1 / 9, 1 / 3, 1.0], 40)  # the fidelity of each result
+    y = np.sin(4.0 * x[:, 0]) + x[:, 1] + 0.5 * (1.0 - x[:, 2])  # worse at low fidelity
+    gp = GaussianProcess(3)
+    gp.fit(x, y)
+    view = AtFullFidelity(gp)
+    assert view.width == 2
+    assert view.length_scales.tobytes() == gp.length_scales[:2].tobytes()
+    points = rng.random((5, 2))
+    full = np.hstack([points, np.ones((5, 1))])
+    mean, std = view.predict(points)
+    expected_mean, expected_std = gp.predict(full)
+    assert mean.tobytes() == expected_mean.tobytes()
+    assert std.tobytes() == expected_std.tobytes()
+    low, _ = gp.predict(np.hstack([points, np.full((5, 1), 1 / 9)]))
+    assert (low > mean).all()  # it learnt that a ninth of a run reads worse
+    _, _, dmean, dstd = view.predict_gradient(points)
+    assert dmean.shape == dstd.shape == (5, 2)
+    eps = 1e-6
+    for col in range(2):
+        up, down = points.copy(), points.copy()
+        up[:, col] += eps
+        down[:, col] -= eps
+        (m_up, s_up), (m_down, s_down) = view.predict(up), view.predict(down)
+        assert dmean[:, col] == pytest.approx((m_up - m_down) / (2 * eps), rel=1e-5, abs=1e-7)
+        assert dstd[:, col] == pytest.approx((s_up - s_down) / (2 * eps), rel=1e-5, abs=1e-7)

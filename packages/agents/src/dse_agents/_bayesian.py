@@ -10,6 +10,11 @@
   trials and rejected proposals are given the worst score seen, so the model learns where
   not to go. Beyond ``max_points`` observations it fits a subsample (the best third and a
   seeded draw of the rest), which keeps a batch well under a second at 1,000 observations.
+* **Trials stopped early**: a loss at step *s* of ``max_step`` is a result at fidelity
+  ``s / max_step``. With such results the model takes the fidelity as one more input column
+  (1 for full runs, failures and rejections) and the acquisition asks it about full runs
+  (:class:`dse_agents._gp.AtFullFidelity`). A trial told again (stopped, promoted, then
+  stopped higher or run to its end) replaces its earlier result.
 * **Acquisition**: log expected improvement over the best posterior mean of the observed
   points (robust to noise), maximised over random candidates and perturbations of the best
   points: the best of each (a far peak is how the model leaves a basin it has settled in)
@@ -33,6 +38,7 @@ from threadpoolctl import ThreadpoolController
 from dse import TrialStatus
 from dse_agents._encoding import Encoding
 from dse_agents._gp import (
+    AtFullFidelity,
     GaussianProcess,
     log_expected_improvement,
     log_expected_improvement_gradient,
@@ -81,6 +87,26 @@ def latin_hypercube(dims: int, n: int, seed: int) -> NDArray[np.float64]:
     return points
 
 
+def _learnt(obs: Observation) -> tuple[float | None, float] | None:
+    """What *obs* teaches: its loss (``None`` for a failure or a rejection, which count as
+    the worst loss seen) and the fidelity of that loss; ``None`` when it teaches nothing (an
+    interrupted, cancelled or over-budget trial, a result about other data, a trial stopped
+    at a step the observation does not say)."""
+    if obs.rejected is not None or obs.status is TrialStatus.FAILED:
+        return None, 1.0
+    loss = obs.loss
+    if loss is None:
+        return None
+    if obs.status is TrialStatus.COMPLETED:
+        return float(loss), 1.0
+    if obs.status is TrialStatus.STOPPED:
+        step, max_step = obs.step, obs.max_step
+        if step is None or max_step is None or step <= 0 or max_step <= 0:
+            return None
+        return float(loss), min(step / max_step, 1.0)
+    return None
+
+
 def _exact(value: object) -> bool:
     """Whether JSON gives *value* back as the same value of the same type."""
     if type(value) is float:
@@ -113,9 +139,19 @@ class BayesianAgent:
         self._design = list(latin_hypercube(self._enc.dims, self._initial, seed))
         self._size = space.cardinality
         self._gp = GaussianProcess(self._enc.width)
+        self._gp_fidelity: GaussianProcess | None = None
+        """The model with the fidelity as an extra column, made at the first fit on a
+        result of a trial stopped early (its hyperparameters warm-start the next fit)."""
+        self._model: GaussianProcess | AtFullFidelity = self._gp
+        """What the acquisition asks: the model of the last fit, at full fidelity."""
         self._x: list[NDArray[np.float64]] = []
         self._y: list[float | None] = []
         """Loss of each observed point; ``None`` for a failure or a rejection."""
+        self._t: list[float] = []
+        """Fidelity of each loss: ``step / max_step`` for a trial stopped early, else 1."""
+        self._trials: dict[int, int] = {}
+        """Trial number -> its entry in ``_x``: a trial told again (stopped, promoted, then
+        stopped higher or completed) replaces what it said before."""
         self._seen: set[tuple[Any, ...]] = set()
         """Every point proposed (or observed): never proposed again."""
         self._proposed = 0
@@ -166,21 +202,26 @@ class BayesianAgent:
     def observe(self, observations: Sequence[Observation]) -> None:
         enc = self._enc
         for obs in observations:
-            if obs.rejected is not None:
-                loss: float | None = None
-            elif obs.status is TrialStatus.COMPLETED and obs.loss is not None:
-                loss = float(obs.loss)
-            elif obs.status is TrialStatus.FAILED:
-                loss = None
-            else:
+            learnt = _learnt(obs)
+            if learnt is None:
                 continue  # interrupted, cancelled, out of budget, other data: nothing learnt
+            loss, fidelity = learnt
             try:
                 x = enc.encode(obs.params)
             except (KeyError, ValueError, TypeError):
                 continue  # a rejected proposal outside the space: no point to learn from
             self._seen.add(enc.key(obs.params))
+            number = obs.trial_number
+            entry = self._trials.get(number) if number is not None else None
+            if entry is not None and np.array_equal(self._x[entry], x):
+                # The same trial told again: its later result replaces the earlier.
+                self._y[entry], self._t[entry] = loss, fidelity
+                continue
+            if number is not None:
+                self._trials[number] = len(self._x)
             self._x.append(x)
             self._y.append(loss)
+            self._t.append(fidelity)
 
     def snapshot(self) -> dict[str, Any] | None:
         """The agent's state as JSON values: the generator, the rest of the initial design,
@@ -190,21 +231,26 @@ class BayesianAgent:
         first. ``None`` when a loss or a param value is not a finite float, an int, a string
         or a bool (JSON cannot hold it exactly; the engine never tells one)."""
         gp = self._gp.snapshot()
-        if gp is None or not (all(_exact(v) for key in self._seen for _, v in key)
-                              and all(y is None or _exact(y) for y in self._y)
-                              and all(np.isfinite(x).all() for x in self._x)):
+        fidelity = None if self._gp_fidelity is None else self._gp_fidelity.snapshot()
+        exact = (all(_exact(v) for key in self._seen for _, v in key)
+                 and all(y is None or _exact(y) for y in self._y)
+                 and all(np.isfinite(x).all() for x in self._x))
+        if gp is None or (self._gp_fidelity is not None and fidelity is None) or not exact:
             return None
         return {
             "rng": dict(self._rng.bit_generator.state),
             "design": [u.tolist() for u in self._design],
             "x": [x.tolist() for x in self._x],
             "y": list(self._y),
+            "t": list(self._t),
+            "trials": sorted([number, entry] for number, entry in self._trials.items()),
             # (type name, value) pairs, as Encoding.key makes them: JSON gives each value
             # back as the same type, so membership tests answer as before.
             "seen": [[list(pair) for pair in key] for key in self._seen],
             "proposed": self._proposed,
             "fits": self._fits,
             "gp": gp,
+            "gp_fidelity": fidelity,
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -213,10 +259,16 @@ class BayesianAgent:
         if any(u.shape != (self._enc.dims,) for u in design):
             raise ValueError(f"the snapshot's design is not of {self._enc.dims} parameters")
         self._gp.restore(state["gp"])
+        self._gp_fidelity = None
+        if state.get("gp_fidelity") is not None:  # a snapshot of 0.1.0 has none
+            self._gp_fidelity = GaussianProcess(self._enc.width + 1)
+            self._gp_fidelity.restore(state["gp_fidelity"])
         self._rng.bit_generator.state = state["rng"]
         self._design = design
         self._x = [np.array(x, dtype=np.float64) for x in state["x"]]
         self._y = [None if y is None else float(y) for y in state["y"]]
+        self._t = [float(t) for t in state.get("t", [1.0] * len(self._y))]
+        self._trials = {int(number): int(entry) for number, entry in state.get("trials", [])}
         self._seen = {tuple((str(name), value) for name, value in key)
                       for key in state["seen"]}
         self._proposed, self._fits = int(state["proposed"]), int(state["fits"])
@@ -245,10 +297,13 @@ class BayesianAgent:
         return None
 
     def _training_set(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Observed points and losses, failures at the worst loss, subsampled if many."""
+        """Observed points and losses, failures at the worst loss, subsampled if many; with
+        the fidelity as a last column when a result is of a trial stopped early."""
         ok = [y for y in self._y if y is not None]
         worst = max(ok)
         x = np.array(self._x)
+        if min(self._t) < 1.0:
+            x = np.hstack([x, np.array(self._t)[:, None]])
         y = np.array([worst if v is None else v for v in self._y])
         if len(y) > self._max_points:
             order = np.argsort(y, kind="stable")
@@ -269,12 +324,25 @@ class BayesianAgent:
         if len(y) > _FIT_POINTS:
             fit_on = np.sort(self._rng.choice(len(y), _FIT_POINTS, replace=False))
         self._fits += 1
+        gp = self._gp
+        if x.shape[1] > self._enc.width:  # results of trials stopped early: fidelity column
+            if self._gp_fidelity is None:
+                self._gp_fidelity = GaussianProcess(self._enc.width + 1)
+            gp = self._gp_fidelity
         # From the prior's centre as well as from the last fit, now and then (escapes a
         # local optimum the warm start would keep).
-        gp = self._gp
         gp.fit(x, y, fit_on=fit_on, restart=len(y) < 30 or self._fits % 5 == 1)
-        mean, _ = gp.predict(x)
         self._fantasy = (x, y)
+        if gp is self._gp:
+            self._model = gp
+            mean, _ = gp.predict(x)
+        else:
+            # Every point as the model sees its full run: the best of them is the incumbent
+            # for expected improvement, and the best five are where candidates gather.
+            self._model = AtFullFidelity(gp)
+            x = x[:, :-1]
+            mean, _ = self._model.predict(x)
+            y = mean
         for point in pending:
             self._believe(point)
         return x, y, float(np.min(mean))
@@ -282,24 +350,30 @@ class BayesianAgent:
     def _believe(self, point: NDArray[np.float64]) -> None:
         """Kriging believer: condition the model on *point* taking its posterior mean (the
         mean stays, the uncertainty there collapses, so the next pick goes elsewhere)."""
-        believed, _ = self._gp.predict(point[None, :])
+        model = self._model
+        believed, _ = model.predict(point[None, :])
+        if isinstance(model, AtFullFidelity):
+            point, gp = model.full(point[None, :])[0], model.gp
+        else:
+            gp = model
         fx, fy = self._fantasy
         self._fantasy = (np.vstack([fx, point[None, :]]), np.concatenate([fy, believed]))
-        self._gp.fit(*self._fantasy, optimise=False)
+        gp.fit(*self._fantasy, optimise=False)
 
     def _from_model(
         self, model: tuple[NDArray[np.float64], NDArray[np.float64], float]
     ) -> dict[str, Any] | None:
         """The unseen point of highest log EI under the model and its fantasies."""
         x, y, best = model
-        for point in self._maximise(self._gp, best, x, y):
+        for point in self._maximise(self._model, best, x, y):
             params = self._enc.decode(point)
             if self._enc.key(params) not in self._seen:
                 return params
         return self._any_unseen()
 
     def _maximise(
-        self, gp: GaussianProcess, best: float, x: NDArray[np.float64], y: NDArray[np.float64]
+        self, gp: GaussianProcess | AtFullFidelity, best: float, x: NDArray[np.float64],
+        y: NDArray[np.float64],
     ) -> list[NDArray[np.float64]]:
         """Candidate points, the most promising first."""
         enc, rng = self._enc, self._rng
@@ -338,7 +412,7 @@ class BayesianAgent:
         return ranked + [pool[i] for i in order[: 4 * width + 64]]
 
     def _climb(
-        self, gp: GaussianProcess, best: float, starts: NDArray[np.float64]
+        self, gp: GaussianProcess | AtFullFidelity, best: float, starts: NDArray[np.float64]
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Rounds of seeded steps on the numeric columns of every start (choices kept),
         shrinking, each start keeping the best point it found: vectorised across starts."""
@@ -364,7 +438,7 @@ class BayesianAgent:
         return points, values
 
     def _polish(
-        self, gp: GaussianProcess, best: float, starts: NDArray[np.float64],
+        self, gp: GaussianProcess | AtFullFidelity, best: float, starts: NDArray[np.float64],
         values: NDArray[np.float64],
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """L-BFGS-B on the numeric columns of every start at once (their choices kept), on the

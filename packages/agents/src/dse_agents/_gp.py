@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
     from numpy.typing import NDArray
 
-__all__ = ["GaussianProcess", "log_expected_improvement", "log_expected_improvement_gradient"]
+__all__ = ["AtFullFidelity", "GaussianProcess", "log_expected_improvement",
+           "log_expected_improvement_gradient"]
 
 _SQRT5 = math.sqrt(5.0)
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -321,3 +322,34 @@ def log_expected_improvement_gradient(
     dz = -(dmean + z[:, None] * dstd) / std[:, None]
     grad = dstd / std[:, None] + ratio[:, None] * dz
     return value, grad
+
+
+class AtFullFidelity:
+    """A :class:`GaussianProcess` whose last input column is the fidelity of a result
+    (``step / max_step`` of a trial stopped early, 1 for a full run), seen at fidelity 1:
+    what the acquisition asks about a point of the space (m by ``width``, the fidelity
+    column left out) is what the model predicts of its full run."""
+
+    def __init__(self, gp: GaussianProcess) -> None:
+        self.gp = gp
+        self.width = gp.width - 1
+
+    def full(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        """*x* (m by ``width``) with the fidelity column at 1."""
+        return np.hstack([x, np.ones((x.shape[0], 1))])
+
+    def predict(
+        self, x: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        return self.gp.predict(self.full(x))
+
+    def predict_gradient(
+        self, x: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64],
+               NDArray[np.float64]]:
+        mean, std, dmean, dstd = self.gp.predict_gradient(self.full(x))
+        return mean, std, dmean[:, :-1], dstd[:, :-1]
+
+    @property
+    def length_scales(self) -> NDArray[np.float64]:
+        return self.gp.length_scales[:-1]

@@ -214,6 +214,27 @@ class AgentContract:
         for params in batch:
             mixed_space.coerce(params)
 
+    def test_observe_accepts_a_trial_stopped_early_then_told_again(
+        self, agent_factory: AgentFactory, mixed_space: Space
+    ) -> None:
+        # A trial stopped at a rung is told with its step; promoted later, the same trial is
+        # told again (a higher step, or its full result) when it ends.
+        agent = agent_factory(mixed_space, 0)
+        batch: list[Mapping[str, Any]] = [mixed_space.coerce(p) for p in agent.propose(2, [])]
+        rng = _rng()
+        while len(batch) < 2:
+            batch.append(mixed_space.sample(rng))
+        for number, params in enumerate(batch, start=1):
+            score = _score(params)
+            agent.observe([Observation(params=params, status=TrialStatus.STOPPED,
+                                       metrics={"loss": score + 1}, score=score + 1,
+                                       trial_number=number, step=3, max_step=27)])
+        agent.observe([_completed(batch[0], 1)])
+        later = list(agent.propose(2, batch[1:]))
+        assert len(later) <= 2
+        for params in later:
+            mixed_space.coerce(params)
+
     def test_observe_accepts_partial_batches_out_of_order(
         self, agent_factory: AgentFactory, mixed_space: Space
     ) -> None:
