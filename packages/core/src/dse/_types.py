@@ -211,7 +211,9 @@ class Observation:
     """Metrics of a completed trial (or of the trial a cache hit reuses)."""
     score: float | None = None
     """The score of a completed trial (the campaign scorer's; by default the primary
-    objective's value), ``None`` otherwise or when it is about other data than the current."""
+    objective's value); for a trial stopped early, the scorer's score of its metrics at
+    :attr:`step` when the scorer can give one (the record keeps no score for it); ``None``
+    otherwise or when it is about other data than the current."""
     trial_number: int | None = None
     """Trial number in the campaign, ``None`` for a rejection."""
     failure: FailureClass | None = None
