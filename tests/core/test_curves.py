@@ -3,15 +3,11 @@ promotions read from the record (``support.stopping``), and what the figure hold
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 import dse
-from dse._curves import BEST_DRAWN, CURVES_DRAWN, choose, draw_curves, learning_curves
-from support.cli import run_dse, write_plugin
-from support.stopping import MAX_STEP, PLAN, build, loss
+from dse._curves import BEST_DRAWN, CURVES_DRAWN, choose, learning_curves
+from support.stopping import MAX_STEP, PLAN, build, curves_of, loss
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -52,19 +48,6 @@ def test_a_large_run_is_sampled_keeping_the_promoted_and_the_best() -> None:
     assert {t["number"] for t in best}.isdisjoint(t["number"] for t in highest)
 
 
-def curves_of(tmp_path: Path) -> Any:
-    run = build(tmp_path / "ws")
-    store = dse.Store(tmp_path / "ws" / "dse.sqlite")
-    try:
-        spec = store.campaign(run).spec  # type: ignore[union-attr]
-        trials = [{"row": t.id, "number": t.number, "status": t.status.value,
-                   "score": t.score, "cached": t.cache_of is not None, "valid": True}
-                  for t in store.trials(run)]
-        return learning_curves(store, run, spec, trials)
-    finally:
-        store.close()
-
-
 def test_the_curves_hold_each_trials_points_stops_and_promotions(tmp_path: Path) -> None:
     curves = curves_of(tmp_path)
     assert (curves.metric, curves.direction, curves.rungs) == ("loss", "minimize", [1, 3])
@@ -79,57 +62,6 @@ def test_the_curves_hold_each_trials_points_stops_and_promotions(tmp_path: Path)
         assert c.promotions == [(d.rung, loss(plan.number, d.rung)) for d in plan.decisions
                                 if d.verdict == "promote"]
     assert max(s for c in curves.curves for s, _ in c.points) == MAX_STEP
-
-
-def test_the_figure_draws_a_line_per_trial_and_marks_each_decision(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
-    from matplotlib.collections import LineCollection, PathCollection
-    from matplotlib.figure import Figure
-
-    curves = curves_of(tmp_path)
-    fig = Figure()
-    caption = draw_curves(fig, curves)
-    (ax,) = fig.axes
-    assert (ax.get_xlabel(), ax.get_ylabel()) == ("step", "loss (minimize)")
-    (lines,) = [c for c in ax.collections if isinstance(c, LineCollection)]
-    assert len(lines.get_segments()) == sum(len(c.points) > 1 for c in curves.curves)
-    stops, promotions = [c.get_offsets().tolist() for c in ax.collections
-                         if isinstance(c, PathCollection)]
-    assert sorted(map(tuple, stops)) == sorted(p for c in curves.curves for p in c.stops)
-    assert sorted(map(tuple, promotions)) == [(1, loss(4, 1)), (1, loss(5, 1))]
-    assert [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == ":"] == [1, 3]
-    assert "all 6 trials that ran" in caption
-    assert "(5 stops, 2 promotions drawn)" in caption
-
-
-def test_the_html_report_has_the_curves_only_for_a_run_that_has_them(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
-    write_plugin(tmp_path)
-    build(tmp_path / ".dse")
-    made = run_dse(tmp_path, "report", "es", "--html", "r.html", timeout=120)
-    assert made.returncode == 0, made.stderr
-    page = (tmp_path / "r.html").read_text()
-    assert 'id="plot-curves"' in page
-    assert re.search(r"Learning curves of all 6 trials that ran; 6 reported loss", page)
-    assert "  rung 3       2 stopped, 0 promoted" in page
-    (tmp_path / "plain.toml").write_text("""
-[campaign]
-name = "plain"
-agent = "list"
-backend = "probe"
-[agent.list]
-points = [{x = 1}]
-[[objectives]]
-metric = "value"
-[space]
-x = { type = "int", low = 0, high = 10 }
-""")
-    assert run_dse(tmp_path, "run", "plain.toml").returncode == 0
-    made = run_dse(tmp_path, "report", "plain", "--html", "p.html", timeout=120)
-    assert made.returncode == 0, made.stderr
-    page = (tmp_path / "p.html").read_text()
-    assert 'id="plot-outcomes"' in page
-    assert 'id="plot-curves"' not in page
 
 
 def test_a_stop_without_a_finite_value_is_marked_on_the_curve(tmp_path: Path) -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dse
+from dse._curves import learning_curves
 from dse._spec import campaign_spec
 from dse._states import RESOLVED_SCORER, AttemptState, FailureClass, TrialStatus
 from dse._store import Batch
@@ -139,3 +140,17 @@ def _trial(store: dse.Store, batch: Batch, run: int, plan: Planned) -> None:
                     metrics=None if plan.failure else metrics, score=score,
                     step=last if stopped else None,
                     message=f"stopped at step {last}" if stopped else None)
+
+
+def curves_of(tmp_path: Path) -> Any:
+    """The learning curves the HTML report reads of the record :func:`build` makes."""
+    run = build(tmp_path / "ws")
+    store = dse.Store(tmp_path / "ws" / "dse.sqlite")
+    try:
+        spec = store.campaign(run).spec  # type: ignore[union-attr]
+        trials = [{"row": t.id, "number": t.number, "status": t.status.value,
+                   "score": t.score, "cached": t.cache_of is not None, "valid": True}
+                  for t in store.trials(run)]
+        return learning_curves(store, run, spec, trials)
+    finally:
+        store.close()
