@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import dse
+from support.resumable import resumable_workload, steps_run
 
 CAMPAIGN = """
 [campaign]
@@ -45,24 +46,6 @@ max_step = 9
 {extra}
 """
 
-WORKLOAD = """\
-import json, os, time, dse.trial
-x = dse.trial.params()["x"]
-a, c = {3: (1.0, 3.0)}.get(x, (x, 1.0))  # x=3 starts badly and ends best
-state = dse.trial.checkpoint_dir() / "state.json"
-start = json.loads(state.read_text())["step"] if state.exists() else 0
-log = dse.trial.trial_dir() / "steps.log"
-for step in range(start + 1, 10):
-    time.sleep(float(os.environ.get("STEP_S", "0.12")))
-    with open(log, "a") as f:
-        f.write(f"{dse.trial.attempt()} {step}\\n")
-    tmp = state.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"step": step}))
-    os.replace(tmp, state)
-    dse.trial.checkpointed()
-    dse.trial.report_progress(step, {"loss": a + c / step})
-dse.trial.report({"loss": a + c / 9})
-"""
 
 
 def run(tmp_path: Path, *, rule: str, choices: list[int], parallel: int = 1,
@@ -70,7 +53,7 @@ def run(tmp_path: Path, *, rule: str, choices: list[int], parallel: int = 1,
     (tmp_path / "c.toml").write_text(CAMPAIGN.format(
         python=sys.executable, rule=rule, choices=json.dumps(choices), parallel=parallel,
         extra=extra))
-    (tmp_path / "w.py").write_text(WORKLOAD)
+    (tmp_path / "w.py").write_text(resumable_workload(0.12))
     env = dict(os.environ, STEP_S=str(step_s))
     done = subprocess.run([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=240)
@@ -96,9 +79,8 @@ def decisions(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
         " ORDER BY d.id").fetchall()
 
 
-def steps_run(tmp_path: Path, number: int) -> list[tuple[int, int]]:
-    log = tmp_path / ".dse" / "es" / "run-1" / f"{number:06d}" / "steps.log"
-    return [tuple(int(v) for v in line.split()) for line in log.read_text().splitlines()]
+def trial_steps(tmp_path: Path, number: int) -> list[tuple[int, int]]:
+    return steps_run(tmp_path / ".dse" / "es" / "run-1" / f"{number:06d}")
 
 
 def test_asha_stops_the_worse_trials_and_promotes_one_whose_peers_did_worse(
@@ -149,7 +131,7 @@ def test_asha_stops_the_worse_trials_and_promotes_one_whose_peers_did_worse(
         "SELECT a.attempt, a.state, a.resumed FROM attempts a JOIN trials t ON t.id ="
         " a.trial_id WHERE t.number = 2 ORDER BY a.attempt").fetchall()
     assert attempts == [(1, "cancelled", 0), (2, "succeeded", 1)]
-    ran = steps_run(tmp_path, 2)
+    ran = trial_steps(tmp_path, 2)
     assert [s for _, s in ran] == list(range(1, 10)), ran
     first_of_2 = min(s for a, s in ran if a == 2)
     assert first_of_2 > 1
@@ -223,7 +205,7 @@ def _start(tmp_path: Path, *, env: dict[str, str] | None = None, agent: str = "g
         python=sys.executable, rule="asha", choices=json.dumps([2, 3, 10, 11, 12, 13, 14, 15]),
         parallel=1, extra="")
     (tmp_path / "c.toml").write_text(text.replace('agent = "grid"', f'agent = "{agent}"'))
-    (tmp_path / "w.py").write_text(WORKLOAD)
+    (tmp_path / "w.py").write_text(resumable_workload(0.12))
     return subprocess.Popen([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
                             env=dict(env or os.environ, STEP_S="0.15"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, **kwargs)
@@ -262,7 +244,7 @@ def _resume_and_check(tmp_path: Path) -> None:
         ["completed", "completed"] + ["stopped"] * 6), ended
     # Nothing lost, nothing done twice: the promoted trial ran each step once, from its
     # checkpoint on, and was promoted once.
-    assert [s for _, s in steps_run(tmp_path, 2)] == list(range(1, 10))
+    assert [s for _, s in trial_steps(tmp_path, 2)] == list(range(1, 10))
     promotes = [d[0] for d in decisions(db) if d[1] == "promote"]
     assert promotes == [2]
     stops = sorted(d[0] for d in decisions(db) if d[1] == "stop")
@@ -387,7 +369,7 @@ def test_a_bad_rule_option_is_one_line_and_records_no_run(
 ) -> None:
     (tmp_path / "c.toml").write_text(CAMPAIGN.format(
         python=sys.executable, rule="asha", choices="[1, 2]", parallel=1, extra=extra))
-    (tmp_path / "w.py").write_text(WORKLOAD)
+    (tmp_path / "w.py").write_text(resumable_workload(0.12))
     done = subprocess.run([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from support.resumable import resumable_workload, steps_run
+
 CAMPAIGN = """
 [campaign]
 name = "es"
@@ -40,25 +42,6 @@ rule = "asha"
 max_step = 9
 """
 
-# x=3 starts badly (1 + 3/step) and ends best: stopped at rung 1, promoted once its peers
-# turned out worse. Each step is checkpointed before it is reported, and logged as run.
-WORKLOAD = """\
-import json, os, time, dse.trial
-x = dse.trial.params()["x"]
-a, c = {3: (1.0, 3.0)}.get(x, (x, 1.0))
-state = dse.trial.checkpoint_dir() / "state.json"
-start = json.loads(state.read_text())["step"] if state.exists() else 0
-for step in range(start + 1, 10):
-    time.sleep(0.1)
-    with open(dse.trial.trial_dir() / "steps.log", "a") as f:
-        f.write(f"{dse.trial.attempt()} {step}\\n")
-    tmp = state.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"step": step}))
-    os.replace(tmp, state)
-    dse.trial.checkpointed()
-    dse.trial.report_progress(step, {"loss": a + c / step})
-dse.trial.report({"loss": a + c / 9})
-"""
 
 
 def dse(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -72,7 +55,7 @@ def dse(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("es")
     (where / "c.toml").write_text(CAMPAIGN.format(python=sys.executable))
-    (where / "w.py").write_text(WORKLOAD)
+    (where / "w.py").write_text(resumable_workload(0.1))
     dse(where, "run", "c.toml")
     return where
 
@@ -85,10 +68,8 @@ def rows(project: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         db.close()
 
 
-def steps_run(project: Path, number: int) -> list[tuple[int, int]]:
-    log = project / ".dse" / "es" / "run-1" / f"{number:06d}" / "steps.log"
-    return [(int(a), int(s)) for a, s in (line.split() for line in log.read_text().split("\n")
-                                          if line)]
+def trial_steps(project: Path, number: int) -> list[tuple[int, int]]:
+    return steps_run(project / ".dse" / "es" / "run-1" / f"{number:06d}")
 
 
 def test_show_says_where_a_promoted_trial_stopped_and_resumed(project: Path) -> None:
@@ -104,7 +85,7 @@ def test_show_says_where_a_promoted_trial_stopped_and_resumed(project: Path) -> 
         rung, step, value, attempt)
     # Where it resumed is where the workload's next attempt really started, after the last
     # step the first attempt ran: no step ran twice.
-    ran = steps_run(project, number)
+    ran = trial_steps(project, number)
     assert [s for _, s in ran] == list(range(1, 10))
     first_of_next = min(s for a, s in ran if a == attempt + 1)
     assert promote["resumed_step"] == first_of_next

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from support.cli import run_dse, write_plugin
+from support.resumable import resumable_workload, steps_run
 
 CAMPAIGN = """\
 [campaign]
@@ -40,24 +41,6 @@ rule = "asha"
 max_step = 9
 """
 
-TRIAL = """\
-import json, os, time, dse.trial
-x = dse.trial.params()["x"]
-a, c = {3: (1.0, 3.0)}.get(x, (x, 1.0))  # x=3 starts badly and ends best
-state = dse.trial.checkpoint_dir() / "state.json"
-start = json.loads(state.read_text())["step"] if state.exists() else 0
-log = dse.trial.trial_dir() / "steps.log"
-for step in range(start + 1, 10):
-    time.sleep(0.4)
-    with open(log, "a") as f:
-        f.write(f"{dse.trial.attempt()} {step}\\n")
-    tmp = state.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"step": step}))
-    os.replace(tmp, state)
-    dse.trial.checkpointed()
-    dse.trial.report_progress(step, {"loss": a + c / step})
-dse.trial.report({"loss": a + c / 9})
-"""
 
 
 @pytest.mark.xdist_group("slurm")
@@ -66,7 +49,7 @@ def test_asha_on_slurm_stops_trials_and_promotes_one_from_its_checkpoint(
     slurm_cluster, tmp_path, mode
 ):
     project = write_plugin(tmp_path)
-    (project / "trial.py").write_text(TRIAL)
+    (project / "trial.py").write_text(resumable_workload(0.4))
     (project / "c.toml").write_text(CAMPAIGN.format(mode=mode, python=sys.executable))
     try:
         proc = run_dse(project, "run", "c.toml", timeout=400)
@@ -94,8 +77,7 @@ def test_asha_on_slurm_stops_trials_and_promotes_one_from_its_checkpoint(
         " t.id = a.trial_id WHERE t.number = 2 ORDER BY a.attempt").fetchall()
     assert [(a, s, r) for a, s, r, _ in attempts] == [(1, "cancelled", 0), (2, "succeeded", 1)]
     assert attempts[0][3] != attempts[1][3]  # a new job for the promoted attempt
-    log = project / ".dse" / "es" / "run-1" / "000002" / "steps.log"
-    ran = [tuple(int(v) for v in line.split()) for line in log.read_text().splitlines()]
+    ran = steps_run(project / ".dse" / "es" / "run-1" / "000002")
     assert [s for _, s in ran] == list(range(1, 10)), ran  # no step run twice
     curve = db.execute("SELECT attempt, MIN(step), MAX(step) FROM progress p JOIN trials t"
                        " ON t.id = p.trial_id WHERE t.number = 2 GROUP BY attempt").fetchall()

@@ -56,15 +56,15 @@ class Collector:
     def use_runner(self, runner: Runner) -> None:
         """Poll and cancel through *runner* from now on (a pool's share of its backend)."""
         self._runner = runner
-        if self.stopping is not None:
-            self.stopping.use_runner(runner)
 
     def apply(self, statuses: Sequence[JobStatus]) -> bool:
         changed = False
         if self.progress is not None:  # before the ends: an ended trial's last points too
             new = self.progress.read(self._table.running.values(), self._journal)
             if self.stopping is not None:
-                self.stopping.review(new, self._journal, self._table.running)
+                stops = self.stopping.review(new, self._journal, self._table.running)
+                if stops:
+                    self._runner.cancel(stops)
         now = self._clock.time()
         for status in statuses:
             trial = self._table.running.get(status.job_id)

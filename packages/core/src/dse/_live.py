@@ -16,6 +16,7 @@ grow with the campaign.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse._budget import Spend
@@ -25,10 +26,10 @@ from dse._types import TrialStatus
 from dse.trial import CHECKPOINT_MARK
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
-    from pathlib import Path
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
     from dse._data import DataVersioner
+    from dse._records import Attempt, Trial
     from dse._types import FailureClass, JobSpec
 
 
@@ -102,9 +103,33 @@ class LiveTrial:
     def checkpoint_mark(self) -> Path | None:
         """The file whose presence (and time) says a checkpoint was saved (``None``: the
         trial has no directory)."""
-        if self.trial_dir is None:
-            return None
-        return self.trial_dir / "checkpoint" / CHECKPOINT_MARK
+        return None if self.trial_dir is None else checkpoint_mark(self.trial_dir)
+
+
+def checkpoint_mark(trial_dir: Path) -> Path:
+    """The file in *trial_dir* whose presence (and time) says a checkpoint was saved."""
+    return trial_dir / "checkpoint" / CHECKPOINT_MARK
+
+
+def recorded_trial(row: Trial, trial_id: str, names: Iterable[str],
+                   attempts: Sequence[Attempt] | None) -> LiveTrial:
+    """Trial *row* of the record as a live trial named *trial_id* (its params in the order
+    of the space's *names*); with its *attempts* (an unfinished trial, or a stopped one about
+    to run again), whole: its directory, attempt count and what the retry policy remembers."""
+    raw = row.params
+    params = {k: raw[k] for k in names if k in raw} | raw
+    trial = LiveTrial(
+        row.id, row.number, row.proposal, row.wave, params, row.config_hash,
+        trial_id=trial_id, status=row.status, metrics=row.metrics, score=row.score,
+        failure=row.failure, message=row.message, data_version=row.data_version,
+        data_read=row.data_version_read, step=row.step,
+    )
+    if attempts is not None:
+        trial.trial_dir = Path(row.trial_dir) if row.trial_dir else None
+        trial.attempt = len(attempts) or 1
+        trial.history = AttemptHistory.rebuild(
+            (a.attempt, a.state, a.node, a.reason) for a in attempts)
+    return trial
 
 
 class TrialTable:

@@ -7,12 +7,11 @@ import contextlib
 import gc
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dse._live import LiveTrial
+from dse._live import LiveTrial, recorded_trial
 from dse._protocols import TrialInfo
-from dse._retry import AttemptHistory, controller_lost
+from dse._retry import controller_lost
 from dse._space import ParamError
 from dse._stopping import as_stopped
 from dse._types import (
@@ -135,21 +134,8 @@ class Resume:
     def _trial(self, row: Trial, attempts: list[Attempt] | None) -> LiveTrial:
         """*row* as a live trial; with its *attempts* (an unfinished trial), whole."""
         p = self._parts
-        raw = row.params
-        params = {k: raw[k] for k in p.campaign.space.names if k in raw} | raw
-        trial = LiveTrial(
-            row.id, row.number, row.proposal, row.wave, params, row.config_hash,
-            trial_id=f"{p.campaign.name}-{p.journal.campaign_id}-{row.number}",
-            status=row.status, metrics=row.metrics, score=row.score, failure=row.failure,
-            message=row.message, data_version=row.data_version, data_read=row.data_version_read,
-            step=row.step,
-        )
-        if attempts is not None:
-            trial.trial_dir = Path(row.trial_dir) if row.trial_dir else None
-            trial.attempt = len(attempts) or 1
-            trial.history = AttemptHistory.rebuild(
-                (a.attempt, a.state, a.node, a.reason) for a in attempts)
-        return trial
+        return recorded_trial(row, f"{p.campaign.name}-{p.journal.campaign_id}-{row.number}",
+                              p.campaign.space.names, attempts)
 
     def _original_statuses(
         self, rows: set[int], by_row: Mapping[int, LiveTrial]

@@ -32,6 +32,10 @@ class Spend:
                      self.gpu_s - other.gpu_s, self.node_s - other.node_s,
                      self.money - other.money)
 
+    def __mul__(self, factor: float) -> Spend:
+        return Spend(self.wall_s * factor, self.cpu_s * factor, self.gpu_s * factor,
+                     self.node_s * factor, self.money * factor)
+
     def compute_s(self, unit: str) -> float:
         """Seconds of *unit* (``cpu``, ``gpu`` or ``node``)."""
         return float(getattr(self, f"{unit}_s"))

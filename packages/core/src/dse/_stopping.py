@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse._errors import ConfigError, PluginError
-from dse._live import LiveTrial
+from dse._live import LiveTrial, checkpoint_mark, recorded_trial
 from dse._progress import ProgressReader
 from dse._protocols import TrialInfo
-from dse._retry import AttemptHistory
 from dse._spend import Spend
 from dse._types import Decision, Direction, JobState, TrialStatus, Verdict
-from dse.trial import CHECKPOINT_MARK
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -33,7 +31,7 @@ if TYPE_CHECKING:
     from dse._engine import Engine
     from dse._journal import Journal
     from dse._progress import ProgressPoint
-    from dse._protocols import Runner, StoppingRule
+    from dse._protocols import StoppingRule
     from dse._records import Trial
     from dse._store import Store
     from dse._types import JobStatus
@@ -89,7 +87,7 @@ def stopping_for(engine: Engine) -> EarlyStopping | None:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}.{spec.rule}: {exc}") from None
     version = registered.class_version if registered is not None else "?"
-    return EarlyStopping(rule, spec, version=version, runner=engine.backend)
+    return EarlyStopping(rule, spec, version=version)
 
 
 def _options_of(cls: type) -> set[str] | None:
@@ -115,7 +113,6 @@ def watch_progress(engine: Engine, *, resumed: bool) -> None:
     if stopping is None:
         return
     spec = stopping.spec
-    stopping.use_runner(engine.backend)
     engine.dispatcher.parts.stopping = stopping
     feedback = engine.feedback
     feedback.max_step = spec.max_step
@@ -137,13 +134,11 @@ def watch_progress(engine: Engine, *, resumed: bool) -> None:
 class EarlyStopping:
     """The stopping rule of one run and what it has asked for."""
 
-    def __init__(self, rule: StoppingRule, spec: StoppingSpec, *, version: str,
-                 runner: Runner) -> None:
+    def __init__(self, rule: StoppingRule, spec: StoppingSpec, *, version: str) -> None:
         self.rule = rule
         self.spec = spec
         self.name = str(getattr(rule, "name", spec.rule))
         self.version = version
-        self._runner = runner
         self._sign = -1.0 if spec.direction is Direction.MAXIMIZE else 1.0
         self._last: dict[int, tuple[int, dict[str, Any]]] = {}
         """Trial row -> the last point of its current attempt (step, metrics)."""
@@ -159,9 +154,6 @@ class EarlyStopping:
         self._replayed: dict[int, int] = {}
         """Trial number -> the last step the rule was told when it was rebuilt (those of
         the trials still running, after the first pass)."""
-
-    def use_runner(self, runner: Runner) -> None:
-        self._runner = runner
 
     # -- the rule, guarded ---------------------------------------------------------------
 
@@ -190,8 +182,9 @@ class EarlyStopping:
     # -- each pass: new points, stops ----------------------------------------------------
 
     def review(self, new: Sequence[tuple[LiveTrial, list[ProgressPoint]]],
-               journal: Journal, running: Mapping[str, LiveTrial]) -> None:
-        """Tell the rule the new points of the running trials; cancel those it stops."""
+               journal: Journal, running: Mapping[str, LiveTrial]) -> list[str]:
+        """Tell the rule the new points of the running trials; the job ids of those it stops
+        (for the caller to cancel)."""
         stops = self._stop_again(running) if self._store is not None else []
         for trial, points in new:
             told = self._replayed.get(trial.number, -1)
@@ -211,15 +204,14 @@ class EarlyStopping:
                     stops.append(trial.job_id)
         if stops:
             journal.event(None, "stop", {"jobs": len(stops)})
-            self._runner.cancel(stops)
+        return stops
 
-    def record(self, trial: LiveTrial, decision: Decision, journal: Journal,
-               attempt: int | None = None) -> None:
+    def record(self, trial: LiveTrial, decision: Decision, journal: Journal) -> None:
         """Record *decision* about *trial* (values back in the metric's own sign)."""
         sign = self._sign
         journal.batch.add_decision(
             campaign=journal.campaign_id, row=trial.row_id,
-            attempt=attempt if attempt is not None else trial.attempt, rule=self.name,
+            attempt=trial.attempt, rule=self.name,
             version=self.version, verdict=decision.verdict.value, rung=decision.rung,
             step=decision.step, value=_finite(sign * decision.value),
             cutoff=None if decision.cutoff is None else _finite(sign * decision.cutoff),
@@ -314,19 +306,11 @@ class EarlyStopping:
     def _live(dispatcher: Dispatcher, row: Trial) -> LiveTrial:
         """Stopped trial *row* as a live trial about to run again."""
         p = dispatcher.parts
-        raw = row.params
-        params = {k: raw[k] for k in p.campaign.space.names if k in raw} | raw
-        trial = LiveTrial(
-            row.id, row.number, row.proposal, row.wave, params, row.config_hash,
-            trial_id=f"{p.campaign.name}-{p.journal.campaign_id}-{row.number}",
-            data_version=row.data_version, data_read=row.data_version_read,
-        )
-        trial.trial_dir = Path(row.trial_dir) if row.trial_dir else dispatcher.dirs.path(
-            row.number)
-        attempts = p.store.attempts(p.journal.campaign_id, trials=[row.id])
-        trial.attempt = max((a.attempt for a in attempts), default=1)
-        trial.history = AttemptHistory.rebuild(
-            (a.attempt, a.state, a.node, a.reason) for a in attempts)
+        trial = recorded_trial(
+            row, f"{p.campaign.name}-{p.journal.campaign_id}-{row.number}",
+            p.campaign.space.names, p.store.attempts(p.journal.campaign_id, trials=[row.id]))
+        trial.status, trial.metrics, trial.step, trial.message = (
+            TrialStatus.RUNNING, None, None, None)
         trial.spent = sum((a.spend for a in p.store.trial_spends([row.id])), Spend())
         return trial
 
@@ -343,10 +327,8 @@ class EarlyStopping:
             if loss is not None and proposal > 0:  # the baseline is never compared
                 self._report(number, step, loss)
                 told[number] = max(step, told.get(number, -1))
-        dirs = engine.dispatcher.dirs
-        for row in store.stopped_trials(cid):
-            path = Path(row.trial_dir) if row.trial_dir else dirs.path(row.number)
-            if self.spec.promote and (path / "checkpoint" / CHECKPOINT_MARK).exists():
+        for row in store.stopped_trials(cid) if self.spec.promote else ():
+            if row.trial_dir and checkpoint_mark(Path(row.trial_dir)).exists():
                 self.stopped[row.number] = row.id
         self._store = store
 

@@ -68,10 +68,7 @@ class StoppingDetail:
     @property
     def stopped_spent(self) -> Spend:
         """What the trials that ended stopped spent."""
-        total = Spend()
-        for row in self.rungs:
-            total = total + row.spent
-        return total
+        return sum((row.spent for row in self.rungs), Spend())
 
 
 def stopping_detail(store: Store, run: CampaignRun) -> StoppingDetail | None:
@@ -91,7 +88,7 @@ def stopping_detail(store: Store, run: CampaignRun) -> StoppingDetail | None:
         n, spent = ended.get(tally.rung, (0, Spend()))
         ended[tally.rung] = (n + tally.trials, spent + tally.spend)
         if max_step is not None and 0 < tally.step < max_step:
-            saved = saved + _scaled(tally.spend, max_step / tally.step - 1.0)
+            saved = saved + tally.spend * (max_step / tally.step - 1.0)
     steps = sorted({rung for _, rung in counts} | set(ended))
     rungs = tuple(
         RungRow(rung, counts.get(("stop", rung), 0), counts.get(("promote", rung), 0),
@@ -108,8 +105,3 @@ def stopping_detail(store: Store, run: CampaignRun) -> StoppingDetail | None:
         to_end=to_end, to_end_spent=to_end_spent,
         saved=saved if max_step is not None else None,
     )
-
-
-def _scaled(spend: Spend, factor: float) -> Spend:
-    return Spend(spend.wall_s * factor, spend.cpu_s * factor, spend.gpu_s * factor,
-                 spend.node_s * factor, spend.money * factor)

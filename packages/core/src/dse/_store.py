@@ -701,6 +701,9 @@ the step a trial stopped at (``trials.stop_step``: its metrics are from that ste
 trial promoted since is replayed as it was told)."""
 
 
+_SPEND_KEYS = ("wall_s", "cpu_s", "gpu_s", "node_s", "money")
+
+
 def _last_stop(trial: str, column: str, before: str | None = None) -> str:
     """The *column* (``rung`` or ``step``) of the latest stop decision about trial *trial*
     (an SQL expression of its row id; made before decision *before*, if given), else -1."""
@@ -720,20 +723,29 @@ def _end_key(row: str, status: str, id_row: str | None = None) -> str:
 
 
 _UPSERT_STOP = (" ON CONFLICT (campaign_id, kind, rung, step) DO UPDATE SET trials = trials +"
-                " excluded.trials, " + ", ".join(f"{k} = {k} + excluded.{k}" for k in
-                                                 ("wall_s", "cpu_s", "gpu_s", "node_s", "money")))
+                " excluded.trials, " + ", ".join(f"{k} = {k} + excluded.{k}" for k in _SPEND_KEYS))
 _STOP_COLUMNS = "campaign_id, kind, rung, step, trials, wall_s, cpu_s, gpu_s, node_s, money"
 
 
 def _end_delta(sign: str, campaign: str, trial: str, key: str, when: str = "1") -> str:
     """Add (*sign* ``+``) or take away (``-``) trial *trial*'s count and its attempts' spend
     at ``stop_totals`` *key* (kind, rung, step), when *when* holds."""
-    spend = ", ".join(f"TOTAL(json_extract(spend, '$.{k}')) AS {k}" for k in
-                      ("wall_s", "cpu_s", "gpu_s", "node_s", "money"))
+    spend = ", ".join(f"TOTAL(json_extract(spend, '$.{k}')) AS {k}" for k in _SPEND_KEYS)
     return (f"INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT {campaign}, {key}, {sign}1, "
-            + ", ".join(f"{sign}{k}" for k in ("wall_s", "cpu_s", "gpu_s", "node_s", "money"))
+            + ", ".join(f"{sign}{k}" for k in _SPEND_KEYS)
             + f" FROM (SELECT {spend} FROM attempts WHERE trial_id = {trial}) WHERE {when}"
             + _UPSERT_STOP)
+
+
+def _ended_trials(runs: str) -> str:
+    """Add, whole, the trials that ended stopped or completed of the runs *runs* selects (an
+    SQL condition on ``t``), with their attempts' spend (a run's first decision; a
+    migration)."""
+    spend = ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in _SPEND_KEYS)
+    return (f"INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT t.campaign_id,"
+            f" {_end_key('t', 't.status')}, COUNT(DISTINCT t.id), {spend} FROM trials t"
+            " LEFT JOIN attempts a ON a.trial_id = t.id WHERE t.status IN ('stopped',"
+            f" 'completed') AND {runs} GROUP BY 1, 2, 3, 4")
 
 
 _TRACKED = "EXISTS (SELECT 1 FROM stop_totals WHERE campaign_id = {run})"
@@ -748,19 +760,13 @@ _SUMMARIES_15: tuple[str, ...] = (
     # without a stopping rule costs one index probe per trial end.
     "CREATE TABLE IF NOT EXISTS stop_totals (campaign_id INTEGER NOT NULL, kind TEXT NOT NULL,"
     " rung INTEGER NOT NULL, step INTEGER NOT NULL, trials INTEGER NOT NULL DEFAULT 0, "
-    + ", ".join(f"{k} REAL NOT NULL DEFAULT 0" for k in ("wall_s", "cpu_s", "gpu_s", "node_s",
-                                                         "money"))
+    + ", ".join(f"{k} REAL NOT NULL DEFAULT 0" for k in _SPEND_KEYS)
     + ", PRIMARY KEY (campaign_id, kind, rung, step)) WITHOUT ROWID",
     # A run's first decision adds its ended trials first, as they stand before it (by a
     # WHEN clause: a condition in the statement would not spare each decision a scan).
     "CREATE TRIGGER IF NOT EXISTS stop_first BEFORE INSERT ON decisions WHEN NOT "
     + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
-    + f"INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT t.campaign_id, {_end_key('t', 't.status')},"
-    " COUNT(DISTINCT t.id), "
-    + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in ("wall_s", "cpu_s", "gpu_s",
-                                                                    "node_s", "money"))
-    + " FROM trials t LEFT JOIN attempts a ON a.trial_id = t.id WHERE t.campaign_id ="
-    " NEW.campaign_id AND t.status IN ('stopped', 'completed') GROUP BY 1, 2, 3, 4; END",
+    + _ended_trials("t.campaign_id = NEW.campaign_id") + "; END",
     # A decision: a stopped trial's latest stop moves it, then the decision is counted.
     "CREATE TRIGGER IF NOT EXISTS stop_decided AFTER INSERT ON decisions BEGIN "
     + _end_delta("-", "NEW.campaign_id", "NEW.trial_id",
@@ -796,9 +802,7 @@ _SUMMARIES_15: tuple[str, ...] = (
     f" INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT t.campaign_id, {_end_key('t', 't.status')},"
     " 0, "
     + ", ".join(f"IFNULL(json_extract(NEW.spend, '$.{k}'), 0) -"
-                f" IFNULL(json_extract(OLD.spend, '$.{k}'), 0)" for k in ("wall_s", "cpu_s",
-                                                                         "gpu_s", "node_s",
-                                                                         "money"))
+                f" IFNULL(json_extract(OLD.spend, '$.{k}'), 0)" for k in _SPEND_KEYS)
     + " FROM trials t WHERE t.id = NEW.trial_id" + _UPSERT_STOP + "; END",
 )
 """The summary of schema 15 (statements that hold ``;``: never split)."""
@@ -807,13 +811,7 @@ _BACKFILL_15: tuple[str, ...] = (
     "DELETE FROM stop_totals",
     "INSERT INTO stop_totals(campaign_id, kind, rung, step, trials) SELECT campaign_id,"
     " verdict, rung, 0, COUNT(*) FROM decisions GROUP BY 1, 2, 3",
-    f"INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT t.campaign_id, {_end_key('t', 't.status')},"
-    " COUNT(DISTINCT t.id), "
-    + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in ("wall_s", "cpu_s", "gpu_s",
-                                                                    "node_s", "money"))
-    + " FROM trials t LEFT JOIN attempts a ON a.trial_id = t.id WHERE t.status IN ('stopped',"
-    " 'completed') AND t.campaign_id IN (SELECT DISTINCT campaign_id FROM decisions)"
-    " GROUP BY 1, 2, 3, 4",
+    _ended_trials("t.campaign_id IN (SELECT DISTINCT campaign_id FROM decisions)"),
 )
 
 
@@ -828,7 +826,6 @@ def _tally_key(row: str) -> str:
 
 
 _TALLY_COLUMNS = "campaign_id, version, status, failure, scored, mismatched"
-_SPEND_KEYS = ("wall_s", "cpu_s", "gpu_s", "node_s", "money")
 _SUMMARIES: tuple[str, ...] = (
     # What `dse status` and `dse report` print, kept by SQLite as trials are written (by any
     # controller, `dse invalidate` or a migration alike): the trials of each run by data
