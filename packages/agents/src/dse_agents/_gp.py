@@ -27,6 +27,7 @@ _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _JITTER = 1e-10
 # Bounds of the log hyperparameters: length scales, signal variance, noise variance.
 _LOG_LENGTH = (math.log(1e-2), math.log(2.0))
+
 _LOG_SIGNAL = (math.log(1e-2), math.log(1e2))
 _LOG_NOISE = (math.log(1e-9), math.log(1.0))
 
@@ -75,6 +76,7 @@ class GaussianProcess:
     def __init__(self, width: int) -> None:
         self.width = width
         self._centre = np.concatenate([np.zeros(width), [0.0, math.log(1e-2)]])
+
         """Where a fit starts without a previous one: length scales and signal 1."""
         self._theta = self._centre.copy()
         self._x = np.zeros((0, width))
@@ -84,6 +86,7 @@ class GaussianProcess:
         self._chol: NDArray[np.float64] | None = None
         self._alpha = np.zeros(0)
         self._offset = 0.0
+        self._inv_ones = np.zeros(0)
 
     # -- fitting --------------------------------------------------------------------------
 
@@ -112,6 +115,7 @@ class GaussianProcess:
     ) -> NDArray[np.float64]:
         diff_sq = (x[:, None, :] - x[None, :, :]) ** 2
         bounds = [_LOG_LENGTH] * self.width + [_LOG_SIGNAL, _LOG_NOISE]
+
         centre = self._centre
         best: tuple[float, NDArray[np.float64]] | None = None
         starts = (self._theta, centre) if restart else (self._theta,)
@@ -190,7 +194,8 @@ class GaussianProcess:
         # space's typical value rather than the average of where the search has been.
         ones = np.ones_like(self._y)
         inv_ones = linalg.cho_solve((self._chol, True), ones)
-        self._offset = float(inv_ones @ self._y / (inv_ones @ ones))
+        self._inv_ones = inv_ones / float(inv_ones @ ones)
+        self._offset = float(self._inv_ones @ self._y)
         self._alpha = linalg.cho_solve((self._chol, True), self._y - self._offset)
 
     def _kernel(self, a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -255,6 +260,42 @@ class GaussianProcess:
         dstd_s = dvar / (2.0 * std_s[:, None])
         return mean, std, dmean_s * self._scale, dstd_s * self._scale
 
+    def joint(
+        self, x: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Posterior mean (m) and covariance (m by m) of the latent function at *x*, in the
+        units of *y*."""
+        if self._chol is None:
+            mean, std = self._prior(x)
+            return mean, np.diag(std**2)
+        cross = self._kernel(x, self._x)
+        mean, _, v = self._posterior(cross)
+        cov = self._kernel(x, x) - v.T @ v
+        return mean, cov * self._scale**2
+
+    def with_last(
+        self, values: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """The weights and offsets of the posterior means if the last k data values were each
+        row of *values* (S by k, units of *y*) instead: for :meth:`means`."""
+        assert self._chol is not None
+        k = values.shape[1]
+        ys = np.repeat(self._y[:, None], values.shape[0], axis=1)
+        ys[ys.shape[0] - k:, :] = ((values - self._mean) / self._scale).T
+        offsets = self._inv_ones @ ys
+        alphas = linalg.cho_solve((self._chol, True), ys - offsets[None, :])
+        return alphas, offsets
+
+    def means(
+        self, x: NDArray[np.float64], alphas: NDArray[np.float64], offsets: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Posterior means at *x* under each set of values of :meth:`with_last` (m by S) and
+        the standard deviation (m), in the units of *y*."""
+        cross = self._kernel(x, self._x)
+        _, std, _ = self._posterior(cross)
+        means = (cross @ alphas + offsets[None, :]) * self._scale + self._mean
+        return means, std
+
     def _prior(self, x: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         signal = math.exp(self._theta[self.width])
         return (np.full(x.shape[0], self._mean),
@@ -279,7 +320,7 @@ class GaussianProcess:
 
 
 def log_expected_improvement(
-    mean: NDArray[np.float64], std: NDArray[np.float64], best: float
+    mean: NDArray[np.float64], std: NDArray[np.float64], best: float | NDArray[np.float64]
 ) -> NDArray[np.float64]:
     """log E[max(best - f, 0)] for f ~ N(mean, std²) (minimisation), accurate where the
     improvement is astronomically unlikely (no ``log(0)``): ``log(std) + log h(z)`` with
@@ -349,6 +390,21 @@ class AtFullFidelity:
                NDArray[np.float64]]:
         mean, std, dmean, dstd = self.gp.predict_gradient(self.full(x))
         return mean, std, dmean[:, :-1], dstd[:, :-1]
+
+    def joint(
+        self, x: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        return self.gp.joint(self.full(x))
+
+    def with_last(
+        self, values: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        return self.gp.with_last(values)
+
+    def means(
+        self, x: NDArray[np.float64], alphas: NDArray[np.float64], offsets: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        return self.gp.means(self.full(x), alphas, offsets)
 
     @property
     def length_scales(self) -> NDArray[np.float64]:
