@@ -14,8 +14,9 @@
   probability that a configuration succeeds (:mod:`dse_agents._feasibility`); the
   acquisition is weighted by it. A failure is no evidence about the objective, so it no
   longer bends the objective's model upwards and walls off the good edge of a failing
-  region; it is added to that model at its predicted value only so that its uncertainty
-  there collapses (trying a failed configuration again teaches nothing).
+  region; the failures nearest the best point join that model a little above its own
+  prediction only so that its uncertainty there collapses (trying a failed configuration
+  again teaches nothing).
 * **Trials stopped early**: a loss at step *s* of ``max_step`` is a result at fidelity
   ``s / max_step``. With such results the model takes the fidelity as one more input column
   (1 for full runs) and the acquisition asks it about full runs
@@ -80,6 +81,12 @@ def _one_blas_thread() -> Any:
 _OPTIONS = ("initial", "candidates", "max_points")
 _FIT_POINTS = 120
 _NEAR_FAILURES = 64
+_FAILURE_ABOVE = 2.0
+"""A failure near the best point joins the objective's model at its prediction plus this many
+standard deviations: a small local bump where the model was unsure, none where it was sure.
+At the mean itself (0) the agent failed more trials once it had converged, exploring the
+edge: 7.5 against 4.5 of 50 on a 3-D failure-edge problem, 13.9 against 10.4 of 60 on
+constrained Branin (rolling, P = 4, 8 seeds; regret unchanged, 1e-6 to 1e-7)."""
 """Most observations the hyperparameters are fitted on (the posterior uses up to
 ``max_points``)."""
 
@@ -402,23 +409,25 @@ class BayesianAgent:
             mean, _ = self._model.predict(x)
             y = mean
         best = float(np.min(mean))
-        # The failures too, at the model's mean: a failure says nothing of the objective
-        # there, but the model is certain not to learn more by trying it again.
-        self._believe(self._near_failures(x[int(np.argmin(y))]))
+        # The failures near the best too, a little above the model's mean: a failure says
+        # nothing of the objective there, but nothing is learnt by trying it again.
+        self._believe(self._near_failures(x[int(np.argmin(y))]), above=_FAILURE_ABOVE)
         model = self._model
         self._base = (AtFullFidelity(copy.copy(model.gp)) if isinstance(model, AtFullFidelity)
                       else copy.copy(model))
         self._believe(pending)
         return x, y, best
 
-    def _believe(self, points: Sequence[NDArray[np.float64]]) -> None:
-        """Kriging believer: condition the model on *points* taking their posterior mean (the
-        mean stays, the uncertainty there collapses, so the next pick goes elsewhere)."""
+    def _believe(self, points: Sequence[NDArray[np.float64]], *, above: float = 0.0) -> None:
+        """Kriging believer: condition the model on *points* taking their posterior mean plus
+        *above* standard deviations (at the mean, the mean stays and the uncertainty there
+        collapses, so the next pick goes elsewhere)."""
         if not points:
             return
         model = self._model
         x = np.array(points)
-        believed, _ = model.predict(x)
+        believed, sd = model.predict(x)
+        believed = believed + above * sd
         if isinstance(model, AtFullFidelity):
             x, gp = model.full(x), model.gp
         else:
