@@ -269,10 +269,14 @@ class RunLog:
         except OSError as exc:
             raise BenchmarkError(f"cannot read {self.path}: {exc}") from None
         first = json.loads(lines[0]).get("header") if lines else None
-        if first != header:
+        if not isinstance(first, dict) or first != header:
+            theirs = first if isinstance(first, dict) else {}
+            differs = [k for k in header if theirs.get(k) != header[k]]
             raise BenchmarkError(
-                f"{self.path} was written by other code or arguments; not resumed"
-                f" (its header {first}, this run's {header})"
+                f"{self.path} was not written by this code with these arguments (its"
+                f" {' and '.join(differs) or 'header'} differ: code is a digest of the"
+                " benchmark's, dse's and dse_agents' sources, tasks the runs the arguments"
+                " ask for); not resumed"
             )
         for line in lines[1:]:
             try:

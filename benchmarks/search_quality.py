@@ -241,6 +241,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-latency", action="store_true", help="skip the propose timing")
     parser.add_argument(
+        "--estimate", action="store_true", help="print the runs and their estimated time; exit"
+    )
+    parser.add_argument(
         "--resume", type=Path, metavar="LOG", help="skip the runs in LOG and append to it"
     )
     return parser.parse_args(argv)
@@ -549,6 +552,12 @@ def main(argv: list[str] | None = None) -> int:
     WORK_DIR.mkdir(exist_ok=True)
     methods, skipped = choose_methods(args)
     tasks, seeds, budgets, settings = make_tasks(args, methods)
+    if args.estimate:
+        hours = sum(estimate_seconds(t) for t in tasks) / max(args.jobs, 1) / 3600
+        ax = sum(estimate_seconds(t) for t in tasks if t.method == AX_METHOD)
+        print(f"{len(tasks)} runs of {', '.join(methods)}: about {hours:.1f} h on {args.jobs}"
+              f" worker(s) at load 2-3, {ax / 3600 / max(args.jobs, 1):.1f} h of it Ax")
+        return 0
     header = {
         "code": code_digest(),
         "tasks": sorted(json.dumps(list(t.key)) for t in tasks),
