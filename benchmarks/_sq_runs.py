@@ -231,15 +231,16 @@ def run_task(task: Task) -> RunResult:
 
 
 def code_digest() -> str:
-    """A digest of the code a run measures: this benchmark's modules and the installed dse
-    and dse_agents sources (a log resumed under other code would mix two measurements)."""
+    """A digest of the code a run measures: the modules that define and run the problems and
+    the peers (not search_quality.py, which only chooses the tasks, recorded apart, and
+    reports) and the dse and dse_agents sources imported: a log resumed under other code
+    would mix two measurements."""
     import dse_agents
 
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parent
     roots = [Path(dse.__file__).resolve().parent, Path(dse_agents.__file__).resolve().parent]
-    files = [here / n for n in ("search_quality.py", "_peers.py")]
-    files += sorted(here.glob("_sq_*.py"))
+    files = [here / "_peers.py", *sorted(here.glob("_sq_*.py"))]
     for root in roots:
         files += sorted(root.rglob("*.py"))
     for path in files:

@@ -94,7 +94,8 @@ What is measured (one process run; every method sees the same problems, budgets 
 
 Each finished run is appended as a JSON line to a log under ``benchmarks/.work`` (printed at
 the start); ``--resume LOG`` skips the runs already in LOG, if it was written by the same code
-(this benchmark's, dse's and dse_agents' sources) and the same arguments, and appends the rest.
+(the sources of the benchmark's problems, runs and peers, of dse and of dse_agents) and the
+same arguments, and appends the rest; on a finished log it prints the report again.
 Runs are spread over ``--jobs`` processes (default: one per core). BLAS/OpenMP threads are set
 to 1 (unless already set in the environment) so parallel runs do not oversubscribe the cores.
 
@@ -464,6 +465,23 @@ def print_failures(report: Report, key: str) -> None:
         print("dse bayesian failed trials: " + "; ".join(parts))
 
 
+def print_repeats(report: Report, functions: list[str]) -> None:
+    print()
+    print(
+        "repeats, mean per run: near (within 1e-3 of an earlier point in the unit cube) /"
+        " exact (equal to one; a cache hit in dse) / failed trials"
+    )
+    body = []
+    for key in functions:
+        for m in report.methods:
+            row = [f"{key} / {m}"]
+            for s in report.settings:
+                means = [report.mean(key, s, m, f) for f in ("repeats", "exact_repeats", "failed")]
+                row.append("-" if None in means else " / ".join(f"{v:.1f}" for v in means))
+            body.append(tuple(row))
+    print(table(("function / method", *(f"{s} near/exact/fail" for s in report.settings)), body))
+
+
 def print_costs(report: Report, functions: list[str]) -> None:
     """Seconds per ask of each peer (batch / single), mean over runs."""
     print()
@@ -613,6 +631,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{AX_METHOD}: P=1 not run (--ax-p1 runs it)")
     for key in args.functions:
         print_function(report, PROBLEMS[key], seeds[key], budgets[key])
+    print_repeats(report, args.functions)
     print_costs(report, args.functions)
     latency_s, latency_20 = print_latency(latencies)
     summary = summarise(report, args.functions)
@@ -626,6 +645,7 @@ def main(argv: list[str] | None = None) -> int:
         "methods": methods,
         "skipped": skipped,
         "ax_included": AX_METHOD in methods,
+        "ax_settings": sorted({t.setting for t in tasks if t.method == AX_METHOD}),
         "budgets": budgets,
         "seeds": seeds,
         "settings": settings,
