@@ -279,12 +279,23 @@ class RunLog:
                 " benchmark's, dse's and dse_agents' sources, tasks the runs the arguments"
                 " ask for); not resumed"
             )
+        for result in self.results(self.path):
+            self.done[result.task.key] = result
+
+    @staticmethod
+    def results(path: Path) -> list[RunResult]:
+        """The runs in the log at *path* (whatever its header)."""
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise BenchmarkError(f"cannot read {path}: {exc}") from None
+        out = []
         for line in lines[1:]:
             try:
-                result = RunResult.from_json(json.loads(line)["run"])
+                out.append(RunResult.from_json(json.loads(line)["run"]))
             except (ValueError, KeyError, TypeError):
                 continue  # the line being written when the run was interrupted
-            self.done[result.task.key] = result
+        return out
 
     def _write(self, data: dict[str, Any]) -> None:
         self._file.write(json.dumps(data) + "\n")

@@ -121,6 +121,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import sys
 import time
@@ -247,6 +248,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--resume", type=Path, metavar="LOG", help="skip the runs in LOG and append to it"
     )
+    parser.add_argument(
+        "--report", type=Path, metavar="LOG", help="print the report of the runs in LOG; exit"
+    )
     return parser.parse_args(argv)
 
 
@@ -296,10 +300,11 @@ def make_tasks(
 def run_all(
     tasks: list[Task], log: RunLog, jobs: int, with_gp: bool, with_ax: bool
 ) -> list[RunResult]:
-    """Every task not already in *log*, longest first, each appended to it as it ends."""
+    """Every task not already in *log*, each appended to it as it ends: seed by seed (a run
+    cut short has whole seeds of every cell), the longest first within a seed."""
     results = [log.done[t.key] for t in tasks if t.key in log.done]
-    todo = sorted((t for t in tasks if t.key not in log.done), key=estimate_seconds,
-                  reverse=True)
+    todo = sorted((t for t in tasks if t.key not in log.done),
+                  key=lambda t: (t.seed, -estimate_seconds(t)))
     started = time.perf_counter()
     total = len(todo)
 
@@ -320,13 +325,21 @@ def run_all(
 
     # spawn: torch and SQLite connections do not survive a fork well.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=init_worker,
-                             initargs=(with_gp, with_ax)) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=init_worker,
+                               initargs=(with_gp, with_ax))
+    try:
         pending: set[Future[RunResult]] = {pool.submit(run_task, t) for t in todo}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 finished(future.result())
+    except BaseException:
+        # Interrupted (Ctrl+C, SIGTERM) or failed: stop the workers' runs now, not after them.
+        pool.shutdown(wait=False, cancel_futures=True)
+        for child in multiprocessing.active_children():
+            child.terminate()
+        raise
+    pool.shutdown()
     return results
 
 
@@ -562,11 +575,73 @@ def summarise(report: Report, functions: list[str]) -> dict[str, Any]:
     return summary
 
 
+def print_report(
+    results: list[RunResult], methods: list[str], settings: list[str], functions: list[str],
+    latencies: list[Latency], head: str,
+) -> dict[str, Any]:
+    """The tables of *results*; returns the summary (the last line's JSON, less the run's
+    parameters)."""
+    report = Report(results, methods, settings)
+    seeds = {k: len({r.task.seed for r in results if r.task.problem == k}) for k in functions}
+    budgets = {k: max((r.task.budget for r in results if r.task.problem == k), default=0)
+               for k in functions}
+    print(
+        "search quality: median simple regret (quartiles) over "
+        + ", ".join(f"{n} seed(s) ({k})" for k, n in seeds.items())
+        + f"; {sys.platform}, Python {sys.version.split()[0]}, dse {dse.__version__}, {head}"
+    )
+    for key in functions:
+        print_function(report, PROBLEMS[key], seeds[key], budgets[key])
+    print_repeats(report, functions)
+    print_costs(report, functions)
+    latency_s, latency_20 = print_latency(latencies)
+    summary = summarise(report, functions)
+    worst = summary["worst_ratio"]
+    if worst is not None:
+        print(f"target: dse bayesian at or below the best peer on every function at P=4:"
+              f" {'met' if worst <= 1.0 else 'NOT met'} (worst ratio {worst:.3g})")
+    summary.update({
+        "bayesian_latency_1000_s": None if latency_s is None else round(latency_s, 4),
+        "bayesian_latency_20d_s": None if latency_20 is None else round(latency_20, 4),
+        "methods": methods,
+        "ax_included": AX_METHOD in methods,
+        "ax_settings": sorted({r.task.setting for r in results if r.task.method == AX_METHOD}),
+        "budgets": budgets,
+        "seeds": seeds,
+        "settings": settings,
+    })
+    return summary
+
+
+def report_log(path: Path) -> int:
+    """``--report LOG``: the report of the runs in LOG, finished or not."""
+    try:
+        results = RunLog.results(path)
+    except BenchmarkError as exc:
+        print(f"search_quality: error: {exc}", file=sys.stderr)
+        return 1
+    present = {(r.task.method, r.task.problem, r.task.setting) for r in results}
+    methods = [m for m in ALL_METHODS if any(p[0] == m for p in present)]
+    functions = [k for k in PROBLEMS if any(p[1] == k for p in present)]
+    settings = [s for s in SETTINGS if any(p[2] == s for p in present)]
+    counts = [sum(1 for r in results if (r.task.method, r.task.problem, r.task.setting) == p)
+              for p in present]
+    head = f"from {path}: {len(results)} runs, {min(counts, default=0)}-{max(counts, default=0)}"
+    summary = print_report(results, methods, settings, functions, [], head + " per cell")
+    summary.update({"log": str(path), "partial": min(counts, default=0) != max(counts, default=0)})
+    print(json.dumps(summary))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.report:
+        return report_log(args.report)
     for var in THREAD_VARS:
         # Before numpy or torch is imported (plugins import numpy): inherited by the workers.
         os.environ.setdefault(var, "1")
+    # A SIGTERM ends the run as a Ctrl+C does (the workers are stopped, the log kept).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     WORK_DIR.mkdir(exist_ok=True)
     methods, skipped = choose_methods(args)
     tasks, seeds, budgets, settings = make_tasks(args, methods)
@@ -600,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"running {len(todo)} runs ({len(tasks) - len(todo)} already in the log) of"
         f" {', '.join(methods)} on {args.jobs} worker(s); estimate {estimate / 60:.0f} min"
-        f" at load 2-3; log {path}",
+        f" at load 2-3; log {path} (--report LOG prints the runs so far)",
         file=sys.stderr, flush=True,
     )
     started = time.perf_counter()
@@ -616,39 +691,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         log.close()
     wall = time.perf_counter() - started
-    report = Report(results, methods, settings)
-
-    print(
-        "search quality: median simple regret (quartiles) over "
-        + ", ".join(f"{n} seed(s) ({k})" for k, n in seeds.items())
-        + f"; {sys.platform}, Python {sys.version.split()[0]}, dse {dse.__version__},"
-        f" optuna {optuna.__version__}, threads {os.environ.get('OMP_NUM_THREADS')},"
-        f" load {os.getloadavg()[0]:.1f}, {wall:.0f} s"
-    )
+    head = (f"optuna {optuna.__version__}, threads {os.environ.get('OMP_NUM_THREADS')},"
+            f" load {os.getloadavg()[0]:.1f}, {wall:.0f} s")
     for method, why in skipped.items():
         print(f"{method}: {why}")
     if AX_METHOD in methods and "P=1" in settings and not args.ax_p1:
         print(f"{AX_METHOD}: P=1 not run (--ax-p1 runs it)")
-    for key in args.functions:
-        print_function(report, PROBLEMS[key], seeds[key], budgets[key])
-    print_repeats(report, args.functions)
-    print_costs(report, args.functions)
-    latency_s, latency_20 = print_latency(latencies)
-    summary = summarise(report, args.functions)
-    worst = summary["worst_ratio"]
-    if worst is not None:
-        print(f"target: dse bayesian at or below the best peer on every function at P=4:"
-              f" {'met' if worst <= 1.0 else 'NOT met'} (worst ratio {worst:.3g})")
+    summary = print_report(results, methods, settings, args.functions, latencies, head)
     summary.update({
-        "bayesian_latency_1000_s": None if latency_s is None else round(latency_s, 4),
-        "bayesian_latency_20d_s": None if latency_20 is None else round(latency_20, 4),
-        "methods": methods,
-        "skipped": skipped,
-        "ax_included": AX_METHOD in methods,
-        "ax_settings": sorted({t.setting for t in tasks if t.method == AX_METHOD}),
         "budgets": budgets,
         "seeds": seeds,
-        "settings": settings,
+        "skipped": skipped,
         "quick": bool(args.quick),
         "optuna_version": optuna.__version__,
         "log": str(path),
