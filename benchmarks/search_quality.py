@@ -23,8 +23,9 @@ What is measured (one process run; every method sees the same problems, budgets 
     (1..16), integer ``batch`` (8..512, log scale), log-scaled ``lr`` in [1e-5, 1] and a plain
     float ``dropout`` in [0, 0.5]. The best lr depends on the optimizer and the schedule, the
     best batch size on the lr (a linear scaling rule), the best depth on the optimizer, the
-    best dropout on the schedule; f* = 0.8 (adamw, cosine, lr 10^-2.9, 9 layers, batch 64,
-    dropout 0.1); Gaussian noise sd 0.02 (2.5 % of f*).
+    best dropout on the schedule; f* = 0.8 (adamw, cosine, lr 10^-2.9, 11 layers, batch 32,
+    dropout 0.1: no best value at the centre of its range, where Ax starts); Gaussian noise sd
+    0.02 (2.5 % of f*).
   - ``edge4`` (60, failures): in [0, 1]^4, trials fail inside a ball (centre (0.85, 0.2,
     0.75, 0.6), radius 0.66) that covers 33 % of the cube; the objective is a bowl around the
     optimum minus the larger of two Gaussian bumps, the optimum's (depth 1, width 0.16) 0.03
@@ -63,11 +64,15 @@ What is measured (one process run; every method sees the same problems, budgets 
 
 * **Seeds**: 10 per cell, 20 for a noisy function (``mixed``, ``training``); every method
   gets the same seeds. On a noisy function one run's regret is partly decided by which
-  near-optimal point drew the luckiest noise; the tables give each cell's quartiles besides
-  its median, and for a noisy function the noiseless regret of the best point each run
-  evaluated (what the search found, apart from what the noise let it recognise). The old
-  rule of 40 seeds for a noisy function would add about 40 % to a full run for Ax alone; 20
-  seeds with the quartiles shown let a reader see when a ratio is inside the spread.
+  near-optimal point drew the luckiest noise. Measured on 2026-12-02 (dse bayesian and TPE at
+  P = 4 waves, 40 seeds): the medians of seeds 0-19 and 20-39 differed by 1.15-1.66x, and the
+  10-90 % bootstrap band of a cell's median is about +-25-50 % at 20 seeds against +-20-30 %
+  at 40. 40 seeds would double the noisy functions' share of a full run (about 2 hours more,
+  most of it Ax on ``training``, whose mixed space costs it the most per trial) for a band
+  only somewhat narrower; so 20, with each cell's quartiles in the tables and, for a noisy
+  function, the noiseless regret of the best point each run evaluated (what the search found,
+  apart from what the noise let it recognise). A ratio near 1 on a noisy function should be
+  settled with ``--seeds 40 --functions mixed training``.
 
 * **Score**: simple regret = f(x_best) - f*, where x_best is the evaluated, feasible point
   with the best *observed* (noisy) value and f is noiseless (a run with no feasible point is
