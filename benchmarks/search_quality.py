@@ -89,13 +89,18 @@ What is measured (one process run; every method sees the same problems, budgets 
   timed on ``propose(4, [])``: three batches, each after observing the previous one; the
   slowest is reported. Target: under a second per batch.
 
-* **Cost**: Ax spends 2-4 s per batch of 4 at 4-7 parameters and 4-10 s at 20 (up to 160
-  observations, 2 cores at load 2-3), 1-3 s per single trial; the report gives its mean per
-  ask. A full run (all functions, the three settings, Ax at P = 4) is about 2,900 runs and
-  takes roughly 4-5 hours on 2 cores, most of it Ax; an estimate is printed before the runs.
-  ``--quick`` (2 seeds, budget 20, P = 4 waves and rolling) leaves out the two torch-based
-  peers, Ax and Optuna's GPSampler (GPSampler alone took 3 minutes of it on a mixed space):
-  a smoke test of the harness and of the summary's shape, under a minute.
+* **Cost**: measured on 2026-12-02 on 2 cores at load 4-6 (other work beside it), Ax spent
+  8.7 s per batch of 4 and 4.1 s per single trial on ``levy7`` (7 parameters, 100 trials: 223 s
+  a run in waves, 395 s rolling) and 27.8 s per batch on ``embedded20`` (20 parameters, 160
+  trials: 1,123 s a run in waves); its cost per trial grows with the trials observed, the
+  parameters, and categoricals (it optimises over each combination). The report gives every
+  peer's mean seconds per ask. A full run (all functions, the three settings, Ax at P = 4) is
+  2,000 runs: ``--estimate`` prints the model's figure (about 16 hours on 2 workers at that
+  load, 10 of them Ax; ``--ax-p1`` adds 6-7) and each run prints it up front. Ax on
+  ``embedded20`` alone is 4-5 of those hours. ``--quick`` (2 seeds, budget 20, P = 4 waves and
+  rolling) leaves out the two torch-based peers, Ax and Optuna's GPSampler (GPSampler alone
+  took 3 minutes of it on a mixed space): a smoke test of the harness and of the summary's
+  shape, 37 s at load 5.7.
 
 Each finished run is appended as a JSON line to a log under ``benchmarks/.work`` (printed at
 the start); ``--resume LOG`` skips the runs already in LOG, if it was written by the same code
@@ -110,7 +115,9 @@ Usage::
     python benchmarks/search_quality.py --quick           # under a minute: no Ax, no GP
     python benchmarks/search_quality.py --seeds 3 --functions levy7 edge4 \
         --settings "P=4 waves" "P=4 rolling"              # a reduced run, with Ax
+    python benchmarks/search_quality.py --estimate        # the runs and their hours
     python benchmarks/search_quality.py --resume benchmarks/.work/search_quality-....jsonl
+    python benchmarks/search_quality.py --report benchmarks/.work/search_quality-....jsonl
 
 The last line printed is one JSON object: ``ratios`` (function -> setting -> ratio) and the
 same flat as ``<function>_<setting>_ratio`` (setting as ``p1``, ``p4_waves``,
@@ -179,25 +186,24 @@ FAILED_BASELINE: dict[str, dict[str, float]] = {
 must not exceed. The same runs' median regrets (and the chosen point's median distance to
 the edge): constrained 7.3e-4 (0.121), 0.0194 (0.121), 0.0122 (0.123); edge4 0.081 (0.075),
 0.072 (0.051), 0.0011 (0.030) at P=1, P=4 waves, P=4 rolling."""
-# Seconds per trial of one run on 2 cores at load 2-3 (a rough model, for the estimate only):
-# (method, P=1 or P=4) -> (seconds per trial at 4 parameters and 50 observations, the same
-# per extra parameter, the same per extra observation).
-COST_MODEL: dict[tuple[str, int], tuple[float, float, float]] = {
-    ("dse bayesian", 1): (0.05, 0.004, 0.001),
-    ("dse bayesian", 4): (0.03, 0.002, 0.0005),
-    ("dse random", 1): (0.004, 0.0, 0.0),
-    ("dse random", 4): (0.004, 0.0, 0.0),
-    ("optuna GP", 1): (0.12, 0.01, 0.002),
-    ("optuna GP", 4): (0.12, 0.01, 0.002),
-    ("optuna TPE", 1): (0.01, 0.001, 0.0002),
-    ("optuna TPE", 4): (0.01, 0.001, 0.0002),
-    ("optuna TPE indep", 1): (0.008, 0.001, 0.0002),
-    ("optuna TPE indep", 4): (0.008, 0.001, 0.0002),
-    ("optuna random", 1): (0.001, 0.0, 0.0),
-    ("optuna random", 4): (0.001, 0.0, 0.0),
-    (AX_METHOD, 1): (1.6, 0.05, 0.01),
-    (AX_METHOD, 4): (0.8, 0.1, 0.005),
+COST_LOAD = "4-6"
+"""The load average (2 cores) at which :data:`COST_PER_TRIAL` was measured."""
+COST_PER_TRIAL: dict[str, tuple[float, float, float]] = {
+    "dse bayesian": (0.25, 0.25, 0.25),
+    "dse random": (0.05, 0.05, 0.05),
+    "optuna GP": (1.0, 1.0, 1.0),
+    "optuna TPE": (0.03, 0.03, 0.03),
+    "optuna TPE indep": (0.02, 0.02, 0.02),
+    "optuna random": (0.005, 0.005, 0.005),
+    AX_METHOD: (4.0, 2.2, 4.0),
 }
+"""Seconds per trial (P=1, P=4 waves, P=4 rolling) of a run of 100 trials on 7 float
+parameters, measured on 2026-12-02 at load :data:`COST_LOAD` (levy7, the pilot run)."""
+MODEL_BASED = ("dse bayesian", "optuna GP", AX_METHOD)
+"""Their time per trial grows with the trials observed (a model refitted on them)."""
+CATEGORICAL_FACTOR = 2.5
+"""How much more Ax and GPSampler spend per trial on a space with categoricals (they optimise
+the acquisition over each combination)."""
 
 
 def setting_key(label: str) -> str:
@@ -206,11 +212,15 @@ def setting_key(label: str) -> str:
 
 
 def estimate_seconds(task: Task) -> float:
+    """A rough model of a run's seconds, for the estimate printed up front and the order."""
     problem = PROBLEMS[task.problem]
-    p = SETTINGS[task.setting].parallelism
-    base, per_param, per_obs = COST_MODEL[(task.method, 1 if p == 1 else 4)]
-    mean_obs = task.budget / 2
-    rate = base + per_param * max(len(problem.space) - 4, 0) + per_obs * max(mean_obs - 50, 0)
+    rate = COST_PER_TRIAL[task.method][list(SETTINGS).index(task.setting)]
+    if task.method in MODEL_BASED:
+        rate *= (len(problem.space) / 7) ** 0.66 * task.budget / 100
+        if task.method != "dse bayesian" and any(
+            isinstance(spec, list) for spec in problem.space.values()
+        ):
+            rate *= CATEGORICAL_FACTOR
     return task.budget * rate
 
 
@@ -654,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
         hours = sum(estimate_seconds(t) for t in tasks) / max(args.jobs, 1) / 3600
         ax = sum(estimate_seconds(t) for t in tasks if t.method == AX_METHOD)
         print(f"{len(tasks)} runs of {', '.join(methods)}: about {hours:.1f} h on {args.jobs}"
-              f" worker(s) at load 2-3, {ax / 3600 / max(args.jobs, 1):.1f} h of it Ax")
+              f" worker(s) at load {COST_LOAD}, {ax / 3600 / max(args.jobs, 1):.1f} h of it Ax")
         return 0
     header = {
         "code": code_digest(),
@@ -680,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"running {len(todo)} runs ({len(tasks) - len(todo)} already in the log) of"
         f" {', '.join(methods)} on {args.jobs} worker(s); estimate {estimate / 60:.0f} min"
-        f" at load 2-3; log {path} (--report LOG prints the runs so far)",
+        f" at load {COST_LOAD}; log {path} (--report LOG prints the runs so far)",
         file=sys.stderr, flush=True,
     )
     started = time.perf_counter()
