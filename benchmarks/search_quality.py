@@ -95,12 +95,13 @@ What is measured (one process run; every method sees the same problems, budgets 
   trials: 1,123 s a run in waves); its cost per trial grows with the trials observed, the
   parameters, and categoricals (it optimises over each combination). The report gives every
   peer's mean seconds per ask. A full run (all functions, the three settings, Ax at P = 4) is
-  2,000 runs: ``--estimate`` prints the model's figure (about 16 hours on 2 workers at that
-  load, 10 of them Ax; ``--ax-p1`` adds 6-7) and each run prints it up front. Ax on
-  ``embedded20`` alone is 4-5 of those hours. ``--quick`` (2 seeds, budget 20, P = 4 waves and
-  rolling) leaves out the two torch-based peers, Ax and Optuna's GPSampler (GPSampler alone
-  took 3 minutes of it on a mixed space): a smoke test of the harness and of the summary's
-  shape, 37 s at load 5.7.
+  2,000 runs: ``--estimate`` prints the model's figure (about 15.5 hours on 2 workers at that
+  load, 10 of them Ax; ``--ax-p1`` adds 6.5) and each run prints it up front. Ax on
+  ``embedded20`` alone is 4.4 of those hours; GPSampler on the two spaces with categoricals
+  costs about 9x its per-trial time on floats, most of the 5.6 hours without Ax.
+  ``--quick`` (2 seeds, budget 20, P = 4 waves and rolling) leaves out the two torch-based
+  peers, Ax and Optuna's GPSampler (GPSampler alone took 3 minutes of it on a mixed space): a
+  smoke test of the harness and of the summary's shape, 37 s at load 5.7.
 
 Each finished run is appended as a JSON line to a log under ``benchmarks/.work`` (printed at
 the start); ``--resume LOG`` skips the runs already in LOG, if it was written by the same code
@@ -189,21 +190,22 @@ the edge): constrained 7.3e-4 (0.121), 0.0194 (0.121), 0.0122 (0.123); edge4 0.0
 COST_LOAD = "4-6"
 """The load average (2 cores) at which :data:`COST_PER_TRIAL` was measured."""
 COST_PER_TRIAL: dict[str, tuple[float, float, float]] = {
-    "dse bayesian": (0.25, 0.25, 0.25),
-    "dse random": (0.05, 0.05, 0.05),
-    "optuna GP": (1.0, 1.0, 1.0),
-    "optuna TPE": (0.03, 0.03, 0.03),
-    "optuna TPE indep": (0.02, 0.02, 0.02),
-    "optuna random": (0.005, 0.005, 0.005),
+    "dse bayesian": (0.15, 0.13, 0.15),
+    "dse random": (0.01, 0.01, 0.01),
+    "optuna GP": (0.56, 0.44, 0.56),
+    "optuna TPE": (0.016, 0.016, 0.017),
+    "optuna TPE indep": (0.045, 0.046, 0.044),
+    "optuna random": (0.002, 0.002, 0.002),
     AX_METHOD: (4.0, 2.2, 4.0),
 }
 """Seconds per trial (P=1, P=4 waves, P=4 rolling) of a run of 100 trials on 7 float
-parameters, measured on 2026-12-02 at load :data:`COST_LOAD` (levy7, the pilot run)."""
+parameters (levy7), measured on 2026-12-02 at load :data:`COST_LOAD` in the pilot run (P=1
+taken as rolling: one ask per trial)."""
 MODEL_BASED = ("dse bayesian", "optuna GP", AX_METHOD)
 """Their time per trial grows with the trials observed (a model refitted on them)."""
-CATEGORICAL_FACTOR = 2.5
+CATEGORICAL_FACTOR = {AX_METHOD: 2.4, "optuna GP": 9.0}
 """How much more Ax and GPSampler spend per trial on a space with categoricals (they optimise
-the acquisition over each combination)."""
+the acquisition over each combination): measured on training against the float model."""
 
 
 def setting_key(label: str) -> str:
@@ -217,10 +219,8 @@ def estimate_seconds(task: Task) -> float:
     rate = COST_PER_TRIAL[task.method][list(SETTINGS).index(task.setting)]
     if task.method in MODEL_BASED:
         rate *= (len(problem.space) / 7) ** 0.66 * task.budget / 100
-        if task.method != "dse bayesian" and any(
-            isinstance(spec, list) for spec in problem.space.values()
-        ):
-            rate *= CATEGORICAL_FACTOR
+        if any(isinstance(spec, list) for spec in problem.space.values()):
+            rate *= CATEGORICAL_FACTOR.get(task.method, 1.0)
     return task.budget * rate
 
 
