@@ -469,6 +469,8 @@ def print_function(report: Report, problem: Problem, seeds: int, budget: int) ->
         print(f"waves / rolling: dse bayesian {wor:.3g}; " + ", ".join(others))
     if problem.fails:
         print_failures(report, key)
+        if budget != problem.budget or seeds != SEEDS:
+            print(f"(the baseline is of {SEEDS} seeds at the default budget {problem.budget})")
 
 
 def print_failures(report: Report, key: str) -> None:
