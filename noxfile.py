@@ -57,11 +57,13 @@ def types(session: nox.Session) -> None:
 @nox.session(python="3.11", default=False)
 def bench(session: nox.Session) -> None:
     """Run the benchmarks against their peers (quick mode unless --full is passed)."""
-    # torch is for Optuna's GPSampler (search_quality); pinned to the CPU-only wheel the
-    # machines have: an unpinned install may fetch a multi-GB CUDA build.
+    # torch is for Optuna's GPSampler and Ax/BoTorch (search_quality); pinned to the CPU-only
+    # wheel the machines have, and installed first, alone: an unpinned install (or one that
+    # lets ax-platform choose torch) may fetch a multi-GB CUDA build.
     # scikit-learn only for the digits early_stopping.py trains on (its trials need numpy).
-    session.install("optuna", "numpy", "scipy", "torch==2.13.0", "scikit-learn",
-                    *(f"-e{p}" for p in PACKAGES))
+    session.install("torch==2.13.0")
+    session.install("optuna", "numpy", "scipy", "torch==2.13.0", "ax-platform>=1.3,<1.4",
+                    "scikit-learn", *(f"-e{p}" for p in PACKAGES))
     quick = [] if "--full" in session.posargs else ["--quick"]
     session.run("python", "benchmarks/engine_overhead.py", *quick)
     session.run("python", "benchmarks/local_overhead.py", *quick)

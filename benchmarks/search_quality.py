@@ -1,594 +1,361 @@
-"""Search quality: dse's agents against Optuna's samplers, same budgets, same evaluations.
+"""Search quality: dse's agents against Optuna's samplers and Ax/BoTorch, same budgets, same
+evaluations.
 
 What is measured (one process run; every method sees the same problems, budgets and seeds):
 
-* **Problems** (all minimized):
+* **Problems** (all minimised; defined in ``_sq_problems.py``; budget = trials per run):
 
-  - ``branin``: Branin on [-5, 10] x [0, 15]; f* = 0.397887.
-  - ``hartmann6``: Hartmann-6 on [0, 1]^6; f* = -3.322368.
-  - ``mixed``: a synthetic "kernel time" over integer tile sizes ``tile_m``, ``tile_n`` (16..256,
-    step 16), a categorical ``layout`` (row, col, blocked) and a log-scaled ``lr`` in
-    [1e-5, 1e-1]; each layout has its own best tiles and lr, ``blocked`` is the fastest;
-    f* = 1.0 at tile_m=128, tile_n=64, blocked, lr=3e-3. The observed value carries Gaussian
-    noise (sd 0.03, that is 3 % of the best time).
-  - ``constrained``: Branin with the unknown constraint of Gelbart, Snoek and Adams (2014),
-    (x1 - 2.5)^2 + (x2 - 7.5)^2 <= 50, which makes two of Branin's three minima infeasible;
-    f* = 0.397887 at (pi, 2.275). An infeasible point is a *failed* evaluation: dse records a
-    FAILED trial (the probe job exits 1), Optuna is told ``TrialState.FAIL``. Neither side is
-    given constraint values (Optuna's ``constraints_func`` would need them), so both learn
-    of the constraint only by failing.
+  - ``branin`` (budget 40): Branin on [-5, 10] x [0, 15]; f* = 0.397887.
+  - ``hartmann6`` (100): Hartmann-6 on [0, 1]^6; f* = -3.322368.
+  - ``mixed`` (60, noisy): a synthetic "kernel time" over integer tile sizes ``tile_m``,
+    ``tile_n`` (16..256, step 16), a categorical ``layout`` (row, col, blocked) and a
+    log-scaled ``lr`` in [1e-5, 1e-1]; each layout has its own best tiles and lr; f* = 1.0 at
+    tile_m=128, tile_n=64, blocked, lr=3e-3; Gaussian noise sd 0.03 (3 % of f*).
+  - ``constrained`` (60, failures): Branin with the unknown constraint of Gelbart, Snoek and
+    Adams (2014), (x1 - 2.5)^2 + (x2 - 7.5)^2 <= 50, which makes two of Branin's three minima
+    infeasible; f* = 0.397887 at (pi, 2.275), 0.12 inside the constraint's edge.
+  - ``levy7`` (100): Levy's function in 7-D on [-5, 5]^7, of w = 1 + R (x - s) / 4 with a
+    fixed random rotation R and a fixed shift s (each coordinate 1 to 3.5 from the centre, so
+    the optimum is on no symmetric point and Levy's ridges are off the axes); f* = 0 at x = s.
+    Random search's best of 100 points is about 5; a good optimiser gets below 1.
+  - ``training`` (80, noisy): a synthetic validation loss over a mixed space: ``optimizer``
+    (sgd, momentum, adam, adamw), ``schedule`` (constant, cosine, step), integer ``layers``
+    (1..16), integer ``batch`` (8..512, log scale), log-scaled ``lr`` in [1e-5, 1] and a plain
+    float ``dropout`` in [0, 0.5]. The best lr depends on the optimizer and the schedule, the
+    best batch size on the lr (a linear scaling rule), the best depth on the optimizer, the
+    best dropout on the schedule; f* = 0.8 (adamw, cosine, lr 10^-2.9, 11 layers, batch 32,
+    dropout 0.1: no best value at the centre of its range, where Ax starts); Gaussian noise sd
+    0.02 (2.5 % of f*).
+  - ``edge4`` (60, failures): in [0, 1]^4, trials fail inside a ball (centre (0.85, 0.2,
+    0.75, 0.6), radius 0.66) that covers 33 % of the cube; the objective is a bowl around the
+    optimum minus the larger of two Gaussian bumps, the optimum's (depth 1, width 0.16) 0.03
+    inside the ball's edge, and a decoy's (depth 0.8) 0.50 from it: a search that fears the
+    edge settles on the decoy or short of the optimum. f* = -1.
+  - ``embedded20`` (160): Styblinski-Tang in 5-D, rotated and moved so its optimum is at a
+    fixed random point (each coordinate 1 to 3.5 from the centre), read from 5 of 20
+    coordinates on [-5, 5]; 5 other coordinates add 0.05 (x - b)^2 each, the last 10 are
+    irrelevant (an embedding of a low-dimensional function with weak and irrelevant
+    dimensions); f* = 0.
+
+  On ``constrained`` and ``edge4`` an infeasible point is a *failed* evaluation: dse records a
+  FAILED trial (the probe job exits 1), Optuna is told ``TrialState.FAIL``, Ax
+  ``mark_trial_failed``. No method is given constraint values, so all learn of the
+  constraint only by failing. For these problems the report gives, per method, the failed
+  trials (mean per run; dse bayesian's against :data:`FAILED_BASELINE`, measured on the agent
+  of 2026-12-02) and the median distance (unit cube) of the chosen point to the edge.
 
 * **Methods**: dse ``bayesian`` and dse ``random`` run through dse's real engine
   (``dse.build_engine`` + ``Engine.run()``) on the probe backend with a fake clock, a fresh
-  workspace and durable SQLite record per run; results are read back from the record. Optuna
-  (imported only here) ``TPESampler(multivariate=True, constant_liar=P > 1)`` and
-  ``GPSampler`` (needs torch) run an ask/tell loop.
+  workspace and durable SQLite record per run; results are read back from the record.
+  The peers run ask/tell (``_sq_peers.py``): Optuna's ``GPSampler``, ``TPESampler``
+  multivariate and independent (``multivariate=False``), both with ``constant_liar`` at
+  P > 1, and ``RandomSampler``; and Ax (``ax-platform`` 1.3, ``ax.api.client.Client(
+  random_seed=seed)`` with its default generation strategy: a centre point and Sobol, then
+  BoTorch's GP with qLogNEI; ``get_next_trials``, ``complete_trial``, ``mark_trial_failed``).
 
-* **Parallelism**: P = 1; P = 4 ``waves`` (ask 4, evaluate, tell 4); P = 4 ``rolling`` (4
-  workers; a worker asks as soon as its trial ends). Every evaluation takes a seeded
-  log-normal virtual duration (median 60 s): the k-th evaluation of a run gets the k-th
-  duration and the k-th noise draw, whoever asked for it, so rolling runs interleave the
-  same way for every method. dse's engine runs them on a fake clock; Optuna's rolling runs
-  are an event simulation in the same virtual time.
+* **Settings**: P = 1; P = 4 ``waves`` (ask 4, evaluate, tell 4); P = 4 ``rolling`` (4
+  workers; a worker asks as soon as its trial ends, the trials running pending). Every
+  evaluation takes a seeded log-normal virtual duration (median 60 s): the k-th evaluation of a
+  run gets the k-th duration and the k-th noise draw, whoever asked for it, so rolling runs
+  interleave the same way for every method. dse's engine runs them on a fake clock; the peers'
+  rolling runs are an event simulation in the same virtual time. Ax runs at P = 4 in both
+  modes; at P = 1 only with ``--ax-p1`` (its P = 1 runs would double the full run's hours:
+  one model fit per trial instead of per four).
+
+* **Seeds**: 10 per cell, 20 for a noisy function (``mixed``, ``training``); every method
+  gets the same seeds. On a noisy function one run's regret is partly decided by which
+  near-optimal point drew the luckiest noise. Measured on 2026-12-02 (dse bayesian and TPE at
+  P = 4 waves, 40 seeds): the medians of seeds 0-19 and 20-39 differed by 1.15-1.66x, and the
+  10-90 % bootstrap band of a cell's median is about +-25-50 % at 20 seeds against +-20-30 %
+  at 40. 40 seeds would double the noisy functions' share of a full run (about 2 hours more,
+  most of it Ax on ``training``, whose mixed space costs it the most per trial) for a band
+  only somewhat narrower; so 20, with each cell's quartiles in the tables and, for a noisy
+  function, the noiseless regret of the best point each run evaluated (what the search found,
+  apart from what the noise let it recognise). A ratio near 1 on a noisy function should be
+  settled with ``--seeds 40 --functions mixed training``.
 
 * **Score**: simple regret = f(x_best) - f*, where x_best is the evaluated, feasible point
-  with the best *observed* (noisy) value and f is noiseless. Each table cell is the median
-  over seeds. The ratio is dse's median over the better of Optuna's two medians in the same
-  setting, max(dse, 1e-9) / max(optuna_best, 1e-9); below 1 dse is better.
-
-  On the noisy function the regret is mostly decided by which near-optimal point drew the
-  luckiest noise, so one seed's regret is nearly a coin toss: the medians of seeds 0-19 and
-  20-39 of the same method differed by up to 1.7x. That function therefore runs 40 seeds by
-  default (10 for the others). A second table gives, for it, the noiseless regret of the best
-  point each run evaluated: what the search *found*, apart from what the noise let it
-  recognise.
+  with the best *observed* (noisy) value and f is noiseless (a run with no feasible point is
+  charged f's maximum). Each cell is the median over seeds. The ratio per function and
+  setting is dse bayesian's median over the best median among all peers (Optuna's four
+  samplers and Ax) in that setting, max(dse, 1e-9) / max(best, 1e-9); below 1 dse is better.
+  ``worst_ratio`` is the worst over functions at P = 4 (waves and rolling), ``worst_ratio_all``
+  includes P = 1. ``waves_over_rolling`` is dse bayesian's P = 4 waves median over its rolling
+  one per function.
 
 * **Latency**: the ``bayesian`` agent built directly (``cls(space, seed=0)``) on the
-  Hartmann-6 and mixed spaces proposes 64 points (its start-up design), then observes those
-  and 936 random points (1,000 observations) in one call and is timed on ``propose(4, [])``:
-  three batches, each after observing the previous one; the slowest is reported. Target:
-  under a second per batch.
+  Hartmann-6, mixed and 20-parameter (``embedded20``) spaces proposes 64 points (its start-up
+  design), then observes those and 936 random points (1,000 observations) in one call and is
+  timed on ``propose(4, [])``: three batches, each after observing the previous one; the
+  slowest is reported. Target: under a second per batch.
 
-A second table counts, per run, the points that repeat an earlier one (nearly, or exactly)
-and the failed trials: it shows a method that keeps proposing where it already failed.
+* **Cost**: measured on 2026-12-02 on 2 cores at load 4-6 (other work beside it), Ax spent
+  8.7 s per batch of 4 and 4.1 s per single trial on ``levy7`` (7 parameters, 100 trials: 223 s
+  a run in waves, 395 s rolling) and 27.8 s per batch on ``embedded20`` (20 parameters, 160
+  trials: 1,123 s a run in waves); its cost per trial grows with the trials observed, the
+  parameters, and categoricals (it optimises over each combination). The report gives every
+  peer's mean seconds per ask. A full run (all functions, the three settings, Ax at P = 4) is
+  2,000 runs: ``--estimate`` prints the model's figure (about 15.5 hours on 2 workers at that
+  load, 10 of them Ax; ``--ax-p1`` adds 6.5) and each run prints it up front. Ax on
+  ``embedded20`` alone is 4.4 of those hours; GPSampler on the two spaces with categoricals
+  costs about 9x its per-trial time on floats, most of the 5.6 hours without Ax.
+  ``--quick`` (2 seeds, budget 20, P = 4 waves and rolling) leaves out the two torch-based
+  peers, Ax and Optuna's GPSampler (GPSampler alone took 3 minutes of it on a mixed space): a
+  smoke test of the harness and of the summary's shape, 37 s at load 5.7.
 
-Runs are spread over ``--jobs`` processes (default: one per core); full mode takes about 16
-minutes on 2 cores, ``--quick`` about 25 seconds. BLAS/OpenMP threads are set to 1 (unless
-already set in the environment) so that parallel runs do not oversubscribe the cores: Optuna
-recommends it for GPSampler.
+Each finished run is appended as a JSON line to a log under ``benchmarks/.work`` (printed at
+the start); ``--resume LOG`` skips the runs already in LOG, if it was written by the same code
+(the sources of the benchmark's problems, runs and peers, of dse and of dse_agents) and the
+same arguments, and appends the rest; on a finished log it prints the report again.
+Runs are spread over ``--jobs`` processes (default: one per core). BLAS/OpenMP threads are set
+to 1 (unless already set in the environment) so parallel runs do not oversubscribe the cores.
 
 Usage::
 
-    python benchmarks/search_quality.py           # 10 seeds (40 noisy), P=1/4w/4r, ~16 min
-    python benchmarks/search_quality.py --quick   # under a minute: 2 seeds, budget 25, P=4 waves
-    python benchmarks/search_quality.py --seeds 3 --jobs 2 --no-gp
+    python benchmarks/search_quality.py                   # the full run, with Ax (hours)
+    python benchmarks/search_quality.py --quick           # under a minute: no Ax, no GP
+    python benchmarks/search_quality.py --seeds 3 --functions levy7 edge4 \
+        --settings "P=4 waves" "P=4 rolling"              # a reduced run, with Ax
+    python benchmarks/search_quality.py --estimate        # the runs and their hours
+    python benchmarks/search_quality.py --resume benchmarks/.work/search_quality-....jsonl
+    python benchmarks/search_quality.py --report benchmarks/.work/search_quality-....jsonl
 
-The last line printed is one JSON object: ``<function>_ratio_to_optuna_best`` per function
-(dse ``bayesian`` at P = 4; the worse of waves and rolling), the same for ``random``,
-``bayesian_latency_1000_s`` and the medians.
+The last line printed is one JSON object: ``ratios`` (function -> setting -> ratio) and the
+same flat as ``<function>_<setting>_ratio`` (setting as ``p1``, ``p4_waves``,
+``p4_rolling``), ``worst_ratio``, ``worst_ratio_all``, ``waves_over_rolling`` and its worst,
+``failed`` (function -> method -> setting -> mean failed trials per run), ``failed_baseline``,
+``edge_distance``, ``bayesian_latency_1000_s`` (the slowest batch over the three spaces) and
+``bayesian_latency_20d_s``, the medians and the run's parameters.
 """
 
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import math
 import os
-import random
+import signal
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from _peers import BenchmarkError, import_optuna, table
+from _peers import BenchmarkError, table
+from _sq_peers import AX_METHOD, OPTUNA_SAMPLERS, quiet_optuna
+from _sq_problems import PROBLEMS, Problem
+from _sq_runs import (
+    LATENCY_BATCH,
+    LATENCY_OBSERVATIONS,
+    SETTINGS,
+    WORK_DIR,
+    Latency,
+    RunLog,
+    RunResult,
+    Task,
+    code_digest,
+    init_worker,
+    measure_latency,
+    plugins,
+    run_task,
+    sanity_check,
+)
 
 import dse
-from dse.testing import FakeClock, ProbeBackend, ProbeScript
 
-Mode = Literal["waves", "rolling"]
-Params = Mapping[str, Any]
-
-WORK_DIR = Path(__file__).resolve().parent / ".work"
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 DSE_METHODS = ("dse bayesian", "dse random")
-OPTUNA_METHODS = ("optuna TPE", "optuna GP")
-LATENCY_OBSERVATIONS = 1_000
-LATENCY_BATCH = 4
-LATENCY_OWN_POINTS = 64
-LATENCY_TARGET_S = 1.0
-# Longer than any trial: the probe's wait then jumps the fake clock straight to the next end,
-# so each polling pass sees exactly the trials that ended (an event simulation, like Optuna's).
-POLL_INTERVAL_S = 1e6
-DURATION_MEDIAN_S = 60.0
-DURATION_SIGMA = 0.5
-# Within this distance (unit cube, categorical equal) of an earlier point counts as a repeat.
-REPEAT_TOLERANCE = 1e-3
-EPS = 1e-9
-NOISY_SEEDS = 40
+PEER_METHODS = (*OPTUNA_SAMPLERS, AX_METHOD)
+ALL_METHODS = (*DSE_METHODS, *PEER_METHODS)
+SEEDS = 10
+NOISY_SEEDS = 20
 """Default seeds for a function with noise (see the module docstring)."""
-
-
-# -- problems ------------------------------------------------------------------------------
-
-
-def branin(p: Params) -> float:
-    x1, x2 = float(p["x1"]), float(p["x2"])
-    b, c, t = 5.1 / (4 * math.pi**2), 5 / math.pi, 1 / (8 * math.pi)
-    return (x2 - b * x1**2 + c * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10
-
-
-_H6_ALPHA = (1.0, 1.2, 3.0, 3.2)
-_H6_A = (
-    (10.0, 3.0, 17.0, 3.5, 1.7, 8.0),
-    (0.05, 10.0, 17.0, 0.1, 8.0, 14.0),
-    (3.0, 3.5, 1.7, 10.0, 17.0, 8.0),
-    (17.0, 8.0, 0.05, 10.0, 0.1, 14.0),
-)
-_H6_P = (
-    (0.1312, 0.1696, 0.5569, 0.0124, 0.8283, 0.5886),
-    (0.2329, 0.4135, 0.8307, 0.3736, 0.1004, 0.9991),
-    (0.2348, 0.1451, 0.3522, 0.2883, 0.3047, 0.6650),
-    (0.4047, 0.8828, 0.8732, 0.5743, 0.1091, 0.0381),
-)
-
-
-def hartmann6(p: Params) -> float:
-    x = [float(p[f"x{i}"]) for i in range(1, 7)]
-    total = 0.0
-    for alpha, a_row, p_row in zip(_H6_ALPHA, _H6_A, _H6_P, strict=True):
-        inner = sum(a * (xi - pi) ** 2 for a, xi, pi in zip(a_row, x, p_row, strict=True))
-        total += alpha * math.exp(-inner)
-    return -total
-
-
-# layout -> (time at its best point, best tile_m, best tile_n, best lr)
-_LAYOUTS: dict[str, tuple[float, int, int, float]] = {
-    "row": (1.15, 64, 192, 1e-3),
-    "col": (1.30, 32, 128, 1e-2),
-    "blocked": (1.00, 128, 64, 3e-3),
+QUICK_SEEDS = 2
+QUICK_BUDGET = 20
+QUICK_SETTINGS = ("P=4 waves", "P=4 rolling")
+LATENCY_TARGET_S = 1.0
+LATENCY_PROBLEMS = ("hartmann6", "mixed", "embedded20")
+EPS = 1e-9
+FAILED_BASELINE_DATE = "2026-12-02"
+FAILED_BASELINE: dict[str, dict[str, float]] = {
+    "constrained": {"P=1": 12.7, "P=4 waves": 13.5, "P=4 rolling": 11.6},
+    "edge4": {"P=1": 4.5, "P=4 waves": 4.2, "P=4 rolling": 4.5},
 }
-
-
-def kernel_time(p: Params) -> float:
-    """Smooth in log2(tile) and log10(lr), with a tile interaction; minimum 1.0 (blocked)."""
-    base, best_m, best_n, best_lr = _LAYOUTS[str(p["layout"])]
-    u = math.log2(int(p["tile_m"]) / best_m)
-    v = math.log2(int(p["tile_n"]) / best_n)
-    w = math.log10(float(p["lr"]) / best_lr)
-    return base * (1.0 + 0.15 * (u * u + v * v + 0.8 * u * v) + 0.1 * w * w)
-
-
-def always(_p: Params) -> bool:
-    return True
-
-
-def gelbart_disk(p: Params) -> bool:
-    return (float(p["x1"]) - 2.5) ** 2 + (float(p["x2"]) - 7.5) ** 2 <= 50.0
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    key: str
-    """Name in the tables and the JSON keys."""
-    space: Mapping[str, Any]
-    """The dse ``[space]`` table (Optuna's suggestions are derived from it)."""
-    f: Callable[[Params], float]
-    """Noiseless objective."""
-    feasible: Callable[[Params], bool]
-    """Unknown constraint: an infeasible point's evaluation fails."""
-    optimum: float
-    """f* over the feasible set."""
-    noise_sd: float
-    """Standard deviation of the Gaussian noise on the observed value."""
-    budget: int
-    """Trials per run in full mode."""
-    worst: float
-    """Value whose regret is charged when a run found no feasible point (f's maximum)."""
-
-
-BRANIN_SPACE = {
-    "x1": {"type": "float", "low": -5.0, "high": 10.0},
-    "x2": {"type": "float", "low": 0.0, "high": 15.0},
+"""dse bayesian's failed trials, mean per run of 60 trials over seeds 0-9, on the agent of
+:data:`FAILED_BASELINE_DATE` (main at 05:30 UTC, commit d91d7fa): the counts later agents
+must not exceed. The same runs' median regrets (and the chosen point's median distance to
+the edge): constrained 7.3e-4 (0.121), 0.0194 (0.121), 0.0122 (0.123); edge4 0.081 (0.075),
+0.072 (0.051), 0.0011 (0.030) at P=1, P=4 waves, P=4 rolling."""
+COST_LOAD = "4-6"
+"""The load average (2 cores) at which :data:`COST_PER_TRIAL` was measured."""
+COST_PER_TRIAL: dict[str, tuple[float, float, float]] = {
+    "dse bayesian": (0.15, 0.13, 0.15),
+    "dse random": (0.01, 0.01, 0.01),
+    "optuna GP": (0.56, 0.44, 0.56),
+    "optuna TPE": (0.016, 0.016, 0.017),
+    "optuna TPE indep": (0.045, 0.046, 0.044),
+    "optuna random": (0.002, 0.002, 0.002),
+    AX_METHOD: (4.0, 2.2, 4.0),
 }
-PROBLEMS: dict[str, Problem] = {
-    p.key: p
-    for p in (
-        Problem("branin", BRANIN_SPACE, branin, always, 0.397887357729738, 0.0, 40, 308.13),
-        Problem(
-            "hartmann6",
-            {f"x{i}": {"type": "float", "low": 0.0, "high": 1.0} for i in range(1, 7)},
-            hartmann6,
-            always,
-            -3.32236801141551,
-            0.0,
-            100,
-            0.0,
-        ),
-        Problem(
-            "mixed",
-            {
-                "tile_m": {"type": "int", "low": 16, "high": 256, "step": 16},
-                "tile_n": {"type": "int", "low": 16, "high": 256, "step": 16},
-                "layout": list(_LAYOUTS),
-                "lr": {"type": "float", "low": 1e-5, "high": 1e-1, "log": True},
-            },
-            kernel_time,
-            always,
-            1.0,
-            0.03,
-            60,
-            5.51,
-        ),
-        Problem(
-            "constrained", BRANIN_SPACE, branin, gelbart_disk, 0.397887357729738, 0.0, 60, 308.13
-        ),
-    )
-}
+"""Seconds per trial (P=1, P=4 waves, P=4 rolling) of a run of 100 trials on 7 float
+parameters (levy7), measured on 2026-12-02 at load :data:`COST_LOAD` in the pilot run (P=1
+taken as rolling: one ask per trial)."""
+MODEL_BASED = ("dse bayesian", "optuna GP", AX_METHOD)
+"""Their time per trial grows with the trials observed (a model refitted on them)."""
+CATEGORICAL_FACTOR = {AX_METHOD: 2.4, "optuna GP": 9.0}
+"""How much more Ax and GPSampler spend per trial on a space with categoricals (they optimise
+the acquisition over each combination): measured on training against the float model."""
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    observed: float | None
-    """Observed (noisy) value, ``None`` for a failed (infeasible) evaluation."""
-    seconds: float
-    """Virtual run time."""
+def setting_key(label: str) -> str:
+    """``P=4 waves`` -> ``p4_waves`` (for the flat JSON keys)."""
+    return label.lower().replace("=", "").replace(" ", "_")
 
 
-class Evaluator:
-    """Evaluates points of one run: the k-th call gets the k-th duration and noise draw."""
-
-    def __init__(self, problem: Problem, seed: int) -> None:
-        self.problem = problem
-        self._durations = random.Random(f"durations:{problem.key}:{seed}")
-        self._noise = random.Random(f"noise:{problem.key}:{seed}")
-        self.calls = 0
-
-    def __call__(self, params: Params) -> Outcome:
-        self.calls += 1
-        seconds = DURATION_MEDIAN_S * self._durations.lognormvariate(0.0, DURATION_SIGMA)
-        noise = self._noise.gauss(0.0, self.problem.noise_sd) if self.problem.noise_sd else 0.0
-        if not self.problem.feasible(params):
-            return Outcome(None, seconds)
-        return Outcome(self.problem.f(params) + noise, seconds)
-
-
-def simple_regret(problem: Problem, evaluated: list[tuple[Params, float | None]]) -> float:
-    """f - f* at the feasible point with the best observed (noisy) value: the point a user
-    would pick from the record."""
-    feasible = [(value, params) for params, value in evaluated if value is not None]
-    if not feasible:
-        return problem.worst - problem.optimum
-    _, best = min(feasible, key=lambda item: item[0])
-    return max(problem.f(best) - problem.optimum, 0.0)
-
-
-def found_regret(problem: Problem, evaluated: list[tuple[Params, float | None]]) -> float:
-    """f - f* at the best feasible point evaluated, judged without noise: what the search
-    found, whether or not the noise let it be recognised."""
-    feasible = [params for params, value in evaluated if value is not None]
-    if not feasible:
-        return problem.worst - problem.optimum
-    return max(min(problem.f(params) for params in feasible) - problem.optimum, 0.0)
-
-
-def _unit(problem: Problem, params: Params) -> tuple[float | str, ...]:
-    """*params* in the unit cube (log scale where declared); categoricals as they are."""
-    out: list[float | str] = []
-    for name, spec in problem.space.items():
-        value = params[name]
-        if isinstance(spec, list):
-            out.append(str(value))
-        elif spec.get("log"):
-            lo, hi = math.log(spec["low"]), math.log(spec["high"])
-            out.append((math.log(float(value)) - lo) / (hi - lo))
-        else:
-            out.append((float(value) - spec["low"]) / (spec["high"] - spec["low"]))
-    return tuple(out)
-
-
-def _close(a: float | str, b: float | str) -> bool:
-    if isinstance(a, str) or isinstance(b, str):
-        return a == b
-    return abs(a - b) <= REPEAT_TOLERANCE
-
-
-def repeats(problem: Problem, points: list[Params]) -> tuple[int, int]:
-    """(near, exact): points within REPEAT_TOLERANCE of an earlier point of the run, and
-    points equal to one (in dse, a cache hit)."""
-    seen: list[tuple[float | str, ...]] = []
-    near = exact = 0
-    for params in points:
-        unit = _unit(problem, params)
-        for other in seen:
-            if all(_close(a, b) for a, b in zip(unit, other, strict=True)):
-                near += 1
-                exact += unit == other
-                break
-        seen.append(unit)
-    return near, exact
-
-
-# -- runs ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Setting:
-    parallelism: int
-    mode: Mode
-
-    @property
-    def label(self) -> str:
-        return "P=1" if self.parallelism == 1 else f"P={self.parallelism} {self.mode}"
-
-
-@dataclass(frozen=True, slots=True)
-class Task:
-    method: str
-    problem: str
-    setting: Setting
-    budget: int
-    seed: int
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    task: Task
-    regret: float
-    found: float
-    """Regret of the best point evaluated, without noise (:func:`found_regret`)."""
-    trials: int
-    failed: int
-    repeats: int
-    """Points near an earlier one (see :func:`repeats`)."""
-    exact_repeats: int
-    """Points equal to an earlier one."""
-    seconds: float
-
-
-_PLUGINS: dse.PluginManager | None = None
-
-
-def _plugins() -> dse.PluginManager:
-    global _PLUGINS
-    if _PLUGINS is None:
-        _PLUGINS = dse.PluginManager()
-    return _PLUGINS
-
-
-def run_dse(task: Task, agent: str) -> list[tuple[Params, float | None]]:
-    """One campaign through dse's engine; return (params, observed value) per trial."""
+def estimate_seconds(task: Task) -> float:
+    """A rough model of a run's seconds, for the estimate printed up front and the order."""
     problem = PROBLEMS[task.problem]
-    evaluate = Evaluator(problem, task.seed)
-
-    def script(params: Params) -> ProbeScript:
-        outcome = evaluate(params)
-        if outcome.observed is None:
-            return ProbeScript(state=dse.JobState.FAILED, exit_code=1, seconds=outcome.seconds)
-        return ProbeScript(metrics={"value": outcome.observed}, seconds=outcome.seconds)
-
-    with tempfile.TemporaryDirectory(prefix=f"dse-quality-{task.problem}-", dir=WORK_DIR) as tmp:
-        workspace = Path(tmp)
-        campaign = dse.campaign_from_dict(
-            {
-                "campaign": {
-                    "name": f"{task.problem}-{agent}",
-                    "agent": agent,
-                    "mode": task.setting.mode,
-                    "max_parallelism": task.setting.parallelism,
-                    "max_trials": task.budget,
-                    "seed": task.seed,
-                    "poll_interval": POLL_INTERVAL_S,
-                },
-                "space": dict(problem.space),
-                "objectives": [{"metric": "value", "direction": "minimize"}],
-            },
-            workspace=workspace,
-        )
-        clock = FakeClock()
-        store = dse.Store(workspace / "dse.sqlite")
-        try:
-            engine = dse.build_engine(
-                campaign,
-                store=store,
-                plugins=_plugins(),
-                clock=clock,
-                backend=ProbeBackend(script, clock=clock),
-            )
-            result = engine.run()
-            rows = store.trials(result.campaign_id)
-        finally:
-            store.close()
-    if result.status != "completed":
-        raise BenchmarkError(
-            f"dse {agent} on {task.problem} ({task.setting.label}, seed {task.seed}): ended"
-            f" {result.status} ({result.end_reason})"
-        )
-    evaluated: list[tuple[Params, float | None]] = []
-    for row in rows:
-        params = row.params
-        metrics = row.metrics or {}
-        ok = row["status"] in ("completed", "cached") and "value" in metrics
-        evaluated.append((params, float(metrics["value"]) if ok else None))
-    if len(evaluated) != task.budget:
-        raise BenchmarkError(
-            f"dse {agent} on {task.problem} ({task.setting.label}, seed {task.seed}):"
-            f" {len(evaluated)} trials recorded, expected {task.budget} ({result.end_reason})"
-        )
-    return evaluated
+    rate = COST_PER_TRIAL[task.method][list(SETTINGS).index(task.setting)]
+    if task.method in MODEL_BASED:
+        rate *= (len(problem.space) / 7) ** 0.66 * task.budget / 100
+        if any(isinstance(spec, list) for spec in problem.space.values()):
+            rate *= CATEGORICAL_FACTOR.get(task.method, 1.0)
+    return task.budget * rate
 
 
-def _import_optuna() -> Any:
-    return import_optuna("optuna scipy torch==2.13.0")
+# -- arguments and tasks -------------------------------------------------------------------
 
 
-def _suggest(trial: Any, space: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, spec in space.items():
-        if isinstance(spec, list):
-            out[name] = trial.suggest_categorical(name, spec)
-        elif spec["type"] == "int":
-            out[name] = trial.suggest_int(name, spec["low"], spec["high"], step=spec.get("step", 1))
-        else:
-            out[name] = trial.suggest_float(
-                name, spec["low"], spec["high"], log=spec.get("log", False)
-            )
-    return out
-
-
-def run_optuna(task: Task, sampler_name: str) -> list[tuple[Params, float | None]]:
-    """One ask/tell run (waves, or an event simulation of rolling workers)."""
-    optuna = _import_optuna()
-    problem = PROBLEMS[task.problem]
-    evaluate = Evaluator(problem, task.seed)
-    parallel = task.setting.parallelism
-    if sampler_name == "TPE":
-        sampler = optuna.samplers.TPESampler(
-            seed=task.seed, multivariate=True, constant_liar=parallel > 1
-        )
-    else:
-        sampler = optuna.samplers.GPSampler(seed=task.seed)
-    study = optuna.create_study(sampler=sampler, direction="minimize")
-    evaluated: list[tuple[Params, float | None]] = []
-    fail = optuna.trial.TrialState.FAIL
-
-    def launch() -> tuple[Any, dict[str, Any], Outcome]:
-        # Suggest at once: the next ask must see this trial's params (constant liar, qLogEI).
-        trial = study.ask()
-        params = _suggest(trial, problem.space)
-        return trial, params, evaluate(params)
-
-    def tell(trial: Any, params: dict[str, Any], outcome: Outcome) -> None:
-        if outcome.observed is None:
-            study.tell(trial, state=fail)
-        else:
-            study.tell(trial, outcome.observed)
-        evaluated.append((params, outcome.observed))
-
-    if task.setting.mode == "waves" or parallel == 1:
-        while len(evaluated) < task.budget:
-            wave = [launch() for _ in range(min(parallel, task.budget - len(evaluated)))]
-            for trial, params, outcome in wave:
-                tell(trial, params, outcome)
-        return evaluated
-    # Rolling: a worker asks as soon as its trial ends; trials ending together are told first.
-    running: list[tuple[float, int, Any, dict[str, Any], Outcome]] = []
-    asked = 0
-    now = 0.0
-    while asked < min(parallel, task.budget):
-        trial, params, outcome = launch()
-        heapq.heappush(running, (now + outcome.seconds, asked, trial, params, outcome))
-        asked += 1
-    while running:
-        now, _, trial, params, outcome = heapq.heappop(running)
-        tell(trial, params, outcome)
-        while running and running[0][0] == now:
-            _, _, trial, params, outcome = heapq.heappop(running)
-            tell(trial, params, outcome)
-        while len(running) < parallel and asked < task.budget:
-            trial, params, outcome = launch()
-            heapq.heappush(running, (now + outcome.seconds, asked, trial, params, outcome))
-            asked += 1
-    return evaluated
-
-
-def _init_worker(with_gp: bool) -> None:
-    """Load the plugins, Optuna (and torch) before the first run, so no run pays for it."""
-    if not _plugins().agents:
-        raise BenchmarkError("no dse agent is registered: install packages/agents")
-    _import_optuna()
-    if with_gp:
-        import torch  # noqa: F401
-
-
-def run_task(task: Task) -> RunResult:
-    start = time.perf_counter()
-    if task.method.startswith("dse "):
-        evaluated = run_dse(task, task.method.removeprefix("dse "))
-    else:
-        evaluated = run_optuna(task, task.method.removeprefix("optuna "))
-    seconds = time.perf_counter() - start
-    problem = PROBLEMS[task.problem]
-    near, exact = repeats(problem, [params for params, _ in evaluated])
-    return RunResult(
-        task=task,
-        regret=simple_regret(problem, evaluated),
-        found=found_regret(problem, evaluated),
-        trials=len(evaluated),
-        failed=sum(value is None for _, value in evaluated),
-        repeats=near,
-        exact_repeats=exact,
-        seconds=seconds,
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--quick", action="store_true",
+        help=f"{QUICK_SEEDS} seeds, budget {QUICK_BUDGET}, P=4 waves and rolling, no Ax nor"
+        " GPSampler (under a minute)",
     )
-
-
-# -- latency -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Latency:
-    problem: str
-    observe_s: float
-    """Seconds of the one ``observe`` call with the 1,000 observations."""
-    propose_s: tuple[float, ...]
-    """Seconds of each timed ``propose(4, [])`` batch."""
-
-
-def _observation(
-    problem: Problem, params: Params, number: int, rng: random.Random
-) -> dse.Observation:
-    if not problem.feasible(params):
-        return dse.Observation(
-            params=params,
-            status=dse.TrialStatus.FAILED,
-            trial_number=number,
-            failure=dse.FailureClass.NONZERO_EXIT,
-        )
-    value = problem.f(params) + (rng.gauss(0.0, problem.noise_sd) if problem.noise_sd else 0.0)
-    return dse.Observation(
-        params=params,
-        status=dse.TrialStatus.COMPLETED,
-        metrics={"value": value},
-        score=value,
-        trial_number=number,
+    parser.add_argument(
+        "--seeds", type=int,
+        help=f"seeds per cell (default {SEEDS}, {NOISY_SEEDS} for a noisy function)",
     )
+    parser.add_argument("--budget", type=int, help="trials per run for every function")
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="runs in parallel (default: cores)"
+    )
+    parser.add_argument("--no-gp", action="store_true", help="leave Optuna's GPSampler out")
+    parser.add_argument("--no-ax", action="store_true", help="leave Ax/BoTorch out")
+    parser.add_argument("--ax-p1", action="store_true", help="run Ax at P=1 too (hours more)")
+    parser.add_argument(
+        "--functions", nargs="+", choices=sorted(PROBLEMS), default=list(PROBLEMS),
+        help="functions to run (default: all)",
+    )
+    parser.add_argument(
+        "--methods", nargs="+", choices=ALL_METHODS, default=list(ALL_METHODS),
+        help="methods to run (default: all)",
+    )
+    parser.add_argument(
+        "--settings", nargs="+", choices=list(SETTINGS), help="settings to run (default: all)"
+    )
+    parser.add_argument("--no-latency", action="store_true", help="skip the propose timing")
+    parser.add_argument(
+        "--estimate", action="store_true", help="print the runs and their estimated time; exit"
+    )
+    parser.add_argument(
+        "--resume", type=Path, metavar="LOG", help="skip the runs in LOG and append to it"
+    )
+    parser.add_argument(
+        "--report", type=Path, metavar="LOG", help="print the report of the runs in LOG; exit"
+    )
+    return parser.parse_args(argv)
 
 
-def measure_latency(agent: str, problem: Problem, batches: int = 3) -> Latency:
-    space = dse.Space.from_dict(dict(problem.space))
-    instance = _plugins().agent_class(agent)(space, seed=0)
-    rng = random.Random(f"latency:{problem.key}")
-    # As in a campaign, the agent's own first proposals (its start-up design) are among the
-    # observations; without this the timed batches could still come from that design.
-    points: list[Params] = []
-    while len(points) < LATENCY_OWN_POINTS:
-        got = instance.propose(LATENCY_BATCH, [])
-        if not got:
-            break
-        points.extend(space.coerce(params) for params in got)
-    while len(points) < LATENCY_OBSERVATIONS:
-        points.append(space.sample(rng))
-    history = [_observation(problem, params, i + 1, rng) for i, params in enumerate(points)]
-    start = time.perf_counter()
-    instance.observe(history)
-    observe_s = time.perf_counter() - start
-    timings: list[float] = []
-    number = LATENCY_OBSERVATIONS
-    for _ in range(batches):
-        start = time.perf_counter()
-        proposals = instance.propose(LATENCY_BATCH, [])
-        timings.append(time.perf_counter() - start)
-        batch = []
-        for params in proposals:
-            number += 1
-            batch.append(_observation(problem, space.coerce(params), number, rng))
-        instance.observe(batch)
-    return Latency(problem.key, observe_s, tuple(timings))
+def choose_methods(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The methods to run, and why each other one is left out."""
+    skipped: dict[str, str] = {}
+    if "bayesian" not in plugins().agents:
+        skipped["dse bayesian"] = "not installed"
+    if args.no_gp or args.quick:
+        skipped["optuna GP"] = "skipped (--quick)" if args.quick else "skipped (--no-gp)"
+    if args.no_ax or args.quick:
+        skipped[AX_METHOD] = "skipped (--quick)" if args.quick else "skipped (--no-ax)"
+    for method in ALL_METHODS:
+        if method not in args.methods:
+            skipped.setdefault(method, "skipped (--methods)")
+    return [m for m in ALL_METHODS if m not in skipped], skipped
+
+
+def make_tasks(
+    args: argparse.Namespace, methods: list[str]
+) -> tuple[list[Task], dict[str, int], dict[str, int], list[str]]:
+    settings = args.settings or (list(QUICK_SETTINGS) if args.quick else list(SETTINGS))
+    settings = [s for s in SETTINGS if s in settings]
+    seeds = {
+        key: args.seeds
+        or (QUICK_SEEDS if args.quick else NOISY_SEEDS if PROBLEMS[key].noise_sd else SEEDS)
+        for key in args.functions
+    }
+    budgets = {
+        key: args.budget or (QUICK_BUDGET if args.quick else PROBLEMS[key].budget)
+        for key in args.functions
+    }
+    tasks = [
+        Task(method, key, label, budgets[key], seed)
+        for key in args.functions
+        for label in settings
+        for method in methods
+        if not (method == AX_METHOD and label == "P=1" and not args.ax_p1)
+        for seed in range(seeds[key])
+    ]
+    return tasks, seeds, budgets, settings
+
+
+# -- running -------------------------------------------------------------------------------
+
+
+def run_all(
+    tasks: list[Task], log: RunLog, jobs: int, with_gp: bool, with_ax: bool
+) -> list[RunResult]:
+    """Every task not already in *log*, each appended to it as it ends: seed by seed (a run
+    cut short has whole seeds of every cell), the longest first within a seed."""
+    results = [log.done[t.key] for t in tasks if t.key in log.done]
+    todo = sorted((t for t in tasks if t.key not in log.done),
+                  key=lambda t: (t.seed, -estimate_seconds(t)))
+    started = time.perf_counter()
+    total = len(todo)
+
+    def finished(result: RunResult) -> None:
+        log.add(result)
+        results.append(result)
+        n = len(results) - (len(tasks) - total)
+        if n % max(total // 20, 1) == 0 or n == total:
+            print(f"  {n}/{total} runs, {time.perf_counter() - started:.0f} s", file=sys.stderr,
+                  flush=True)
+
+    if jobs <= 1:
+        init_worker(with_gp, with_ax)
+        for task in todo:
+            finished(run_task(task))
+        return results
+    import multiprocessing
+
+    # spawn: torch and SQLite connections do not survive a fork well.
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=init_worker,
+                               initargs=(with_gp, with_ax))
+    try:
+        pending: set[Future[RunResult]] = {pool.submit(run_task, t) for t in todo}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                finished(future.result())
+    except BaseException:
+        # Interrupted (Ctrl+C, SIGTERM) or failed: stop the workers' runs now, not after them.
+        pool.shutdown(wait=False, cancel_futures=True)
+        for child in multiprocessing.active_children():
+            child.terminate()
+        raise
+    pool.shutdown()
+    return results
 
 
 # -- report --------------------------------------------------------------------------------
@@ -606,251 +373,355 @@ def _round(value: float | None) -> float | None:
     return None if value is None else float(f"{value:.6g}")
 
 
-def _ratio(dse_median: float, optuna_best: float) -> float:
-    return max(dse_median, EPS) / max(optuna_best, EPS)
+def _ratio(dse_median: float, best: float) -> float:
+    return max(dse_median, EPS) / max(best, EPS)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="2 seeds, budget 25, P=4 waves only (under a minute)",
-    )
-    parser.add_argument(
-        "--seeds",
-        type=int,
-        help=f"seeds per cell (default 10, {NOISY_SEEDS} for a noisy function; quick 2)",
-    )
-    parser.add_argument("--budget", type=int, help="trials per run for every function")
-    parser.add_argument(
-        "--jobs", type=int, default=os.cpu_count() or 1, help="runs in parallel (default: cores)"
-    )
-    parser.add_argument("--no-gp", action="store_true", help="leave Optuna's GPSampler out")
-    parser.add_argument(
-        "--functions",
-        nargs="+",
-        choices=sorted(PROBLEMS),
-        default=list(PROBLEMS),
-        help="functions to run (default: all four)",
-    )
-    args = parser.parse_args(argv)
-    for var in THREAD_VARS:
-        # Before numpy or torch is imported (plugins import numpy): inherited by the workers.
-        os.environ.setdefault(var, "1")
-    WORK_DIR.mkdir(exist_ok=True)
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return values[0], values[0]
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
 
-    seeds = {
-        key: args.seeds or (2 if args.quick else NOISY_SEEDS if PROBLEMS[key].noise_sd else 10)
-        for key in args.functions
-    }
-    settings = (
-        [Setting(4, "waves")]
-        if args.quick
-        else [Setting(1, "waves"), Setting(4, "waves"), Setting(4, "rolling")]
-    )
-    with_gp = not args.no_gp
-    budgets = {
-        key: args.budget or (25 if args.quick else PROBLEMS[key].budget) for key in args.functions
-    }
-    try:
-        optuna = _import_optuna()
-        if with_gp:
-            try:
-                import torch  # noqa: F401  (GPSampler needs it: fail before the runs)
-            except ImportError:
-                raise BenchmarkError(
-                    "GPSampler needs torch: `.venv/bin/pip install torch==2.13.0` (or --no-gp)"
-                ) from None
-    except BenchmarkError as exc:
-        print(f"search_quality: error: {exc}", file=sys.stderr)
-        return 1
 
-    agents = _plugins().agents
-    have_bayesian = "bayesian" in agents
-    methods = [m for m in DSE_METHODS if have_bayesian or m != "dse bayesian"]
-    methods += ["optuna TPE", *(["optuna GP"] if with_gp else [])]
-    tasks = [
-        Task(method, key, setting, budgets[key], seed)
-        for key in args.functions
-        for setting in settings
-        for method in methods
-        for seed in range(seeds[key])
-    ]
+class Report:
+    """The tables and the summary of a set of runs."""
 
-    print(
-        f"running {len(tasks)} runs ({', '.join(methods)}) on {args.jobs} worker(s) ...",
-        file=sys.stderr,
-        flush=True,
-    )
-    started = time.perf_counter()
-    results: list[RunResult] = []
-    try:
-        if args.jobs > 1:
-            import multiprocessing
+    def __init__(self, results: list[RunResult], methods: list[str], settings: list[str]) -> None:
+        self.methods = methods
+        self.settings = settings
+        self.cells: dict[tuple[str, str, str], list[RunResult]] = {}
+        for r in results:
+            self.cells.setdefault((r.task.problem, r.task.setting, r.task.method), []).append(r)
 
-            # spawn: torch and SQLite connections do not survive a fork well.
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(
-                max_workers=args.jobs,
-                mp_context=context,
-                initializer=_init_worker,
-                initargs=(with_gp,),
-            ) as pool:
-                results = list(pool.map(run_task, tasks))
-        else:
-            _init_worker(with_gp)
-            results = [run_task(task) for task in tasks]
-        latencies: list[Latency] = []
-        if have_bayesian:
-            print("timing bayesian propose after 1,000 observations ...", file=sys.stderr)
-            latencies = [measure_latency("bayesian", PROBLEMS[k]) for k in ("hartmann6", "mixed")]
-    except BenchmarkError as exc:
-        print(f"search_quality: error: {exc}", file=sys.stderr)
-        return 1
-    wall = time.perf_counter() - started
+    def runs(self, key: str, label: str, method: str) -> list[RunResult]:
+        return self.cells.get((key, label, method), [])
 
-    cells: dict[tuple[str, str, str], list[RunResult]] = {}
-    for result in results:
-        t = result.task
-        cells.setdefault((t.problem, t.setting.label, t.method), []).append(result)
+    def median(self, key: str, label: str, method: str, field: str = "regret") -> float | None:
+        values = [getattr(r, field) for r in self.runs(key, label, method)]
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
 
-    def median(key: str, label: str, method: str) -> float | None:
-        runs = cells.get((key, label, method))
-        return statistics.median(r.regret for r in runs) if runs else None
+    def mean(self, key: str, label: str, method: str, field: str) -> float | None:
+        runs = self.runs(key, label, method)
+        return statistics.fmean(getattr(r, field) for r in runs) if runs else None
 
-    print(
-        "search quality: median simple regret over "
-        + ", ".join(f"{n} seed(s) ({k})" for k, n in seeds.items())
-        + f", {sys.platform}, Python"
-        f" {sys.version.split()[0]}, dse {dse.__version__}, optuna {optuna.__version__},"
-        f" threads {os.environ.get('OMP_NUM_THREADS')}, {wall:.0f} s"
-    )
-    if not have_bayesian:
-        print("bayesian: not installed (no agent registered as 'bayesian'); dse random only")
-    if not with_gp:
-        print("optuna GP: skipped (--no-gp)")
-    p4 = [s.label for s in settings if s.parallelism > 1]
-    summary: dict[str, Any] = {}
-    medians: dict[str, dict[str, dict[str, float | None]]] = {}
-    ratios: dict[str, dict[str, dict[str, float]]] = {}
-    found: dict[str, dict[str, dict[str, float | None]]] = {}
-    all_methods = [*DSE_METHODS, *OPTUNA_METHODS]
-    for key in args.functions:
-        problem = PROBLEMS[key]
-        medians[key] = {
-            s.label: {m: _round(median(key, s.label, m)) for m in methods} for s in settings
-        }
-        print()
-        print(
-            f"{key}: budget {budgets[key]}, {seeds[key]} seeds, f* = {problem.optimum:.6g}"
-            + (f", noise sd {problem.noise_sd}" if problem.noise_sd else "")
-            + (", unknown constraint (infeasible = failed trial)" if key == "constrained" else "")
+    def cell(self, key: str, label: str, method: str, field: str = "regret") -> str:
+        values = [getattr(r, field) for r in self.runs(key, label, method)]
+        if not values:
+            return "-"
+        low, high = _quartiles(values)
+        return f"{_fmt(statistics.median(values))} ({_fmt(low)}-{_fmt(high)})"
+
+    def best_peer(self, key: str, label: str) -> tuple[str, float] | None:
+        found = [(m, v) for m in PEER_METHODS if (v := self.median(key, label, m)) is not None]
+        return min(found, key=lambda item: item[1]) if found else None
+
+    def ratio(self, key: str, label: str, method: str = "dse bayesian") -> float | None:
+        mine, best = self.median(key, label, method), self.best_peer(key, label)
+        if mine is None or best is None:
+            return None
+        return round(_ratio(mine, best[1]), 4)
+
+    def waves_over_rolling(self, key: str, method: str = "dse bayesian") -> float | None:
+        waves, rolling = self.median(key, "P=4 waves", method), self.median(
+            key, "P=4 rolling", method
         )
-        body: list[tuple[str, ...]] = []
-        for method in all_methods:
-            if method not in methods:
-                reason = "not installed" if method == "dse bayesian" else "skipped"
-                body.append((method, *(reason for _ in settings), "-"))
-                continue
-            runs = [r for s in settings for r in cells[(key, s.label, method)]]
-            body.append((
-                method,
-                *(_fmt(medians[key][s.label][method]) for s in settings),
-                f"{sum(r.seconds for r in runs):.1f}",
-            ))
-        print(table(("median regret", *(s.label for s in settings), "run s"), body))
-        if problem.noise_sd:
-            # What the search found, told apart from what the noise let it recognise.
-            found[key] = {
-                s.label: {
-                    m: _round(statistics.median(r.found for r in cells[(key, s.label, m)]))
-                    for m in methods
-                }
-                for s in settings
-            }
-            print(table(
-                ("best evaluated, noiseless", *(s.label for s in settings)),
-                [(m, *(_fmt(found[key][s.label][m]) for s in settings)) for m in methods],
-            ))
-        ratios[key] = {}
-        for method in (m for m in DSE_METHODS if m in methods):
-            ratios[key][method] = {}
-            for label in p4:
-                best = min(
-                    v for m in OPTUNA_METHODS if (v := medians[key][label].get(m)) is not None
-                )
-                dse_median = medians[key][label][method]
-                assert dse_median is not None
-                ratios[key][method][label] = round(_ratio(dse_median, best), 4)
-            worse = max(ratios[key][method].values())
-            parts = ", ".join(f"{lbl} {r:.3g}" for lbl, r in ratios[key][method].items())
-            print(f"{method} / optuna best (same setting): {parts}; worse: {worse:.3g}")
-            name = method.removeprefix("dse ")
-            prefix = key if name == "bayesian" else f"{key}_{name}"
-            summary[f"{prefix}_ratio_to_optuna_best"] = round(worse, 4)
-        if not have_bayesian:
-            summary[f"{key}_ratio_to_optuna_best"] = None
+        if waves is None or rolling is None:
+            return None
+        return round(_ratio(waves, rolling), 4)
 
+
+def print_function(report: Report, problem: Problem, seeds: int, budget: int) -> None:
+    key = problem.key
+    print()
+    print(
+        f"{key}: budget {budget}, {seeds} seeds, f* = {problem.optimum:.6g}"
+        + (f", {problem.description}" if problem.description else "")
+    )
+    settings = report.settings
+    body = [
+        (m, *(report.cell(key, s, m) for s in settings),
+         f"{sum(r.seconds for s in settings for r in report.runs(key, s, m)):.0f}")
+        for m in report.methods
+    ]
+    print(table(("median regret (quartiles)", *settings, "run s"), body))
+    if problem.noise_sd:
+        print(table(
+            ("best evaluated, noiseless", *settings),
+            [(m, *(report.cell(key, s, m, "found") for s in settings)) for m in report.methods],
+        ))
+    parts = []
+    for s in settings:
+        best = report.best_peer(key, s)
+        r = report.ratio(key, s)
+        if best is not None and r is not None:
+            parts.append(f"{s} {r:.3g} (best peer {best[0]})")
+    if parts:
+        print("dse bayesian / best peer: " + ", ".join(parts))
+    wor = report.waves_over_rolling(key)
+    if wor is not None:
+        others = [
+            f"{m.removeprefix('optuna ')} {w:.3g}"
+            for m in report.methods
+            if m != "dse bayesian" and (w := report.waves_over_rolling(key, m)) is not None
+        ]
+        print(f"waves / rolling: dse bayesian {wor:.3g}; " + ", ".join(others))
+    if problem.fails:
+        print_failures(report, key)
+        if budget != problem.budget or seeds != SEEDS:
+            print(f"(the baseline is of {SEEDS} seeds at the default budget {problem.budget})")
+
+
+def print_failures(report: Report, key: str) -> None:
+    settings = report.settings
+    body = []
+    for m in report.methods:
+        row = [m]
+        for s in settings:
+            failed, edge = report.mean(key, s, m, "failed"), report.median(key, s, m, "edge")
+            row.append("-" if failed is None else f"{failed:.1f} / {_fmt(edge)}")
+        body.append(tuple(row))
+    print(table(("failed per run / edge distance", *settings), body))
+    baseline = FAILED_BASELINE.get(key, {})
+    parts = []
+    for s in settings:
+        now = report.mean(key, s, "dse bayesian", "failed")
+        if now is not None:
+            then = baseline.get(s)
+            was = "-" if then is None else f"{then:.1f}"
+            parts.append(f"{s} now {now:.1f}, {FAILED_BASELINE_DATE} baseline {was}")
+    if parts:
+        print("dse bayesian failed trials: " + "; ".join(parts))
+
+
+def print_repeats(report: Report, functions: list[str]) -> None:
     print()
     print(
         "repeats, mean per run: near (within 1e-3 of an earlier point in the unit cube) /"
         " exact (equal to one; a cache hit in dse) / failed trials"
     )
     body = []
-    for key in args.functions:
-        for method in methods:
-            row: list[str] = [f"{key} / {method}"]
-            for s in settings:
-                runs = cells[(key, s.label, method)]
-                row.append(" / ".join(
-                    f"{statistics.fmean(getattr(r, field) for r in runs):.1f}"
-                    for field in ("repeats", "exact_repeats", "failed")
-                ))
+    for key in functions:
+        for m in report.methods:
+            row = [f"{key} / {m}"]
+            for s in report.settings:
+                means = [report.mean(key, s, m, f) for f in ("repeats", "exact_repeats", "failed")]
+                row.append("-" if None in means else " / ".join(f"{v:.1f}" for v in means))
             body.append(tuple(row))
-    print(table(("function / method", *(f"{s.label} near/exact/fail" for s in settings)), body))
+    print(table(("function / method", *(f"{s} near/exact/fail" for s in report.settings)), body))
 
+
+def print_costs(report: Report, functions: list[str]) -> None:
+    """Seconds per ask of each peer (batch / single), mean over runs."""
     print()
-    latency_s: float | None = None
-    if latencies:
-        for lat in latencies:
-            print(
-                f"bayesian latency ({lat.problem}, {LATENCY_OBSERVATIONS:,} observations):"
-                f" observe {lat.observe_s:.3f} s, propose({LATENCY_BATCH}) "
-                + ", ".join(f"{s:.3f}" for s in lat.propose_s)
-                + " s"
-            )
-        latency_s = max(max(lat.propose_s) for lat in latencies)
-        met = latency_s < LATENCY_TARGET_S
+    print("peers' seconds per ask, mean: batch of 4 (P=4 waves) / one trial (P=1, P=4 rolling)")
+    body = []
+    for key in functions:
+        for m in report.methods:
+            if m.startswith("dse "):
+                continue
+            batch = [s for lbl in report.settings for r in report.runs(key, lbl, m)
+                     for s in r.batch_ask_s]
+            single = [s for lbl in report.settings for r in report.runs(key, lbl, m)
+                      for s in r.single_ask_s]
+            body.append((f"{key} / {m}",
+                         _fmt(statistics.fmean(batch)) if batch else "-",
+                         _fmt(statistics.fmean(single)) if single else "-"))
+    print(table(("function / peer", "batch s", "single s"), body))
+
+
+def print_latency(latencies: list[Latency]) -> tuple[float | None, float | None]:
+    print()
+    if not latencies:
+        print("bayesian latency: not measured")
+        return None, None
+    for lat in latencies:
         print(
-            f"target: propose under {LATENCY_TARGET_S:.0f} s per batch at"
-            f" {LATENCY_OBSERVATIONS:,} observations: {'met' if met else 'NOT met'}"
-            f" ({latency_s:.3f} s)"
+            f"bayesian latency ({lat.problem}, {lat.parameters} parameters,"
+            f" {LATENCY_OBSERVATIONS:,} observations): observe {lat.observe_s:.3f} s,"
+            f" propose({LATENCY_BATCH}) " + ", ".join(f"{s:.3f}" for s in lat.propose_s) + " s"
         )
-    else:
-        print("bayesian latency: not measured (bayesian: not installed)")
-    bayes = [summary.get(f"{k}_ratio_to_optuna_best") for k in args.functions]
-    targets_met: bool | None = None
-    if have_bayesian and all(r is not None for r in bayes):
-        targets_met = all(r is not None and r <= 1.0 for r in bayes)
-        print(
-            "target: dse bayesian at or below Optuna's best on every function at P=4:"
-            f" {'met' if targets_met else 'NOT met'}"
-        )
+    worst = max(max(lat.propose_s) for lat in latencies)
+    wide = [max(lat.propose_s) for lat in latencies if lat.parameters >= 20]
+    met = "met" if worst < LATENCY_TARGET_S else "NOT met"
+    print(
+        f"target: propose under {LATENCY_TARGET_S:.0f} s per batch at"
+        f" {LATENCY_OBSERVATIONS:,} observations: {met} ({worst:.3f} s)"
+    )
+    return worst, (max(wide) if wide else None)
+
+
+def summarise(report: Report, functions: list[str]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    ratios: dict[str, dict[str, float | None]] = {}
+    for key in functions:
+        ratios[key] = {s: report.ratio(key, s) for s in SETTINGS}
+        for s, r in ratios[key].items():
+            summary[f"{key}_{setting_key(s)}_ratio"] = r
+    p4 = [r for k in functions for s in ("P=4 waves", "P=4 rolling")
+          if (r := ratios[k][s]) is not None]
+    every = [r for k in functions for r in ratios[k].values() if r is not None]
+    wor = {k: report.waves_over_rolling(k) for k in functions}
+    wor_values = [v for v in wor.values() if v is not None]
+    failing = [k for k in functions if PROBLEMS[k].fails]
+    summary.update({
+        "ratios": ratios,
+        "worst_ratio": max(p4) if p4 else None,
+        "worst_ratio_all": max(every) if every else None,
+        "waves_over_rolling": wor,
+        "worst_waves_over_rolling": max(wor_values) if wor_values else None,
+        "failed": {
+            k: {m: {s: _round(report.mean(k, s, m, "failed")) for s in report.settings}
+                for m in report.methods}
+            for k in failing
+        },
+        "failed_baseline": {k: FAILED_BASELINE.get(k) for k in failing},
+        "failed_baseline_date": FAILED_BASELINE_DATE,
+        "edge_distance": {
+            k: {m: {s: _round(report.median(k, s, m, "edge")) for s in report.settings}
+                for m in report.methods}
+            for k in failing
+        },
+        "medians": {
+            k: {s: {m: _round(report.median(k, s, m)) for m in report.methods}
+                for s in report.settings}
+            for k in functions
+        },
+    })
+    return summary
+
+
+def print_report(
+    results: list[RunResult], methods: list[str], settings: list[str], functions: list[str],
+    latencies: list[Latency], head: str,
+) -> dict[str, Any]:
+    """The tables of *results*; returns the summary (the last line's JSON, less the run's
+    parameters)."""
+    report = Report(results, methods, settings)
+    seeds = {k: len({r.task.seed for r in results if r.task.problem == k}) for k in functions}
+    budgets = {k: max((r.task.budget for r in results if r.task.problem == k), default=0)
+               for k in functions}
+    print(
+        "search quality: median simple regret (quartiles) over "
+        + ", ".join(f"{n} seed(s) ({k})" for k, n in seeds.items())
+        + f"; {sys.platform}, Python {sys.version.split()[0]}, dse {dse.__version__}, {head}"
+    )
+    for key in functions:
+        print_function(report, PROBLEMS[key], seeds[key], budgets[key])
+    print_repeats(report, functions)
+    print_costs(report, functions)
+    latency_s, latency_20 = print_latency(latencies)
+    summary = summarise(report, functions)
+    worst = summary["worst_ratio"]
+    if worst is not None:
+        print(f"target: dse bayesian at or below the best peer on every function at P=4:"
+              f" {'met' if worst <= 1.0 else 'NOT met'} (worst ratio {worst:.3g})")
     summary.update({
         "bayesian_latency_1000_s": None if latency_s is None else round(latency_s, 4),
-        "bayesian_installed": have_bayesian,
-        "gp_included": with_gp,
-        "ratio_setting": "worse of " + " and ".join(p4) if len(p4) > 1 else p4[0],
-        "targets_met": targets_met,
-        "medians": medians,
-        "ratios": ratios,
-        "found_medians": found,
+        "bayesian_latency_20d_s": None if latency_20 is None else round(latency_20, 4),
+        "methods": methods,
+        "ax_included": AX_METHOD in methods,
+        "ax_settings": sorted({r.task.setting for r in results if r.task.method == AX_METHOD}),
         "budgets": budgets,
         "seeds": seeds,
-        "settings": [s.label for s in settings],
+        "settings": settings,
+    })
+    return summary
+
+
+def report_log(path: Path) -> int:
+    """``--report LOG``: the report of the runs in LOG, finished or not."""
+    try:
+        results = RunLog.results(path)
+    except BenchmarkError as exc:
+        print(f"search_quality: error: {exc}", file=sys.stderr)
+        return 1
+    present = {(r.task.method, r.task.problem, r.task.setting) for r in results}
+    methods = [m for m in ALL_METHODS if any(p[0] == m for p in present)]
+    functions = [k for k in PROBLEMS if any(p[1] == k for p in present)]
+    settings = [s for s in SETTINGS if any(p[2] == s for p in present)]
+    counts = [sum(1 for r in results if (r.task.method, r.task.problem, r.task.setting) == p)
+              for p in present]
+    head = f"from {path}: {len(results)} runs, {min(counts, default=0)}-{max(counts, default=0)}"
+    summary = print_report(results, methods, settings, functions, [], head + " per cell")
+    summary.update({"log": str(path), "partial": min(counts, default=0) != max(counts, default=0)})
+    print(json.dumps(summary))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.report:
+        return report_log(args.report)
+    for var in THREAD_VARS:
+        # Before numpy or torch is imported (plugins import numpy): inherited by the workers.
+        os.environ.setdefault(var, "1")
+    # A SIGTERM ends the run as a Ctrl+C does (the workers are stopped, the log kept).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    WORK_DIR.mkdir(exist_ok=True)
+    methods, skipped = choose_methods(args)
+    tasks, seeds, budgets, settings = make_tasks(args, methods)
+    if args.estimate:
+        hours = sum(estimate_seconds(t) for t in tasks) / max(args.jobs, 1) / 3600
+        ax = sum(estimate_seconds(t) for t in tasks if t.method == AX_METHOD)
+        print(f"{len(tasks)} runs of {', '.join(methods)}: about {hours:.1f} h on {args.jobs}"
+              f" worker(s) at load {COST_LOAD}, {ax / 3600 / max(args.jobs, 1):.1f} h of it Ax")
+        return 0
+    header = {
+        "code": code_digest(),
+        "tasks": sorted(json.dumps(list(t.key)) for t in tasks),
+    }
+    try:
+        optuna = quiet_optuna()
+        if "optuna GP" in methods:
+            try:
+                import torch  # noqa: F401  (GPSampler needs it: fail before the runs)
+            except ImportError:
+                raise BenchmarkError(
+                    "GPSampler needs torch: `.venv/bin/pip install torch==2.13.0` (or --no-gp)"
+                ) from None
+        sanity_check(methods)
+        path = args.resume or WORK_DIR / f"search_quality-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+        log = RunLog(path, header, resume=args.resume is not None)
+    except BenchmarkError as exc:
+        print(f"search_quality: error: {exc}", file=sys.stderr)
+        return 1
+    todo = [t for t in tasks if t.key not in log.done]
+    estimate = sum(estimate_seconds(t) for t in todo) / max(args.jobs, 1)
+    print(
+        f"running {len(todo)} runs ({len(tasks) - len(todo)} already in the log) of"
+        f" {', '.join(methods)} on {args.jobs} worker(s); estimate {estimate / 60:.0f} min"
+        f" at load {COST_LOAD}; log {path} (--report LOG prints the runs so far)",
+        file=sys.stderr, flush=True,
+    )
+    started = time.perf_counter()
+    try:
+        results = run_all(tasks, log, args.jobs, "optuna GP" in methods, AX_METHOD in methods)
+        latencies: list[Latency] = []
+        if "dse bayesian" in methods and not args.no_latency:
+            print("timing bayesian propose after 1,000 observations ...", file=sys.stderr)
+            latencies = [measure_latency("bayesian", PROBLEMS[k]) for k in LATENCY_PROBLEMS]
+    except BenchmarkError as exc:
+        print(f"search_quality: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        log.close()
+    wall = time.perf_counter() - started
+    head = (f"optuna {optuna.__version__}, threads {os.environ.get('OMP_NUM_THREADS')},"
+            f" load {os.getloadavg()[0]:.1f}, {wall:.0f} s")
+    for method, why in skipped.items():
+        print(f"{method}: {why}")
+    if AX_METHOD in methods and "P=1" in settings and not args.ax_p1:
+        print(f"{AX_METHOD}: P=1 not run (--ax-p1 runs it)")
+    summary = print_report(results, methods, settings, args.functions, latencies, head)
+    summary.update({
+        "budgets": budgets,
+        "seeds": seeds,
+        "skipped": skipped,
         "quick": bool(args.quick),
         "optuna_version": optuna.__version__,
+        "log": str(path),
         "wall_s": round(wall, 1),
     })
     print(json.dumps(summary))

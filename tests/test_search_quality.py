@@ -1,0 +1,132 @@
+"""benchmarks/search_quality.py's problems and harness: what its docstring claims of the
+problems (their optima, the failing region, the edge), the rolling simulation, dse's runs
+through the engine and the log a run resumes from. The peers themselves (Optuna, Ax) are
+benchmark-only dependencies and are not imported here."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import dse
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def sq(monkeypatch: pytest.MonkeyPatch) -> dict[str, ModuleType]:
+    """The benchmark's modules, imported as the benchmark imports them (siblings)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import _sq_peers
+    import _sq_problems
+    import _sq_runs
+
+    return {"problems": _sq_problems, "peers": _sq_peers, "runs": _sq_runs}
+
+
+def test_each_new_problem_reaches_its_f_star_at_its_optimum_and_nowhere_lower(
+    sq: dict[str, ModuleType],
+) -> None:
+    q = sq["problems"]
+    optima: dict[str, dict[str, Any]] = {
+        "levy7": dict(zip(q.LEVY_NAMES, q.LEVY_SHIFT, strict=True)),
+        "training": {"optimizer": "adamw", "schedule": "cosine", "lr": 10**-2.9, "layers": 11,
+                     "batch": 32, "dropout": 0.1},
+        "edge4": dict(zip(q.EDGE_NAMES, q.EDGE_OPTIMUM, strict=True)),
+        "embedded20": dict.fromkeys(q.EMB_NAMES, 0.0)
+        | {q.EMB_NAMES[i]: v for i, v in zip(q.EMB_ACTIVE, q.EMB_OPTIMUM, strict=True)}
+        | {q.EMB_NAMES[i]: v for i, v in zip(q.EMB_WEAK, q.EMB_WEAK_BEST, strict=True)},
+    }
+    rng = random.Random(0)
+    for key, point in optima.items():
+        problem = q.PROBLEMS[key]
+        space = dse.Space.from_dict(dict(problem.space))
+        assert problem.feasible(space.coerce(point))
+        assert problem.f(point) == pytest.approx(problem.optimum, abs=1e-9), key
+        samples = [space.sample(rng) for _ in range(2000)]
+        assert min(problem.f(p) for p in samples) > problem.optimum, key
+
+
+def test_edge4_fails_a_third_of_the_cube_and_its_optimum_lies_0_03_inside_the_edge(
+    sq: dict[str, ModuleType],
+) -> None:
+    q = sq["problems"]
+    problem = q.PROBLEMS["edge4"]
+    assert 0.30 < q.failed_fraction(problem, points=50_000) < 0.37
+    optimum = dict(zip(q.EDGE_NAMES, q.EDGE_OPTIMUM, strict=True))
+    assert problem.edge(optimum) == pytest.approx(0.03)
+    # One step of 0.031 towards the ball's centre crosses the edge: the optimum is next to it.
+    inward = {n: o + 0.031 * (c - o) / (q.EDGE_RADIUS + 0.03)
+              for n, o, c in zip(q.EDGE_NAMES, q.EDGE_OPTIMUM, q.EDGE_CENTRE, strict=True)}
+    assert not problem.feasible(inward)
+
+
+class _Random:
+    """A peer proposing uniform points (the simplest ask/tell), recording what it is told."""
+
+    def __init__(self, problem: Any) -> None:
+        self.space = dse.Space.from_dict(dict(problem.space))
+        self.rng = random.Random(1)
+        self.asked = 0
+        self.told: list[int] = []
+        self.running_at_ask: list[int] = []
+
+    def ask(self, n: int) -> list[tuple[Any, dict[str, Any]]]:
+        self.running_at_ask.append(self.asked - len(self.told))
+        out = []
+        for _ in range(n):
+            out.append((self.asked, dict(self.space.sample(self.rng))))
+            self.asked += 1
+        return out
+
+    def tell(self, handle: Any, params: Any, outcome: Any) -> None:
+        self.told.append(handle)
+
+
+def test_rolling_workers_ask_one_at_a_time_with_three_running_and_waves_ask_four(
+    sq: dict[str, ModuleType],
+) -> None:
+    q, peers = sq["problems"], sq["peers"]
+    problem = q.PROBLEMS["edge4"]
+    rolling = _Random(problem)
+    got = peers.drive(rolling, q.Evaluator(problem, 0), 20, 4, rolling=True)
+    assert len(got) == 20
+    assert rolling.running_at_ask[0] == 0
+    assert set(rolling.running_at_ask[1:]) == {3}
+    assert rolling.told != sorted(rolling.told)  # trials end out of order (log-normal times)
+    waves = _Random(problem)
+    peers.drive(waves, q.Evaluator(problem, 0), 20, 4, rolling=False)
+    assert waves.running_at_ask == [0] * 5
+    assert waves.told == sorted(waves.told)
+
+
+def test_a_dse_run_goes_through_the_engine_and_a_resumed_log_skips_it(
+    sq: dict[str, ModuleType], tmp_path: Path
+) -> None:
+    runs = sq["runs"]
+    task = runs.Task("dse random", "edge4", "P=4 rolling", 16, 3)
+    result = runs.run_task(task)
+    assert result.trials == 16
+    assert 0 < result.failed < 16  # a third of the cube fails
+    assert result.edge is not None
+    assert result.edge > 0
+    path = tmp_path / "log.jsonl"
+    header = {"code": "x", "tasks": [json.dumps(list(task.key))]}
+    log = runs.RunLog(path, header, resume=False)
+    log.add(result)
+    log.close()
+    with path.open("a", encoding="utf-8") as f:
+        f.write('{"run": {"task": ')  # the line being written when the run was interrupted
+    resumed = runs.RunLog(path, header, resume=True)
+    resumed.close()
+    assert resumed.done == {task.key: result}
+    with pytest.raises(Exception, match="tasks differ"):
+        runs.RunLog(path, {**header, "tasks": []}, resume=True)
+
