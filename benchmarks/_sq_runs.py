@@ -145,6 +145,7 @@ def run_dse(task: Task, agent: str) -> Evaluated:
             return ProbeScript(state=dse.JobState.FAILED, exit_code=1, seconds=outcome.seconds)
         return ProbeScript(metrics={"value": outcome.observed}, seconds=outcome.seconds)
 
+    WORK_DIR.mkdir(exist_ok=True)  # a fresh checkout has none (it is not in git)
     with tempfile.TemporaryDirectory(prefix=f"dse-quality-{task.problem}-", dir=WORK_DIR) as tmp:
         workspace = Path(tmp)
         clock = FakeClock()
