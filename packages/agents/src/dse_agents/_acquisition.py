@@ -129,26 +129,36 @@ class Maximiser:
         self._enc = enc
         self._rng = rng
         self._candidates = candidates
+        cols = int((~enc.categorical).sum())
+        self._lo, self._hi = np.zeros(cols), np.ones(cols)
+        """The box the numeric columns are searched in: the cube, or a trust region."""
 
     def ranked(
-        self, acq: Acquisition, x: NDArray[np.float64], y: NDArray[np.float64]
+        self, acq: Acquisition, x: NDArray[np.float64], y: NDArray[np.float64],
+        box: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
     ) -> list[NDArray[np.float64]]:
         """Candidate points, the most promising first, given the points *x* seen with their
-        losses *y* (the best of them are where local candidates gather)."""
+        losses *y* (the best of them are where local candidates gather), the numeric
+        columns within *box* (low and high corners; default the whole cube)."""
         enc, rng = self._enc, self._rng
         dims, width = enc.dims, enc.width
+        numeric = ~enc.categorical
+        cols = int(numeric.sum())
+        self._lo, self._hi = box if box is not None else (np.zeros(cols), np.ones(cols))
         count = self._candidates
-        cands = [enc.from_unit(rng.random((count, dims)))]
+        spread = enc.from_unit(rng.random((count, dims)))
+        spread[:, numeric] = self._lo + spread[:, numeric] * (self._hi - self._lo)
+        cands = [spread]
         # Around the best points: small steps on the numeric columns, a few choices flipped.
         top = x[np.argsort(y, kind="stable")[:5]]
-        numeric = ~enc.categorical
         scales = np.clip(acq.length_scales, 0.01, 1.0)
         per = max(count // (2 * len(top)), 8)
         for centre in top:
             moved = np.repeat(centre[None, :], per, axis=0)
             step = rng.normal(0.0, 1.0, (per, width)) * scales * rng.choice(
                 [0.05, 0.2, 0.5], size=(per, 1))
-            moved[:, numeric] = np.clip(moved[:, numeric] + step[:, numeric], 0.0, 1.0)
+            moved[:, numeric] = np.clip(moved[:, numeric] + step[:, numeric],
+                                        self._lo, self._hi)
             flips = enc.from_unit(rng.random((per, dims)))
             flip = rng.random((per, 1)) < 0.2
             moved[:, ~numeric] = np.where(flip, flips[:, ~numeric], moved[:, ~numeric])
@@ -184,7 +194,7 @@ class Maximiser:
         for shrink in (0.3, 0.1, 0.03, 0.01, 0.003):
             moved = np.repeat(points, per, axis=0)
             step = self._rng.normal(0.0, 1.0, (k * per, int(numeric.sum()))) * scales * shrink
-            moved[:, numeric] = np.clip(moved[:, numeric] + step, 0.0, 1.0)
+            moved[:, numeric] = np.clip(moved[:, numeric] + step, self._lo, self._hi)
             tried = acq(moved).reshape(k, per)
             pick = np.argmax(tried, axis=1)
             better = tried[np.arange(k), pick] > values
@@ -207,17 +217,17 @@ class Maximiser:
         points = starts.copy()
 
         def negative(z: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
-            points[:, numeric] = np.clip(z.reshape(k, cols) * lengths, 0.0, 1.0)
+            points[:, numeric] = np.clip(z.reshape(k, cols) * lengths, self._lo, self._hi)
             value, grad = acq.with_gradient(points)
             return -float(value.sum()), -(grad[:, numeric] * lengths).reshape(-1)
 
-        upper = np.tile(1.0 / lengths, k)
+        lower, upper = np.tile(self._lo / lengths, k), np.tile(self._hi / lengths, k)
         result = optimize.minimize(
             negative, (starts[:, numeric] / lengths).reshape(-1), jac=True, method="L-BFGS-B",
-            bounds=list(zip(np.zeros_like(upper), upper, strict=True)),
+            bounds=list(zip(lower, upper, strict=True)),
             options={"maxiter": 200},
         )
-        points[:, numeric] = np.clip(result.x.reshape(k, cols) * lengths, 0.0, 1.0)
+        points[:, numeric] = np.clip(result.x.reshape(k, cols) * lengths, self._lo, self._hi)
         finals = acq(points)
         keep = ~(finals > values)  # also where polishing gave NaN
         points[keep], finals[keep] = starts[keep], values[keep]

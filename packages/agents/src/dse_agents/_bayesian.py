@@ -10,6 +10,9 @@
   successes alone. Beyond ``max_points`` observations it fits a subsample (the best third
   and a seeded draw of the rest), which keeps a batch well under a second at 1,000
   observations.
+* **Many parameters** (10 numeric columns or more): the length scales get a
+  dimension-scaled prior and the acquisition is searched in a trust region around the best
+  point (:mod:`dse_agents._trust`).
 * **Failures**: failed trials and rejected proposals teach a second model, of the
   probability that a configuration succeeds (:mod:`dse_agents._feasibility`); the
   acquisition is weighted by it. A failure is no evidence about the objective, so it no
@@ -56,6 +59,7 @@ from dse_agents._encoding import Encoding
 from dse_agents._feasibility import SuccessModel
 from dse_agents._gp import AtFullFidelity, GaussianProcess
 from dse_agents._options import need_int, reject_unknown
+from dse_agents._trust import MIN_COLUMNS, trust_box, trust_length
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -156,7 +160,9 @@ class BayesianAgent:
         self._rng = np.random.default_rng(seed)
         self._design = list(latin_hypercube(self._enc.dims, self._initial, seed))
         self._size = space.cardinality
-        self._gp = GaussianProcess(self._enc.width)
+        self._many = int((~self._enc.categorical).sum()) >= MIN_COLUMNS
+        """Many numeric columns: a trust region and the dimension-scaled length-scale prior."""
+        self._gp = GaussianProcess(self._enc.width, scaled=self._many)
         self._success = SuccessModel(self._enc.width)
         """Where trials succeed: fitted once a trial has failed."""
         self._maximiser = Maximiser(self._enc, self._rng, self._candidates)
@@ -293,7 +299,7 @@ class BayesianAgent:
         self._gp.restore(state["gp"])
         self._gp_fidelity = None
         if state.get("gp_fidelity") is not None:  # a snapshot of 0.1.0 has none
-            self._gp_fidelity = GaussianProcess(self._enc.width + 1)
+            self._gp_fidelity = GaussianProcess(self._enc.width + 1, scaled=self._many)
             self._gp_fidelity.restore(state["gp_fidelity"])
         if state.get("gp_success") is not None:  # a snapshot of 0.1.0 has none
             self._success.gp.restore(state["gp_success"])
@@ -391,7 +397,7 @@ class BayesianAgent:
         gp = self._gp
         if x.shape[1] > self._enc.width:  # results of trials stopped early: fidelity column
             if self._gp_fidelity is None:
-                self._gp_fidelity = GaussianProcess(self._enc.width + 1)
+                self._gp_fidelity = GaussianProcess(self._enc.width + 1, scaled=self._many)
             gp = self._gp_fidelity
         # From the prior's centre as well as from the last fit, now and then (escapes a
         # local optimum the warm start would keep).
@@ -436,6 +442,18 @@ class BayesianAgent:
         self._fantasy = (np.vstack([fx, x]), np.concatenate([fy, believed]))
         gp.fit(*self._fantasy, optimise=False)
 
+    def _trust_region(
+        self, x: NDArray[np.float64], y: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]] | None:
+        """The box the numeric columns are searched in with many of them (see
+        :mod:`dse_agents._trust`); ``None`` (the whole cube) with fewer."""
+        if not self._many:
+            return None
+        numeric = ~self._enc.categorical
+        length = trust_length(self._y, self._initial, int(numeric.sum()))
+        centre = x[int(np.argmin(y))][numeric]
+        return trust_box(centre, self._model.length_scales[numeric], length)
+
     def _from_model(
         self, model: tuple[NDArray[np.float64], NDArray[np.float64], float]
     ) -> dict[str, Any] | None:
@@ -444,7 +462,7 @@ class BayesianAgent:
         acquisition = Acquisition(self._model, best, self._success)
         if self._batch:
             acquisition.fantasise(self._base, np.array(self._batch), self._rng)
-        for point in self._maximiser.ranked(acquisition, x, y):
+        for point in self._maximiser.ranked(acquisition, x, y, self._trust_region(x, y)):
             params = self._enc.decode(point)
             if self._enc.key(params) not in self._seen:
                 return params

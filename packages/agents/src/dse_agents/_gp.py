@@ -27,6 +27,7 @@ _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _JITTER = 1e-10
 # Bounds of the log hyperparameters: length scales, signal variance, noise variance.
 _LOG_LENGTH = (math.log(1e-2), math.log(2.0))
+_LOG_LENGTH_SCALED = (math.log(1e-2), math.log(100.0))
 
 _LOG_SIGNAL = (math.log(1e-2), math.log(1e2))
 _LOG_NOISE = (math.log(1e-9), math.log(1.0))
@@ -73,8 +74,13 @@ class GaussianProcess:
     least-squares estimate.
     """
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, *, scaled: bool = False) -> None:
         self.width = width
+        self.scaled = scaled
+        """Whether the length scales have the dimension-scaled prior of Hvarfner et al.
+        (2024), log-normal with mean sqrt(2) + log(width)/2 and deviation sqrt(3), up to
+        100 (for many columns: a column that does not matter may then be switched off),
+        rather than the prior centred on 1, up to 2."""
         self._centre = np.concatenate([np.zeros(width), [0.0, math.log(1e-2)]])
 
         """Where a fit starts without a previous one: length scales and signal 1."""
@@ -114,7 +120,8 @@ class GaussianProcess:
         self, x: NDArray[np.float64], ys: NDArray[np.float64], *, restart: bool
     ) -> NDArray[np.float64]:
         diff_sq = (x[:, None, :] - x[None, :, :]) ** 2
-        bounds = [_LOG_LENGTH] * self.width + [_LOG_SIGNAL, _LOG_NOISE]
+        bounds = ([_LOG_LENGTH_SCALED if self.scaled else _LOG_LENGTH] * self.width
+                  + [_LOG_SIGNAL, _LOG_NOISE])
 
         centre = self._centre
         best: tuple[float, NDArray[np.float64]] | None = None
@@ -165,8 +172,13 @@ class GaussianProcess:
         # density falling off both ways from 1, on the signal variance Gamma(2, 1), on the
         # noise variance Gamma(1.1, 30).
         sq = lengths**2
-        value += float(np.sum(0.1 * sq + 0.1 / sq))
-        grad[:width] += 0.2 * sq - 0.2 / sq
+        if self.scaled:
+            deviation = theta[:width] - (math.sqrt(2.0) + 0.5 * math.log(width))
+            value += float(np.sum(deviation**2)) / 6.0
+            grad[:width] += deviation / 3.0
+        else:
+            value += float(np.sum(0.1 * sq + 0.1 / sq))
+            grad[:width] += 0.2 * sq - 0.2 / sq
         value -= math.log(signal) - signal
         grad[width] -= 1.0 - signal
         value -= 0.1 * math.log(noise) - 30.0 * noise

@@ -1,0 +1,66 @@
+"""A trust region for many parameters (after TuRBO: Eriksson et al., 2019).
+
+With ten or more numeric columns a global Gaussian process spreads its proposals over a cube
+too large for the budget; the Bayesian agent then searches a box around the best point seen,
+its sides proportional to the model's length scales, that grows after improvements and
+shrinks after a run without one. The box's size is not state of its own: it is replayed from
+the losses observed, in order, at every proposal (cheap, and a restored agent has it
+without a snapshot field).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from numpy.typing import NDArray
+
+__all__ = ["MIN_COLUMNS", "trust_box", "trust_length"]
+
+MIN_COLUMNS = 10
+"""Numeric columns from which the agent searches a trust region."""
+_START, _LONGEST, _SHORTEST = 0.8, 1.6, 0.5**7
+_GROW_AFTER = 3
+_RELATIVE = 1e-3
+
+
+def trust_length(losses: Sequence[float | None], start: int, columns: int) -> float:
+    """The side of the trust region after *losses* (``None`` a failure), the first *start*
+    of them being the initial design: doubled after three improvements of the best (by a
+    thousandth of it), halved after ``max(4, columns)`` results without one, back to its
+    start once shorter than 0.5**7."""
+    length, wins, misses = _START, 0, 0
+    patience = max(4, columns)
+    best = math.inf
+    for index, loss in enumerate(losses):
+        improved = loss is not None and loss < best - _RELATIVE * abs(best)
+        if loss is not None:
+            best = min(best, loss)
+        if index < start:
+            continue
+        if improved:
+            wins, misses = wins + 1, 0
+            if wins == _GROW_AFTER:
+                length, wins = min(2.0 * length, _LONGEST), 0
+        else:
+            misses += 1
+            if misses == patience:
+                length, misses = length / 2.0, 0
+                if length < _SHORTEST:
+                    length = _START
+    return length
+
+
+def trust_box(
+    centre: NDArray[np.float64], length_scales: NDArray[np.float64], length: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The box of side *length* (geometric mean) around *centre*, each side proportional to
+    its length scale, clipped to the unit cube."""
+    weights = length_scales / np.exp(np.mean(np.log(length_scales)))
+    half = 0.5 * length * weights
+    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
