@@ -16,6 +16,7 @@ import dse
 from dse_agents import BayesianAgent
 from dse_agents._acquisition import Acquisition
 from dse_agents._gp import GaussianProcess
+from support.waves import run_waves
 
 
 def _model(seed: int = 0) -> tuple[GaussianProcess, np.ndarray, np.ndarray]:
@@ -88,16 +89,7 @@ def test_a_wave_has_p_distinct_points_spread_over_the_promising_regions() -> Non
     space = dse.Space((dse.FloatRange("x", 0.0, 1.0), dse.FloatRange("y", 0.0, 1.0)))
     for seed in range(3):
         agent = BayesianAgent(space, seed=seed)
-        number = 0
-        for _ in range(3):  # the design, then a wave from the model
-            observations = []
-            for params in [space.coerce(p) for p in agent.propose(4, [])]:
-                number += 1
-                loss = _two_basins(params)
-                observations.append(dse.Observation(
-                    params=params, status=dse.TrialStatus.COMPLETED, score=loss,
-                    metrics={"loss": loss}, trial_number=number))
-            agent.observe(observations)
+        run_waves(agent, space, _two_basins, trials=12, p=4)  # the design, then a model wave
         wave = [space.coerce(p) for p in agent.propose(8, [])]
         points = np.array([[p["x"], p["y"]] for p in wave])
         assert len({(p["x"], p["y"]) for p in wave}) == 8

@@ -15,6 +15,7 @@ from dse.testing.contracts import AgentContract
 from dse_agents import BayesianAgent, RandomAgent
 from support.probe import run_on_probe
 from support.record import record
+from support.waves import completed, run_waves
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -44,33 +45,6 @@ def mixed_loss(p: dict[str, Any]) -> float:
     """Best at tile 128, layout 'blocked', lr 1e-3, x 0.3."""
     return ((p["tile"] - 128) / 64) ** 2 + {"row": 1.0, "col": 0.5, "blocked": 0.0}[
         p["layout"]] + (math.log10(p["lr"]) + 3) ** 2 + 4 * (p["x"] - 0.3) ** 2
-
-
-def completed(p: dict[str, Any], number: int, loss: float) -> dse.Observation:
-    return dse.Observation(params=p, status=dse.TrialStatus.COMPLETED, score=loss,
-                           metrics={"loss": loss}, trial_number=number)
-
-
-def run_waves(agent: dse.Agent, space: dse.Space, loss: Callable[[dict[str, Any]], float | None],
-              *, trials: int, p: int) -> list[tuple[dict[str, Any], float | None]]:
-    """Drive *agent* in waves of *p*; a loss of ``None`` is a failed trial."""
-    seen: list[tuple[dict[str, Any], float | None]] = []
-    while len(seen) < trials:
-        batch = [space.coerce(x) for x in agent.propose(p, [])]
-        assert batch
-        obs = []
-        for params in batch:
-            value = loss(params)
-            number = len(seen) + 1
-            seen.append((params, value))
-            if value is None:
-                obs.append(dse.Observation(params=params, status=dse.TrialStatus.FAILED,
-                                           trial_number=number,
-                                           failure=dse.FailureClass.NONZERO_EXIT))
-            else:
-                obs.append(completed(params, number, value))
-        agent.observe(obs)
-    return seen
 
 
 def hashes(batch: Sequence[dict[str, Any]]) -> set[str]:

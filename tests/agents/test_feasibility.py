@@ -13,6 +13,7 @@ from dse_agents import BayesianAgent
 from dse_agents._acquisition import CAUTION, Acquisition
 from dse_agents._feasibility import SuccessModel
 from dse_agents._gp import GaussianProcess
+from support.waves import run_waves
 
 
 def _half_failing(seed: int, n: int = 40) -> tuple[np.ndarray, np.ndarray]:
@@ -93,25 +94,8 @@ def _edge_loss(p: dict[str, Any]) -> float | None:
 @pytest.mark.parametrize("seed", range(3))
 def test_an_optimum_at_the_edge_of_a_failing_region_is_found(seed: int) -> None:
     space = dse.Space((dse.FloatRange("x", 0.0, 1.0), dse.FloatRange("y", 0.0, 1.0)))
-    agent = BayesianAgent(space, seed=seed)
-    seen: list[float | None] = []
-    number = 0
-    while len(seen) < 40:
-        batch = [space.coerce(p) for p in agent.propose(4, [])]
-        observations = []
-        for params in batch:
-            number += 1
-            loss = _edge_loss(params)
-            seen.append(loss)
-            if loss is None:
-                observations.append(dse.Observation(
-                    params=params, status=dse.TrialStatus.FAILED, trial_number=number,
-                    failure=dse.FailureClass.NONZERO_EXIT))
-            else:
-                observations.append(dse.Observation(
-                    params=params, status=dse.TrialStatus.COMPLETED, score=loss,
-                    metrics={"loss": loss}, trial_number=number))
-        agent.observe(observations)
+    seen = [value for _, value in run_waves(BayesianAgent(space, seed=seed), space,
+                                             _edge_loss, trials=40, p=4)]
     best = min(v for v in seen if v is not None)
     # Within 0.01 of the optimum (a failure counted as the worst value kept the agent about
     # 0.1 away from such an edge), and most of the trials after the start succeeded.

@@ -7,6 +7,7 @@ import numpy as np
 import dse
 from dse_agents import BayesianAgent
 from dse_agents._trust import MIN_COLUMNS, trust_box, trust_length
+from support.waves import completed, run_waves
 
 
 def test_the_region_grows_after_three_improvements_and_shrinks_after_a_dry_run() -> None:
@@ -57,10 +58,7 @@ def test_with_many_parameters_proposals_stay_in_the_region_around_the_best() -> 
         observations = []
         for params in batch:
             number += 1
-            value = loss(params)
-            observations.append(dse.Observation(
-                params=params, status=dse.TrialStatus.COMPLETED, score=value,
-                metrics={"loss": value}, trial_number=number))
+            observations.append(completed(params, number, loss(params)))
         agent.observe(observations)
     assert boxes >= 3
 
@@ -68,15 +66,6 @@ def test_with_many_parameters_proposals_stay_in_the_region_around_the_best() -> 
 def test_with_fewer_parameters_the_whole_cube_is_searched() -> None:
     space = dse.Space(tuple(dse.FloatRange(f"x{i}", 0.0, 1.0) for i in range(MIN_COLUMNS - 1)))
     agent = BayesianAgent(space, seed=1)
-    number = 0
-    for _ in range(6):
-        observations = []
-        for params in [space.coerce(p) for p in agent.propose(4, [])]:
-            number += 1
-            value = sum(v**2 for v in params.values())
-            observations.append(dse.Observation(
-                params=params, status=dse.TrialStatus.COMPLETED, score=value,
-                metrics={"loss": value}, trial_number=number))
-        agent.observe(observations)
+    run_waves(agent, space, lambda p: sum(v**2 for v in p.values()), trials=24, p=4)
     np.testing.assert_array_equal(agent._maximiser._lo, np.zeros(MIN_COLUMNS - 1))
     np.testing.assert_array_equal(agent._maximiser._hi, np.ones(MIN_COLUMNS - 1))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from dse._curves import draw_curves
 from support.cli import run_dse, write_plugin
-from support.stopping import build, curves_of, loss
+from support.stopping import PLAIN_CAMPAIGN, build, curves_of, loss
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -45,18 +45,7 @@ def test_the_html_report_has_the_curves_only_for_a_run_that_has_them(tmp_path: P
     assert 'id="plot-curves"' in page
     assert re.search(r"Learning curves of all 6 trials that ran; 6 reported loss", page)
     assert "  rung 3       2 stopped, 0 promoted" in page
-    (tmp_path / "plain.toml").write_text("""
-[campaign]
-name = "plain"
-agent = "list"
-backend = "probe"
-[agent.list]
-points = [{x = 1}]
-[[objectives]]
-metric = "value"
-[space]
-x = { type = "int", low = 0, high = 10 }
-""")
+    (tmp_path / "plain.toml").write_text(PLAIN_CAMPAIGN)
     assert run_dse(tmp_path, "run", "plain.toml").returncode == 0
     made = run_dse(tmp_path, "report", "plain", "--html", "p.html", timeout=120)
     assert made.returncode == 0, made.stderr

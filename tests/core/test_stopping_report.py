@@ -19,7 +19,7 @@ from dse._states import AttemptState, TrialStatus
 from dse._store import Batch
 from support.cli import run_dse, write_plugin
 from support.show import undocumented_keys
-from support.stopping import MAX_STEP, PLAN, build, loss
+from support.stopping import MAX_STEP, PLAIN_CAMPAIGN, PLAN, build, loss
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -212,18 +212,7 @@ def test_an_invalidated_stopped_trial_is_no_usable_result(project: Path) -> None
 
 def test_a_run_without_a_stopping_rule_has_no_section(tmp_path: Path) -> None:
     write_plugin(tmp_path)
-    (tmp_path / "campaign.toml").write_text("""
-[campaign]
-name = "plain"
-agent = "list"
-backend = "probe"
-[agent.list]
-points = [{x = 1}]
-[[objectives]]
-metric = "value"
-[space]
-x = { type = "int", low = 0, high = 10 }
-""")
+    (tmp_path / "campaign.toml").write_text(PLAIN_CAMPAIGN)
     assert run_dse(tmp_path, "run", "campaign.toml").returncode == 0
     (run,) = dse_json(tmp_path, "report", "--workspace", ".dse")["runs"]
     assert run["stopping"] is None

@@ -25,6 +25,21 @@ if TYPE_CHECKING:
 MAX_STEP = 9
 T0 = 1_000.0
 
+PLAIN_CAMPAIGN = """
+[campaign]
+name = "plain"
+agent = "list"
+backend = "probe"
+[agent.list]
+points = [{x = 1}]
+[[objectives]]
+metric = "value"
+[space]
+x = { type = "int", low = 0, high = 10 }
+"""
+"""A campaign without a stopping rule (one trial on the probe): its report has no stopping
+section and no learning curves."""
+
 
 @dataclass(frozen=True)
 class Attempt:
