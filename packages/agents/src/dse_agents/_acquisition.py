@@ -86,8 +86,8 @@ class Acquisition:
         model without them): q-EI picked greedily, each sample with its own incumbent."""
         mean, cov = base.joint(points)
         k = len(points)
-        jitter = 1e-9 * max(float(np.max(np.diag(cov))), 1e-12)
-        chol = np.linalg.cholesky(cov + jitter * np.eye(k) + 1e-12 * np.eye(k))
+        jitter = 1e-9 * max(float(np.max(np.diag(cov))), 1e-12) + 1e-12
+        chol = np.linalg.cholesky(cov + jitter * np.eye(k))
         values = mean[None, :] + rng.standard_normal((samples, k)) @ chol.T
         self._alphas = self.model.with_last(values)
         self._bests = np.minimum(self.best, values.min(axis=1))

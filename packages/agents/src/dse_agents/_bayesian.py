@@ -210,8 +210,7 @@ class BayesianAgent:
     ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         enc = self._enc
-        pending = [enc.encode(p) for p in in_flight]
-        self._batch = list(pending)
+        self._batch = [enc.encode(p) for p in in_flight]
         for p in in_flight:
             self._seen.add(enc.key(p))
         model: tuple[NDArray[np.float64], NDArray[np.float64], float] | None = None
@@ -220,14 +219,13 @@ class BayesianAgent:
                 params = self._from_design()
             else:
                 if model is None:
-                    model = self._fit(pending)
+                    model = self._fit()
                 params = self._from_model(model)
             if params is None:
                 break
             self._seen.add(enc.key(params))
             self._proposed += 1
             point = enc.encode(params)
-            pending.append(point)
             self._batch.append(point)
             out.append(params)
             if model is not None and len(out) < n:
@@ -384,11 +382,10 @@ class BayesianAgent:
         distance = np.sum((np.array(failed) - best) ** 2, axis=1)
         return [failed[i] for i in np.sort(np.argsort(distance, kind="stable")[:_NEAR_FAILURES])]
 
-    def _fit(
-        self, pending: list[NDArray[np.float64]]
-    ) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
-        """Fit the models to the observations, then add *pending* (trials in flight, points
-        already picked) as fantasies; (points, losses, best posterior mean of the points)."""
+    def _fit(self) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
+        """Fit the models to the observations, then add the batch so far (trials in flight,
+        points already picked) as fantasies; (points, losses, best posterior mean of the
+        points)."""
         x, y = self._training_set()
         fit_on = None
         if len(y) > _FIT_POINTS:
@@ -421,7 +418,7 @@ class BayesianAgent:
         model = self._model
         self._base = (AtFullFidelity(copy.copy(model.gp)) if isinstance(model, AtFullFidelity)
                       else copy.copy(model))
-        self._believe(pending)
+        self._believe(self._batch)
         return x, y, best
 
     def _believe(self, points: Sequence[NDArray[np.float64]], *, above: float = 0.0) -> None:
