@@ -1,10 +1,14 @@
-"""What the benchmarks share: their error, Optuna imported quietly, and their tables."""
+"""What the benchmarks share: their error, dse's plugins loaded once, Optuna imported quietly,
+and their tables."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from typing import TYPE_CHECKING, Any
+
+import dse
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -12,6 +16,12 @@ if TYPE_CHECKING:
 
 class BenchmarkError(Exception):
     """The benchmark could not run or its result is not valid."""
+
+
+@functools.cache
+def plugins() -> dse.PluginManager:
+    """dse's plugin manager (its agents, rules and backends), loaded once per process."""
+    return dse.PluginManager()
 
 
 def import_optuna(install: str = "optuna") -> Any:

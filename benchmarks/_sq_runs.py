@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from _peers import BenchmarkError
+from _peers import BenchmarkError, plugins
 from _sq_peers import AX_METHOD, import_ax, quiet_optuna, run_peer
 from _sq_problems import (
     PROBLEMS,
@@ -103,16 +103,6 @@ class RunResult:
 
 
 # -- dse -----------------------------------------------------------------------------------
-
-_PLUGINS: dse.PluginManager | None = None
-
-
-def plugins() -> dse.PluginManager:
-    global _PLUGINS
-    if _PLUGINS is None:
-        _PLUGINS = dse.PluginManager()
-    return _PLUGINS
-
 
 def _campaign(task: Task, agent: str, problem: Problem, workspace: Path) -> Any:
     setting = SETTINGS[task.setting]

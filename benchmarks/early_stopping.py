@@ -105,7 +105,7 @@ from typing import Any
 
 from _es_curve import observed_loss, true_loss
 from _es_mlp import Trainer, load_digits_split, write_digits_split
-from _peers import BenchmarkError, import_optuna, table
+from _peers import BenchmarkError, import_optuna, plugins, table
 
 import dse
 from dse_agents import RandomAgent
@@ -324,7 +324,7 @@ def run_dse(workload: Workload, configs: list[Params], seed: int, rule: str | No
                                           workspace=workspace)
         store = dse.Store(workspace / "dse.sqlite")
         try:
-            engine = dse.build_engine(campaign, store=store, plugins=_plugins())
+            engine = dse.build_engine(campaign, store=store, plugins=plugins())
             start = time.perf_counter()
             result = engine.run()
             wall = time.perf_counter() - start
@@ -380,16 +380,6 @@ def _file_points(trial_dir: Path) -> int:
         return 0
     with open(path, encoding="utf-8") as handle:
         return sum(1 for line in handle if line.strip())
-
-
-_PLUGINS: dse.PluginManager | None = None
-
-
-def _plugins() -> dse.PluginManager:
-    global _PLUGINS
-    if _PLUGINS is None:
-        _PLUGINS = dse.PluginManager()
-    return _PLUGINS
 
 
 # -- Optuna ---------------------------------------------------------------------------------
@@ -473,7 +463,7 @@ def run_rule_lockstep(workload: Workload, configs: list[Params], rule: str,
     takes a promotion before a new config. What the rule decides, apart from the engine."""
     options: dict[str, Any] = ({"min_peers": MEDIAN_PEERS} if rule == "median"
                                else {"reduction_factor": REDUCTION})
-    decide = _plugins().stopping_rule_class(rule)(min_step=1, max_step=workload.max_step,
+    decide = plugins().stopping_rule_class(rule)(min_step=1, max_step=workload.max_step,
                                                   **options)
     running: list[list[Any]] = []  # [number, attempt, stepper, step]
     paused: dict[int, list[Any]] = {}
