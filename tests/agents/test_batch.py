@@ -95,6 +95,11 @@ def test_a_wave_has_p_distinct_points_spread_over_the_promising_regions() -> Non
         assert len({(p["x"], p["y"]) for p in wave}) == 8
         gaps = [np.linalg.norm(points[i] - points[j]) for i in range(8) for j in range(i)]
         assert min(gaps) > 1e-3, f"seed {seed}: {points}"
+        # Mostly in the basins (a uniform wave would put about 3 of 8 there), not all at one
+        # point: the model's picks, spread by the sampled fantasies.
+        near = np.minimum(np.linalg.norm(points - [0.2, 0.3], axis=1),
+                          np.linalg.norm(points - [0.8, 0.7], axis=1)) < 0.25
+        assert near.sum() >= 5, f"seed {seed}: {points}"
 
 
 _SCRIPT = textwrap.dedent("""
