@@ -221,39 +221,68 @@ def run_task(task: Task) -> RunResult:
 # -- the log of finished runs --------------------------------------------------------------
 
 
-def code_digest() -> str:
-    """A digest of the code a run measures: the modules that define and run the problems and
-    the peers (not search_quality.py, which only chooses the tasks, recorded apart, and
-    reports) and the dse and dse_agents sources imported: a log resumed under other code
-    would mix two measurements."""
-    import dse_agents
+PEER_PACKAGES = ("optuna", "ax-platform", "botorch", "torch", "numpy", "scipy")
 
-    digest = hashlib.sha256()
-    here = Path(__file__).resolve().parent
-    roots = [Path(dse.__file__).resolve().parent, Path(dse_agents.__file__).resolve().parent]
-    files = [here / "_peers.py", *sorted(here.glob("_sq_*.py"))]
-    for root in roots:
-        files += sorted(root.rglob("*.py"))
+
+def _digest(files: list[Path], extra: str = "") -> str:
+    digest = hashlib.sha256(extra.encode())
     for path in files:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
+def code_digests() -> dict[str, str]:
+    """Digests of the code each side of a run measures: ``"dse"``, the benchmark's modules
+    that define and run the problems and the peers (not search_quality.py, which only chooses
+    the tasks and reports) and the dse and dse_agents sources imported; ``"peers"``, the
+    modules that define the problems and drive the peers (``_peers.py``, ``_sq_problems.py``,
+    ``_sq_peers.py``) and the versions of the peers' packages. A peer's run does not depend on
+    dse's code, so changing dse keeps the peers' runs of a log (hours of Ax) and reruns dse's."""
+    import importlib.metadata
+
+    import dse_agents
+
+    here = Path(__file__).resolve().parent
+    bench = [here / "_peers.py", *sorted(here.glob("_sq_*.py"))]
+    sources: list[Path] = []
+    for root in (Path(dse.__file__).resolve().parent, Path(dse_agents.__file__).resolve().parent):
+        sources += sorted(root.rglob("*.py"))
+    versions = []
+    for name in PEER_PACKAGES:
+        try:
+            versions.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{name} absent")
+    drive = [here / "_peers.py", here / "_sq_problems.py", here / "_sq_peers.py"]
+    return {"dse": _digest(bench + sources), "peers": _digest(drive, " ".join(versions))}
+
+
+def side(method: str) -> str:
+    """Which of :func:`code_digests` a method's runs depend on."""
+    return "dse" if method.startswith("dse ") else "peers"
+
+
 class RunLog:
-    """A JSON-lines file: a header (the code digest and the arguments that fix the tasks),
-    then one line per finished run, flushed as it ends."""
+    """A JSON-lines file: a header (the code digests of :func:`code_digests`), then one line
+    per finished run, flushed as it ends.
+
+    Resumed, the log keeps each run whose side's digest is today's (whatever tasks it was
+    written for: runs are keyed by task) and rewrites itself without the others, which are
+    run again: after a change to dse, its runs are redone and the peers' kept."""
 
     def __init__(self, path: Path, header: dict[str, Any], resume: bool) -> None:
         self.path = path
         self.done: dict[tuple[str, str, str, int, int], RunResult] = {}
+        self.dropped = 0
         if resume:
             self._read(header)
-            self._file = path.open("a", encoding="utf-8")
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("w", encoding="utf-8")
-            self._write({"header": header})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kept = list(self.done.values())
+        self._file = path.open("w", encoding="utf-8")
+        self._write({"header": header})
+        for result in kept:
+            self.add(result)
 
     def _read(self, header: dict[str, Any]) -> None:
         try:
@@ -261,17 +290,19 @@ class RunLog:
         except OSError as exc:
             raise BenchmarkError(f"cannot read {self.path}: {exc}") from None
         first = json.loads(lines[0]).get("header") if lines else None
-        if not isinstance(first, dict) or first != header:
-            theirs = first if isinstance(first, dict) else {}
-            differs = [k for k in header if theirs.get(k) != header[k]]
+        theirs = first.get("code") if isinstance(first, dict) else None
+        if not isinstance(theirs, dict):
             raise BenchmarkError(
-                f"{self.path} was not written by this code with these arguments (its"
-                f" {' and '.join(differs) or 'header'} differ: code is a digest of the"
-                " benchmark's, dse's and dse_agents' sources, tasks the runs the arguments"
-                " ask for); not resumed"
+                f"{self.path} is not a search_quality log with per-side code digests; not"
+                " resumed"
             )
+        ours = header["code"]
         for result in self.results(self.path):
-            self.done[result.task.key] = result
+            part = side(result.task.method)
+            if theirs.get(part) == ours[part]:
+                self.done[result.task.key] = result
+            else:
+                self.dropped += 1
 
     @staticmethod
     def results(path: Path) -> list[RunResult]:

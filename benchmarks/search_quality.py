@@ -104,9 +104,12 @@ What is measured (one process run; every method sees the same problems, budgets 
   smoke test of the harness and of the summary's shape, 37 s at load 5.7.
 
 Each finished run is appended as a JSON line to a log under ``benchmarks/.work`` (printed at
-the start); ``--resume LOG`` skips the runs already in LOG, if it was written by the same code
-(the sources of the benchmark's problems, runs and peers, of dse and of dse_agents) and the
-same arguments, and appends the rest; on a finished log it prints the report again.
+the start); ``--resume LOG`` skips the runs already in LOG that were made by the same code and
+appends the rest; on a finished log it prints the report again. "The same code" is judged per
+side: a dse run, by the sources of the benchmark's problems, runs and peers and of dse and
+dse_agents; a peer's run, by the benchmark's sources and the peers' package versions alone. So
+after a change to dse, ``--resume`` reruns dse's runs and keeps the peers' (the hours of Ax),
+and a log of ``--methods "ax botorch"`` made once serves later runs with every method.
 Runs are spread over ``--jobs`` processes (default: one per core). BLAS/OpenMP threads are set
 to 1 (unless already set in the environment) so parallel runs do not oversubscribe the cores.
 
@@ -154,7 +157,7 @@ from _sq_runs import (
     RunLog,
     RunResult,
     Task,
-    code_digest,
+    code_digests,
     init_worker,
     measure_latency,
     plugins,
@@ -668,10 +671,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(tasks)} runs of {', '.join(methods)}: about {hours:.1f} h on {args.jobs}"
               f" worker(s) at load {COST_LOAD}, {ax / 3600 / max(args.jobs, 1):.1f} h of it Ax")
         return 0
-    header = {
-        "code": code_digest(),
-        "tasks": sorted(json.dumps(list(t.key)) for t in tasks),
-    }
+    header = {"code": code_digests()}
     try:
         optuna = quiet_optuna()
         if "optuna GP" in methods:
@@ -687,6 +687,9 @@ def main(argv: list[str] | None = None) -> int:
     except BenchmarkError as exc:
         print(f"search_quality: error: {exc}", file=sys.stderr)
         return 1
+    if log.dropped:
+        print(f"{log.dropped} runs of {path} were made by other code: run again",
+              file=sys.stderr)
     todo = [t for t in tasks if t.key not in log.done]
     estimate = sum(estimate_seconds(t) for t in todo) / max(args.jobs, 1)
     print(

@@ -5,6 +5,7 @@ benchmark-only dependencies and are not imported here."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -117,16 +118,34 @@ def test_a_dse_run_goes_through_the_engine_and_a_resumed_log_skips_it(
     assert 0 < result.failed < 16  # a third of the cube fails
     assert result.edge is not None
     assert result.edge > 0
+    peer = dataclasses.replace(result, task=dataclasses.replace(task, method="optuna random"))
     path = tmp_path / "log.jsonl"
-    header = {"code": "x", "tasks": [json.dumps(list(task.key))]}
+    header = {"code": {"dse": "d1", "peers": "p1"}}
     log = runs.RunLog(path, header, resume=False)
     log.add(result)
+    log.add(peer)
     log.close()
     with path.open("a", encoding="utf-8") as f:
         f.write('{"run": {"task": ')  # the line being written when the run was interrupted
     resumed = runs.RunLog(path, header, resume=True)
     resumed.close()
-    assert resumed.done == {task.key: result}
-    with pytest.raises(Exception, match="tasks differ"):
-        runs.RunLog(path, {**header, "tasks": []}, resume=True)
+    assert resumed.done == {task.key: result, peer.task.key: peer}
+    assert resumed.dropped == 0
+    # dse changed: its run is dropped (to be run again), the peer's kept, the log rewritten.
+    changed = runs.RunLog(path, {"code": {"dse": "d2", "peers": "p1"}}, resume=True)
+    changed.close()
+    assert changed.done == {peer.task.key: peer}
+    assert changed.dropped == 1
+    assert runs.RunLog.results(path) == [peer]
+    path.write_text(json.dumps({"header": {"code": "old"}}) + "\n")
+    with pytest.raises(Exception, match="per-side code digests"):
+        runs.RunLog(path, header, resume=True)
+
+
+def test_the_peers_digest_does_not_depend_on_dse(sq: dict[str, ModuleType]) -> None:
+    digests = sq["runs"].code_digests()
+    assert set(digests) == {"dse", "peers"}
+    assert digests["dse"] != digests["peers"]
+    assert [sq["runs"].side(m) for m in ("dse bayesian", "optuna GP", "ax botorch")] == [
+        "dse", "peers", "peers"]
 
