@@ -22,6 +22,7 @@ from dse_slurm import (
     allocation_share,
     render_pilot_script,
 )
+from dse_slurm._allocation import _lost_to_ending, _Pilot
 from dse_slurm._pilot import HEARTBEAT, Pilot, cpus_per_node
 from support.cli import start_dse, write_plugin
 from support.slurm import wait_until
@@ -305,6 +306,31 @@ def test_a_pilot_cancelled_outside_interrupts_its_running_attempt_and_a_new_pilo
     assert pilots[first_pilot] == "CANCELLED"
     assert (seen[ids[1]].usage or {})["allocation_job"] != float(first_pilot)
     backend.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("doc", "ran", "ended", "lost"),
+    [
+        # srun could not create the step: the allocation was completing (cancelled outside).
+        ({"rc": 1, "srun_err": "srun: error: Unable to create step for job 7: Job/step"
+          " already completing or completed"}, False, None, True),
+        # Any failure to start once the pilot is known to have ended.
+        ({"rc": 1, "srun_err": "srun: error: something"}, False, "CANCELLED", True),
+        # A failure to start in a live allocation is a launch error, not a requeue.
+        ({"rc": 1, "srun_err": "srun: error: Invalid generic resource"}, False, None, False),
+        # A step that started and failed is the trial's failure, whatever the pilot did.
+        ({"rc": 1, "srun_err": "CANCELLED AT 2026-12-02"}, True, "CANCELLED", False),
+        ({"rc": 0, "srun_err": ""}, False, "CANCELLED", False),
+        ({"cancelled": True, "rc": None}, False, "CANCELLED", False),
+        ({"invalid": "no such partition", "rc": None}, False, "CANCELLED", False),
+    ],
+)
+def test_a_step_that_never_started_in_an_ending_allocation_goes_to_the_next_pilot(
+    tmp_path, doc, ran, ended, lost
+):
+    pilot = _Pilot("p", tmp_path, "7", ended=ended)
+    run = {"started_at": 1.0, "node": "n1"} if ran else None
+    assert _lost_to_ending(doc, run, pilot) is lost
 
 
 @pytest.mark.xdist_group("slurm")

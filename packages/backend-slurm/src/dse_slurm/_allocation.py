@@ -534,6 +534,15 @@ class SlurmAllocationBackend(Backend):
         pilot = task.pilot
         assert pilot is not None
         doc = _read_json(task.file(".exit.json"))
+        if doc is not None and not task.cancel and _lost_to_ending(doc, run, pilot):
+            # srun could not create the step because the allocation was ending (cancelled
+            # or timed out outside dse): the attempt never ran, so the next pilot runs it,
+            # as one still waiting in a pilot that ended does.
+            pilot.tasks.discard(task.job_id)
+            log.info("%s did not start in ending pilot %s: to the next pilot", task.key,
+                     pilot.job_id)
+            task.pilot = None
+            return None
         if doc is not None:
             status = self._end(task, doc, run)
             if status is None:  # declined: waits for the next pilot
@@ -704,6 +713,28 @@ def _where(task: _Task, doc: Mapping[str, Any]) -> tuple[str | None, str]:
     assert task.pilot is not None
     node = task.node or ",".join(doc.get("nodes") or ()) or doc.get("node")
     return node, f"step of allocation {task.pilot.job_id}"
+
+
+_ENDING_WORDS = ("already completing or completed", "Cancelled pending job step",
+                 "DUE TO TIME LIMIT", "CANCELLED AT", "Job has been cancelled")
+"""What ``srun`` prints when it cannot create a step because its allocation is ending."""
+
+
+def _lost_to_ending(
+    doc: Mapping[str, Any], run: Mapping[str, Any] | None, pilot: _Pilot
+) -> bool:
+    """Whether the step of exit document *doc* never started (no *run* record, ``srun``
+    failed) because its pilot's allocation was ending: Slurm or dse already ended the pilot,
+    or ``srun`` says the job is completing, cancelled or out of time. Such an attempt was
+    never run; any other step that failed to start is a launch error."""
+    if run is not None or doc.get("rc") in (0, None) or doc.get("cancelled"):
+        return False
+    if any(key in doc for key in ("invalid", "launch_error", "declined")):
+        return False
+    if pilot.ended is not None or pilot.cancelled:
+        return True
+    err = str(doc.get("srun_err") or "")
+    return any(word in err for word in _ENDING_WORDS)
 
 
 def _step_end(
