@@ -122,6 +122,7 @@ Usage::
     python benchmarks/search_quality.py --estimate        # the runs and their hours
     python benchmarks/search_quality.py --resume benchmarks/.work/search_quality-....jsonl
     python benchmarks/search_quality.py --report benchmarks/.work/search_quality-....jsonl
+    python benchmarks/search_quality.py --report PEERS.jsonl DSE.jsonl   # logs merged
 
 The last line printed is one JSON object: ``ratios`` (function -> setting -> ratio) and the
 same flat as ``<function>_<setting>_ratio`` (setting as ``p1``, ``p4_waves``,
@@ -267,7 +268,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--resume", type=Path, metavar="LOG", help="skip the runs in LOG and append to it"
     )
     parser.add_argument(
-        "--report", type=Path, metavar="LOG", help="print the report of the runs in LOG; exit"
+        "--report", type=Path, nargs="+", metavar="LOG",
+        help="print the report of the runs in the logs (for example one of the peers' runs and"
+        " one of dse's); exit",
     )
     return parser.parse_args(argv)
 
@@ -633,22 +636,27 @@ def print_report(
     return summary
 
 
-def report_log(path: Path) -> int:
-    """``--report LOG``: the report of the runs in LOG, finished or not."""
+def report_log(paths: list[Path]) -> int:
+    """``--report LOG [LOG ...]``: the report of the runs in the logs, finished or not (a run
+    in several logs counts once, from the last)."""
+    by_task: dict[tuple[str, str, str, int, int], RunResult] = {}
     try:
-        results = RunLog.results(path)
+        for path in paths:
+            by_task.update((r.task.key, r) for r in RunLog.results(path))
     except BenchmarkError as exc:
         print(f"search_quality: error: {exc}", file=sys.stderr)
         return 1
+    results = list(by_task.values())
     present = {(r.task.method, r.task.problem, r.task.setting) for r in results}
     methods = [m for m in ALL_METHODS if any(p[0] == m for p in present)]
     functions = [k for k in PROBLEMS if any(p[1] == k for p in present)]
     settings = [s for s in SETTINGS if any(p[2] == s for p in present)]
     counts = [sum(1 for r in results if (r.task.method, r.task.problem, r.task.setting) == p)
               for p in present]
-    head = f"from {path}: {len(results)} runs, {min(counts, default=0)}-{max(counts, default=0)}"
+    where = ", ".join(str(p) for p in paths)
+    head = f"from {where}: {len(results)} runs, {min(counts, default=0)}-{max(counts, default=0)}"
     summary = print_report(results, methods, settings, functions, [], head + " per cell")
-    summary.update({"log": str(path), "partial": min(counts, default=0) != max(counts, default=0)})
+    summary.update({"log": where, "partial": min(counts, default=0) != max(counts, default=0)})
     print(json.dumps(summary))
     return 0
 

@@ -109,7 +109,7 @@ def test_rolling_workers_ask_one_at_a_time_with_three_running_and_waves_ask_four
 
 
 def test_a_dse_run_goes_through_the_engine_and_a_resumed_log_skips_it(
-    sq: dict[str, ModuleType], tmp_path: Path
+    sq: dict[str, ModuleType], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     runs = sq["runs"]
     task = runs.Task("dse random", "edge4", "P=4 rolling", 16, 3)
@@ -137,6 +137,16 @@ def test_a_dse_run_goes_through_the_engine_and_a_resumed_log_skips_it(
     assert changed.done == {peer.task.key: peer}
     assert changed.dropped == 1
     assert runs.RunLog.results(path) == [peer]
+    # --report reads a dse log beside a peers' log: one report over both.
+    import search_quality
+
+    other = tmp_path / "dse.jsonl"
+    log = runs.RunLog(other, header, resume=False)
+    log.add(result)
+    log.close()
+    assert search_quality.report_log([path, other]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["methods"] == ["dse random", "optuna random"]
     path.write_text(json.dumps({"header": {"code": "old"}}) + "\n")
     with pytest.raises(Exception, match="per-side code digests"):
         runs.RunLog(path, header, resume=True)
