@@ -80,6 +80,29 @@ def test_a_batch_samples_its_fantasies_from_the_model_without_them() -> None:
     np.testing.assert_allclose(means[:, 0], direct.predict(at)[0], rtol=1e-3, atol=1e-3)
 
 
+def test_the_batch_acquisitions_gradient_is_that_of_its_values() -> None:
+    # The gradient lets L-BFGS-B polish every pick of a batch, not only the first: in a
+    # rolling campaign, where trials are always in flight, every pick is such a pick.
+    gp, x, y = _model(5)
+    base = GaussianProcess(2)
+    base.fit(x, y)
+    points = np.array([[0.3, 0.4], [0.7, 0.2], [0.5, 0.9]])
+    believed, _ = gp.predict(points)
+    gp.fit(np.vstack([x, points]), np.concatenate([y, believed]), optimise=False)
+    acq = Acquisition(gp, float(np.min(y)))
+    acq.fantasise(base, points, np.random.default_rng(6))
+    at = np.random.default_rng(7).random((6, 2)) * 0.9 + 0.05
+    value, grad = acq.with_gradient(at)
+    np.testing.assert_allclose(value, acq(at))
+    step = 1e-6
+    for column in range(2):
+        shift = np.zeros(2)
+        shift[column] = step
+        numeric = (acq(at + shift) - acq(at - shift)) / (2 * step)
+        np.testing.assert_allclose(grad[:, column], numeric, rtol=1e-4, atol=1e-4)
+    assert np.abs(grad).max() > 0.1  # not a flat region, where any gradient would pass
+
+
 def _two_basins(p: dict[str, Any]) -> float:
     return min((p["x"] - 0.2) ** 2 + (p["y"] - 0.3) ** 2,
                (p["x"] - 0.8) ** 2 + (p["y"] - 0.7) ** 2 + 0.001)

@@ -36,6 +36,17 @@ def test_the_box_follows_the_length_scales_around_the_centre_inside_the_cube() -
     assert np.isclose(np.exp(np.mean(np.log(hi - lo))), 0.4)
 
 
+def test_columns_switched_off_by_long_length_scales_do_not_squeeze_the_others() -> None:
+    # Two columns that matter (length 1) among eight the model switched off (length 100):
+    # the box keeps the ones that matter about as wide as the region, not 0.8 / 100**0.8.
+    scales = np.array([1.0, 1.0] + [100.0] * 8)
+    lo, hi = trust_box(np.full(10, 0.5), scales, 0.8)
+    sides = hi - lo
+    assert sides[0] == sides[1]
+    assert sides[0] > 0.4, sides
+    assert (sides[2:] >= sides[0]).all()
+
+
 def test_with_many_parameters_proposals_stay_in_the_region_around_the_best() -> None:
     columns = MIN_COLUMNS + 2
     space = dse.Space(tuple(dse.FloatRange(f"x{i}", 0.0, 1.0) for i in range(columns)))

@@ -62,6 +62,11 @@ class Model(Protocol):
         self, x: NDArray[np.float64], alphas: NDArray[np.float64], offsets: NDArray[np.float64]
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]: ...
 
+    def means_gradient(
+        self, x: NDArray[np.float64], alphas: NDArray[np.float64], offsets: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64],
+               NDArray[np.float64]]: ...
+
 
 class Acquisition:
     """log EI over *best* under *model*, plus ``CAUTION`` times log P(success) under
@@ -73,8 +78,6 @@ class Acquisition:
         self.success = success if success is not None and success.fitted else None
         self._alphas: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
         self._bests = np.zeros(0)
-        self.smooth = True
-        """Whether :meth:`with_gradient` is available (not for sampled fantasies)."""
 
     def fantasise(
         self, base: Model, points: NDArray[np.float64], rng: np.random.Generator,
@@ -91,7 +94,6 @@ class Acquisition:
         values = mean[None, :] + rng.standard_normal((samples, k)) @ chol.T
         self._alphas = self.model.with_last(values)
         self._bests = np.minimum(self.best, values.min(axis=1))
-        self.smooth = False
 
     @property
     def length_scales(self) -> NDArray[np.float64]:
@@ -114,8 +116,18 @@ class Acquisition:
     def with_gradient(
         self, x: NDArray[np.float64]
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        mean, std, dmean, dstd = self.model.predict_gradient(x)
-        value, grad = log_expected_improvement_gradient(mean, std, dmean, dstd, self.best)
+        if self._alphas is not None:
+            means, std, dmeans, dstd = self.model.means_gradient(x, *self._alphas)
+            stds = np.broadcast_to(std[:, None], means.shape)
+            logs, grads = log_expected_improvement_gradient(
+                means, stds, dmeans, dstd[:, None, :], self._bests[None, :])
+            value = special.logsumexp(logs, axis=1) - math.log(means.shape[1])
+            # d log mean_s e^{l_s} = sum_s softmax(l)_s dl_s
+            weights = np.exp(logs - special.logsumexp(logs, axis=1, keepdims=True))
+            grad = np.einsum("ms,msw->mw", weights, grads)
+        else:
+            mean, std, dmean, dstd = self.model.predict_gradient(x)
+            value, grad = log_expected_improvement_gradient(mean, std, dmean, dstd, self.best)
         if self.success is not None:
             log_p, dlog_p = self.success.log_probability_gradient(x)
             value, grad = value + CAUTION * log_p, grad + CAUTION * dlog_p
@@ -136,6 +148,7 @@ class Maximiser:
     def ranked(
         self, acq: Acquisition, x: NDArray[np.float64], y: NDArray[np.float64],
         box: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
+        *, polish: bool = True,
     ) -> list[NDArray[np.float64]]:
         """Candidate points, the most promising first, given the points *x* seen with their
         losses *y* (the best of them are where local candidates gather), the numeric
@@ -174,7 +187,8 @@ class Maximiser:
         # Every start climbs by rounds of shrinking random steps (all starts in one
         # prediction per round), then all are polished together by L-BFGS-B on the gradient.
         climbed, values = self._climb(acq, starts)
-        polished, finals = self._polish(acq, climbed, values)
+        polished, finals = (self._polish(acq, climbed, values) if polish
+                            else (climbed, values))
         ranked = [polished[i] for i in np.argsort(-finals, kind="stable")]
         order = np.argsort(-score, kind="stable")
         return ranked + [pool[i] for i in order[: 4 * width + 64]]
@@ -210,7 +224,7 @@ class Maximiser:
         analytic gradient, in coordinates scaled by the length scales (so that every
         direction is equally curved); a start keeps its point where polishing did not help."""
         numeric = ~self._enc.categorical
-        if not numeric.any() or not acq.smooth:
+        if not numeric.any():
             return starts, values
         k, cols = len(starts), int(numeric.sum())
         lengths = np.clip(acq.length_scales[numeric], 1e-3, None)

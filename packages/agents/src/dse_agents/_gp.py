@@ -257,20 +257,32 @@ class GaussianProcess:
         if self._chol is None:
             mean, std = self._prior(x)
             return mean, std, np.zeros_like(x), np.zeros_like(x)
+        _, mean, std, dcross, dstd = self._gradient_parts(x)
+        dmean = np.einsum("mnw,n->mw", dcross, self._alpha) * self._scale
+        return mean, std, dmean, dstd
+
+    def _gradient_parts(
+        self, x: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64],
+               NDArray[np.float64], NDArray[np.float64]]:
+        """The cross-covariance of *x* with the data (m by n), the posterior mean and
+        standard deviation, the cross-covariance's gradient in *x* (m by n by width) and
+        the standard deviation's (m by width, units of *y*)."""
+        assert self._chol is not None
         lengths = np.exp(self._theta[: self.width])
         signal = math.exp(self._theta[self.width])
         delta = x[:, None, :] - self._x[None, :, :]  # m by n by width
         k, g = _matern(np.sum((delta / lengths) ** 2, axis=2))
-        mean, std, v = self._posterior(signal * k)
+        cross = signal * k
+        mean, std, v = self._posterior(cross)
         # dk(x, X_j)/dx = -s_f^2 g (x - X_j) / l^2
         dcross = -(signal * g)[:, :, None] * (delta / lengths**2)  # m by n by width
-        dmean_s = np.einsum("mnw,n->mw", dcross, self._alpha)
         w = linalg.solve_triangular(self._chol, v, lower=True, trans="T")  # K^-1 k, n by m
         # var = s_f^2 - k^T K^-1 k, so dvar/dx = -2 (dk/dx)^T K^-1 k.
         dvar = -2.0 * np.einsum("mnw,nm->mw", dcross, w)
         std_s = std / self._scale
-        dstd_s = dvar / (2.0 * std_s[:, None])
-        return mean, std, dmean_s * self._scale, dstd_s * self._scale
+        dstd = dvar / (2.0 * std_s[:, None]) * self._scale
+        return cross, mean, std, dcross, dstd
 
     def joint(
         self, x: NDArray[np.float64]
@@ -307,6 +319,17 @@ class GaussianProcess:
         _, std, _ = self._posterior(cross)
         means = (cross @ alphas + offsets[None, :]) * self._scale + self._mean
         return means, std
+
+    def means_gradient(
+        self, x: NDArray[np.float64], alphas: NDArray[np.float64], offsets: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64],
+               NDArray[np.float64]]:
+        """:meth:`means` with the gradients in *x*: of each mean (m by S by width) and of the
+        standard deviation (m by width)."""
+        cross, _, std, dcross, dstd = self._gradient_parts(x)
+        means = (cross @ alphas + offsets[None, :]) * self._scale + self._mean
+        dmeans = np.einsum("mnw,ns->msw", dcross, alphas) * self._scale
+        return means, std, dmeans, dstd
 
     def _prior(self, x: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         signal = math.exp(self._theta[self.width])
@@ -362,18 +385,19 @@ def log_expected_improvement(
 
 def log_expected_improvement_gradient(
     mean: NDArray[np.float64], std: NDArray[np.float64], dmean: NDArray[np.float64],
-    dstd: NDArray[np.float64], best: float,
+    dstd: NDArray[np.float64], best: float | NDArray[np.float64],
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Log EI (see :func:`log_expected_improvement`) and its gradient, given the gradients
-    of the posterior mean and standard deviation (m by width): with ``h' = Φ``,
+    of the posterior mean and standard deviation (the shape of *mean* by width; *best*
+    broadcast against *mean*): with ``h' = Φ``,
     ``d log EI = ds/s + Φ(z)/h(z) · dz`` and ``dz = -(dm + z ds)/s`` (m the mean, s the
     standard deviation)."""
     value = log_expected_improvement(mean, std, best)
     z = (best - mean) / std
     # Φ(z)/h(z) = exp(log Φ(z) - log h(z)), log h = log EI - log s: no underflow in the tail.
     ratio = np.exp(special.log_ndtr(z) - (value - np.log(std)))
-    dz = -(dmean + z[:, None] * dstd) / std[:, None]
-    grad = dstd / std[:, None] + ratio[:, None] * dz
+    dz = -(dmean + z[..., None] * dstd) / std[..., None]
+    grad = dstd / std[..., None] + ratio[..., None] * dz
     return value, grad
 
 
@@ -417,6 +441,13 @@ class AtFullFidelity:
         self, x: NDArray[np.float64], alphas: NDArray[np.float64], offsets: NDArray[np.float64]
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         return self.gp.means(self.full(x), alphas, offsets)
+
+    def means_gradient(
+        self, x: NDArray[np.float64], alphas: NDArray[np.float64], offsets: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64],
+               NDArray[np.float64]]:
+        means, std, dmeans, dstd = self.gp.means_gradient(self.full(x), alphas, offsets)
+        return means, std, dmeans[..., :-1], dstd[:, :-1]
 
     @property
     def length_scales(self) -> NDArray[np.float64]:

@@ -26,6 +26,12 @@ MIN_COLUMNS = 10
 """Numeric columns from which the agent searches a trust region."""
 _START, _LONGEST, _SHORTEST = 0.8, 1.6, 0.5**7
 _GROW_AFTER = 3
+_SCALE_CAP = 2.0
+"""Length scales above this count as this in the box's shape (TuRBO bounds them to 2). The
+dimension-scaled prior lets a column that does not matter reach 100: uncapped, those columns
+took the whole cube and the box's geometric mean squeezed the columns that matter to a few
+hundredths, so the search could not leave a basin (Styblinski-Tang in 20-D, 6 seeds: median
+regret 17/17 uncapped, 8.4/15 capped, rolling/waves)."""
 _RELATIVE = 1e-3
 
 
@@ -60,7 +66,8 @@ def trust_box(
     centre: NDArray[np.float64], length_scales: NDArray[np.float64], length: float
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """The box of side *length* (geometric mean) around *centre*, each side proportional to
-    its length scale, clipped to the unit cube."""
-    weights = length_scales / np.exp(np.mean(np.log(length_scales)))
+    its length scale (at most ``_SCALE_CAP``), clipped to the unit cube."""
+    scales = np.minimum(length_scales, _SCALE_CAP)
+    weights = scales / np.exp(np.mean(np.log(scales)))
     half = 0.5 * length * weights
     return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
