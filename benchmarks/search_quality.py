@@ -636,9 +636,22 @@ def print_report(
     return summary
 
 
+def _common_seeds(results: list[RunResult]) -> list[RunResult]:
+    """The runs of the seeds that every method and setting of a function has: a log cut short
+    (or logs made apart) may hold more seeds of one method than of another, and medians over
+    different seeds are not a comparison."""
+    seeds: dict[str, dict[tuple[str, str], set[int]]] = {}
+    for r in results:
+        cells = seeds.setdefault(r.task.problem, {})
+        cells.setdefault((r.task.method, r.task.setting), set()).add(r.task.seed)
+    common = {key: set.intersection(*cells.values()) for key, cells in seeds.items()}
+    return [r for r in results if r.task.seed in common[r.task.problem]]
+
+
 def report_log(paths: list[Path]) -> int:
     """``--report LOG [LOG ...]``: the report of the runs in the logs, finished or not (a run
-    in several logs counts once, from the last)."""
+    in several logs counts once, from the last), over the seeds every method and setting of a
+    function has."""
     by_task: dict[tuple[str, str, str, int, int], RunResult] = {}
     try:
         for path in paths:
@@ -646,7 +659,7 @@ def report_log(paths: list[Path]) -> int:
     except BenchmarkError as exc:
         print(f"search_quality: error: {exc}", file=sys.stderr)
         return 1
-    results = list(by_task.values())
+    results = _common_seeds(list(by_task.values()))
     present = {(r.task.method, r.task.problem, r.task.setting) for r in results}
     methods = [m for m in ALL_METHODS if any(p[0] == m for p in present)]
     functions = [k for k in PROBLEMS if any(p[1] == k for p in present)]
