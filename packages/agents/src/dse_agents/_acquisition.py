@@ -90,8 +90,15 @@ class Acquisition:
         mean, cov = base.joint(points)
         k = len(points)
         jitter = 1e-9 * max(float(np.max(np.diag(cov))), 1e-12) + 1e-12
-        chol = np.linalg.cholesky(cov + jitter * np.eye(k))
-        values = mean[None, :] + rng.standard_normal((samples, k)) @ chol.T
+        try:
+            root = np.linalg.cholesky(cov + jitter * np.eye(k))
+        except np.linalg.LinAlgError:
+            # Points in flight a hair apart where the model is nearly sure (a search that
+            # converged): round-off leaves eigenvalues a little below zero, beyond a jitter
+            # relative to variances that small. Any square root samples the same law.
+            eigen, vectors = np.linalg.eigh(cov)
+            root = vectors * np.sqrt(np.clip(eigen, 0.0, None))
+        values = mean[None, :] + rng.standard_normal((samples, k)) @ root.T
         self._alphas = self.model.with_last(values)
         self._bests = np.minimum(self.best, values.min(axis=1))
 
