@@ -270,8 +270,7 @@ class SlurmAllocationBackend(Backend):
     version: ClassVar[str] = "0.1.0"
     default_poll_interval: ClassVar[tuple[float, float]] = (0.5, 5.0)
     overrun_s = 150.0
-    """As in jobs mode (the pilot ends a step at its limit within seconds; 150 s is a
-    generous bound that keeps budgets the same in both modes)."""
+    """As in jobs mode (the pilot ends a step at its limit within seconds: generous)."""
 
     def __init__(
         self,
@@ -535,14 +534,7 @@ class SlurmAllocationBackend(Backend):
         assert pilot is not None
         doc = _read_json(task.file(".exit.json"))
         if doc is not None and not task.cancel and _lost_to_ending(doc, run, pilot):
-            # srun could not create the step because the allocation was ending (cancelled
-            # or timed out outside dse): the attempt never ran, so the next pilot runs it,
-            # as one still waiting in a pilot that ended does.
-            pilot.tasks.discard(task.job_id)
-            log.info("%s did not start in ending pilot %s: to the next pilot", task.key,
-                     pilot.job_id)
-            task.pilot = None
-            return None
+            return _to_next_pilot(task, pilot)
         if doc is not None:
             status = self._end(task, doc, run)
             if status is None:  # declined: waits for the next pilot
@@ -718,6 +710,16 @@ def _where(task: _Task, doc: Mapping[str, Any]) -> tuple[str | None, str]:
 _ENDING_WORDS = ("already completing or completed", "Cancelled pending job step",
                  "DUE TO TIME LIMIT", "CANCELLED AT", "Job has been cancelled")
 """What ``srun`` prints when it cannot create a step because its allocation is ending."""
+
+
+def _to_next_pilot(task: _Task, pilot: _Pilot) -> JobStatus | None:
+    """Give *task* back to be handed to the next pilot: ``srun`` could not create its step
+    because *pilot*'s allocation was ending (cancelled or timed out outside dse), so the
+    attempt never ran, like one still waiting in a pilot that ended."""
+    pilot.tasks.discard(task.job_id)
+    log.info("%s did not start in ending pilot %s: to the next pilot", task.key, pilot.job_id)
+    task.pilot = None
+    return None
 
 
 def _lost_to_ending(
