@@ -98,7 +98,11 @@ What is measured (one process run; every method sees the same problems, budgets 
   2,000 runs: ``--estimate`` prints the model's figure (about 15.5 hours on 2 workers at that
   load, 10 of them Ax; ``--ax-p1`` adds 6.5) and each run prints it up front. Ax on
   ``embedded20`` alone is 4.4 of those hours; GPSampler on the two spaces with categoricals
-  costs about 9x its per-trial time on floats, most of the 5.6 hours without Ax.
+  costs about 9x its per-trial time on floats, most of the 5.6 hours without Ax. Measured
+  on 2026-12-02 (one worker, load 2-4): every peer on every function at P = 4, waves and
+  rolling, took 40-45 minutes of one core per seed (Ax 85 % of it; Ax on ``embedded20``
+  rolling alone 700 s a run); dse bayesian's side of the same, 4 seeds, 330 s. Hence a log
+  per side (see below): the peers' seeds accumulate over days, dse's are redone in minutes.
   ``--quick`` (2 seeds, budget 20, P = 4 waves and rolling) leaves out the two torch-based
   peers, Ax and Optuna's GPSampler (GPSampler alone took 3 minutes of it on a mixed space): a
   smoke test of the harness and of the summary's shape, 37 s at load 5.7.
