@@ -15,6 +15,8 @@ def test_the_region_grows_after_three_improvements_and_shrinks_after_a_dry_run()
     assert trust_length(design, 3, 12) == 0.8
     assert trust_length([*design, 3.0, 2.0, 1.0], 3, 12) == 1.6
     assert trust_length([*design, 3.0, 2.0, 1.0, 0.5, 0.25, 0.1], 3, 12) == 1.6  # longest
+    # Three improvements, each after a miss: not in a row, so the region keeps its size.
+    assert trust_length([*design, 3.0, 9.0, 2.0, 9.0, 1.0], 3, 12) == 0.8
     dry = [*design, *[9.0] * 12]  # twelve results, none better: halved once
     assert trust_length(dry, 3, 12) == 0.4
     # A failure (None) is a result without an improvement; a tiny gain is none either.

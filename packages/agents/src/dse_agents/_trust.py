@@ -37,9 +37,14 @@ _RELATIVE = 1e-3
 
 def trust_length(losses: Sequence[float | None], start: int, columns: int) -> float:
     """The side of the trust region after *losses* (``None`` a failure), the first *start*
-    of them being the initial design: doubled after three improvements of the best (by a
-    thousandth of it), halved after ``max(4, columns)`` results without one, back to its
-    start once shorter than 0.5**7."""
+    of them being the initial design: doubled after three improvements of the best in a row
+    (each by a thousandth of it; a result without one starts the count again, as TuRBO's
+    success counter), halved after ``max(4, columns)`` results without one, back to its
+    start once shorter than 0.5**7. Counting improvements that a miss did not interrupt
+    kept the region near the whole cube all campaign long, a global search in 20-D: resetting
+    the count halved the 20-D regret (embedded Styblinski-Tang, 10 seeds, median 8.9/17.1 ->
+    5.9/15.1 rolling/waves, geometric mean of per-seed ratios 0.52/0.55; a 16-D embedding
+    better on 10 of 10 seeds in both modes, 0.017/0.022 -> 0.0070/0.0076)."""
     length, wins, misses = _START, 0, 0
     patience = max(4, columns)
     best = math.inf
@@ -55,6 +60,7 @@ def trust_length(losses: Sequence[float | None], start: int, columns: int) -> fl
                 length, wins = min(2.0 * length, _LONGEST), 0
         else:
             misses += 1
+            wins = 0
             if misses == patience:
                 length, misses = length / 2.0, 0
                 if length < _SHORTEST:
