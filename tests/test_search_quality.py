@@ -152,10 +152,21 @@ def test_a_dse_run_goes_through_the_engine_and_a_resumed_log_skips_it(
         runs.RunLog(path, header, resume=True)
 
 
-def test_the_peers_digest_does_not_depend_on_dse(sq: dict[str, ModuleType]) -> None:
+def test_the_peers_digest_does_not_depend_on_dse(
+    sq: dict[str, ModuleType], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dse_agents
+
     digests = sq["runs"].code_digests()
     assert set(digests) == {"dse", "peers"}
-    assert digests["dse"] != digests["peers"]
+    # Other dse_agents sources (an agent changed): dse's digest changes, the peers' does not.
+    other = tmp_path / "dse_agents"
+    other.mkdir()
+    (other / "__init__.py").write_text("# another agent\n")
+    monkeypatch.setattr(dse_agents, "__file__", str(other / "__init__.py"))
+    changed = sq["runs"].code_digests()
+    assert changed["peers"] == digests["peers"]
+    assert changed["dse"] != digests["dse"]
     assert [sq["runs"].side(m) for m in ("dse bayesian", "optuna GP", "ax botorch")] == [
         "dse", "peers", "peers"]
 

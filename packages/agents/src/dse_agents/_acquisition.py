@@ -159,7 +159,8 @@ class Maximiser:
     ) -> list[NDArray[np.float64]]:
         """Candidate points, the most promising first, given the points *x* seen with their
         losses *y* (the best of them are where local candidates gather), the numeric
-        columns within *box* (low and high corners; default the whole cube)."""
+        columns within *box* (low and high corners; default the whole cube). The climbed
+        starts are polished by L-BFGS-B unless *polish* is false (a wave's later picks)."""
         enc, rng = self._enc, self._rng
         dims, width = enc.dims, enc.width
         numeric = ~enc.categorical
