@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from dse_agents._encoding import Encoding
     from dse_agents._feasibility import SuccessModel
 
-__all__ = ["CAUTION", "Acquisition", "Maximiser", "Model"]
+__all__ = ["CAUTION", "Acquisition", "Maximiser", "Model", "Surface"]
 
 CAUTION = 8.0
 """The weight of log P(success) in the acquisition: EI * P(success)^8. With weight 1 (the
@@ -66,6 +66,16 @@ class Model(Protocol):
         self, x: NDArray[np.float64], alphas: NDArray[np.float64], offsets: NDArray[np.float64]
     ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64],
                NDArray[np.float64]]: ...
+
+
+class Surface(Protocol):
+    """What :class:`Maximiser` climbs: a score per candidate (higher is better) and the
+    length scales its steps are sized by."""
+
+    @property
+    def length_scales(self) -> NDArray[np.float64]: ...
+
+    def __call__(self, x: NDArray[np.float64]) -> NDArray[np.float64]: ...
 
 
 class Acquisition:
@@ -153,7 +163,7 @@ class Maximiser:
         """The box the numeric columns are searched in: the cube, or a trust region."""
 
     def ranked(
-        self, acq: Acquisition, x: NDArray[np.float64], y: NDArray[np.float64],
+        self, acq: Surface, x: NDArray[np.float64], y: NDArray[np.float64],
         box: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
         *, polish: bool = True,
     ) -> list[NDArray[np.float64]]:
@@ -195,14 +205,14 @@ class Maximiser:
         # Every start climbs by rounds of shrinking random steps (all starts in one
         # prediction per round), then all are polished together by L-BFGS-B on the gradient.
         climbed, values = self._climb(acq, starts)
-        polished, finals = (self._polish(acq, climbed, values) if polish
-                            else (climbed, values))
+        polished, finals = (self._polish(acq, climbed, values)
+                            if polish and isinstance(acq, Acquisition) else (climbed, values))
         ranked = [polished[i] for i in np.argsort(-finals, kind="stable")]
         order = np.argsort(-score, kind="stable")
         return ranked + [pool[i] for i in order[: 4 * width + 64]]
 
     def _climb(
-        self, acq: Acquisition, starts: NDArray[np.float64]
+        self, acq: Surface, starts: NDArray[np.float64]
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Rounds of seeded steps on the numeric columns of every start (choices kept),
         shrinking, each start keeping the best point it found: vectorised across starts."""

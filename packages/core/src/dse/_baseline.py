@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from dse._campaign import Campaign
-    from dse._scoring import Scorer
+    from dse._scoring import Scorer, ScoreVector
     from dse._store import Store
 
 
@@ -27,10 +27,12 @@ class Baselines:
     """The baseline's params and the baseline trial of each data version (one owner).
 
     :param scorer: who scores complete runs.
+    :param vector: in a Pareto campaign, who scores each objective (``None`` otherwise).
     """
 
-    def __init__(self, scorer: Scorer) -> None:
+    def __init__(self, scorer: Scorer, vector: ScoreVector | None = None) -> None:
         self.scorer = scorer
+        self.vector = vector
         self.params: dict[str, Any] | None = None
         """The baseline's params (``None``: the campaign has no baseline)."""
         self.given: LiveTrial | None = None
@@ -67,25 +69,36 @@ class Baselines:
         given.data_version = row.data_version_read or row.data_version
         self.given = given
 
-    def score(self, trial: LiveTrial, metrics: Mapping[str, float]) -> tuple[float, int | None]:
-        """The scorer's score of *metrics* for *trial*, and the baseline trial it compared
-        against: the baseline of the data version *trial* ran against."""
+    def score(
+        self, trial: LiveTrial, metrics: Mapping[str, float]
+    ) -> tuple[float, tuple[float, ...] | None, int | None]:
+        """The scorer's score of *metrics* for *trial*, its score of each objective in a
+        Pareto campaign (else ``None``), and the baseline trial it compared against: the
+        baseline of the data version *trial* ran against."""
         if self.params is None:
-            return compute_score(self.scorer, metrics, None), None
+            return (*self._scores(metrics, None), None)
         base = trial if trial.proposal == 0 else self.by_version.get(trial.data_version)
         if base is None or (base is not trial and base.status is not TrialStatus.COMPLETED):
             raise ScoringError(
                 f"no baseline result for data version {trial.data_version or '(none)'}"
             )
         baseline = metrics if base is trial else base.metrics or {}
-        return compute_score(self.scorer, metrics, baseline), base.row_id
+        return (*self._scores(metrics, baseline), base.row_id)
+
+    def _scores(
+        self, metrics: Mapping[str, float], baseline: Mapping[str, float] | None
+    ) -> tuple[float, tuple[float, ...] | None]:
+        if self.vector is None:
+            return compute_score(self.scorer, metrics, baseline), None
+        scores = self.vector.scores(metrics, baseline)
+        return scores[0], scores
 
     def rescore(self, trial: LiveTrial, original: LiveTrial) -> None:
         """Score a cache hit: the reused metrics, by this campaign's scorer and baseline."""
-        trial.score = None
+        trial.score = trial.scores = None
         if original.status is not TrialStatus.COMPLETED or original.metrics is None:
             return
         try:
-            trial.score, trial.baseline_row = self.score(trial, original.metrics)
+            trial.score, trial.scores, trial.baseline_row = self.score(trial, original.metrics)
         except ScoringError as exc:
             trial.message = str(exc)

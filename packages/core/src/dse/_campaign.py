@@ -6,6 +6,7 @@ Every error names the file, the key and what was expected, in one line.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from dse._data import DataSpec, parse_data
 from dse._errors import ConfigError
 from dse._scoring import ScorerSpec
 from dse._space import FloatRange, IntRange, ParamError, Space
+from dse._spend import SPEND_METRICS
 from dse._types import Direction, Objective, Resources
 from dse._units import parse_duration
 
@@ -85,6 +87,9 @@ class Campaign:
     """The search space."""
     objectives: tuple[Objective, ...]
     """Objectives; the first one ranks trials ("best so far")."""
+    pareto: bool = False
+    """``[campaign] objectives = "pareto"``: the objectives are optimised together (every
+    trial scored on each, ranked by Pareto front); else the first is, the rest carried."""
     agent: str = "random"
     """Registered agent name."""
     agent_options: Mapping[str, Any] = field(default_factory=dict)
@@ -200,7 +205,7 @@ def _objectives(raw: Any, source: str) -> tuple[Objective, ...]:
     items = [raw] if isinstance(raw, Mapping) else raw
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{source}: objectives: expected [[objectives]] tables with 'metric'")
-    result = []
+    result: list[Objective] = []
     for i, item in enumerate(items):
         if not isinstance(item, Mapping):
             raise ConfigError(f"{source}: objectives[{i}]: expected a table, got {item!r}")
@@ -215,9 +220,41 @@ def _objectives(raw: Any, source: str) -> tuple[Objective, ...]:
             raise ConfigError(
                 f"{table.where('direction')}: expected 'minimize' or 'maximize', got {direction!r}"
             ) from None
+        if metric.startswith("spend.") and metric not in SPEND_METRICS:
+            raise ConfigError(
+                f"{table.where('metric')}: unknown spend metric {metric!r}; expected one of"
+                f" {', '.join(SPEND_METRICS)}"
+            )
+        if any(o.metric == metric for o in result):
+            raise ConfigError(f"{table.where('metric')}: {metric!r} is an objective already")
+        reference = table.get("reference", (int, float), "a number", None)
+        if reference is not None and (isinstance(reference, bool)
+                                      or not math.isfinite(reference)):
+            raise ConfigError(f"{table.where('reference')}: expected a finite number")
         table.finish()
-        result.append(Objective(metric, parsed))
+        result.append(Objective(metric, parsed,
+                                None if reference is None else float(reference)))
     return tuple(result)
+
+
+def _pareto(top: _Table, objectives: tuple[Objective, ...], scorer: ScorerSpec) -> bool:
+    """``[campaign] objectives``: ``"pareto"`` (optimised together) or ``"first"``."""
+    how = top.get("objectives", str, "'pareto' or 'first'", "first")
+    if how not in ("pareto", "first"):
+        raise ConfigError(f"{top.where('objectives')}: expected 'pareto' or 'first', got {how!r}")
+    if how == "first":
+        return False
+    if len(objectives) < 2:
+        raise ConfigError(
+            f"{top.where('objectives')}: 'pareto' optimises several objectives together;"
+            " give two or more [[objectives]]"
+        )
+    if scorer.direction is not None:
+        raise ConfigError(
+            f"{top.where('objectives')}: with 'pareto' each score is ranked in its objective's"
+            " direction; remove scorer.direction"
+        )
+    return True
 
 
 def _environment(raw: Mapping[str, Any], source: str, base_dir: Path) -> EnvironmentConfig:
@@ -479,6 +516,7 @@ def campaign_from_dict(
     data_spec = parse_data(data.get("data"), f"{where}: data", base_dir.resolve())
     scorer = _scorer(root.table("scorer"), where)
     stopping = _stopping(data.get("stopping"), where, objectives)
+    pareto = _pareto(top, objectives, scorer)
     baseline = _baseline(data.get("baseline"), where, space)
     budget = parse_budget(data.get("budget"), f"{where}: budget")
     if budget.currency is not None and price is not None and budget.currency != price.currency:
@@ -507,6 +545,7 @@ def campaign_from_dict(
         name=name,
         space=space,
         objectives=objectives,
+        pareto=pareto,
         agent=agent,
         agent_options=agent_options,
         backend=backend,

@@ -95,12 +95,13 @@ class Collector:
             # knows it too).
             status = dataclasses.replace(status, reason=controller_lost(status.reason),
                                          ambiguous=False)
+        ended_at = status.ended_at or now
+        # Charged before it is concluded: an objective may be what the trial cost.
+        charged = self._charge(trial, self._gate.charge(trial.spec, status, ended_at))
         if self.stopping is None or not self.stopping.ended(trial, status):
             self._results.conclude(trial, status)
-        ended_at = status.ended_at or now
         if self.on_attempt_end is not None:
             self.on_attempt_end(trial, status, ended_at)
-        charged = self._charge(trial, self._gate.charge(trial.spec, status, ended_at))
         batch = self._journal.batch
         batch.end_attempt(
             row=trial.attempt_row, job_id=status.job_id, state=AttemptState.of(status.state),

@@ -364,6 +364,7 @@ class Dispatcher:
             message=trial.message if finished else None,
             metrics=original.metrics if finished else None,
             score=trial.score if finished else None, cache_of=original.row_id,
+            scores=trial.scores if finished else None,
             created_at=now, ended_at=now if finished else None,
             step=original.step if finished else None,
         )

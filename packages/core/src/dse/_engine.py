@@ -47,8 +47,9 @@ from dse._pool import PoolConfig, run_pool
 from dse._results import Results
 from dse._resume import Resume
 from dse._retry import RetryPolicy
-from dse._scoring import build_scorer
+from dse._scoring import build_score_vector, build_scorer
 from dse._spec import record_run
+from dse._spend import SPEND_METRICS
 from dse._stopping import stopping_for, watch_progress
 from dse._types import AttemptState, EndReason, Objective
 from dse._waits import Waits
@@ -127,7 +128,9 @@ class Engine:
         self.store = store
         where = str(campaign.source or "<campaign>")
         self.environment: Environment = environment or CommandEnvironment(
-            campaign.environment, campaign.objectives, param_names=campaign.space.names,
+            campaign.environment,
+            [o for o in campaign.objectives if o.metric not in SPEND_METRICS],
+            param_names=campaign.space.names,
             source=where,
         )
         if environment is None:
@@ -168,14 +171,17 @@ class Engine:
                     "placement": dict(self.backend.placement())}
         self.data = CurrentData(identity, data_version)
         ranking = Objective(campaign.objectives[0].metric, self.scorer.direction)
-        self.feedback = Feedback(ranking.direction, self._guard)
-        self.baselines = Baselines(self.scorer)
+        self.feedback = Feedback(ranking.direction, self._guard,
+                                 campaign.objectives if campaign.pareto else ())
+        self.baselines = Baselines(
+            self.scorer, build_score_vector(campaign, self.plugins, self.scorer))
         self.invalid = InvalidationView(0)  # its run id is set when the run is recorded
         policy = RetryPolicy(campaign.max_interruptions)
         self.results = Results(
             journal=self.journal, table=self.table, feedback=self.feedback, stats=self.stats,
             baselines=self.baselines, invalid=self.invalid, data=self.data,
             environment=self.environment, policy=policy, ranking=ranking,
+            with_spend=any(o.metric in SPEND_METRICS for o in campaign.objectives),
         )
         self.dispatcher = Dispatcher(Parts(
             campaign=campaign, store=self.store, journal=self.journal, table=self.table,

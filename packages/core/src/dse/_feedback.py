@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from dse._live import LiveTrial
     from dse._protocols import Agent
     from dse._store import Batch
-    from dse._types import Direction
+    from dse._types import Direction, Objective
 
 
 SNAPSHOT_AFTER_S = 1.0
@@ -40,8 +40,13 @@ class Feedback:
     :param direction: which way the campaign's scores are better (told with each one).
     """
 
-    def __init__(self, direction: Direction, guard: AgentGuard | None = None) -> None:
+    def __init__(
+        self, direction: Direction, guard: AgentGuard | None = None,
+        objectives: tuple[Objective, ...] = (),
+    ) -> None:
         self.direction = direction
+        self.objectives = objectives
+        """A Pareto campaign's objectives (told with each observation), else empty."""
         self.max_step: int | None = None
         """The step a full run ends at, when the campaign stops trials early."""
         self.partial: Callable[[LiveTrial], float | None] | None = None
@@ -77,6 +82,8 @@ class Feedback:
             status=told,
             metrics=(trial.metrics or {}) if current else {},
             score=score,
+            objectives=self.objectives,
+            scores=trial.scores if current and told is not TrialStatus.STOPPED else None,
             trial_number=trial.number,
             failure=trial.failure,
             direction=self.direction,

@@ -60,6 +60,8 @@ class LiveTrial:
     status: TrialStatus = TrialStatus.RUNNING
     metrics: Mapping[str, float] | None = None
     score: float | None = None
+    scores: tuple[float, ...] | None = None
+    """In a Pareto campaign, its score of each objective (:attr:`score` is the first)."""
     failure: FailureClass | None = None
     message: str | None = None
     waiters: list[LiveTrial] = field(default_factory=list)
@@ -122,7 +124,7 @@ def recorded_trial(row: Trial, trial_id: str, names: Iterable[str],
         row.id, row.number, row.proposal, row.wave, params, row.config_hash,
         trial_id=trial_id, status=row.status, metrics=row.metrics, score=row.score,
         failure=row.failure, message=row.message, data_version=row.data_version,
-        data_read=row.data_version_read, step=row.step,
+        data_read=row.data_version_read, step=row.step, scores=row.scores,
     )
     if attempts is not None:
         trial.trial_dir = Path(row.trial_dir) if row.trial_dir else None

@@ -121,6 +121,16 @@ class Trial:
     """When it reached its outcome."""
     step: int | None = None
     """For a trial stopped early (or a cache hit of one): the step its metrics are from."""
+    scores_json: str | None = None
+    """In a Pareto campaign, its score of each objective as stored (JSON); see :attr:`scores`."""
+
+    @property
+    def scores(self) -> tuple[float, ...] | None:
+        """In a Pareto campaign (``[campaign] objectives = "pareto"``), its (latest) score of
+        each objective, in the campaign's order; ``None`` otherwise or without a score."""
+        if not self.scores_json:
+            return None
+        return tuple(float(x) for x in _loads(self.scores_json))
 
     @property
     def params(self) -> dict[str, Any]:
@@ -337,6 +347,15 @@ class Score:
     """When it was given."""
     invalidation: int | None
     """The invalidation that flags it, ``None`` while valid."""
+    scores_json: str | None = None
+    """In a Pareto campaign, the score of each objective (JSON); see :attr:`scores`."""
+
+    @property
+    def scores(self) -> tuple[float, ...] | None:
+        """In a Pareto campaign, the score it gave each objective, in the campaign's order."""
+        if not self.scores_json:
+            return None
+        return tuple(float(x) for x in _loads(self.scores_json))
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
     from dse._campaign import Campaign
+    from dse._front import Front
     from dse._outcome import CampaignResult
     from dse._plugins import PluginManager
     from dse._records import CampaignRun, Invalidation, Trial
@@ -95,6 +96,12 @@ RUN:
                    stop there and what they spent); to_end: trials that ran to their end;
                    saved_estimate: SPENT or null, how it is estimated in saved_method
                    (SPENT: the keys of spent)
+  pareto           null (one objective) or {objectives: [{metric, direction}], fronts:
+                   [{version, trials, hypervolume, reference: {metric: value}, members:
+                   [{trial, scores: {metric: score}, params}], hypervolume_by_trial:
+                   [[trial, hypervolume]...]}]}: a Pareto run's front per data version
+                   (the last: the latest), among its valid scored trials; members by the
+                   first objective, best first; trials in the order they ended
 OBJECTIVE (every run of the workspace serving the label, per currency):
   objective, currency, runs, spent, finished, effective, cached, cost_per_effective,
   compute_per_effective_h
@@ -303,6 +310,10 @@ def detail_json(detail: RunDetail) -> dict[str, Any]:
             for h in detail.cache_hits
         ],
         "stopping": None if detail.stopping is None else _stopping_json(detail.stopping),
+        "pareto": None if not detail.fronts else {
+            "objectives": [{"metric": m, "direction": d} for m, d in detail.fronts[0].objectives],
+            "fronts": [front_json(f) for f in detail.fronts],
+        },
     }
 
 
@@ -390,7 +401,48 @@ def detail_lines(detail: RunDetail) -> list[str]:
         row("cache hits", f"{len(detail.cache_hits)}, costing nothing: {reuses}")
     if detail.stopping is not None:
         _stopping_rows(detail.stopping, s.currency, row)
+    for front in detail.fronts:
+        _front_rows(front, row, latest=front is detail.fronts[-1])
     return lines
+
+
+FRONT_SHOWN = 10
+"""Front members ``dse report`` lists per data version (``--json`` and ``dse export`` have
+them all)."""
+
+
+def _front_rows(front: Front, row: Callable[[str, str], None], *, latest: bool) -> None:
+    """A Pareto run's front about one data version: its size, hypervolume and members."""
+    members = front.members
+    names = [metric for metric, _ in front.objectives]
+    version = "" if front.version is None else f"data {front.version}: "
+    reference = ", ".join(f"{m}={r:.6g}" for m, r in zip(names, front.reference, strict=True))
+    row("front", f"{version}{len(members)} of {len(front.trials)} trials on the Pareto front;"
+        f" hypervolume {front.hypervolume:.6g} (reference {reference})"
+        + ("" if latest else " (an older data version)"))
+    for member in members[:FRONT_SHOWN]:
+        values = " ".join(f"{m}={v:.6g}" for m, v in zip(names, member.scores, strict=True))
+        row("", f"trial {member.number}: {values}, params {json.dumps(member.params)}")
+    if len(members) > FRONT_SHOWN:
+        row("", f"... and {len(members) - FRONT_SHOWN} more (dse report --json, dse export)")
+
+
+def front_json(front: Front) -> dict[str, Any]:
+    """One front of ``dse report --json`` (``pareto.fronts``)."""
+    names = [metric for metric, _ in front.objectives]
+    return {
+        "version": front.version,
+        "trials": len(front.trials),
+        "hypervolume": front.hypervolume,
+        "reference": dict(zip(names, front.reference, strict=True)),
+        "members": [
+            {"trial": m.number, "scores": dict(zip(names, m.scores, strict=True)),
+             "params": m.params}
+            for m in front.members
+        ],
+        "hypervolume_by_trial": [
+            [t.number, hv] for t, hv in zip(front.trials, front.history, strict=True)],
+    }
 
 
 def _stopping_rows(d: StoppingDetail, currency: str, row: Callable[[str, str], None]) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from dse._front import Front, pareto_fronts
 from dse._spend import Spend
 from dse._states import RESOLVED_SCORER
 from dse._stopreport import StoppingDetail, stopping_detail
@@ -109,6 +110,9 @@ class RunDetail:
     """The scorer that scored the run (``name version``)."""
     stopping: StoppingDetail | None = None
     """The run's early stopping, when it has a stopping rule (:mod:`dse._stopreport`)."""
+    fronts: tuple[Front, ...] = ()
+    """A Pareto run's fronts, one per data version (the last: the latest); empty for a run
+    that optimises one objective (:mod:`dse._front`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +179,7 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
         mismatched=tuple(store.mismatched_numbers(campaign_id)), invalid=tuple(flagged),
         scorer=f"{resolved.get('name', 'default')} {resolved.get('version', '')}".strip(),
         stopping=stopping_detail(store, run),
+        fronts=tuple(pareto_fronts(store, campaign_id, spec)),
     )
 
 

@@ -9,6 +9,7 @@ from dse._environment import environment_digest
 from dse._invalidation import Flag
 from dse._outcome import BestTrial
 from dse._scoring import ScoringError
+from dse._spend import spend_metrics
 from dse._types import Evaluation, FailureClass, JobState, TrialStatus, reusable
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class Results:
         self, *, journal: Journal, table: TrialTable, feedback: Feedback, stats: Stats,
         baselines: Baselines, invalid: InvalidationView, data: CurrentData,
         environment: Environment, policy: RetryPolicy, ranking: Objective,
+        with_spend: bool = False,
     ) -> None:
         self._journal = journal
         self._table = table
@@ -48,6 +50,8 @@ class Results:
         self._environment = environment
         self._policy = policy
         self.ranking = ranking
+        self._with_spend = with_spend
+        """An objective is the trial's spend: its metrics get :data:`SPEND_METRICS`."""
         self._environments: set[str] = set()
         self.cancel_requested: set[str] = set()
         """Job ids this campaign asked the backend to cancel."""
@@ -74,7 +78,10 @@ class Results:
                 failure=FailureClass.INCOMPLETE_OUTPUT,
                 message=f"evaluating the result raised {type(exc).__name__}: {exc}",
             )
-        trial.metrics = dict(evaluation.metrics)
+        metrics = dict(evaluation.metrics)
+        if self._with_spend:  # what its attempts were charged (this one's included)
+            metrics.update(spend_metrics(trial.spent))
+        trial.metrics = metrics
         self._note_data_read(trial, evaluation.data_version)
         if evaluation.environment is not None:
             self._note_environment(trial, evaluation.environment)
@@ -83,7 +90,8 @@ class Results:
             trial.message = evaluation.message
             return
         try:
-            trial.score, trial.baseline_row = self._baselines.score(trial, trial.metrics)
+            trial.score, trial.scores, trial.baseline_row = self._baselines.score(
+                trial, trial.metrics)
             trial.status = TrialStatus.COMPLETED
         except ScoringError as exc:
             trial.status, trial.failure = TrialStatus.FAILED, FailureClass.SCORER_ERROR
@@ -177,7 +185,7 @@ class Results:
             self._record_score(trial, now)
         batch.end_trial(row=trial.row_id, status=trial.status, failure=trial.failure,
                         message=trial.message, metrics=trial.metrics, score=trial.score,
-                        ended_at=now, step=trial.step)
+                        ended_at=now, step=trial.step, scores=trial.scores)
         if reusable(trial.status, trial.failure) and not self._invalid.row_flagged(trial.row_id):
             self._table.cache(trial)
         self.ended(trial)
@@ -193,7 +201,7 @@ class Results:
                 batch.end_trial(row=waiter.row_id, status=TrialStatus.CACHED,
                                 failure=trial.failure, message=waiter.message or trial.message,
                                 metrics=trial.metrics, score=waiter.score, ended_at=now,
-                                step=trial.step)
+                                step=trial.step, scores=waiter.scores)
                 self.cached_end(waiter, trial)
             else:
                 waiter.status = trial.status
@@ -209,7 +217,8 @@ class Results:
         scorer = self._baselines.scorer
         self._journal.batch.add_score(trial=trial.row_id, scorer=scorer.name,
                                       version=scorer.version, score=trial.score,
-                                      baseline=trial.baseline_row, at=now)
+                                      baseline=trial.baseline_row, at=now,
+                                      scores=trial.scores)
 
     def cached_end(self, trial: LiveTrial, original: LiveTrial) -> None:
         """A cache hit reached its end: scored (by :meth:`Baselines.rescore`) and told to the

@@ -20,6 +20,7 @@ import hashlib
 import inspect
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -29,7 +30,7 @@ from dse._types import Direction, Objective, finite_float
 from dse._version import __version__
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     from dse._campaign import Campaign
@@ -40,9 +41,11 @@ __all__ = [
     "DefaultScorer",
     "FunctionScorer",
     "RatioScorer",
+    "ScoreVector",
     "Scorer",
     "ScorerSpec",
     "ScoringError",
+    "build_score_vector",
     "build_scorer",
     "compute_score",
     "source_version",
@@ -245,3 +248,79 @@ def _scorer_class(plugins: PluginManager, name: str, source: str) -> Any:
         return plugins.scorer_class(name)
     except PluginError as exc:
         raise PluginError(f"{source}: campaign.scorer: {exc}") from None
+
+
+class ScoreVector:
+    """A Pareto campaign's scores (``[campaign] objectives = "pareto"``): one per objective,
+    in the campaign's order, the first also the trial's :attr:`score`.
+
+    A registered scorer is built once per objective (``cls(objective, **options)``), each
+    scoring its own; a ``module:function`` scorer is called once and returns a mapping of
+    each objective's metric to its score.
+    """
+
+    def __init__(
+        self, objectives: Sequence[Objective], scorers: Sequence[Scorer] = (),
+        function: FunctionScorer | None = None,
+    ) -> None:
+        self.objectives = tuple(objectives)
+        self._scorers = tuple(scorers)
+        self._function = function
+
+    def scores(
+        self, metrics: Mapping[str, float], baseline: Mapping[str, float] | None
+    ) -> tuple[float, ...]:
+        """The score of each objective, or :class:`ScoringError` saying which could not be
+        given."""
+        if self._function is None:
+            return tuple(compute_score(s, metrics, baseline) for s in self._scorers)
+        name = self._function.name
+        try:
+            value = self._function.function(
+                dict(metrics), None if baseline is None else dict(baseline))
+        except Exception as exc:  # noqa: BLE001 - a broken scorer fails the trial it scores
+            raise ScoringError(f"scorer {name} raised {type(exc).__name__}: {exc}") from None
+        if not isinstance(value, Mapping):
+            raise ScoringError(
+                f"scorer {name} returned {value!r}; in a Pareto campaign it returns a score"
+                " per objective, {metric: score}"
+            )
+        out = []
+        for objective in self.objectives:
+            if objective.metric not in value:
+                raise ScoringError(f"scorer {name} gave no score for {objective.metric!r}")
+            number = finite_float(value[objective.metric])
+            if number is None:
+                raise ScoringError(
+                    f"scorer {name} gave {objective.metric!r} {value[objective.metric]!r},"
+                    " not a finite number"
+                )
+            out.append(number)
+        return tuple(out)
+
+
+def build_score_vector(
+    campaign: Campaign, plugins: PluginManager, primary: Scorer
+) -> ScoreVector | None:
+    """The scorer of each objective of a Pareto campaign (*primary*, the campaign's scorer,
+    scores the first), or ``None`` when the campaign optimises one objective."""
+    if not campaign.pareto:
+        return None
+    objectives = campaign.objectives
+    if isinstance(primary, FunctionScorer):
+        return ScoreVector(objectives, function=primary)
+    source = str(campaign.source or "<campaign>")
+    cls: Any = type(primary)
+    scorers: list[Scorer] = [primary]
+    for objective in objectives[1:]:
+        try:
+            scorer = cls(objective, **campaign.scorer.options)
+        except TypeError as exc:
+            raise ConfigError(
+                f"{source}: scorer.{primary.name}: cannot score objective"
+                f" {objective.metric!r}: {exc}"
+            ) from None
+        if not isinstance(getattr(scorer, "version", None), str):
+            scorer.version = primary.version
+        scorers.append(scorer)
+    return ScoreVector(objectives, scorers)

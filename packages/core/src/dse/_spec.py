@@ -28,7 +28,9 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
         "name": campaign.name,
         "space": space,
         "objectives": [
-            {"metric": o.metric, "direction": o.direction.value} for o in campaign.objectives
+            {"metric": o.metric, "direction": o.direction.value,
+             **({} if o.reference is None else {"reference": o.reference})}
+            for o in campaign.objectives
         ],
         "agent": campaign.agent,
         "agent_options": dict(campaign.agent_options),
@@ -70,6 +72,8 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
             "trial": campaign.baseline.trial,
         },
     }
+    if campaign.pareto:
+        spec["pareto"] = True  # the objectives are optimised together: `dse report` fronts
     if campaign.lookahead:
         spec["lookahead"] = campaign.lookahead
     stopping = campaign.stopping

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Spend"]
+__all__ = ["SPEND_METRICS", "Spend", "spend_metrics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +43,15 @@ class Spend:
     def as_dict(self) -> dict[str, float]:
         return {"wall_s": self.wall_s, "cpu_s": self.cpu_s, "gpu_s": self.gpu_s,
                 "node_s": self.node_s, "money": self.money}
+
+
+SPEND_METRICS = ("spend.wall_s", "spend.cpu_s", "spend.gpu_s", "spend.node_s", "spend.money")
+"""The metric names an objective may give to optimise what a trial cost (what its attempts
+were charged, retries included): seconds of wall clock, of CPU, GPU or node time, and money
+in the campaign's currency."""
+
+
+def spend_metrics(spend: Spend) -> dict[str, float]:
+    """*spend* as the metrics :data:`SPEND_METRICS` name."""
+    return {f"spend.{key}": value for key, value in spend.as_dict().items()}
+

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another controller's transaction before giving up."""
 DB_NAME = "dse.sqlite"
@@ -138,11 +138,12 @@ in SQL): the one place the record says so."""
 
 _TRIAL = ("id, campaign_id, number, proposal, wave, config_hash, params, status, failure,"
           " message, metrics, score, cache_of, trial_dir, data_version, data_version_read,"
-          " dependencies, replaces, invalidation, created_at, ended_at, stop_step")
+          " dependencies, replaces, invalidation, created_at, ended_at, stop_step, scores")
 _ATTEMPT = ("id, trial_id, attempt, backend, job_id, state, exit_code, signal, node, reason,"
             " peak_rss_kb, resumed, work_lost_s, usage, spend, expected_s, submitted_at,"
             " started_at, ended_at")
-_SCORE = "id, trial_id, scorer, scorer_version, score, baseline_trial, created_at, invalidation"
+_SCORE = ("id, trial_id, scorer, scorer_version, score, baseline_trial, created_at, invalidation,"
+          " scores")
 
 
 def _columns(names: str, table: str) -> str:
@@ -174,7 +175,7 @@ def _campaign(r: tuple[Any, ...]) -> CampaignRun:
 def _trial(r: tuple[Any, ...]) -> Trial:
     return Trial(r[0], r[1], r[2], r[3], r[4], r[5], r[6], _TRIAL_STATUS[r[7]], _FAILURE[r[8]],
                  r[9], r[10], r[11], r[12], r[13], r[14], r[15], r[16], r[17], r[18], r[19],
-                 r[20], r[21])
+                 r[20], r[21], r[22])
 
 
 def _spend(text: str) -> Spend:
@@ -669,6 +670,13 @@ CREATE TABLE IF NOT EXISTS progress (
 restarted controller — is kept once)."""
 
 
+_NEW_COLUMNS_16 = """
+ALTER TABLE trials ADD COLUMN scores TEXT;
+ALTER TABLE scores ADD COLUMN scores TEXT
+"""
+"""Schema 16: a Pareto campaign's score of each objective (a JSON list), on the trial (its
+latest) and on each conclusion."""
+
 _NEW_TABLES_14 = """
 ALTER TABLE trials ADD COLUMN stop_step INTEGER;
 ALTER TABLE agent_log ADD COLUMN stops TEXT;
@@ -1027,6 +1035,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     12: tuple(_NEW_TABLES_13.split(";")),
     13: tuple(_NEW_TABLES_14.split(";")),
     14: (*_SUMMARIES_15, *_BACKFILL_15),
+    15: tuple(_NEW_COLUMNS_16.split(";")),
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
 
@@ -1115,7 +1124,8 @@ CREATE TABLE IF NOT EXISTS agent_log (
     in_flight TEXT
 );
 CREATE INDEX IF NOT EXISTS agent_log_campaign ON agent_log(campaign_id, id);
-""" + ";".join((_NEW_TABLES_7, _NEW_TABLES_9, _NEW_TABLES_10, _NEW_TABLES_13, _NEW_TABLES_14))
+""" + ";".join((_NEW_TABLES_7, _NEW_TABLES_9, _NEW_TABLES_10, _NEW_TABLES_13, _NEW_TABLES_14,
+                _NEW_COLUMNS_16))
 
 
 _INSERT_PROGRESS = (
@@ -1131,7 +1141,7 @@ _DECISION = ("d.trial_id, t.number, d.attempt, d.rule, d.rule_version, d.verdict
 _INSERT_TRIAL = (
     "INSERT INTO trials(id, campaign_id, number, proposal, wave, config_hash, params, status,"
     " failure, message, metrics, score, cache_of, trial_dir, created_at, ended_at,"
-    " data_version, stop_step) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " data_version, stop_step, scores) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 _INSERT_ATTEMPT = (
     "INSERT INTO attempts(id, trial_id, attempt, backend, job_id, state, submitted_at,"
@@ -1150,8 +1160,8 @@ _TRIAL_DATA = (
     " data_version_read=COALESCE(?, data_version_read) WHERE id=?"
 )
 _END_TRIAL = (
-    "UPDATE trials SET status=?, failure=?, message=?, metrics=?, score=?, ended_at=?, stop_step=?"
-    " WHERE id=?"
+    "UPDATE trials SET status=?, failure=?, message=?, metrics=?, score=?, ended_at=?, stop_step=?,"
+    " scores=? WHERE id=?"
 )
 _INSERT_ENVIRONMENT = (
     "INSERT OR IGNORE INTO environments(digest, python, distributions) VALUES (?,?,?)"
@@ -1161,8 +1171,8 @@ _LINK_TRIAL = (
     " WHERE id=?"
 )
 _INSERT_SCORE = (
-    "INSERT INTO scores(trial_id, scorer, scorer_version, score, baseline_trial, created_at)"
-    " VALUES (?,?,?,?,?,?)"
+    "INSERT INTO scores(trial_id, scorer, scorer_version, score, baseline_trial, created_at,"
+    " scores) VALUES (?,?,?,?,?,?,?)"
 )
 _INSERT_EVENT = "INSERT INTO events(campaign_id, trial_id, at, kind, data) VALUES (?,?,?,?,?)"
 _INSERT_AGENT_CALL = (
@@ -1191,6 +1201,11 @@ _FIRST_BLOCK, _LAST_BLOCK = 64, 4096
 
 
 dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def _vector(scores: Sequence[float] | None) -> str | None:
+    """A score vector as stored (a JSON list), or ``None``."""
+    return None if scores is None else dumps([float(x) for x in scores])
 """Compact JSON for record columns (one encoder, built once: this is on the hot path)."""
 
 
@@ -1250,7 +1265,7 @@ class Batch:
         metrics: Mapping[str, float] | None = None, score: float | None = None,
         cache_of: int | None = None, trial_dir: str | None = None,
         ended_at: float | None = None, data_version: str | None = None,
-        step: int | None = None,
+        step: int | None = None, scores: Sequence[float] | None = None,
     ) -> None:
         """A new trial (or cache hit: *cache_of* is the trial it reuses; *step*: the step of
         the stopped trial it reuses), with the data version it is dispatched against (as
@@ -1259,7 +1274,7 @@ class Batch:
             row, campaign, number, proposal, wave, config_hash, params_json, status.value,
             failure.value if failure is not None else None, message,
             dumps(metrics) if metrics is not None else None, score, cache_of, trial_dir,
-            created_at, ended_at, data_version, step,
+            created_at, ended_at, data_version, step, _vector(scores),
         ))
 
     def run_instead(
@@ -1284,13 +1299,14 @@ class Batch:
         self, *, row: int, status: TrialStatus, ended_at: float | None,
         failure: FailureClass | None = None, message: str | None = None,
         metrics: Mapping[str, float] | None = None, score: float | None = None,
-        step: int | None = None,
+        step: int | None = None, scores: Sequence[float] | None = None,
     ) -> None:
         """A trial's outcome (``running`` with no end again: a cancelled trial resumed, a
         stopped one promoted); *step*: the step a stopped trial's *metrics* are from."""
         self._trial_ends.append((
             status.value, failure.value if failure is not None else None, message,
-            dumps(metrics) if metrics is not None else None, score, ended_at, step, row,
+            dumps(metrics) if metrics is not None else None, score, ended_at, step,
+            _vector(scores), row,
         ))
 
     def trial_data(
@@ -1307,10 +1323,11 @@ class Batch:
 
     def add_score(
         self, *, trial: int, scorer: str, version: str, score: float, baseline: int | None,
-        at: float,
+        at: float, scores: Sequence[float] | None = None,
     ) -> None:
-        """One conclusion: *scorer* gave *trial* *score*, compared against *baseline*."""
-        self._scores.append((trial, scorer, version, score, baseline, at))
+        """One conclusion: *scorer* gave *trial* *score* (and, in a Pareto campaign, *scores*:
+        one per objective), compared against *baseline*."""
+        self._scores.append((trial, scorer, version, score, baseline, at, _vector(scores)))
 
     def add_environment(
         self, *, digest: str, python: str | None, distributions: Mapping[str, Any]
@@ -1547,6 +1564,15 @@ class _Summaries(_Reads):
             (campaign_id, version, TrialStatus.COMPLETED.value, TrialStatus.CACHED.value),
         )
         return _trial(rows[0]) if rows else None
+
+    def pareto_trials(self, campaign_id: int) -> list[Trial]:
+        """The valid trials of run *campaign_id* scored on each objective of a Pareto campaign
+        (completed, or a cache hit of one), in the order they ended: its fronts' material."""
+        return [_trial(r) for r in self._rows(
+            f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND scores IS NOT NULL AND"
+            f" status IN (?, ?) AND {_VALID} ORDER BY ended_at, number",
+            (campaign_id, TrialStatus.COMPLETED.value, TrialStatus.CACHED.value),
+        )]
 
     def trial_pages(self, campaign_id: int, size: int = 1000) -> Iterator[list[Trial]]:
         """The trials of run *campaign_id* by number, *size* at a time (each page one
@@ -2068,7 +2094,7 @@ def _released(batch: Batch) -> Iterator[tuple[int]]:
     yield from batch._releases
     for change in batch._trial_ends:
         if change[5] is not None:
-            yield (change[7],)
+            yield (change[-1],)  # the row id ends the statement's parameters
     for change in batch._trials:
         if change[15] is not None:
             yield (change[0],)

@@ -70,6 +70,10 @@ class Objective:
     """Name of the metric in the trial's result."""
     direction: Direction = Direction.MINIMIZE
     """Which way is better."""
+    reference: float | None = None
+    """In a Pareto campaign, the worst value of this objective the front's hypervolume
+    counts (its reference point's coordinate); ``None``: placed beyond the worst value seen
+    (:func:`dse._pareto.default_reference`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +234,14 @@ class Observation:
     max_step: int | None = None
     """The step a full run ends at (the campaign's ``[stopping] max_step``), when the campaign
     stops trials early; ``step / max_step`` is the fidelity of a stopped trial's result."""
+    objectives: tuple[Objective, ...] = ()
+    """The objectives a Pareto campaign optimises together (``[campaign] objectives =
+    "pareto"``), in the campaign file's order, each with its direction; empty when the
+    campaign optimises one (its first objective, by :attr:`score`)."""
+    scores: tuple[float, ...] | None = None
+    """In a Pareto campaign, the scorer's score of each of :attr:`objectives` (in their
+    order) wherever :attr:`score` is given (:attr:`score` is the first of them); ``None``
+    otherwise."""
 
     @property
     def loss(self) -> float | None:
@@ -238,6 +250,16 @@ class Observation:
         if self.score is None:
             return None
         return -self.score if self.direction is Direction.MAXIMIZE else self.score
+
+    @property
+    def losses(self) -> tuple[float, ...] | None:
+        """:attr:`scores` oriented so that lower is better in each objective (a maximised
+        one negated): the point a multi-objective agent learns from; ``None`` without
+        scores (a single-objective campaign, or no score)."""
+        if self.scores is None or len(self.scores) != len(self.objectives):
+            return None
+        return tuple(-s if o.direction is Direction.MAXIMIZE else s
+                     for s, o in zip(self.scores, self.objectives, strict=True))
 
 
 class Verdict(enum.StrEnum):

@@ -1,0 +1,256 @@
+"""Several objectives at once: the Bayesian agent's model and acquisition for a Pareto
+campaign (``[campaign] objectives = "pareto"``).
+
+* **Model**: one Gaussian process per objective (:class:`dse_agents._gp.GaussianProcess`),
+  on the losses normalised to [0, 1] by the range seen (so that every objective weighs the
+  same in the hypervolume), fitted on the successes.
+* **Acquisition**: expected hypervolume improvement (EHVI), exact: the region the front does
+  not dominate, up to the reference point, is cut into boxes (a grid on all objectives but
+  the last, each cell open downwards in the last up to the lowest front point that dominates
+  its corner); a point's improvement is a sum over the boxes of products of one term per
+  objective, and with the objectives' posteriors independent, its expectation is the same sum
+  of products of one-dimensional Gaussian expectations. No Monte-Carlo noise, no scalarising
+  weights; a candidate costs (front size + 1) ** (objectives - 1) boxes. Its logarithm is
+  maximised, plus ``CAUTION`` times the log probability of success once a trial has failed
+  (as with one objective).
+* **Batches and trials in flight**: kriging believer: each point picked or in flight joins
+  the models at its posterior mean (their uncertainty there collapses) and the front at that
+  mean, so the next pick of a wave improves the front elsewhere.
+* **Reference point**: each objective's ``reference`` when the campaign gives one, else the
+  worst loss seen plus a tenth of the range (as ``dse report`` places it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from scipy import special
+
+from dse import Direction
+from dse_agents._acquisition import CAUTION
+from dse_agents._gp import GaussianProcess
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from numpy.typing import NDArray
+
+    from dse import Objective
+    from dse_agents._feasibility import SuccessModel
+
+__all__ = ["ParetoModel", "box_decomposition", "expected_improvement"]
+
+_MARGIN = 0.1
+"""The default reference point lies this fraction of each objective's range beyond its worst
+loss seen."""
+_FLOOR = 1e-300
+"""Expected improvements are floored here before their log (a point deep in the dominated
+region keeps a finite, very low score)."""
+_SQRT2 = math.sqrt(2.0)
+_SQRT2PI = math.sqrt(2.0 * math.pi)
+
+
+def _front(points: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The non-dominated rows of *points* (losses), duplicates once."""
+    unique = np.unique(points, axis=0)
+    keep = []
+    for i, p in enumerate(unique):
+        others = np.delete(unique, i, axis=0)
+        dominated = np.any(np.all(others <= p, axis=1) & np.any(others < p, axis=1))
+        if not dominated:
+            keep.append(i)
+    out: NDArray[np.float64] = unique[keep]
+    return out
+
+
+def box_decomposition(
+    front: NDArray[np.float64], reference: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Boxes (lower, upper corners; lower may be ``-inf``) whose union is the region below
+    *reference* that no point of *front* dominates (losses: lower is better). The points not
+    strictly below the reference in every objective are ignored."""
+    m = reference.size
+    inside = front[np.all(front < reference, axis=1)] if front.size else front.reshape(0, m)
+    if m == 1:
+        top = float(inside[:, 0].min()) if len(inside) else float(reference[0])
+        return np.array([[-np.inf]]), np.array([[top]])
+    edges = []
+    for j in range(m - 1):
+        cuts = np.unique(inside[:, j]) if len(inside) else np.zeros(0)
+        edges.append((np.concatenate([[-np.inf], cuts]), np.concatenate([cuts, [reference[j]]])))
+    grids_lo = np.meshgrid(*[e[0] for e in edges], indexing="ij")
+    grids_hi = np.meshgrid(*[e[1] for e in edges], indexing="ij")
+    lower = np.stack([g.reshape(-1) for g in grids_lo], axis=1)
+    upper = np.stack([g.reshape(-1) for g in grids_hi], axis=1)
+    # The lowest front point (in the last objective) dominating each cell's lower corner.
+    if len(inside):
+        covers = np.all(inside[None, :, : m - 1] <= lower[:, None, :], axis=2)
+        last = np.where(covers, inside[None, :, m - 1], np.inf).min(axis=1)
+        cap = np.minimum(last, reference[m - 1])
+    else:
+        cap = np.full(len(lower), reference[m - 1])
+    keep = cap > -np.inf
+    low = np.hstack([lower[keep], np.full((int(keep.sum()), 1), -np.inf)])
+    high = np.hstack([upper[keep], cap[keep][:, None]])
+    return low, high
+
+
+def _partial(
+    mean: NDArray[np.float64], std: NDArray[np.float64], low: NDArray[np.float64],
+    high: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """E[max(0, high - max(Y, low))] for Y ~ N(mean, std²): candidates by boxes."""
+    mu, sd = mean[:, None], np.maximum(std[:, None], 1e-12)
+    b = (high[None, :] - mu) / sd
+    a = (low[None, :] - mu) / sd
+    cdf_b, pdf_b = special.ndtr(b), np.exp(-0.5 * b * b) / _SQRT2PI
+    cdf_a = special.ndtr(a)
+    pdf_a = np.where(np.isfinite(a), np.exp(-0.5 * np.where(np.isfinite(a), a, 0.0) ** 2)
+                     / _SQRT2PI, 0.0)
+    below = np.where(np.isfinite(low)[None, :], (high - np.where(
+        np.isfinite(low), low, 0.0))[None, :] * cdf_a, 0.0)
+    within = (high[None, :] - mu) * (cdf_b - cdf_a) + sd * (pdf_b - pdf_a)
+    value: NDArray[np.float64] = np.maximum(below + within, 0.0)
+    return value
+
+
+def expected_improvement(
+    means: NDArray[np.float64], stds: NDArray[np.float64],
+    boxes: tuple[NDArray[np.float64], NDArray[np.float64]],
+) -> NDArray[np.float64]:
+    """The expected hypervolume improvement of candidates whose objectives are independent
+    Gaussians (*means*, *stds*: candidates by objectives), over the region *boxes* covers."""
+    low, high = boxes
+    total = np.ones((means.shape[0], low.shape[0]))
+    for j in range(means.shape[1]):
+        total *= _partial(means[:, j], stds[:, j], low[:, j], high[:, j])
+    out: NDArray[np.float64] = total.sum(axis=1)
+    return out
+
+
+class ParetoModel:
+    """The objectives' models and the front they are improved against (one per agent; its
+    hyperparameters warm-start the next fit)."""
+
+    def __init__(self, width: int, objectives: int, *, scaled: bool = False) -> None:
+        self.gps = [GaussianProcess(width, scaled=scaled) for _ in range(objectives)]
+        self._lo = np.zeros(objectives)
+        self._span = np.ones(objectives)
+        self._reference = np.full(objectives, 1.0 + _MARGIN)
+        self._front = np.zeros((0, objectives))
+        self._data: list[tuple[NDArray[np.float64], NDArray[np.float64]]] = []
+
+    # -- fitting --------------------------------------------------------------------------
+
+    def fit(
+        self, x: NDArray[np.float64], losses: NDArray[np.float64],
+        references: Sequence[float | None], *, fit_on: NDArray[np.intp] | None,
+        restart: bool,
+    ) -> None:
+        """Fit a model per objective to the successes' points *x* and *losses* (rows by
+        objectives), normalised by the range seen; *references*: each objective's reference
+        point as a loss (``None``: placed beyond the worst seen)."""
+        self._lo = losses.min(axis=0)
+        span = losses.max(axis=0) - self._lo
+        self._span = np.where(span > 1e-12, span, 1.0)
+        scaled = (losses - self._lo) / self._span
+        self._reference = np.array([
+            1.0 + _MARGIN if r is None else (r - lo) / s
+            for r, lo, s in zip(references, self._lo, self._span, strict=True)
+        ])
+        self._data = []
+        for j, gp in enumerate(self.gps):
+            gp.fit(x, scaled[:, j], fit_on=fit_on, restart=restart)
+            self._data.append((x, scaled[:, j]))
+        self._front = _front(scaled)
+
+    def believe(self, points: NDArray[np.float64]) -> None:
+        """Condition every model on *points* at its posterior mean, and put those means on
+        the front (kriging believer: the next pick goes where the front is not yet
+        expected to be)."""
+        if not len(points):
+            return
+        means = np.column_stack([gp.predict(points)[0] for gp in self.gps])
+        for j, gp in enumerate(self.gps):
+            x, y = self._data[j]
+            self._data[j] = (np.vstack([x, points]), np.concatenate([y, means[:, j]]))
+            gp.fit(*self._data[j], optimise=False)
+        self._front = _front(np.vstack([self._front, means]))
+
+    # -- the acquisition ------------------------------------------------------------------
+
+    def acquisition(self, success: SuccessModel | None) -> HypervolumeImprovement:
+        """The log EHVI over the current front (and its believed points)."""
+        return HypervolumeImprovement(self, box_decomposition(self._front, self._reference),
+                                      success)
+
+    def predict(
+        self, x: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Means and standard deviations of the normalised losses (candidates by
+        objectives)."""
+        parts = [gp.predict(x) for gp in self.gps]
+        return (np.column_stack([p[0] for p in parts]), np.column_stack([p[1] for p in parts]))
+
+    def ranks(self, losses: NDArray[np.float64]) -> NDArray[np.float64]:
+        """A scalar per row of *losses* that is lowest on the front: the least amount it
+        would have to improve in every objective to reach no longer dominated (0 on the
+        front); where the search gathers local candidates."""
+        scaled = (losses - self._lo) / self._span
+        front = _front(scaled)
+        gap = np.max(scaled[:, None, :] - front[None, :, :], axis=2)
+        out: NDArray[np.float64] = np.maximum(gap.min(axis=1), 0.0)
+        return out
+
+    @property
+    def length_scales(self) -> NDArray[np.float64]:
+        """The shortest length scale of each column over the objectives' models."""
+        out: NDArray[np.float64] = np.min([gp.length_scales for gp in self.gps], axis=0)
+        return out
+
+    def snapshot(self) -> list[dict[str, Any]] | None:
+        parts = [gp.snapshot() for gp in self.gps]
+        return None if any(p is None for p in parts) else [p for p in parts if p is not None]
+
+    def restore(self, state: Sequence[Mapping[str, Any]]) -> None:
+        if len(state) != len(self.gps):
+            raise ValueError(f"the snapshot has {len(state)} objectives' models, not"
+                             f" {len(self.gps)}")
+        for gp, part in zip(self.gps, state, strict=True):
+            gp.restore(part)
+
+
+class HypervolumeImprovement:
+    """log EHVI of candidates under a :class:`ParetoModel`, plus ``CAUTION`` times log
+    P(success) once a trial has failed; what :class:`dse_agents._acquisition.Maximiser`
+    maximises (without gradient polishing)."""
+
+    def __init__(
+        self, model: ParetoModel, boxes: tuple[NDArray[np.float64], NDArray[np.float64]],
+        success: SuccessModel | None,
+    ) -> None:
+        self._model = model
+        self._boxes = boxes
+        self._success = success if success is not None and success.fitted else None
+
+    @property
+    def length_scales(self) -> NDArray[np.float64]:
+        return self._model.length_scales
+
+    def __call__(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        means, stds = self._model.predict(x)
+        value: NDArray[np.float64] = np.log(
+            np.maximum(expected_improvement(means, stds, self._boxes), _FLOOR))
+        if self._success is not None:
+            value = value + CAUTION * self._success.log_probability(x)
+        return value
+
+
+def losses_of(objectives: Sequence[Objective]) -> list[float | None]:
+    """Each objective's reference point as a loss (negated for a maximised objective), or
+    ``None`` where the campaign gives none."""
+    return [None if o.reference is None else
+            (-o.reference if o.direction is Direction.MAXIMIZE else o.reference)
+            for o in objectives]
