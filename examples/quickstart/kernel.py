@@ -13,7 +13,9 @@ A stand-in for compiling and benchmarking a real GPU kernel. It computes C = A @
 
 The measured time carries 3% noise, seeded by the configuration, so the same configuration
 always measures the same. dse runs it once per trial, with the params of the trial in
-``$DSE_PARAMS_FILE``; it reports ``time_ms`` (the objective) and ``gflops``.
+``$DSE_PARAMS_FILE``; it reports ``time_ms`` (the objective), ``gflops`` and ``smem_kb``,
+the shared memory one block's tiles take (what ``pareto.toml`` trades against time: less of it
+leaves room for other kernels on the SM).
 """
 
 from __future__ import annotations
@@ -90,7 +92,9 @@ def main() -> None:
     time_ms *= measurement_noise(p)
     gflops = 2.0 * M * N * K / (time_ms * 1e-3) / 1e9
     print(f"{p} -> {time_ms:.3f} ms, {gflops:.0f} GFLOP/s", flush=True)
-    dse.trial.report({"time_ms": round(time_ms, 4), "gflops": round(gflops, 1)})
+    smem_kb = (tile_m * tile_k + tile_k * tile_n) * 4 / 1024
+    dse.trial.report({"time_ms": round(time_ms, 4), "gflops": round(gflops, 1),
+                      "smem_kb": smem_kb})
 
 
 if __name__ == "__main__":

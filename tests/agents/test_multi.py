@@ -121,7 +121,8 @@ def test_failures_teach_where_trials_succeed_and_a_snapshot_resumes_the_search()
             told.append(observation(p, n, failed=p["x0"] > 0.8))
         agent.observe(told)
     state = agent.snapshot()
-    assert state is not None and len(state["v"]) == n
+    assert state is not None
+    assert len(state["v"]) == n
     assert state["objectives"] == [["f1", "minimize", None], ["f2", "minimize", None]]
     copy = BayesianAgent(SPACE, seed=99)
     copy.restore(json.loads(json.dumps(state)))

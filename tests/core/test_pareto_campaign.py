@@ -77,7 +77,8 @@ def test_a_maximised_and_a_minimised_objective_the_front_is_exactly_the_undomina
         assert r.score == r.scores[0]  # type: ignore[index]
     # The agent is told the vector, and the losses (acc negated: lower is better).
     told = {o.trial_number: o for o in agent.seen}
-    assert told[5].scores == (64.0, 7.0) and told[5].losses == (64.0, -7.0)
+    assert told[5].scores == (64.0, 7.0)
+    assert told[5].losses == (64.0, -7.0)
     assert [o.metric for o in told[5].objectives] == ["time", "acc"]
     losses = {n: (r.metrics["time"], -r.metrics["acc"]) for n, r in rows.items()}  # type: ignore[index]
     expected = sorted(n for n, v in losses.items()
@@ -96,7 +97,9 @@ def test_a_maximised_and_a_minimised_objective_the_front_is_exactly_the_undomina
     assert [t for t, _ in front["hypervolume_by_trial"]] == sorted(
         rows, key=lambda n: (rows[n].ended_at, n))
     hv = [v for _, v in front["hypervolume_by_trial"]]
-    assert hv == sorted(hv) and hv[-1] == pytest.approx(front["hypervolume"]) and hv[-1] > 0
+    assert hv == sorted(hv)
+    assert hv[-1] == pytest.approx(front["hypervolume"])
+    assert hv[-1] > 0
     text = "\n".join(detail_lines(run_detail(store, result.campaign_id)))
     assert f"{len(expected)} of {len(XS)} trials on the Pareto front" in text
     store.close()
@@ -242,7 +245,8 @@ def test_a_given_reference_point_bounds_the_hypervolume(tmp_path: Path) -> None:
     # One point, time 10 and acc 5: a box of (100 - 10) x (5 - 0).
     assert front["hypervolume"] == pytest.approx(90.0 * 5.0)
     run_row = store.campaign(result.campaign_id)
-    assert run_row is not None and run_row.spec["pareto"] is True
+    assert run_row is not None
+    assert run_row.spec["pareto"] is True
     assert json.dumps(doc)  # the report is JSON throughout
     store.close()
 
@@ -252,5 +256,7 @@ def test_a_single_objective_run_has_no_front(tmp_path: Path) -> None:
     result, agent, store = run(camp, [{"x": 1}])
     assert detail_json(run_detail(store, result.campaign_id))["pareto"] is None
     (row,) = store.trials(result.campaign_id)
-    assert row.scores is None and agent.seen[0].scores is None and agent.seen[0].losses is None
+    assert row.scores is None
+    assert agent.seen[0].scores is None
+    assert agent.seen[0].losses is None
     store.close()

@@ -58,12 +58,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from dse import Direction, Objective, TrialStatus
+from dse import TrialStatus
 from dse_agents._acquisition import Acquisition, Maximiser
 from dse_agents._encoding import Encoding
 from dse_agents._feasibility import SuccessModel
 from dse_agents._gp import AtFullFidelity, GaussianProcess
-from dse_agents._multi import ParetoModel, losses_of
+from dse_agents._multi import ParetoSearch
 from dse_agents._options import need_int, reject_unknown
 from dse_agents._trust import MIN_COLUMNS, trust_box, trust_length
 
@@ -198,12 +198,8 @@ class BayesianAgent:
         self._batch: list[NDArray[np.float64]] = []
         """The points of the batch: in flight, then picked by this ``propose``; the last rows
         of the model's data, in this order."""
-        self._objectives: tuple[Objective, ...] = ()
-        """A Pareto campaign's objectives (from its observations), else empty."""
-        self._v: list[tuple[float, ...] | None] = []
-        """In a Pareto campaign, the losses of each observed point (``None``: a failure, a
-        rejection, a trial stopped early); aligned with ``_x``."""
-        self._pareto: ParetoModel | None = None
+        self._multi = ParetoSearch(self._enc.width, scaled=self._many)
+        """A Pareto campaign's objectives, each point's losses (aligned with ``_x``), model."""
 
     @property
     def exhausted(self) -> bool:
@@ -226,7 +222,7 @@ class BayesianAgent:
         for p in in_flight:
             self._seen.add(enc.key(p))
         model: tuple[NDArray[np.float64], NDArray[np.float64], float] | None = None
-        pareto = self._objectives != ()
+        pareto = self._multi.active
         while len(out) < n and not self.exhausted:
             if self._proposed < self._initial or self._successes() < 2:
                 params = self._from_design()
@@ -246,8 +242,8 @@ class BayesianAgent:
             self._batch.append(point)
             out.append(params)
             if model is not None and len(out) < n:
-                if self._pareto is not None and pareto:
-                    self._pareto.believe(point[None, :])
+                if pareto:
+                    self._multi.believe(point[None, :])
                 else:
                     self._believe([point])
         return out
@@ -259,9 +255,7 @@ class BayesianAgent:
             if learnt is None:
                 continue  # interrupted, cancelled, out of budget, other data: nothing learnt
             loss, fidelity = learnt
-            losses = obs.losses if obs.status is TrialStatus.COMPLETED else None
-            if len(obs.objectives) > 1 and not self._objectives:
-                self._objectives = tuple(obs.objectives)
+            losses = self._multi.note(obs)
             try:
                 x = enc.encode(obs.params)
             except (KeyError, ValueError, TypeError):
@@ -272,14 +266,14 @@ class BayesianAgent:
             if entry is not None and np.array_equal(self._x[entry], x):
                 # The same trial told again: its later result replaces the earlier.
                 self._y[entry], self._t[entry] = loss, fidelity
-                self._v[entry] = losses
+                self._multi.losses[entry] = losses
                 continue
             if number is not None:
                 self._trials[number] = len(self._x)
             self._x.append(x)
             self._y.append(loss)
             self._t.append(fidelity)
-            self._v.append(losses)
+            self._multi.losses.append(losses)
 
     def snapshot(self) -> dict[str, Any] | None:
         """The agent's state as JSON values: the generator, the rest of the initial design,
@@ -294,9 +288,8 @@ class BayesianAgent:
         exact = (all(_exact(v) for key in self._seen for _, v in key)
                  and all(y is None or _exact(y) for y in self._y)
                  and all(np.isfinite(x).all() for x in self._x))
-        if self._pareto is not None and self._pareto.snapshot() is None:
-            return None
-        if (gp is None or success is None or not exact
+        multi = self._multi.snapshot()
+        if (multi is None or gp is None or success is None or not exact
                 or (self._gp_fidelity is not None and fidelity is None)):
             return None
         return {
@@ -314,7 +307,7 @@ class BayesianAgent:
             "gp": gp,
             "gp_fidelity": fidelity,
             "gp_success": success,
-            **self._pareto_state(),
+            **multi,
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -338,13 +331,13 @@ class BayesianAgent:
         self._seen = {tuple((str(name), value) for name, value in key)
                       for key in state["seen"]}
         self._proposed, self._fits = int(state["proposed"]), int(state["fits"])
-        self._restore_pareto(state)
+        self._multi.restore(state, len(self._x))
 
     # -- proposals ------------------------------------------------------------------------
 
     def _successes(self) -> int:
-        if self._objectives:
-            return sum(1 for v in self._v if v is not None)
+        if self._multi.active:
+            return sum(1 for v in self._multi.losses if v is not None)
         return sum(1 for y in self._y if y is not None)
 
     def _from_design(self) -> dict[str, Any] | None:
@@ -501,61 +494,23 @@ class BayesianAgent:
     # -- several objectives (a Pareto campaign: dse_agents._multi) -------------------------
 
     def _fit_pareto(self) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
-        """Fit a model per objective to the successes (a seeded subsample of ``max_points``
-        if more) and the success model, then believe the trials in flight; (points, their
-        distance to the front, 0)."""
-        rows = [i for i, v in enumerate(self._v) if v is not None]
-        if len(rows) > self._max_points:
-            rows = sorted(self._rng.choice(rows, self._max_points, replace=False).tolist())
-        x = np.array([self._x[i] for i in rows])
-        losses = np.array([self._v[i] for i in rows], dtype=np.float64)
-        fit_on = None
-        if len(rows) > _FIT_POINTS:
-            fit_on = np.sort(self._rng.choice(len(rows), _FIT_POINTS, replace=False))
+        """Fit the objectives' models and the success model, then believe the trials in
+        flight; (points, their distance to the front, 0)."""
         self._fits += 1
-        if self._pareto is None:
-            self._pareto = ParetoModel(self._enc.width, len(self._objectives), scaled=self._many)
-        self._pareto.fit(x, losses, losses_of(self._objectives), fit_on=fit_on,
-                         restart=len(rows) < 30 or self._fits % 5 == 1)
+        x, gaps = self._multi.fit(self._x, self._rng, self._max_points,
+                                  restart=self._fits % 5 == 1)
         self._fit_success()
-        if self._batch:
-            self._pareto.believe(np.array(self._batch))
-        return x, self._pareto.ranks(losses), 0.0
+        self._multi.believe(np.array(self._batch) if self._batch else x[:0])
+        return x, gaps, 0.0
 
     def _from_front(
         self, model: tuple[NDArray[np.float64], NDArray[np.float64], float]
     ) -> dict[str, Any] | None:
         """The unseen point of highest expected hypervolume improvement."""
-        assert self._pareto is not None
         x, gaps, _ = model
-        acquisition = self._pareto.acquisition(self._success)
+        acquisition = self._multi.acquisition(self._success)
         for point in self._maximiser.ranked(acquisition, x, gaps, None, polish=False):
             params = self._enc.decode(point)
             if self._enc.key(params) not in self._seen:
                 return params
         return self._any_unseen()
-
-    def _pareto_state(self) -> dict[str, Any]:
-        """The snapshot's part for several objectives (nothing with one)."""
-        if not self._objectives:
-            return {}
-        return {
-            "objectives": [[o.metric, o.direction.value, o.reference]
-                           for o in self._objectives],
-            "v": [None if v is None else list(v) for v in self._v],
-            "gp_pareto": None if self._pareto is None else self._pareto.snapshot(),
-        }
-
-    def _restore_pareto(self, state: Mapping[str, Any]) -> None:
-        self._objectives = tuple(
-            Objective(str(metric), Direction(direction),
-                      None if reference is None else float(reference))
-            for metric, direction, reference in state.get("objectives", []))
-        self._v = [None if v is None else tuple(float(x) for x in v)
-                   for v in state.get("v", [None] * len(self._x))]
-        self._pareto = None
-        if self._objectives and state.get("gp_pareto") is not None:
-            self._pareto = ParetoModel(self._enc.width, len(self._objectives),
-                                       scaled=self._many)
-            self._pareto.restore(state["gp_pareto"])
-

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import special
 
-from dse import Direction
+from dse import Direction, Objective, TrialStatus
 from dse_agents._acquisition import CAUTION
 from dse_agents._gp import GaussianProcess
 
@@ -37,11 +37,13 @@ if TYPE_CHECKING:
 
     from numpy.typing import NDArray
 
-    from dse import Objective
+    from dse import Observation
     from dse_agents._feasibility import SuccessModel
 
-__all__ = ["ParetoModel", "box_decomposition", "expected_improvement"]
+__all__ = ["ParetoModel", "ParetoSearch", "box_decomposition", "expected_improvement"]
 
+_FIT_POINTS = 120
+"""Most points the hyperparameters are fitted on (as with one objective)."""
 _MARGIN = 0.1
 """The default reference point lies this fraction of each objective's range beyond its worst
 loss seen."""
@@ -254,3 +256,84 @@ def losses_of(objectives: Sequence[Objective]) -> list[float | None]:
     return [None if o.reference is None else
             (-o.reference if o.direction is Direction.MAXIMIZE else o.reference)
             for o in objectives]
+
+
+class ParetoSearch:
+    """The Bayesian agent's part for a Pareto campaign: the objectives (from the first
+    observation that carries them), the losses of each observed point (``None``: a failure,
+    a rejection, a trial stopped early; aligned with the agent's points) and their models."""
+
+    def __init__(self, width: int, *, scaled: bool) -> None:
+        self._width, self._scaled = width, scaled
+        self.objectives: tuple[Objective, ...] = ()
+        self.losses: list[tuple[float, ...] | None] = []
+        self.model: ParetoModel | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the campaign optimises several objectives."""
+        return bool(self.objectives)
+
+    def note(self, obs: Observation) -> tuple[float, ...] | None:
+        """The losses *obs* teaches (a completed trial's; ``None`` otherwise), learning the
+        objectives from the first observation of a Pareto campaign."""
+        if len(obs.objectives) > 1 and not self.objectives:
+            self.objectives = tuple(obs.objectives)
+        return obs.losses if obs.status is TrialStatus.COMPLETED else None
+
+    def fit(
+        self, points: Sequence[NDArray[np.float64]], rng: np.random.Generator,
+        max_points: int, *, restart: bool,
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Fit a model per objective to the points with losses (a seeded subsample of
+        *max_points* if more; hyperparameters on at most 120 of them); (those points, their
+        distance to the front: where local candidates gather)."""
+        rows = [i for i, v in enumerate(self.losses) if v is not None]
+        if len(rows) > max_points:
+            rows = sorted(rng.choice(rows, max_points, replace=False).tolist())
+        x = np.array([points[i] for i in rows])
+        losses = np.array([self.losses[i] for i in rows], dtype=np.float64)
+        fit_on = None
+        if len(rows) > _FIT_POINTS:
+            fit_on = np.sort(rng.choice(len(rows), _FIT_POINTS, replace=False))
+        if self.model is None:
+            self.model = ParetoModel(self._width, len(self.objectives), scaled=self._scaled)
+        self.model.fit(x, losses, losses_of(self.objectives), fit_on=fit_on,
+                       restart=restart or len(rows) < 30)
+        return x, self.model.ranks(losses)
+
+    def believe(self, points: NDArray[np.float64]) -> None:
+        """The batch so far (trials in flight, points picked) at the models' means."""
+        assert self.model is not None
+        self.model.believe(points)
+
+    def acquisition(self, success: SuccessModel | None) -> HypervolumeImprovement:
+        assert self.model is not None
+        return self.model.acquisition(success)
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """The snapshot's part (empty with one objective; ``None`` when a model's
+        hyperparameters are not finite)."""
+        if not self.objectives:
+            return {}
+        model = None if self.model is None else self.model.snapshot()
+        if self.model is not None and model is None:
+            return None
+        return {
+            "objectives": [[o.metric, o.direction.value, o.reference] for o in self.objectives],
+            "v": [None if v is None else list(v) for v in self.losses],
+            "gp_pareto": model,
+        }
+
+    def restore(self, state: Mapping[str, Any], points: int) -> None:
+        """Become the part a :meth:`snapshot` (of an agent with *points* points) describes."""
+        self.objectives = tuple(
+            Objective(str(metric), Direction(direction),
+                      None if reference is None else float(reference))
+            for metric, direction, reference in state.get("objectives", []))
+        self.losses = [None if v is None else tuple(float(x) for x in v)
+                       for v in state.get("v", [None] * points)]
+        self.model = None
+        if self.objectives and state.get("gp_pareto") is not None:
+            self.model = ParetoModel(self._width, len(self.objectives), scaled=self._scaled)
+            self.model.restore(state["gp_pareto"])

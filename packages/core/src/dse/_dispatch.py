@@ -364,9 +364,8 @@ class Dispatcher:
             message=trial.message if finished else None,
             metrics=original.metrics if finished else None,
             score=trial.score if finished else None, cache_of=original.row_id,
-            scores=trial.scores if finished else None,
             created_at=now, ended_at=now if finished else None,
-            step=original.step if finished else None,
+            step=original.step if finished else None, scores=trial.scores if finished else None,
         )
         if finished:
             p.results.cached_end(trial, original)

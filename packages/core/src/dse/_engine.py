@@ -102,6 +102,15 @@ def check_command(campaign: Campaign, backend: Runner, where: str) -> None:
         )
 
 
+
+def _judges(
+    campaign: Campaign, scorer: Scorer, plugins: PluginManager, guard: AgentGuard
+) -> tuple[Feedback, Baselines]:
+    """What the agent is told (every objective's score in a Pareto campaign), and who scores
+    complete runs (the scorer of each objective in a Pareto campaign)."""
+    feedback = Feedback(scorer.direction, guard, campaign.objectives if campaign.pareto else ())
+    return feedback, Baselines(scorer, build_score_vector(campaign, plugins, scorer))
+
 class Engine:
     """Runs one campaign on one runner, recording everything in a store.
 
@@ -128,9 +137,7 @@ class Engine:
         self.store = store
         where = str(campaign.source or "<campaign>")
         self.environment: Environment = environment or CommandEnvironment(
-            campaign.environment,
-            [o for o in campaign.objectives if o.metric not in SPEND_METRICS],
-            param_names=campaign.space.names,
+            campaign.environment, campaign.objectives, param_names=campaign.space.names,
             source=where,
         )
         if environment is None:
@@ -171,10 +178,7 @@ class Engine:
                     "placement": dict(self.backend.placement())}
         self.data = CurrentData(identity, data_version)
         ranking = Objective(campaign.objectives[0].metric, self.scorer.direction)
-        self.feedback = Feedback(ranking.direction, self._guard,
-                                 campaign.objectives if campaign.pareto else ())
-        self.baselines = Baselines(
-            self.scorer, build_score_vector(campaign, self.plugins, self.scorer))
+        self.feedback, self.baselines = _judges(campaign, self.scorer, self.plugins, self._guard)
         self.invalid = InvalidationView(0)  # its run id is set when the run is recorded
         policy = RetryPolicy(campaign.max_interruptions)
         self.results = Results(

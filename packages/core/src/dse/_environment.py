@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dse._errors import ConfigError
+from dse._spend import SPEND_METRICS
 from dse._template import PLACEHOLDER, substitute
 from dse._trialfile import UnsafeTrialFile, read_trial_file, write_trial_file
 from dse._types import Evaluation, FailureClass, JobSpec, JobStatus, Objective, finite_float
@@ -50,7 +51,8 @@ class CommandEnvironment:
         source: str = "<campaign>",
     ) -> None:
         self.config = config
-        self.objectives = tuple(objectives)
+        # What the trial cost is dse's to know, not the result's to report.
+        self.objectives = tuple(o for o in objectives if o.metric not in SPEND_METRICS)
         allowed = set(param_names) | set(_TRIAL_VARS)
         for item in config.command:
             for name in PLACEHOLDER.findall(item):

@@ -13,6 +13,7 @@ import io
 import json
 from typing import TYPE_CHECKING, Any
 
+from dse._front import pareto_objectives, pareto_ranks_by_row
 from dse._render import invalidation_json, trajectory
 from dse._show import EXPORT_SCHEMA, trial_records
 
@@ -26,6 +27,9 @@ __all__ = ["export_text"]
 
 CSV_COLUMNS = ("step", "action", "reward", "observation", "status", "failure", "config_hash",
                "cache_of", "valid")
+PARETO_COLUMNS = ("scores", "pareto_rank")
+"""The columns a Pareto run's CSV adds: each objective's score (a JSON object) and the trial's
+Pareto rank among the valid scored trials of its data version (1: on the front)."""
 
 
 def export_text(store: Store, run: CampaignRun, fmt: str, page: int = 1000) -> Iterator[str]:
@@ -47,16 +51,26 @@ def _steps(store: Store, run: CampaignRun, page: int) -> Iterator[list[dict[str,
 def _csv(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    objectives = pareto_objectives(run.spec)
+    ranks = pareto_ranks_by_row(store, run.id, run.spec)
+    writer.writerow(CSV_COLUMNS + (PARETO_COLUMNS if objectives else ()))
     yield buffer.getvalue()
-    for steps in _steps(store, run, page):
+    invalid = store.invalid_scores(run.id)
+    for trials in store.trial_pages(run.id, page):
         buffer.seek(0)
         buffer.truncate()
-        for r in steps:
+        for t, r in zip(trials, trajectory(run, trials, invalid), strict=True):
+            extra: list[Any] = []
+            if objectives:
+                vector = r["scores"]
+                extra = ["" if vector is None else json.dumps(dict(zip(
+                    [m for m, _ in objectives], vector, strict=True))),
+                    ranks.get(t.id, "")]
             writer.writerow([
                 r["step"], json.dumps(r["action"]), "" if r["reward"] is None else r["reward"],
                 json.dumps(r["observation"]), r["status"], r["failure"] or "",
                 r["config_hash"], r["cache_of"] or "", "true" if r["valid"] else "false",
+                *extra,
             ])
         yield buffer.getvalue()
 
@@ -71,9 +85,10 @@ def _jsonl(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
     head["invalidations"] = [invalidation_json(i) for i in store.invalidations()]
     yield json.dumps(head) + "\n"
     invalid = store.invalid_scores(run.id)
+    ranks = pareto_ranks_by_row(store, run.id, run.spec)
     for trials in store.trial_pages(run.id, page):
         steps = trajectory(run, trials, invalid)
-        records = trial_records(store, run, trials)
+        records = trial_records(store, run, trials, ranks)
         yield "".join(json.dumps({"trajectory": step, "record": record}) + "\n"
                       for step, record in zip(steps, records, strict=True))
 
@@ -82,7 +97,9 @@ def _json(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
     yield "{\n" + "".join(f"  {json.dumps(k)}: {json.dumps(v)},\n"
                           for k, v in _head(run).items())
     yield from _array("trajectory", _steps(store, run, page), last=False)
-    records = (trial_records(store, run, trials) for trials in store.trial_pages(run.id, page))
+    ranks = pareto_ranks_by_row(store, run.id, run.spec)
+    records = (trial_records(store, run, trials, ranks)
+               for trials in store.trial_pages(run.id, page))
     yield from _array("trials", records, last=False)
     marks = [invalidation_json(i) for i in store.invalidations()]
     yield from _array("invalidations", iter([marks]), last=True)

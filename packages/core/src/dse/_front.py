@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from dse._records import Trial
     from dse._store import Store
 
-__all__ = ["Front", "FrontMember", "pareto_fronts", "pareto_objectives"]
+__all__ = ["Front", "FrontMember", "pareto_fronts", "pareto_objectives", "pareto_ranks_by_row"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,7 @@ class FrontMember:
     rank: int
     """1 on the front; 2 on the front of the trials off it; and so on."""
     ended_at: float | None
+    config_hash: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,7 @@ class Front:
     """The hypervolume's reference point, in the objectives' units: each objective's
     ``reference``, else beyond the worst value seen by a tenth of the range."""
     trials: tuple[FrontMember, ...]
-    """Every valid scored trial of the version, in the order they ended (a cache hit of a
+    """The valid scored trials of the version, in the order they ended (a cache hit of a
     config listed already is left out: it is the same result)."""
     hypervolume: float
     """The volume the front dominates up to the reference point (in the objectives' units)."""
@@ -73,7 +74,8 @@ def pareto_objectives(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...] | 
 
 def pareto_fronts(store: Store, campaign_id: int, spec: Mapping[str, Any]) -> list[Front]:
     """The fronts of run *campaign_id* (*spec* its recorded spec), one per data version in
-    the order the versions first ended a trial; empty for a run that optimises one
+    the order the versions first ended a trial (the trials that name none first: a cache hit
+    of a trial that read a version it was not dispatched against names none); empty for a run that optimises one
     objective, or has no scored trial yet."""
     objectives = pareto_objectives(spec)
     if objectives is None:
@@ -88,7 +90,27 @@ def pareto_fronts(store: Store, campaign_id: int, spec: Mapping[str, Any]) -> li
             continue  # a cache hit of a config the front has already: the same result
         seen.add((version, row.config_hash))
         groups.setdefault(version, []).append(row)
-    return [_front(version, rows, objectives, given) for version, rows in groups.items()]
+    # Trials that name no data version first: the last front is the latest version's.
+    ordered = sorted(groups.items(), key=lambda item: item[0] is not None)
+    return [_front(version, rows, objectives, given) for version, rows in ordered]
+
+
+def pareto_ranks_by_row(
+    store: Store, campaign_id: int, spec: Mapping[str, Any]
+) -> dict[int, int]:
+    """Trial row -> its Pareto rank among the valid scored trials of its data version, for
+    every such trial of run *campaign_id* (a cache hit has the rank of the result it reuses);
+    empty for a run that optimises one objective."""
+    fronts = pareto_fronts(store, campaign_id, spec)
+    if not fronts:
+        return {}
+    rank = {(f.version, t.config_hash): t.rank for f in fronts for t in f.trials}
+    out: dict[int, int] = {}
+    for row in store.pareto_trials(campaign_id):
+        found = rank.get((row.data_version_read or row.data_version, row.config_hash))
+        if found is not None:
+            out[row.id] = found
+    return out
 
 
 def _front(
@@ -106,7 +128,7 @@ def _front(
     ranks = pareto_ranks(losses)
     history = hypervolume_history(losses, reference)
     trials = tuple(
-        FrontMember(row.number, row.params, vector, rank, row.ended_at)
+        FrontMember(row.number, row.params, vector, rank, row.ended_at, row.config_hash)
         for row, vector, rank in zip(rows, vectors, ranks, strict=True)
     )
     return Front(

@@ -11,6 +11,17 @@ kilobytes whatever the number of trials:
 * **outcomes**: trials by outcome and failure class;
 * **curves** (a run with a stopping rule or learning curves, :mod:`dse._curves`): the trials'
   learning curves with the stopping rule's stops and promotions.
+
+A Pareto run (``[campaign] objectives = "pareto"``) has two more, first on its page (the plots
+above rank its trials by the first objective alone), drawn by :mod:`dse._frontplot` from the
+fronts :mod:`dse._front` reads:
+
+* **front**: the current data version's trials, those on the Pareto front highlighted (two
+  objectives: with the attainment staircase, the reference point and the hypervolume's area;
+  more: pairwise projections);
+* **hypervolume**: the front's hypervolume against trials and against spend.
+
+A Pareto run with no trial scored on every objective yet has both, each saying so.
 """
 
 from __future__ import annotations
@@ -26,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from dse._curves import CURVES, draw_curves, learning_curves
 from dse._errors import DseError
+from dse._front import pareto_fronts, pareto_objectives
+from dse._frontplot import FRONT, FRONT_PLOTS, HYPERVOLUME, draw_front, draw_hypervolume
 from dse._render import detail_lines, rollup_line
 from dse._report import invalid_trials, rollup_by_objective, run_detail
 from dse._types import RESOLVED_SCORER
@@ -34,6 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from pathlib import Path
 
+    from dse._front import Front
     from dse._report import RunDetail
     from dse._store import Store
 
@@ -104,9 +118,12 @@ def _load(store: Store, campaign_id: int) -> _Run:
     return run
 
 
-def render_html(store: Store, campaign_id: int, out: Path, report_lines: Sequence[str]) -> Path:
+def render_html(store: Store, campaign_id: int, out: Path, report_lines: Sequence[str], *,
+                fronts: Sequence[Front] | None = None) -> Path:
     """Write the HTML report of run *campaign_id* to *out*: *report_lines* (the console
-    report) and the plots. Needs matplotlib (``pip install 'dse-core[report]'``)."""
+    report) and the plots; *fronts*: a Pareto run's fronts when the caller has them read
+    (:attr:`RunDetail.fronts`), else read here. Needs matplotlib (``pip install
+    'dse-core[report]'``)."""
     try:
         import matplotlib
 
@@ -125,12 +142,21 @@ def render_html(store: Store, campaign_id: int, out: Path, report_lines: Sequenc
         "cost": ("Cost per effective result", _cost),
         "outcomes": ("Outcomes and failure classes", _outcomes),
     }
+    keys: list[str] = list(PLOTS)
+    if pareto_objectives(run.spec) is not None:
+        read = list(fronts) if fronts is not None else pareto_fronts(store, campaign_id,
+                                                                      run.spec)
+        drawers[FRONT] = ("Pareto front", lambda fig, _: draw_front(fig, read))
+        drawers[HYPERVOLUME] = ("Hypervolume", lambda fig, r: draw_hypervolume(
+            fig, read, r.attempts, r.currency))
+        keys[:0] = FRONT_PLOTS
     curves = learning_curves(store, campaign_id, run.spec, run.trials)
     if curves is not None:
         drawers[CURVES] = ("Learning curves, stops and promotions",
                            lambda fig, _: draw_curves(fig, curves))
+        keys.append(CURVES)
     figures = []
-    for key in (*PLOTS, *([CURVES] if curves is not None else [])):
+    for key in keys:
         title, draw = drawers[key]
         fig = plt.figure(figsize=(10, 4.2), dpi=100)
         caption = draw(fig, run)
@@ -391,4 +417,4 @@ def write_html_report(
     rollups = [r for r in rollup_by_objective(d.summary for d in every)
                if r.label in detail.summary.serves]
     lines = [*detail_lines(detail), "", *(rollup_line(r) for r in rollups)]
-    return render_html(store, campaign_id, out, lines)
+    return render_html(store, campaign_id, out, lines, fronts=detail.fronts)

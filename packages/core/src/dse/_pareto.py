@@ -3,9 +3,9 @@
 Every function here takes *loss vectors*: one tuple per trial, each objective oriented so that
 lower is better (a maximised objective negated, as :meth:`dse.Observation.losses` gives
 them). Pure and dependency-free (dse-core needs no numpy); exact, in time quadratic in the
-number of points for the ranks and the hypervolume of two objectives, and a sweep over the
-last objective for more (fine for the hundreds to thousands of trials a campaign scores;
-``dse report`` reads no more than the run's valid scored trials).
+number of points for the hypervolume of two objectives (n log n for their ranks), and a sweep
+over the last objective for more (fine for the hundreds to thousands of trials a campaign
+scores; ``dse report`` reads no more than the run's valid scored trials).
 """
 
 from __future__ import annotations
@@ -42,31 +42,43 @@ def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
 
 def pareto_ranks(points: Sequence[Sequence[float]]) -> list[int]:
     """The Pareto rank of each point (non-dominated sorting): 1 for the front (dominated by
-    no other point), 2 for the front of what remains, and so on. Equal points share a rank."""
-    n = len(points)
-    dominated_by = [0] * n
-    dominating: list[list[int]] = [[] for _ in range(n)]
-    for i in range(n):
-        for j in range(i + 1, n):
-            if dominates(points[i], points[j]):
-                dominating[i].append(j)
-                dominated_by[j] += 1
-            elif dominates(points[j], points[i]):
-                dominating[j].append(i)
-                dominated_by[i] += 1
-    ranks = [0] * n
-    layer = [i for i in range(n) if dominated_by[i] == 0]
-    rank = 1
-    while layer:
-        following: list[int] = []
-        for i in layer:
-            ranks[i] = rank
-            for j in dominating[i]:
-                dominated_by[j] -= 1
-                if dominated_by[j] == 0:
-                    following.append(j)
-        layer, rank = following, rank + 1
+    no other point), 2 for the front of what remains, and so on. Equal points share a rank.
+
+    The points are taken in lexicographic order, so a point's dominators all come before it;
+    its rank is one more than its highest-ranked dominator's. The layers built so far are
+    searched by bisection: a point dominated by someone in layer *k* is dominated by someone
+    in every layer below *k* (that one's chain of dominators), so "dominated by layer k" is
+    true then false as *k* grows. With two objectives a layer answers in constant time (its
+    last point has its lowest second objective): n log n in all.
+    """
+    order = sorted(range(len(points)), key=lambda i: tuple(points[i]))
+    layers: list[list[Sequence[float]]] = []
+    ranks = [0] * len(points)
+    two = bool(points) and len(points[0]) == 2
+    for i in order:
+        p = points[i]
+        low, high = 0, len(layers)
+        while low < high:
+            mid = (low + high) // 2
+            if _layer_dominates(layers[mid], p, two=two):
+                low = mid + 1
+            else:
+                high = mid
+        if low == len(layers):
+            layers.append([])
+        layers[low].append(p)
+        ranks[i] = low + 1
     return ranks
+
+
+def _layer_dominates(layer: list[Sequence[float]], p: Sequence[float], *, two: bool) -> bool:
+    """Whether a point of *layer* (all before *p* in lexicographic order) dominates *p*."""
+    if two:
+        # The layer's points are mutually non-dominated and sorted: the last has the lowest
+        # second objective, and every first objective is at most p's.
+        last = layer[-1]
+        return last[1] < p[1] or (last[1] == p[1] and last[0] < p[0])
+    return any(dominates(q, p) for q in layer)
 
 
 def non_dominated(points: Sequence[Sequence[float]]) -> list[int]:
@@ -118,7 +130,7 @@ def hypervolume_history(
 
 def _front(points: list[Vector]) -> list[Vector]:
     unique = sorted(set(points))
-    return [p for p in unique if not any(dominates(q, p) for q in unique)]
+    return [p for p, rank in zip(unique, pareto_ranks(unique), strict=True) if rank == 1]
 
 
 def _volume(front: list[Vector], ref: Vector) -> float:

@@ -166,6 +166,7 @@ def outcome_json(result: CampaignResult, detail: RunDetail, campaign: Campaign) 
             "trial": best.number, "score": best.score, "params": dict(best.params),
             "metric": campaign.objectives[0].metric,
         },
+        "pareto": front_json(detail.fronts[-1]) if detail.fronts else None,
         "currency": summary.currency,
         "spent": _spent_json(summary.spent),
         "budget": _ceilings(detail),
@@ -188,7 +189,15 @@ def outcome_lines(result: CampaignResult, detail: RunDetail, campaign: Campaign)
            else "")
         + ("" if s.baseline is None else f"; baseline {s.baseline.value}")
     ]
-    if best is not None:
+    if detail.fronts:
+        front = detail.fronts[-1]
+        shown = ", ".join(str(m.number) for m in front.members[:FRONT_SHOWN])
+        more = ", ..." if len(front.members) > FRONT_SHOWN else ""
+        lines.append(
+            f"front: {len(front.members)} of {len(front.trials)} trials (trials {shown}{more});"
+            f" hypervolume {front.hypervolume:.6g}; dse report {result.name} lists them"
+        )
+    elif best is not None:
         metric = campaign.objectives[0].metric
         lines.append(
             f"best: trial {best.number} {metric}={best.score:.6g}"
@@ -617,6 +626,7 @@ def trajectory(run: CampaignRun, trials: Iterable[Trial],
             "cache_of": t.cache_of,
             "trial_dir": t.trial_dir,
             "valid": t.invalidation is None and t.id not in invalid_scores,
+            "scores": t.scores,
         })
     return rows
 

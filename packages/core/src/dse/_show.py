@@ -12,6 +12,7 @@ import shlex
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from dse._front import pareto_objectives, pareto_ranks_by_row
 from dse._render import duration_text, hours_text, money_text
 from dse._spend import Spend
 from dse._states import RESOLVED_SCORER
@@ -44,10 +45,13 @@ _SPEND_KEYS = ("wall_s", "cpu_s", "gpu_s", "node_s", "money")
 
 
 def trial_records(
-    store: Store, run: CampaignRun, trials: Sequence[Trial] | None = None
+    store: Store, run: CampaignRun, trials: Sequence[Trial] | None = None,
+    ranks: Mapping[int, int] | None = None,
 ) -> list[dict[str, Any]]:
     """The record of each of *trials* (default: every trial of *run*), in their order: what
-    is read is theirs (their attempts, scores, links), never the rest of the run's."""
+    is read is theirs (their attempts, scores, links), never the rest of the run's — but for
+    a Pareto run, each trial's rank among the run's (*ranks*: trial row -> Pareto rank, as
+    :func:`dse._front.pareto_ranks_by_row` gives it; read here when not given)."""
     if trials is None:
         trials = store.trials(run.id)
     attempts: dict[int, list[Attempt]] = {}
@@ -55,6 +59,9 @@ def trial_records(
         attempts.setdefault(attempt.trial_id, []).append(attempt)
     reused = store.trial_refs(t.cache_of for t in trials if t.cache_of is not None)
     context = _Context(store, run, trials)
+    if run.spec.get("pareto"):
+        context.ranks = ranks if ranks is not None else pareto_ranks_by_row(store, run.id,
+                                                                            run.spec)
     return [_record(run, t, attempts.get(t.id, []), reused, context) for t in trials]
 
 
@@ -85,6 +92,8 @@ class _Context:
             row: [_trial_ref(ref) for ref in refs]
             for row, refs in store.replacements(t.id for t in trials).items()
         }
+        self.ranks: Mapping[int, int] = {}
+        """A Pareto run's trials' ranks (trial row -> rank)."""
 
     def invalid(self, mark: int | None) -> dict[str, Any] | None:
         if mark is None or mark not in self.invalidations:
@@ -238,6 +247,22 @@ def _concluded(run: CampaignRun, trial: Trial, context: _Context) -> dict[str, A
         "valid": invalid is None and score_invalid is None,
         "invalid": invalid or score_invalid,
         "scores": scores,
+        "pareto": _pareto(spec, trial, context),
+    }
+
+
+def _pareto(spec: Mapping[str, Any], trial: Trial, context: _Context) -> dict[str, Any] | None:
+    """A Pareto run's trial: its score of each objective and its rank among the valid scored
+    trials of its data version (``None``: it has no valid scores)."""
+    objectives = pareto_objectives(spec)
+    if objectives is None:
+        return None
+    vector = trial.scores
+    return {
+        "scores": None if vector is None else {
+            metric: value for (metric, _), value in zip(objectives, vector, strict=True)},
+        "rank": context.ranks.get(trial.id),
+        "version": trial.data_version_read or trial.data_version,
     }
 
 
@@ -491,6 +516,15 @@ def _concluded_lines(k: Mapping[str, Any], row: Callable[[str, str], None]) -> N
         bad = k["invalid"]
         row("INVALID", f"{bad['reason']} (dse invalidate --{bad['kind'].replace('_', '-')}"
             f" {bad['target']}, {_when(bad['at'])})")
+    pareto = k.get("pareto")
+    if pareto is not None and pareto["scores"] is not None:
+        values = " ".join(f"{m}={v:.6g}" for m, v in pareto["scores"].items())
+        rank = pareto["rank"]
+        where = "" if pareto["version"] is None else f" of data version {pareto['version']}"
+        row("objectives", values)
+        row("pareto rank", "none: not valid" if rank is None else (
+            f"{rank}" + (" (on the front)" if rank == 1 else "")
+            + f" among the valid trials{where}"))
     for earlier in k["scores"][:-1]:
         row("earlier score", f"{earlier['score']:.6g} by {earlier['scorer']}"
             f" {earlier['version']}" + (" (invalid)" if earlier["invalid"] else ""))
