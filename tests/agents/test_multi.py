@@ -128,3 +128,20 @@ def test_failures_teach_where_trials_succeed_and_a_snapshot_resumes_the_search()
     copy.restore(json.loads(json.dumps(state)))
     assert copy.propose(2, in_flight=[{"x0": 0.5, "x1": 0.1, "x2": 0.1}]) == agent.propose(
         2, in_flight=[{"x0": 0.5, "x1": 0.1, "x2": 0.1}])
+
+
+def test_the_gradient_of_the_log_improvement_matches_finite_differences() -> None:
+    agent = BayesianAgent(SPACE, seed=2)
+    campaign(agent, 16, 4)
+    model = agent._multi.model  # noqa: SLF001 - the fitted models of a real search
+    assert model is not None
+    acquisition = model.acquisition(None)
+    x = np.random.default_rng(0).random((6, 3))
+    value, grad = acquisition.with_gradient(x)
+    assert value == pytest.approx(acquisition(x))
+    step = 1e-6
+    for column in range(3):
+        moved = x.copy()
+        moved[:, column] += step
+        numeric = (acquisition(moved) - acquisition(x - (moved - x))) / (2 * step)
+        assert grad[:, column] == pytest.approx(numeric, rel=1e-3, abs=1e-4)

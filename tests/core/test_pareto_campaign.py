@@ -260,3 +260,29 @@ def test_a_single_objective_run_has_no_front(tmp_path: Path) -> None:
     assert agent.seen[0].scores is None
     assert agent.seen[0].losses is None
     store.close()
+
+
+def test_the_live_front_follows_results_invalidations_and_a_resume(tmp_path: Path) -> None:
+    def scripted(params: Mapping[str, Any]) -> ProbeScript:
+        table = {1: (1.0, 5.0), 2: (2.0, 4.0), 3: (5.0, 9.0), 4: (3.0, 9.0)}
+        time, acc = table[params["x"]]
+        return ProbeScript(metrics={"time": time, "acc": acc})
+
+    camp = campaign(tmp_path, campaign={"max_trials": 3})
+    result, _, store = run(camp, [{"x": 1}, {"x": 2}, {"x": 3}], script=scripted)
+    # 1 dominates 2 (faster and more accurate); 3 is the most accurate.
+    assert sorted(result.stats.front) == [1, 3]
+    assert result.stats.front[3] == (5.0, -9.0)  # losses: acc negated
+    _, first = store.find_trial("mo:1")
+    store.invalidate("trial", "mo:1", "wrong clocks", 1.0, trial_row=first.id)
+    # A resumed run reads the front back from the record, without the invalidated trial,
+    # and takes in a new result that dominates trial 3 at equal accuracy.
+    store.reopen_campaign(result.campaign_id)
+    again = campaign(tmp_path, campaign={"max_trials": 4})
+    clock = FakeClock()
+    engine = dse.Engine(again, agent=Recording([{"x": 1}, {"x": 2}, {"x": 3}, {"x": 4}]),
+                        store=store, clock=clock,
+                        backend=ProbeBackend(scripted, clock=clock))
+    resumed = engine.run(resume=result.campaign_id)
+    assert sorted(resumed.stats.front) == [2, 4]
+    store.close()

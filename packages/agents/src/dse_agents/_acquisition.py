@@ -69,13 +69,17 @@ class Model(Protocol):
 
 
 class Surface(Protocol):
-    """What :class:`Maximiser` climbs: a score per candidate (higher is better) and the
-    length scales its steps are sized by."""
+    """What :class:`Maximiser` climbs: a score per candidate (higher is better), its gradient
+    (for polishing), and the length scales its steps are sized by."""
 
     @property
     def length_scales(self) -> NDArray[np.float64]: ...
 
     def __call__(self, x: NDArray[np.float64]) -> NDArray[np.float64]: ...
+
+    def with_gradient(
+        self, x: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]: ...
 
 
 class Acquisition:
@@ -205,8 +209,8 @@ class Maximiser:
         # Every start climbs by rounds of shrinking random steps (all starts in one
         # prediction per round), then all are polished together by L-BFGS-B on the gradient.
         climbed, values = self._climb(acq, starts)
-        polished, finals = (self._polish(acq, climbed, values)
-                            if polish and isinstance(acq, Acquisition) else (climbed, values))
+        polished, finals = (self._polish(acq, climbed, values) if polish
+                            else (climbed, values))
         ranked = [polished[i] for i in np.argsort(-finals, kind="stable")]
         order = np.argsort(-score, kind="stable")
         return ranked + [pool[i] for i in order[: 4 * width + 64]]
@@ -236,7 +240,7 @@ class Maximiser:
         return points, values
 
     def _polish(
-        self, acq: Acquisition, starts: NDArray[np.float64], values: NDArray[np.float64],
+        self, acq: Surface, starts: NDArray[np.float64], values: NDArray[np.float64],
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """L-BFGS-B on the numeric columns of every start at once (their choices kept), on the
         analytic gradient, in coordinates scaled by the length scales (so that every

@@ -229,7 +229,7 @@ class BayesianAgent:
             elif pareto:
                 if model is None:
                     model = self._fit_pareto()
-                params = self._from_front(model)
+                params = self._from_front(model, polish=not out)
             else:
                 if model is None:
                     model = self._fit()
@@ -504,12 +504,13 @@ class BayesianAgent:
         return x, gaps, 0.0
 
     def _from_front(
-        self, model: tuple[NDArray[np.float64], NDArray[np.float64], float]
+        self, model: tuple[NDArray[np.float64], NDArray[np.float64], float], *, polish: bool
     ) -> dict[str, Any] | None:
-        """The unseen point of highest expected hypervolume improvement."""
+        """The unseen point of highest expected hypervolume improvement (polished by
+        gradient steps if *polish*: the first pick of a ``propose``)."""
         x, gaps, _ = model
         acquisition = self._multi.acquisition(self._success)
-        for point in self._maximiser.ranked(acquisition, x, gaps, None, polish=False):
+        for point in self._maximiser.ranked(acquisition, x, gaps, None, polish=polish):
             params = self._enc.decode(point)
             if self._enc.key(params) not in self._seen:
                 return params

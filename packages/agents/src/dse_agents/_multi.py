@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from dse import Observation
     from dse_agents._feasibility import SuccessModel
 
-__all__ = ["ParetoModel", "ParetoSearch", "box_decomposition", "expected_improvement"]
+__all__ = ["ParetoModel", "ParetoSearch", "box_decomposition", "expected_improvement",
+           "improvement_gradient"]
 
 _FIT_POINTS = 120
 """Most points the hyperparameters are fitted on (as with one objective)."""
@@ -132,6 +133,46 @@ def expected_improvement(
     return out
 
 
+def _partial_slopes(
+    mean: NDArray[np.float64], std: NDArray[np.float64], low: NDArray[np.float64],
+    high: NDArray[np.float64],
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The derivatives of :func:`_partial` in the mean and in the standard deviation:
+    -P(low <= Y < high) and pdf(b) - pdf(a) (Y's density terms at the box's ends)."""
+    mu, sd = mean[:, None], np.maximum(std[:, None], 1e-12)
+    b = (high[None, :] - mu) / sd
+    a = (low[None, :] - mu) / sd
+    finite = np.isfinite(a)
+    safe = np.where(finite, a, 0.0)
+    pdf_a = np.where(finite, np.exp(-0.5 * safe * safe) / _SQRT2PI, 0.0)
+    cdf_a = np.where(finite, special.ndtr(safe), 0.0)
+    d_mean = -(special.ndtr(b) - cdf_a)
+    d_std = np.exp(-0.5 * b * b) / _SQRT2PI - pdf_a
+    return d_mean, d_std
+
+
+def improvement_gradient(
+    means: NDArray[np.float64], stds: NDArray[np.float64], d_means: NDArray[np.float64],
+    d_stds: NDArray[np.float64], boxes: tuple[NDArray[np.float64], NDArray[np.float64]],
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """:func:`expected_improvement` and its gradient in the candidates' coordinates, given
+    the gradients of each objective's mean and standard deviation (*d_means*, *d_stds*:
+    candidates by objectives by columns)."""
+    low, high = boxes
+    m = means.shape[1]
+    parts = [_partial(means[:, j], stds[:, j], low[:, j], high[:, j]) for j in range(m)]
+    total = np.prod(np.stack(parts), axis=0)
+    grad = np.zeros((means.shape[0], d_means.shape[2]))
+    for j in range(m):
+        others = np.prod(np.stack([parts[i] for i in range(m) if i != j]), axis=0) \
+            if m > 1 else np.ones_like(parts[j])
+        dm, ds = _partial_slopes(means[:, j], stds[:, j], low[:, j], high[:, j])
+        grad += (others * dm).sum(axis=1)[:, None] * d_means[:, j, :]
+        grad += (others * ds).sum(axis=1)[:, None] * d_stds[:, j, :]
+    value: NDArray[np.float64] = total.sum(axis=1)
+    return value, grad
+
+
 class ParetoModel:
     """The objectives' models and the front they are improved against (one per agent; its
     hyperparameters warm-start the next fit)."""
@@ -197,13 +238,19 @@ class ParetoModel:
         return (np.column_stack([p[0] for p in parts]), np.column_stack([p[1] for p in parts]))
 
     def ranks(self, losses: NDArray[np.float64]) -> NDArray[np.float64]:
-        """A scalar per row of *losses* that is lowest on the front: the least amount it
-        would have to improve in every objective to reach no longer dominated (0 on the
-        front); where the search gathers local candidates."""
+        """A scalar per row of *losses*, lowest where the search should gather local
+        candidates: off the front, the least amount the point would have to improve in every
+        objective to be no longer dominated; on it, minus the hypervolume only it dominates
+        (the front's most valuable points first, not its earliest)."""
         scaled = (losses - self._lo) / self._span
         front = _front(scaled)
         gap = np.max(scaled[:, None, :] - front[None, :, :], axis=2)
         out: NDArray[np.float64] = np.maximum(gap.min(axis=1), 0.0)
+        for i, point in enumerate(front):
+            rest = np.delete(front, i, axis=0)
+            low, high = box_decomposition(rest, self._reference)
+            alone = np.prod(np.maximum(0.0, high - np.maximum(point, low)), axis=1).sum()
+            out[np.all(scaled == point, axis=1)] = -alone
         return out
 
     @property
@@ -248,6 +295,24 @@ class HypervolumeImprovement:
         if self._success is not None:
             value = value + CAUTION * self._success.log_probability(x)
         return value
+
+    def with_gradient(
+        self, x: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """The log EHVI (plus the success term) at *x* and its gradient in *x*."""
+        parts = [gp.predict_gradient(x) for gp in self._model.gps]
+        means = np.column_stack([p[0] for p in parts])
+        stds = np.column_stack([p[1] for p in parts])
+        d_means = np.stack([p[2] for p in parts], axis=1)
+        d_stds = np.stack([p[3] for p in parts], axis=1)
+        ehvi, grad = improvement_gradient(means, stds, d_means, d_stds, self._boxes)
+        floored = np.maximum(ehvi, _FLOOR)
+        value: NDArray[np.float64] = np.log(floored)
+        grad = np.where((ehvi > _FLOOR)[:, None], grad / floored[:, None], 0.0)
+        if self._success is not None:
+            log_p, dlog_p = self._success.log_probability_gradient(x)
+            value, grad = value + CAUTION * log_p, grad + CAUTION * dlog_p
+        return value, grad
 
 
 def losses_of(objectives: Sequence[Objective]) -> list[float | None]:

@@ -103,6 +103,9 @@ def number_ranges(numbers: list[int]) -> str:
 
 
 def _best_text(engine: Engine) -> str:
+    front = engine.stats.front
+    if engine.campaign.pareto:
+        return f"front of {len(front)}: trials {number_ranges(list(front))}" if front else "-"
     best = engine.stats.best
     if best is None:
         return "-"
@@ -215,6 +218,8 @@ class LiveView(EngineListener):
         name = f"{engine.campaign.name}: " if len(self.engines) > 1 else ""
         best = engine.stats.best
         best_part = f"; best {best.score:.6g} (trial {best.number})" if best else ""
+        if engine.campaign.pareto:
+            best_part = f"; front of {len(engine.stats.front)}"
         budget = engine.ledger.budget
         spend_part = "" if budget.money is None else (
             f"; spent {money_text(engine.ledger.spent.money)}/{money_text(budget.money)}"

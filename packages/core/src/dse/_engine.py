@@ -258,7 +258,7 @@ class Engine:
         if campaign.data is not None and not self.data.following:
             self.data.follow(DataVersioner(campaign.data, cache_dir=workspace,
                                            where=f"{campaign.source or '<campaign>'}: data"))
-            self.stats.best = None
+            self.stats.forget_ranking()
         self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.dispatcher.dirs.open(self.run_dir, bool(getattr(self.backend, "trial_dirs", True)))
@@ -304,7 +304,7 @@ class Engine:
             old, version = change
             self.journal.event(None, "data_version_changed", {"old": old, "new": version})
             self.journal.alert(f"data changed: version {version} (was {old}); later trials use it")
-            self.stats.best = None  # "best so far" counts only results about the current data
+            self.stats.forget_ranking()  # "best so far" counts only results about current data
             self._agent_stale = True  # what it learnt about the old data must go
 
     def _check_invalidations(self) -> None:

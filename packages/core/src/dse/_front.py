@@ -75,8 +75,8 @@ def pareto_objectives(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...] | 
 def pareto_fronts(store: Store, campaign_id: int, spec: Mapping[str, Any]) -> list[Front]:
     """The fronts of run *campaign_id* (*spec* its recorded spec), one per data version in
     the order the versions first ended a trial (the trials that name none first: a cache hit
-    of a trial that read a version it was not dispatched against names none); empty for a run that optimises one
-    objective, or has no scored trial yet."""
+    of a trial that read a version it was not dispatched against names none); empty for a
+    run that optimises one objective, or has no scored trial yet."""
     objectives = pareto_objectives(spec)
     if objectives is None:
         return []

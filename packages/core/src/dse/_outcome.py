@@ -3,9 +3,10 @@ listener that is told as it goes (the console implements it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dse._pareto import dominates
 from dse._types import CampaignStatus, EndReason, TrialStatus
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ class Stats:
     retries: int = 0
     paused: bool = False
     best: BestTrial | None = None
+    front: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    """In a Pareto campaign, the trials on the front so far (number -> losses: each objective
+    oriented so that lower is better), among those that may be ranked."""
     baseline: TrialStatus | None = None
     """How the baseline trial of this run ended (it is not one of the :attr:`steps`, nor
     counted with them), or ``None``."""
@@ -81,6 +85,19 @@ class Stats:
             self.budget_exhausted += n
         elif status is TrialStatus.STOPPED:
             self.stopped += n
+
+    def forget_ranking(self) -> None:
+        """No result ranks any more (the data changed): no best, an empty front."""
+        self.best = None
+        self.front = {}
+
+    def join_front(self, number: int, losses: tuple[float, ...]) -> None:
+        """Put trial *number* on the front unless a trial there is as good or better in every
+        objective; those it dominates leave."""
+        if any(v == losses or dominates(v, losses) for v in self.front.values()):
+            return
+        self.front = {n: v for n, v in self.front.items() if not dominates(losses, v)}
+        self.front[number] = losses
 
     def rank(self, number: int, params: Mapping[str, Any], score: float,
              objective: Objective) -> None:

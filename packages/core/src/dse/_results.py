@@ -10,7 +10,7 @@ from dse._invalidation import Flag
 from dse._outcome import BestTrial
 from dse._scoring import ScoringError
 from dse._spend import spend_metrics
-from dse._types import Evaluation, FailureClass, JobState, TrialStatus, reusable
+from dse._types import Direction, Evaluation, FailureClass, JobState, TrialStatus, reusable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -148,8 +148,9 @@ class Results:
         self._feedback.drop(
             {n for n in self._feedback.untold() if self._invalid.number_flagged(n)})
         best = self._stats.best
-        if best is not None and self._invalid.number_flagged(best.number):
-            self._stats.best = self._best_valid(store)
+        if (best is not None and self._invalid.number_flagged(best.number)) or any(
+                self._invalid.number_flagged(n) for n in self._stats.front):
+            self.rerank(store)
         self._journal.event(None, "invalidated", {"trials": sorted(newly)})
         self._journal.alert(
             f"{len(newly)} result(s) of this run were invalidated; never fed to the agent from"
@@ -157,10 +158,11 @@ class Results:
         )
         return stale
 
-    def _best_valid(self, store: Store) -> BestTrial | None:
-        """The best valid completed trial (or cache hit of one) of this run about the current
-        data (from the record)."""
+    def rerank(self, store: Store) -> None:
+        """Read "best so far" (and a Pareto campaign's front) back from the record: the valid
+        completed trials (or cache hits of one) of this run about the current data."""
         best: BestTrial | None = None
+        self._stats.front = {}
         direction = self.ranking.direction
         version = self._data.version
         for row in store.trials(self._journal.campaign_id):
@@ -174,7 +176,22 @@ class Results:
                 continue
             if best is None or direction.better(score, best.score):
                 best = BestTrial(row.number, row.params, float(score))
-        return best
+            if row.scores is not None:
+                self._stats.join_front(row.number, self._losses(row.scores))
+        self._stats.best = best
+
+    def _losses(self, scores: tuple[float, ...]) -> tuple[float, ...]:
+        """A Pareto campaign's *scores* oriented so that lower is better in each."""
+        vector = self._baselines.vector
+        assert vector is not None
+        return tuple(-x if o.direction is Direction.MAXIMIZE else x
+                     for x, o in zip(scores, vector.objectives, strict=True))
+
+    def _join_front(self, trial: LiveTrial, status: TrialStatus) -> None:
+        if (trial.scores is not None and self._baselines.vector is not None
+                and status in (TrialStatus.COMPLETED, TrialStatus.CACHED)
+                and self.rankable(trial)):
+            self._stats.join_front(trial.number, self._losses(trial.scores))
 
     # -- recording an end -------------------------------------------------------------------
 
@@ -233,6 +250,7 @@ class Results:
             self._stats.baseline = TrialStatus.CACHED
         if trial.score is not None and self.rankable(trial):
             self._stats.rank(trial.number, trial.params, trial.score, self.ranking)
+        self._join_front(trial, TrialStatus.CACHED)
         if (
             trial.proposal > 0 and not self._invalid.number_flagged(trial.number)
             and not self._invalid.result_flagged(original.row_id)
@@ -248,6 +266,7 @@ class Results:
         status = reported or trial.status
         self._stats.count(status, trial.number, trial.params, trial.score, self.ranking,
                           rank=self.rankable(trial), baseline=trial.proposal == 0)
+        self._join_front(trial, status)
         if (
             status is not TrialStatus.CANCELLED and trial.proposal > 0
             and not self._invalid.number_flagged(trial.number)

@@ -192,6 +192,8 @@ class Resume:
         else:
             dispatched = self._restore_counts(recorded)
             trials = sum(p.store.trial_counts(p.journal.campaign_id).values())
+        if p.campaign.pareto:
+            p.results.rerank(p.store)  # the front (and best): read back from the record
         self._restore_spend(recorded, dispatched)
         # Results about other data, or flagged since, are told less than the agent was told:
         # its proposals may then differ from the recorded ones without it being at fault.
