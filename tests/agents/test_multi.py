@@ -93,7 +93,7 @@ def test_the_agent_grows_the_front_faster_than_random_search(batch: int) -> None
         blind = hypervolume(campaign(RandomAgent(SPACE, seed=seed), 28, batch), ref)
         # The front's best hypervolume here is 0.877 (f2 = 1 - sqrt(f1)).
         assert smart > blind + 0.05, (seed, smart, blind)
-        assert smart > 0.7
+        assert smart > 0.75
 
 
 def test_a_maximised_objective_is_learnt_as_its_negation() -> None:

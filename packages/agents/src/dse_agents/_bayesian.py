@@ -509,7 +509,7 @@ class BayesianAgent:
         """The unseen point of highest expected hypervolume improvement (polished by
         gradient steps if *polish*: the first pick of a ``propose``)."""
         x, gaps, _ = model
-        acquisition = self._multi.acquisition(self._success)
+        acquisition = self._multi.acquisition(self._success, far=not polish)
         for point in self._maximiser.ranked(acquisition, x, gaps, None, polish=polish):
             params = self._enc.decode(point)
             if self._enc.key(params) not in self._seen:
