@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from dse._html import write_html_report
     from dse._lock import CampaignLock, LockHolder
     from dse._outcome import BestTrial, CampaignResult, EngineListener, Stats
+    from dse._pareto import hypervolume, pareto_ranks
     from dse._plugins import Deferred, PluginManager, Registered
     from dse._pool import Pool, PoolConfig, drive, run_pool
     from dse._protocols import Agent, Environment, Runner, StoppingRule, TrialInfo
@@ -132,6 +133,8 @@ _LAZY: dict[str, str] = {
     "config_hash": "dse._hashing",
     "drive": "dse._pool",
     "filesystem_type": "dse._store",
+    "hypervolume": "dse._pareto",
+    "pareto_ranks": "dse._pareto",
     "hookimpl": "dse.hookspecs",
     "load_campaign": "dse._campaign",
     "parse_duration": "dse._units",
@@ -209,7 +212,9 @@ __all__ = [
     "drive",
     "filesystem_type",
     "hookimpl",
+    "hypervolume",
     "load_campaign",
+    "pareto_ranks",
     "parse_duration",
     "reusable",
     "run_pool",
