@@ -286,3 +286,32 @@ def test_the_live_front_follows_results_invalidations_and_a_resume(tmp_path: Pat
     resumed = engine.run(resume=result.campaign_id)
     assert sorted(resumed.stats.front) == [2, 4]
     store.close()
+
+
+def test_the_live_view_shows_the_front_not_a_best(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console as RichConsole
+
+    from dse._console import LiveView
+    from dse._terminal import Console
+
+    frames: list[str] = []
+
+    class Frames(LiveView):
+        def on_pass(self, engine: Any) -> None:
+            screen = RichConsole(file=io.StringIO(), width=120, record=True)
+            screen.print(self._render(engine))
+            frames.append(screen.export_text())
+
+    console = Console()
+    console.out = console.err = RichConsole(file=io.StringIO(), force_terminal=True, width=120)
+    clock = FakeClock()
+    camp = campaign(tmp_path, campaign={"max_parallelism": 1})
+    engine = dse.Engine(camp, agent=Recording([{"x": x} for x in (10, 12, 11, 30)]),
+                        store=dse.Store(camp.workspace / "dse.sqlite"), clock=clock,
+                        backend=ProbeBackend(measured, clock=clock), listener=Frames(console))
+    engine.run()
+    # x = 11 is dominated by x = 10: the front is trials 1, 2 and 4.
+    assert "front of 3: trials 1-2, 4" in frames[-1]
+    assert "best so far" not in frames[-1]

@@ -193,7 +193,7 @@ class LiveView(EngineListener):
         table.add_row("numbers", _numbers_text(engine))
         for label, gauge, text in _budget_rows(engine):
             table.add_row(label, Text.assemble(gauge, "  ", text))
-        table.add_row("best so far", _best_text(engine))
+        table.add_row("front" if engine.campaign.pareto else "best so far", _best_text(engine))
         pool = engine.pool
         if pool is not None and not pool.trivial:
             table.add_row("share", _share_text(engine))
