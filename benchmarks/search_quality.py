@@ -142,37 +142,53 @@ import argparse
 import json
 import math
 import os
-import signal
 import statistics
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from pathlib import Path
-from typing import Any
+from collections import Counter
+from typing import TYPE_CHECKING, Any
 
+from _bench import (
+    SETTINGS,
+    WORK_DIR,
+    Task,
+    add_choices,
+    add_logs,
+    announce,
+    choose_methods,
+    open_log,
+    prepare_process,
+    present,
+    quartiles,
+    read_logs,
+    require_torch,
+    run_all,
+    run_fields,
+    run_head,
+    seeds_and_budgets,
+    significant,
+)
 from _peers import BenchmarkError, table
 from _sq_peers import AX_METHOD, OPTUNA_SAMPLERS, quiet_optuna
 from _sq_problems import PROBLEMS, Problem
 from _sq_runs import (
     LATENCY_BATCH,
     LATENCY_OBSERVATIONS,
-    SETTINGS,
-    WORK_DIR,
     Latency,
     RunLog,
     RunResult,
-    Task,
     code_digests,
     init_worker,
     measure_latency,
-    plugins,
     run_task,
     sanity_check,
 )
 
 import dse
 
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+if TYPE_CHECKING:
+    from pathlib import Path
+
 DSE_METHODS = ("dse bayesian", "dse random")
 PEER_METHODS = (*OPTUNA_SAMPLERS, AX_METHOD)
 ALL_METHODS = (*DSE_METHODS, *PEER_METHODS)
@@ -257,41 +273,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--functions", nargs="+", choices=sorted(PROBLEMS), default=list(PROBLEMS),
         help="functions to run (default: all)",
     )
-    parser.add_argument(
-        "--methods", nargs="+", choices=ALL_METHODS, default=list(ALL_METHODS),
-        help="methods to run (default: all)",
-    )
-    parser.add_argument(
-        "--settings", nargs="+", choices=list(SETTINGS), help="settings to run (default: all)"
-    )
+    add_choices(parser, ALL_METHODS)
     parser.add_argument("--no-latency", action="store_true", help="skip the propose timing")
     parser.add_argument(
         "--estimate", action="store_true", help="print the runs and their estimated time; exit"
     )
-    parser.add_argument(
-        "--resume", type=Path, metavar="LOG", help="skip the runs in LOG and append to it"
-    )
-    parser.add_argument(
-        "--report", type=Path, nargs="+", metavar="LOG",
-        help="print the report of the runs in the logs (for example one of the peers' runs and"
-        " one of dse's); exit",
+    add_logs(
+        parser,
+        "print the report of the runs in the logs (for example one of the peers' runs and one"
+        " of dse's); exit",
     )
     return parser.parse_args(argv)
-
-
-def choose_methods(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
-    """The methods to run, and why each other one is left out."""
-    skipped: dict[str, str] = {}
-    if "bayesian" not in plugins().agents:
-        skipped["dse bayesian"] = "not installed"
-    if args.no_gp or args.quick:
-        skipped["optuna GP"] = "skipped (--quick)" if args.quick else "skipped (--no-gp)"
-    if args.no_ax or args.quick:
-        skipped[AX_METHOD] = "skipped (--quick)" if args.quick else "skipped (--no-ax)"
-    for method in ALL_METHODS:
-        if method not in args.methods:
-            skipped.setdefault(method, "skipped (--methods)")
-    return [m for m in ALL_METHODS if m not in skipped], skipped
 
 
 def make_tasks(
@@ -319,53 +311,10 @@ def make_tasks(
     return tasks, seeds, budgets, settings
 
 
-# -- running -------------------------------------------------------------------------------
-
-
-def run_all(
-    tasks: list[Task], log: RunLog, jobs: int, with_gp: bool, with_ax: bool
-) -> list[RunResult]:
-    """Every task not already in *log*, each appended to it as it ends: seed by seed (a run
-    cut short has whole seeds of every cell), the longest first within a seed."""
-    results = [log.done[t.key] for t in tasks if t.key in log.done]
-    todo = sorted((t for t in tasks if t.key not in log.done),
-                  key=lambda t: (t.seed, -estimate_seconds(t)))
-    started = time.perf_counter()
-    total = len(todo)
-
-    def finished(result: RunResult) -> None:
-        log.add(result)
-        results.append(result)
-        n = len(results) - (len(tasks) - total)
-        if n % max(total // 20, 1) == 0 or n == total:
-            print(f"  {n}/{total} runs, {time.perf_counter() - started:.0f} s", file=sys.stderr,
-                  flush=True)
-
-    if jobs <= 1:
-        init_worker(with_gp, with_ax)
-        for task in todo:
-            finished(run_task(task))
-        return results
-    import multiprocessing
-
-    # spawn: torch and SQLite connections do not survive a fork well.
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=init_worker,
-                               initargs=(with_gp, with_ax))
-    try:
-        pending: set[Future[RunResult]] = {pool.submit(run_task, t) for t in todo}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                finished(future.result())
-    except BaseException:
-        # Interrupted (Ctrl+C, SIGTERM) or failed: stop the workers' runs now, not after them.
-        pool.shutdown(wait=False, cancel_futures=True)
-        for child in multiprocessing.active_children():
-            child.terminate()
-        raise
-    pool.shutdown()
-    return results
+def order(task: Task) -> tuple[int, float]:
+    """Seed by seed (a run cut short has whole seeds of every cell), the longest first within
+    a seed."""
+    return task.seed, -estimate_seconds(task)
 
 
 # -- report --------------------------------------------------------------------------------
@@ -379,19 +328,8 @@ def _fmt(value: float | None) -> str:
     return f"{value:.3g}" if abs(value) >= 1e-3 else f"{value:.2e}"
 
 
-def _round(value: float | None) -> float | None:
-    return None if value is None else float(f"{value:.6g}")
-
-
 def _ratio(dse_median: float, best: float) -> float:
     return max(dse_median, EPS) / max(best, EPS)
-
-
-def _quartiles(values: list[float]) -> tuple[float, float]:
-    if len(values) < 2:
-        return values[0], values[0]
-    q = statistics.quantiles(values, n=4, method="inclusive")
-    return q[0], q[2]
 
 
 class Report:
@@ -420,7 +358,7 @@ class Report:
         values = [getattr(r, field) for r in self.runs(key, label, method)]
         if not values:
             return "-"
-        low, high = _quartiles(values)
+        low, high = quartiles(values)
         return f"{_fmt(statistics.median(values))} ({_fmt(low)}-{_fmt(high)})"
 
     def best_peer(self, key: str, label: str) -> tuple[str, float] | None:
@@ -582,19 +520,19 @@ def summarise(report: Report, functions: list[str]) -> dict[str, Any]:
         "waves_over_rolling": wor,
         "worst_waves_over_rolling": max(wor_values) if wor_values else None,
         "failed": {
-            k: {m: {s: _round(report.mean(k, s, m, "failed")) for s in report.settings}
+            k: {m: {s: significant(report.mean(k, s, m, "failed")) for s in report.settings}
                 for m in report.methods}
             for k in failing
         },
         "failed_baseline": {k: FAILED_BASELINE.get(k) for k in failing},
         "failed_baseline_date": FAILED_BASELINE_DATE,
         "edge_distance": {
-            k: {m: {s: _round(report.median(k, s, m, "edge")) for s in report.settings}
+            k: {m: {s: significant(report.median(k, s, m, "edge")) for s in report.settings}
                 for m in report.methods}
             for k in failing
         },
         "medians": {
-            k: {s: {m: _round(report.median(k, s, m)) for m in report.methods}
+            k: {s: {m: significant(report.median(k, s, m)) for m in report.methods}
                 for s in report.settings}
             for k in functions
         },
@@ -609,9 +547,7 @@ def print_report(
     """The tables of *results*; returns the summary (the last line's JSON, less the run's
     parameters)."""
     report = Report(results, methods, settings)
-    seeds = {k: len({r.task.seed for r in results if r.task.problem == k}) for k in functions}
-    budgets = {k: max((r.task.budget for r in results if r.task.problem == k), default=0)
-               for k in functions}
+    seeds, budgets = seeds_and_budgets(results, functions)
     print(
         "search quality: median simple regret (quartiles) over "
         + ", ".join(f"{n} seed(s) ({k})" for k, n in seeds.items())
@@ -640,36 +576,17 @@ def print_report(
     return summary
 
 
-def _common_seeds(results: list[RunResult]) -> list[RunResult]:
-    """The runs of the seeds that every method and setting of a function has: a log cut short
-    (or logs made apart) may hold more seeds of one method than of another, and medians over
-    different seeds are not a comparison."""
-    seeds: dict[str, dict[tuple[str, str], set[int]]] = {}
-    for r in results:
-        cells = seeds.setdefault(r.task.problem, {})
-        cells.setdefault((r.task.method, r.task.setting), set()).add(r.task.seed)
-    common = {key: set.intersection(*cells.values()) for key, cells in seeds.items()}
-    return [r for r in results if r.task.seed in common[r.task.problem]]
-
-
 def report_log(paths: list[Path]) -> int:
     """``--report LOG [LOG ...]``: the report of the runs in the logs, finished or not (a run
     in several logs counts once, from the last), over the seeds every method and setting of a
     function has."""
-    by_task: dict[tuple[str, str, str, int, int], RunResult] = {}
     try:
-        for path in paths:
-            by_task.update((r.task.key, r) for r in RunLog.results(path))
+        results = read_logs(paths, RunLog)
     except BenchmarkError as exc:
         print(f"search_quality: error: {exc}", file=sys.stderr)
         return 1
-    results = _common_seeds(list(by_task.values()))
-    present = {(r.task.method, r.task.problem, r.task.setting) for r in results}
-    methods = [m for m in ALL_METHODS if any(p[0] == m for p in present)]
-    functions = [k for k in PROBLEMS if any(p[1] == k for p in present)]
-    settings = [s for s in SETTINGS if any(p[2] == s for p in present)]
-    counts = [sum(1 for r in results if (r.task.method, r.task.problem, r.task.setting) == p)
-              for p in present]
+    methods, functions, settings = present(results, ALL_METHODS, PROBLEMS)
+    counts = Counter((r.task.method, r.task.problem, r.task.setting) for r in results).values()
     where = ", ".join(str(p) for p in paths)
     head = f"from {where}: {len(results)} runs, {min(counts, default=0)}-{max(counts, default=0)}"
     summary = print_report(results, methods, settings, functions, [], head + " per cell")
@@ -682,13 +599,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.report:
         return report_log(args.report)
-    for var in THREAD_VARS:
-        # Before numpy or torch is imported (plugins import numpy): inherited by the workers.
-        os.environ.setdefault(var, "1")
-    # A SIGTERM ends the run as a Ctrl+C does (the workers are stopped, the log kept).
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    prepare_process()
     WORK_DIR.mkdir(exist_ok=True)
-    methods, skipped = choose_methods(args)
+    methods, skipped = choose_methods(
+        args, ALL_METHODS, {"optuna GP": "--no-gp", AX_METHOD: "--no-ax"}
+    )
     tasks, seeds, budgets, settings = make_tasks(args, methods)
     if args.estimate:
         hours = sum(estimate_seconds(t) for t in tasks) / max(args.jobs, 1) / 3600
@@ -696,36 +611,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(tasks)} runs of {', '.join(methods)}: about {hours:.1f} h on {args.jobs}"
               f" worker(s) at load {COST_LOAD}, {ax / 3600 / max(args.jobs, 1):.1f} h of it Ax")
         return 0
-    header = {"code": code_digests()}
     try:
         optuna = quiet_optuna()
         if "optuna GP" in methods:
-            try:
-                import torch  # noqa: F401  (GPSampler needs it: fail before the runs)
-            except ImportError:
-                raise BenchmarkError(
-                    "GPSampler needs torch: `.venv/bin/pip install torch==2.13.0` (or --no-gp)"
-                ) from None
+            require_torch()
         sanity_check(methods)
-        path = args.resume or WORK_DIR / f"search_quality-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-        log = RunLog(path, header, resume=args.resume is not None)
+        log = open_log(RunLog, args.resume, {"code": code_digests()})
     except BenchmarkError as exc:
         print(f"search_quality: error: {exc}", file=sys.stderr)
         return 1
-    if log.dropped:
-        print(f"{log.dropped} runs of {path} were made by other code: run again",
-              file=sys.stderr)
     todo = [t for t in tasks if t.key not in log.done]
     estimate = sum(estimate_seconds(t) for t in todo) / max(args.jobs, 1)
-    print(
-        f"running {len(todo)} runs ({len(tasks) - len(todo)} already in the log) of"
-        f" {', '.join(methods)} on {args.jobs} worker(s); estimate {estimate / 60:.0f} min"
-        f" at load {COST_LOAD}; log {path} (--report LOG prints the runs so far)",
-        file=sys.stderr, flush=True,
-    )
+    announce(log, tasks, methods, args.jobs,
+             f"estimate {estimate / 60:.0f} min at load {COST_LOAD}; ")
     started = time.perf_counter()
     try:
-        results = run_all(tasks, log, args.jobs, "optuna GP" in methods, AX_METHOD in methods)
+        results = run_all(tasks, log, args.jobs, run_task, init_worker,
+                          ("optuna GP" in methods, AX_METHOD in methods), order)
         latencies: list[Latency] = []
         if "dse bayesian" in methods and not args.no_latency:
             print("timing bayesian propose after 1,000 observations ...", file=sys.stderr)
@@ -736,22 +638,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         log.close()
     wall = time.perf_counter() - started
-    head = (f"optuna {optuna.__version__}, threads {os.environ.get('OMP_NUM_THREADS')},"
-            f" load {os.getloadavg()[0]:.1f}, {wall:.0f} s")
+    head = run_head(optuna, wall)
     for method, why in skipped.items():
         print(f"{method}: {why}")
     if AX_METHOD in methods and "P=1" in settings and not args.ax_p1:
         print(f"{AX_METHOD}: P=1 not run (--ax-p1 runs it)")
     summary = print_report(results, methods, settings, args.functions, latencies, head)
-    summary.update({
-        "budgets": budgets,
-        "seeds": seeds,
-        "skipped": skipped,
-        "quick": bool(args.quick),
-        "optuna_version": optuna.__version__,
-        "log": str(path),
-        "wall_s": round(wall, 1),
-    })
+    summary.update({"budgets": budgets, "seeds": seeds,
+                    **run_fields(args, skipped, optuna, log.path, wall)})
     print(json.dumps(summary))
     return 0
 

@@ -133,7 +133,7 @@ def test_failures_teach_where_trials_succeed_and_a_snapshot_resumes_the_search()
 def test_the_gradient_of_the_log_improvement_matches_finite_differences() -> None:
     agent = BayesianAgent(SPACE, seed=2)
     campaign(agent, 16, 4)
-    model = agent._multi.model  # noqa: SLF001 - the fitted models of a real search
+    model = agent._multi.model  # the fitted models of a real search
     assert model is not None
     acquisition = model.acquisition(None)
     x = np.random.default_rng(0).random((6, 3))
