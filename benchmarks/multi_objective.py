@@ -96,8 +96,20 @@ above 0), ``target_met`` (all of them), ``worst_ratio``, ``medians`` and ``fract
 mean wall seconds of a run), ``optimum`` and ``reference`` per problem, and the run's
 parameters.
 
-* **Figures**: (to be filled in: a full run's ratios and tables, with the date, load and
-  commit.)
+* **Figures** (2026-12-02, 2 cores at load 3.5-6 with other work beside it; dse at 7cfc044,
+  3 seeds; the peers 2 seeds so far, their log still running; merged with ``--report PEERS
+  DSE`` over the 2 common seeds). Median final hypervolume, % of the true front's, dse
+  bayesian / best Optuna (which), P = 1 / P = 4 waves / P = 4 rolling:
+
+  - zdt1: dse 98 / 96 / 98 %, GPSampler 84 / 93 / 92 %: ratios 1.166 / 1.031 / 1.055
+    (NSGA-II, MOTPE and random 0 at this reference point).
+  - zdt2: dse 98 / 94 / 90 %, GPSampler 60 / 93 / 90 %: 1.618 / 1.007 / 1.004.
+  - dtlz2: dse 62 / 59 / 59 %, MOTPE 63 / 51 / 56 %, GPSampler 58 / 40 / 41 %: 0.975 (MOTPE)
+    / 1.161 / 1.053. Not met at P = 1: MOTPE drives DTLZ2's distance variables down sooner
+    (median g of the last 20 of 80 trials, seed 0: dse 0.13, MOTPE 0.05).
+
+  Wall seconds per run: dse bayesian 13 / 4 / 9 (zdt1), 60 / 48 / 56 (dtlz2); GPSampler 79 /
+  96 / 117 and 423 / 818 / 467.
 """
 
 from __future__ import annotations
