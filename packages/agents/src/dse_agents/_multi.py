@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import special
 
-from dse import Direction, Objective, TrialStatus
+from dse import Direction, Objective, TrialStatus, pareto_ranks
 from dse_agents._acquisition import CAUTION
 from dse_agents._gp import GaussianProcess
 
@@ -74,13 +74,8 @@ _SQRT2PI = math.sqrt(2.0 * math.pi)
 def _front(points: NDArray[np.float64]) -> NDArray[np.float64]:
     """The non-dominated rows of *points* (losses), duplicates once."""
     unique = np.unique(points, axis=0)
-    keep = []
-    for i, p in enumerate(unique):
-        others = np.delete(unique, i, axis=0)
-        dominated = np.any(np.all(others <= p, axis=1) & np.any(others < p, axis=1))
-        if not dominated:
-            keep.append(i)
-    out: NDArray[np.float64] = unique[keep]
+    ranks = pareto_ranks([tuple(p) for p in unique.tolist()])
+    out: NDArray[np.float64] = unique[[r == 1 for r in ranks]]
     return out
 
 

@@ -20,7 +20,7 @@ from dse._show import EXPORT_SCHEMA, trial_records
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from dse._records import CampaignRun
+    from dse._records import CampaignRun, Trial
     from dse._store import Store
 
 __all__ = ["export_text"]
@@ -42,10 +42,13 @@ def export_text(store: Store, run: CampaignRun, fmt: str, page: int = 1000) -> I
     return _json(store, run, page)
 
 
-def _steps(store: Store, run: CampaignRun, page: int) -> Iterator[list[dict[str, Any]]]:
+def _steps(
+    store: Store, run: CampaignRun, page: int
+) -> Iterator[tuple[list[Trial], list[dict[str, Any]]]]:
+    """Each page of trials with its trajectory steps."""
     invalid = store.invalid_scores(run.id)
     for trials in store.trial_pages(run.id, page):
-        yield trajectory(run, trials, invalid)
+        yield trials, trajectory(run, trials, invalid)
 
 
 def _csv(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
@@ -55,11 +58,10 @@ def _csv(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
     ranks = pareto_ranks_by_row(store, run.id, run.spec)
     writer.writerow(CSV_COLUMNS + (PARETO_COLUMNS if objectives else ()))
     yield buffer.getvalue()
-    invalid = store.invalid_scores(run.id)
-    for trials in store.trial_pages(run.id, page):
+    for trials, steps in _steps(store, run, page):
         buffer.seek(0)
         buffer.truncate()
-        for t, r in zip(trials, trajectory(run, trials, invalid), strict=True):
+        for t, r in zip(trials, steps, strict=True):
             extra: list[Any] = []
             if objectives:
                 vector = r["scores"]
@@ -96,7 +98,8 @@ def _jsonl(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
 def _json(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
     yield "{\n" + "".join(f"  {json.dumps(k)}: {json.dumps(v)},\n"
                           for k, v in _head(run).items())
-    yield from _array("trajectory", _steps(store, run, page), last=False)
+    yield from _array("trajectory", (steps for _, steps in _steps(store, run, page)),
+                      last=False)
     ranks = pareto_ranks_by_row(store, run.id, run.spec)
     records = (trial_records(store, run, trials, ranks)
                for trials in store.trial_pages(run.id, page))

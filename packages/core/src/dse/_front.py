@@ -77,13 +77,19 @@ def pareto_fronts(store: Store, campaign_id: int, spec: Mapping[str, Any]) -> li
     the order the versions first ended a trial (the trials that name none first: a cache hit
     of a trial that read a version it was not dispatched against names none); empty for a
     run that optimises one objective, or has no scored trial yet."""
-    objectives = pareto_objectives(spec)
-    if objectives is None:
+    if pareto_objectives(spec) is None:
         return []
+    return _fronts(store.pareto_trials(campaign_id), spec)
+
+
+def _fronts(rows: Sequence[Trial], spec: Mapping[str, Any]) -> list[Front]:
+    """:func:`pareto_fronts` of the valid scored trials *rows* (in the order they ended)."""
+    objectives = pareto_objectives(spec)
+    assert objectives is not None
     given = [o.get("reference") for o in spec.get("objectives") or []]
     groups: dict[str | None, list[Trial]] = {}
     seen: set[tuple[str | None, str]] = set()
-    for row in store.pareto_trials(campaign_id):
+    for row in rows:
         scores = row.scores
         version = row.data_version_read or row.data_version
         if scores is None or len(scores) != len(objectives) or (version, row.config_hash) in seen:
@@ -92,7 +98,7 @@ def pareto_fronts(store: Store, campaign_id: int, spec: Mapping[str, Any]) -> li
         groups.setdefault(version, []).append(row)
     # Trials that name no data version first: the last front is the latest version's.
     ordered = sorted(groups.items(), key=lambda item: item[0] is not None)
-    return [_front(version, rows, objectives, given) for version, rows in ordered]
+    return [_front(version, group, objectives, given) for version, group in ordered]
 
 
 def pareto_ranks_by_row(
@@ -101,12 +107,12 @@ def pareto_ranks_by_row(
     """Trial row -> its Pareto rank among the valid scored trials of its data version, for
     every such trial of run *campaign_id* (a cache hit has the rank of the result it reuses);
     empty for a run that optimises one objective."""
-    fronts = pareto_fronts(store, campaign_id, spec)
-    if not fronts:
+    if pareto_objectives(spec) is None:
         return {}
-    rank = {(f.version, t.config_hash): t.rank for f in fronts for t in f.trials}
+    rows = store.pareto_trials(campaign_id)  # read once: the fronts and the ranks' rows
+    rank = {(f.version, t.config_hash): t.rank for f in _fronts(rows, spec) for t in f.trials}
     out: dict[int, int] = {}
-    for row in store.pareto_trials(campaign_id):
+    for row in rows:
         found = rank.get((row.data_version_read or row.data_version, row.config_hash))
         if found is not None:
             out[row.id] = found
