@@ -87,6 +87,7 @@ Usage::
     python benchmarks/multi_objective.py --seeds 3 --problems zdt2 --settings "P=1"
     python benchmarks/multi_objective.py --resume benchmarks/.work/multi_objective-....jsonl
     python benchmarks/multi_objective.py --report PEERS.jsonl DSE.jsonl
+    python benchmarks/multi_objective.py --problems dtlz2 --settings "P=1" --seeds 7 --first-seed 5
 
 The last line printed is one JSON object: ``ratios`` (``"<problem> <setting>"`` -> ratio),
 ``met`` (the same keys -> whether dse bayesian's median is at least the best sampler's and
@@ -177,6 +178,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         " minute)",
     )
     parser.add_argument("--seeds", type=int, help=f"seeds per cell (default {SEEDS})")
+    parser.add_argument(
+        "--first-seed", type=int, default=0,
+        help="the cells' seeds are FIRST_SEED .. FIRST_SEED + SEEDS - 1 (default 0): more"
+        " seeds of a cell in another log, merged by --report",
+    )
     parser.add_argument("--budget", type=int, help="trials per run for every problem")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (default 1)")
     parser.add_argument("--no-gp", action="store_true", help="leave Optuna's GPSampler out")
@@ -197,7 +203,8 @@ def make_tasks(args: argparse.Namespace, methods: list[str]) -> tuple[list[Task]
         default = QUICK_BUDGETS.get(key, PROBLEMS[key].budget * 2 // 5) if args.quick else None
         budget = args.budget or default or PROBLEMS[key].budget
         tasks += [Task(method, key, label, budget, seed)
-                  for label in settings for method in methods for seed in range(seeds)]
+                  for label in settings for method in methods
+                  for seed in range(args.first_seed, args.first_seed + seeds)]
     return tasks, settings
 
 
