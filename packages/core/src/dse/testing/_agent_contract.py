@@ -16,9 +16,14 @@ adaptive agent that waits for feedback passes it as well as a grid.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeAlias
 
 import pytest
@@ -31,6 +36,13 @@ AgentFactory: TypeAlias = Callable[[Space, int], Agent]
 """Builds the agent under test for a space and a seed."""
 
 _ROUNDS = 100
+_CHILD = "DSE_CONTRACT_PROPOSALS"
+"""Set in the processes the hash-seed test starts: the file their proposals go to."""
+
+
+def _key(params: Mapping[str, Any]) -> str:
+    """A point's identity (as the engine's configuration hash sees it)."""
+    return json.dumps(dict(params), sort_keys=True, default=repr)
 
 
 def _score(params: Mapping[str, Any]) -> float:
@@ -176,6 +188,76 @@ class AgentContract:
         assert len(second) <= 2
         for params in second:
             mixed_space.coerce(params)
+
+    def test_never_proposes_a_point_in_flight(
+        self, agent_factory: AgentFactory, small_space: Space, mixed_space: Space
+    ) -> None:
+        # The engine passes what it dispatched and has not told yet; a point proposed again
+        # while in flight is a cache hit of its own trial: a step spent, nothing learnt.
+        for space in (small_space, mixed_space):
+            agent = agent_factory(space, 0)
+            flying: list[dict[str, Any]] = []
+            number = 0
+            for _ in range(4):
+                batch = [space.coerce(p) for p in agent.propose(2, flying)]
+                keys = [_key(p) for p in batch]
+                assert len(set(keys)) == len(keys), f"one batch proposed a point twice: {batch}"
+                again = [p for p in batch if _key(p) in {_key(f) for f in flying}]
+                assert not again, (f"proposed {again} while it was in flight (in_flight="
+                                   f"{flying}): the engine would count a cache hit")
+                flying.extend(batch)
+                if len(flying) > 2:  # the oldest end; the rest stay in flight
+                    number += 1
+                    agent.observe([_completed(flying.pop(0), number)])
+                if agent.exhausted:
+                    break
+
+    def test_never_proposes_an_observed_point_again(
+        self, agent_factory: AgentFactory, small_space: Space, mixed_space: Space
+    ) -> None:
+        # A point already told is a cache hit: the step is spent and the agent learns nothing.
+        for space, n in ((small_space, 1), (small_space, 4), (mixed_space, 3)):
+            proposals = self.drive(agent_factory(space, 1), space, rounds=12, n=n)
+            seen: dict[str, int] = {}
+            for number, params in enumerate(proposals, start=1):
+                first = seen.setdefault(_key(params), number)
+                assert first == number, (
+                    f"proposal {number} {params} repeats proposal {first}, already observed")
+
+    def test_proposals_do_not_depend_on_the_hash_seed(
+        self, agent_factory: AgentFactory, mixed_space: Space, request: pytest.FixtureRequest,
+        tmp_path: Path,
+    ) -> None:
+        # A replay (resume, `dse replay`) runs the agent in another process: proposals that
+        # follow the order of a set of strings (hash-seeded per process) diverge there.
+        out = os.environ.get(_CHILD)
+        if out:  # this process is one the test started: write the proposals and stop
+            proposals = self.drive(agent_factory(mixed_space, 11), mixed_space, rounds=12,
+                                   n=2)
+            Path(out).write_text(json.dumps([_key(p) for p in proposals]))
+            return
+        runs = []
+        for hash_seed in ("1", "2"):
+            path = tmp_path / f"proposals-{hash_seed}.json"
+            env = {**os.environ, "PYTHONHASHSEED": hash_seed, _CHILD: str(path)}
+            done = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                 "-o", "addopts=", request.node.nodeid],
+                cwd=request.config.rootpath, env=env, capture_output=True, text=True,
+                timeout=300, check=False,
+            )
+            assert done.returncode == 0, (
+                f"the agent's run with PYTHONHASHSEED={hash_seed} failed:\n"
+                f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+            assert path.exists(), f"the run with PYTHONHASHSEED={hash_seed} wrote no proposals"
+            runs.append(json.loads(path.read_text()))
+        first, second = runs
+        where = next((i for i, (a, b) in enumerate(zip(first, second, strict=False))
+                      if a != b), min(len(first), len(second)))
+        assert first == second, (
+            f"the same seed proposed differently under PYTHONHASHSEED=1 and 2 (from proposal"
+            f" {where}: {first[where:where + 1]} vs {second[where:where + 1]}): iterate over"
+            " sorted values, not sets or dicts built from hashed strings")
 
     # -- observe --------------------------------------------------------------------------
 
