@@ -29,6 +29,10 @@ class TestSlurmContract(BackendContract):
     def backend_factory(self, slurm_cluster: str) -> Callable[[], Backend]:
         return lambda: SlurmBackend(options=SlurmOptions(partition="batch"), sacct_lag=10)
 
+    @pytest.fixture
+    def time_limit(self) -> float:
+        return 60.0  # Slurm's time limits are whole minutes
+
 
 @pytest.mark.xdist_group("slurm")
 def test_an_attempt_whose_id_was_never_recorded_is_found_by_its_job_name(

@@ -26,6 +26,14 @@ class TestProbeBackend(BackendContract):
         cluster = ProbeCluster()
         return lambda: ProbeBackend(cluster=cluster)
 
+    # The probe runs no command (it reads the params' `outcome`): the checks of how a
+    # backend runs one do not apply; its start and end times do.
+    test_the_job_environment_reaches_the_command = None
+    test_a_time_limit_ends_the_job = None
+    test_a_signal_death_is_reported_killed = None
+    test_a_missing_command_is_invalid = None
+    test_cancel_ends_the_whole_process_tree = None
+
 
 def test_timed_probe_jobs_end_in_virtual_time_with_a_zero_poll_interval(tmp_path: Path) -> None:
     # The probe polls without waiting by default; timed jobs must still end on a fake clock

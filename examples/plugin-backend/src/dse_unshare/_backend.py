@@ -119,6 +119,14 @@ class UnshareBackend(Backend):
         # `python` in a command is the controller's interpreter, as with the local backend.
         env["PATH"] = os.pathsep.join(filter(None, [os.path.dirname(sys.executable),
                                                     env.get("PATH")]))
+        cwd = spec.cwd or spec.trial_dir
+        if shutil.which(argv[0], path=env["PATH"]) is None and not (
+                os.sep in argv[0] and os.access(os.path.join(cwd, argv[0]), os.X_OK)):
+            # The trial's own mistake, the same on every node: INVALID, not a launch error
+            # (which dse retries) and not FAILED (which would read as a result).
+            job.final = JobStatus(job_id, JobState.INVALID, node=self._node,
+                                  reason=f"cannot run {argv[0]!r}: no such command")
+            return
         command = ["/bin/sh", "-c", _RECORD_EXIT, "dse-unshare", str(job.dir),
                    unshare, *UNSHARE_FLAGS, "--", *argv]
         try:
@@ -128,7 +136,7 @@ class UnshareBackend(Backend):
                 open(job.dir / "stderr.log", "wb") as err,
             ):
                 job.proc = subprocess.Popen(
-                    command, cwd=spec.cwd or spec.trial_dir, env=env,
+                    command, cwd=cwd, env=env,
                     stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
                 )
         except OSError as exc:
@@ -197,10 +205,14 @@ class UnshareBackend(Backend):
             # OOM killer, an operator. Not a result about the design: dse decides on a retry.
             state, code, killed_by = JobState.KILLED, None, int(signal.SIGKILL)
             reason = "killed by SIGKILL from outside dse"
+        elif code is not None and code > 128:
+            # unshare passes a signal death on by dying of the same signal; sh records it as
+            # 128 + the signal. Not sent by this backend (it records why it stops a job
+            # first): ambiguous, as above.
+            state, killed_by, code = JobState.KILLED, code - 128, None
+            reason = f"killed by signal {killed_by} from outside dse"
         elif code is not None:
-            # unshare passes the workload's exit status on; a workload killed by another
-            # signal shows as 128 + the signal.
-            state = JobState.FAILED
+            state = JobState.FAILED  # unshare passes the workload's exit status on
         else:  # killed from outside before it could record one, or never started at all
             state = JobState.LOST
             reason = ("the attempt ended without recording its exit status" if job.pid

@@ -82,7 +82,14 @@ from dse_slurm._commands import (
 )
 from dse_slurm._options import Allocation, SlurmTable, read_table
 from dse_slurm._pilot import DRAINING, HEARTBEAT, MARGIN_S, RELEASED, STEP_MARK
-from dse_slurm._script import LAUNCHER, SlurmOptions, manifest_entry, render_pilot_script
+from dse_slurm._script import (
+    LAUNCHER,
+    SlurmOptions,
+    attempt_dir,
+    launch_refusal,
+    manifest_entry,
+    render_pilot_script,
+)
 from dse_slurm._watch import DirectoryWatch, Liveness
 
 if TYPE_CHECKING:
@@ -560,6 +567,9 @@ class SlurmAllocationBackend(Backend):
         state, code, sig, ambiguous, reason = _step_end(
             doc, started=run is not None, time_limit=task.spec.time_limit, pilot_job=pilot.job_id
         )
+        refused = launch_refusal(attempt_dir(task.spec), state, code)
+        if refused is not None:
+            state, reason = JobState.INVALID, refused
         task.ended_at = float(doc.get("ended_at") or self.clock.time())
         node, where = _where(task, doc)
         return JobStatus(

@@ -45,7 +45,9 @@ from dse_slurm._commands import (
 from dse_slurm._options import SlurmTable, read_table
 from dse_slurm._script import (
     SlurmOptions,
+    attempt_dir,
     group_for_arrays,
+    launch_refusal,
     render_array_script,
     render_manifest,
     spare_exclusion,
@@ -154,6 +156,8 @@ class SlurmBackend(Backend):
         self._cancelled: set[str] = set()
         self._tasks: dict[str, int] = {}
         """Job id → tasks, for the attempts of several tasks (srun ran them)."""
+        self._attempt_dirs: dict[str, Path] = {}
+        """Job id → its attempt's directory (where the launcher leaves ``LAUNCH_NOTE``)."""
         self._bin_dir = os.path.dirname(sys.executable)
         self.auto: tuple[SlurmTable, str] | None = None
         """``mode = "auto"``: the table and the file it came from, for :meth:`for_trials`."""
@@ -317,6 +321,7 @@ class SlurmBackend(Backend):
             return [self._settled.new(spec, exc.state, exc.reason) for spec in group]
         log.debug("submitted array %s (%d tasks) as %s", array, len(group), job_name)
         ids = [f"{array}_{index}" for index in range(len(group))]
+        self._attempt_dirs.update(zip(ids, map(attempt_dir, group), strict=True))
         if first.resources.tasks > 1:
             self._tasks.update(dict.fromkeys(ids, first.resources.tasks))
         return ids
@@ -381,11 +386,20 @@ class SlurmBackend(Backend):
         if not state.is_finished():
             return None  # sacct lags behind the controller: ask again next pass
         reason = _reason(state, row.state, row.cancelled_by, code, sig)
+        refused = self._refused(job_id, state, code)
+        if refused is not None:
+            state, reason = JobState.INVALID, refused
         return JobStatus(
             job_id, state, exit_code=code, signal=sig, node=row.nodes,
             started_at=row.started_at, ended_at=row.ended_at, reason=reason,
             ambiguous=ambiguous, usage=usage_from_sacct(row) or None,
         )
+
+    def _refused(self, job_id: str, state: JobState, code: int | None) -> str | None:
+        """Why the launcher could not start the command of *job_id* (see
+        :func:`launch_refusal`); ``None`` if it could."""
+        where = self._attempt_dirs.pop(job_id, None)
+        return None if where is None else launch_refusal(where, state, code)
 
     def _end_from_squeue(self, job_id: str, row: SqueueRow | None) -> JobStatus:
         if row is None or row.state.split(" ", 1)[0] not in TERMINAL_WORDS:
@@ -399,6 +413,9 @@ class SlurmBackend(Backend):
         reason = _reason(state, row.state, None, code, sig)
         if state is JobState.FAILED:
             reason = f"FAILED ({row.reason or 'no reason'}; exit code unknown without sacct)"
+        refused = self._refused(job_id, state, 127)  # squeue has no exit status: the note
+        if refused is not None:
+            state, reason = JobState.INVALID, refused
         return JobStatus(job_id, state, exit_code=code, signal=sig, node=row.nodes,
                          reason=reason, ambiguous=ambiguous)
 
@@ -413,6 +430,7 @@ class SlurmBackend(Backend):
     def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:
         self._tasks.update({job_id: spec.resources.tasks for job_id, spec in jobs.items()
                             if spec.resources.tasks > 1})
+        self._attempt_dirs.update({job_id: attempt_dir(spec) for job_id, spec in jobs.items()})
         for job_id in jobs:
             if not _array_of(job_id).isdigit():
                 # Never reached Slurm (an INVALID or a launch error id): nothing to adopt.

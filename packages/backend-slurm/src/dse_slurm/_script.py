@@ -32,7 +32,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dse import ConfigError
+from dse import ConfigError, JobState
 from dse_slurm._states import expand_hostlist
 
 if TYPE_CHECKING:
@@ -43,8 +43,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LAUNCHER",
+    "LAUNCH_NOTE",
     "SlurmOptions",
+    "attempt_dir",
     "group_for_arrays",
+    "launch_refusal",
     "manifest_entry",
     "parse_sbatch_output",
     "render_array_script",
@@ -63,6 +66,30 @@ MAX_SIGNAL_LEAD_S = 65535
 # next character even inside single quotes, which shlex.quote does not expect, and a line break
 # would end the directive. Everything else survives shlex.quote.
 _FORBIDDEN = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL", "\\": "a backslash"}
+
+LAUNCH_NOTE = "dse-launch.json"
+"""The file, in the attempt's directory, where the launcher says why it could not start the
+command (``{"invalid": "cannot run 'x': No such file or directory"}``) before it exits 127 or
+126: the backend reports that attempt INVALID, and a command's own exit status 127 FAILED."""
+
+
+
+def attempt_dir(spec: JobSpec) -> Path:
+    """Where the launcher puts an attempt's output (and its ``LAUNCH_NOTE``)."""
+    return spec.trial_dir / f"attempt-{spec.attempt}"
+
+
+def launch_refusal(where: Path, state: JobState, code: int | None) -> str | None:
+    """Why the launcher could not start the command of the attempt in *where*: its
+    ``LAUNCH_NOTE``, read for a FAILED end with exit status 127 or 126; ``None`` otherwise
+    (a command that ran and exited 127 itself leaves no note)."""
+    if state is not JobState.FAILED or code not in (126, 127):
+        return None
+    try:
+        return str(json.loads((where / LAUNCH_NOTE).read_text(encoding="utf-8"))["invalid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
 
 LAUNCHER = """\
 import fcntl, json, os, stat, sys
@@ -110,9 +137,14 @@ try:
     os.chdir(job["cwd"])
     os.execvpe(job["argv"][0], job["argv"], env)
 except OSError as exc:
-    sys.stderr.write("dse: cannot run %r: %s\\n" % (job["argv"][0], exc))
+    why = "cannot run %r: %s" % (job["argv"][0], exc)
+    sys.stderr.write("dse: %s\\n" % why)
+    # The backend tells this from a command's own exit status 127 by the note.
+    with open(os.path.join(adir, LAUNCH_NOTE + ".tmp"), "w") as note:
+        json.dump({"invalid": why}, note)
+    os.replace(os.path.join(adir, LAUNCH_NOTE + ".tmp"), os.path.join(adir, LAUNCH_NOTE))
     sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
-"""
+""".replace("LAUNCH_NOTE", repr(LAUNCH_NOTE))
 """The per-task launcher ``python3 -c`` runs (every task of the attempt runs it: srun starts
 one per task); exit 127: command (or cwd) not found, 126: not runnable. It sets the task's
 place in the trial contract (``DSE_RANK``, ``DSE_LOCAL_RANK``, ``DSE_NODE_RANK``,

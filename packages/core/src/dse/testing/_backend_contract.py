@@ -19,6 +19,7 @@ both pass.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -34,22 +35,49 @@ if TYPE_CHECKING:
     from dse._backend import Backend
 
 _WORKLOAD = r"""
-import json, os, sys, time
+import json, os, signal, subprocess, sys, time
 outcome = sys.argv[1]
+trial = os.environ.get("DSE_TRIAL_DIR", ".")
 if outcome == "hang":
     time.sleep(600)
 if outcome == "fail":
     sys.exit(3)
-doc = {"complete": True, "metrics": {"value": 1.0}}
-path = os.path.join(os.environ.get("DSE_TRIAL_DIR", "."), "result.json")
+if outcome == "signal":
+    import ctypes, resource
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.kill(os.getpid(), signal.SIGKILL)
+    ctypes.string_at(0)  # PID 1 of a namespace ignores its own SIGKILL; not a fault
+if outcome == "tree":
+    beat = os.path.join(trial, "heartbeat")
+    subprocess.Popen([sys.executable, "-c", _BEAT, beat])
+    time.sleep(600)
+metrics = {"value": 1.0}
+if outcome == "env":
+    metrics["mark"] = float(os.environ.get("DSE_CONTRACT_MARK", "-1"))
+path = os.path.join(trial, "result.json")
 with open(path + ".tmp", "w") as f:
-    json.dump(doc, f)
+    json.dump({"complete": True, "metrics": metrics}, f)
 os.replace(path + ".tmp", path)
-"""
+""".replace("_BEAT", repr(
+    "import sys, time\nwhile True:\n"
+    "    with open(sys.argv[1], 'a') as f:\n        f.write('.')\n    time.sleep(0.1)\n"))
+"""The contract's command: ``argv[1]`` says what it does (``succeed``, ``fail`` with status 3,
+``hang``, ``signal`` (kills itself with SIGKILL, or where it is a PID namespace's init and
+survives that, with a segmentation fault), ``tree`` (starts a grandchild that appends
+to ``heartbeat`` in the trial directory ten times a second, then hangs), ``env`` (succeeds,
+its metric ``mark`` read from the job's environment)."""
+
+MARK = 42.5
+"""The value of ``DSE_CONTRACT_MARK`` in every contract job's environment."""
 
 
-def contract_job(root: Path, name: str, outcome: str, attempt: int = 1) -> JobSpec:
-    """A job of the contract convention in ``root/name`` (created)."""
+def contract_job(
+    root: Path, name: str, outcome: str, attempt: int = 1, *, time_limit: float = 120.0,
+    argv: Sequence[str] | None = None,
+) -> JobSpec:
+    """A job of the contract convention in ``root/name`` (created): the contract's command
+    with *outcome* (or *argv*), its environment ``DSE_TRIAL_DIR``, ``DSE_TRIAL_ID`` and
+    ``DSE_CONTRACT_MARK`` (none of them in the controller's own environment)."""
     trial_dir = root / name
     trial_dir.mkdir(parents=True, exist_ok=True)
     return JobSpec(
@@ -57,16 +85,18 @@ def contract_job(root: Path, name: str, outcome: str, attempt: int = 1) -> JobSp
         attempt=attempt,
         params={"outcome": outcome},
         trial_dir=trial_dir,
-        argv=(sys.executable, "-c", _WORKLOAD, outcome),
-        env={"DSE_TRIAL_DIR": str(trial_dir), "DSE_TRIAL_ID": f"contract-{name}"},
-        time_limit=120.0,
+        argv=tuple(argv) if argv is not None else (sys.executable, "-c", _WORKLOAD, outcome),
+        env={"DSE_TRIAL_DIR": str(trial_dir), "DSE_TRIAL_ID": f"contract-{name}",
+             "DSE_CONTRACT_MARK": str(MARK)},
+        time_limit=time_limit,
     )
 
 
 def wait_for(
-    backend: Backend, job_ids: Sequence[str], timeout: float = 60.0
+    backend: Backend, job_ids: Sequence[str], timeout: float = 60.0, *, late: str = ""
 ) -> dict[str, JobStatus]:
-    """Poll until every id in *job_ids* reported an end; return their final statuses."""
+    """Poll until every id in *job_ids* reported an end; return their final statuses (the
+    test fails after *timeout* seconds, saying *late* as well)."""
     final: dict[str, JobStatus] = {}
     deadline = time.monotonic() + timeout
     wait = 0.01
@@ -77,19 +107,25 @@ def wait_for(
         if len(final) < len(job_ids):
             if time.monotonic() > deadline:
                 missing = [j for j in job_ids if j not in final]
-                pytest.fail(f"jobs {missing} did not end within {timeout}s")
+                pytest.fail(f"jobs {missing} did not end within {timeout}s{late}")
             time.sleep(wait)
             wait = min(wait * 2, 0.5)
     return final
 
 
-class BackendContract:
-    """The behaviour dse's engine relies on from every backend."""
+class _CoreChecks:
+    """What every backend does, simulated or not."""
 
     @pytest.fixture
     def backend_factory(self) -> Callable[[], Backend]:
         """Override: return a callable building the backend under test."""
         raise NotImplementedError("override the backend_factory fixture")
+
+    @pytest.fixture
+    def time_limit(self) -> float:
+        """Override: the shortest time limit (seconds) the backend enforces promptly, for
+        :meth:`test_a_time_limit_ends_the_job` (Slurm counts in minutes: 60)."""
+        return 2.0
 
     @pytest.fixture
     def backend(self, backend_factory: Callable[[], Backend]) -> Iterator[Backend]:
@@ -190,3 +226,94 @@ class BackendContract:
             assert final[job_id].state is JobState.CANCELLED
         finally:
             observer.shutdown(cancel=False)
+
+
+class _CommandChecks:
+    """The part of :class:`BackendContract` about the commands a backend runs: what a
+    backend that runs the job's ``argv`` must get right for a trial's end to mean what the
+    engine takes it to mean. (A backend that simulates jobs, as the probe, leaves these out
+    by setting each to ``None`` in its subclass.)"""
+
+    def test_the_job_environment_reaches_the_command(
+        self, backend: Backend, tmp_path: Path
+    ) -> None:
+        # Without DSE_TRIAL_DIR the command writes its result elsewhere: every trial would
+        # then fail as a result about its design, and be reused.
+        job = contract_job(tmp_path, "env", "env")
+        (job_id,) = backend.submit([job])
+        final = wait_for(backend, [job_id])
+        assert final[job_id].state is JobState.SUCCEEDED, final[job_id]
+        result = job.trial_dir / "result.json"
+        assert result.exists(), (
+            f"no result.json in the trial directory {job.trial_dir}: the command did not see"
+            " DSE_TRIAL_DIR from job.env")
+        mark = json.loads(result.read_text())["metrics"]["mark"]
+        assert mark == MARK, (
+            f"the command saw DSE_CONTRACT_MARK={mark}, not {MARK}: job.env was not passed")
+
+    def test_start_and_end_times_are_reported(self, backend: Backend, tmp_path: Path) -> None:
+        # Budgets charge wall time from these: a backend without them is never charged.
+        before = time.time()
+        (job_id,) = backend.submit([contract_job(tmp_path, "times", "succeed")])
+        status = wait_for(backend, [job_id])[job_id]
+        after = time.time()
+        assert status.started_at is not None, f"no started_at: {status}"
+        assert status.ended_at is not None, f"no ended_at: {status}"
+        # Slurm keeps whole seconds: a second's slack on either side.
+        assert before - 1.0 <= status.started_at <= status.ended_at <= after + 1.0, (
+            f"started_at {status.started_at} and ended_at {status.ended_at} are not seconds"
+            f" since the epoch within the job's life ({before} .. {after})")
+
+    def test_a_time_limit_ends_the_job(
+        self, backend: Backend, tmp_path: Path, time_limit: float
+    ) -> None:
+        job = contract_job(tmp_path, "limit", "hang", time_limit=time_limit)
+        (job_id,) = backend.submit([job])
+        status = wait_for(backend, [job_id], timeout=2.0 * time_limit + 30.0,
+                          late=f": past its {time_limit:g} s time limit, not TIMEOUT")[job_id]
+        assert status.state is JobState.TIMEOUT, (
+            f"a job past its {time_limit} s limit ended {status.state.name}, not TIMEOUT")
+
+    def test_a_signal_death_is_reported_killed(self, backend: Backend, tmp_path: Path) -> None:
+        # A signal the backend did not send is ambiguous (the OOM killer, an operator): the
+        # engine retries it; FAILED would make it a result about the design.
+        (job_id,) = backend.submit([contract_job(tmp_path, "sig", "signal")])
+        status = wait_for(backend, [job_id])[job_id]
+        assert status.state is JobState.KILLED, (
+            f"a command killed by a signal ended {status.state.name}, not KILLED")
+        assert status.signal is None or status.signal > 0, status
+
+    def test_a_missing_command_is_invalid(self, backend: Backend, tmp_path: Path) -> None:
+        # The trial's own mistake, the same on every node: INVALID, not LAUNCH_ERROR (an
+        # infrastructure fault the engine would retry for ever on other nodes).
+        missing = str(tmp_path / "no-such-command")
+        (job_id,) = backend.submit([contract_job(tmp_path, "missing", "succeed",
+                                                 argv=(missing, "--flag"))])
+        status = wait_for(backend, [job_id])[job_id]
+        assert status.state is JobState.INVALID, (
+            f"a command that does not exist ended {status.state.name}, not INVALID")
+
+    def test_cancel_ends_the_whole_process_tree(self, backend: Backend, tmp_path: Path) -> None:
+        # A grandchild left running holds the node's cores (and GPUs) after dse freed them.
+        job = contract_job(tmp_path, "tree", "tree")
+        beat = job.trial_dir / "heartbeat"
+        (job_id,) = backend.submit([job])
+        deadline = time.monotonic() + 120.0
+        while not (beat.exists() and beat.stat().st_size > 3):
+            assert time.monotonic() < deadline, "the job's grandchild never started"
+            backend.poll()
+            time.sleep(0.1)
+        backend.cancel([job_id])
+        final = wait_for(backend, [job_id])
+        assert final[job_id].state is JobState.CANCELLED
+        time.sleep(1.0)  # a write under way when the tree died
+        size = beat.stat().st_size
+        time.sleep(2.0)
+        assert beat.stat().st_size == size, (
+            "the job's grandchild still runs after cancel: kill the job's process group (or"
+            " cgroup), not only its first process")
+
+
+class BackendContract(_CoreChecks, _CommandChecks):
+    """The behaviour dse's engine relies on from every backend: subclass it and override the
+    ``backend_factory`` fixture (and ``time_limit`` if the backend's limits are coarse)."""
