@@ -275,14 +275,23 @@ def open_log(log: type[L], resume: Path | None, header: dict[str, Any]) -> L:
     return opened
 
 
-def read_logs(paths: Iterable[Path], log: type[ResumableLog[R]]) -> list[R]:
-    """The runs in the logs at *paths* (a run in several counts once, from the last), over
-    the seeds every method and setting of a problem has: a log cut short (or logs made apart)
-    may hold more seeds of one method than of another, and medians over different seeds are
-    not a comparison."""
+def read_logs(
+    paths: Iterable[Path], log: type[ResumableLog[R]], *,
+    problems: Iterable[str] | None = None, settings: Iterable[str] | None = None,
+) -> list[R]:
+    """The runs in the logs at *paths* (a run in several counts once, from the last) of
+    *problems* and *settings* (default: all), over the seeds every method and setting of a
+    problem has: a log cut short (or logs made apart) may hold more seeds of one method than
+    of another, and medians over different seeds are not a comparison. (Choosing the settings
+    keeps a cell's extra seeds, run apart with ``--first-seed``, from being cut to those of
+    the settings it has no extra seeds for.)"""
+    keep_problems = None if problems is None else set(problems)
+    keep_settings = None if settings is None else set(settings)
     by_task: dict[tuple[str, str, str, int, int], R] = {}
     for path in paths:
-        by_task.update((r.task.key, r) for r in log.results(path))
+        by_task.update((r.task.key, r) for r in log.results(path)
+                       if (keep_problems is None or r.task.problem in keep_problems)
+                       and (keep_settings is None or r.task.setting in keep_settings))
     seeds: dict[str, dict[tuple[str, str], set[int]]] = {}
     for r in by_task.values():
         cells = seeds.setdefault(r.task.problem, {})

@@ -97,20 +97,24 @@ above 0), ``target_met`` (all of them), ``worst_ratio``, ``medians`` and ``fract
 mean wall seconds of a run), ``optimum`` and ``reference`` per problem, and the run's
 parameters.
 
-* **Figures** (2026-12-02, 2 cores at load 3.5-6 with other work beside it; dse at 7cfc044,
-  3 seeds; the peers 2 seeds so far, their log still running; merged with ``--report PEERS
-  DSE`` over the 2 common seeds). Median final hypervolume, % of the true front's, dse
+* **Figures** (2026-12-02, 2 cores at load 2-4 with other work beside it; dse at c2306fb,
+  which proposes as 1a2eddd; 5 seeds, the peers and dse run in two processes side by side,
+  merged with ``--report PEERS DSE``). Median final hypervolume, % of the true front's, dse
   bayesian / best Optuna (which), P = 1 / P = 4 waves / P = 4 rolling:
 
-  - zdt1: dse 98 / 96 / 98 %, GPSampler 84 / 93 / 92 %: ratios 1.166 / 1.031 / 1.055
+  - zdt1: dse 98 / 96 / 98 %, GPSampler 87 / 95 / 91 %: ratios 1.134 / 1.012 / 1.083
     (NSGA-II, MOTPE and random 0 at this reference point).
-  - zdt2: dse 98 / 94 / 90 %, GPSampler 60 / 93 / 90 %: 1.618 / 1.007 / 1.004.
-  - dtlz2: dse 62 / 59 / 59 %, MOTPE 63 / 51 / 56 %, GPSampler 58 / 40 / 41 %: 0.975 (MOTPE)
-    / 1.161 / 1.053. Not met at P = 1: MOTPE drives DTLZ2's distance variables down sooner
-    (median g of the last 20 of 80 trials, seed 0: dse 0.13, MOTPE 0.05).
+  - zdt2: dse 98 / 94 / 97 %, GPSampler 39 / 92 / 85 %: 2.528 / 1.021 / 1.131.
+  - dtlz2: dse 61 / 55 / 60 %, MOTPE 62 / 55 / 52 %, GPSampler 57 / 48 / 43 %: 0.982 (MOTPE)
+    / 1.006 / 1.158. DTLZ2 at P = 1 varies more between seeds (0.35-0.56) than the methods
+    differ: 7 more seeds of that cell (``--problems dtlz2 --settings "P=1" --seeds 7
+    --first-seed 5``, every method) and ``--report ALL_THREE_LOGS --problems dtlz2 --settings
+    "P=1"`` give, over 12 seeds, dse 0.489 (0.471-0.494), MOTPE 0.445 (0.427-0.502),
+    GPSampler 0.441 (0.412-0.467): ratio 1.099. Over seeds 0-4 alone MOTPE's median is
+    0.500, over 5-11 0.438 (dse 0.491 and 0.488).
 
-  Wall seconds per run: dse bayesian 13 / 4 / 9 (zdt1), 60 / 48 / 56 (dtlz2); GPSampler 79 /
-  96 / 117 and 423 / 818 / 467.
+  Wall seconds per run: dse bayesian 15 / 5 / 16 (zdt1), 64 / 61 / 89 (dtlz2); GPSampler 74 /
+  142 / 100 and 262 / 383 / 464.
 """
 
 from __future__ import annotations
@@ -373,11 +377,15 @@ def print_report(
     return summary
 
 
-def report_log(paths: list[Path]) -> int:
+def report_log(
+    paths: list[Path], problems: list[str] | None = None, settings: list[str] | None = None
+) -> int:
     """``--report LOG [LOG ...]``: the report of the runs in the logs (a run in several
-    counts once, from the last), over the seeds every method and setting of a problem has."""
+    counts once, from the last) of *problems* and *settings* (``--problems``,
+    ``--settings``; default all), over the seeds every method and setting of a problem
+    has."""
     try:
-        results = read_logs(paths, RunLog)
+        results = read_logs(paths, RunLog, problems=problems, settings=settings)
     except BenchmarkError as exc:
         print(f"multi_objective: error: {exc}", file=sys.stderr)
         return 1
@@ -392,7 +400,7 @@ def report_log(paths: list[Path]) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.report:
-        return report_log(args.report)
+        return report_log(args.report, args.problems, args.settings)
     prepare_process()
     methods, skipped = choose_methods(args, ALL_METHODS, {GP: "--no-gp"})
     tasks, settings = make_tasks(args, methods)

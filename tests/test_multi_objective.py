@@ -191,3 +191,30 @@ def test_a_report_from_logs_ends_with_one_ratio_per_problem_and_setting(
     assert summary["met"] == {"zdt1 P=1": True}
     assert summary["best_peer"] == {"zdt1 P=1": "optuna GP"}
     assert summary["methods"] == ["dse bayesian", "optuna GP"]
+
+
+def test_a_report_of_chosen_settings_keeps_a_cells_extra_seeds(
+    mo: dict[str, ModuleType], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Seeds 0-1 of both settings, then seeds 2-3 of P=1 alone (run apart, --first-seed 2):
+    # the whole report compares the 2 seeds every cell has; --settings "P=1" all 4.
+    runs, main = mo["runs"], mo["main"]
+    path = tmp_path / "log.jsonl"
+    log = runs.RunLog(path, {"code": {"dse": "d", "peers": "p"}}, resume=False)
+    for seed in range(4):
+        for setting in ("P=1", "P=4 waves") if seed < 2 else ("P=1",):
+            for method, y in (("dse bayesian", 0.5), ("optuna GP", 0.6 - 0.1 * seed)):
+                log.add(runs.RunResult(runs.Task(method, "zdt1", setting, 2, seed),
+                                       ((0.2, y), (y, 0.2)), 1.0))
+    log.close()
+
+    assert main.report_log([path]) == 0
+    whole = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert whole["seeds"] == {"zdt1": 2}
+    assert set(whole["ratios"]) == {"zdt1 P=1", "zdt1 P=4 waves"}
+    assert main.report_log([path], ["zdt1"], ["P=1"]) == 0
+    chosen = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert chosen["seeds"] == {"zdt1": 4}
+    assert set(chosen["ratios"]) == {"zdt1 P=1"}
+    # GP's median over seeds 0-3 (y = 0.6, 0.5, 0.4, 0.3) differs from over 0-1.
+    assert chosen["ratios"]["zdt1 P=1"] != whole["ratios"]["zdt1 P=1"]
