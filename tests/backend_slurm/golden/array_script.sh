@@ -74,7 +74,12 @@ try:
     os.chdir(job["cwd"])
     os.execvpe(job["argv"][0], job["argv"], env)
 except OSError as exc:
-    sys.stderr.write("dse: cannot run %r: %s\n" % (job["argv"][0], exc))
+    why = "cannot run %r: %s" % (job["argv"][0], exc)
+    sys.stderr.write("dse: %s\n" % why)
+    # The note tells this apart from a command that exits 127 itself.
+    with open(os.path.join(adir, "dse-launch.json" + ".tmp"), "w") as note:
+        json.dump({"invalid": why}, note)
+    os.replace(os.path.join(adir, "dse-launch.json" + ".tmp"), os.path.join(adir, "dse-launch.json"))
     sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
 ' \
     '/scratch/my campaign/.dse/slurm/batch 1.jsonl' "${SLURM_ARRAY_TASK_ID:?}"

@@ -139,12 +139,12 @@ try:
 except OSError as exc:
     why = "cannot run %r: %s" % (job["argv"][0], exc)
     sys.stderr.write("dse: %s\\n" % why)
-    # The backend tells this from a command's own exit status 127 by the note.
+    # The note tells this apart from a command that exits 127 itself.
     with open(os.path.join(adir, LAUNCH_NOTE + ".tmp"), "w") as note:
         json.dump({"invalid": why}, note)
     os.replace(os.path.join(adir, LAUNCH_NOTE + ".tmp"), os.path.join(adir, LAUNCH_NOTE))
     sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
-""".replace("LAUNCH_NOTE", repr(LAUNCH_NOTE))
+""".replace("LAUNCH_NOTE", json.dumps(LAUNCH_NOTE))
 """The per-task launcher ``python3 -c`` runs (every task of the attempt runs it: srun starts
 one per task); exit 127: command (or cwd) not found, 126: not runnable. It sets the task's
 place in the trial contract (``DSE_RANK``, ``DSE_LOCAL_RANK``, ``DSE_NODE_RANK``,
