@@ -4,15 +4,9 @@ says what went wrong (the suite run as a plugin author runs it, in a pytest proc
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-from typing import TYPE_CHECKING
-
 import pytest
 
-if TYPE_CHECKING:
-    from pathlib import Path
+from support.contracts import failed, run_suite
 
 _AGENTS = '''
 import random
@@ -142,19 +136,7 @@ class TestNoVersion(AgentContract):
 
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root: Path = tmp_path_factory.mktemp("broken_agents")
-    (root / "test_broken_agents.py").write_text(textwrap.dedent(_AGENTS))
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
-         "-o", "addopts=", "test_broken_agents.py"],
-        cwd=root, capture_output=True, text=True, timeout=600, check=False,
-    )
-    return done.stdout + done.stderr
-
-
-def _failed(outcome: str) -> set[str]:
-    return {line.split("::", 1)[1].split(" ", 1)[0] for line in outcome.splitlines()
-            if line.startswith("FAILED ")}
+    return run_suite(tmp_path_factory.mktemp("broken_agents"), "test_broken_agents", _AGENTS)
 
 
 @pytest.mark.parametrize(("agent", "test", "says"), [
@@ -166,7 +148,7 @@ def _failed(outcome: str) -> set[str]:
 def test_each_broken_agent_fails_the_test_of_its_mistake(
     outcome: str, agent: str, test: str, says: str
 ) -> None:
-    assert f"{agent}::{test}" in _failed(outcome), outcome[-3000:]
+    assert f"{agent}::{test}" in failed(outcome), outcome[-3000:]
     assert says in outcome
 
 
@@ -180,13 +162,13 @@ def test_the_broken_agents_fail_nothing_else(outcome: str) -> None:
         "TestHashSeeded::test_proposals_do_not_depend_on_the_hash_seed",
         "TestNoVersion::test_name_and_version_are_non_empty_strings",
     }
-    assert _failed(outcome) <= allowed, outcome[-3000:]
+    assert failed(outcome) <= allowed, outcome[-3000:]
 
 
 def test_a_failing_contract_assertion_shows_its_values(outcome: str) -> None:
     # dse.testing is registered for pytest's assertion rewriting (the pytest11 entry
     # point): `assert cls.version` shows the value and where it came from, not a bare
     # AssertionError.
-    assert "TestNoVersion::test_name_and_version_are_non_empty_strings" in _failed(outcome)
+    assert "TestNoVersion::test_name_and_version_are_non_empty_strings" in failed(outcome)
     assert "where '' = <class 'test_broken_agents.NoVersion'>.version" in outcome, (
         outcome[-3000:])

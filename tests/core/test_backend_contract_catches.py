@@ -5,15 +5,9 @@ pytest process)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-from typing import TYPE_CHECKING
-
 import pytest
 
-if TYPE_CHECKING:
-    from pathlib import Path
+from support.contracts import failed, run_suite
 
 _BACKENDS = '''
 import os
@@ -152,29 +146,17 @@ _CAUGHT_BY = {
 
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root: Path = tmp_path_factory.mktemp("broken_backends")
-    (root / "test_broken_backends.py").write_text(textwrap.dedent(_BACKENDS))
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
-         "-o", "addopts=", "test_broken_backends.py"],
-        cwd=root, capture_output=True, text=True, timeout=900, check=False,
-    )
-    return done.stdout + done.stderr
-
-
-def _failed(outcome: str) -> set[str]:
-    return {line.split("::", 1)[1].split(" ", 1)[0] for line in outcome.splitlines()
-            if line.startswith("FAILED ")}
+    return run_suite(tmp_path_factory.mktemp("broken_backends"), "test_broken_backends", _BACKENDS)
 
 
 def test_a_backend_that_runs_commands_right_passes_the_whole_suite(outcome: str) -> None:
-    assert not any(f.startswith("TestCorrect::") for f in _failed(outcome)), outcome[-3000:]
+    assert not any(f.startswith("TestCorrect::") for f in failed(outcome)), outcome[-3000:]
     assert " passed" in outcome
 
 
 def test_each_mistake_fails_its_own_test_and_no_other(outcome: str) -> None:
     expected = {f"{copy}::{test}" for copy, test in _CAUGHT_BY.items()}
-    assert _failed(outcome) == expected, outcome[-4000:]
+    assert failed(outcome) == expected, outcome[-4000:]
 
 
 @pytest.mark.parametrize("says", [
