@@ -15,12 +15,94 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from support.venv import REPO, install_example, run, run_example_tests
+from support.contracts import failed
+from support.venv import REPO, clean_env, install_example, run, run_example_tests
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 EXAMPLE = REPO / "examples" / "plugin-backend"
+
+_BROKEN = '''
+import dataclasses
+import shutil
+
+import pytest
+
+from dse import JobState
+from dse.testing.contracts import BackendContract
+from dse_unshare import UnshareBackend
+from dse_unshare import _backend
+
+
+class DropsTheEnv(UnshareBackend):
+    """Runs the command without the job's environment."""
+
+    def _launch(self, job_id, job, unshare):
+        job.spec = dataclasses.replace(job.spec, env={})
+        super()._launch(job_id, job, unshare)
+
+
+class IgnoresTheLimit(UnshareBackend):
+    """Never stops a job past its time limit."""
+
+    def _launch(self, job_id, job, unshare):
+        job.spec = dataclasses.replace(job.spec, time_limit=None)
+        super()._launch(job_id, job, unshare)
+
+
+class SignalIsAFailure(UnshareBackend):
+    """Reports a signal death as FAILED."""
+
+    def _ended(self, job_id, job):
+        status = super()._ended(job_id, job)
+        if status.state is JobState.KILLED:
+            return dataclasses.replace(status, state=JobState.FAILED, ambiguous=False)
+        return status
+
+
+class NoTimes(UnshareBackend):
+    """Reports no start or end time."""
+
+    def _ended(self, job_id, job):
+        return dataclasses.replace(super()._ended(job_id, job), started_at=None,
+                                   ended_at=None)
+
+
+def _contract(cls):
+    class Test(BackendContract):
+        @pytest.fixture
+        def backend_factory(self):
+            return lambda: cls(grace=0.5)
+
+    return Test
+
+
+TestDropsTheEnv = _contract(DropsTheEnv)
+TestIgnoresTheLimit = _contract(IgnoresTheLimit)
+TestSignalIsAFailure = _contract(SignalIsAFailure)
+TestNoTimes = _contract(NoTimes)
+
+
+class TestTrustsAnyCommand(_contract(UnshareBackend)):
+    """Starts any command without looking for it first."""
+
+    @pytest.fixture(autouse=True)
+    def trusting(self, monkeypatch):
+        real = shutil.which
+        monkeypatch.setattr(_backend.shutil, "which",
+                            lambda cmd, path=None: real(cmd, path=path) or "/found")
+'''
+
+_CAUGHT_BY = {
+    "TestDropsTheEnv": "test_the_job_environment_reaches_the_command",
+    "TestIgnoresTheLimit": "test_a_time_limit_ends_the_job",
+    "TestSignalIsAFailure": "test_a_signal_death_is_reported_killed",
+    "TestNoTimes": "test_start_and_end_times_are_reported",
+    "TestTrustsAnyCommand": "test_a_missing_command_is_invalid",
+}
+"""Each copy's mistake and the test that must catch it. (Cancel cannot leave a grandchild
+here: the backend kills the namespace's init, and the kernel every process of it.)"""
 
 
 def _can_unshare() -> bool:
@@ -69,3 +151,16 @@ def test_the_examples_own_tests_pass_in_that_environment(
 ) -> None:
     venv, example = installed
     run_example_tests(venv, example)
+
+
+def test_each_broken_copy_fails_the_test_of_its_mistake(installed: tuple[Path, Path]) -> None:
+    venv, example = installed
+    where = example / "broken"
+    where.mkdir()
+    (where / "test_broken.py").write_text(_BROKEN)
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
+         "-o", "addopts=", f"--basetemp={where / 'tmp'}", "test_broken.py"],
+        capture_output=True, text=True, timeout=900, cwd=where, env=clean_env(), check=False)
+    out = proc.stdout + proc.stderr
+    assert failed(out) == {f"{copy}::{test}" for copy, test in _CAUGHT_BY.items()}, out[-4000:]
