@@ -565,11 +565,8 @@ class SlurmAllocationBackend(Backend):
         assert pilot is not None
         pilot.tasks.discard(task.job_id)
         state, code, sig, ambiguous, reason = _step_end(
-            doc, started=run is not None, time_limit=task.spec.time_limit, pilot_job=pilot.job_id
+            doc, started=run is not None, spec=task.spec, pilot_job=pilot.job_id
         )
-        refused = launch_refusal(attempt_dir(task.spec), state, code)
-        if refused is not None:
-            state, reason = JobState.INVALID, refused
         task.ended_at = float(doc.get("ended_at") or self.clock.time())
         node, where = _where(task, doc)
         return JobStatus(
@@ -750,10 +747,22 @@ def _lost_to_ending(
 
 
 def _step_end(
-    doc: Mapping[str, Any], *, started: bool, time_limit: float | None, pilot_job: str | None
+    doc: Mapping[str, Any], *, started: bool, spec: JobSpec, pilot_job: str | None
 ) -> tuple[JobState, int | None, int | None, bool, str | None]:
-    """State, exit code, signal, ambiguity and reason of a step from its exit document
-    (what the pilot wrote: ``rc``, ``srun_err``, ``cancelled``...)."""
+    """State, exit code, signal, ambiguity and reason of the step of *spec* from its exit
+    document (what the pilot wrote: ``rc``, ``srun_err``, ``cancelled``...); INVALID where
+    the launcher could not start the command (its note in the attempt's directory)."""
+    state, code, sig, ambiguous, reason = _step_state(doc, started, spec.time_limit, pilot_job)
+    refused = launch_refusal(attempt_dir(spec), state, code)
+    if refused is not None:
+        return JobState.INVALID, code, None, False, refused
+    return state, code, sig, ambiguous, reason
+
+
+def _step_state(
+    doc: Mapping[str, Any], started: bool, time_limit: float | None, pilot_job: str | None
+) -> tuple[JobState, int | None, int | None, bool, str | None]:
+    """:func:`_step_end` from the exit document alone."""
     err = str(doc.get("srun_err") or "")
     last = next((line for line in reversed(err.splitlines()) if line.strip()), "")
     rc = doc.get("rc")
