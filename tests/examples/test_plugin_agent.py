@@ -10,12 +10,11 @@ tests (the contract among them) must pass there.
 from __future__ import annotations
 
 import json
-import subprocess
 from typing import TYPE_CHECKING
 
 import pytest
 
-from support.contracts import failed
+from support.contracts import failed, run_suite
 from support.venv import REPO, clean_env, install_example, run, run_example_tests
 
 if TYPE_CHECKING:
@@ -119,20 +118,11 @@ def test_the_examples_own_tests_pass_in_that_environment(
 def test_each_broken_copy_fails_the_test_of_its_mistake(installed: tuple[Path, Path]) -> None:
     venv, example = installed
     (example / "broken").mkdir()
-    (example / "broken" / "test_broken.py").write_text(_BROKEN)
-    proc_out = _run_tolerating_failures(venv, example / "broken")
-    caught = failed(proc_out)
+    out = run_suite(example / "broken", "test_broken", _BROKEN,
+                    python=venv / "bin" / "python", env=clean_env())
+    caught = failed(out)
     for copy, test in _CAUGHT_BY.items():
-        assert f"{copy}::{test}" in caught, proc_out[-3000:]
+        assert f"{copy}::{test}" in caught, out[-3000:]
     # Nothing else fails, but what a mistake also breaks (a point repeated while in flight).
     assert caught <= {*(f"{c}::{t}" for c, t in _CAUGHT_BY.items()),
                       "TestRepeatsTheBest::test_never_proposes_a_point_in_flight"}, caught
-
-
-def _run_tolerating_failures(venv: Path, where: Path) -> str:
-    """Run the broken copies' suite in *venv* (failures expected); what pytest printed."""
-    proc = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
-         "-o", "addopts=", f"--basetemp={where / 'tmp'}", "test_broken.py"],
-        capture_output=True, text=True, timeout=900, cwd=where, env=clean_env(), check=False)
-    return proc.stdout + proc.stderr

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from support.contracts import failed
+from support.contracts import failed, run_suite
 from support.venv import REPO, clean_env, install_example, run, run_example_tests
 
 if TYPE_CHECKING:
@@ -155,12 +155,7 @@ def test_the_examples_own_tests_pass_in_that_environment(
 
 def test_each_broken_copy_fails_the_test_of_its_mistake(installed: tuple[Path, Path]) -> None:
     venv, example = installed
-    where = example / "broken"
-    where.mkdir()
-    (where / "test_broken.py").write_text(_BROKEN)
-    proc = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
-         "-o", "addopts=", f"--basetemp={where / 'tmp'}", "test_broken.py"],
-        capture_output=True, text=True, timeout=900, cwd=where, env=clean_env(), check=False)
-    out = proc.stdout + proc.stderr
+    (example / "broken").mkdir()
+    out = run_suite(example / "broken", "test_broken", _BROKEN,
+                    python=venv / "bin" / "python", env=clean_env())
     assert failed(out) == {f"{copy}::{test}" for copy, test in _CAUGHT_BY.items()}, out[-4000:]

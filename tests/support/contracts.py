@@ -9,22 +9,29 @@ import textwrap
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
 
-def run_suite(root: Path, module: str, source: str) -> str:
-    """Write *source* as ``root/<module>.py``, run pytest on it (its own process, no addopts)
-    and return what pytest printed."""
+def run_suite(
+    root: Path, module: str, source: str, *, python: str | Path = sys.executable,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """Write *source* as ``root/<module>.py``, run pytest on it with *python* (its own
+    process, no addopts, its temporary files under *root*) and return what pytest printed.
+    Failures are expected: the caller reads them with :func:`failed`."""
     (root / f"{module}.py").write_text(textwrap.dedent(source))
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
-         "-o", "addopts=", f"{module}.py"],
-        cwd=root, capture_output=True, text=True, timeout=900, check=False,
+        [str(python), "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
+         "-o", "addopts=", f"--basetemp={root / 'tmp'}", f"{module}.py"],
+        cwd=root, env=None if env is None else dict(env), capture_output=True, text=True,
+        timeout=900, check=False,
     )
     return done.stdout + done.stderr
 
 
 def failed(outcome: str) -> set[str]:
-    """``Class::test`` of every failed test in pytest's ``-rf`` summary."""
+    """``Class::test`` of every test pytest's ``-rfE`` summary lists as failed or in error
+    (a fixture that broke counts: it is not a pass)."""
     return {line.split("::", 1)[1].split(" ", 1)[0] for line in outcome.splitlines()
-            if line.startswith("FAILED ")}
+            if line.startswith(("FAILED ", "ERROR "))}

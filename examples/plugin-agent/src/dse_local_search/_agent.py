@@ -87,10 +87,7 @@ class LocalSearchAgent:
 
     def observe(self, observations: Sequence[Observation]) -> None:
         for obs in observations:
-            if obs.status is None:  # rejected by a constraint: never ran, never again
-                self._seen.add(_key(obs.params))
-                continue
-            self._seen.add(_key(obs.params))
+            self._seen.add(_key(obs.params))  # a rejected proposal too: never again
             loss = obs.loss
             if obs.status not in (TrialStatus.COMPLETED, TrialStatus.CACHED) or loss is None:
                 continue

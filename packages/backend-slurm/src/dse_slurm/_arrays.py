@@ -157,7 +157,8 @@ class SlurmBackend(Backend):
         self._tasks: dict[str, int] = {}
         """Job id → tasks, for the attempts of several tasks (srun ran them)."""
         self._attempt_dirs: dict[str, Path] = {}
-        """Job id → its attempt's directory (where the launcher leaves ``LAUNCH_NOTE``)."""
+        """Job id → its attempt's directory (where the launcher leaves ``LAUNCH_NOTE``), for
+        the jobs Slurm has, until their end is reported (as ``_tasks``)."""
         self._bin_dir = os.path.dirname(sys.executable)
         self.auto: tuple[SlurmTable, str] | None = None
         """``mode = "auto"``: the table and the file it came from, for :meth:`for_trials`."""
@@ -349,6 +350,7 @@ class SlurmBackend(Backend):
             ends = _spanning(self.slurm, self._collect_ends(now), self._tasks)
             for job_id in ends:
                 self._tasks.pop(job_id, None)
+                self._attempt_dirs.pop(job_id, None)
             out.update(ends)
         return out
 
@@ -398,7 +400,7 @@ class SlurmBackend(Backend):
     def _refused(self, job_id: str, state: JobState, code: int | None) -> str | None:
         """Why the launcher could not start the command of *job_id* (see
         :func:`launch_refusal`); ``None`` if it could."""
-        where = self._attempt_dirs.pop(job_id, None)
+        where = self._attempt_dirs.get(job_id)
         return None if where is None else launch_refusal(where, state, code)
 
     def _end_from_squeue(self, job_id: str, row: SqueueRow | None) -> JobStatus:
@@ -430,7 +432,8 @@ class SlurmBackend(Backend):
     def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:
         self._tasks.update({job_id: spec.resources.tasks for job_id, spec in jobs.items()
                             if spec.resources.tasks > 1})
-        self._attempt_dirs.update({job_id: attempt_dir(spec) for job_id, spec in jobs.items()})
+        self._attempt_dirs.update({job_id: attempt_dir(spec) for job_id, spec in jobs.items()
+                                   if _array_of(job_id).isdigit()})
         for job_id in jobs:
             if not _array_of(job_id).isdigit():
                 # Never reached Slurm (an INVALID or a launch error id): nothing to adopt.

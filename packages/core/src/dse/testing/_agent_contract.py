@@ -28,6 +28,7 @@ from typing import Any, TypeAlias
 
 import pytest
 
+from dse._hashing import canonical_json
 from dse._protocols import Agent
 from dse._space import Categorical, FloatRange, IntRange, Space
 from dse._types import FailureClass, Observation, TrialStatus
@@ -41,8 +42,8 @@ _CHILD = "DSE_CONTRACT_PROPOSALS"
 
 
 def _key(params: Mapping[str, Any]) -> str:
-    """A point's identity (as the engine's configuration hash sees it)."""
-    return json.dumps(dict(params), sort_keys=True, default=repr)
+    """A point's identity: the canonical JSON the engine's configuration hash is made of."""
+    return canonical_json(dict(params))
 
 
 def _score(params: Mapping[str, Any]) -> float:

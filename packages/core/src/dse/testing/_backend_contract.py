@@ -49,7 +49,9 @@ if outcome == "signal":
     ctypes.string_at(0)  # PID 1 of a namespace ignores its own SIGKILL; not a fault
 if outcome == "tree":
     beat = os.path.join(trial, "heartbeat")
-    subprocess.Popen([sys.executable, "-c", _BEAT, beat])
+    grandchild = ("import sys, time\nwhile True:\n    with open(sys.argv[1], 'a') as f:\n"
+                  "        f.write('.')\n    time.sleep(0.1)\n")
+    subprocess.Popen([sys.executable, "-c", grandchild, beat])
     time.sleep(600)
 metrics = {"value": 1.0}
 if outcome == "env":
@@ -58,9 +60,7 @@ path = os.path.join(trial, "result.json")
 with open(path + ".tmp", "w") as f:
     json.dump({"complete": True, "metrics": metrics}, f)
 os.replace(path + ".tmp", path)
-""".replace("_BEAT", repr(
-    "import sys, time\nwhile True:\n"
-    "    with open(sys.argv[1], 'a') as f:\n        f.write('.')\n    time.sleep(0.1)\n"))
+"""
 """The contract's command: ``argv[1]`` says what it does (``succeed``, ``fail`` with status 3,
 ``hang``, ``signal`` (kills itself with SIGKILL, or where it is a PID namespace's init and
 survives that, with a segmentation fault), ``tree`` (starts a grandchild that appends
