@@ -67,8 +67,9 @@ def test_asha_on_slurm_stops_trials_and_promotes_one_from_its_checkpoint(
                       " t ON t.id = d.trial_id WHERE d.verdict != 'continue' ORDER BY d.id"
                       ).fetchall()
     assert (2, "stop", 1, "asha") in made
-    # Promoted from rung 1, or from rung 3 when the cancel landed after it reported step 3
-    # (2.0 there beats trial 1's 2.33: the rule counts every point a trial reported).
+    # Promoted from rung 1 — also when the cancel landed after it reported step 3 (the rule
+    # counts every point a trial reported: 2.0 there beats trial 1's 2.33, so it would have
+    # gone on) — or from rung 3 once a third late-stopped trial is there (best 1 of 3).
     promoted = [m for m in made if m[1] == "promote"]
     assert [(n, r) for n, _, _, r in promoted] == [(2, "asha")]
     assert promoted[0][2] in (1, 3)

@@ -149,7 +149,9 @@ class HalvingModel:
     """ASHA as published, from dicts: a trial reaching a rung (every rung it passed) is
     among the n there; the highest it reached decides it — on when it is among the best
     max(1, floor(n / eta)) by (value, trial number), unless fewer than *min_peers* others
-    are there; promoted when stopped and among the best floor(n / eta) at its highest rung."""
+    are there; promoted when stopped and among the best floor(n / eta) at its highest rung,
+    or at a lower rung it reached when at every rung above that it reached it is among the
+    best max(1, floor(n / eta)) (its stop landed late: it ran on past a rung)."""
 
     def __init__(self, ladder: Callable[[int], list[int]], *, max_step: int, eta: float,
                  min_peers: int, bracket: Callable[[int], int | None]) -> None:
@@ -162,6 +164,8 @@ class HalvingModel:
         """(bracket, rung step) -> trial -> the value it reached the rung with."""
         self.top: dict[int, tuple[int, int, float]] = {}
         """trial -> (its highest rung's step, the step and value it reached it with)."""
+        self.step: dict[tuple[int, int], int] = {}
+        """(trial, rung step) -> the step it reached that rung with."""
 
     def order(self, bracket: int | None, rung: int, without: int) -> list[tuple[int, float]]:
         at = self.at.get((bracket, rung), {})
@@ -180,6 +184,7 @@ class HalvingModel:
                   if r <= step and trial not in self.at.get((bracket, r), {})]
         for r in passed:
             self.at.setdefault((bracket, r), {})[trial] = value
+            self.step[(trial, r)] = step
         if not passed:
             return None
         rung = max(passed)
@@ -200,15 +205,22 @@ class HalvingModel:
     def promotions(self, stopped: frozenset[int]) -> list[Decision]:
         out: list[Decision] = []
         for trial in stopped:
-            rung, step, value = self.top[trial]
+            top = self.top[trial][0]
             bracket = self.bracket(trial)
-            n = len(self.at[(bracket, rung)])
-            keep = math.floor(n / self.eta)
-            if self.rank(bracket, rung, trial) < keep:
-                peers = self.order(bracket, rung, trial)
-                out.append(Decision(trial, Verdict.PROMOTE, rung, step, value,
-                                    peers[keep - 1][1], n - 1, tuple(peers[:MAX_COMPARED]),
-                                    "", bracket))
+            reached = [r for r in self.ladder(trial) if r <= top]
+            for rung in sorted(reached, reverse=True):
+                n = len(self.at[(bracket, rung)])
+                keep = math.floor(n / self.eta)
+                if self.rank(bracket, rung, trial) < keep:
+                    peers = self.order(bracket, rung, trial)
+                    out.append(Decision(trial, Verdict.PROMOTE, rung, self.step[(trial, rung)],
+                                        self.at[(bracket, rung)][trial], peers[keep - 1][1],
+                                        n - 1, tuple(peers[:MAX_COMPARED]), "", bracket))
+                    break
+                # A late stop carried it past this rung: lower rungs count only while it
+                # would have gone on here.
+                if self.rank(bracket, rung, trial) >= max(1, math.floor(n / self.eta)):
+                    break
         out.sort(key=lambda d: (-d.rung, d.value, d.trial))
         return out
 
@@ -269,8 +281,9 @@ def test_asha_decides_and_promotes_as_the_published_rule(
     """Every decision and every list of promotions is the model's, field by field: a trial
     is counted at every rung it passed (coarse steps too) and decided at the highest; it goes
     on iff among the best max(1, n // eta) of the n there (ties to the lower number);
-    promotions are exactly the stopped trials among the best n // eta at their highest rung,
-    highest rung first; nothing is decided at or past max_step."""
+    promotions are exactly the stopped trials among the best n // eta at their highest rung
+    (or a lower one, when above it they would have gone on), highest rung first; nothing is
+    decided at or past max_step."""
     options, points, takes = case
     rule = AshaRule(**options)
     model = asha_model(rule, options["min_step"], options["max_step"],
@@ -356,8 +369,8 @@ def test_asha_decides_nothing_at_or_past_max_step_but_counts_it() -> None:
 
 def test_asha_promotes_a_stopped_trial_once_its_rung_has_grown() -> None:
     """Two trials: the worse is stopped (best 1 of 2). Four more, all worse: now the best
-    6 // 3 = 2 include it, and it is promoted; after it resumes and passes the next rung it
-    is never named at the old one again."""
+    6 // 3 = 2 include it, and it is promoted; once it resumes and is stopped at the next
+    rung it is never named at the old one again."""
     rule = AshaRule(min_step=1, max_step=27, min_peers=0)
     assert rule.report(1, 1, 0.1).verdict is Verdict.CONTINUE  # type: ignore[union-attr]
     assert rule.report(2, 1, 0.2).verdict is Verdict.STOP  # type: ignore[union-attr]
@@ -368,8 +381,26 @@ def test_asha_promotes_a_stopped_trial_once_its_rung_has_grown() -> None:
     assert (promoted.trial, promoted.verdict, promoted.rung, promoted.value) == (
         2, Verdict.PROMOTE, 1, 0.2)
     assert (promoted.peers, promoted.cutoff) == (5, 4.0)
-    assert rule.report(2, 3, 0.15) is not None
+    assert rule.report(1, 3, 0.1).verdict is Verdict.CONTINUE  # type: ignore[union-attr]
+    # Trial 2 resumes and is stopped at the next rung: never named at the old one again.
+    assert rule.report(2, 3, 0.15).verdict is Verdict.STOP  # type: ignore[union-attr]
     assert rule.promotions({2}) == []
+
+
+def test_asha_promotes_a_trial_whose_stop_landed_after_the_next_rung() -> None:
+    """Stopped at rung 1, the trial ran on to rung 3 before its cancel took effect (a slow
+    scancel): where rung 3 is too small to promote from (2 // 3 = 0) it is promoted from
+    rung 1 once that rung has grown, if at rung 3 it would have gone on; never if not."""
+    for late_value, promoted in ((2.0, [(2, 1, 1, 4.0)]), (4.0, [])):
+        rule = AshaRule(min_step=1, max_step=9)
+        for step in range(1, 10):
+            rule.report(1, step, 2 + 1 / step)
+        assert rule.report(2, 1, 4.0).verdict is Verdict.STOP  # type: ignore[union-attr]
+        rule.report(2, 3, late_value)  # after the stop: the cancel had not landed yet
+        for trial in range(3, 7):
+            assert rule.report(trial, 1, 10.0 + trial).verdict is Verdict.STOP  # type: ignore[union-attr]
+        assert [(d.trial, d.rung, d.step, d.value)
+                for d in rule.promotions({2, 3, 4, 5, 6})] == promoted
 
 
 def test_asha_promotes_the_highest_rung_first() -> None:

@@ -135,12 +135,12 @@ class _Halving:
         self.min_peers = min_peers
         self.bracket = bracket
         self._at = [_Ranked() for _ in ladder]
-        self._top: dict[int, tuple[int, int, float]] = {}
-        """Trial -> (index of the highest rung it reached, the step and value it reached it
-        with)."""
+        self._steps: dict[int, list[int]] = {}
+        """Trial -> the step it reached each rung with, lowest rung first (as far as it
+        reached: the last is its highest)."""
 
     def report(self, trial: int, step: int, value: float) -> Decision | None:
-        reached = self._top.get(trial, (-1, 0, 0.0))[0]
+        reached = len(self._steps.get(trial, ())) - 1
         top = reached
         rank = 0
         while top + 1 < len(self.rungs) and self.rungs[top + 1] <= step:
@@ -148,7 +148,7 @@ class _Halving:
             rank = self._at[top].add(trial, value)
         if top == reached:
             return None
-        self._top[trial] = (top, step, value)
+        self._steps.setdefault(trial, []).extend([step] * (top - reached))
         if step >= self.max_step:
             return None  # a full run: counted at its rungs, never decided on
         return self._decide(trial, top, rank, step, value)
@@ -176,25 +176,40 @@ class _Halving:
                         at.best_without(rank), why, self.bracket)
 
     def promotions(self, stopped: Collection[int]) -> list[Decision]:
-        """The *stopped* trials now among the best ``n // eta`` of the ``n`` at the highest
-        rung they reached, highest rung first, best first within a rung."""
+        """The *stopped* trials now among the best ``n // eta`` of the ``n`` at a rung they
+        reached, highest rung first, best first within a rung. A trial that ran on past the
+        rung it was stopped at (the stop landed late) is promoted from a lower rung only when
+        at every higher rung it passed it would have gone on (:meth:`report`'s rule)."""
         out: list[Decision] = []
+        chosen: set[int] = set()
         for k in range(len(self.rungs) - 1, -1, -1):
             at = self._at[k]
             n = len(at)
             keep = int(n // self.eta)
             for i in range(keep):
                 trial = at.trials[i]
-                if trial not in stopped or self._top[trial][0] != k:
+                if trial not in stopped or trial in chosen or not self._goes_on_past(trial, k):
                     continue
+                chosen.add(trial)
                 value = at.values[i]
                 cutoff = at.value_without(i, keep - 1)  # keep < n: eta >= 2
                 out.append(Decision(
-                    trial, Verdict.PROMOTE, self.rungs[k], self._top[trial][1], value, cutoff,
+                    trial, Verdict.PROMOTE, self.rungs[k], self._steps[trial][k], value, cutoff,
                     n - 1, at.best_without(i),
                     f"{value:g} is now among the best {keep} of {n} trials at step"
                     f" {self.rungs[k]}", self.bracket))
         return out
+
+
+    def _goes_on_past(self, trial: int, k: int) -> bool:
+        """Whether *trial* is among the best ``max(1, n // eta)`` at every rung above *k* it
+        reached (none when *k* is its highest)."""
+        for j in range(k + 1, len(self._steps[trial])):
+            at = self._at[j]
+            keep = max(1, int(len(at) // self.eta))
+            if trial not in at.trials[:keep]:
+                return False
+        return True
 
 
 def _bracket_size(s_max: int, s: int, eta: float) -> int:

@@ -57,9 +57,12 @@ metrics = {"value": 1.0}
 if outcome == "env":
     metrics["mark"] = float(os.environ.get("DSE_CONTRACT_MARK", "-1"))
 path = os.path.join(trial, "result.json")
-with open(path + ".tmp", "w") as f:
+# Every task of a multi-node job writes the same result: each through its own temporary
+# file, or one task's rename takes the file another is about to rename.
+tmp = "%s.%s-%d.tmp" % (path, os.uname().nodename, os.getpid())
+with open(tmp, "w") as f:
     json.dump({"complete": True, "metrics": metrics}, f)
-os.replace(path + ".tmp", path)
+os.replace(tmp, path)
 """
 """The contract's command: ``argv[1]`` says what it does (``succeed``, ``fail`` with status 3,
 ``hang``, ``signal`` (kills itself with SIGKILL, or where it is a PID namespace's init and
