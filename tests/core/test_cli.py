@@ -93,7 +93,7 @@ def test_status_and_export_read_the_record(project: Path) -> None:
     (run,) = json.loads(status.stdout)
     assert run["name"] == "demo"
     assert run["completed"] == 4
-    exported = run_dse(project, "export", "demo", "--format", "csv")
+    exported = run_dse(project, "export", "demo", "--format", "trajectory")
     assert exported.returncode == 0, exported.stderr
     rows = list(csv.DictReader(io.StringIO(exported.stdout)))
     assert [r["step"] for r in rows] == ["1", "2", "3", "4", "5"]
@@ -113,6 +113,18 @@ def test_plugins_lists_name_kind_version_and_distribution(project: Path) -> None
     assert rows[("probe", "backend")]["distribution"] == "dse-core"
     assert rows[("list", "agent")]["distribution"] == "DSE_PLUGINS"
     assert rows[("list", "agent")]["version"] == "1"
+    # The scorers and stopping rules too, each with the version the record stamps (a
+    # built-in scorer's is dse-core's).
+    core = rows[("probe", "backend")]["distribution_version"]
+    assert rows[("ratio", "scorer")]["version"] == core
+    assert rows[("median", "stopping rule")]["distribution"] == "dse-core"
+    assert {name for name, kind in rows if kind == "scorer"} >= {"default", "ratio"}
+    assert {name for name, kind in rows if kind == "stopping rule"} >= {
+        "median", "asha", "hyperband"}
+    table = run_dse(project, "plugins")
+    assert table.returncode == 0, table.stderr
+    assert "ratio" in table.stdout
+    assert "stopping rule" in table.stdout
 
 
 def test_malformed_toml_is_one_line_naming_the_file(project: Path) -> None:

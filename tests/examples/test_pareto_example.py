@@ -50,15 +50,15 @@ def test_the_pareto_example_runs_and_every_reader_shows_its_front(tmp_path: Path
 
     rows = list(csv.DictReader(io.StringIO(dse(project, "export", "pareto", "--format",
                                                 "csv").stdout)))
-    scored = {int(r["step"]): json.loads(r["scores"]) for r in rows if r["scores"]}
-    vectors = {n: (s["time_ms"], s["smem_kb"]) for n, s in scored.items()}
+    vectors = {int(r["trial"]): (float(r["score.time_ms"]), float(r["score.smem_kb"]))
+               for r in rows if r["score.time_ms"]}
     # The CSV's ranks agree with the report's front, and the front is the undominated.
-    on_front = {int(r["step"]) for r in rows if r["pareto_rank"] == "1"}
+    on_front = {int(r["trial"]) for r in rows if r["pareto_rank"] == "1"}
     assert on_front == set(members)
     assert on_front == {n for n, v in vectors.items()
                         if not any(dominates(w, v) for w in vectors.values())}
     assert all(int(r["pareto_rank"]) > 1 for r in rows
-               if r["scores"] and int(r["step"]) not in on_front)
+               if r["score.time_ms"] and int(r["trial"]) not in on_front)
 
     first = min(members)
     shown = dse(project, "show", f"pareto:{first}").stdout

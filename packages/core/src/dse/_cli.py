@@ -131,11 +131,20 @@ def _invalidate_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def _export_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
-    export = add("export", help="export a campaign run's trajectory")
+    export = add(
+        "export", help="export a campaign run's trials (CSV, JSON, JSON lines)",
+        description="Write a campaign run's trials, read from the record a page at a time.\n"
+        "csv: one row per trial, one column per param (param.NAME) and metric\n"
+        "(metric.NAME), with status, failure_class, valid, score, attempts, interruptions,\n"
+        "started_at, ended_at, duration_s, spend, node and data version (docs/record.md).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     export.add_argument("target", help="a campaign file, name or run id")
     export.add_argument("--format", choices=FORMATS, default="csv",
-                        help="csv (the trajectory), json (one document), jsonl (a line per"
-                             " trial)")
+                        help="csv (a row per trial, a column per param and metric; the"
+                             " default), json (one document: trajectory and every record),"
+                             " jsonl (a line per trial), trajectory (CSV of CloudAI's"
+                             " trajectory columns)")
     export.add_argument("--workspace", type=Path)
     export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
 

@@ -50,7 +50,7 @@ __all__ = [
     "trajectory",
 ]
 
-FORMATS = ("csv", "json", "jsonl")
+FORMATS = ("csv", "json", "jsonl", "trajectory")
 """What ``dse export --format`` writes (:mod:`dse._export`)."""
 
 Table = tuple[tuple[str, ...], list[list[str]]]
@@ -579,8 +579,10 @@ def status_table(entries: Iterable[Mapping[str, Any]]) -> Table:
 
 
 def plugin_rows(plugins: PluginManager) -> list[dict[str, Any]]:
-    """``dse plugins --json``: every backend and agent installed."""
-    entries = [*plugins.backends.values(), *plugins.agents.values()]
+    """``dse plugins --json``: every backend, agent, scorer and stopping rule installed, with
+    the version the record stamps (the class's ``version``, else its distribution's)."""
+    entries = [*plugins.backends.values(), *plugins.agents.values(),
+               *plugins.scorers.values(), *plugins.stopping_rules.values()]
     return [
         {
             "name": e.name, "kind": e.kind,
