@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import nox
 
@@ -52,6 +54,17 @@ def types(session: nox.Session) -> None:
     """Type-check the four packages with mypy --strict."""
     session.install("mypy", "pytest", "numpy", "scipy", *(f"-e{p}" for p in PACKAGES))
     session.run("mypy")
+
+
+@nox.session(python="3.11")
+def packaging(session: nox.Session) -> None:
+    """Build the four sdists and wheels and check what the index shows with twine --strict."""
+    session.install("build", "twine")
+    dist = Path(session.create_tmp()) / "dist"
+    shutil.rmtree(dist, ignore_errors=True)  # only this run's files get checked
+    for package in PACKAGES:
+        session.run("python", "-m", "build", "--outdir", str(dist), package.partition("[")[0])
+    session.run("twine", "check", "--strict", *sorted(str(f) for f in dist.iterdir()))
 
 
 @nox.session(python="3.11", default=False)
