@@ -29,7 +29,7 @@ a browser of its own."""
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """Run every package's tests in parallel with all four distributions installed."""
-    session.install(*TEST_DEPS, *BROWSER_DEPS, *(f"-e{p}" for p in PACKAGES))
+    session.install(*TEST_DEPS, *BROWSER_DEPS, "pandas", *(f"-e{p}" for p in PACKAGES))
     session.run("pytest", "-n", str(WORKERS), "--dist", "loadgroup", *session.posargs)
 
 

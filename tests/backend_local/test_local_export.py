@@ -109,6 +109,18 @@ def test_the_csv_has_a_column_per_param_and_metric_and_the_records_facts(
         assert Path(row["trial_dir"]).is_dir()
 
 
+def test_the_report_counts_the_interruption_that_was_retried(
+    exported: tuple[Path, str],
+) -> None:
+    project, _ = exported
+    (run,) = json.loads(run_dse(project, "report", "table", "--json").stdout)["runs"]
+    assert run["interruptions"] == {"retried": 1, "trials": 1, "resumed": 0,
+                                    "by_class": {"killed": 1}, "nodes": {"localhost": 1}}
+    text = run_dse(project, "report", "table").stdout
+    assert ("  retries      1 after an interruption (killed 1) in 1 trial(s), 0 resumed from"
+            " a checkpoint; on localhost 1") in text
+
+
 def test_an_invalidated_trial_is_kept_and_flagged(exported: tuple[Path, str]) -> None:
     project, _ = exported
     flagged = run_dse(project, "invalidate", "--trial", "table:2", "--reason", "bad disk")

@@ -18,7 +18,8 @@ from dse._cli import _parser, main
 from dse._commands import COMMANDS
 
 BAD = {
-    "run": ["--nope"], "status": ["a", "b"], "report": ["--html"], "plugins": ["x"],
+    "init": ["--nope"], "run": ["--nope"], "status": ["a", "b"], "report": ["--html"],
+    "plugins": ["x"],
     "show": [], "invalidate": ["--trial", "x", "--failed"], "export": ["x", "--format", "y"],
 }
 """Arguments each subcommand refuses."""

@@ -1,4 +1,5 @@
-"""docs/campaign.md documents exactly the keys the campaign and pool loaders accept.
+"""The reference docs agree with the code: docs/campaign.md documents exactly the keys the
+campaign and pool loaders accept, and every public name has documentation of its own.
 
 What the loaders accept is learnt from the loaders, never listed here: the tables
 ``load_campaign`` reads through its ``_Table`` helper are recorded while it loads a file that
@@ -7,11 +8,19 @@ check their own tables expose their known keys (``BUDGET_KEYS``, ``PRICE_KEYS``,
 ``PARAM_KEYS``, ``POOL_KEYS``...). The page is read as Markdown: each heading naming a table in
 backticks (``## `[campaign]` ``) opens a section, and the backticked names in the first column
 of its tables are the keys it documents.
+
+What ``help()`` shows a plugin author is checked below (the public names' docstrings).
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import importlib
+import inspect
+import pydoc
 import re
+import textwrap
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -20,6 +29,7 @@ from typing import Any
 
 import pytest
 
+import dse
 from dse import ConfigError, _campaign, load_campaign
 from dse._budget import BUDGET_KEYS, PRICE_KEYS, TRIAL_CEILING_KEYS
 from dse._data import DATA_KEYS
@@ -351,3 +361,192 @@ def test_the_examples_of_the_reference_load(tmp_path: Path) -> None:
     config = load_pool(tmp_path / "pool.toml")
     assert [p.name for p in config.campaigns] == ["sweep.toml", "refine.toml"]
     assert dict(config.capacity) == {"slots": 8, "gpus": 4}
+
+
+# -- the public names' docstrings -------------------------------------------------------------
+#
+# What `help()` shows a plugin author. Every public name of `dse`, `dse.testing` and
+# `dse.trial` (their `__all__`) has a docstring of its own: a class or function its own
+# `__doc__` (not one inherited from a builtin or a base class); any other value (a constant, a
+# marker) the string literal right after its module-level assignment, found by following the
+# imports from the public module to the one that assigns it. Every public method, property and
+# fixture of a public class, and of its bases within the package, has a docstring; so does
+# every public field of a public dataclass (the string literal right after it in the class
+# body that declares it).
+
+PUBLIC_MODULES = ("dse", "dse.testing", "dse.trial")
+
+
+def _members(cls: type, package: str) -> dict[str, tuple[type, object]]:
+    """The public methods, properties and fixtures of *cls* and of its bases within
+    *package*, each with the class that defines it (the first in the MRO)."""
+    found: dict[str, tuple[type, object]] = {}
+    for base in cls.__mro__:
+        if base.__module__.split(".")[0] != package:
+            continue
+        for name, value in vars(base).items():
+            if name.startswith("_") or name in found or isinstance(value, type):
+                continue
+            if isinstance(value, property | classmethod | staticmethod) or callable(value):
+                found[name] = (base, value)
+    return found
+
+
+def _doc(value: object) -> str:
+    if isinstance(value, classmethod | staticmethod):
+        value = value.__func__
+    return (getattr(value, "__doc__", None) or "").strip()
+
+
+def _attribute_docs(body: list[ast.stmt]) -> dict[str, str | None]:
+    """The names *body* assigns, each with the string literal right after it (or ``None``);
+    the statements under an ``if`` (``TYPE_CHECKING``) are read too."""
+    docs: dict[str, str | None] = {}
+    for index, node in enumerate(body):
+        if isinstance(node, ast.If):
+            docs |= {k: v for k, v in _attribute_docs(node.body + node.orelse).items()
+                     if v is not None or k not in docs}
+            continue
+        targets = ([node.target] if isinstance(node, ast.AnnAssign)
+                   else node.targets if isinstance(node, ast.Assign) else [])
+        after = body[index + 1] if index + 1 < len(body) else None
+        doc = (after.value.value if isinstance(after, ast.Expr)
+               and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)
+               else None)
+        for target in targets:
+            if isinstance(target, ast.Name) and docs.get(target.id) is None:
+                docs[target.id] = doc
+    return docs
+
+
+def constant_docstring(module_name: str, name: str, seen: frozenset[str] = frozenset()
+                       ) -> str | None:
+    """The docstring of *name* where it is assigned: in *module_name*, or in the module it
+    imports *name* from, and so on."""
+    module = importlib.import_module(module_name)
+    tree = ast.parse(Path(inspect.getfile(module)).read_text(encoding="utf-8"))
+    assigned = _attribute_docs(tree.body)
+    if name in assigned:
+        return assigned[name]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module not in seen and any(
+            (alias.asname or alias.name) == name for alias in node.names
+        ):
+            return constant_docstring(node.module, name, seen | {module_name})
+    return None
+
+
+def field_docs(cls: type) -> dict[str, str | None]:
+    """The fields *cls*'s own body declares, each with its docstring (or ``None``)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef)).body
+    return _attribute_docs(body)
+
+
+def docstring_problems(module_name: str) -> list[str]:
+    """Every public name of *module_name* (its ``__all__``) that ``help()`` would show without
+    its own documentation, and every undocumented public member or dataclass field."""
+    module = importlib.import_module(module_name)
+    package = module_name.split(".")[0]
+    problems = []
+    for name in module.__all__:
+        value = getattr(module, name)
+        where = f"{module_name}.{name}"
+        if isinstance(value, type):
+            if not (vars(value).get("__doc__") or "").strip():
+                problems.append(f"{where}: the class has no docstring of its own")
+            problems += [f"{where}.{member}: no docstring (defined in {base.__qualname__})"
+                         for member, (base, attr) in _members(value, package).items()
+                         if not _doc(attr)]
+            if dataclasses.is_dataclass(value):
+                problems += _field_problems(value, where)
+        elif inspect.isroutine(value):
+            if not _doc(value):
+                problems.append(f"{where}: the function has no docstring")
+        elif not constant_docstring(module_name, name):
+            problems.append(f"{where}: no docstring after its assignment"
+                            f" ({type(value).__name__} {value!r:.40})")
+    return problems
+
+
+def _field_problems(cls: type, where: str) -> list[str]:
+    problems = []
+    documented: dict[str, str | None] = {}
+    for base in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(base) and "__annotations__" in vars(base):
+            documented |= field_docs(base)
+    for item in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if not item.name.startswith("_") and not documented.get(item.name):
+            problems.append(f"{where}.{item.name}: the field has no docstring")
+    return problems
+
+
+@pytest.mark.parametrize("module_name", PUBLIC_MODULES)
+def test_every_public_name_member_and_field_has_a_docstring(module_name: str) -> None:
+    problems = docstring_problems(module_name)
+    assert not problems, "undocumented:\n" + "\n".join(problems)
+
+
+def test_help_of_parameter_shows_dses_documentation() -> None:
+    # Parameter was once a string alias: help(dse.Parameter) showed str's help. It is now the
+    # documented base of the three parameter classes (a union for type checkers).
+    text = pydoc.render_doc(dse.Parameter, renderer=pydoc.plaintext)
+    assert "class str" not in text, text[:300]
+    assert "One parameter of a :class:`Space`" in text, text[:300]
+    params = [dse.Categorical("a", ("x", "y")), dse.IntRange("b", 0, 4),
+              dse.FloatRange("c", 0.0, 1.0)]
+    assert all(isinstance(p, dse.Parameter) for p in params)
+    assert not isinstance("x", dse.Parameter)
+    # Still frozen, slotted values: equal by their fields, hashable, no instance dict.
+    assert dse.IntRange("b", 0, 4) == params[1]
+    assert len({*params, dse.IntRange("b", 0, 4)}) == 3
+    assert not any(hasattr(p, "__dict__") for p in params)
+
+
+UNDOCUMENTED = '''
+import dataclasses
+
+__all__ = ["Alias", "LIMIT", "Plain", "Value", "helper"]
+
+Alias = "int | str"
+LIMIT = 3
+"""Documented: never reported."""
+
+
+class Plain:
+    """Documented."""
+
+    def method(self):
+        return 1
+
+    @property
+    def size(self):
+        return 0
+
+
+@dataclasses.dataclass
+class Value:
+    """Documented."""
+
+    count: int
+    name: str = ""
+    """Documented."""
+
+
+def helper():
+    pass
+'''
+
+
+def test_every_kind_of_missing_docstring_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "undocumented_api.py").write_text(UNDOCUMENTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert docstring_problems("undocumented_api") == [
+        "undocumented_api.Alias: no docstring after its assignment (str 'int | str')",
+        "undocumented_api.Plain.method: no docstring (defined in Plain)",
+        "undocumented_api.Plain.size: no docstring (defined in Plain)",
+        "undocumented_api.Value.count: the field has no docstring",
+        "undocumented_api.helper: the function has no docstring",
+    ]

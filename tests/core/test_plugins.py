@@ -52,6 +52,27 @@ def test_a_deferred_class_is_imported_only_when_a_campaign_asks_for_it(
         plugins.agent_class("broken")
 
 
+def test_a_deferred_class_must_have_the_version_it_was_registered_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `dse plugins` shows the Deferred's version; the record stamps the class's: the two
+    # never disagree unseen.
+    (tmp_path / "stale_agent.py").write_text("class Stale:\n    name = 'stale'\n"
+                                            "    version = '0.2.0'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class Plugin:
+        @dse.hookimpl
+        def dse_register_agents(self) -> list[Any]:
+            return [dse.Deferred("stale", "stale_agent:Stale", version="0.1.0")]
+
+    plugins = PluginManager(autoload=False, extra=[Plugin()])
+    assert plugins.agents["stale"].class_version == "0.1.0"
+    with pytest.raises(PluginError, match=r"agent 'stale': stale_agent:Stale has version"
+                                          r" '0.2.0', but was registered as version '0.1.0'"):
+        plugins.agent_class("stale")
+
+
 def test_a_duplicate_name_is_refused_naming_both_plugins() -> None:
     class Impostor(ProbeBackend):
         name: ClassVar[str] = "probe"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,3 +55,23 @@ def test_timed_probe_jobs_end_in_virtual_time_with_a_zero_poll_interval(tmp_path
     assert [r["status"] for r in record(store).trials(result.campaign_id)] == ["completed"] * 4
     assert clock.time() == 9.0  # waves: max(3, 5) + max(2, 4)
     store.close()
+
+
+def test_the_probe_takes_the_options_its_docs_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # [backend.probe]: `script` ("module:function", found beside the campaign file) and
+    # `write_results`; anything else, or a write_results that is no boolean, is one line.
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the lookup adds the file's directory
+    (tmp_path / "probe_option_script.py").write_text(
+        "def cost(params):\n    return {'value': float(params['x'])}\n")
+    source = str(tmp_path / "campaign.toml")
+    probe = ProbeBackend.from_options(
+        {"script": "probe_option_script:cost", "write_results": True}, source=source)
+    assert probe.script({"x": 3}) == {"value": 3.0}
+    assert probe.trial_dirs is True
+    with pytest.raises(dse.ConfigError, match=r"backend.probe: unknown option\(s\) \['scirpt'\]"):
+        ProbeBackend.from_options({"scirpt": "x:y"}, source=source)
+    with pytest.raises(dse.ConfigError,
+                       match=r"backend.probe.write_results: expected true or false, got 'yes'"):
+        ProbeBackend.from_options({"write_results": "yes"}, source=source)

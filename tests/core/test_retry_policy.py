@@ -440,3 +440,16 @@ def test_an_attempt_the_controllers_death_lost_is_retried_and_remembered_nowhere
     vanished = policy.decide(history, status_of(JobState.LOST), attempt=5,
                              failure=FailureClass.JOB_VANISHED, message=None)
     assert vanished.status is TrialStatus.FAILED
+
+
+def test_the_interruptions_the_record_counts_are_the_states_classified_interrupted() -> None:
+    """`dse report` and `dse export` count an attempt as interrupted by its raw state
+    (dse._states.INTERRUPTIONS): exactly the states the classification retries as
+    interruptions."""
+    from dse._classify import classify_end
+    from dse._states import INTERRUPTIONS
+
+    interrupted = {state for state in JobState if state.is_finished()
+                   and state is not JobState.SUCCEEDED
+                   and classify_end(JobStatus("j", state))[0] is TrialStatus.INTERRUPTED}
+    assert interrupted == set(INTERRUPTIONS)

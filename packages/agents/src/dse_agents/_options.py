@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dse import ConfigError
+from dse import ConfigError, did_you_mean
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -15,6 +15,7 @@ def reject_unknown(agent: str, options: Mapping[str, object], known: Iterable[st
     if options:
         msg = (
             f"agent.{agent}: unknown option(s) {sorted(options)}; known: {sorted(known) or 'none'}"
+            + did_you_mean(options, known)
         )
         raise ConfigError(msg)
 

@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, Resources, parse_duration
+from dse import (
+    Backend,
+    ConfigError,
+    JobSpec,
+    JobState,
+    JobStatus,
+    Resources,
+    did_you_mean,
+    parse_duration,
+)
 from dse_local._wrapper import encode_request, read_small
 
 if TYPE_CHECKING:
@@ -227,9 +236,16 @@ class LocalBackend(Backend):
     writing it (killed from outside) leaves its session behind: the attempt is reported ended
     (``LOST``) only once every process of that session is killed and gone, by this controller
     or, after a restart, by the one that reattaches. GPUs are handed out exclusively
-    through ``CUDA_VISIBLE_DEVICES``; a job waits in the backend's queue until its CPUs and
-    GPUs are free (first come, first served). The directory of the controller's Python comes
-    first on the trials' ``PATH``, so ``python`` in a command is the controller's environment.
+    through ``CUDA_VISIBLE_DEVICES`` (empty for a trial that asks for none, so it sees no
+    GPU); a job waits in the backend's queue until its CPUs and GPUs are free (first come,
+    first served).
+
+    A trial inherits the controller's environment (``os.environ`` when the attempt is
+    submitted) with the job's variables (``JobSpec.env``: the trial contract) set over it.
+    The directory of the controller's Python comes first on the trials' ``PATH``, so
+    ``python`` in a command is the controller's environment. Its stdin is ``/dev/null``; its
+    stdout and stderr are appended to ``stdout.log`` and ``stderr.log`` in
+    ``<trial_dir>/attempt-<n>/`` (never through a symlink, nor into a FIFO).
     """
 
     name: ClassVar[str] = "local"
@@ -270,7 +286,8 @@ class LocalBackend(Backend):
     def from_options(cls, options: Mapping[str, Any], *, source: str = "<campaign>") -> Self:
         unknown = sorted(set(options) - {"cpus", "gpus", "grace"})
         if unknown:
-            raise ConfigError(f"{source}: backend.local: unknown option(s) {unknown}")
+            raise ConfigError(f"{source}: backend.local: unknown option(s) {unknown}"
+                              + did_you_mean(unknown, ("cpus", "gpus", "grace")))
         for key in ("cpus", "gpus"):
             value = options.get(key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):

@@ -115,10 +115,14 @@ class SlurmBackend(Backend):
     campaign's time limit is known. ``mode = "jobs"`` always runs job arrays.
 
     The trial directories must be on a filesystem the compute nodes share with the
-    controller: the manifest, the logs, ``result.json`` and checkpoints live there. As with
-    the local backend, the directory of the controller's Python comes first on the trials'
-    ``PATH`` (after the setup lines ran), so ``python`` in a command is the controller's
-    environment when the nodes see it.
+    controller: the manifest, the logs, ``result.json`` and checkpoints live there. A trial's
+    stdout and stderr are appended to ``<trial_dir>/attempt-<n>/stdout.log`` and
+    ``stderr.log`` (another rank's to ``stdout.<rank>.log``...). It inherits the environment
+    ``sbatch`` passes its job (no ``--export`` is given: by Slurm's default, the
+    controller's), with what the setup lines export and the job's variables set over it. As
+    with the local backend, the directory of the controller's Python comes first on the
+    trials' ``PATH`` (after the setup lines ran), so ``python`` in a command is the
+    controller's environment when the nodes see it.
     """
 
     name: ClassVar[str] = "slurm"

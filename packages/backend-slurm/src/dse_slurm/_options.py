@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from dse import ConfigError, parse_duration
+from dse import ConfigError, did_you_mean, parse_duration
 from dse_slurm._script import SlurmOptions
 
 if TYPE_CHECKING:
@@ -67,7 +67,8 @@ def read_table(
     where = f"{source}: backend.slurm"
     unknown = sorted(set(options) - OPTION_KEYS)
     if unknown:
-        raise ConfigError(f"{where}: unknown option(s) {unknown}")
+        raise ConfigError(f"{where}: unknown option(s) {unknown}"
+                          + did_you_mean(unknown, OPTION_KEYS))
     values = _script_values(options, where)
     timing = Timing()
     if "sacct_lag" in options:

@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from dse._api import load, run
     from dse._backend import Backend
     from dse._build import build_engine
     from dse._campaign import Campaign, EnvironmentConfig, campaign_from_dict, load_campaign
@@ -29,15 +30,17 @@ if TYPE_CHECKING:
         LockedError,
         PluginError,
         StoreError,
+        did_you_mean,
     )
     from dse._hashing import canonical_json, config_hash
     from dse._html import write_html_report
     from dse._lock import CampaignLock, LockHolder
-    from dse._outcome import BestTrial, CampaignResult, EngineListener, Stats
+    from dse._outcome import BestTrial, CampaignResult, EngineListener, Retry, Stats, TrialEnd
     from dse._pareto import hypervolume, pareto_ranks
     from dse._plugins import Deferred, PluginManager, Registered
     from dse._pool import Pool, PoolConfig, drive, run_pool
     from dse._protocols import Agent, Environment, Runner, StoppingRule, TrialInfo
+    from dse._readback import AttemptRecord, Results, TrialRecord
     from dse._scheduler import Plan, PoolScheduler, Request
     from dse._scoring import Scorer
     from dse._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
@@ -68,6 +71,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "Agent": "dse._protocols",
     "AgentError": "dse._errors",
+    "AttemptRecord": "dse._readback",
     "AttemptState": "dse._types",
     "CampaignStatus": "dse._types",
     "Decision": "dse._types",
@@ -91,10 +95,13 @@ _LAZY: dict[str, str] = {
     "DseError": "dse._errors",
     "Engine": "dse._engine",
     "EngineListener": "dse._outcome",
+    "Retry": "dse._outcome",
+    "TrialEnd": "dse._outcome",
     "Environment": "dse._protocols",
     "EnvironmentConfig": "dse._campaign",
     "Evaluation": "dse._types",
     "ExitCode": "dse._errors",
+    "did_you_mean": "dse._errors",
     "FailureClass": "dse._types",
     "REUSED_FAILURES": "dse._types",
     "FloatRange": "dse._space",
@@ -117,6 +124,7 @@ _LAZY: dict[str, str] = {
     "Registered": "dse._plugins",
     "Request": "dse._scheduler",
     "Resources": "dse._types",
+    "Results": "dse._readback",
     "Runner": "dse._protocols",
     "Scorer": "dse._scoring",
     "Space": "dse._space",
@@ -125,6 +133,7 @@ _LAZY: dict[str, str] = {
     "StoreError": "dse._errors",
     "SystemClock": "dse._clock",
     "TrialInfo": "dse._protocols",
+    "TrialRecord": "dse._readback",
     "TrialStatus": "dse._types",
     "__version__": "dse._version",
     "build_engine": "dse._build",
@@ -136,9 +145,11 @@ _LAZY: dict[str, str] = {
     "hypervolume": "dse._pareto",
     "pareto_ranks": "dse._pareto",
     "hookimpl": "dse.hookspecs",
+    "load": "dse._api",
     "load_campaign": "dse._campaign",
     "parse_duration": "dse._units",
     "reusable": "dse._types",
+    "run": "dse._api",
     "run_pool": "dse._pool",
     "write_html_report": "dse._html",
 }
@@ -147,6 +158,7 @@ __all__ = [
     "REUSED_FAILURES",
     "Agent",
     "AgentError",
+    "AttemptRecord",
     "AttemptState",
     "Backend",
     "BackendError",
@@ -193,6 +205,8 @@ __all__ = [
     "Registered",
     "Request",
     "Resources",
+    "Results",
+    "Retry",
     "Runner",
     "Scorer",
     "Space",
@@ -201,7 +215,9 @@ __all__ = [
     "Store",
     "StoreError",
     "SystemClock",
+    "TrialEnd",
     "TrialInfo",
+    "TrialRecord",
     "TrialStatus",
     "Verdict",
     "__version__",
@@ -209,14 +225,17 @@ __all__ = [
     "campaign_from_dict",
     "canonical_json",
     "config_hash",
+    "did_you_mean",
     "drive",
     "filesystem_type",
     "hookimpl",
     "hypervolume",
+    "load",
     "load_campaign",
     "pareto_ranks",
     "parse_duration",
     "reusable",
+    "run",
     "run_pool",
     "write_html_report",
 ]

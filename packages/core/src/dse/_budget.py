@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dse._errors import ConfigError
+from dse._errors import ConfigError, did_you_mean
 from dse._spend import Spend
 from dse._units import parse_duration
 
@@ -102,7 +102,8 @@ class Price:
             raise ConfigError(f"{where}: expected a table such as {{ cpu_hour = 0.05 }}")
         unknown = sorted(set(raw) - PRICE_KEYS)
         if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown}")
+            raise ConfigError(f"{where}: unknown key(s) {unknown}"
+                              + did_you_mean(unknown, PRICE_KEYS))
         currency = raw.get("currency", "USD")
         if not isinstance(currency, str) or not re.fullmatch(r"[A-Z]{3}", currency):
             raise ConfigError(f"{where}.currency: expected a three-letter code such as \"USD\"")
@@ -212,7 +213,8 @@ def parse_budget(raw: object, where: str) -> Budget:
         raise ConfigError(f"{where}: expected a table")
     unknown = sorted(set(raw) - BUDGET_KEYS)
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}")
+        raise ConfigError(f"{where}: unknown key(s) {unknown}"
+                          + did_you_mean(unknown, BUDGET_KEYS))
     trials = raw.get("trials")
     if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool)
                                or trials < 0):
@@ -234,7 +236,8 @@ def parse_budget(raw: object, where: str) -> Budget:
         raise ConfigError(f"{where}.trial: expected a table")
     unknown = sorted(set(trial_raw) - TRIAL_CEILING_KEYS)
     if unknown:
-        raise ConfigError(f"{where}.trial: unknown key(s) {unknown}")
+        raise ConfigError(f"{where}.trial: unknown key(s) {unknown}"
+                          + did_you_mean(unknown, TRIAL_CEILING_KEYS))
     trial_money = None
     if "money" in trial_raw:
         currency, trial_money = parse_money(trial_raw["money"], f"{where}.trial.money")

@@ -8,13 +8,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from dse._budget import Budget, Price, parse_budget
-from dse._campaignfile import check_name, read_campaign_file
+from dse._campaignfile import apply_overrides, check_name, read_campaign_file
 from dse._code import detect_code_version
 from dse._constraints import (
     Constraint,
@@ -23,7 +23,7 @@ from dse._constraints import (
     is_callable_ref,
 )
 from dse._data import DataSpec, parse_data
-from dse._errors import ConfigError
+from dse._errors import ConfigError, did_you_mean
 from dse._scoring import ScorerSpec
 from dse._space import FloatRange, IntRange, ParamError, Space
 from dse._spend import SPEND_METRICS
@@ -145,6 +145,9 @@ class Campaign:
     """Directory holding ``dse.sqlite`` and the trial directories."""
     source: Path | None = None
     """The campaign file, when loaded from one."""
+    overrides: tuple[str, ...] = ()
+    """The ``KEY=VALUE`` overrides applied over the campaign file (``dse run --set``), in
+    order, as typed; the run's record keeps them."""
 
     def __post_init__(self) -> None:
         where = str(self.source) if self.source else "<campaign>"
@@ -198,7 +201,7 @@ class _Table:
         if unknown:
             raise ConfigError(
                 f"{self.source}: unknown key(s) {', '.join(self.prefix + k for k in unknown)}"
-            )
+                + did_you_mean(unknown, self.used))
 
 
 def _objectives(raw: Any, source: str) -> tuple[Objective, ...]:
@@ -477,15 +480,25 @@ def _plugin_choice(
     return name, dict(options)
 
 
-def load_campaign(path: str | Path, *, workspace: str | Path | None = None) -> Campaign:
+def load_campaign(path: str | Path, *, workspace: str | Path | None = None,
+                  overrides: Sequence[str] = ()) -> Campaign:
     """Read and validate a campaign file.
 
     :param path: the TOML file.
     :param workspace: override of ``campaign.workspace`` (default ``.dse`` beside the file).
+    :param overrides: ``KEY=VALUE`` strings applied over the file first, as ``dse run --set``
+        does (:func:`dse._campaignfile.apply_overrides` says how keys and values read).
     """
     path = Path(path)
     data = read_campaign_file(path)
-    return campaign_from_dict(data, source=path, workspace=workspace)
+    if not overrides:
+        return campaign_from_dict(data, source=path, workspace=workspace)
+    changed = apply_overrides(data, overrides, str(path))
+    try:
+        campaign = campaign_from_dict(changed, source=path, workspace=workspace)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (with --set {' --set '.join(overrides)})") from None
+    return dataclasses.replace(campaign, overrides=tuple(overrides))
 
 
 def campaign_from_dict(

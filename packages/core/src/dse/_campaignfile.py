@@ -7,14 +7,18 @@ of the campaign, which :func:`dse._campaign.load_campaign` does for ``dse run``.
 
 from __future__ import annotations
 
+import copy
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dse._errors import ConfigError
 
-__all__ = ["campaign_place", "check_name", "read_campaign_file"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["apply_overrides", "campaign_place", "check_name", "read_campaign_file"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -48,6 +52,66 @@ def read_campaign_file(path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: malformed TOML: {exc}") from None
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str
+                    ) -> dict[str, Any]:
+    """*data* (a parsed campaign file) with each ``KEY=VALUE`` of *overrides* (``dse run
+    --set``) applied in order, as if the file said it; *data* itself is left unchanged.
+
+    ``KEY`` is a dotted path of tables (``environment.time_limit``, ``agent.bayesian.initial``,
+    ``space.x.high``; a number picks an element of an array of tables: ``objectives.0.metric``);
+    a key without a table is the ``[campaign]`` table's (``max_parallelism=4``). ``VALUE`` is a
+    TOML value (``4``, ``true``, ``"10m"``, ``[1, 2]``, ``{ low = 1, high = 8 }``); anything
+    that is not one is the string as typed (``agent=grid``, ``time_limit=10m``).
+
+    :raises ConfigError: an override without ``=``, an empty key, or a path through a value
+        that is not a table (named with the override).
+    """
+    out = copy.deepcopy(data)
+    for override in overrides:
+        key, eq, text = override.partition("=")
+        where = f"{source}: --set {override}"
+        path = [part.strip() for part in key.split(".")]
+        if not eq or not all(path):
+            raise ConfigError(f"{where}: expected KEY=VALUE (a dotted key such as"
+                              " max_parallelism or environment.time_limit)")
+        if len(path) == 1:
+            path.insert(0, "campaign")
+        node: Any = out
+        for depth, part in enumerate(path[:-1]):
+            node = _descend(node, part, ".".join(path[:depth + 1]), where)
+        last = path[-1]
+        if isinstance(node, list):
+            node[_index(node, last, ".".join(path), where)] = _toml_value(text)
+        else:
+            node[last] = _toml_value(text)
+    return out
+
+
+def _descend(node: Any, part: str, at: str, where: str) -> Any:
+    if isinstance(node, list):
+        return node[_index(node, part, at, where)]
+    if not isinstance(node, dict):
+        raise ConfigError(f"{where}: {at.rpartition('.')[0]} is not a table")
+    child = node.setdefault(part, {})
+    if not isinstance(child, dict | list):
+        raise ConfigError(f"{where}: {at} is not a table (it is {child!r})")
+    return child
+
+
+def _index(node: list[Any], part: str, at: str, where: str) -> int:
+    if not part.isdigit() or int(part) >= len(node):
+        raise ConfigError(f"{where}: {at}: expected an index from 0 to {len(node) - 1}")
+    return int(part)
+
+
+def _toml_value(text: str) -> Any:
+    """*text* read as a TOML value, or the string itself when it is not one."""
+    try:
+        return tomllib.loads(f"v = {text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
 
 
 def campaign_place(path: str | Path, *, workspace: str | Path | None = None) -> tuple[str, Path]:

@@ -19,13 +19,6 @@ _RAW: dict[JobState, tuple[TrialStatus, FailureClass | None]] = {
 }
 
 
-INTERRUPTIONS = frozenset(state for state, (outcome, _) in _RAW.items()
-                          if outcome is TrialStatus.INTERRUPTED)
-"""The raw end states that interrupt an attempt rather than say anything about the design
-(killed by an unknown sender, preempted, node failure, boot failure, vanished, launch error):
-the trial is retried, from its checkpoint when it has one."""
-
-
 def classify_end(status: JobStatus) -> tuple[TrialStatus, FailureClass | None, str | None]:
     """Outcome of an attempt that did **not** succeed, with its class and a message.
 

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dse._argparse import DseParser
 from dse._commands import COMMANDS
-from dse._errors import DseError, ExitCode, StorageError
+from dse._errors import DseError, ExitCode, StorageError, did_you_mean
 from dse._render import FORMATS, REPORT_KEYS
 from dse._terminal import Console
 from dse._version import __version__
@@ -21,17 +22,27 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 
-def _parser(only: str | None = None) -> argparse.ArgumentParser:
+def _parse(parser: DseParser, argv: Sequence[str]) -> argparse.Namespace:
+    """*argv* parsed; an unknown option is one line with the closest known one."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        flags = [e.partition("=")[0] for e in extras if e.startswith("-")]
+        parser.error(f"unrecognized arguments: {' '.join(extras)}"
+                     + did_you_mean(flags, parser.options(getattr(args, "command", None))))
+    return args
+
+
+def _parser(only: str | None = None) -> DseParser:
     """The ``dse`` parser; with *only*, the one subcommand of that name (what ``dse status``
     parses with: each subparser made costs its construction, and ``--help`` needs them all)."""
-    parser = argparse.ArgumentParser(
+    parser = DseParser(
         prog="dse", description="Run design-space-exploration campaigns."
     )
     parser.add_argument("--version", action="version", version=f"dse {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add = parser.subcommands(dest="command", required=True, metavar="COMMAND")
     for name, add_arguments in _SUBCOMMANDS.items():
         if only is None or name == only:
-            add_arguments(sub.add_parser)
+            add_arguments(add)
     return parser
 
 
@@ -52,13 +63,40 @@ def _run_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     run.add_argument("--fresh", action="store_true",
                      help="start a new run (even if the last one did not finish) that reuses"
                           " no result recorded before it")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     dest="overrides",
+                     help="override a key of the campaign file (repeatable; recorded in the"
+                          " run): max_parallelism=4 (a [campaign] key), environment.time_limit"
+                          "=10m, agent.bayesian.initial=8, budget.trials=20; VALUE is TOML,"
+                          " else the string as typed")
+
+
+def _init_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
+    init = add(
+        "init", help="write a commented starter campaign and its trial script",
+        description="Write a starter campaign file that runs as written (a toy objective in\n"
+        "trial.py beside it, on local processes) with the tables you are likely to want\n"
+        "next commented out: budget, data, early stopping, a second objective, Slurm.\n"
+        "Then: dse run CAMPAIGN.toml (docs/campaign.md lists every key).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    init.add_argument("campaign", type=Path, nargs="?", default=Path("campaign.toml"),
+                      metavar="CAMPAIGN.toml",
+                      help="the file to write (default: campaign.toml); trial.py goes beside it")
+    init.add_argument("--name", help="the campaign's name (default: the file's stem)")
+    init.add_argument("--agent", default="random",
+                      help="the agent to start with (default: random; grid, bayesian...)")
+    init.add_argument("--force", action="store_true",
+                      help="replace files that exist (else nothing is written over one)")
 
 
 def _status_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     status = add("status", help="list the campaign runs of a workspace")
-    status.add_argument("target", nargs="?", help="a campaign file, name or run id")
-    status.add_argument("--workspace", type=Path)
-    status.add_argument("--json", action="store_true")
+    status.add_argument("target", nargs="?",
+                        help="a campaign file, name or run id (default: every run)")
+    status.add_argument("--workspace", type=Path,
+                        help="record directory (default: .dse, or the campaign file's)")
+    status.add_argument("--json", action="store_true", help="print one JSON list of runs")
 
 
 def _report_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -72,7 +110,8 @@ def _report_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     )
     report.add_argument("target", nargs="?",
                         help="a campaign file, name or run id (default: every campaign)")
-    report.add_argument("--workspace", type=Path)
+    report.add_argument("--workspace", type=Path,
+                        help="record directory (default: .dse, or the campaign file's)")
     report.add_argument("--json", action="store_true",
                         help="print one JSON object (keys below)")
     report.add_argument("--html", type=Path, metavar="OUT.html",
@@ -81,8 +120,9 @@ def _report_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def _plugins_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
-    plugins = add("plugins", help="list installed backends and agents")
-    plugins.add_argument("--json", action="store_true")
+    plugins = add("plugins", help="list installed plugins: backends, agents, scorers, stopping"
+                  " rules")
+    plugins.add_argument("--json", action="store_true", help="print one JSON list")
 
 
 def _show_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -94,7 +134,7 @@ def _show_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
         "run of the campaign) or <run>:<number>. --json keys: docs/record.md.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    show.add_argument("trial", metavar="TRIAL")
+    show.add_argument("trial", metavar="TRIAL", help="the trial (forms below)")
     show.add_argument("--workspace", type=Path, help="record directory (default: .dse)")
     show.add_argument("--json", action="store_true", help="print the record as one JSON object")
 
@@ -127,7 +167,8 @@ def _invalidate_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     invalidate.add_argument("--reason", help="why (kept with the flag; required unless"
                                              " --dry-run)")
     invalidate.add_argument("--workspace", type=Path, help="record directory (default: .dse)")
-    invalidate.add_argument("--json", action="store_true")
+    invalidate.add_argument("--json", action="store_true",
+                            help="print what was flagged as one JSON object")
 
 
 def _export_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -145,14 +186,32 @@ def _export_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
                              " default), json (one document: trajectory and every record),"
                              " jsonl (a line per trial), trajectory (CSV of CloudAI's"
                              " trajectory columns)")
-    export.add_argument("--workspace", type=Path)
+    export.add_argument("--workspace", type=Path,
+                        help="record directory (default: .dse, or the campaign file's)")
     export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
 
 
+def _completion_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
+    from dse._completion import SHELLS
+
+    completion = add(
+        "completion", help="print a shell completion script (bash, zsh, fish)",
+        description="Print the completion script of a shell: subcommands, options, choices\n"
+        "and campaign files complete with Tab. Install it once:\n"
+        '  bash: add  eval "$(dse completion bash)"  to ~/.bashrc\n'
+        '  zsh:  add  eval "$(dse completion zsh)"   to ~/.zshrc\n'
+        "  fish: dse completion fish > ~/.config/fish/completions/dse.fish",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    completion.add_argument("shell", choices=SHELLS, help="the shell: bash, zsh or fish")
+
+
 _SUBCOMMANDS: dict[str, Callable[[Callable[..., argparse.ArgumentParser]], None]] = {
-    "run": _run_arguments, "status": _status_arguments, "report": _report_arguments,
+    "init": _init_arguments, "run": _run_arguments, "status": _status_arguments,
+    "report": _report_arguments,
     "plugins": _plugins_arguments, "show": _show_arguments,
     "invalidate": _invalidate_arguments, "export": _export_arguments,
+    "completion": _completion_arguments,
 }
 """Each subcommand's arguments, in the order ``dse --help`` lists them."""
 
@@ -184,9 +243,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = sys.argv[1:]
     # `dse status ...` makes its own subparser alone; anything else (`dse --help`, an unknown
     # command) the whole parser, whose help and errors name every subcommand.
-    only = argv[0] if argv and argv[0] in _SUBCOMMANDS else None
-    args = _parser(only).parse_args(argv)
+    only = argv[0] if argv and argv[0] in _SUBCOMMANDS and argv[0] != "completion" else None
+    parser = _parser(only)
+    args = _parse(parser, argv)
     console = Console(json_output=getattr(args, "json", False))
+    if args.command == "completion":
+        from dse._completion import completion_script
+
+        console.write(completion_script(parser, args.shell))
+        return ExitCode.OK
     try:
         return COMMANDS[args.command](args, console)
     except StorageError as exc:

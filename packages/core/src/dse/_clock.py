@@ -17,11 +17,13 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """The real clock."""
+    """The real clock: :func:`time.time` and :func:`time.sleep`."""
 
     def time(self) -> float:
+        """Seconds since the epoch."""
         return time.time()
 
     def sleep(self, seconds: float) -> None:
+        """Wait *seconds* (nothing for zero or less)."""
         if seconds > 0:
             time.sleep(seconds)

@@ -73,6 +73,8 @@ class Collector:
             changed = True
             assert trial.attempt_row is not None
             if not status.state.is_finished():
+                trial.node = status.node or trial.node
+                trial.running_since = status.started_at or trial.running_since
                 trial.job_id_recorded = True
                 self._journal.batch.update_attempt(
                     row=trial.attempt_row, job_id=status.job_id,
@@ -96,6 +98,7 @@ class Collector:
             status = dataclasses.replace(status, reason=controller_lost(status.reason),
                                          ambiguous=False)
         ended_at = status.ended_at or now
+        trial.node = status.node or trial.node
         # Charged before it is concluded: an objective may be what the trial cost.
         charged = self._charge(trial, self._gate.charge(trial.spec, status, ended_at))
         if self.stopping is None or not self.stopping.ended(trial, status):

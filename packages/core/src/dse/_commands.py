@@ -61,19 +61,41 @@ def _pool_files(paths: Sequence[Path]) -> tuple[list[Path], PoolConfig | None]:
     return list(paths), PoolConfig({}, source="command line")
 
 
+def _init(args: argparse.Namespace, console: Console) -> int:
+    from dse._starter import write_starter
+
+    written = write_starter(args.campaign, name=args.name, agent=args.agent, force=args.force)
+    console.status(f"wrote {' and '.join(str(p) for p in written)}; run it: dse run"
+                   f" {args.campaign}")
+    return ExitCode.OK
+
+
+def _campaigns(args: argparse.Namespace, files: Sequence[Path],
+               pool: PoolConfig | None) -> list[Campaign]:
+    """The campaigns of `dse run`, each with the `--set` overrides (one file only)."""
+    from dse._campaign import load_campaign
+
+    if args.overrides and pool is not None:
+        raise ConfigError(f"{args.campaign[0]}: --set applies to one campaign file, not to"
+                          " a pool file (set the keys in each campaign's file)")
+    if args.overrides and len(files) > 1:
+        raise ConfigError("--set applies to one campaign file; several were given")
+    return [load_campaign(path, workspace=args.workspace, overrides=args.overrides)
+            for path in files]
+
+
 def _run(args: argparse.Namespace, console: Console) -> int:
     import signal  # this and the rest: `dse run`'s alone (the reads start faster)
 
     from dse._backend import Backend
     from dse._build import build_engine
-    from dse._campaign import load_campaign
     from dse._console import LiveView
     from dse._lock import CampaignLock
     from dse._plugins import PluginManager
     from dse._pool import PoolConfig, run_pool
 
     files, pool = _pool_files(args.campaign)
-    campaigns = [load_campaign(path, workspace=args.workspace) for path in files]
+    campaigns = _campaigns(args, files, pool)
     _one_backend(campaigns)
     plugins = PluginManager()
     # Everything that can refuse the campaign is built before the workspace is touched: a
@@ -405,7 +427,7 @@ def _export(args: argparse.Namespace, console: Console) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
-    "run": _run, "status": _status, "plugins": _plugins, "export": _export,
+    "init": _init, "run": _run, "status": _status, "plugins": _plugins, "export": _export,
     "report": _report, "show": _show, "invalidate": _invalidate,
 }
 """Each subcommand's handler: it takes the parsed arguments and the console, and returns the

@@ -5,7 +5,9 @@ It prints through :class:`dse._terminal.Console`.
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -20,8 +22,15 @@ from dse._types import TrialStatus
 
 if TYPE_CHECKING:
     from dse._engine import Engine
-    from dse._outcome import CampaignResult
+    from dse._live import LiveTrial
+    from dse._outcome import CampaignResult, Retry, TrialEnd
     from dse._terminal import Console
+
+RUNNING_SHOWN = 6
+"""Running trials the live view lists (the longest-running first)."""
+
+_FAILED = frozenset({TrialStatus.FAILED, TrialStatus.INTERRUPTED, TrialStatus.BUDGET_EXHAUSTED})
+"""The outcomes a line names with their failure class and log."""
 
 
 def budget_bar(spent: float, reserved: float, ceiling: float, width: int = 30) -> Text:
@@ -113,6 +122,98 @@ def _best_text(engine: Engine) -> str:
     return f"{metric}={best.score:.6g} (trial {best.number}) {dict(best.params)}"
 
 
+def shown_path(path: Path) -> str:
+    """*path* relative to the working directory when it is under it (shorter to read)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _since(trial: LiveTrial) -> float | None:
+    return trial.running_since or trial.attempt_started
+
+
+def _slots(engine: Engine) -> int:
+    parallelism = engine.campaign.max_parallelism
+    if engine.pool is not None:
+        parallelism = engine.pool.parallelism.get(engine.campaign.name, parallelism)
+    return max(parallelism, 1)
+
+
+def eta_text(engine: Engine, mean: float | None) -> str:
+    """When the campaign should end, from the mean wall time of the trials ended (*mean*;
+    else what the scheduler expected of those running, else their time limit): the trials
+    still to start and what those running have left, spread over the slots; ``-`` when
+    nothing bounds the run (no trial count, no wall-clock ceiling)."""
+    c, s, ledger = engine.campaign, engine.stats, engine.ledger
+    bounds = [c.max_trials - s.steps] if c.max_trials else []
+    if ledger.budget.trials is not None:
+        bounds.append(ledger.budget.trials - ledger.trials)
+    now = engine.clock.time()
+    wall = ledger.budget.wall_clock_s
+    wall_left = None if wall is None else max(wall - _elapsed(engine), 0.0)
+    running = list(engine.table.running.values())
+    if mean is None:
+        guesses = [t.expected or (t.spec.time_limit if t.spec else None) for t in running]
+        known = [g for g in guesses if g]
+        mean = sum(known) / len(known) if known else None
+    if not bounds:
+        if wall_left is None:
+            return "-"
+        return f"by the wall-clock ceiling, in {duration_text(wall_left)}"
+    left = max(min(bounds), 0) + len(engine.table.queued)
+    if mean is None:
+        return f"{left} trial(s) to start; no trial has ended yet"
+    ahead = sum(max(mean - (now - (_since(t) or now)), 0.0) for t in running)
+    eta = (left * mean + ahead) / _slots(engine)
+    capped = "" if wall_left is None or eta <= wall_left else " (the wall-clock ceiling first)"
+    if capped:
+        eta = wall_left or 0.0
+    return (f"~{duration_text(eta)}{capped}: {left} to start, {len(running)} running,"
+            f" ~{duration_text(mean)} a trial")
+
+
+def running_text(engine: Engine) -> str:
+    """The running trials, longest-running first: number, attempt, elapsed time, node."""
+    now = engine.clock.time()
+    trials = sorted(engine.table.running.values(), key=lambda t: (_since(t) or now, t.number))
+    lines = []
+    for t in trials[:RUNNING_SHOWN]:
+        since = _since(t)
+        elapsed = "-" if since is None else duration_text(max(now - since, 0.0))
+        lines.append(f"trial {t.number}" + (f" (attempt {t.attempt})" if t.attempt > 1 else "")
+                     + f"  {elapsed}" + (f"  on {t.node}" if t.node else ""))
+    if len(trials) > RUNNING_SHOWN:
+        lines.append(f"... and {len(trials) - RUNNING_SHOWN} more")
+    return "\n".join(lines) or "-"
+
+
+def failure_line(end: TrialEnd) -> str:
+    """``trial 3 failed (nonzero_exit: exit code 3) after 1 attempt on n2; log
+    .dse/c/run-1/000003/attempt-1``: a trial that did not succeed, its class and log."""
+    why = ": ".join(p for p in (end.failure.value if end.failure else None, end.message) if p)
+    line = f"trial {end.number} {end.status.value}" + (f" ({why})" if why else "")
+    if end.attempts:
+        line += f" after {end.attempts} attempt{'s' if end.attempts > 1 else ''}"
+    if end.node:
+        line += f" on {end.node}"
+    if end.log is not None:
+        line += f"; log {shown_path(end.log)}{os.sep}"
+    return line
+
+
+def retry_line(retry: Retry) -> str:
+    """``trial 4: attempt 1 ended preempted on n2 (preempted); attempt 2 queued, resuming
+    from its checkpoint``."""
+    where = f" on {retry.node}" if retry.node else ""
+    why = [w for w in (None if retry.cause == retry.after else retry.cause, retry.message) if w]
+    cause = f" ({': '.join(why)})" if why else ""
+    start = "resuming from its checkpoint" if retry.resumed else "starting over"
+    return (f"trial {retry.number}: attempt {retry.attempt - 1} ended {retry.after}{where}"
+            f"{cause}; attempt {retry.attempt} queued, {start}")
+
+
 def _share_text(engine: Engine) -> str:
     """``62% of the pool (target 67%)``: what the campaign used while the campaigns competed,
     against its weight's share."""
@@ -133,6 +234,9 @@ class LiveView(EngineListener):
         self._cached: dict[int, list[int]] = {}
         """Trials of each campaign (by ``id`` of its engine) that were cache hits since the
         last line: summarised once per pass, not a line each."""
+        self._walls: dict[int, tuple[float, int]] = {}
+        """Each campaign's (by ``id`` of its engine) wall seconds of the trials that ended
+        after running, and how many: the mean the ETA is made of."""
 
     def on_start(self, engine: Engine) -> None:
         c = engine.campaign
@@ -190,6 +294,9 @@ class LiveView(EngineListener):
                if s.stopped or s.promoted else "")
             + ("" if s.baseline is None else f"; baseline {s.baseline.value}"),
         )
+        table.add_row("eta", eta_text(engine, self._mean(engine)))
+        if engine.table.running:
+            table.add_row("running", running_text(engine))
         table.add_row("numbers", _numbers_text(engine))
         for label, gauge, text in _budget_rows(engine):
             table.add_row(label, Text.assemble(gauge, "  ", text))
@@ -205,13 +312,29 @@ class LiveView(EngineListener):
                               f" {duration_text(start)}")
         return table
 
-    def on_trial_end(self, engine: Engine, number: int, status: TrialStatus) -> None:
+    def _mean(self, engine: Engine) -> float | None:
+        total, count = self._walls.get(id(engine), (0.0, 0))
+        return total / count if count else None
+
+    def on_trial_ended(self, engine: Engine, end: TrialEnd) -> None:
+        if end.wall_s > 0:
+            total, count = self._walls.get(id(engine), (0.0, 0))
+            self._walls[id(engine)] = (total + end.wall_s, count + 1)
+        if end.status in _FAILED:
+            # A failure is a line on a terminal too (above the live table): its class, and
+            # where its log is.
+            self._trial_line(engine, failure_line(end))
+            return
         if self.live is not None:
             return
-        if status is TrialStatus.CACHED:
-            self._cached.setdefault(id(engine), []).append(number)
+        if end.status is TrialStatus.CACHED:
+            self._cached.setdefault(id(engine), []).append(end.number)
             return
-        self._trial_line(engine, f"trial {number} {status.value}")
+        self._trial_line(engine, f"trial {end.number} {end.status.value}")
+
+    def on_retry(self, engine: Engine, retry: Retry) -> None:
+        name = f"{engine.campaign.name}: " if len(self.engines) > 1 else ""
+        self.console.status(name + retry_line(retry))
 
     def _trial_line(self, engine: Engine, what: str) -> None:
         """One plain line about *engine*'s trials, with the best so far and the spend."""

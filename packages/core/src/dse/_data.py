@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dse._errors import ConfigError
+from dse._errors import ConfigError, did_you_mean
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -58,7 +58,8 @@ def parse_data(raw: object, where: str, base_dir: Path) -> DataSpec | None:
         raise ConfigError(f"{where}: expected a table")
     unknown = sorted(set(raw) - DATA_KEYS)
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}")
+        raise ConfigError(f"{where}: unknown key(s) {unknown}"
+                          + did_you_mean(unknown, DATA_KEYS))
     paths = raw.get("paths", [])
     if isinstance(paths, str):
         paths = [paths]

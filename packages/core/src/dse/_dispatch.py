@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from dse._live import LiveTrial
+from dse._outcome import Retry
 from dse._protocols import TrialInfo
 from dse._space import ParamError
 from dse._types import AttemptState, EndReason, FailureClass, TrialStatus
@@ -433,15 +434,14 @@ class Dispatcher:
         trial.attempt_row = p.store.new_attempt_id()
         trial.attempt_started = now
         trial.job_id, trial.job_id_recorded, trial.adopted = None, False, False
+        p.journal.retried(trial.row_id, Retry(trial.number, spec.attempt, after, cause, node,
+                                              resumed, trial.message))
         trial.status, trial.failure, trial.message = TrialStatus.RUNNING, None, None
         p.journal.batch.add_attempt(
             row=trial.attempt_row, trial=trial.row_id, attempt=spec.attempt, backend=p.backend,
             state=self.first_state, submitted_at=now, resumed=resumed,
         )
-        p.journal.event(trial.row_id, "retry", {
-            "trial": trial.number, "attempt": spec.attempt, "after": after, "class": cause,
-            "node": node, "resumed": resumed,
-        })
+        trial.node, trial.running_since = None, None
         p.table.wait_retry(trial)
 
     def resubmit(self, trial: LiveTrial, now: float, *, resumed_from: str) -> None:

@@ -82,6 +82,11 @@ class CommandEnvironment:
         }
 
     def prepare(self, trial: TrialInfo) -> JobSpec:
+        """The job of one attempt of *trial*: the command with its placeholders filled (the
+        params written to ``params.json`` in the trial directory first), the campaign's
+        ``[environment] env`` with the trial contract's ``DSE_*`` variables over it, the
+        resources and time limit (a ``"{param}"`` one read from the params), the shell and
+        working directory."""
         trial_dir = trial.trial_dir
         dir_text = str(trial_dir)
         checkpoint = f"{dir_text}{os.sep}checkpoint"
@@ -137,6 +142,10 @@ class CommandEnvironment:
         )
 
     def evaluate(self, job: JobSpec, status: JobStatus) -> Evaluation:
+        """The metrics of a successful attempt: from the result the backend delivered in-band
+        (:attr:`JobStatus.result`), else from the trial's ``result.json``; an
+        :class:`Evaluation` with a failure class when the result is missing, unreadable,
+        incomplete, or lacks a finite objective metric."""
         doc = status.result
         if doc is None:
             doc_or_failure = read_result(job.trial_dir / RESULT_FILE)

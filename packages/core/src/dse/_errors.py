@@ -8,7 +8,12 @@ print them as one line. A spent budget or a failed trial is a *status*, never an
 
 from __future__ import annotations
 
+import difflib
 import enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 class DseError(Exception):
@@ -54,6 +59,26 @@ class LockedError(DseError, RuntimeError):
 
 class BackendError(DseError, RuntimeError):
     """A backend could not do what it was asked (for example, a submission was refused)."""
+
+
+def did_you_mean(unknown: Iterable[str], known: Iterable[str]) -> str:
+    """The end of an "unknown name" message: ``"; did you mean 'max_parallelism'?"`` for the
+    closest of *known* to a name of *unknown* (``difflib``'s ratio at least 0.6; with several
+    unknown names, ``"...'cpus' for 'cpu', 'grace' for 'grac'?"``), or ``""`` when none of
+    them is close to a known name. Plugins use it for their own options, as dse does for keys,
+    plugin names and options::
+
+        raise ConfigError(f"{where}: unknown option(s) {bad}" + did_you_mean(bad, KNOWN))
+    """
+    choices = sorted(set(known))
+    names = list(unknown)
+    pairs = [(name, close[0]) for name in names
+             if (close := difflib.get_close_matches(name, choices, n=1, cutoff=0.6))]
+    if not pairs:
+        return ""
+    if len(names) == 1:
+        return f"; did you mean {pairs[0][1]!r}?"
+    return "; did you mean " + ", ".join(f"{right!r} for {wrong!r}" for wrong, right in pairs) + "?"
 
 
 class ExitCode(enum.IntEnum):

@@ -17,10 +17,10 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from dse._classify import INTERRUPTIONS
 from dse._front import pareto_objectives, pareto_ranks_by_row
 from dse._render import invalidation_json, trajectory
 from dse._show import EXPORT_SCHEMA, trial_records
+from dse._states import INTERRUPTIONS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -89,6 +89,7 @@ class Feedback:
             direction=self.direction,
             step=trial.step,
             max_step=self.max_step,
+            proposal=trial.proposal,
         )
 
     def numbered(self, proposal: int) -> None:
@@ -160,5 +161,6 @@ class Feedback:
         """Tell the agent at once that *proposal* was rejected, and log the call."""
         batch.agent_call(campaign=campaign_id, kind="observe", proposals=[proposal])
         self._unobserved.discard(proposal)
-        self.guard.observe(agent, [Observation(params=params, status=None, rejected=reason)])
+        self.guard.observe(agent, [Observation(params=params, status=None, rejected=reason,
+                                               proposal=proposal)])
 

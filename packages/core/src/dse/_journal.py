@@ -12,8 +12,7 @@ if TYPE_CHECKING:
 
     from dse._clock import Clock
     from dse._engine import Engine
-    from dse._outcome import EngineListener
-    from dse._types import TrialStatus
+    from dse._outcome import EngineListener, Retry, TrialEnd
 
 
 class Journal:
@@ -43,6 +42,15 @@ class Journal:
         """Tell the listener something systematic happened."""
         self.listener.on_alert(self._engine, message)
 
-    def trial_ended(self, number: int, status: TrialStatus) -> None:
-        """Tell the listener trial *number* reached *status*."""
-        self.listener.on_trial_end(self._engine, number, status)
+    def trial_ended(self, end: TrialEnd) -> None:
+        """Tell the listener a trial reached its outcome."""
+        self.listener.on_trial_ended(self._engine, end)
+
+    def retried(self, trial_row: int, retry: Retry) -> None:
+        """Record that a new attempt of trial *trial_row* is queued (a ``retry`` event), and
+        tell the listener."""
+        self.event(trial_row, "retry", {
+            "trial": retry.number, "attempt": retry.attempt, "after": retry.after,
+            "class": retry.cause, "node": retry.node, "resumed": retry.resumed,
+        })
+        self.listener.on_retry(self._engine, retry)

@@ -100,6 +100,19 @@ class LiveTrial:
     """When the pool let the current attempt start (it holds its resources from then)."""
     step: int | None = None
     """For a trial stopped early (or a cache hit of one): the step its metrics are from."""
+    node: str | None = None
+    """Where its current (or last) attempt runs, once the backend said."""
+    running_since: float | None = None
+    """When the backend says its current attempt started (``None``: not yet, or unknown)."""
+
+    @property
+    def log_dir(self) -> Path | None:
+        """The current attempt's directory (``attempt-N/`` in the trial directory, where the
+        local and Slurm backends write ``stdout.log`` and ``stderr.log``), when it exists."""
+        if self.trial_dir is None:
+            return None
+        where = self.trial_dir / f"attempt-{self.attempt}"
+        return where if where.is_dir() else None
 
     @property
     def checkpoint_mark(self) -> Path | None:

@@ -108,6 +108,7 @@ class LockHolder:
         )
 
     def to_json(self) -> str:
+        """The lock file's content naming this holder (what :meth:`from_json` reads)."""
         return json.dumps(asdict(self), indent=2) + "\n"
 
     def describe(self) -> str:

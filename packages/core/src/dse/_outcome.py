@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dse._pareto import dominates
-from dse._types import CampaignStatus, EndReason, TrialStatus
+from dse._types import CampaignStatus, EndReason, FailureClass, TrialStatus
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from pathlib import Path
 
     from dse._engine import Engine
     from dse._types import Objective
@@ -30,27 +31,45 @@ class BestTrial:
 
 @dataclass(slots=True)
 class Stats:
-    """Live counts, read by the console."""
+    """Live counts of a run, read by the console and returned in
+    :attr:`CampaignResult.stats`. The counts of trials leave the baseline trial out; a resumed
+    run restores them from the record, except :attr:`passes` and :attr:`retries`, which count
+    this controller's."""
 
     steps: int = 0
+    """Proposals that became trials, cache hits included (what ``max_trials`` counts)."""
     proposals: int = 0
+    """Proposals the engine took and numbered, rejected ones included."""
     started: int = 0
+    """Trials dispatched to run (cache hits are not)."""
     completed: int = 0
+    """Trials that ended ``completed``."""
     failed: int = 0
+    """Trials that ended ``failed``."""
     cached: int = 0
+    """Cache hits that ended with the result they reuse."""
     rejected: int = 0
+    """Proposals rejected (outside the space, or a constraint)."""
     cancelled: int = 0
+    """Trials that ended ``cancelled``."""
     interrupted: int = 0
+    """Trials that ended ``interrupted`` (out of retries)."""
     budget_exhausted: int = 0
+    """Trials that ended ``budget_exhausted`` (their own ceiling, or refused by the budget)."""
     stopped: int = 0
     """Trials stopped early by the stopping rule (a promoted one leaves the count)."""
     promoted: int = 0
     """Stopped trials promoted (resumed from their checkpoint)."""
     running: int = 0
+    """Trials holding or waiting for a slot, as of the last commit."""
     passes: int = 0
+    """Polling passes made."""
     retries: int = 0
+    """Retries: new attempts of trials whose last attempt was interrupted."""
     paused: bool = False
+    """Dispatch is paused: interruptions reached the campaign's threshold in its window."""
     best: BestTrial | None = None
+    """The best completed trial so far, among the results about the current data."""
     front: dict[int, tuple[float, ...]] = field(default_factory=dict)
     """In a Pareto campaign, the trials on the front so far (number -> losses: each objective
     oriented so that lower is better), among those that may be ranked."""
@@ -126,6 +145,7 @@ class CampaignResult:
 
     @property
     def best(self) -> BestTrial | None:
+        """The best completed trial of the run (:attr:`Stats.best`), or ``None``."""
         return self.stats.best
 
 
@@ -153,14 +173,68 @@ class RunEnd:
         return False
 
 
+@dataclass(frozen=True, slots=True)
+class TrialEnd:
+    """How a trial (or a cache hit) ended, as :meth:`EngineListener.on_trial_ended` is told."""
+
+    number: int
+    """The trial's number in the run."""
+    status: TrialStatus
+    """Its outcome."""
+    failure: FailureClass | None = None
+    """The failure class of an outcome that is not a success (``None`` otherwise)."""
+    message: str | None = None
+    """The record's words on how it ended (an exit code, the backend's reason)."""
+    attempts: int = 0
+    """Attempts it ran (0 for a cache hit)."""
+    node: str | None = None
+    """Where its last attempt ran, when the backend said."""
+    log: Path | None = None
+    """The last attempt's directory in the trial directory (``attempt-N/``, where the local
+    and Slurm backends put ``stdout.log`` and ``stderr.log``), when it exists."""
+    wall_s: float = 0.0
+    """Wall-clock seconds its attempts took, summed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A new attempt of a trial, as :meth:`EngineListener.on_retry` is told."""
+
+    number: int
+    """The trial's number in the run."""
+    attempt: int
+    """The new attempt's number (2 for the first retry)."""
+    after: str
+    """How the attempt before it ended (its raw state: ``preempted``, ``node_fail``...)."""
+    cause: str
+    """Its failure class (``preempted``, ``node_failure``, ``killed``...), or ``cancelled``
+    for a cancelled trial a later run resumes."""
+    node: str | None
+    """Where the attempt before it ran, when known."""
+    resumed: bool
+    """The new attempt resumes from the trial's checkpoint (else it starts over)."""
+    message: str | None = None
+    """The record's words on how the attempt before it ended (``killed by signal 9``)."""
+
+
 class EngineListener:
-    """Receives progress from the engine (the console implements it). Methods are no-ops."""
+    """Receives progress from the engine (the console implements it). Methods are no-ops,
+    but :meth:`on_trial_ended`, which calls :meth:`on_trial_end`."""
 
     def on_start(self, engine: Engine) -> None:
         """The campaign run was created in the record."""
 
     def on_trial_end(self, engine: Engine, number: int, status: TrialStatus) -> None:
         """A trial (or a cache hit) reached its outcome."""
+
+    def on_trial_ended(self, engine: Engine, end: TrialEnd) -> None:
+        """A trial (or a cache hit) reached its outcome: what the engine calls, with the
+        details; by default it calls :meth:`on_trial_end` with the number and the status."""
+        self.on_trial_end(engine, end.number, end.status)
+
+    def on_retry(self, engine: Engine, retry: Retry) -> None:
+        """A trial's attempt ended in an interruption (or a cancelled trial is resumed) and a
+        new attempt of the same trial is queued."""
 
     def on_pass(self, engine: Engine) -> None:
         """A polling pass was committed."""

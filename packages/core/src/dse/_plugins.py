@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from dse import hookspecs
-from dse._errors import PluginError
+from dse._errors import PluginError, did_you_mean
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -32,12 +32,14 @@ class Deferred:
     target: str
     """``"module:Class"``, imported when the class is first needed."""
     version: str = ""
-    """The class's ``version``, shown without loading it."""
+    """The class's ``version``, shown by ``dse plugins`` without loading it; when given, the
+    loaded class must have the same (a :class:`~dse.PluginError` otherwise), since its own
+    is the one the record stamps."""
 
 
 class Registered:
-    """One registered backend, agent or scorer class and where it comes from (a
-    :class:`Deferred` class is imported when :attr:`cls` is first read)."""
+    """One registered backend, agent, scorer or stopping-rule class and where it comes from
+    (a :class:`Deferred` class is imported when :attr:`cls` is first read)."""
 
     __slots__ = ("_cls", "_deferred", "distribution", "kind", "name", "plugin", "version")
 
@@ -46,7 +48,7 @@ class Registered:
         self.name = name
         """The registered name."""
         self.kind = kind
-        """``backend``, ``agent`` or ``scorer``."""
+        """``backend``, ``agent``, ``scorer`` or ``stopping rule``."""
         self.plugin = plugin
         """The plugin (entry point) name."""
         self.distribution = distribution
@@ -83,11 +85,28 @@ class Registered:
         if not isinstance(loaded, type) or getattr(loaded, "name", None) != self.name:
             msg = f"{where}: {deferred.target} is not a class named {self.name!r}"
             raise PluginError(msg)
+        version = str(getattr(loaded, "version", "") or "")
+        if deferred.version and version != deferred.version:
+            msg = (f"{where}: {deferred.target} has version {version!r}, but was registered"
+                   f" as version {deferred.version!r} (dse.Deferred's version must be the"
+                   " class's)")
+            raise PluginError(msg)
         return loaded
 
 
 class PluginManager:
-    """Loads plugins and keeps the registry of backends and agents."""
+    """Loads plugins and keeps the registry of backends, agents, scorers and stopping rules.
+
+    :param autoload: load the entry points of group ``dse`` (default: unless
+        ``DSE_DISABLE_PLUGIN_AUTOLOAD`` is set; without them only dse-core's own plugin is
+        registered). The modules named in ``DSE_PLUGINS`` are loaded either way.
+    :param extra: plugin objects (modules, or objects with hook implementations) to register
+        too, named ``extra-0``, ``extra-1``... (handy in tests).
+
+    Each registry is collected from its hook the first time it is read; a plugin that fails to
+    load, a hook that raises and a name registered twice are a :class:`~dse.PluginError`
+    naming the plugin.
+    """
 
     def __init__(self, *, autoload: bool | None = None, extra: Iterable[object] = ()) -> None:
         self.pm = pluggy.PluginManager("dse")
@@ -182,45 +201,60 @@ class PluginManager:
 
     @property
     def backends(self) -> dict[str, Registered]:
+        """The registered backends, by name (:func:`~dse.hookspecs.dse_register_backends`)."""
         if self._backends is None:
             self._backends = self._collect("dse_register_backends", "backend")
         return self._backends
 
     @property
     def agents(self) -> dict[str, Registered]:
+        """The registered agents, by name (:func:`~dse.hookspecs.dse_register_agents`)."""
         if self._agents is None:
             self._agents = self._collect("dse_register_agents", "agent")
         return self._agents
 
     @property
     def scorers(self) -> dict[str, Registered]:
+        """The registered scorers, by name (:func:`~dse.hookspecs.dse_register_scorers`)."""
         if self._scorers is None:
             self._scorers = self._collect("dse_register_scorers", "scorer")
         return self._scorers
 
     @property
     def stopping_rules(self) -> dict[str, Registered]:
+        """The registered stopping rules, by name
+        (:func:`~dse.hookspecs.dse_register_stopping_rules`)."""
         if self._rules is None:
             self._rules = self._collect("dse_register_stopping_rules", "stopping rule")
         return self._rules
 
     def backend_class(self, name: str) -> type:
+        """The backend class registered as *name*; a :class:`~dse.PluginError` listing the
+        installed ones (and the distribution to install, for dse's own) when there is none."""
         return self._lookup(self.backends, name, "backend")
 
     def agent_class(self, name: str) -> type:
+        """The agent class registered as *name* (a deferred one imported now); a
+        :class:`~dse.PluginError` as :meth:`backend_class` says when there is none, or when
+        a deferred one fails to load."""
         return self._lookup(self.agents, name, "agent")
 
     def scorer_class(self, name: str) -> type:
+        """The scorer class registered as *name*; a :class:`~dse.PluginError` listing the
+        installed ones when there is none."""
         return self._lookup(self.scorers, name, "scorer")
 
     def stopping_rule_class(self, name: str) -> type:
+        """The stopping-rule class registered as *name*; a :class:`~dse.PluginError` listing
+        the installed ones when there is none."""
         return self._lookup(self.stopping_rules, name, "stopping rule")
 
     @staticmethod
     def _lookup(registry: dict[str, Registered], name: str, kind: str) -> type:
         if name not in registry:
             installed = ", ".join(sorted(registry)) or "none"
-            msg = f"unknown {kind} {name!r}; installed {kind}s: {installed}"
+            msg = (f"unknown {kind} {name!r}; installed {kind}s: {installed}"
+                   + did_you_mean([name], registry))
             home = _DISTRIBUTIONS.get((kind, name))
             if home is not None:
                 msg += f" ({name!r} comes with {home}: pip install {home})"

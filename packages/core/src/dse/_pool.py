@@ -76,6 +76,7 @@ class PoolConfig:
     campaigns: tuple[Path, ...] = ()
     """The campaign files of a pool file."""
     source: str = "<pool>"
+    """The pool file's path, as error messages name it."""
 
 
 def is_pool_file(path: Path) -> bool:

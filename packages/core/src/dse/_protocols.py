@@ -50,6 +50,22 @@ class Agent(Protocol):
     The agent says it has nothing more to propose by setting :attr:`exhausted`; an agent that
     answers no proposal while nothing is in flight and is not exhausted ends the campaign
     (it would otherwise wait forever).
+
+    The engine numbers the proposals it takes 1, 2, 3... over the run, in the order
+    :meth:`propose` returned them; each :class:`~dse.Observation` names its
+    :attr:`~dse.Observation.proposal`. An answer of more than *n* is cut to its first *n*
+    (the rest get no number, never run and are never told; an ``agent_overproposed`` event
+    each time, a warning once a run). A call that raises, or a :meth:`propose` that answers
+    anything but a sequence of mappings, ends the campaign with an :class:`~dse.AgentError`
+    naming the agent, its plugin and the call (the run is recorded ``failed``; trials still
+    running are cancelled).
+
+    A resumed run builds a new agent the same way and replays the logged calls into it (the
+    latest :meth:`snapshot`, if the agent gives them, restored first): the same
+    :meth:`propose` calls, whose answers are compared with the recorded ones and dropped,
+    and the same :meth:`observe` calls (``docs/plugins.md``, "How a resumed run replays the
+    agent"). Optional ``snapshot() -> dict | None`` and ``restore(state)`` methods let it
+    skip the calls before the snapshot.
     """
 
     name: ClassVar[str]

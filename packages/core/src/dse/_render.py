@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from dse._outcome import CampaignResult
     from dse._plugins import PluginManager
     from dse._records import CampaignRun, Invalidation, Trial
-    from dse._report import ObjectiveRollup, RunDetail, RunSummary
+    from dse._report import Interruptions, ObjectiveRollup, RunDetail, RunSummary
     from dse._spend import Spend
     from dse._states import TrialStatus
     from dse._stopreport import StoppingDetail
@@ -73,6 +73,12 @@ RUN:
   mismatched       trial numbers that read another data version than expected (flagged)
   invalid          [{trial, reason}]: results or scores flagged by dse invalidate (never ranked)
   scorer           the scorer of the run's scores ("default 0.1.0")
+  interruptions    {retried, trials, resumed, by_class: {<failure class>: count}, nodes:
+                   {<node>: count}}: attempts an interruption ended (preempted, node
+                   failure, killed, vanished...) that were retried, in how many trials, how
+                   many resumed from a checkpoint; one that ended its trial is in trials
+                   (interrupted) and failures
+  overrides        the `dse run --set KEY=VALUE` overrides the run was started with
   trials           {total, <outcome>: count...}; failures: {<failure class>: count}
   currency         the currency of every money figure of the run
   spent            {money, cpu_hours, gpu_hours, node_hours, attempt_hours}: every attempt
@@ -318,12 +324,31 @@ def detail_json(detail: RunDetail) -> dict[str, Any]:
              "cost": 0.0, "reused_cost": h.reuses_spend.money}
             for h in detail.cache_hits
         ],
+        "interruptions": _interruptions_json(detail.interruptions),
+        "overrides": list(detail.overrides),
         "stopping": None if detail.stopping is None else _stopping_json(detail.stopping),
         "pareto": None if not detail.fronts else {
             "objectives": [{"metric": m, "direction": d} for m, d in detail.fronts[0].objectives],
             "fronts": [front_json(f) for f in detail.fronts],
         },
     }
+
+
+def _interruptions_json(d: Interruptions | None) -> dict[str, Any]:
+    if d is None:
+        return {"retried": 0, "trials": 0, "resumed": 0, "by_class": {}, "nodes": {}}
+    return {"retried": d.retried, "trials": d.trials, "resumed": d.resumed,
+            "by_class": dict(d.by_class), "nodes": dict(d.nodes)}
+
+
+def _interruption_text(d: Interruptions) -> str:
+    classes = ", ".join(f"{cls} {n}" for cls, n in d.by_class.items())
+    where = ""
+    if d.nodes:
+        worst = sorted(d.nodes.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+        where = "; on " + ", ".join(f"{node} {n}" for node, n in worst)
+    return (f"{d.retried} after an interruption ({classes}) in {d.trials} trial(s),"
+            f" {d.resumed} resumed from a checkpoint{where}")
 
 
 def _stopping_json(d: StoppingDetail) -> dict[str, Any]:
@@ -394,6 +419,10 @@ def detail_lines(detail: RunDetail) -> list[str]:
     row("scorer", detail.scorer)
     row("failures", ", ".join(f"{cls} {n}" for cls, n in sorted(s.failures.items()))
         or "none")
+    row("retries", "none" if detail.interruptions is None
+        else _interruption_text(detail.interruptions))
+    if detail.overrides:
+        row("overrides", " ".join(f"--set {o}" for o in detail.overrides))
     ceiling_unit = _spend_rows(detail, row)
     row("throughput", f"{rate_text(s.throughput_per_h)} trials/h ({s.finished} finished)")
     row("effective", f"{rate_text(s.effective_per_h)} results/h ({s.effective} usable)")

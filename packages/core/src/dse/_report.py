@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BestResult",
     "CacheHit",
+    "Interruptions",
     "ObjectiveRollup",
     "RunDetail",
     "RunSummary",
@@ -113,6 +114,28 @@ class RunDetail:
     fronts: tuple[Front, ...] = ()
     """A Pareto run's fronts, one per data version (the last: the latest); empty for a run
     that optimises one objective (:mod:`dse._front`)."""
+    interruptions: Interruptions | None = None
+    """The attempts an interruption ended and that were retried (``None``: none were)."""
+    overrides: tuple[str, ...] = ()
+    """The ``dse run --set KEY=VALUE`` overrides the run was started with."""
+
+
+@dataclass(frozen=True, slots=True)
+class Interruptions:
+    """The interruptions of one run that were retried (killed by an unknown sender,
+    preempted, node or boot failure, vanished, launch error), from its ``retry`` events: the
+    count grows with the retries, never with the trials."""
+
+    retried: int
+    """Attempts an interruption ended, each followed by a new attempt of the same trial."""
+    by_class: dict[str, int]
+    """Failure class -> retried attempts, in the order they first happened."""
+    resumed: int
+    """Retries that resumed from the trial's checkpoint (the rest started over)."""
+    nodes: dict[str, int]
+    """Node -> interruptions there, where the backend named the node."""
+    trials: int
+    """Distinct trials retried."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +203,28 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
         scorer=f"{resolved.get('name', 'default')} {resolved.get('version', '')}".strip(),
         stopping=stopping_detail(store, run),
         fronts=tuple(pareto_fronts(store, campaign_id, spec)),
+        interruptions=_interruptions(store, campaign_id),
+        overrides=tuple(spec.get("overrides") or ()),
     )
+
+
+def _interruptions(store: Store, campaign_id: int) -> Interruptions | None:
+    """The run's retried interruptions (a cancelled trial resumed by a later run is not one)."""
+    retries = [e.data for e in store.events(campaign_id, "retry")
+               if e.data and e.data.get("after") != "cancelled"]
+    if not retries:
+        return None
+    by_class: dict[str, int] = {}
+    nodes: dict[str, int] = {}
+    for data in retries:
+        cause = str(data.get("class") or data.get("after"))
+        by_class[cause] = by_class.get(cause, 0) + 1
+        if data.get("node"):
+            nodes[str(data["node"])] = nodes.get(str(data["node"]), 0) + 1
+    return Interruptions(
+        retried=len(retries), by_class=by_class,
+        resumed=sum(1 for data in retries if data.get("resumed")), nodes=nodes,
+        trials=len({data.get("trial") for data in retries}))
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse._environment import environment_digest
 from dse._invalidation import Flag
-from dse._outcome import BestTrial
+from dse._outcome import BestTrial, TrialEnd
 from dse._scoring import ScoringError
 from dse._spend import spend_metrics
 from dse._types import Direction, Evaluation, FailureClass, JobState, TrialStatus, reusable
@@ -258,7 +258,7 @@ class Results:
             # A reuse of a result flagged while it ran is flagged with it: never fed.
             self._feedback.tell(trial.proposal, self._feedback.observation(
                 trial, status=original.status))
-        self._journal.trial_ended(trial.number, TrialStatus.CACHED)
+        self._journal.trial_ended(TrialEnd(trial.number, TrialStatus.CACHED))
 
     def ended(self, trial: LiveTrial, reported: TrialStatus | None = None) -> None:
         """Count *trial*'s end (as *reported*, default its own status), and queue what the
@@ -274,4 +274,7 @@ class Results:
             # A result about other data than the current is never fed to the agent.
             self._feedback.tell(trial.proposal, self._feedback.observation(
                 trial, status=status, current=self._data.current(trial)))
-        self._journal.trial_ended(trial.number, status)
+        self._journal.trial_ended(TrialEnd(
+            trial.number, status, failure=trial.failure, message=trial.message,
+            attempts=trial.attempt, node=trial.node, log=trial.log_dir,
+            wall_s=trial.spent.wall_s))

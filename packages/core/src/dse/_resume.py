@@ -393,7 +393,8 @@ class Resume:
             for proposal in numbers:
                 if proposal in recorded.rejected:
                     params, reason = recorded.rejected[proposal]
-                    observations.append(Observation(params=params, status=None, rejected=reason))
+                    observations.append(Observation(params=params, status=None,
+                                                    rejected=reason, proposal=proposal))
                 elif not p.invalid.row_flagged(recorded.by_proposal[proposal].row_id):
                     # An invalidated result is left out: the rebuilt agent never learns it.
                     trial = recorded.by_proposal[proposal]

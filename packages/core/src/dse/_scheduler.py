@@ -65,6 +65,7 @@ class Request:
     key: str
     """The trial's id."""
     campaign: str
+    """The campaign it belongs to (a key of the scheduler's weights)."""
     size: Mapping[str, int]
     """Resources it needs, e.g. ``{"cpus": 1, "gpus": 8}``."""
     duration: float
@@ -99,7 +100,9 @@ class Plan:
     """What to do now: the requests to start, in order, and the reservation, if any."""
 
     start: tuple[Request, ...]
+    """The requests to start now, in the order to start them."""
     reservation: Reservation | None
+    """The resources held for the request that goes first once they free, if one waits."""
     backfilled: tuple[str, ...] = ()
     """Keys of the started requests that went ahead of the reserved one."""
 

@@ -2,6 +2,11 @@
 
 Values are coerced to the parameter's declared type before anything else sees them, so
 ``4``, ``4.0`` and ``"4"`` proposed for an integer parameter are one and the same point.
+
+An agent is built with the campaign's :class:`Space` (``cls(space, seed=seed, **options)``):
+its :attr:`Space.params` are :class:`Categorical`, :class:`IntRange` and :class:`FloatRange`
+values (together, :data:`Parameter`), each with a ``name``, a ``kind``, a ``size``,
+``coerce(value)``, ``values(points)`` and ``sample(rng)``.
 """
 
 from __future__ import annotations
@@ -11,13 +16,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
-from dse._errors import ConfigError, DseError
+from dse._errors import ConfigError, DseError, did_you_mean
 
 if TYPE_CHECKING:
     import random
 
 Value: TypeAlias = "int | float | str | bool"
+"""One parameter value, as coerced."""
 Params: TypeAlias = "dict[str, Any]"
+"""One point of a space: parameter name to coerced value."""
 
 
 class ParamError(DseError, ValueError):
@@ -28,15 +35,46 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+if TYPE_CHECKING:
+    _Base = object
+else:
+
+    class Parameter:
+        """One parameter of a :class:`Space`: a :class:`Categorical`, an :class:`IntRange` or
+        a :class:`FloatRange`.
+
+        Type checkers read ``Parameter`` as the union ``Categorical | IntRange | FloatRange``
+        (so ``isinstance`` narrows it to one of them); at run time it is the base class the
+        three share, so ``isinstance(p, dse.Parameter)`` holds for each. Every parameter has:
+
+        * ``name`` — its name in the params, the ``[space]`` table and command templates;
+        * ``kind`` — ``"categorical"``, ``"int"`` or ``"float"`` (a class attribute);
+        * ``size`` — how many distinct values it takes (``None``: a float range without a
+          ``step``, which is continuous);
+        * ``coerce(value)`` — *value* as the parameter's own type, or :class:`ParamError`;
+        * ``values(points)`` — its values in grid order (a continuous float range gives
+          *points* of them);
+        * ``sample(rng)`` — one value drawn with a :class:`random.Random`.
+
+        They are frozen, slotted dataclasses: equal when their fields are, and hashable.
+        """
+
+        __slots__ = ()
+
+    _Base = Parameter
+
+
 @dataclass(frozen=True, slots=True)
-class Categorical:
-    """A parameter that takes one of a fixed list of values."""
+class Categorical(_Base):
+    """A parameter that takes one of a fixed list of values (a list in ``[space]``, or
+    ``type = "categorical"``)."""
 
     name: str
     """Parameter name, as used in params and command templates."""
     choices: tuple[Value, ...]
     """The allowed values, in declared order (the grid order)."""
     kind: ClassVar[str] = "categorical"
+    """The parameter type, as ``type`` in ``[space]``."""
 
     def __post_init__(self) -> None:
         for choice in self.choices:
@@ -51,6 +89,12 @@ class Categorical:
         return len(self.choices)
 
     def coerce(self, value: object) -> Value:
+        """The choice *value* stands for: the choice equal to it and of its type, else an
+        equal number (``4.0`` for ``4``; a bool is no number here), else the choice whose
+        ``str`` it is (``"4"`` for ``4``, ``"True"`` for ``True``).
+
+        :raises ParamError: when it stands for no choice, or is a string holding a NUL byte.
+        """
         if isinstance(value, str) and "\0" in value:
             raise ParamError(f"param {self.name!r}: {value!r} holds a NUL byte")
         for choice in self.choices:
@@ -66,15 +110,16 @@ class Categorical:
         )
 
     def values(self, points: int = 0) -> tuple[Value, ...]:
-        """All values, in declared order."""
+        """All values, in declared order (*points* is ignored: a categorical is finite)."""
         return self.choices
 
     def sample(self, rng: random.Random) -> Value:
+        """One choice drawn uniformly with *rng*."""
         return self.choices[rng.randrange(len(self.choices))]
 
 
 @dataclass(frozen=True, slots=True)
-class IntRange:
+class IntRange(_Base):
     """An integer parameter in ``[low, high]`` (both inclusive) on a grid of ``step``."""
 
     name: str
@@ -88,12 +133,20 @@ class IntRange:
     log: bool = False
     """Sample on a log scale (``low`` must then be positive)."""
     kind: ClassVar[str] = "int"
+    """The parameter type, as ``type`` in ``[space]``."""
 
     @property
     def size(self) -> int:
+        """Number of distinct values: ``low``, ``low + step``, ... up to ``high``."""
         return (self.high - self.low) // self.step + 1
 
     def coerce(self, value: object) -> int:
+        """*value* as an integer of the range: an ``int``, a float with no fractional part,
+        or a string of either (``"4"``, ``"4.0"``, ``"4e0"``).
+
+        :raises ParamError: for a bool, another type, a fraction, or a value outside
+            ``[low, high]`` or off the grid of ``step``.
+        """
         if isinstance(value, bool):
             raise ParamError(f"param {self.name!r}: {value!r} is a bool, expected an integer")
         if isinstance(value, str):
@@ -119,9 +172,13 @@ class IntRange:
         return value
 
     def values(self, points: int = 0) -> range:
+        """Every value, in increasing order (*points* is ignored: an integer range is
+        finite)."""
         return range(self.low, self.high + 1, self.step)
 
     def sample(self, rng: random.Random) -> int:
+        """One value drawn with *rng*: uniformly, or with ``log`` log-uniformly (each value
+        standing for the interval up to the next)."""
         if self.log:
             # Log-uniform over [low, low + size*step): each value owns the bucket above it.
             top = self.low + self.size * self.step
@@ -132,7 +189,7 @@ class IntRange:
 
 
 @dataclass(frozen=True, slots=True)
-class FloatRange:
+class FloatRange(_Base):
     """A float parameter in ``[low, high]``, on a linear or log scale."""
 
     name: str
@@ -144,16 +201,25 @@ class FloatRange:
     log: bool = False
     """The natural scale is logarithmic (``low`` must be positive)."""
     step: float | None = None
-    """Optional spacing of allowed values; makes the parameter finite."""
+    """Optional spacing of allowed values, counted from ``low``; makes the parameter finite."""
     kind: ClassVar[str] = "float"
+    """The parameter type, as ``type`` in ``[space]``."""
 
     @property
     def size(self) -> int | None:
+        """Number of distinct values with a ``step``; ``None`` without one (continuous)."""
         if self.step is None:
             return None
         return math.floor((self.high - self.low) / self.step + 1e-9) + 1
 
     def coerce(self, value: object) -> float:
+        """*value* as a float of the range: a number or a numeric string; with a ``step``,
+        snapped onto the grid (rounded to 12 decimals) when it lies within a relative 1e-9
+        of a grid value.
+
+        :raises ParamError: for a bool, another type, a NaN or an infinity, a value outside
+            ``[low, high]``, or one off the grid of ``step``.
+        """
         if isinstance(value, bool):
             raise ParamError(f"param {self.name!r}: {value!r} is a bool, expected a float")
         if isinstance(value, str):
@@ -196,6 +262,8 @@ class FloatRange:
         return (self.low, *inner, self.high)
 
     def sample(self, rng: random.Random) -> float:
+        """One value drawn with *rng*: uniformly (log-uniformly with ``log``), on the grid
+        when there is a ``step``."""
         if self.step is not None:
             size = self.size or 1
             if self.log:
@@ -210,12 +278,20 @@ class FloatRange:
         return rng.uniform(self.low, self.high)
 
 
-Parameter: TypeAlias = "Categorical | IntRange | FloatRange"
+if TYPE_CHECKING:
+    # At run time ``Parameter`` is the documented base class above, the same three.
+    Parameter: TypeAlias = Categorical | IntRange | FloatRange
 
 
 @dataclass(frozen=True, slots=True)
 class Space:
-    """An ordered set of named parameters."""
+    """An ordered set of named parameters: what an agent is built with.
+
+    Read it as a sequence of parameters (``for param in space``, ``len(space)``) or by name
+    (``space["lr"]``); :meth:`coerce` checks a proposal the way the engine will, and
+    :attr:`cardinality` says whether the space is finite. Spaces are frozen: equal when their
+    parameters are.
+    """
 
     params: tuple[Parameter, ...]
     """The parameters, in declared order."""
@@ -231,9 +307,11 @@ class Space:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The parameters' names, in declared order."""
         return tuple(p.name for p in self.params)
 
     def __getitem__(self, name: str) -> Parameter:
+        """The parameter named *name* (:class:`KeyError` when there is none)."""
         return self._by_name[name]
 
     def __iter__(self) -> Iterator[Parameter]:
@@ -244,7 +322,8 @@ class Space:
 
     @property
     def cardinality(self) -> int | None:
-        """Number of distinct points, or ``None`` when a parameter is continuous."""
+        """Number of distinct points (the product of the parameters' sizes), or ``None`` when
+        a parameter is continuous (a float range without a ``step``)."""
         total = 1
         for param in self.params:
             size = param.size
@@ -254,9 +333,11 @@ class Space:
         return total
 
     def coerce(self, proposal: Mapping[str, object]) -> Params:
-        """Return *proposal* with every value coerced to its parameter's type.
+        """Return *proposal* with every value coerced to its parameter's type, as a new dict
+        in declared order: what the engine does to every proposal before anything else.
 
-        Raises :class:`ParamError` for a missing, unknown or out-of-range value.
+        :raises ParamError: for a missing or unknown name, or a value its parameter refuses
+            (the engine rejects such a proposal and tells the agent why).
         """
         by_name = self._by_name
         if len(proposal) != len(by_name) or any(k not in by_name for k in proposal):
@@ -313,10 +394,11 @@ def _parse_param(name: str, spec: Any, source: str) -> Parameter:
     if not isinstance(kind, str) or kind not in PARAM_KEYS:
         raise ConfigError(
             f"{where}.type: expected one of 'categorical', 'int', 'float', got {kind!r}"
-        )
+            + (did_you_mean([kind], PARAM_KEYS) if isinstance(kind, str) else ""))
     unknown = sorted(set(spec) - PARAM_KEYS[kind])
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown} for a {kind} parameter")
+        raise ConfigError(f"{where}: unknown key(s) {unknown} for a {kind} parameter"
+                          + did_you_mean(unknown, PARAM_KEYS[kind]))
     if kind == "categorical":
         choices = _need(spec, "choices", where, "a non-empty list")
         if not isinstance(choices, list) or not choices:

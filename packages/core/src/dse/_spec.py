@@ -72,6 +72,8 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
             "trial": campaign.baseline.trial,
         },
     }
+    if campaign.overrides:
+        spec["overrides"] = list(campaign.overrides)  # `dse run --set`, as typed
     if campaign.pareto:
         spec["pareto"] = True  # the objectives are optimised together: `dse report` fronts
     if campaign.lookahead:

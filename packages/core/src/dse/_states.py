@@ -92,6 +92,7 @@ class TrialStatus(enum.Enum):
     from its checkpoint if the rule promotes it later."""
 
     def is_finished(self) -> bool:
+        """``True`` once the trial has ended (anything but ``pending`` and ``running``)."""
         return self is not TrialStatus.PENDING and self is not TrialStatus.RUNNING
 
     def is_reusable(self) -> bool:
@@ -181,6 +182,7 @@ class CampaignStatus(enum.StrEnum):
     """The controller hit an internal error."""
 
     def is_finished(self) -> bool:
+        """``True`` once the run has ended (anything but ``running``)."""
         return self is not CampaignStatus.RUNNING
 
 
@@ -263,6 +265,16 @@ class FailureClass(enum.Enum):
     CONTROLLER_RESTART = "controller_restart"
     CANCELLED_OUTSIDE = "cancelled_outside"
     """Cancelled by someone other than this campaign (an operator, ``scancel``)."""
+
+
+INTERRUPTIONS: frozenset[JobState] = frozenset({
+    JobState.KILLED, JobState.PREEMPTED, JobState.NODE_FAIL, JobState.BOOT_FAIL, JobState.LOST,
+    JobState.LAUNCH_ERROR,
+})
+"""The raw end states that interrupt an attempt rather than say anything about the design
+(killed by an unknown sender, preempted, node failure, boot failure, vanished, launch error):
+the trial is retried, from its checkpoint when it has one (``dse._classify`` maps each to the
+outcome ``interrupted``)."""
 
 
 REUSED_FAILURES: frozenset[FailureClass] = frozenset({

@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dse._errors import ConfigError, PluginError
+from dse._errors import ConfigError, PluginError, did_you_mean
 from dse._live import LiveTrial, checkpoint_mark, recorded_trial
 from dse._progress import ProgressReader
 from dse._protocols import TrialInfo
@@ -79,7 +79,8 @@ def stopping_for(engine: Engine) -> EarlyStopping | None:
     if unknown:
         raise ConfigError(
             f"{where}.{spec.rule}: unknown option(s) {', '.join(map(repr, unknown))}; the"
-            f" {spec.rule} rule takes {', '.join(sorted(takes or ())) or 'none'}")
+            f" {spec.rule} rule takes {', '.join(sorted(takes or ())) or 'none'}"
+            + did_you_mean(unknown, takes or ()))
     try:
         rule = cls(min_step=spec.min_step, max_step=spec.max_step, **spec.options)
     except ConfigError as exc:  # the rule names its option (stopping.<rule>.<key>)

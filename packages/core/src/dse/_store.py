@@ -1779,6 +1779,7 @@ class Store(_Stops):
         return int(row[0])
 
     def close(self) -> None:
+        """Close the database connection; the store is not to be used after."""
         self._db.close()
 
     # -- ids ------------------------------------------------------------------------------
@@ -1847,6 +1848,9 @@ class Store(_Stops):
         max_parallelism: int,
         now: float,
     ) -> int:
+        """Record a new run (status ``running``, created at *now*) in its own transaction;
+        return its id. *agent* and *backend* are ``"name==version"``; *spec* is the campaign
+        as the record keeps it."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         cursor = db.execute(

@@ -153,30 +153,38 @@ class JobSpec:
 
 @dataclass(frozen=True, slots=True)
 class JobStatus:
-    """One attempt's state as seen by one polling pass."""
+    """One attempt's state as seen by one polling pass: what a backend's ``_poll`` answers
+    (``docs/plugins.md``, "What a backend reports"). The backend reports the raw
+    :class:`JobState`; dse's core classifies it into the trial's outcome."""
 
     job_id: str
-    """The backend's id of the attempt."""
+    """The backend's id of the attempt (the one its ``submit`` returned)."""
     state: JobState
     """Raw state."""
     exit_code: int | None = None
-    """Exit status when the workload exited."""
+    """Exit status when the workload exited (``FAILED`` needs it)."""
     signal: int | None = None
-    """Signal number when the workload was killed by a signal."""
+    """Signal number when the workload was killed by a signal (``KILLED``)."""
     node: str | None = None
-    """Where it ran, when known."""
+    """Where it ran, when known: a node that interrupts trials is avoided
+    (:attr:`JobSpec.avoid_nodes`)."""
     started_at: float | None = None
-    """Start time (seconds since the epoch, or the fake clock), when known."""
+    """Start time (seconds since the epoch on the backend's :attr:`Backend.clock`), when
+    known; without one the attempt is charged no run time."""
     ended_at: float | None = None
-    """End time, when finished."""
+    """End time (the same clock), once finished; ``None``: the time of the pass that saw
+    the end."""
     reason: str | None = None
-    """Backend's own words on why it ended this way."""
+    """Backend's own words on why it ended this way (recorded with the attempt)."""
     ambiguous: bool = False
-    """The backend cannot tell an infrastructure cause from a workload cause."""
+    """The backend cannot tell an infrastructure cause from a workload cause: the trial is
+    retried once, and the same end twice is recorded as a failure."""
     result: Mapping[str, Any] | None = None
-    """A result document delivered in-band (the probe); ``None`` means read ``result.json``."""
+    """A result document delivered in-band (the probe), read by the default environment
+    instead of the trial's ``result.json``; ``None`` means read ``result.json``."""
     peak_rss_kb: int | None = None
-    """Largest resident set size of the attempt's processes, in KiB, when known."""
+    """Largest resident set size of the attempt's processes, in KiB, when known
+    (recorded)."""
     usage: Mapping[str, float] | None = None
     """What the backend's accounting charged the attempt, when it keeps one: ``elapsed_s``,
     ``cpus``, ``gpus``, ``nodes``, ``mem_mb``, ``billing`` (Slurm's AllocTRES and ElapsedRaw).
@@ -200,17 +208,26 @@ class Evaluation:
 
     @property
     def ok(self) -> bool:
+        """``True`` when the attempt produced a usable result (no :attr:`failure`)."""
         return self.failure is None
 
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """What an agent is told about one of its proposals."""
+    """What an agent is told about one of its proposals (:meth:`Agent.observe`).
+
+    An agent learns from :attr:`loss` (or, in a Pareto campaign, :attr:`losses`) and may
+    match an observation to the proposal it answers by :attr:`proposal`; the other fields say
+    what became of it. New fields are added at the end, with a default.
+    """
 
     params: Mapping[str, Any]
     """The coerced params (for a rejection: as proposed)."""
     status: TrialStatus | None
-    """Outcome of the trial; ``None`` for a rejected proposal (no trial was made)."""
+    """Outcome of the trial: ``completed``, ``failed``, ``stopped`` (early, by the stopping
+    rule), ``interrupted`` (out of retries) or ``budget_exhausted``; a cache hit is told with
+    the status of the trial it reuses (never ``cached``), and a cancelled trial is never told.
+    ``None`` for a rejected proposal (no trial was made)."""
     metrics: Mapping[str, float] = field(default_factory=dict)
     """Metrics of a completed trial (or of the trial a cache hit reuses)."""
     score: float | None = None
@@ -242,6 +259,14 @@ class Observation:
     """In a Pareto campaign, the scorer's score of each of :attr:`objectives` (in their
     order) wherever :attr:`score` is given (:attr:`score` is the first of them); ``None``
     otherwise."""
+    proposal: int | None = None
+    """Which of the agent's proposals this tells about: the engine numbers the proposals it
+    takes 1, 2, 3... in the order :meth:`Agent.propose` returned them, over the whole run
+    (rejected ones included; those it drops — beyond the *n* asked for, or the rest of a
+    batch once the run ends or the budget refuses one of it — get no number and are never
+    told). The record keeps it as the trial's ``proposal`` (``dse show``: ``candidate ...
+    proposal 12``); a trial told again (promoted, then stopped higher or ended) and a replay
+    after a restart carry the same number. ``None`` only in an observation built by hand."""
 
     @property
     def loss(self) -> float | None:
@@ -289,6 +314,7 @@ class Decision:
     trial: int
     """The trial number decided on."""
     verdict: Verdict
+    """What was decided: continue, stop, or promote a stopped trial."""
     rung: int
     """The step of the rung the trial was compared at."""
     step: int

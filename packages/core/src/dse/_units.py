@@ -1,3 +1,5 @@
+"""Durations as campaign files write them (``30``, ``"90s"``, ``"10m"``), in seconds."""
+
 from __future__ import annotations
 
 import re
@@ -9,7 +11,19 @@ _SCALE = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
 
 
 def parse_duration(value: object, where: str) -> float:
-    """Seconds from a number or a string such as ``"90s"``, ``"10m"``, ``"2h"``."""
+    """Seconds from a duration as a campaign file writes it: what dse's own keys accept, for a
+    plugin's options (a backend's :meth:`~dse.Backend.from_options`) to read the same way.
+
+    :param value: a number of seconds (an ``int`` or ``float``, not a ``bool``), or a string
+        of a number and an optional unit: ``ms``, ``s``, ``m`` or ``min``, ``h``, ``d``
+        (``"90s"``, ``"10m"``, ``"1.5h"``, ``" 5 s "``; no unit: seconds).
+    :param where: what the value is, for the message: the file and key, such as
+        ``"campaign.toml: backend.mine.timeout"``.
+    :return: the duration in seconds, a ``float`` >= 0.
+    :raises ConfigError: ``<where>: expected a duration such as 30, "90s", "10m" or "2h",
+        got ...`` for anything else, or ``<where>: expected a non-negative duration ...`` for a
+        negative number or a NaN.
+    """
     if isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     elif isinstance(value, str) and (match := _DURATION.match(value)):

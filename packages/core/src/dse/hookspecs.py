@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 hookspec = pluggy.HookspecMarker("dse")
 hookimpl = pluggy.HookimplMarker("dse")
+"""The marker of a hook implementation: decorate each ``dse_*`` function of a plugin module
+with ``@dse.hookimpl``."""
 
 
 # -------------------------------------------------------------------------------------------
@@ -58,7 +60,10 @@ def dse_register_agents() -> list[type[Agent] | Deferred]:  # type: ignore[empty
     it is built as ``cls(space, seed=seed, **options)`` with the ``[agent.<name>]`` table as
     *options*. Two plugins returning the same name is an error naming both distributions.
     An agent whose module is heavy to import may be returned as a :class:`dse.Deferred`
-    (its name and ``"module:Class"``): it is imported only when a campaign asks for it.
+    (its name, ``"module:Class"`` and its ``version``): it is imported only when a campaign
+    asks for it, and must then have that name and version. The space it is built with is a
+    :class:`dse.Space`; the observations it is told name their proposal
+    (:attr:`dse.Observation.proposal`).
 
     :return: a list of agent classes or :class:`dse.Deferred` (possibly empty).
     """

@@ -65,6 +65,7 @@ def _completed(params: Mapping[str, Any], number: int) -> Observation:
         metrics={"loss": score},
         score=score,
         trial_number=number,
+        proposal=number,
     )
 
 
@@ -124,6 +125,7 @@ class AgentContract:
     def test_name_and_version_are_non_empty_strings(
         self, agent_factory: AgentFactory, mixed_space: Space
     ) -> None:
+        """The class's ``name`` and ``version`` are non-empty strings (the record stamps them)."""
         agent = agent_factory(mixed_space, 0)
         cls = type(agent)
         assert isinstance(cls.name, str)
@@ -134,6 +136,7 @@ class AgentContract:
     def test_satisfies_the_agent_protocol(
         self, agent_factory: AgentFactory, mixed_space: Space
     ) -> None:
+        """The agent satisfies :class:`dse.Agent`, and ``exhausted`` is a bool."""
         agent = agent_factory(mixed_space, 0)
         assert isinstance(agent, Agent)
         assert isinstance(agent.exhausted, bool)
@@ -141,6 +144,7 @@ class AgentContract:
     def test_fresh_agent_on_a_finite_space_is_not_exhausted(
         self, agent_factory: AgentFactory, small_space: Space
     ) -> None:
+        """A new agent on a finite space has something to propose."""
         assert agent_factory(small_space, 0).exhausted is False
 
     # -- propose --------------------------------------------------------------------------
@@ -149,11 +153,13 @@ class AgentContract:
     def test_propose_never_returns_more_than_n(
         self, agent_factory: AgentFactory, mixed_space: Space, n: int
     ) -> None:
+        """``propose(n, ...)`` answers at most *n* proposals, wave after wave."""
         agent = agent_factory(mixed_space, 0)
         proposals = self.drive(agent, mixed_space, rounds=5, n=n)
         assert len(proposals) <= 5 * n
 
     def test_propose_one_repeatedly(self, agent_factory: AgentFactory, mixed_space: Space) -> None:
+        """Asked for one at a time, it answers at most one mapping each time."""
         agent = agent_factory(mixed_space, 0)
         for number in range(1, 16):
             batch = list(agent.propose(1, []))
@@ -165,6 +171,7 @@ class AgentContract:
     def test_every_proposal_coerces_into_the_space(
         self, agent_factory: AgentFactory, mixed_space: Space
     ) -> None:
+        """Every proposal names every parameter and coerces into the space."""
         agent = agent_factory(mixed_space, 3)
         proposals = self.drive(agent, mixed_space, rounds=10, n=4)
         # drive() coerces every proposal and would raise ParamError for one outside the space.
@@ -174,6 +181,7 @@ class AgentContract:
     def test_same_seed_gives_the_same_proposals(
         self, agent_factory: AgentFactory, mixed_space: Space
     ) -> None:
+        """Two agents of the same seed, told the same, propose the same."""
         first = self.drive(agent_factory(mixed_space, 7), mixed_space, rounds=20)
         second = self.drive(agent_factory(mixed_space, 7), mixed_space, rounds=20)
         assert first == second
@@ -181,6 +189,7 @@ class AgentContract:
     def test_in_flight_proposals_are_accepted(
         self, agent_factory: AgentFactory, mixed_space: Space
     ) -> None:
+        """``propose`` takes the params in flight and still answers inside the space."""
         agent = agent_factory(mixed_space, 0)
         first = list(agent.propose(1, []))
         assert len(first) <= 1
@@ -193,6 +202,7 @@ class AgentContract:
     def test_never_proposes_a_point_in_flight(
         self, agent_factory: AgentFactory, small_space: Space, mixed_space: Space
     ) -> None:
+        """No proposal repeats a point in flight, nor one of the same batch."""
         # The engine passes what it dispatched and has not told yet; a point proposed again
         # while in flight is a cache hit of its own trial: a step spent, nothing learnt.
         for space in (small_space, mixed_space):
@@ -216,6 +226,7 @@ class AgentContract:
     def test_never_proposes_an_observed_point_again(
         self, agent_factory: AgentFactory, small_space: Space, mixed_space: Space
     ) -> None:
+        """No proposal repeats a point already observed."""
         # A point already told is a cache hit: the step is spent and the agent learns nothing.
         for space, n in ((small_space, 1), (small_space, 4), (mixed_space, 3)):
             proposals = self.drive(agent_factory(space, 1), space, rounds=12, n=n)
@@ -229,6 +240,7 @@ class AgentContract:
         self, agent_factory: AgentFactory, mixed_space: Space, request: pytest.FixtureRequest,
         tmp_path: Path,
     ) -> None:
+        """The proposals are the same under ``PYTHONHASHSEED`` 1 and 2 (two pytest runs)."""
         # A replay (resume, `dse replay`) runs the agent in another process: proposals that
         # follow the order of a set of strings (hash-seeded per process) diverge there.
         out = os.environ.get(_CHILD)
@@ -265,6 +277,7 @@ class AgentContract:
     def test_observe_accepts_every_kind_of_observation(
         self, agent_factory: AgentFactory, mixed_space: Space
     ) -> None:
+        """``observe`` takes completed, failed, cached and rejected observations, and none."""
         agent = agent_factory(mixed_space, 0)
         proposed = [mixed_space.coerce(p) for p in agent.propose(4, [])]
         rng = _rng()
@@ -280,6 +293,7 @@ class AgentContract:
                     status=TrialStatus.FAILED,
                     trial_number=2,
                     failure=FailureClass.NONZERO_EXIT,
+                    proposal=2,
                 ),
                 Observation(
                     params=cached,
@@ -287,8 +301,10 @@ class AgentContract:
                     metrics={"loss": score},
                     score=score,
                     trial_number=3,
+                    proposal=3,
                 ),
-                Observation(params=rejected, status=None, rejected="constraint 'fits' is false"),
+                Observation(params=rejected, status=None, rejected="constraint 'fits' is false",
+                            proposal=4),
             ]
         )
         agent.observe([])
@@ -300,6 +316,7 @@ class AgentContract:
     def test_observe_accepts_a_trial_stopped_early_then_told_again(
         self, agent_factory: AgentFactory, mixed_space: Space
     ) -> None:
+        """``observe`` takes a trial stopped early, then the same trial told again."""
         # A trial stopped at a rung is told with its step; promoted later, the same trial is
         # told again (a higher step, or its full result) when it ends.
         agent = agent_factory(mixed_space, 0)
@@ -311,7 +328,8 @@ class AgentContract:
             score = _score(params)
             agent.observe([Observation(params=params, status=TrialStatus.STOPPED,
                                        metrics={"loss": score + 1}, score=score + 1,
-                                       trial_number=number, step=3, max_step=27)])
+                                       trial_number=number, step=3, max_step=27,
+                                       proposal=number)])
         agent.observe([_completed(batch[0], 1)])
         later = list(agent.propose(2, batch[1:]))
         assert len(later) <= 2
@@ -321,6 +339,7 @@ class AgentContract:
     def test_observe_accepts_partial_batches_out_of_order(
         self, agent_factory: AgentFactory, mixed_space: Space
     ) -> None:
+        """``observe`` takes what finished one at a time, in any order (rolling mode)."""
         # Rolling mode reports what finished in each polling pass, in any order.
         agent = agent_factory(mixed_space, 0)
         batch = [mixed_space.coerce(p) for p in agent.propose(3, [])]
@@ -336,6 +355,7 @@ class AgentContract:
     def test_finite_space_is_driven_to_the_end_inside_the_space(
         self, agent_factory: AgentFactory, small_space: Space
     ) -> None:
+        """On a finite space it stays inside it and, once exhausted, proposes nothing."""
         agent = agent_factory(small_space, 0)
         for number in range(1, _ROUNDS + 1):
             batch = list(agent.propose(1, []))
@@ -354,6 +374,7 @@ class AgentContract:
     def test_exhausted_agent_proposes_nothing(
         self, agent_factory: AgentFactory, small_space: Space
     ) -> None:
+        """Batches larger than what is left are cut short; exhausted, it proposes nothing."""
         # Batches larger than what is left: the last one must be cut short, not overfilled.
         agent = agent_factory(small_space, 1)
         seen: list[dict[str, Any]] = []

@@ -32,17 +32,22 @@ class ScriptedAgent:
         self.pulled = 0
         """How many proposals were taken from the script."""
         self.observed: list[Observation] = []
+        """Every observation told, in order."""
         self.observe_calls: list[list[Observation]] = []
+        """The observations of each :meth:`observe` call."""
         self.calls: list[tuple[int, int]] = []
         """(n asked, number in flight) of each :meth:`propose` call."""
 
     @property
     def exhausted(self) -> bool:
+        """``True`` once the script ran out."""
         return self._exhausted
 
     def propose(
         self, n: int, in_flight: Sequence[Mapping[str, Any]]
     ) -> list[Mapping[str, Any]]:
+        """The next *n* params of the script (fewer at its end; none while anything is in
+        flight, with ``wait_for_feedback``)."""
         self.calls.append((n, len(in_flight)))
         if self.wait_for_feedback and in_flight:
             return []
@@ -57,6 +62,7 @@ class ScriptedAgent:
         return out
 
     def observe(self, observations: Sequence[Observation]) -> None:
+        """Keep *observations* (:attr:`observed`, :attr:`observe_calls`); learn nothing."""
         self.observe_calls.append(list(observations))
         self.observed.extend(observations)
 
@@ -66,12 +72,16 @@ class FakeClock:
 
     def __init__(self, start: float = 1_000_000.0) -> None:
         self.now = start
+        """The time it reads (seconds; set it to jump)."""
         self.slept = 0.0
+        """Seconds it was asked to sleep in all."""
 
     def time(self) -> float:
+        """:attr:`now`."""
         return self.now
 
     def sleep(self, seconds: float) -> None:
+        """Advance :attr:`now` by *seconds* (nothing for zero or less), at once."""
         if seconds > 0:
             self.now += seconds
             self.slept += seconds

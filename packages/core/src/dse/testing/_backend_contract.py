@@ -132,22 +132,26 @@ class _CoreChecks:
 
     @pytest.fixture
     def backend(self, backend_factory: Callable[[], Backend]) -> Iterator[Backend]:
+        """The backend :meth:`backend_factory` builds, shut down after the test."""
         backend = backend_factory()
         yield backend
         backend.shutdown()
 
     def test_name_and_version_are_strings(self, backend: Backend) -> None:
+        """The class's ``name`` is a non-empty string and its ``version`` a string."""
         assert isinstance(type(backend).name, str)
         assert type(backend).name
         assert isinstance(type(backend).version, str)
 
     def test_empty_batch_is_a_no_op(self, backend: Backend) -> None:
+        """Submitting no job returns no id and leaves nothing outstanding."""
         assert backend.submit([]) == []
         assert backend.outstanding == ()
 
     def test_batch_submit_returns_one_distinct_id_per_job(
         self, backend: Backend, tmp_path: Path
     ) -> None:
+        """One submit of four jobs returns four distinct ids, all outstanding."""
         jobs = [contract_job(tmp_path, f"j{i}", "succeed") for i in range(4)]
         ids = backend.submit(jobs)
         assert len(ids) == 4
@@ -158,6 +162,7 @@ class _CoreChecks:
     def test_success_and_failure_are_reported_with_exit_codes(
         self, backend: Backend, tmp_path: Path
     ) -> None:
+        """An exit 0 ends ``SUCCEEDED`` with code 0; a non-zero exit ``FAILED`` with its code."""
         ok, bad = backend.submit(
             [contract_job(tmp_path, "ok", "succeed"), contract_job(tmp_path, "bad", "fail")]
         )
@@ -170,6 +175,7 @@ class _CoreChecks:
     def test_a_finished_job_is_reported_once_and_not_queried_again(
         self, backend: Backend, tmp_path: Path
     ) -> None:
+        """A job's end is reported by one poll only; the job is then no longer outstanding."""
         (job_id,) = backend.submit([contract_job(tmp_path, "once", "succeed")])
         wait_for(backend, [job_id])
         assert job_id not in backend.outstanding
@@ -179,6 +185,7 @@ class _CoreChecks:
     def test_cancel_ends_a_running_job_as_cancelled(
         self, backend: Backend, tmp_path: Path
     ) -> None:
+        """A cancelled job ends ``CANCELLED``; the job beside it is not touched."""
         hang, ok = backend.submit(
             [contract_job(tmp_path, "hang", "hang"), contract_job(tmp_path, "ok2", "succeed")]
         )
@@ -190,17 +197,20 @@ class _CoreChecks:
     def test_cancel_of_unknown_or_finished_ids_is_harmless(
         self, backend: Backend, tmp_path: Path
     ) -> None:
+        """Cancelling a finished or an unknown id changes nothing."""
         (job_id,) = backend.submit([contract_job(tmp_path, "fin", "succeed")])
         wait_for(backend, [job_id])
         backend.cancel([job_id, "no-such-job"])
         assert backend.poll() == []
 
     def test_poll_with_nothing_outstanding_returns_nothing(self, backend: Backend) -> None:
+        """A poll with nothing outstanding answers nothing."""
         assert backend.poll() == []
 
     def test_reattach_after_a_controller_restart_learns_the_end(
         self, backend_factory: Callable[[], Backend], tmp_path: Path
     ) -> None:
+        """A second backend that reattaches to the first one's job learns how it ended."""
         first = backend_factory()
         job = contract_job(tmp_path, "re", "succeed")
         (job_id,) = first.submit([job])
@@ -218,6 +228,7 @@ class _CoreChecks:
     def test_shutdown_cancels_what_still_runs(
         self, backend_factory: Callable[[], Backend], tmp_path: Path
     ) -> None:
+        """``shutdown()`` cancels a running job: a backend reattaching sees it ``CANCELLED``."""
         backend = backend_factory()
         job = contract_job(tmp_path, "sd", "hang")
         (job_id,) = backend.submit([job])
@@ -240,6 +251,7 @@ class _CommandChecks:
     def test_the_job_environment_reaches_the_command(
         self, backend: Backend, tmp_path: Path
     ) -> None:
+        """The command sees ``job.env`` (the trial contract's ``DSE_*`` variables)."""
         # Without DSE_TRIAL_DIR the command writes its result elsewhere: every trial would
         # then fail as a result about its design, and be reused.
         job = contract_job(tmp_path, "env", "env")
@@ -255,6 +267,7 @@ class _CommandChecks:
             f"the command saw DSE_CONTRACT_MARK={mark}, not {MARK}: job.env was not passed")
 
     def test_start_and_end_times_are_reported(self, backend: Backend, tmp_path: Path) -> None:
+        """An end carries ``started_at`` and ``ended_at``, in seconds since the epoch."""
         # Budgets charge wall time from these: a backend without them is never charged.
         before = time.time()
         (job_id,) = backend.submit([contract_job(tmp_path, "times", "succeed")])
@@ -270,6 +283,7 @@ class _CommandChecks:
     def test_a_time_limit_ends_the_job(
         self, backend: Backend, tmp_path: Path, time_limit: float
     ) -> None:
+        """A job running past ``job.time_limit`` is ended ``TIMEOUT``."""
         job = contract_job(tmp_path, "limit", "hang", time_limit=time_limit)
         (job_id,) = backend.submit([job])
         status = wait_for(backend, [job_id], timeout=2.0 * time_limit + 30.0,
@@ -278,6 +292,7 @@ class _CommandChecks:
             f"a job past its {time_limit} s limit ended {status.state.name}, not TIMEOUT")
 
     def test_a_signal_death_is_reported_killed(self, backend: Backend, tmp_path: Path) -> None:
+        """A command killed by a signal the backend did not send ends ``KILLED``."""
         # A signal the backend did not send is ambiguous (the OOM killer, an operator): the
         # engine retries it; FAILED would make it a result about the design.
         (job_id,) = backend.submit([contract_job(tmp_path, "sig", "signal")])
@@ -287,6 +302,7 @@ class _CommandChecks:
         assert status.signal is None or status.signal > 0, status
 
     def test_a_missing_command_is_invalid(self, backend: Backend, tmp_path: Path) -> None:
+        """A command that does not exist ends ``INVALID``."""
         # The trial's own mistake, the same on every node: INVALID, not LAUNCH_ERROR (an
         # infrastructure fault the engine would retry for ever on other nodes).
         missing = str(tmp_path / "no-such-command")
@@ -297,6 +313,7 @@ class _CommandChecks:
             f"a command that does not exist ended {status.state.name}, not INVALID")
 
     def test_cancel_ends_the_whole_process_tree(self, backend: Backend, tmp_path: Path) -> None:
+        """Cancelling a job also ends the processes its command started."""
         # A grandchild left running holds the node's cores (and GPUs) after dse freed them.
         job = contract_job(tmp_path, "tree", "tree")
         beat = job.trial_dir / "heartbeat"

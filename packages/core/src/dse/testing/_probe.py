@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from dse._backend import Backend
 from dse._constraints import load_callable
-from dse._errors import ConfigError
+from dse._errors import ConfigError, did_you_mean
 from dse._types import JobSpec, JobState, JobStatus
 from dse.trial import CHECKPOINT_MARK, PROGRESS_FILE
 
@@ -169,6 +169,8 @@ class ProbeCluster:
     """State shared by probe instances: the jobs, and a log of what happened per pass."""
 
     jobs: dict[str, _Job] = field(default_factory=dict)
+    """The jobs by id (private records: read them through :attr:`timeline` and
+    :attr:`batches`)."""
     batches: list[list[str]] = field(default_factory=list)
     """Trial ids of each :meth:`Backend.submit` call, in order."""
     passes: int = 0
@@ -190,9 +192,22 @@ class ProbeCluster:
 class ProbeBackend(Backend):
     """In-memory backend for tests and benchmarks (see the module docstring).
 
-    *clock* is the clock its timed scripts (:attr:`ProbeScript.seconds`) run on and its
-    times are read from; the engine replaces it with its own (:meth:`Backend.use_clock`), so
-    pass the engine the same one.
+    :param script: how each job behaves: a function of the trial's params returning a
+        :class:`ProbeScript`, a sequence of them (attempts 1, 2, ...; the last repeats), or a
+        mapping of metrics (a successful run reporting them at its first poll); or the same
+        function named as ``"module:function"``. Default :func:`default_script`.
+    :param clock: the clock its timed scripts (:attr:`ProbeScript.seconds`) run on and its
+        times are read from; the engine replaces it with its own
+        (:meth:`Backend.use_clock`), so pass the engine the same one.
+    :param cluster: the jobs' shared state; probes given the same one see the same jobs
+        (how a test plays a controller restart). Default: a cluster of its own.
+    :param write_results: write each success's result to the trial's ``result.json`` (and
+        play the scripts' learning curves, :attr:`ProbeScript.progress`), so the engine
+        makes trial directories (:attr:`Backend.trial_dirs`); default ``False``: the result
+        is delivered in-band (:attr:`JobStatus.result`) and no directory is made.
+
+    A campaign file's ``[backend.probe]`` table takes ``script`` (``"module:function"``,
+    looked up beside the campaign file first) and ``write_results`` (:meth:`from_options`).
     """
 
     name: ClassVar[str] = "probe"
@@ -221,10 +236,20 @@ class ProbeBackend(Backend):
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, source: str = "<campaign>") -> Self:
+        """The probe of a campaign file's ``[backend.probe]`` table: ``script``
+        (``"module:function"``, imported from beside the campaign file first, else from
+        ``sys.path``) and ``write_results`` (true or false); anything else is a
+        :class:`~dse.ConfigError` naming the key. Its cluster keeps no history (nothing
+        outside the controller reads it)."""
         opts = dict(options)
         unknown = sorted(set(opts) - {"script", "write_results"})
         if unknown:
-            raise ConfigError(f"{source}: backend.probe: unknown option(s) {unknown}")
+            raise ConfigError(f"{source}: backend.probe: unknown option(s) {unknown}"
+                              + did_you_mean(unknown, ("script", "write_results")))
+        if not isinstance(opts.get("write_results", False), bool):
+            msg = (f"{source}: backend.probe.write_results: expected true or false, got"
+                   f" {opts['write_results']!r}")
+            raise ConfigError(msg)
         script = opts.get("script")
         if script is not None:
             if not isinstance(script, str):
