@@ -242,22 +242,9 @@ def _metric_of(objectives: Any) -> str | None:
 def _resumable(store: Store, campaign: Campaign, *, fresh: bool) -> int | None:
     """The run of *campaign* to continue: the latest, if it did not finish and the campaign
     is the same (what ``dse run`` continues)."""
-    from dse._hashing import canonical_json
-    from dse._spec import campaign_spec
-    from dse._states import RESOLVED_SCORER, CampaignStatus
+    from dse._spec import resumable_run
 
-    row = store.find_campaign(campaign.name)
-    if row is None or row.status not in (CampaignStatus.RUNNING, CampaignStatus.CANCELLED):
-        return None
-    if fresh:
-        log.info("run %s of %s is %s; starting a new run (fresh)", row.id, campaign.name,
-                 row.status.value)
-        return None
-    stored = dict(row.spec)
-    stored.pop(RESOLVED_SCORER, None)
-    if canonical_json(stored) != canonical_json(campaign_spec(campaign)):
-        log.info("run %s of %s did not finish, but the campaign changed since; starting a"
-                 " new run", row.id, campaign.name)
-        return None
-    log.info("run %s of %s did not finish: resuming it", row.id, campaign.name)
-    return row.id
+    run, line = resumable_run(store, campaign, fresh=fresh)
+    if line:
+        log.info("%s", line)
+    return run

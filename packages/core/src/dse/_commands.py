@@ -27,7 +27,7 @@ from dse._render import (
     status_entry,
     status_table,
 )
-from dse._states import CampaignStatus, FailureClass
+from dse._states import FailureClass
 from dse._store import Store, TrialSelection, open_existing, workspace_db
 
 if TYPE_CHECKING:
@@ -229,27 +229,13 @@ def _pool_outcome(
 def _resumable_run(
     store: Store, campaign: Campaign, console: Console, *, fresh: bool
 ) -> int | None:
-    """The run of *campaign* to continue: the latest one, if it crashed or was cancelled."""
-    from dse._hashing import canonical_json
-    from dse._spec import campaign_spec
-    from dse._states import RESOLVED_SCORER
+    """The run of *campaign* to continue (:func:`dse._spec.resumable_run`), said."""
+    from dse._spec import resumable_run
 
-    row = store.find_campaign(campaign.name)
-    if row is None or row.status not in (CampaignStatus.RUNNING, CampaignStatus.CANCELLED):
-        return None
-    if fresh:
-        console.status(f"run {row.id} of {campaign.name} is {row.status.value}; starting a new"
-                       " run (--fresh)")
-        return None
-    stored = dict(row.spec)
-    stored.pop(RESOLVED_SCORER, None)
-    if canonical_json(stored) != canonical_json(campaign_spec(campaign)):
-        console.status(f"run {row.id} of {campaign.name} did not finish, but the campaign"
-                       " file changed since; starting a new run")
-        return None
-    what = "was cancelled" if row.status is CampaignStatus.CANCELLED else "did not finish"
-    console.status(f"run {row.id} of {campaign.name} {what}: resuming it")
-    return row.id
+    run, line = resumable_run(store, campaign, fresh=fresh)
+    if line:
+        console.status(line)
+    return run
 
 
 def _open_target(target: str | None, workspace: Path | None) -> tuple[Store, str | None]:

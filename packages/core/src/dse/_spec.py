@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dse._types import RESOLVED_SCORER
+from dse._hashing import canonical_json
+from dse._types import RESOLVED_SCORER, CampaignStatus
 
 if TYPE_CHECKING:
     from dse._campaign import Campaign
@@ -111,3 +112,23 @@ def record_run(
         max_parallelism=campaign.max_parallelism,
         now=now,
     )
+
+
+def resumable_run(store: Store, campaign: Campaign, *, fresh: bool) -> tuple[int | None, str]:
+    """The run of *campaign* to continue — the latest, when it did not finish (running when
+    its controller died, or cancelled) and the campaign is the same (its file and ``--set``
+    overrides give the same spec) — and a line saying what is done (empty when there is no
+    such run): what ``dse run`` and :func:`dse.run` both decide."""
+    row = store.find_campaign(campaign.name)
+    if row is None or row.status not in (CampaignStatus.RUNNING, CampaignStatus.CANCELLED):
+        return None, ""
+    if fresh:
+        return None, (f"run {row.id} of {campaign.name} is {row.status.value}; starting a new"
+                      " run (--fresh)")
+    stored = dict(row.spec)
+    stored.pop(RESOLVED_SCORER, None)
+    if canonical_json(stored) != canonical_json(campaign_spec(campaign)):
+        return None, (f"run {row.id} of {campaign.name} did not finish, but the campaign"
+                      " changed since (its file or its --set overrides); starting a new run")
+    what = "was cancelled" if row.status is CampaignStatus.CANCELLED else "did not finish"
+    return row.id, f"run {row.id} of {campaign.name} {what}: resuming it"
