@@ -69,7 +69,7 @@ def test_a_mistyped_command_option_or_choice_says_what_was_meant(
 @pytest.mark.parametrize(("edit", "expected"), [
     (("max_parallelism = 2", "max_paralelism = 2"),
      "unknown key(s) campaign.max_paralelism; did you mean 'max_parallelism'?"),
-    (('agent = "random"', 'agent = "randon"'), "did you mean 'random'?"),
+    (('backend = "local"', 'backend = "prob"'), "did you mean 'probe'?"),
     (("\n[environment]\n", "\n[enviroment]\n"), "did you mean 'environment'?"),
     (('y = { type = "int", low = 1, high = 8 }', 'y = { type = "int", low = 1, hihg = 8 }'),
      "space.y: unknown key(s) ['hihg'] for a int parameter; did you mean 'high'?"),
