@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dse import ConfigError, did_you_mean, load_campaign
+from dse import ConfigError, PluginError, PluginManager, did_you_mean, load_campaign
 from dse._argparse import DseParser
 from dse._campaignfile import apply_overrides
 from dse._cli import _parser
@@ -69,7 +69,6 @@ def test_a_mistyped_command_option_or_choice_says_what_was_meant(
 @pytest.mark.parametrize(("edit", "expected"), [
     (("max_parallelism = 2", "max_paralelism = 2"),
      "unknown key(s) campaign.max_paralelism; did you mean 'max_parallelism'?"),
-    (('backend = "local"', 'backend = "prob"'), "did you mean 'probe'?"),
     (("\n[environment]\n", "\n[enviroment]\n"), "did you mean 'environment'?"),
     (('y = { type = "int", low = 1, high = 8 }', 'y = { type = "int", low = 1, hihg = 8 }'),
      "space.y: unknown key(s) ['hihg'] for a int parameter; did you mean 'high'?"),
@@ -86,6 +85,16 @@ def test_a_mistyped_campaign_key_or_plugin_says_what_was_meant(
     (line,) = proc.stderr.strip().splitlines()
     assert expected in line, line
     assert not (tmp_path / ".dse").exists()  # refused before the workspace is touched
+
+
+def test_a_mistyped_plugin_name_says_what_was_meant() -> None:
+    # The probe backend and the stopping rules come with dse-core alone.
+    plugins = PluginManager()
+    with pytest.raises(PluginError, match=r"unknown backend 'prob'; installed backends: .*"
+                                          r"; did you mean 'probe'\?$"):
+        plugins.backend_class("prob")
+    with pytest.raises(PluginError, match=r"; did you mean 'asha'\?$"):
+        plugins.stopping_rule_class("ashaa")
 
 
 def test_set_reads_keys_and_values_as_the_campaign_file_would() -> None:
