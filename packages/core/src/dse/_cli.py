@@ -118,6 +118,18 @@ def _report_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
                         help="also write a self-contained HTML report with plots of the run"
                         " (the latest run of the campaign named; needs dse-core[report])")
 
+    def seconds(text: str) -> float:
+        value = float(text)
+        if not value >= 1:  # NaN included
+            raise argparse.ArgumentTypeError(f"{text!r}: seconds between pages, 1 or more")
+        return value
+
+    report.add_argument("--watch", nargs="?", type=seconds, const=10.0, metavar="SECONDS",
+                        help="with --html, while the run is running: rewrite the page every"
+                        " SECONDS (default 10), the page refreshing itself as often in a"
+                        " browser; once the run ends, write it once more without the"
+                        " refresh and exit 0 (Ctrl+C stops watching)")
+
 
 def _plugins_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     plugins = add("plugins", help="list installed plugins: backends, agents, scorers, stopping"

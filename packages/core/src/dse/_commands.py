@@ -277,6 +277,9 @@ def _status(args: argparse.Namespace, console: Console) -> int:
 def _report(args: argparse.Namespace, console: Console) -> int:
     from dse._report import rollup_by_objective, run_detail
 
+    if args.watch is not None and (args.html is None or args.json):
+        raise ConfigError("dse report: --watch rewrites the page --html writes (give --html"
+                          " OUT.html, without --json)")
     store, name = _open_target(args.target, args.workspace)
     now = time.time()
     every = {r.id: run_detail(store, r.id, now=now) for r in store.campaigns()}
@@ -297,12 +300,20 @@ def _report(args: argparse.Namespace, console: Console) -> int:
         if not chosen:
             raise ConfigError(f"{store.path}: no campaign run to report")
         detail = chosen[-1]
-        from dse._html import write_html_report
+        from dse._html import watch_html_report, write_html_report
 
-        out = write_html_report(store, detail.summary.campaign_id, args.html,
-                                details=every.values())
-        console.status(f"HTML report of {detail.summary.name} run {detail.summary.campaign_id}:"
-                       f" {out}")
+        run = f"{detail.summary.name} run {detail.summary.campaign_id}"
+        if args.watch is None:
+            out = write_html_report(store, detail.summary.campaign_id, args.html,
+                                    details=every.values())
+            console.status(f"HTML report of {run}: {out}")
+            return ExitCode.OK
+        console.status(f"HTML report of {run}: {args.html}, rewritten every {args.watch:g} s"
+                       " while the run is running (Ctrl+C stops)")
+        status = watch_html_report(store, detail.summary.campaign_id, args.html,
+                                   every=args.watch, details=every.values())
+        console.status(f"HTML report of {run}: {args.html} (the run is {status}: not"
+                       " rewritten any more)")
     return ExitCode.OK
 
 

@@ -14,6 +14,8 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dse._palette import BLUE, GREEN, GREY, ORANGE, VERMILLION
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
@@ -31,8 +33,8 @@ CURVES_DRAWN = 200
 BEST_DRAWN = 20
 PROMOTED_DRAWN = 50
 
-_COLOURS = {"completed": "#1565c0", "stopped": "#9e9e9e"}
-_OTHER = "#ef6c00"
+_COLOURS = {"completed": BLUE, "stopped": GREY}
+_OTHER = ORANGE
 
 
 @dataclass(slots=True)
@@ -153,10 +155,10 @@ def draw_curves(fig: Any, curves: Curves) -> str:
     stops = [p for c in curves.curves for p in c.stops]
     promotions = [p for c in curves.curves for p in c.promotions]
     if stops:
-        ax.scatter(*zip(*stops, strict=True), marker="x", color="#c62828", zorder=3, s=30)
+        ax.scatter(*zip(*stops, strict=True), marker="x", color=VERMILLION, zorder=3, s=30)
     if promotions:
         ax.scatter(*zip(*promotions, strict=True), marker="^", facecolors="none",
-                   edgecolors="#2e7d32", zorder=4, s=70, linewidths=1.5)
+                   edgecolors=GREEN, zorder=4, s=70, linewidths=1.5)
     steps = [s for c in curves.curves for s, _ in c.points] + curves.rungs
     if steps and min(steps) >= 1 and max(steps) >= 10 * min(steps):
         ax.set_xscale("log")
@@ -170,11 +172,11 @@ def draw_curves(fig: Any, curves: Curves) -> str:
     handles = [Line2D([], [], color=colour, label=f"ended {status}")
                for status, colour in _COLOURS.items()]
     handles += [Line2D([], [], color=_OTHER, label="other outcome"),
-                Line2D([], [], marker="x", linestyle="", color="#c62828", label="stopped here"),
+                Line2D([], [], marker="x", linestyle="", color=VERMILLION, label="stopped here"),
                 Line2D([], [], marker="^", linestyle="", markerfacecolor="none",
-                       color="#2e7d32", label="promoted from here")]
-    ax.legend(handles=handles, loc="best", fontsize="small")
-    fig.tight_layout()
+                       color=GREEN, label="promoted from here")]
+    # Beside the axes: inside, it could cover a rung's label.
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     drawn = len(curves.curves)
     return (f"Learning curves of {curves.chosen}; {drawn} reported {curves.metric}:"
             f" step against {curves.metric}, one line per trial, coloured by"

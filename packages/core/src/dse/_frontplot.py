@@ -10,7 +10,7 @@ optimised together (``[campaign] objectives = "pareto"``; :mod:`dse._front` read
   the order they ended and against the run's cumulative spend.
 
 A run with no trial scored on every objective yet still has both figures, each saying so.
-The colours are the Okabe-Ito palette's (told apart with the common colour-vision
+The colours are :mod:`dse._palette`'s (Okabe-Ito: told apart with the common colour-vision
 deficiencies), never its yellow on white. :func:`staircase`, :func:`dominated_region` and
 :func:`cumulative_spend` are pure; the drawers import matplotlib when called.
 """
@@ -20,6 +20,8 @@ from __future__ import annotations
 import itertools
 import math
 from typing import TYPE_CHECKING, Any
+
+from dse._palette import BLUE, GREY, SKY_BLUE, VERMILLION, cpu_unit
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -46,11 +48,10 @@ REFERENCE = "front-reference"
 """The ``gid`` of what :func:`draw_front` draws on each axes: the front's members, the trials
 off it, the attainment staircase and the reference point (what a test looks the data up by)."""
 
-# Okabe-Ito: blue, vermillion, sky blue; the trials off the front in a neutral grey.
-_MEMBER = "#0072B2"
-_REFERENCE = "#D55E00"
-_AREA = "#56B4E9"
-_OTHER = "#999999"
+_MEMBER = BLUE
+_REFERENCE = VERMILLION
+_AREA = SKY_BLUE
+_OTHER = GREY
 
 Point = tuple[float, float]
 
@@ -103,14 +104,6 @@ def dominated_region(front: Front) -> list[Point]:
     return [(s0 * x, s1 * y) for x, y in [*_stairs(inside, ref), ref]]
 
 
-def _cpu_unit(seconds: float) -> tuple[float, str]:
-    if seconds < 120.0:
-        return 1.0, "CPU-seconds"
-    if seconds < 7200.0:
-        return 60.0, "CPU-minutes"
-    return 3600.0, "CPU-hours"
-
-
 def cumulative_spend(front: Front, attempts: Sequence[Mapping[str, Any]],
                      currency: str) -> tuple[list[float], str]:
     """What the whole run had spent when each trial of *front* ended, and its unit.
@@ -132,7 +125,7 @@ def cumulative_spend(front: Front, attempts: Sequence[Mapping[str, Any]],
         out.append(spent)
     if money:
         return out, currency
-    scale, unit = _cpu_unit(max(out, default=0.0))
+    scale, unit = cpu_unit(max(out, default=0.0))
     return [v / scale for v in out], unit
 
 
@@ -198,7 +191,6 @@ def draw_front(fig: Any, fronts: Sequence[Front]) -> str:
         stairs = staircase(front)
         ax.plot(*zip(*stairs, strict=True), color=_MEMBER, linewidth=1.2, gid=STAIRCASE)
         _points(ax, front, 0, 1, legend=True)
-        fig.tight_layout()
         return (f"The Pareto front of {where}: {count} valid trials scored on both objectives,"
                 f" the {on} on the front highlighted and joined by their attainment staircase,"
                 f" {_off(count, on)}. The cross is the reference point"
@@ -212,7 +204,6 @@ def draw_front(fig: Any, fronts: Sequence[Front]) -> str:
     axes = fig.subplots(rows, math.ceil(len(pairs) / rows), squeeze=False).ravel()
     for n, (ax, (i, j)) in enumerate(zip(axes, pairs, strict=True)):
         _points(ax, front, i, j, legend=n == 0)
-    fig.tight_layout()
     which = (f"all {len(names)} objectives" if shown == len(names)
              else f"the first {shown} of the {len(names)} objectives ({', '.join(names[shown:])}"
                   " not drawn)")
@@ -249,7 +240,6 @@ def draw_hypervolume(fig: Any, fronts: Sequence[Front], attempts: Sequence[Mappi
     # reads as free) keeps a unit-wide axis instead of a degenerate one.
     right.set_xlim(0, 1.05 * max(spend, default=0.0) or 1.0)
     left.set_ylim(0, 1.05 * max(history, default=0.0) or 1.0)
-    fig.tight_layout()
     return (f"The hypervolume of the front of {_version(fronts)} (what its trials dominate"
             f" up to the reference point ({_numbers(front.reference)}), in {units}) after each"
             f" of its {len(history)} valid scored trials ended, against those trials and"
