@@ -20,7 +20,6 @@ from dse._objective import reference, stop_if_importing
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from types import FrameType
 
     from dse._campaign import Campaign
     from dse._engine import Engine
@@ -108,30 +107,12 @@ def _run_engine(engine: Engine, resume: int | None) -> CampaignResult:
     running trials and records them (then :class:`KeyboardInterrupt` is raised), a second
     abandons them at once. Outside the main thread, or with SIGINT ignored, nothing changes."""
     import signal
-    import threading
 
-    from dse._backend import Backend
+    from dse._signals import CancelOnSignal
 
-    interrupts = 0
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts > 1:
-            raise KeyboardInterrupt
-        engine.request_stop("cancelled")
-        if isinstance(engine.backend, Backend):
-            engine.backend.interrupt()  # a slow query in progress gives up
-
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
-        return engine.run(resume=resume)
-    previous = signal.signal(signal.SIGINT, on_signal)
-    try:
+    with CancelOnSignal([engine], engine.backend, (signal.SIGINT,)) as watch:
         result = engine.run(resume=resume)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if interrupts:
+    if watch.count:
         raise KeyboardInterrupt
     return result
 

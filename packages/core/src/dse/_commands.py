@@ -33,7 +33,6 @@ from dse._store import Store, TrialSelection, open_existing, workspace_db
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Mapping, Sequence
-    from types import FrameType
 
     from dse._campaign import Campaign
     from dse._engine import Engine
@@ -85,14 +84,13 @@ def _campaigns(args: argparse.Namespace, files: Sequence[Path],
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
-    import signal  # this and the rest: `dse run`'s alone (the reads start faster)
-
-    from dse._backend import Backend
+    # These: `dse run`'s alone (the reads start faster).
     from dse._build import build_engine
     from dse._console import LiveView
     from dse._lock import CampaignLock
     from dse._plugins import PluginManager
     from dse._pool import PoolConfig, run_pool
+    from dse._signals import CancelOnSignal
 
     files, pool = _pool_files(args.campaign)
     campaigns = _campaigns(args, files, pool)
@@ -123,25 +121,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             if (run := _resumable_run(stores[c.workspace], c, console, fresh=args.fresh))
             is not None
         }
-        interrupts = 0
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            nonlocal interrupts
-            interrupts += 1
-            if interrupts > 1:
-                raise KeyboardInterrupt
-            for engine in engines:
-                engine.request_stop("cancelled")
-            if isinstance(backend, Backend):
-                backend.interrupt()  # a slow query in progress gives up
-
-        # A SIGINT the caller ignores (a shell's background job) stays ignored, as Python
-        # itself leaves it: Ctrl+C in the terminal is not meant for it.
-        previous = {
-            sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
-            if sig != signal.SIGINT or signal.getsignal(sig) is not signal.SIG_IGN
-        }
-        try:
+        with CancelOnSignal(engines, backend):
             try:
                 alone = PoolConfig({"slots": campaigns[0].max_parallelism})
                 try:
@@ -153,9 +133,6 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                 assert backend is not None
                 backend.shutdown(wait=not any(e.abandoned for e in engines))
             details = _details(stores, campaigns, results)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
     if pool is None:
         _outcome(results[0], details[0], campaigns[0], console, args.json)
     else:
