@@ -20,7 +20,7 @@ import pytest
 
 from dse._cli import main
 from support.browser import browser_page, figure_data
-from support.cli import start_dse, wait_for_running, write_plugin
+from support.cli import run_dse, start_dse, wait_for_running, write_plugin
 
 if TYPE_CHECKING:
     import subprocess
@@ -168,6 +168,27 @@ def test_ctrl_c_stops_the_watch_and_the_page_stops_refreshing(tmp_path: Path) ->
                      " run still running: this page is not refreshed any more.</p>", stopped)
     assert "campaign live run 1: running" in stopped
     assert sorted(p.name for p in tmp_path.glob("*page.html*")) == ["page.html"]
+
+
+def test_the_watch_ends_when_the_runs_controller_is_gone(tmp_path: Path) -> None:
+    run = running_campaign(tmp_path)
+    os.kill(run.pid, signal.SIGKILL)  # the record keeps the run `running`; nobody holds it
+    run.communicate(timeout=60)
+    page = tmp_path / "page.html"
+    try:
+        watch = run_dse(tmp_path, "report", "live", "--html", str(page), "--watch", "1",
+                        timeout=120)
+    finally:
+        (tmp_path / "gate").touch()  # the orphaned trial ends
+    assert watch.returncode == 0, watch.stderr
+    assert watch.stderr.splitlines()[-1] == (
+        f"HTML report of live run 1: {page} (the run is running, without a controller: not"
+        " rewritten any more)")
+    final = page.read_text(encoding="utf-8")
+    assert 'http-equiv="refresh"' not in final
+    assert re.search(r'<p id="stopped" class="live">The watch stopped at \d\d:\d\d:\d\d, no'
+                     r" controller runs it \(its controller is gone; dse run resumes it\):"
+                     " this page is not refreshed any more.</p>", final), final[:2000]
 
 
 def test_watch_is_in_the_help_and_needs_html(capsys: pytest.CaptureFixture[str]) -> None:

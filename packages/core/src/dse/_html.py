@@ -45,6 +45,7 @@ import json
 import os
 import re
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse._curves import CURVES, draw_curves, learning_curves
@@ -59,7 +60,6 @@ from dse._report import rollup_by_objective, run_detail
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
-    from pathlib import Path
 
     from dse._drawn import Drawn
     from dse._front import Front
@@ -244,6 +244,7 @@ def watch_html_report(
     without the refresh and return the run's status. Each page replaces the last at once.
     *details*: as :func:`write_html_report`'s, for the first page. A ``KeyboardInterrupt``
     (Ctrl+C) leaves the last page whole, its refresh taken out, and goes on up."""
+    unheld = False
     try:
         while True:
             started = time.monotonic()
@@ -253,6 +254,18 @@ def watch_html_report(
                              live=every)[1]
             if status != "running":
                 return status
+            if not _controlled(store, campaign_id):
+                # Recorded running, but no controller holds it: its controller died (a
+                # `dse run` of the campaign resumes it), and nothing would change the page
+                # — unless it ended the run since the page read it (it records the end
+                # before it lets the lock go): read once more at once.
+                if unheld:
+                    _unwatch(out, "no controller runs it (its controller is gone; dse run"
+                             " resumes it)")
+                    return "running, without a controller"
+                unheld = True
+                continue
+            unheld = False
             took = time.monotonic() - started
             # A page that takes longer to draw than the interval is drawn every other
             # interval at most: the watch never takes a whole core from the run it watches.
@@ -266,12 +279,20 @@ _REFRESH = re.compile(r'<meta http-equiv="refresh"[^>]*>')
 _LIVE = re.compile(r'<p id="live" class="live">.*?</p>', re.DOTALL)
 
 
-def _unwatch(out: Path) -> None:
-    """Take the refresh out of the page at *out*, saying the watch stopped."""
+def _controlled(store: Store, campaign_id: int) -> bool:
+    """Whether a live controller holds run *campaign_id*'s campaign (its lock)."""
+    from dse._lock import lock_held
+
+    row = store.campaign(campaign_id)
+    return row is None or lock_held(Path(store.path).parent, row.name)
+
+
+def _unwatch(out: Path, why: str = "the run still running") -> None:
+    """Take the refresh out of the page at *out*, saying the watch stopped, and *why*."""
     try:
         page = out.read_text(encoding="utf-8")
     except FileNotFoundError:
         return
-    note = (f'<p id="stopped" class="live">The watch stopped at {_clock(time.time())}, the'
-            " run still running: this page is not refreshed any more.</p>")
+    note = (f'<p id="stopped" class="live">The watch stopped at {_clock(time.time())}, {why}:'
+            " this page is not refreshed any more.</p>")
     _write(out, _LIVE.sub(lambda _: note, _REFRESH.sub("", page, count=1), count=1))
