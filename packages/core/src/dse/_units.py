@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from dse._errors import ConfigError
@@ -21,8 +22,8 @@ def parse_duration(value: object, where: str) -> float:
         ``"campaign.toml: backend.mine.timeout"``.
     :return: the duration in seconds, a ``float`` >= 0.
     :raises ConfigError: ``<where>: expected a duration such as 30, "90s", "10m" or "2h",
-        got ...`` for anything else, or ``<where>: expected a non-negative duration ...`` for a
-        negative number or a NaN.
+        got ...`` for anything else, or ``<where>: expected a finite, non-negative duration
+        ...`` for a negative number, an infinity or a NaN.
     """
     if isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
@@ -32,6 +33,6 @@ def parse_duration(value: object, where: str) -> float:
         raise ConfigError(
             f"{where}: expected a duration such as 30, \"90s\", \"10m\" or \"2h\", got {value!r}"
         )
-    if seconds < 0 or seconds != seconds:
-        raise ConfigError(f"{where}: expected a non-negative duration, got {value!r}")
+    if not 0 <= seconds < math.inf:  # NaN compares false too
+        raise ConfigError(f"{where}: expected a finite, non-negative duration, got {value!r}")
     return seconds
