@@ -130,8 +130,13 @@ def shown_path(path: Path) -> str:
         return str(path)
 
 
-def _since(trial: LiveTrial) -> float | None:
-    return trial.running_since or trial.attempt_started
+def _started(engine: Engine) -> tuple[list[LiveTrial], int]:
+    """The submitted trials the backend says started, longest-running first, and how many
+    more it holds that have not started yet (pending on Slurm, queued ahead locally)."""
+    submitted = list(engine.table.running.values())
+    started = sorted((t for t in submitted if t.running_since is not None),
+                     key=lambda t: (t.running_since or 0.0, t.number))
+    return started, len(submitted) - len(started)
 
 
 def _slots(engine: Engine) -> int:
@@ -153,7 +158,7 @@ def eta_text(engine: Engine, mean: float | None) -> str:
     now = engine.clock.time()
     wall = ledger.budget.wall_clock_s
     wall_left = None if wall is None else max(wall - _elapsed(engine), 0.0)
-    running = list(engine.table.running.values())
+    running, waiting = _started(engine)
     if mean is None:
         guesses = [t.expected or (t.spec.time_limit if t.spec else None) for t in running]
         known = [g for g in guesses if g]
@@ -162,10 +167,10 @@ def eta_text(engine: Engine, mean: float | None) -> str:
         if wall_left is None:
             return "-"
         return f"by the wall-clock ceiling, in {duration_text(wall_left)}"
-    left = max(min(bounds), 0) + len(engine.table.queued)
+    left = max(min(bounds), 0) + len(engine.table.queued) + waiting
     if mean is None:
         return f"{left} trial(s) to start; no trial has ended yet"
-    ahead = sum(max(mean - (now - (_since(t) or now)), 0.0) for t in running)
+    ahead = sum(max(mean - (now - (t.running_since or now)), 0.0) for t in running)
     eta = (left * mean + ahead) / _slots(engine)
     capped = "" if wall_left is None or eta <= wall_left else " (the wall-clock ceiling first)"
     if capped:
@@ -175,17 +180,17 @@ def eta_text(engine: Engine, mean: float | None) -> str:
 
 
 def running_text(engine: Engine) -> str:
-    """The running trials, longest-running first: number, attempt, elapsed time, node."""
+    """The trials the backend says run, longest-running first (number, attempt, elapsed
+    time, node), and how many more it holds that have not started."""
     now = engine.clock.time()
-    trials = sorted(engine.table.running.values(), key=lambda t: (_since(t) or now, t.number))
-    lines = []
-    for t in trials[:RUNNING_SHOWN]:
-        since = _since(t)
-        elapsed = "-" if since is None else duration_text(max(now - since, 0.0))
-        lines.append(f"trial {t.number}" + (f" (attempt {t.attempt})" if t.attempt > 1 else "")
-                     + f"  {elapsed}" + (f"  on {t.node}" if t.node else ""))
+    trials, waiting = _started(engine)
+    lines = [f"trial {t.number}" + (f" (attempt {t.attempt})" if t.attempt > 1 else "")
+             + f"  {duration_text(max(now - (t.running_since or now), 0.0))}"
+             + (f"  on {t.node}" if t.node else "") for t in trials[:RUNNING_SHOWN]]
     if len(trials) > RUNNING_SHOWN:
         lines.append(f"... and {len(trials) - RUNNING_SHOWN} more")
+    if waiting:
+        lines.append(f"{waiting} submitted, not started yet")
     return "\n".join(lines) or "-"
 
 
