@@ -542,7 +542,3 @@ class TestSlurmAllocationContract(BackendContract):
             options=SlurmOptions(python=sys.executable, partition="batch"),
             allocation_time=600.0, allocation_cpus=2)
 
-    # Known bug, left for its own fix: a step the controller's shutdown cancelled before the
-    # pilot started it is reported TIMEOUT (after its time limit) to the controller that
-    # reattaches, not CANCELLED.
-    test_shutdown_cancels_what_still_runs = None

@@ -685,7 +685,15 @@ def _interrupted(task: _Task, pilot: _Pilot, now: float) -> JobStatus | None:
     """*task* had no end when its pilot ended."""
     pilot.tasks.discard(task.job_id)
     started = task.started_at is not None or task.file(".claim").exists()
-    if not started and not task.cancel:
+    # Cancelled by this controller, or by one before it (a reattaching controller knows it
+    # from the mark in the pilot's directory: the shutdown that cancelled it released the
+    # pilot before the step started).
+    task.cancel = task.cancel or task.file(".cancel").exists()
+    if not started and task.cancel:
+        return JobStatus(task.job_id, JobState.CANCELLED, ended_at=now,
+                         reason=f"cancelled before its step started in allocation"
+                                f" {pilot.job_id}")
+    if not started:
         task.pilot = None  # never ran there: the next pilot takes it
         return None
     word = pilot.ended or "VANISHED"
