@@ -10,6 +10,7 @@ screenshot is kept as the CI artefact (the test's tmp dir, and ``$DSE_ARTIFACTS`
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -152,7 +153,7 @@ def test_the_html_report_loads_in_chromium_offline_every_plot_labelled_and_reada
     assert shot.stat().st_size > 20_000
 
 
-def test_report_html_names_the_missing_run_in_one_line(tmp_path: Path) -> None:
+def test_report_html_names_a_missing_run_in_one_line_and_goes_with_json(tmp_path: Path) -> None:
     write_plugin(tmp_path)
     (tmp_path / "work.py").write_text(WORK)
     (tmp_path / "campaign.toml").write_text(CAMPAIGN.replace("max_trials = 16",
@@ -163,6 +164,13 @@ def test_report_html_names_the_missing_run_in_one_line(tmp_path: Path) -> None:
     assert done.stderr.count("\n") == 1
     assert "no campaign run named 'nothing'" in done.stderr
     assert not (tmp_path / "r.html").exists()
+    # --json and --html together: the JSON on stdout, the page in its file.
+    both = run_dse(tmp_path, "report", "html", "--json", "--html", str(tmp_path / "j.html"),
+                   timeout=120)
+    assert both.returncode == 0, both.stderr
+    (run,) = json.loads(both.stdout)["runs"]
+    assert run["trials"]["total"] == 2
+    assert "campaign html run 1: completed" in (tmp_path / "j.html").read_text()
 
 
 @pytest.mark.parametrize("outcome", ["fail", "none"])

@@ -266,14 +266,14 @@ def _report(args: argparse.Namespace, console: Console) -> int:
                if r.label in labels]
     if args.json:
         console.data(report_json(str(store.path), chosen, rollups))
-        return ExitCode.OK
-    for detail in chosen:
-        for line in detail_lines(detail):
-            console.result(line)
-        console.result("")
-    for rollup in rollups:
-        console.result(rollup_line(rollup))
-    if args.html is not None:
+    else:
+        for detail in chosen:
+            for line in detail_lines(detail):
+                console.result(line)
+            console.result("")
+        for rollup in rollups:
+            console.result(rollup_line(rollup))
+    if args.html is not None:  # with --json too: the JSON on stdout, the page in its file
         if not chosen:
             raise ConfigError(f"{store.path}: no campaign run to report")
         detail = chosen[-1]
