@@ -5,12 +5,17 @@ attempt, elapsed time and node, and the ones submitted that have not started."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dse import FailureClass, TrialEnd, TrialStatus
 from dse._budget import Budget
-from dse._console import eta_text, running_text
+from dse._console import eta_text, failure_line, running_text
 from dse._live import LiveTrial
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 NOW = 1000.0
 
@@ -62,3 +67,14 @@ def test_without_a_bound_there_is_no_eta_and_the_wall_clock_ceiling_comes_first(
 def test_before_any_trial_ended_the_eta_says_so() -> None:
     assert eta_text(engine([trial(1, since=None)]), None) == (
         "7 trial(s) to start; no trial has ended yet")
+
+
+def test_a_failure_line_names_its_log_directory_only_when_there_is_one(tmp_path: Path) -> None:
+    made = tmp_path / "attempt-1"
+    made.mkdir()
+    end = TrialEnd(3, TrialStatus.FAILED, failure=FailureClass.NONZERO_EXIT,
+                   message="exit code 3", attempts=1, node="n2", log=made)
+    assert failure_line(end) == (
+        f"trial 3 failed (nonzero_exit: exit code 3) after 1 attempt on n2; log {made}/")
+    never = dataclasses.replace(end, log=tmp_path / "attempt-2", attempts=2, node=None)
+    assert failure_line(never) == "trial 3 failed (nonzero_exit: exit code 3) after 2 attempts"

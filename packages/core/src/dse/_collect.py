@@ -74,7 +74,8 @@ class Collector:
             assert trial.attempt_row is not None
             if not status.state.is_finished():
                 trial.node = status.node or trial.node
-                trial.running_since = status.started_at or trial.running_since
+                if status.state is JobState.RUNNING:  # not PENDING: the console's running list
+                    trial.running_since = status.started_at or trial.running_since or now
                 trial.job_id_recorded = True
                 self._journal.batch.update_attempt(
                     row=trial.attempt_row, job_id=status.job_id,

@@ -203,7 +203,7 @@ def failure_line(end: TrialEnd) -> str:
         line += f" after {end.attempts} attempt{'s' if end.attempts > 1 else ''}"
     if end.node:
         line += f" on {end.node}"
-    if end.log is not None:
+    if end.log is not None and end.log.is_dir():  # looked at only for a failure's line
         line += f"; log {shown_path(end.log)}{os.sep}"
     return line
 

@@ -441,7 +441,6 @@ class Dispatcher:
             row=trial.attempt_row, trial=trial.row_id, attempt=spec.attempt, backend=p.backend,
             state=self.first_state, submitted_at=now, resumed=resumed,
         )
-        trial.node, trial.running_since = None, None
         p.table.wait_retry(trial)
 
     def resubmit(self, trial: LiveTrial, now: float, *, resumed_from: str) -> None:

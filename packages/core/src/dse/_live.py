@@ -108,11 +108,9 @@ class LiveTrial:
     @property
     def log_dir(self) -> Path | None:
         """The current attempt's directory (``attempt-N/`` in the trial directory, where the
-        local and Slurm backends write ``stdout.log`` and ``stderr.log``), when it exists."""
-        if self.trial_dir is None:
-            return None
-        where = self.trial_dir / f"attempt-{self.attempt}"
-        return where if where.is_dir() else None
+        local and Slurm backends write ``stdout.log`` and ``stderr.log``; ``None``: the trial
+        has no directory). Not looked at: it may not exist."""
+        return None if self.trial_dir is None else self.trial_dir / f"attempt-{self.attempt}"
 
     @property
     def checkpoint_mark(self) -> Path | None:
@@ -282,8 +280,9 @@ class TrialTable:
         return granted
 
     def submitted(self, trial: LiveTrial, job_id: str) -> None:
-        """*trial*'s attempt runs as *job_id*."""
+        """*trial*'s attempt runs as *job_id* (where and since when, the backend says next)."""
         trial.job_id = job_id
+        trial.node, trial.running_since = None, None
         self._running[job_id] = trial
 
     def ended(self, job_id: str) -> LiveTrial | None:

@@ -191,7 +191,8 @@ class TrialEnd:
     """Where its last attempt ran, when the backend said."""
     log: Path | None = None
     """The last attempt's directory in the trial directory (``attempt-N/``, where the local
-    and Slurm backends put ``stdout.log`` and ``stderr.log``), when it exists."""
+    and Slurm backends put ``stdout.log`` and ``stderr.log``; it may not exist: a backend
+    that never started the attempt made none), ``None`` for a trial without a directory."""
     wall_s: float = 0.0
     """Wall-clock seconds its attempts took, summed."""
 
