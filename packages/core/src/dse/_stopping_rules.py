@@ -107,6 +107,12 @@ class _Ranked:
             self._head = None
         return at
 
+    def rank(self, trial: int, value: float) -> int:
+        """The index of *trial*, there with *value* (a bisection, not a scan)."""
+        lo = bisect.bisect_left(self.values, value)
+        hi = bisect.bisect_right(self.values, value, lo)
+        return bisect.bisect_left(self.trials, trial, lo, hi)
+
     def value_without(self, skip: int, j: int) -> float:
         """The *j*-th best value (0-based) of the population without the one at *skip*."""
         return self.values[j if j < skip else j + 1]
@@ -135,12 +141,12 @@ class _Halving:
         self.min_peers = min_peers
         self.bracket = bracket
         self._at = [_Ranked() for _ in ladder]
-        self._steps: dict[int, list[int]] = {}
-        """Trial -> the step it reached each rung with, lowest rung first (as far as it
-        reached: the last is its highest)."""
+        self._reached: dict[int, list[tuple[int, float]]] = {}
+        """Trial -> the step and value it reached each rung with, lowest rung first (as far
+        as it reached: the last is its highest)."""
 
     def report(self, trial: int, step: int, value: float) -> Decision | None:
-        reached = len(self._steps.get(trial, ())) - 1
+        reached = len(self._reached.get(trial, ())) - 1
         top = reached
         rank = 0
         while top + 1 < len(self.rungs) and self.rungs[top + 1] <= step:
@@ -148,7 +154,7 @@ class _Halving:
             rank = self._at[top].add(trial, value)
         if top == reached:
             return None
-        self._steps.setdefault(trial, []).extend([step] * (top - reached))
+        self._reached.setdefault(trial, []).extend([(step, value)] * (top - reached))
         if step >= self.max_step:
             return None  # a full run: counted at its rungs, never decided on
         return self._decide(trial, top, rank, step, value)
@@ -194,8 +200,8 @@ class _Halving:
                 value = at.values[i]
                 cutoff = at.value_without(i, keep - 1)  # keep < n: eta >= 2
                 out.append(Decision(
-                    trial, Verdict.PROMOTE, self.rungs[k], self._steps[trial][k], value, cutoff,
-                    n - 1, at.best_without(i),
+                    trial, Verdict.PROMOTE, self.rungs[k], self._reached[trial][k][0], value,
+                    cutoff, n - 1, at.best_without(i),
                     f"{value:g} is now among the best {keep} of {n} trials at step"
                     f" {self.rungs[k]}", self.bracket))
         return out
@@ -204,10 +210,10 @@ class _Halving:
     def _goes_on_past(self, trial: int, k: int) -> bool:
         """Whether *trial* is among the best ``max(1, n // eta)`` at every rung above *k* it
         reached (none when *k* is its highest)."""
-        for j in range(k + 1, len(self._steps[trial])):
+        reached = self._reached[trial]
+        for j in range(k + 1, len(reached)):
             at = self._at[j]
-            keep = max(1, int(len(at) // self.eta))
-            if trial not in at.trials[:keep]:
+            if at.rank(trial, reached[j][1]) >= max(1, int(len(at) // self.eta)):
                 return False
         return True
 
