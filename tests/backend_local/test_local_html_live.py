@@ -114,6 +114,17 @@ def test_the_page_refreshes_while_the_run_runs_and_stops_once_it_ended(tmp_path:
     try:
         first = poll(page_text(page, REFRESH))
         assert "campaign live run 1: running" in first
+        # The timeline draws the trial still running up to the time of the page.
+        assert "1 still running (drawn up to now)" in first
+        # Without --watch, a running run's page is a snapshot, and says so.
+        snap = tmp_path / "snapshot.html"
+        once = run_dse(tmp_path, "report", "live", "--html", str(snap), timeout=120)
+        assert once.returncode == 0, once.stderr
+        snapshot = snap.read_text(encoding="utf-8")
+        assert 'http-equiv="refresh"' not in snapshot
+        assert re.search(r'<p id="snapshot" class="live">The run was running at'
+                         r" \d\d:\d\d:\d\d, when this page was written; it is not refreshed",
+                         snapshot), snapshot[:2000]
         at = LIVE.search(first)
         assert at is not None, first[:600]
         # Rewritten while the run runs: a later page says a later time.

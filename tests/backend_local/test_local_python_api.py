@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas
+import pytest
 
 import dse
 
@@ -114,6 +115,10 @@ def test_the_docs_study_kills_a_worker_retries_its_trial_and_reads_into_pandas(
     assert set(frame["status"]) == {"completed"}
     assert [c for c in frame.columns if c.startswith("param.")] == ["param.x", "param.layers"]
     assert str(frame["started_at"].dtype).startswith("datetime64")
+    # The records and the table read times alike (a retried trial: from its first start).
+    assert list(frame["duration_s"]) == pytest.approx([t.duration_s for t in results.trials])
+    assert [ts.timestamp() for ts in frame["started_at"]] == pytest.approx(
+        [t.started_at for t in results.trials], abs=1e-3)
     exported = pandas.read_csv(io.StringIO(export_csv(tmp_path)))
     assert list(exported.columns) == list(frame.columns)
     for column in ("trial", "status", "param.x", "param.layers", "metric.loss", "score",

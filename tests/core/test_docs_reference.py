@@ -453,7 +453,7 @@ def docstring_problems(module_name: str) -> list[str]:
         value = getattr(module, name)
         where = f"{module_name}.{name}"
         if isinstance(value, type):
-            if not (vars(value).get("__doc__") or "").strip():
+            if not _own_class_doc(value):
                 problems.append(f"{where}: the class has no docstring of its own")
             problems += [f"{where}.{member}: no docstring (defined in {base.__qualname__})"
                          for member, (base, attr) in _members(value, package).items()
@@ -467,6 +467,21 @@ def docstring_problems(module_name: str) -> list[str]:
             problems.append(f"{where}: no docstring after its assignment"
                             f" ({type(value).__name__} {value!r:.40})")
     return problems
+
+
+def _own_class_doc(cls: type) -> bool:
+    """Whether *cls* has a docstring of its own: not none, and not the one ``@dataclass``
+    makes up for a class without (its name and signature, ``V(x: int)``)."""
+    doc = (vars(cls).get("__doc__") or "").strip()
+    if not doc:
+        return False
+    if dataclasses.is_dataclass(cls):
+        try:
+            made_up = cls.__name__ + str(inspect.signature(cls)).replace(" -> None", "")
+        except (TypeError, ValueError):
+            return True
+        return doc != made_up
+    return True
 
 
 def _field_problems(cls: type, where: str) -> list[str]:
@@ -506,7 +521,7 @@ def test_help_of_parameter_shows_dses_documentation() -> None:
 UNDOCUMENTED = '''
 import dataclasses
 
-__all__ = ["Alias", "LIMIT", "Plain", "Value", "helper"]
+__all__ = ["Alias", "Bare", "LIMIT", "Plain", "Value", "helper"]
 
 Alias = "int | str"
 LIMIT = 3
@@ -535,6 +550,12 @@ class Value:
 
 def helper():
     pass
+
+
+@dataclasses.dataclass
+class Bare:
+    size: int
+    """Documented."""
 '''
 
 
@@ -545,6 +566,7 @@ def test_every_kind_of_missing_docstring_is_reported(
     monkeypatch.syspath_prepend(str(tmp_path))
     assert docstring_problems("undocumented_api") == [
         "undocumented_api.Alias: no docstring after its assignment (str 'int | str')",
+        "undocumented_api.Bare: the class has no docstring of its own",
         "undocumented_api.Plain.method: no docstring (defined in Plain)",
         "undocumented_api.Plain.size: no docstring (defined in Plain)",
         "undocumented_api.Value.count: the field has no docstring",

@@ -77,9 +77,11 @@ except OSError as exc:
     why = "cannot run %r: %s" % (job["argv"][0], exc)
     sys.stderr.write("dse: %s\n" % why)
     # The note tells this apart from a command that exits 127 itself.
-    with open(os.path.join(adir, "dse-launch.json" + ".tmp"), "w") as note:
+    # Every task of the attempt fails alike: each writes through a temporary file of its own.
+    tmp = os.path.join(adir, "%s.%s-%d.tmp" % ("dse-launch.json", os.uname().nodename, os.getpid()))
+    with open(tmp, "w") as note:
         json.dump({"invalid": why}, note)
-    os.replace(os.path.join(adir, "dse-launch.json" + ".tmp"), os.path.join(adir, "dse-launch.json"))
+    os.replace(tmp, os.path.join(adir, "dse-launch.json"))
     sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
 ' \
     '/scratch/my campaign/.dse/slurm/batch 1.jsonl' "${SLURM_ARRAY_TASK_ID:?}"

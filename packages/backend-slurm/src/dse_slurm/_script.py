@@ -140,9 +140,11 @@ except OSError as exc:
     why = "cannot run %r: %s" % (job["argv"][0], exc)
     sys.stderr.write("dse: %s\\n" % why)
     # The note tells this apart from a command that exits 127 itself.
-    with open(os.path.join(adir, LAUNCH_NOTE + ".tmp"), "w") as note:
+    # Every task of the attempt fails alike: each writes through a temporary file of its own.
+    tmp = os.path.join(adir, "%s.%s-%d.tmp" % (LAUNCH_NOTE, os.uname().nodename, os.getpid()))
+    with open(tmp, "w") as note:
         json.dump({"invalid": why}, note)
-    os.replace(os.path.join(adir, LAUNCH_NOTE + ".tmp"), os.path.join(adir, LAUNCH_NOTE))
+    os.replace(tmp, os.path.join(adir, LAUNCH_NOTE))
     sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
 """.replace("LAUNCH_NOTE", json.dumps(LAUNCH_NOTE))
 """The per-task launcher ``python3 -c`` runs (every task of the attempt runs it: srun starts

@@ -154,18 +154,20 @@ def _chosen_run(store: Store, campaign: str | None, run: int | None) -> Any:
             what = f"run {run}" + (f" of campaign {campaign}" if campaign else "")
             raise ConfigError(f"{store.path}: no {what} in the record")
         return row
+    rows = store.campaigns()
     if campaign is None:
-        names = sorted({r.name for r in store.campaigns()})
+        names = sorted({r.name for r in rows})
         if len(names) > 1:
             raise ConfigError(f"{store.path}: the record holds campaigns {', '.join(names)};"
                               " name one (campaign=...)")
         if not names:
             raise ConfigError(f"{store.path}: no campaign run in the record")
         campaign = names[0]
-    row = store.find_campaign(campaign)
-    if row is None:
+    # By name only (a campaign may be named "7": never read as a run id here).
+    named = [r for r in rows if r.name == campaign]
+    if not named:
         raise ConfigError(f"{store.path}: no campaign run named {campaign!r}")
-    return row
+    return max(named, key=lambda r: r.id)
 
 
 def _as_toml(data: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from dse._argparse import DseParser
 from dse._commands import COMMANDS
 from dse._errors import DseError, ExitCode, StorageError, did_you_mean
-from dse._render import FORMATS, REPORT_KEYS
+from dse._render import FORMATS, REPORT_KEYS, WATCH_EVERY
 from dse._terminal import Console
 from dse._version import __version__
 
@@ -124,11 +124,12 @@ def _report_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
             raise argparse.ArgumentTypeError(f"{text!r}: seconds between pages, 1 or more")
         return value
 
-    report.add_argument("--watch", nargs="?", type=seconds, const=10.0, metavar="SECONDS",
+    report.add_argument("--watch", nargs="?", type=seconds, const=WATCH_EVERY,
+                        metavar="SECONDS",
                         help="with --html, while the run is running: rewrite the page every"
-                        " SECONDS (default 10), the page refreshing itself as often in a"
-                        " browser; once the run ends, write it once more without the"
-                        " refresh and exit 0 (Ctrl+C stops watching)")
+                        f" SECONDS (default {WATCH_EVERY:g}), the page refreshing itself as"
+                        " often in a browser; once the run ends, write it once more without"
+                        " the refresh and exit 0 (Ctrl+C stops watching)")
 
 
 def _plugins_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:

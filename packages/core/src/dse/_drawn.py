@@ -118,8 +118,10 @@ def _recording_renderer(width: int, height: int, dpi: float) -> Any:
             # a line of a longer one without, and is boxed from what drew it.
             if mtext is not None:
                 self.artists[id(mtext)] = mtext
-            self.lines.append((id(mtext) if mtext is not None else None,
-                               TextBox(s, _line_box(self, x, y, s, prop, angle, ismath))))
+                self.lines.append((id(mtext), TextBox(s, (0.0, 0.0, 0.0, 0.0))))  # see below
+            else:
+                self.lines.append((None, TextBox(s, _line_box(self, x, y, s, prop, angle,
+                                                              ismath))))
             super().draw_text(  # type: ignore[no-untyped-call]
                 gc, x, y, s, prop, angle, ismath=ismath, mtext=mtext)
 

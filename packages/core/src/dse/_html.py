@@ -42,7 +42,6 @@ import base64
 import datetime
 import html
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -55,8 +54,9 @@ from dse._front import pareto_fronts, pareto_objectives
 from dse._frontplot import FRONT, HYPERVOLUME, draw_front, draw_hypervolume
 from dse._parallel import draw_parameters
 from dse._plots import convergence, cost, load_run, outcomes, timeline
-from dse._render import detail_lines, rollup_line
+from dse._render import WATCH_EVERY, detail_lines, rollup_line
 from dse._report import rollup_by_objective, run_detail
+from dse._trialfile import write_trial_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -67,13 +67,10 @@ if TYPE_CHECKING:
     from dse._report import RunDetail
     from dse._store import Store
 
-__all__ = ["PLOTS", "WATCH_EVERY", "render_html", "watch_html_report", "write_html_report"]
+__all__ = ["PLOTS", "render_html", "watch_html_report", "write_html_report"]
 
 PLOTS = ("convergence", "timeline", "parameters", "cost", "outcomes")
 """The figures every report has, in page order (each an ``<img id="plot-NAME">``)."""
-
-WATCH_EVERY = 10.0
-"""Seconds between two pages a watch writes, unless told."""
 
 _TITLES = {
     "convergence": "Convergence", "timeline": "Timeline of attempts per slot",
@@ -181,12 +178,7 @@ def _write(out: Path, text: str) -> None:
     """Replace *out* by *text* at once: a reader (a browser refreshing it) sees the old page
     or the new one, never part of one."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_trial_file(out.parent, out.name, text.encode("utf-8"))
 
 
 _PAGE = """<!DOCTYPE html>
@@ -253,7 +245,9 @@ def watch_html_report(
             status = _render(store, campaign_id, out, lines, fronts=detail.fronts,
                              live=every)[1]
             if status != "running":
-                return status
+                if detail.summary.status == status:
+                    return status
+                continue  # it ended between the report's read and the figures': draw again
             if not _controlled(store, campaign_id):
                 # Recorded running, but no controller holds it: its controller died (a
                 # `dse run` of the campaign resumes it), and nothing would change the page

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse._errors import ConfigError
+from dse._trialfile import write_trial_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -104,9 +105,7 @@ class ObjectiveRef:
         if target.is_file():
             return
         target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        temporary.write_text(self.source, encoding="utf-8")
-        os.replace(temporary, target)
+        write_trial_file(target.parent, target.name, self.source.encode("utf-8"))
 
 
 def reference(fn: Callable[..., Any], *, workspace: Path) -> ObjectiveRef:
@@ -133,7 +132,6 @@ def reference(fn: Callable[..., Any], *, workspace: Path) -> ObjectiveRef:
     module = sys.modules.get(module_name or "")
     file = getattr(module, "__file__", None)
     if module_name == "__main__":
-        spec = getattr(module, "__spec__", None)
         if not file or not _same_file(file, fn.__code__.co_filename):
             return _from_source(fn, named, workspace)  # a notebook's cell
         spec = getattr(module, "__spec__", None)

@@ -193,7 +193,8 @@ def _trial(doc: Mapping[str, Any], names: tuple[str, ...]) -> TrialRecord:
         AttemptRecord(a["attempt"], AttemptState(a["state"]), a["exit_code"], a["signal"],
                       a["node"], a["reason"], a["started_at"], a["ended_at"])
         for a in ended["attempts"])
-    started = next((a.started_at for a in attempts if a.started_at is not None), None)
+    # As export's table reads them (dse._export): the first start, the seconds to the end.
+    started = min((a.started_at for a in attempts if a.started_at is not None), default=None)
     end = ended["ended_at"]
     pareto = concluded.get("pareto")
     params = what["params"]
@@ -204,7 +205,7 @@ def _trial(doc: Mapping[str, Any], names: tuple[str, ...]) -> TrialRecord:
         status=TrialStatus(ended["outcome"]),
         failure=FailureClass(ended["failure"]) if ended["failure"] else None,
         message=ended["message"], attempts=attempts, started_at=started, ended_at=end,
-        duration_s=None if started is None or end is None else max(end - started, 0.0),
+        duration_s=None if started is None or end is None else end - started,
         spend={k: float(cost["total"][k]) for k in SPEND_KEYS},
         node=attempts[-1].node if attempts else None,
         data_version=data["read"] or data["expected"], valid=bool(concluded["valid"]),

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMATS",
     "REPORT_KEYS",
+    "WATCH_EVERY",
     "detail_json",
     "detail_lines",
     "duration_text",
@@ -49,6 +50,9 @@ __all__ = [
     "status_table",
     "trajectory",
 ]
+
+WATCH_EVERY = 10.0
+"""Seconds between two pages ``dse report --html OUT --watch`` writes, unless told."""
 
 FORMATS = ("csv", "json", "jsonl", "trajectory")
 """What ``dse export --format`` writes (:mod:`dse._export`)."""
