@@ -21,7 +21,7 @@ import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
-from dse._palette import BLUE, GREY, SKY_BLUE, VERMILLION, cpu_unit
+from dse._palette import BLUE, GREY, SKY_BLUE, VERMILLION, better_label, cpu_unit, nothing
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -129,11 +129,6 @@ def cumulative_spend(front: Front, attempts: Sequence[Mapping[str, Any]],
     return [v / scale for v in out], unit
 
 
-def _label(front: Front, i: int) -> str:
-    metric, direction = front.objectives[i]
-    return f"{metric} ({'higher' if direction == 'maximize' else 'lower'} is better)"
-
-
 def _numbers(values: Sequence[float]) -> str:
     return ", ".join(f"{v:.4g}" for v in values)
 
@@ -151,9 +146,7 @@ def _off(count: int, on: int) -> str:
 
 
 def _nothing(fig: Any) -> str:
-    ax = fig.subplots()
-    ax.text(0.5, 0.5, "no trial scored on every objective yet", ha="center", va="center")
-    ax.set_axis_off()
+    nothing(fig, "no trial scored on every objective yet")
     return "No valid trial scored on every objective yet: no front to draw."
 
 
@@ -168,8 +161,8 @@ def _points(ax: Any, front: Front, i: int, j: int, *, legend: bool) -> None:
                label=f"on the front ({len(members)})")
     ax.scatter([front.reference[i]], [front.reference[j]], marker="X", s=70, color=_REFERENCE,
                zorder=4, gid=REFERENCE, label="reference point")
-    ax.set_xlabel(_label(front, i))
-    ax.set_ylabel(_label(front, j))
+    ax.set_xlabel(better_label(*front.objectives[i]))
+    ax.set_ylabel(better_label(*front.objectives[j]))
     if legend:
         ax.legend(loc="best", fontsize="small")
 

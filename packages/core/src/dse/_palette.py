@@ -1,4 +1,5 @@
-"""The colours and units every figure of ``dse report --html`` shares.
+"""The colours, units and small helpers (an axis label saying which way is better, an empty
+figure's message) every figure of ``dse report --html`` shares.
 
 The colours are the Okabe-Ito palette's (Okabe & Ito, "Color Universal Design", 2008): eight
 colours told apart with the common colour-vision deficiencies, and in greyscale by lightness
@@ -13,9 +14,28 @@ under two minutes, minutes under two hours, hours under two days, days beyond.
 
 from __future__ import annotations
 
-__all__ = ["BLACK", "BLUE", "GREEN", "GREY", "LIGHT_GREY", "ORANGE", "PURPLE", "SCORE_MAP",
-           "SKY_BLUE", "STATE_COLOURS", "UNHATCHED", "VERMILLION", "cpu_unit", "hatch",
-           "state_colour", "time_unit"]
+from typing import Any
+
+__all__ = [
+    "BLACK",
+    "BLUE",
+    "GREEN",
+    "GREY",
+    "LIGHT_GREY",
+    "ORANGE",
+    "PURPLE",
+    "SCORE_MAP",
+    "SKY_BLUE",
+    "STATE_COLOURS",
+    "UNHATCHED",
+    "VERMILLION",
+    "better_label",
+    "cpu_unit",
+    "hatch",
+    "nothing",
+    "state_colour",
+    "time_unit",
+]
 
 BLACK = "#000000"
 ORANGE = "#E69F00"
@@ -74,3 +94,15 @@ def cpu_unit(seconds: float) -> tuple[float, str]:
     if name == "days":
         scale, name = 3600.0, "hours"
     return scale, f"CPU-{name}"
+
+
+def better_label(metric: str, direction: str) -> str:
+    """An axis label naming *metric* and which way is better."""
+    return f"{metric} ({'higher' if direction == 'maximize' else 'lower'} is better)"
+
+
+def nothing(fig: Any, what: str) -> None:
+    """Say *what* in the middle of an empty figure."""
+    ax = fig.subplots()
+    ax.text(0.5, 0.5, what, ha="center", va="center")
+    ax.set_axis_off()

@@ -16,8 +16,8 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dse._palette import SCORE_MAP, VERMILLION
-from dse._plots import better_label, log_ticks, nothing, scored, wide_spread
+from dse._palette import SCORE_MAP, VERMILLION, better_label, nothing
+from dse._plots import log_ticks, scored, wide_spread
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -21,8 +21,10 @@ from dse._palette import (
     GREY,
     SKY_BLUE,
     VERMILLION,
+    better_label,
     cpu_unit,
     hatch,
+    nothing,
     state_colour,
     time_unit,
 )
@@ -34,8 +36,8 @@ if TYPE_CHECKING:
 
     from dse._store import Store
 
-__all__ = ["RunData", "better_label", "convergence", "cost", "load_run", "log_ticks", "nothing",
-           "outcomes", "scored", "timeline", "wide_spread"]
+__all__ = ["RunData", "convergence", "cost", "load_run", "log_ticks", "outcomes", "scored",
+           "timeline", "wide_spread"]
 
 _TICK_STEPS = [1, 2, 5, 10]
 """Time ticks at 1, 2 or 5 times a power of ten of the unit (no 2.5 minutes)."""
@@ -117,18 +119,6 @@ def scored(run: RunData) -> list[dict[str, Any]]:
     """Completed, valid, scored trials that ran (not cache hits), in number order."""
     return [t for t in run.trials if t["status"] == "completed" and t["valid"]
             and t["score"] is not None and math.isfinite(t["score"]) and not t["cached"]]
-
-
-def better_label(metric: str, direction: str) -> str:
-    """An axis label naming *metric* and which way is better."""
-    return f"{metric} ({'higher' if direction == 'maximize' else 'lower'} is better)"
-
-
-def nothing(fig: Any, what: str) -> None:
-    """Say *what* in the middle of an empty figure."""
-    ax = fig.subplots()
-    ax.text(0.5, 0.5, what, ha="center", va="center")
-    ax.set_axis_off()
 
 
 def wide_spread(values: Sequence[float]) -> bool:
