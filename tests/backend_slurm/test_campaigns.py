@@ -273,6 +273,16 @@ def pilot_jobs(name: str) -> dict[str, str]:
             if job_name.startswith(f"{prefix(name)}pilot.")}
 
 
+def pilot_jobs_once_ended(name: str, job: str) -> dict[str, str]:
+    """:func:`pilot_jobs` of campaign *name* once Slurm's accounting recorded that pilot *job*
+    ended. slurmctld hands its records to slurmdbd asynchronously (a loaded machine's sacct
+    may not list a job that ended, or one still running, for seconds), in the order things
+    happened: a pilot submitted before *job* ended is listed by then."""
+    return wait_until(
+        lambda: (jobs := pilot_jobs(name)).get(job, "RUNNING") not in ("PENDING", "RUNNING")
+        and jobs, 60, f"sacct to record the end of pilot {job} of campaign {name}")
+
+
 def test_allocation_mode_killed_three_times_uses_one_pilot(tmp_path):
     name = unique("adopt")
     project = project_with(tmp_path, name, sleepers(10, 0.5), parallelism=2, mode="rolling",
@@ -305,7 +315,7 @@ def test_allocation_mode_killed_three_times_uses_one_pilot(tmp_path):
     dirs = pilot_dirs(project)
     assert len(dirs) == 1, [d.name for d in dirs]
     job = (dirs[0] / "pilot.id").read_text().strip()
-    assert pilot_jobs(name).keys() == {job}
+    assert pilot_jobs_once_ended(name, job).keys() == {job}
     assert {json.loads(a["usage"])["allocation_job"] for tries in attempts.values()
             for a in tries} == {float(job)}
     assert queued_jobs(prefix(name)) == []  # the last controller released it

@@ -17,16 +17,16 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dse_slurm import expand_job_ids
+from support.waiting import wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
 
 def run(argv: list[str], timeout: float = 30) -> str:
@@ -145,18 +145,6 @@ def resume_node(node: str) -> None:
                    capture_output=True, timeout=15, check=False)
     wait_until(lambda: node_states(None).get(node, "") in ("idle", "mix", "alloc"),
                60, f"node {node} to come back and its slurmd to answer")
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll *condition* until it is truthy; fail the test after *timeout* seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def queued_jobs(name_prefix: str) -> list[str]:
