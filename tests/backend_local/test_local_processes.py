@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from dse.testing.contracts import wait_for
 from dse_local import LocalBackend
 from support.cli import run_dse, write_plugin
 from support.procs import alive, live_pids_mentioning
+from support.waiting import wait_until
 
 # Three ways to outlive a plain SIGTERM of the workload: a background child, a grandchild
 # in a session of its own, and a child that ignores SIGTERM.
@@ -35,17 +34,6 @@ touch "$DSE_TRIAL_DIR/started"
 wait
 """
 
-
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """Poll *predicate* until it returns something true or *timeout* passed; return it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -80,8 +68,8 @@ def test_a_cancelled_campaign_leaves_no_process_of_any_trial(run_local, trial_ma
     assert [a["state"] for a in run.attempts.values()] == ["cancelled", "cancelled"]
     # Per trial: the shell and the three sleeps that outlive a plain SIGTERM of it.
     assert len(workloads) >= 2 * 4
-    assert wait_until(lambda: not live_pids_mentioning(trial_marker), timeout=5.0)
-    assert wait_until(lambda: not any(alive(pid) for pid in wrappers), timeout=5.0)
+    wait_until(lambda: not live_pids_mentioning(trial_marker), 30, "no process of a trial left")
+    wait_until(lambda: not any(alive(pid) for pid in wrappers), 30, "no wrapper left")
 
 
 def test_a_trial_that_ends_leaves_no_process_behind(run_local, trial_marker):
@@ -94,7 +82,7 @@ def test_a_trial_that_ends_leaves_no_process_behind(run_local, trial_marker):
     )
     assert run.trials[1]["status"] == "completed"
     assert (run.trial_dir(1) / "started").exists()
-    assert wait_until(lambda: not live_pids_mentioning(trial_marker), timeout=5.0)
+    wait_until(lambda: not live_pids_mentioning(trial_marker), 30, "no process of the trial left")
 
 
 def test_a_trial_over_its_time_limit_is_killed_and_classified(run_local):
@@ -195,7 +183,8 @@ def test_a_wrapper_that_ignores_a_cancel_is_killed_once_the_backends_clock_says_
         (job_id,) = backend.submit([job])
         (running,) = backend.poll()
         assert (running.state, running.started_at) == (JobState.RUNNING, clock.now)
-        assert wait_until(started.exists)  # the wrapper is set up (its session, its handlers)
+        # The wrapper is set up (its session, its handlers).
+        wait_until(started.exists, 30, "the workload to start")
         wrapper = int((tmp_path / "stuck" / "attempt-1" / "wrapper.pid").read_text().split()[0])
         os.kill(wrapper, signal.SIGSTOP)
         backend.cancel([job_id])
@@ -209,7 +198,7 @@ def test_a_wrapper_that_ignores_a_cancel_is_killed_once_the_backends_clock_says_
     assert status.state is JobState.CANCELLED
     assert status.ended_at == clock.now
     assert "without writing exit.json" in (status.reason or "")
-    assert wait_until(lambda: not live_pids_mentioning(trial_marker), timeout=5.0)
+    wait_until(lambda: not live_pids_mentioning(trial_marker), 30, "no process of the trial left")
 
 
 def test_a_job_asking_for_more_cpus_than_the_machine_has_fails_to_launch_at_once(tmp_path):

@@ -8,7 +8,6 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from dse import JobSpec, JobState
 from dse.testing.contracts import wait_for
 from dse_local import LocalBackend
 from support.procs import alive
+from support.waiting import wait_until
 
 CONTROLLER = r"""
 import json, sys, time
@@ -34,11 +34,15 @@ print(json.dumps(backend.submit(specs)), flush=True)
 time.sleep(120)
 """
 
+HOLD = ('sleep 1.5; i=0; while [ ! -e "$DSE_TRIAL_DIR/go" ] && [ $i -lt 1200 ]; do'
+        ' sleep 0.05; i=$((i + 1)); done; ')
+"""Run 1.5 s, then until the test makes the file ``go`` (a minute at most): the trial still
+runs when the test looks at it, however late a loaded machine lets the test look."""
 COMMANDS = {
-    "ok": "sleep 1.5; exit 0",
-    "fails": "sleep 1.5; exit 3",
-    "scores": "sleep 1.5; echo '{\"complete\": true, \"metrics\": {\"v\": 1}}'"
-              ' > "$DSE_TRIAL_DIR/result.json"',
+    "ok": HOLD + "exit 0",
+    "fails": HOLD + "exit 3",
+    "scores": HOLD + "echo '{\"complete\": true, \"metrics\": {\"v\": 1}}'"
+                     ' > "$DSE_TRIAL_DIR/result.json"',
     "early": "exit 5",
 }
 
@@ -73,9 +77,7 @@ def orphaned_job_ids(specs: dict[str, JobSpec]) -> dict[str, str]:
         ids = json.loads(controller.stdout.readline())
         # Let the quick job end (its exit file written) before the controller dies.
         early = specs["early"].trial_dir / "attempt-1" / "exit.json"
-        deadline = time.monotonic() + 10
-        while not early.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(early.exists, 60, "the quick job's exit file")
     finally:
         os.kill(controller.pid, signal.SIGKILL)
         controller.wait()
@@ -92,14 +94,13 @@ def test_a_restarted_controller_learns_how_orphaned_trials_ended(specs, orphaned
     assert all(alive(wrappers[name]) for name in ("ok", "fails", "scores"))
     assert not (specs["ok"].trial_dir / "attempt-1" / "exit.json").exists()
     # ...while the quick one's wrapper ended before the restart: only its exit file remains.
-    deadline = time.monotonic() + 5
-    while alive(wrappers["early"]) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not alive(wrappers["early"])
+    wait_until(lambda: not alive(wrappers["early"]), 60, "the quick job's wrapper to end")
 
     with LocalBackend(cpus=8, gpus=0, grace=0.5) as backend:
         backend.reattach({orphaned_job_ids[name]: spec for name, spec in specs.items()})
-        final = wait_for(backend, list(orphaned_job_ids.values()), timeout=30)
+        for name in ("ok", "fails", "scores"):  # they end while the new controller watches
+            (specs[name].trial_dir / "go").touch()
+        final = wait_for(backend, list(orphaned_job_ids.values()), timeout=60)
     by_name = {name: final[job_id] for name, job_id in orphaned_job_ids.items()}
 
     assert (by_name["ok"].state, by_name["ok"].exit_code) == (JobState.SUCCEEDED, 0)

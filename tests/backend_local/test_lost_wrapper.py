@@ -15,13 +15,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from support.cli import run_dse, start_dse, write_plugin
 from support.procs import alive, stat_fields
+from support.waiting import wait_until
 
 WORKLOAD = r"""
 import json, os, subprocess, sys, time
@@ -74,16 +72,6 @@ x = {{ type = "int", low = 0, high = 10 }}
 ROLES = ("workload", "child", "grandchild")
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def session_members(sid: int) -> list[int]:
     """Live (not zombie) processes of session *sid*."""
     found = []
@@ -113,11 +101,11 @@ def start_campaign(tmp_path: Path) -> tuple[Path, subprocess.Popen[str], Path, l
                                         workload=json.dumps(str(workload))))
     proc = start_dse(project, "run", str(campaign))
     try:
-        trial_dir = wait_for(lambda: next(project.glob(".dse/orphans/run-*/000001"), None),
-                             60, "the trial directory")
+        trial_dir = wait_until(lambda: next(project.glob(".dse/orphans/run-*/000001"), None),
+                               60, "the trial directory")
         pid_files = [trial_dir / f"pid-{role}" for role in ROLES]
-        wait_for(lambda: all(p.exists() and p.read_text() for p in pid_files), 60,
-                 "the workload, its child and its grandchild")
+        wait_until(lambda: all(p.exists() and p.read_text() for p in pid_files), 60,
+                   "the workload, its child and its grandchild")
     except BaseException:
         proc.kill()
         proc.communicate()
@@ -162,7 +150,7 @@ def test_a_wrapper_killed_from_outside_takes_its_whole_session_with_it(tmp_path:
             return bool(rows) and rows[0][2] is not None
 
         # The moment the record says attempt 1 ended, its session is already gone.
-        wait_for(first_ended, 60, "attempt 1 to be recorded as ended")
+        wait_until(first_ended, 60, "attempt 1 to be recorded as ended")
         assert session_members(wrapper) == []
         assert not any(alive(pid) for pid in pids)
         _, err = proc.communicate(timeout=60)
@@ -184,13 +172,13 @@ def test_a_restarted_controller_kills_the_session_of_a_wrapper_that_died_meanwhi
     os.kill(wrapper, signal.SIGKILL)
     # The workload's first process dies with its wrapper; what it started lives on (its
     # beats go on) until a controller comes back.
-    wait_for(lambda: not alive(pids[0]), 10, "the workload to die with its wrapper")
+    wait_until(lambda: not alive(pids[0]), 30, "the workload to die with its wrapper")
     survivors = session_members(wrapper)
     try:
         assert set(survivors) == set(pids[1:])
         size = (trial_dir / "beats.log").stat().st_size
-        wait_for(lambda: (trial_dir / "beats.log").stat().st_size > size, 10,
-                 "the orphans to write")
+        wait_until(lambda: (trial_dir / "beats.log").stat().st_size > size, 30,
+                   "the orphans to write")
         rerun = run_dse(project, "run", str(project / "campaign.toml"), timeout=120)
         assert session_members(wrapper) == []
     except BaseException:

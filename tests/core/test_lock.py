@@ -16,6 +16,7 @@ import pytest
 
 import dse
 from support.cli import run_dse, start_dse, write_plugin
+from support.waiting import wait_until
 
 CAMPAIGN = """
 [campaign]
@@ -171,38 +172,51 @@ CONTENDER = r"""
 import os, sys, time
 import dse
 
-workspace, ready, start = sys.argv[1], sys.argv[2], sys.argv[3]
+workspace, ready, start, answered, count = sys.argv[1:]
 open(ready, "w").close()
 while not os.path.exists(start):
     time.sleep(0.001)
+
+
+def answer():
+    open(os.path.join(answered, str(os.getpid())), "w").close()
+
+
 try:
     with dse.CampaignLock(workspace, "demo"):
         print("won", flush=True)
-        time.sleep(1.5)
+        answer()
+        # Held until every contender has its answer: on a loaded machine one may try only
+        # after a held-for-a-while lock was released, and would find none to contend for.
+        deadline = time.monotonic() + 60
+        while len(os.listdir(answered)) < int(count) and time.monotonic() < deadline:
+            time.sleep(0.01)
 except dse.LockedError as exc:
     print("refused", exc, flush=True)
+    answer()
 """
 
 
 def test_of_many_runs_finding_one_stale_lock_exactly_one_takes_it(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     write_lock(workspace / "demo.lock", host=socket.gethostname(), pid=dead_pid())
-    start = tmp_path / "start"
+    start, answered = tmp_path / "start", tmp_path / "answered"
+    answered.mkdir()
     contenders = []
     for i in range(6):
         ready = tmp_path / f"ready-{i}"
         proc = subprocess.Popen(
-            [sys.executable, "-c", CONTENDER, str(workspace), str(ready), str(start)],
+            [sys.executable, "-c", CONTENDER, str(workspace), str(ready), str(start),
+             str(answered), "6"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         contenders.append((proc, ready))
-    deadline = time.monotonic() + 30
-    while not all(ready.exists() for _, ready in contenders) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: all(ready.exists() for _, ready in contenders), 60,
+               "every contender to start")
     start.touch()
     outputs = {}
     for proc, _ in contenders:
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
         outputs[proc.pid] = out.strip()
     winners = [pid for pid, out in outputs.items() if out == "won"]
