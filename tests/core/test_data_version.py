@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import dse
-from dse import _data
+from dse import _digests
 from dse._data import DataSpec, DataVersioner, parse_data
 from dse.testing import FakeClock, ProbeBackend, ProbeScript
 from support.cli import run_dse, write_plugin
@@ -72,13 +72,13 @@ def test_a_path_digest_reads_only_what_changed(
     (data / "sub" / "b.csv").write_text("3,4\n")
     age(data / "a.csv", data / "sub" / "b.csv")
     read: list[str] = []
-    digest = _data._file_digest
+    digest = _digests.file_digest
 
-    def counting(path: Path) -> str:
-        read.append(path.name)
+    def counting(path: Path | str) -> str:
+        read.append(os.path.basename(path))
         return digest(path)
 
-    monkeypatch.setattr(_data, "_file_digest", counting)
+    monkeypatch.setattr(_digests, "file_digest", counting)
     spec = parse_data({"paths": ["data"]}, "data", tmp_path)
     assert spec is not None
     first = DataVersioner(spec, cache_dir=tmp_path / "ws").compute()

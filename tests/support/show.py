@@ -68,11 +68,17 @@ def assert_concluded(doc: dict[str, Any], trial: sqlite3.Row, db_path: Path) -> 
         assert doc["concluded"]["score"] == mine[-1]["score"] == trial["score"]
     deps = doc["run"]["dependencies"]
     if trial["dependencies"] is None:
-        assert deps is None
+        # What the trial did not report: the result a cache hit reuses, else what the
+        # controller found before dispatch (a Python command), else nothing.
+        assert deps is None or deps["source"] in ("reused", "dispatch")
     else:
         env = envs[trial["dependencies"]]
         assert deps == {"digest": trial["dependencies"], "python": env["python"],
-                        "distributions": json.loads(env["distributions"])}
+                        "distributions": json.loads(env["distributions"]), "source": "trial"}
+    if deps is not None and deps["source"] != "trial":
+        env = envs[deps["digest"]]
+        assert (deps["python"], deps["distributions"]) == (
+            env["python"], json.loads(env["distributions"]))
 
 
 def assert_matches_record(doc: dict[str, Any], run: sqlite3.Row, trial: sqlite3.Row,

@@ -77,7 +77,9 @@ def run(
     ref = None
     if objective is not None:
         ref, data = _with_objective(data, objective, source, workspace)
-    built = campaign_from_dict(data, source=source,
+    # The code and dependencies are found for a campaign given as a dict too: what ran is
+    # part of every result's identity (docs/record.md).
+    built = campaign_from_dict(data, source=source, detect=True,
                                workspace=None if workspace is None else Path(workspace))
     plugins = PluginManager()
     # Everything that can refuse the campaign is built before the workspace is touched.

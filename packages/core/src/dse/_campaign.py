@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from dse._budget import Budget, Price, parse_budget
 from dse._campaignfile import apply_overrides, check_name, read_campaign_file
-from dse._code import detect_code_version
+from dse._code import CodeScan, CodeSpec, detect_code_version
 from dse._constraints import (
     Constraint,
     callable_constraint,
@@ -23,6 +23,7 @@ from dse._constraints import (
     is_callable_ref,
 )
 from dse._data import DataSpec, parse_data
+from dse._deps import Dependencies, detect_dependencies
 from dse._errors import ConfigError, did_you_mean
 from dse._scoring import ScorerSpec
 from dse._space import FloatRange, IntRange, ParamError, Space
@@ -63,7 +64,16 @@ class EnvironmentConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment variables for every trial."""
     code_version: str | None = None
-    """Declared version of the workload's code (part of the config hash)."""
+    """The version of the workload's code (part of the config hash): declared, else detected
+    when the campaign is loaded from a file (its git state, else ``files:<digest>``)."""
+    code: CodeSpec = field(default_factory=CodeSpec)
+    """``code`` and ``code_exclude``: files that are code besides what the command runs."""
+    code_files: Mapping[str, str] = field(default_factory=dict)
+    """The files a detected ``files:`` code version digests (name → digest), for the record."""
+    dependencies: Dependencies | None = None
+    """What the command runs with (part of the config hash): declared
+    (``dependencies = "…"``), else detected when the campaign is loaded from a file (the
+    Python environment or the program the command resolves to); ``None``: not known."""
     workdir: Path | None = None
     """Working directory of the command (default: the campaign file's directory)."""
     checkpoint_every: float | None = None
@@ -313,6 +323,9 @@ def _environment(raw: Mapping[str, Any], source: str, base_dir: Path) -> Environ
         if "\0" in value:
             raise ConfigError(f"{table.where('env')}.{key}: {value!r} holds a NUL byte")
     code_version = table.get("code_version", str, "a string", None)
+    declared = table.get("dependencies", str, "a string (a version of what the command runs"
+                         " with)", None)
+    code = CodeSpec(*(tuple(_strings(table, key)) for key in ("code", "code_exclude")))
     workdir = table.get("workdir", str, "a directory path", None)
     if workdir is not None and "\0" in workdir:
         raise ConfigError(f"{table.where('workdir')}: {workdir!r} holds a NUL byte")
@@ -330,8 +343,21 @@ def _environment(raw: Mapping[str, Any], source: str, base_dir: Path) -> Environ
         resource_params=resource_params,
         env=dict(env),
         code_version=code_version,
+        code=code,
+        dependencies=None if declared is None else Dependencies(digest=declared),
         workdir=base_dir / workdir if workdir else base_dir,
     )
+
+
+def _strings(table: _Table, key: str) -> list[str]:
+    """A key holding a list of non-empty strings (or one string)."""
+    value = table.get(key, (list, str), "a list of paths or patterns", [])
+    items = [value] if isinstance(value, str) else value
+    for i, item in enumerate(items):
+        if not isinstance(item, str) or not item or "\0" in item:
+            raise ConfigError(f"{table.where(key)}[{i}]: expected a path or pattern, got"
+                              f" {item!r}")
+    return items
 
 
 def _sized_by_params(env: EnvironmentConfig, space: Space, where: str) -> EnvironmentConfig:
@@ -502,9 +528,14 @@ def load_campaign(path: str | Path, *, workspace: str | Path | None = None,
 
 
 def campaign_from_dict(
-    data: Mapping[str, Any], *, source: Path | None = None, workspace: str | Path | None = None
+    data: Mapping[str, Any], *, source: Path | None = None, workspace: str | Path | None = None,
+    detect: bool | None = None,
 ) -> Campaign:
-    """Build a :class:`Campaign` from the parsed contents of a campaign file."""
+    """Build a :class:`Campaign` from the parsed contents of a campaign file.
+
+    :param detect: find the workload's code version and dependencies where the campaign does
+        not declare them (:func:`detect_workload`); default: when it has a *source* file.
+    """
     where = str(source) if source else "<campaign>"
     root = _Table(data, where, "")
     top = _Table(root.table("campaign"), where, "campaign.")
@@ -549,8 +580,8 @@ def campaign_from_dict(
     # Absolute: trials run in other directories and must still find their files.
     workspace_path = (Path(workspace) if workspace is not None else base_dir / ws).resolve()
     environment = _campaign_environment(
-        root, space, where, base_dir, detect=source is not None, exclude=workspace_path,
-        checkpoint_every=checkpoint_every,
+        root, space, where, base_dir, detect=source is not None if detect is None else detect,
+        exclude=workspace_path, checkpoint_every=checkpoint_every, data=data_spec,
     )
     top.finish()
     root.finish()
@@ -703,15 +734,47 @@ def _poll_and_interruptions(top: _Table, where: str) -> dict[str, Any]:
 
 def _campaign_environment(
     root: _Table, space: Space, where: str, base_dir: Path, *, detect: bool, exclude: Path,
-    checkpoint_every: float | None,
+    checkpoint_every: float | None, data: DataSpec | None,
 ) -> EnvironmentConfig:
     environment = _environment(root.table("environment"), where, base_dir.resolve())
     if environment.resource_params or environment.time_limit_param:
         environment = _sized_by_params(environment, space, where)
-    if environment.code_version is None and detect and environment.workdir:
-        # A campaign file names its workload's directory: its git state is the code version.
-        detected = detect_code_version(environment.workdir, exclude=exclude)
-        environment = dataclasses.replace(environment, code_version=detected)
+    if detect and environment.workdir:
+        environment = detect_workload(environment, workspace=exclude,
+                                      data=data.paths if data is not None else (),
+                                      where=f"{where}: environment")
     if checkpoint_every is not None:
         environment = dataclasses.replace(environment, checkpoint_every=checkpoint_every)
     return environment
+
+
+def detect_workload(environment: EnvironmentConfig, *, workspace: Path,
+                    data: Sequence[Path] = (), where: str = "environment") -> EnvironmentConfig:
+    """*environment* with what it does not declare found: the code version (the working
+    directory's git state; outside git, or with ``code`` declared, the digest of the files
+    that are its code) and the dependencies (docs/record.md, "The identity of a result").
+
+    :param workspace: the dse workspace: never code, and where file digests are cached.
+    :param data: the ``[data]`` paths: data, never code.
+    """
+    workdir = environment.workdir
+    assert workdir is not None
+    scan = CodeScan(workdir, spec=environment.code, never=(workspace, *data),
+                    cache_dir=workspace, where=where)
+    changes: dict[str, Any] = {}
+    if environment.code_version is None:
+        # A campaign file names its workload's directory: its git state is the code version.
+        version = detect_code_version(workdir, exclude=workspace)
+        if version is None or environment.code.include:
+            files = scan.command(environment.command, shell=environment.shell,
+                                 env=environment.env)
+            if files is not None:
+                version = files.version if version is None else f"{version}+{files.version}"
+                changes["code_files"] = files.files
+        changes["code_version"] = version
+    if environment.dependencies is None and environment.command:
+        changes["dependencies"] = detect_dependencies(
+            environment.command, shell=environment.shell, env=environment.env,
+            workdir=workdir, digests=scan.digests)
+        scan.digests.save()
+    return dataclasses.replace(environment, **changes)

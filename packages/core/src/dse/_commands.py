@@ -306,12 +306,13 @@ def _plugins(args: argparse.Namespace, console: Console) -> int:
 
 
 def _show(args: argparse.Namespace, console: Console) -> int:
-    from dse._show import record_lines, trial_records
+    from dse._show import explain_reuse, record_lines, trial_records
 
     store = open_existing(args.workspace or Path(".dse"))
     try:
         run, trial = store.find_trial(args.trial)
         (record,) = trial_records(store, run, [trial])
+        explain_reuse(store, run, trial, record)
     finally:
         store.close()
     if args.json:

@@ -10,21 +10,18 @@ version = "2024-06"                           # or a literal
 The version is computed when the campaign starts and again before each dispatch batch, so a
 dataset replaced mid-campaign is noticed. Path digests are incremental: a file whose size,
 modification time and inode did not change is not read again (the digests are cached in the
-workspace), so a large dataset costs one ``stat`` per file per check. A file modified within
-two seconds of its last digest is read again (a rewrite in the same clock tick keeps its
-stamp), as git does for "racily clean" files.
+workspace: :class:`dse._digests.FileDigests`), so a large dataset costs one ``stat`` per file
+per check.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import subprocess
-import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from dse._digests import FileDigests
 from dse._errors import ConfigError, did_you_mean
 
 if TYPE_CHECKING:
@@ -35,7 +32,6 @@ __all__ = ["DATA_KEYS", "DataSpec", "DataVersioner", "parse_data"]
 DATA_KEYS = frozenset({"paths", "command", "version"})
 """The keys of a ``[data]`` table."""
 _CACHE = "data-digests.json"
-_RACY_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +80,7 @@ class DataVersioner:
     def __init__(self, spec: DataSpec, *, cache_dir: Path, where: str = "data") -> None:
         self.spec = spec
         self.where = where
-        self._cache_path = cache_dir / _CACHE
-        self._cache: dict[str, Any] | None = None
+        self._digests = FileDigests(cache_dir / _CACHE)
 
     def compute(self) -> str:
         """The current version; :class:`ConfigError` when a path is missing or the command
@@ -125,48 +120,12 @@ class DataVersioner:
         return files
 
     def _digest_paths(self) -> str:
-        cache = self._load_cache()
+        digests = self._digests
         total = hashlib.sha256()
-        changed = False
         for file in self._files():
-            st = file.stat()
             key = str(file)
-            stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
-            entry = cache.get(key)
-            # A stamp taken within _RACY_S of the file's modification may not see a rewrite
-            # in the same clock tick (same size, same mtime): such a file is read again.
-            if entry is None or entry[0] != stamp or len(entry) < 3 or entry[2] < _RACY_S:
-                checked = time.time_ns()
-                entry = [stamp, _file_digest(file), (checked - st.st_mtime_ns) / 1e9]
-                cache[key] = entry
-                changed = True
-            total.update(f"{key}\0{entry[1]}\n".encode())
-        if changed:
-            self._save_cache(cache)
+            total.update(f"{key}\0{digests.digest(file)}\n".encode())
+        digests.save()
         return total.hexdigest()
 
-    def _load_cache(self) -> dict[str, Any]:
-        if self._cache is None:
-            try:
-                loaded = json.loads(self._cache_path.read_text())
-            except (OSError, ValueError):
-                loaded = {}
-            self._cache = loaded if isinstance(loaded, dict) else {}
-        return self._cache
 
-    def _save_cache(self, cache: dict[str, Any]) -> None:
-        try:
-            self._cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._cache_path.with_name(f".{_CACHE}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(cache))
-            os.replace(tmp, self._cache_path)
-        except OSError:
-            pass  # the cache only saves work; the digest itself is exact
-
-
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -23,9 +23,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dse._baseline import Baselines
+from dse._cadence import Cadence
 from dse._campaign import RESOURCE_LEAST
 from dse._claims import Claims
 from dse._clock import SystemClock
@@ -48,7 +49,7 @@ from dse._results import Results
 from dse._resume import Resume
 from dse._retry import RetryPolicy
 from dse._scoring import build_score_vector, build_scorer
-from dse._spec import record_run
+from dse._spec import record_identity, record_run, result_identity
 from dse._spend import SPEND_METRICS
 from dse._stopping import stopping_for, watch_progress
 from dse._types import AttemptState, EndReason, Objective
@@ -159,10 +160,7 @@ class Engine:
         """The pool whose resources the campaign's trials wait for (set by the pool)."""
         self.finished: CampaignResult | None = None
         """How the run ended, once it has."""
-        poll = campaign.poll_interval or backend.default_poll_interval
-        self._poll_first: float = poll[0]
-        self._poll_max: float = poll[1]
-        self._poll_wait = poll[0]
+        self.cadence = Cadence(*(campaign.poll_interval or backend.default_poll_interval))
         self._build_parts(data_version)
         self.gate.check(campaign.environment, where=where)
 
@@ -174,9 +172,7 @@ class Engine:
         self.gate = BudgetGate(campaign.budget, campaign.price,
                                overrun_s=float(self.backend.overrun_s))
         self.journal = Journal(self, self.listener, self.clock)
-        identity = {**self.environment.identity(), "backend": self.backend.name,
-                    "placement": dict(self.backend.placement())}
-        self.data = CurrentData(identity, data_version)
+        self.data = CurrentData(self.identity(), data_version)
         ranking = Objective(campaign.objectives[0].metric, self.scorer.direction)
         self.feedback, self.baselines = _judges(campaign, self.scorer, self.plugins, self._guard)
         self.invalid = InvalidationView(0)  # its run id is set when the run is recorded
@@ -203,6 +199,11 @@ class Engine:
         )
 
     # -- public ---------------------------------------------------------------------------
+
+    def identity(self) -> dict[str, Any]:
+        """What a result's identity holds besides its params and data version
+        (docs/record.md, "The identity of a result")."""
+        return result_identity(self.environment, self.backend)
 
     @property
     def ledger(self) -> Ledger:
@@ -251,6 +252,9 @@ class Engine:
         else:
             self.campaign_id = record_run(self.store, campaign, scorer=self.scorer,
                                           agent=self.agent, runner=self.backend, now=now)
+        if line := record_identity(self.store, self.journal.batch, campaign, self.campaign_id,
+                                   new=resume is None and self.reuse):
+            self.journal.alert(line)
         self.journal.campaign_id = self.campaign_id
         self.invalid.campaign_id = self.campaign_id
         self.gate.open(self.store.campaign_started(self.campaign_id))
@@ -333,10 +337,7 @@ class Engine:
             self.journal.event(None, "backend_commands", {
                 "pass": self.stats.passes, "commands": self.backend.last_pass_commands,
             })
-        changed = self.collector.apply(statuses)
-        self._poll_wait = (
-            self._poll_first if changed else min(self._poll_wait * 2, self._poll_max)
-        )
+        self.cadence.passed(self.collector.apply(statuses))
         if self.end.stopping():
             self.commit()
             self.cancel_all()
@@ -394,19 +395,12 @@ class Engine:
         """How long to wait before the next pass, and whether to ask the runner (which may
         return sooner, when a job changed)."""
         watch = self.interruptions.watch
-        deadline = self.gate.deadline
-        if watch.paused and not self.table.running and watch.oldest is not None:
-            # Nothing to poll: sleep until the oldest interruption leaves the window.
-            now = self.clock.time()
-            left = max(watch.oldest + self.campaign.interruption_window - now, self._poll_wait,
-                       1e-3)
-            if deadline is not None and now < deadline:
-                left = min(left, deadline - now)
-            return left, False
-        wait = self._poll_wait
-        if deadline is not None and self.end.done is not EndReason.BUDGET_EXHAUSTED:
-            wait = max(min(wait, deadline - self.clock.time()), 0.0)
-        return wait, True
+        pause = (watch.oldest + self.campaign.interruption_window
+                 if watch.paused and not self.table.running and watch.oldest is not None
+                 else None)  # nothing to poll: sleep until it leaves the window
+        return self.cadence.plan(self.clock.time(), deadline=self.gate.deadline,
+                                 pause_until=pause,
+                                 exhausted=self.end.done is EndReason.BUDGET_EXHAUSTED)
 
     def close(self, *, deliver: bool = True) -> None:
         """End the run: the last results are told too (the loop stops pulling once the agent

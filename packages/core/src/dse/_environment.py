@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -64,22 +63,26 @@ class CommandEnvironment:
                     raise ConfigError(msg)
 
     def identity(self) -> Mapping[str, Any]:
-        """The command template, the shell flag, the code version, the environment variables
-        and the resources asked (those a param sets are in the params; the time limit is not
-        here: a trial it ended is never reused). See docs/record.md, "The identity of a
-        result"."""
+        """The command template, the shell flag, the code version, the dependencies' digest
+        (when known: an identity without one is an earlier release's, never met again), the
+        environment variables and the resources asked (those a param sets are in the params;
+        the time limit is not here: a trial it ended is never reused). See docs/record.md,
+        "The identity of a result"."""
         config = self.config
         resources = {name: ("{" + config.resource_params[name] + "}"
                             if name in config.resource_params else value)
                      for name, value in dataclasses.asdict(config.resources).items()
                      if name not in _SPAN or value != 1 or name in config.resource_params}
-        return {
+        identity: dict[str, Any] = {
             "command": list(config.command),
             "shell": config.shell,
             "code_version": config.code_version,
             "env": dict(sorted(config.env.items())),
             "resources": resources,
         }
+        if config.dependencies is not None:
+            identity["dependencies"] = config.dependencies.digest
+        return identity
 
     def prepare(self, trial: TrialInfo) -> JobSpec:
         """The job of one attempt of *trial*: the command with its placeholders filled (the
@@ -272,13 +275,6 @@ def reported_environment(doc: Mapping[str, Any]) -> dict[str, Any] | None:
         "python": python if isinstance(python, str) else None,
         "distributions": dict(sorted(dists.items())),
     }
-
-
-def environment_digest(environment: Mapping[str, Any]) -> str:
-    """The dependency digest of an environment: sha256 of its canonical JSON."""
-    from dse._hashing import canonical_json
-
-    return "sha256:" + hashlib.sha256(canonical_json(environment).encode()).hexdigest()[:16]
 
 
 def _malformed(message: str) -> Evaluation:

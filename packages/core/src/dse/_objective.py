@@ -157,12 +157,19 @@ def _resolve(module: ModuleType | None, qualname: str) -> Any:
     return value
 
 
-def _file_version(file: Path, workspace: Path) -> str:
-    from dse._code import detect_code_version  # the controller's alone (the worker runs no git)
+def _file_version(file: Path, workspace: Path, root: Path) -> str:
+    """The git state of *file*'s directory, else the digest of *file* and the modules it
+    imports from *root* (the directory first on the worker's path) and its own directory."""
+    # The controller's alone: the worker runs no git and digests nothing.
+    from dse._code import CodeScan, detect_code_version
 
     found = detect_code_version(file.parent, exclude=workspace)
     if found is not None:
         return found
+    files = CodeScan(root, never=(workspace,), cache_dir=workspace).files(
+        [file], roots=[root, file.parent])
+    if files is not None:
+        return files.version
     return "sha256:" + hashlib.sha256(file.read_bytes()).hexdigest()[:16]
 
 
@@ -175,7 +182,8 @@ def _in_module(fn: Callable[..., Any], name: str, file: Path, named: str,
     root = file.parent
     for _ in range(name.count(".") + (file.stem == "__init__")):
         root = root.parent
-    return ObjectiveRef(named, name, fn.__qualname__, str(root), _file_version(file, workspace))
+    return ObjectiveRef(named, name, fn.__qualname__, str(root),
+                        _file_version(file, workspace, root))
 
 
 def _in_script(fn: Callable[..., Any], file: Path, named: str, workspace: Path) -> ObjectiveRef:
@@ -184,7 +192,7 @@ def _in_script(fn: Callable[..., Any], file: Path, named: str, workspace: Path) 
                           " wrapped without functools.wraps?)")
     file = file.absolute()
     return ObjectiveRef(f"{file.name}:{fn.__qualname__}", str(file), fn.__qualname__,
-                        str(file.parent), _file_version(file, workspace))
+                        str(file.parent), _file_version(file, workspace, file.parent))
 
 
 def _from_source(fn: Callable[..., Any], named: str, workspace: Path) -> ObjectiveRef:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dse._environment import environment_digest
+from dse._deps import environment_digest
 from dse._invalidation import Flag
 from dse._outcome import BestTrial, TrialEnd
 from dse._scoring import ScoringError

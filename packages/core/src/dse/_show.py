@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dse._front import pareto_objectives, pareto_ranks_by_row
+from dse._hashing import canonical_json
 from dse._render import duration_text, hours_text, money_text
 from dse._spend import Spend
 from dse._states import RESOLVED_SCORER
@@ -20,7 +22,7 @@ from dse._template import substitute
 from dse._version import __version__
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Sequence
 
     from dse._records import (
         Attempt,
@@ -74,9 +76,15 @@ class _Context:
         for score in store.trial_scores(t.id for t in trials):
             self.scores.setdefault(score.trial_id, []).append(score)
         self.invalidations: dict[int, Invalidation] = {i.id: i for i in store.invalidations()}
-        self.environments: Mapping[str, EnvironmentRecord] = store.environments(
-            t.dependencies for t in trials if t.dependencies
-        )
+        self.reused_dependencies = store.trial_dependencies(
+            t.cache_of for t in trials if t.cache_of is not None)
+        """The dependency digest the result each cache hit reuses was measured with."""
+        dispatched = _dispatched(run)
+        self.environments: Mapping[str, EnvironmentRecord] = store.environments({
+            *(t.dependencies for t in trials if t.dependencies),
+            *self.reused_dependencies.values(),
+            *([dispatched["digest"]] if dispatched else []),
+        })
         linked = {t.replaces for t in trials if t.replaces is not None}
         linked |= {s.baseline_trial for rows in self.scores.values() for s in rows
                    if s.baseline_trial is not None}
@@ -160,14 +168,16 @@ def _what_ran(run: CampaignRun, trial: Trial, trial_id: str, attempts: list[Atte
         argv = _argv(command, params, trial_id, trial.trial_dir,
                      max((a.attempt for a in attempts), default=1),
                      shell=bool(env.get("shell", False)))
-    dependencies = None
+    dispatched = _dispatched(run)
+    reused = context.reused_dependencies.get(trial.cache_of) if trial.cache_of else None
     if trial.dependencies:
-        found = context.environments.get(trial.dependencies)
-        dependencies = {
-            "digest": trial.dependencies,
-            "python": found.python if found is not None else None,
-            "distributions": dict(found.distributions) if found is not None else None,
-        }
+        dependencies = _environment(trial.dependencies, "trial", context)
+    elif reused:
+        dependencies = _environment(reused, "reused", context)
+    elif dispatched is not None and dispatched.get("python") is not None:
+        dependencies = _environment(dispatched["digest"], "dispatch", context)
+    else:
+        dependencies = None
     return {
         "params": params,
         "config_hash": trial.config_hash,
@@ -176,13 +186,35 @@ def _what_ran(run: CampaignRun, trial: Trial, trial_id: str, attempts: list[Atte
         "argv": argv,
         "resources": _resources(env, params),
         "code_version": env.get("code_version"),
+        "code_files": env.get("code_files"),
+        "code_files_more": env.get("code_files_more", 0),
         "dependencies": dependencies,
+        "dispatched_dependencies": dispatched,
         "agent": {"name": agent_name, "version": agent_version or None},
         "proposal": trial.proposal,
         "baseline_run": trial.proposal == 0,
         "wave": trial.wave,
         "backend": run.backend,
         "trial_dir": trial.trial_dir,
+    }
+
+
+def _dispatched(run: CampaignRun) -> dict[str, Any] | None:
+    """The dependencies the controller found before the run's trials were dispatched (part of
+    their identity), as the run's spec keeps them; ``None`` for a run that has none."""
+    found = run.spec.get("environment", {}).get("dependencies")
+    return dict(found) if isinstance(found, Mapping) and found.get("digest") else None
+
+
+def _environment(digest: str, source: str, context: _Context) -> dict[str, Any]:
+    """An environment by digest, as the record keeps it, and who said it (*source*: the
+    ``trial`` itself, the ``reused`` trial's report, or the controller at ``dispatch``)."""
+    found = context.environments.get(digest)
+    return {
+        "digest": digest,
+        "python": found.python if found is not None else None,
+        "distributions": dict(found.distributions) if found is not None else None,
+        "source": source,
     }
 
 
@@ -393,6 +425,122 @@ def record_lines(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _code_text(r: Mapping[str, Any]) -> str:
+    version = r["code_version"]
+    if not version:
+        return "not declared (no git checkout, and the command names no file of its own)"
+    files = list(r.get("code_files") or ())
+    if not files:
+        return str(version)
+    count = len(files) + int(r.get("code_files_more") or 0)
+    shown = ", ".join(files[:4]) + (", …" if count > 4 else "")
+    return f"{version} ({count} file{'s' if count != 1 else ''}: {shown})"
+
+
+_SAID_BY = {"trial": "the trial reported", "reused": "the result it reuses reported",
+            "dispatch": "found before dispatch"}
+
+
+def _dependency_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The dependencies as dispatched (part of the identity) and as the trial (or the result a
+    cache hit reuses) reported them, said once when they agree."""
+    dispatched, deps = r.get("dispatched_dependencies"), r["dependencies"]
+    lines: list[tuple[str, str]] = []
+    if dispatched is not None:
+        python = dispatched.get("python")
+        what = (f"python {python}, {dispatched.get('distributions', '?')} distributions"
+                if python is not None else "a program's digest")
+        text = f"{dispatched['digest']} ({what}; {dispatched.get('program') or 'declared'})"
+        if deps is not None and deps["source"] != "dispatch":
+            said = _SAID_BY[deps["source"]]
+            text += f"; {said} the same" if deps["digest"] == dispatched["digest"] else ""
+        lines.append(("dependencies", text))
+    if deps is not None and (dispatched is None or deps["digest"] != dispatched["digest"]):
+        count = len(deps["distributions"]) if deps["distributions"] is not None else "?"
+        label = "dependencies" if dispatched is None else "  reported"
+        lines.append((label, f"{deps['digest']} (python {deps['python'] or '?'}, {count}"
+                      f" distributions, as {_SAID_BY[deps['source']]})"))
+    if not lines:
+        lines.append(("dependencies", "not known (the command's program was not found, and"
+                      " the trial reported none: dse.trial.report() records them)"))
+    return lines
+
+
+def explain_reuse(store: Store, run: CampaignRun, trial: Trial, record: dict[str, Any]) -> None:
+    """Say in *record* why *trial*, measured anew, did not reuse the latest earlier result of
+    the same params (``run.not_reused``: which part of the identity differed), if there is
+    one."""
+    if trial.cache_of is not None:
+        return
+    other = store.earlier_measurement(run.name, canonical_json(trial.params), trial.id)
+    if other is None or other.config_hash == trial.config_hash:
+        return
+    then = store.campaign(other.campaign_id)
+    if then is None:
+        return
+    parts = identity_changes(store, then, other, run, trial)
+    record["run"]["not_reused"] = (
+        f"trial {other.number} of run {other.campaign_id} measured these params; "
+        + ("; ".join(parts) if parts else "its identity differs (environment variables, the"
+           " backend's placement, or an earlier release's hash)"))
+
+
+def identity_changes(store: Store, then_run: CampaignRun, then: Trial, run: CampaignRun,
+                     trial: Trial) -> list[str]:
+    """What differs between the identities two trials of the same params were measured
+    under, as the runs' specs record them ("dependencies differ: numpy 2.4.6 → 2.5.0")."""
+    old, new = then_run.spec.get("environment", {}), run.spec.get("environment", {})
+    parts = []
+    for key, label in (("command", "command"), ("shell", "shell"), ("cpus", "CPUs"),
+                       ("gpus", "GPUs"), ("memory_mb", "memory"), ("nodes", "nodes"),
+                       ("tasks_per_node", "tasks per node")):
+        if old.get(key) != new.get(key):
+            parts.append(f"{label} differs: {old.get(key)} → {new.get(key)}")
+    if old.get("code_version") != new.get("code_version"):
+        parts.append(f"code version differs: {old.get('code_version') or 'none'} →"
+                     f" {new.get('code_version') or 'none'}"
+                     + _changed_files(old.get("code_files"), new.get("code_files")))
+    was, now = (_digest_of(e.get("dependencies")) for e in (old, new))
+    if was != now:
+        parts.append("dependencies differ: "
+                     + _changed_dists(store, was, now, then.dependencies))
+    if then.data_version != trial.data_version:
+        parts.append(f"data version differs: {then.data_version} → {trial.data_version}")
+    if then_run.backend.partition("==")[0] != run.backend.partition("==")[0]:
+        parts.append(f"backend differs: {then_run.backend} → {run.backend}")
+    return parts
+
+
+def _digest_of(found: object) -> str | None:
+    return str(found["digest"]) if isinstance(found, Mapping) and found.get("digest") else None
+
+
+def _changed_files(old: object, new: object) -> str:
+    if not isinstance(old, Mapping) or not isinstance(new, Mapping):
+        return ""
+    changed = [f"{n} changed" for n in new if n in old and old[n] != new[n]]
+    changed += [f"{n} added" for n in new if n not in old]
+    changed += [f"{n} removed" for n in old if n not in new]
+    return f" ({', '.join(changed[:3])}{', …' if len(changed) > 3 else ''})" if changed else ""
+
+
+def _changed_dists(store: Store, was: str | None, now: str | None,
+                   reported: str | None) -> str:
+    """The versions that moved between two environments (by digest), else the digests."""
+    envs = store.environments(d for d in (was or reported, now) if d)
+    before, after = envs.get(was or reported or ""), envs.get(now or "")
+    if before is None or after is None:
+        return f"{was or 'not recorded (an earlier release)'} → {now or 'not known'}"
+    moved = []
+    if before.python != after.python:
+        moved.append(f"python {before.python} → {after.python}")
+    old, new = before.distributions, after.distributions
+    moved += [f"{n} {old[n]} → {new[n]}" for n in sorted(new) if n in old and old[n] != new[n]]
+    moved += [f"{n} {new[n]} added" for n in sorted(new) if n not in old]
+    moved += [f"{n} {old[n]} removed" for n in sorted(old) if n not in new]
+    return (", ".join(moved[:4]) + (", …" if len(moved) > 4 else "")) or f"{was} → {now}"
+
+
 def _ran_lines(r: Mapping[str, Any], row: Callable[[str, str], None]) -> None:
     """Answer 1 for people."""
     row("params", json.dumps(r["params"]))
@@ -404,14 +552,11 @@ def _ran_lines(r: Mapping[str, Any], row: Callable[[str, str], None]) -> None:
     else:
         row("command", "none (the backend runs no command)")
     row("resources", _resources_text(r["resources"]))
-    row("code version", r["code_version"] or "not declared")
-    deps = r["dependencies"]
-    if deps is None:
-        row("dependencies", "not reported (dse.trial.report() records them)")
-    else:
-        count = len(deps["distributions"]) if deps["distributions"] is not None else "?"
-        row("dependencies", f"{deps['digest']} (python {deps['python'] or '?'},"
-            f" {count} distributions)")
+    row("code version", _code_text(r))
+    for line in _dependency_lines(r):
+        row(*line)
+    if r.get("not_reused"):
+        row("not reused", r["not_reused"])
     agent = r["agent"]
     if r["baseline_run"]:
         row("candidate", f"the campaign's baseline (wave {r['wave']})")

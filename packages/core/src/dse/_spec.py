@@ -8,10 +8,10 @@ from dse._hashing import canonical_json
 from dse._types import RESOLVED_SCORER, CampaignStatus
 
 if TYPE_CHECKING:
-    from dse._campaign import Campaign
-    from dse._protocols import Runner
+    from dse._campaign import Campaign, EnvironmentConfig
+    from dse._protocols import Environment, Runner
     from dse._scoring import Scorer
-    from dse._store import Store
+    from dse._store import Batch, Store
 
 
 def campaign_spec(campaign: Campaign) -> dict[str, Any]:
@@ -55,6 +55,7 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
             **{f"{k}_param": v for k, v in env.resource_params.items()},
             **({"time_limit_param": env.time_limit_param} if env.time_limit_param else {}),
             "code_version": env.code_version,
+            **_code_and_dependencies(env),
         },
         "budget": campaign.budget.as_dict(),
         "price": {
@@ -89,6 +90,25 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
             "options": dict(stopping.options),
         }
     return spec
+
+
+CODE_FILES_KEPT = 1000
+"""The most files of a ``files:`` code version a run's record lists (beyond, their count)."""
+
+
+def _code_and_dependencies(env: EnvironmentConfig) -> dict[str, Any]:
+    """What the record keeps of the code a ``files:`` version digests and of the
+    dependencies (their digest, program and Python; the distributions are kept once per
+    digest in the record's environments)."""
+    out: dict[str, Any] = {}
+    if env.code_files:
+        files = dict(list(env.code_files.items())[:CODE_FILES_KEPT])
+        out["code_files"] = files
+        if len(env.code_files) > len(files):
+            out["code_files_more"] = len(env.code_files) - len(files)
+    if env.dependencies is not None:
+        out["dependencies"] = env.dependencies.describe()
+    return out
 
 
 def record_run(
@@ -132,3 +152,53 @@ def resumable_run(store: Store, campaign: Campaign, *, fresh: bool) -> tuple[int
                       " changed since (its file or its --set overrides); starting a new run")
     what = "was cancelled" if row.status is CampaignStatus.CANCELLED else "did not finish"
     return row.id, f"run {row.id} of {campaign.name} {what}: resuming it"
+
+
+def result_identity(environment: Environment, runner: Runner) -> dict[str, Any]:
+    """What a result's identity holds besides its params and data version: the environment's
+    workload identity, the backend and its placement (docs/record.md, "The identity of a
+    result")."""
+    return {**environment.identity(), "backend": runner.name,
+            "placement": dict(runner.placement())}
+
+
+def record_identity(store: Store, batch: Batch, campaign: Campaign, run: int, *,
+                    new: bool) -> str:
+    """Keep in *batch* the Python environment the campaign's command was found to run with
+    (what ``dse show`` compares a trial's report with), and, for a *new* run that reuses
+    results, the line :func:`unversioned_results` says (empty when none)."""
+    deps = campaign.environment.dependencies
+    if deps is not None and deps.python is not None:
+        batch.add_environment(digest=deps.digest, python=deps.python,
+                              distributions=deps.distributions)
+    return unversioned_results(store, campaign, run) if new else ""
+
+
+def unversioned_results(store: Store, campaign: Campaign, run: int) -> str:
+    """The line a new run *run* says when earlier runs of *campaign* recorded results without
+    the code version or dependency digest it now has (an earlier release's, or a campaign
+    that declared neither): those are shown and exported but never reused. Said by the first
+    run after them (not again once a run has recorded results with both); empty when none."""
+    env = campaign.environment
+    missing: list[tuple[int, list[str]]] = []
+    for row in store.campaigns():
+        if row.id >= run or row.name != campaign.name:
+            continue
+        recorded = row.spec.get("environment", {})
+        lacks = [part for part, now, then in (
+            ("code version", env.code_version, recorded.get("code_version")),
+            ("dependency digest", env.dependencies, recorded.get("dependencies")),
+        ) if now is not None and then is None]
+        if not lacks:
+            missing = []  # a run since measured with them: it said so, if anyone had to
+        else:
+            counts = store.trial_counts(row.id)
+            results = sum(n for status, n in counts.items() if status.is_reusable())
+            if results:
+                missing.append((results, lacks))
+    if not missing:
+        return ""
+    total = sum(n for n, _ in missing)
+    parts = sorted({part for _, lacks in missing for part in lacks})
+    return (f"{total} result(s) of earlier runs were recorded without a {' or '.join(parts)}:"
+            " shown and exported, never reused; this run measures their configurations again")

@@ -367,6 +367,26 @@ class _Reads:
             f"SELECT {_TRIAL_REF} {_TRIAL_REF_FROM} WHERE t.id IN ({{marks}})", rows
         )}
 
+    def trial_dependencies(self, rows: Iterable[int]) -> dict[int, str]:
+        """The dependency digest each trial row of *rows* reported (rows without one are left
+        out)."""
+        return {int(r[0]): str(r[1]) for r in self._in(
+            "SELECT id, dependencies FROM trials WHERE id IN ({marks})"
+            " AND dependencies IS NOT NULL", rows
+        )}
+
+    def earlier_measurement(self, name: str, params_json: str, before: int) -> Trial | None:
+        """The latest trial before row *before*, of a run of campaign *name*, that measured
+        the params *params_json* (canonical JSON) itself — not a cache hit — and ended with a
+        result about the design, whatever its identity (what ``dse show`` compares a trial
+        that was not a cache hit with)."""
+        rows = self._rows(
+            f"SELECT {_TRIAL} FROM trials WHERE params = ? AND id < ? AND cache_of IS NULL"
+            " AND status IN ('completed', 'failed', 'stopped') AND campaign_id IN"
+            " (SELECT id FROM campaigns WHERE name = ?) ORDER BY id DESC LIMIT 1",
+            (params_json, before, name))
+        return _trial(rows[0]) if rows else None
+
     def replacements(self, rows: Iterable[int]) -> dict[int, list[TrialRef]]:
         """The trials (of any run) that re-run each invalidated trial row of *rows*, oldest
         first; rows nothing replaces are left out."""

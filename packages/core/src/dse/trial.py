@@ -25,7 +25,8 @@ scored. A file that is absent is ``no_result``; one that is truncated or not a J
 ``malformed_result``, which is why :func:`report` replaces the file atomically. dse reads only a
 regular file in the trial directory, of at most 16 MiB, and never waits on it: a symlink is
 ``result_symlink``, a FIFO, device, socket or directory ``result_not_regular``, a larger file
-``result_too_large``.
+``result_too_large``, and one last written before its attempt started (an earlier attempt or
+run left it) ``stale_result``.
 
 A trial may span several tasks on several nodes (``nodes``, ``tasks_per_node``): each task
 learns its place from ``DSE_RANK``, ``DSE_LOCAL_RANK``, ``DSE_NODE_RANK``, ``DSE_WORLD_SIZE``,
@@ -364,23 +365,15 @@ def environment() -> dict[str, Any]:
     installed distributions (``{name: version}``, names normalised) that Python can import.
 
     :func:`report` writes it into ``result.json``; dse keeps it once per distinct digest and
-    stamps the trial with that digest. A workload in another language may write the same
-    ``environment`` object itself (``distributions`` naming its own packages)."""
+    stamps the trial with that digest. The controller asks the command's interpreter the same
+    question before any trial runs (its digest is part of a result's identity), so the two
+    digests agree when the trial ran where it was dispatched. A workload in another language
+    may write the same ``environment`` object itself (``distributions`` naming its own
+    packages)."""
     if not _ENVIRONMENT:
-        import importlib.metadata
-        import platform
-        import re
+        from dse._envprobe import environment as probe
 
-        found: dict[str, str] = {}
-        for dist in importlib.metadata.distributions():
-            name = dist.metadata["Name"] if dist.metadata else None
-            if name:
-                found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), dist.version)
-        _ENVIRONMENT.update(
-            python=platform.python_version(),
-            implementation=platform.python_implementation().lower(),
-            distributions=dict(sorted(found.items())),
-        )
+        _ENVIRONMENT.update(probe())
     return {**_ENVIRONMENT, "distributions": dict(_ENVIRONMENT["distributions"])}
 
 
