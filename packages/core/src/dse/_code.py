@@ -12,7 +12,6 @@ It is part of every trial's identity, so a cache never crosses code versions
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import fnmatch
 import hashlib
@@ -21,7 +20,6 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dse._deps import command_words, find_program, interpreter_of, is_python, trial_path
@@ -30,6 +28,7 @@ from dse._errors import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from pathlib import Path
 
 __all__ = ["CodeFiles", "CodeScan", "CodeSpec", "detect_code_version"]
 
@@ -184,15 +183,16 @@ class CodeScan:
                 for level, module, names in self._imports_of(file):
                     for name in [None, *names]:
                         queue += self._module_files(module, level, file, roots, name)
-        for file in self._declared():
-            counted.setdefault(file, None)
+        stats: dict[str, os.stat_result | None] = dict.fromkeys(map(str, counted))
+        for name, st in self._declared().items():
+            stats.setdefault(name, st)
         manifest: dict[str, str] = {}
-        for file in counted:
+        for name, st in stats.items():
             try:
-                digest = self.digests.digest(file)
+                digest = self.digests.digest(name, st)
             except OSError:
                 continue  # gone between the look and the read: not code any more
-            manifest[self._name(file)] = digest[:12]
+            manifest[self._name(name)] = digest[:12]
         self.digests.save()
         if self._imports_changed:
             self._imports.save()
@@ -266,8 +266,10 @@ class CodeScan:
                 return True
         return False
 
-    def _declared(self) -> list[Path]:
-        out: list[Path] = []
+    def _declared(self) -> dict[str, os.stat_result | None]:
+        """The files the declared ``code`` names (each with its ``stat`` when a walk of a
+        directory had it)."""
+        out: dict[str, os.stat_result | None] = {}
         for i, pattern in enumerate(self.spec.include):
             if _GLOB.search(pattern):
                 found = [p.resolve() for p in sorted(self.workdir.glob(pattern))]
@@ -279,25 +281,38 @@ class CodeScan:
                 raise ConfigError(f"{self.where}.code[{i}]: {pattern!r} matches no file under"
                                   f" {self.workdir}")
             for path in found:
-                out += self._walk(path) if path.is_dir() else [path] if self._counts(path) else []
+                if path.is_dir():
+                    if self._counts(path / "."):
+                        self._walk(str(path), out)
+                elif self._counts(path):
+                    out.setdefault(str(path), None)
         return out
 
-    def _walk(self, top: Path) -> list[Path]:
-        out: list[Path] = []
-        for base, dirs, names in os.walk(top):
-            here = Path(base)
-            dirs[:] = sorted(d for d in dirs if d not in _NEVER
-                             and not (here / d / "pyvenv.cfg").exists()
-                             and self._counts(here / d / "."))
-            out += [here / n for n in sorted(names) if self._counts(here / n)
-                    and (here / n).is_file()]
-        return out
+    def _walk(self, top: str, out: dict[str, os.stat_result | None]) -> None:
+        """Every file under the directory *top* that counts, into *out* (one ``scandir`` a
+        directory: a tree of thousands of files costs a ``stat`` each)."""
+        base = str(self.workdir) + os.sep
+        never = [str(n) for n in self.never]
+        stack = [top]
+        while stack:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    path = entry.path
+                    relative = path[len(base):] if path.startswith(base) else None
+                    if relative is not None and self._excluded(relative.replace(os.sep, "/")):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        if (entry.name not in _NEVER
+                                and not os.path.exists(os.path.join(path, "pyvenv.cfg"))
+                                and not any(path == n or path.startswith(n + os.sep)
+                                            for n in never)):
+                            stack.append(path)
+                    elif entry.is_file():
+                        out.setdefault(path, entry.stat())
 
-    def _name(self, file: Path) -> str:
-        try:
-            return file.relative_to(self.workdir).as_posix()
-        except ValueError:
-            return str(file)
+    def _name(self, file: str) -> str:
+        base = str(self.workdir) + os.sep
+        return file[len(base):].replace(os.sep, "/") if file.startswith(base) else file
 
     # -- Python imports ---------------------------------------------------------------------
 
@@ -311,6 +326,8 @@ class CodeScan:
         cached = self._imports.data.get(digest)
         if isinstance(cached, list):
             return [(int(a), str(b), list(c)) for a, b, c in cached]
+        import ast  # lazily: only a workload outside git, with Python of its own, needs it
+
         found: list[tuple[int, str, list[str]]] = []
         try:
             tree = ast.parse(file.read_bytes(), str(file))
