@@ -203,3 +203,30 @@ def test_the_data_version_the_trial_read_is_kept_in_the_document(tmp_path):
     assert not isinstance(document, dse.Evaluation)
     assert reported_data_version(document) == "v3"
     assert reported_data_version({"complete": True}) is None
+
+
+def test_a_result_written_before_its_attempt_started_is_never_scored(tmp_path):
+    environment = dse.CommandEnvironment(
+        dse.EnvironmentConfig(command=("python", "kernel.py")), [dse.Objective("time_ms")])
+    trial_dir = tmp_path / "trial"
+    trial_dir.mkdir()
+    job = environment.prepare(dse.TrialInfo("kernels-1-7", 7, 2, {}, trial_dir))
+    result = trial_dir / "result.json"
+    result.write_bytes(GOOD)
+    written = result.stat().st_mtime
+
+    def evaluate(started_at: float | None) -> dse.Evaluation:
+        return environment.evaluate(job, dse.JobStatus(
+            "4711", dse.JobState.SUCCEEDED, exit_code=0, started_at=started_at))
+
+    # An hour older than the attempt: an earlier attempt or run left it.
+    stale = evaluate(written + 3600)
+    assert (stale.failure, stale.metrics) == (dse.FailureClass.STALE_RESULT, {})
+    assert stale.message is not None
+    assert stale.message.startswith("result.json was last written at ")
+    assert stale.message.endswith(", 3600 s before its attempt started: an earlier attempt or"
+                                  " run left it, and it is never scored")
+    assert not dse.reusable(dse.TrialStatus.FAILED, stale.failure)  # the attempt wrote none
+    # Within the clocks' slack of the start, later, or with no start known: the attempt's.
+    for started_at in (written + 4.0, written - 60, None):
+        assert evaluate(started_at).metrics == {"time_ms": 1.5}, started_at

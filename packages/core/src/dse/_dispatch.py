@@ -8,20 +8,18 @@ rejections in a row; everything else it changes belongs to the part it is passed
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 from typing import TYPE_CHECKING, Any
 
 from dse._live import LiveTrial
 from dse._outcome import Retry
 from dse._protocols import TrialInfo
 from dse._space import ParamError
+from dse._trialdirs import TrialDirs
 from dse._types import AttemptState, EndReason, FailureClass, TrialStatus
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from pathlib import Path
 
     from dse._baseline import Baselines
     from dse._campaign import Campaign
@@ -93,49 +91,6 @@ def claim_configs(p: Parts, proposals: list[Mapping[str, Any]]) -> list[Hashed |
     return coerced
 
 
-class TrialDirs:
-    """The directories of a run's trials (``<run_dir>/<number:06d>``), made before each trial
-    is prepared."""
-
-    def __init__(self) -> None:
-        self.run_dir: Path | None = None
-        """Where they go (set when the run is recorded)."""
-        self.wanted = True
-        """Whether the backend wants them (:attr:`dse.Backend.trial_dirs`): a ``mkdir``
-        costs as much as the rest of a trial's bookkeeping, and the record's fsync flushes
-        every one made since the last."""
-        self._fd: int | None = None
-        """The run directory, open: a trial's directory is made relative to it (``mkdir`` of
-        a relative name costs half of one given the whole path, which the kernel walks)."""
-
-    def open(self, run_dir: Path, wanted: bool) -> None:
-        """Make the directories of the trials of the run in *run_dir* from now on, if
-        *wanted* (:attr:`dse.Backend.trial_dirs`)."""
-        self.run_dir, self.wanted = run_dir, wanted
-
-    def path(self, number: int) -> Path:
-        assert self.run_dir is not None
-        return self.run_dir / f"{number:06d}"
-
-    def make(self, number: int) -> None:
-        """Make trial *number*'s directory. One left by a controller that died before
-        committing the trial is reused: nothing ran in it, since submission follows the
-        commit."""
-        if not self.wanted:
-            return
-        if self._fd is None:
-            assert self.run_dir is not None
-            self._fd = os.open(self.run_dir, os.O_RDONLY | os.O_DIRECTORY)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(f"{number:06d}", dir_fd=self._fd)
-
-    def close(self) -> None:
-        """Let go of the run directory (the run ended)."""
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
-
-
 class Dispatcher:
     """Turns proposals into trials and attempts into queued work, within the budget."""
 
@@ -153,7 +108,7 @@ class Dispatcher:
         """What a new attempt is recorded as: ``queued`` while it may wait for the pool's
         resources (``submitting`` once granted), ``submitting`` when every queued attempt
         starts at once."""
-        self.dirs = TrialDirs()
+        self.dirs = TrialDirs(parts.journal.event, parts.journal.alert)
         self.overproposed = False
         """The agent was warned of for answering more than it was asked."""
 
@@ -312,7 +267,7 @@ class Dispatcher:
                                                        "replaces": replaced})
         trial_dir = self.dirs.path(trial.number)
         try:
-            self.dirs.make(trial.number)
+            self.dirs.make(trial.number, trial.row_id)
             spec = p.environment.prepare(TrialInfo(
                 trial.trial_id, trial.number, 1, trial.params, trial_dir, p.data.version))
         except Exception as exc:  # noqa: BLE001 - a trial that cannot be prepared fails alone

@@ -264,8 +264,8 @@ class Engine:
                                            where=f"{campaign.source or '<campaign>'}: data"))
             self.stats.forget_ranking()
         self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.dispatcher.dirs.open(self.run_dir, bool(getattr(self.backend, "trial_dirs", True)))
+        self.dispatcher.dirs.open(self.run_dir, bool(getattr(self.backend, "trial_dirs", True)),
+                                  new=resume is None)
         if self.pool is not None:
             pool, engine = self.pool, self
             self.collector.on_attempt_end = (
@@ -384,7 +384,7 @@ class Engine:
 
     def submit_granted(self) -> None:
         """Submit the queued attempts the pool granted, in the order they were queued."""
-        trials = self.table.take_granted()
+        trials = self.dispatcher.dirs.submitting(self.table.take_granted())
         if not trials:
             return
         ids = self.backend.submit([t.spec for t in trials if t.spec is not None])

@@ -146,12 +146,14 @@ class CommandEnvironment:
 
     def evaluate(self, job: JobSpec, status: JobStatus) -> Evaluation:
         """The metrics of a successful attempt: from the result the backend delivered in-band
-        (:attr:`JobStatus.result`), else from the trial's ``result.json``; an
-        :class:`Evaluation` with a failure class when the result is missing, unreadable,
-        incomplete, or lacks a finite objective metric."""
+        (:attr:`JobStatus.result`), else from the trial's ``result.json`` (written since the
+        attempt started); an :class:`Evaluation` with a failure class when the result is
+        missing, unreadable, older than the attempt, incomplete, or lacks a finite objective
+        metric."""
         doc = status.result
         if doc is None:
-            doc_or_failure = read_result(job.trial_dir / RESULT_FILE)
+            doc_or_failure = read_result(job.trial_dir / RESULT_FILE,
+                                         started_at=status.started_at)
             if isinstance(doc_or_failure, Evaluation):
                 return doc_or_failure
             doc = doc_or_failure
@@ -162,20 +164,24 @@ class CommandEnvironment:
         return dataclasses.replace(evaluation, data_version=read, environment=environment)
 
 
-def read_result(path: Path) -> Mapping[str, Any] | Evaluation:
-    """Parse a result file, or say why it cannot be used.
+def read_result(
+    path: Path, *, started_at: float | None = None
+) -> Mapping[str, Any] | Evaluation:
+    """Parse a result file (of the attempt that started at *started_at*), or say why it cannot
+    be used.
 
     Returns the document (a JSON object, every key kept, ``data_version`` included) or an
     :class:`Evaluation` carrying the failure: ``no_result`` when the file does not exist;
     ``result_symlink``, ``result_not_regular`` or ``result_too_large`` when it is not a
     regular file inside its directory of at most :data:`MAX_TRIAL_FILE_BYTES` (it is then
-    never read, so a FIFO cannot block: :func:`read_trial_file`); ``malformed_result`` when
-    it cannot be read, is empty, is not UTF-8, is not JSON (a truncated write included) or is
-    not a JSON object. Never raises.
+    never read, so a FIFO cannot block: :func:`read_trial_file`); ``stale_result`` when it
+    was last written before *started_at* (by more than :data:`CLOCK_SLACK_S`);
+    ``malformed_result`` when it cannot be read, is empty, is not UTF-8, is not JSON (a
+    truncated write included) or is not a JSON object. Never raises.
     """
     name = path.name
     try:
-        raw = read_trial_file(path.parent, name)
+        raw = read_trial_file(path.parent, name, started_at=started_at)
     except FileNotFoundError:
         return Evaluation(failure=FailureClass.NO_RESULT, message=f"no {name}")
     except UnsafeTrialFile as exc:

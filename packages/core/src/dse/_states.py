@@ -247,6 +247,10 @@ class FailureClass(enum.Enum):
     dse refuses it without reading, so nothing a trial leaves can block the controller."""
     RESULT_TOO_LARGE = "result_too_large"
     """The result file is larger than dse reads (16 MiB, ``MAX_TRIAL_FILE_BYTES``)."""
+    STALE_RESULT = "stale_result"
+    """The result file was last written before its attempt started (beyond a few seconds of
+    clock skew): an earlier attempt or run left it, so it is never scored. Not a measurement
+    of the design (the attempt wrote none): a later identical proposal runs again."""
     INCOMPLETE_OUTPUT = "incomplete_output"
     """The result is not marked complete."""
     MISSING_METRIC = "missing_metric"

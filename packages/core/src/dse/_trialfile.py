@@ -4,7 +4,11 @@ A trial writes its directory as it likes, so the name the controller reads may b
 to another trial's result, a FIFO that never delivers a byte, a device that never ends, or a
 file of gigabytes. :func:`read_trial_file` reads it only when it is a regular file inside the
 trial directory, at most :data:`MAX_TRIAL_FILE_BYTES` long, and never blocks on it: anything
-else is refused with the :class:`~dse.FailureClass` that says what was wrong.
+else is refused with the :class:`~dse.FailureClass` that says what was wrong. Nor is a file
+older than the attempt that hands it in read as that attempt's (:data:`CLOCK_SLACK_S`).
+
+What a run must not use but may not delete (a directory an earlier record made, the result an
+earlier attempt left) is renamed beside itself by :func:`move_aside`.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import errno
 import os
 import stat
 import tempfile
+import time
 from typing import TYPE_CHECKING
 
 from dse._errors import DseError
@@ -26,6 +31,12 @@ MAX_TRIAL_FILE_BYTES = 16 * 1024 * 1024
 """The largest result file dse reads (16 MiB): a result is metrics and a few keys, so a larger
 one is a workload writing the wrong thing, which must not fill the controller's memory."""
 
+CLOCK_SLACK_S = 5.0
+"""How much older than its attempt's start a result file may look and still be that attempt's:
+the clocks that stamp the two differ (a Slurm node's against its file server's; Slurm's start
+times are whole seconds; a file's time is the kernel's coarse clock). Older than that, an
+earlier attempt or run left it."""
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
@@ -36,27 +47,34 @@ class UnsafeTrialFile(DseError, ValueError):
     def __init__(self, failure: FailureClass, message: str) -> None:
         super().__init__(message)
         self.failure = failure
-        """``result_symlink``, ``result_not_regular`` or ``result_too_large``."""
+        """``result_symlink``, ``result_not_regular``, ``result_too_large`` or
+        ``stale_result``."""
 
 
 def read_trial_file(
-    directory: Path, name: str, *, limit: int = MAX_TRIAL_FILE_BYTES
+    directory: Path, name: str, *, limit: int = MAX_TRIAL_FILE_BYTES,
+    started_at: float | None = None,
 ) -> bytes:
     """The bytes of the file *name* in the trial directory *directory*.
 
     The directory itself (its last component: the part a trial could replace) and the file
     are opened without following symlinks; the file is opened non-blocking and checked to be
-    a regular file before a byte is read, and at most *limit* + 1 bytes are read.
+    a regular file before a byte is read, and at most *limit* + 1 bytes are read. With
+    *started_at* (when the attempt handing it in started, wall clock), a file last written
+    more than :data:`CLOCK_SLACK_S` before it is refused unread: not this attempt's.
 
     :raises FileNotFoundError: the file (or the directory) does not exist.
     :raises UnsafeTrialFile: the file or the directory is a symlink, the file is not a regular
-        file (a FIFO, a device, a socket, a directory) or it is longer than *limit* bytes.
+        file (a FIFO, a device, a socket, a directory), it is longer than *limit* bytes, or
+        older than *started_at* (``stale_result``).
     :raises OSError: it cannot be read for another reason (permissions, I/O).
     """
-    fd, size = _open_regular(directory, name)
+    fd, info = _open_regular(directory, name)
     try:
-        if size > limit:
+        if info.st_size > limit:
             raise _too_large(name, limit)
+        if started_at is not None and info.st_mtime < started_at - CLOCK_SLACK_S:
+            raise _stale(name, info.st_mtime, started_at)
         data = _read_at_most(fd, limit + 1)
     finally:
         os.close(fd)
@@ -100,10 +118,10 @@ def write_trial_file(directory: Path, name: str, data: bytes) -> None:
         raise
 
 
-def _open_regular(directory: Path, name: str) -> tuple[int, int]:
+def _open_regular(directory: Path, name: str) -> tuple[int, os.stat_result]:
     """The file *name* in the trial directory *directory*, open for reading once it is known
     to be a regular file there (never through a symlink, never a FIFO or device), and its
-    size then."""
+    status then."""
     dir_fd = _open_directory(directory, name)
     try:
         fd = _open_file(dir_fd, name)
@@ -115,7 +133,24 @@ def _open_regular(directory: Path, name: str) -> tuple[int, int]:
     except BaseException:
         os.close(fd)
         raise
-    return fd, info.st_size
+    return fd, info
+
+
+def move_aside(path: Path) -> Path:
+    """Rename *path* (a file or a directory; a symlink is renamed, never followed) to
+    ``<name>.moved-<UTC time>`` beside it (``-2``, ``-3``… after it when that name is taken)
+    and return the new path: nothing is deleted, nothing overwritten.
+
+    :raises FileNotFoundError: *path* does not exist.
+    """
+    os.lstat(path)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target, n = path.with_name(f"{path.name}.moved-{stamp}"), 1
+    while os.path.lexists(target):
+        n += 1
+        target = path.with_name(f"{path.name}.moved-{stamp}-{n}")
+    os.rename(path, target)
+    return target
 
 
 def _open_directory(directory: Path, name: str) -> int:
@@ -183,6 +218,13 @@ def _symlink(name: str, dir_fd: int) -> UnsafeTrialFile:
         target = target[:199] + "…"
     msg = f"{name} is a symlink (to {target!r}), not a regular file in the trial directory"
     return UnsafeTrialFile(FailureClass.RESULT_SYMLINK, msg)
+
+
+def _stale(name: str, written: float, started: float) -> UnsafeTrialFile:
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(written))
+    msg = (f"{name} was last written at {when}, {started - written:.0f} s before its attempt"
+           " started: an earlier attempt or run left it, and it is never scored")
+    return UnsafeTrialFile(FailureClass.STALE_RESULT, msg)
 
 
 def _too_large(name: str, limit: int) -> UnsafeTrialFile:
