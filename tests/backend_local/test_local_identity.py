@@ -18,8 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import dse
 from support.cli import run_dse, write_plugin
 
