@@ -350,9 +350,9 @@ class CodeScan:
         ``__init__.py`` and the module itself."""
         parts = [p for p in module.split(".") if p] + ([name] if name else [])
         if level:
-            if importer is None:
-                return []
-            bases = [importer.parent.parents[level - 2] if level > 1 else importer.parent]
+            if importer is None or level - 1 >= len(importer.parents):
+                return []  # a relative import above the file system's root fails in the trial
+            bases = [importer.parents[level - 1]]
         else:
             bases = list(roots)
         for base in bases:
