@@ -192,7 +192,7 @@ def test_a_wrapper_that_ignores_a_cancel_is_killed_once_the_backends_clock_says_
         assert backend.poll() == []
         assert alive(wrapper)  # not past the grace period and its margin yet
         clock.sleep(0.1)
-        status = wait_for(backend, [job_id], timeout=10)[job_id]
+        status = wait_for(backend, [job_id], timeout=30)[job_id]
     finally:
         backend.shutdown()
     assert status.state is JobState.CANCELLED

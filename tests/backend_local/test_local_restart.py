@@ -132,7 +132,7 @@ def test_an_attempt_that_never_started_is_lost_without_blame_and_a_dead_wrapper_
     (adir / "wrapper.pid").write_text(f"{gone.pid} 1\n")
     with LocalBackend(cpus=2, gpus=0, grace=0.5) as backend:
         backend.reattach({"job-never": never, "job-died": died})
-        final = wait_for(backend, ["job-never", "job-died"], timeout=10)
+        final = wait_for(backend, ["job-never", "job-died"], timeout=30)
     assert final["job-never"].state is JobState.LOST
     assert not final["job-never"].ambiguous
     assert "never started" in (final["job-never"].reason or "")

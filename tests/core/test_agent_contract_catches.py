@@ -60,7 +60,8 @@ class InFlightBlind(_Base):
 
 
 class Repeater(_Base):
-    """Proposes new points, and every third time the first point it was told of."""
+    """Proposes new points, and every third time the point of the first trial it was told
+    of."""
 
     def propose(self, n, in_flight=()):
         out = []
@@ -68,10 +69,18 @@ class Repeater(_Base):
             if self.exhausted:
                 break
             if self.observed and len(self.observed) % 3 == 2 and not out:
-                out.append(self.observed[0])
+                out.append(self.first[1])
             else:
                 out.append(self.space.sample(self.rng))
         return out
+
+    def observe(self, observations):
+        super().observe(observations)
+        for o in observations:
+            if o.status is not None and o.trial_number is not None:
+                first = getattr(self, "first", None)
+                if first is None or o.trial_number < first[0]:
+                    self.first = (o.trial_number, dict(o.params))
 
 
 class HashSeeded(_Base):
@@ -97,6 +106,36 @@ class HashSeeded(_Base):
     def exhausted(self):
         size = self.space.cardinality
         return size is not None and len(self.proposed) >= size
+
+
+class TellOrderSensitive(HashSeeded):
+    """Draws from a generator reseeded by the trial it was told of last: told a batch's
+    results in another order, it proposes other points."""
+
+    def __init__(self, space, seed=0):
+        super().__init__(space, seed)
+        self.last = 0
+
+    def observe(self, observations):
+        super().observe(observations)
+        for o in observations:
+            if o.trial_number is not None:
+                self.last = o.trial_number
+
+    def propose(self, n, in_flight=()):
+        self.rng = random.Random(self.seed * 1_000_003 + self.last * 1_009
+                                 + len(self.proposed))
+        flying = [self.space.coerce(p) for p in in_flight]
+        out = []
+        size = self.space.cardinality
+        for _ in range(10_000):
+            if len(out) >= n or (size is not None and len(self.proposed) >= size):
+                break
+            p = self.space.coerce(self.space.sample(self.rng))
+            if p not in self.proposed and p not in flying:
+                self.proposed.append(p)
+                out.append(p)
+        return out
 
 
 class NoVersion(HashSeeded):
@@ -127,6 +166,12 @@ class TestHashSeeded(AgentContract):
         return HashSeeded
 
 
+class TestTellOrderSensitive(AgentContract):
+    @pytest.fixture
+    def agent_factory(self):
+        return TellOrderSensitive
+
+
 class TestNoVersion(AgentContract):
     @pytest.fixture
     def agent_factory(self):
@@ -144,6 +189,8 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> str:
     ("TestRepeater", "test_never_proposes_an_observed_point_again", "already observed"),
     ("TestHashSeeded", "test_proposals_do_not_depend_on_the_hash_seed",
      "PYTHONHASHSEED=1 and 2"),
+    ("TestTellOrderSensitive", "test_proposals_do_not_depend_on_the_order_results_are_told_in",
+     "told the same results in another order, the agent proposed differently"),
 ])
 def test_each_broken_agent_fails_the_test_of_its_mistake(
     outcome: str, agent: str, test: str, says: str
@@ -160,6 +207,7 @@ def test_the_broken_agents_fail_nothing_else(outcome: str) -> None:
         "TestRepeater::test_never_proposes_an_observed_point_again",
         "TestRepeater::test_never_proposes_a_point_in_flight",
         "TestHashSeeded::test_proposals_do_not_depend_on_the_hash_seed",
+        "TestTellOrderSensitive::test_proposals_do_not_depend_on_the_order_results_are_told_in",
         "TestNoVersion::test_name_and_version_are_non_empty_strings",
     }
     assert failed(outcome) <= allowed, outcome[-3000:]

@@ -335,6 +335,10 @@ class GateModel:
         """Configurations a new proposal reuses (they ended completed or failed) or waits for
         (they run)."""
         self.steps = 0
+        self.hits = 0
+        """Cache hits of ended trials taken in the current fill (told before the next)."""
+        self.blocked = False
+        """The gate refused a trial in the current fill."""
         self.done: str | None = None
         self.stopping = False
         self.interruptions: deque[float] = deque()
@@ -397,11 +401,15 @@ class GateModel:
             if case.mode == "waves" and busy:
                 return
             slots = case.parallelism - busy
-            if slots <= 0 or self.fill(slots) or busy:
-                return
+            self.hits, self.blocked = 0, False
+            if slots > 0:
+                self.fill(slots)
+            if self.blocked or not self.hits:
+                return  # else the cache hits' results are told, and the agent asked again
 
     def fill(self, slots: int) -> int:
-        """Pull proposals until *slots* trials started (or none may); how many started."""
+        """Pull proposals until *slots* are taken by trials and cache hits (or none may);
+        how many were."""
         case, started = self.case, 0
         while slots > started and not self.done:
             if case.max_trials is not None and self.steps >= case.max_trials:
@@ -423,15 +431,20 @@ class GateModel:
                 self.steps += 1
                 took = self.new_trial(x)
                 if took is None:
-                    return started  # refused: no more pulls until something ends
+                    self.blocked = True  # refused: no more pulls until something ends
+                    return started
                 started += took
         return started
 
     def new_trial(self, x: int) -> int | None:
-        """Dispatch a trial of *x*: 1 if it started, 0 if it reused another, ``None`` if the
-        gate refused it."""
+        """Dispatch a trial of *x*: 1 if it took a slot (it started, or it is a cache hit:
+        in rolling mode one whose original ended), 0 if it waits on a running trial,
+        ``None`` if the gate refused it."""
         if x in self.known:
-            return 0
+            waits = (any(a.trial.x == x for a in self.running)
+                     or any(t.x == x for t in self.retries))
+            self.hits += not waits
+            return 1 if self.case.mode == "waves" or not waits else 0
         case = self.case
         own = case.resources.get(case.like(x))
         resources = dse.Resources(*own) if own else self.environment.resources

@@ -296,11 +296,13 @@ def test_the_agent_is_never_asked_for_more_than_the_free_slots(run_campaign):
 
     run = run_campaign(proposals, max_parallelism=3, passes=[1, 0, 2, 0, 1, 0, 1])
 
-    # A cache hit takes no slot, so the wave asks again for the slot it left free.
-    assert run.agent.calls == [(3, 0), (1, 2), (3, 0), (1, 2), (3, 0), (2, 1)]
+    # A cache hit takes its slot as a trial would: each wave is three proposals, however
+    # many of them the record (or a trial of the same wave) answers.
+    assert run.agent.calls == [(3, 0), (3, 0), (3, 0), (3, 0), (2, 1)]
     for asked, in_flight in run.agent.calls:
         assert 1 <= asked <= 3 - in_flight
-    assert run.batches == [[1, 2, 4], [6, 7, 8], [10]]
+    assert run.batches == [[1, 2], [4, 6], [7, 8], [10]]
+    assert [row["status"] for row in run.trials].count("cached") == 3
 
 
 def test_the_agent_is_told_a_whole_wave_before_it_proposes_again(run_campaign):

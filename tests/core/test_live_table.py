@@ -77,6 +77,35 @@ def test_a_config_is_reused_from_the_cache_else_from_the_trial_that_runs_it() ->
     assert table.reusable("same") is None
 
 
+def test_a_cache_hit_takes_its_slot_unless_rolling_waits_on_a_running_trial() -> None:
+    table = TrialTable()
+    running, ended = trial(1, "run"), trial(2, "done", status=TrialStatus.COMPLETED)
+    table.submitted(running, "job-1")
+    table.dispatched(running)
+    table.cache(ended)
+    waiter, hit = (trial(3, "run", status=TrialStatus.CACHED),
+                   trial(4, "done", status=TrialStatus.CACHED))
+    running.waiters.append(waiter)
+    failed = trial(5, status=TrialStatus.FAILED)  # it could not be prepared: nothing runs
+
+    assert [table.takes_slot(t, waves=True) for t in (running, waiter, hit, failed)] == [
+        True, True, True, False]
+    assert [table.takes_slot(t, waves=False) for t in (running, waiter, hit, failed)] == [
+        True, False, True, False]
+    # The waiting cache hit is in flight with the trial it waits on.
+    assert table.in_flight() == [running, waiter]
+
+
+def test_the_agent_is_shown_in_flight_what_it_is_still_to_be_told_in_proposal_order() -> None:
+    feedback = Feedback(Direction.MINIMIZE)
+    running = [trial(5), trial(2)]
+    feedback.tell(4, Observation(params={"x": 4}, status=TrialStatus.CACHED, proposal=4))
+    feedback.tell(1, Observation(params={"x": 1}, status=TrialStatus.COMPLETED, proposal=1))
+
+    assert feedback.in_flight(running) == [(1, {"x": 1}), (2, {"x": 2}), (4, {"x": 4}),
+                                           (5, {"x": 5})]
+
+
 def test_feedback_is_told_in_proposal_order_and_logged(tmp_path: Path) -> None:
     class Agent:
         def __init__(self) -> None:

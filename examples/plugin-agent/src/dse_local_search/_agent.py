@@ -9,11 +9,16 @@ What a third-party agent must get right, and how this one does (``dse.testing``'
 * **deterministic for a seed, in every process**: one ``random.Random(seed)``, parameters
   visited in declared order, no iteration over sets or dicts of strings (their order follows
   ``PYTHONHASHSEED``, so a resume or a replay in another process would diverge).
+* **the same results, the same proposals, whatever order they come in**: dse tells results
+  as trials finish (or as the record answers them), so the results are kept in the order of
+  their proposals and the radius is replayed from them at each ``propose``; a rerun of a
+  campaign then proposes what the first run did, and every configuration is a cache hit.
 * **exhausted** once a finite space has no point left.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import random
@@ -39,7 +44,7 @@ class LocalSearchAgent:
     parameter moved a fraction ``radius`` of the way towards a random value (on its log
     scale when declared ``log``; a categorical changed with that probability). The radius
     halves after ``patience`` results without an improvement (at least 0.02) and is back to
-    its start after one.
+    its start after one, the results counted in the order of their proposals.
 
     Options (``[agent.local-search]``): ``initial`` (int >= 1, default 8), ``radius``
     (0 < float <= 1, default 0.5), ``patience`` (int >= 1, default 4).
@@ -59,10 +64,11 @@ class LocalSearchAgent:
         self._initial = _number(options, "initial", 8, int, 1, None)
         self._start = _number(options, "radius", 0.5, float, 1e-9, 1.0)
         self._patience = _number(options, "patience", 4, int, 1, None)
-        self._radius = self._start
-        self._misses = 0
         self._seen: set[str] = set()
-        self._best: tuple[float, dict[str, Any]] | None = None
+        self._results: list[tuple[int, int, float]] = []
+        """(proposal, arrival, loss) of each result, in proposal order."""
+        self._best: tuple[float, dict[str, Any], tuple[int, int]] | None = None
+        """The best result: its loss, params and place (a tie goes to the earlier proposal)."""
         self._proposed = 0
 
     @property
@@ -76,8 +82,9 @@ class LocalSearchAgent:
         for params in in_flight:
             self._seen.add(_key(params))
         out: list[dict[str, Any]] = []
+        radius = self._radius()
         while len(out) < n and not self.exhausted:
-            params = self._candidate()
+            params = self._candidate(radius)
             if params is None:
                 break
             self._seen.add(_key(params))
@@ -91,23 +98,34 @@ class LocalSearchAgent:
             loss = obs.loss
             if obs.status not in (TrialStatus.COMPLETED, TrialStatus.CACHED) or loss is None:
                 continue
-            if self._best is None or loss < self._best[0]:
-                self._best = (loss, dict(obs.params))
-                self._radius, self._misses = self._start, 0
-            else:
-                self._misses += 1
-                if self._misses >= self._patience:
-                    self._radius, self._misses = max(self._radius / 2.0, 0.02), 0
+            place = (obs.proposal or 0, len(self._results))
+            bisect.insort(self._results, (*place, loss))
+            if self._best is None or (loss, place) < (self._best[0], self._best[2]):
+                self._best = (loss, dict(obs.params), place)
 
     # -- candidates -----------------------------------------------------------------------
 
-    def _candidate(self) -> dict[str, Any] | None:
+    def _radius(self) -> float:
+        """The radius after the results so far, replayed in proposal order: halved after
+        ``patience`` results without an improvement (at least 0.02), back to its start
+        after one."""
+        radius, misses, best = self._start, 0, math.inf
+        for _, _, loss in self._results:
+            if loss < best:
+                best, radius, misses = loss, self._start, 0
+                continue
+            misses += 1
+            if misses >= self._patience:
+                radius, misses = max(radius / 2.0, 0.02), 0
+        return radius
+
+    def _candidate(self, radius: float) -> dict[str, Any] | None:
         space, rng = self._space, self._rng
         local = self._best is not None and self._proposed >= self._initial
         for attempt in range(_TRIES * 2):
             if local and attempt < _TRIES and self._best is not None:
                 params = {p.name: _toward(p, self._best[1][p.name], p.sample(rng),
-                                          self._radius, rng) for p in space.params}
+                                          radius, rng) for p in space.params}
             else:
                 params = space.sample(rng)
             params = dict(space.coerce(params))

@@ -46,11 +46,14 @@
   later picks went far, and waves lagged a rolling campaign: median regret 2.0 against 0.84
   on a shifted 5-D Ackley, 6 seeds.) Never a point already proposed.
 
-Seeded and deterministic: the same seed and the same calls give the same proposals.
+Seeded and deterministic: the same seed and the same calls give the same proposals, and the
+results told between two ``propose`` calls may come in any order and in any number of
+``observe`` calls (the points are kept in the order of their proposals).
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 import math
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -92,6 +95,8 @@ _OPTIONS = ("initial", "candidates", "max_points")
 _FIT_POINTS = 120
 """Most observations the hyperparameters are fitted on (the posterior uses up to
 ``max_points``)."""
+_UNNUMBERED = 2**53
+"""Where an observation without a proposal number comes (after every numbered one)."""
 _NEAR_FAILURES = 64
 _FAILURE_ABOVE = 2.0
 """A failure near the best point joins the objective's model at its prediction plus this many
@@ -151,7 +156,7 @@ class BayesianAgent:
     """
 
     name: ClassVar[str] = "bayesian"
-    version: ClassVar[str] = "0.2.0"
+    version: ClassVar[str] = "0.2.1"
 
     def __init__(self, space: Space, *, seed: int = 0, **options: Any) -> None:
         unknown = {k: v for k, v in options.items() if k not in _OPTIONS}
@@ -182,12 +187,19 @@ class BayesianAgent:
         """Loss of each observed point; ``None`` for a failure or a rejection."""
         self._t: list[float] = []
         """Fidelity of each loss: ``step / max_step`` for a trial stopped early, else 1."""
-        self._trials: dict[int, int] = {}
-        """Trial number -> its entry in ``_x``: a trial told again (stopped, promoted, then
-        stopped higher or completed) replaces what it said before."""
+        self._order: list[tuple[int, int]] = []
+        """Where each point of ``_x`` comes in: (its proposal, the how-manieth it was told).
+        ``_x``, ``_y``, ``_t`` and the Pareto losses are kept in this order, so the models
+        see the same rows in the same order whatever order the results were told in (a
+        rolling campaign tells them as trials finish)."""
+        self._trials: dict[int, tuple[int, int]] = {}
+        """Trial number -> its place in ``_order``: a trial told again (stopped, promoted,
+        then stopped higher or completed) replaces what it said before."""
         self._seen: set[tuple[Any, ...]] = set()
         """Every point proposed (or observed): never proposed again."""
         self._proposed = 0
+        self._told = 0
+        """Points observed so far (the second half of their place in ``_order``)."""
         self._fits = 0
         self._fantasy: tuple[NDArray[np.float64], NDArray[np.float64]] = (
             np.zeros((0, self._enc.width)), np.zeros(0))
@@ -262,23 +274,29 @@ class BayesianAgent:
                 continue  # a rejected proposal outside the space: no point to learn from
             self._seen.add(enc.key(obs.params))
             number = obs.trial_number
-            entry = self._trials.get(number) if number is not None else None
-            if entry is not None and np.array_equal(self._x[entry], x):
+            place = self._trials.get(number) if number is not None else None
+            entry = -1 if place is None else bisect.bisect_left(self._order, place)
+            if entry >= 0 and np.array_equal(self._x[entry], x):
                 # The same trial told again: its later result replaces the earlier.
                 self._y[entry], self._t[entry] = loss, fidelity
                 self._multi.losses[entry] = losses
                 continue
+            place = (_UNNUMBERED if obs.proposal is None else obs.proposal, self._told)
+            self._told += 1
             if number is not None:
-                self._trials[number] = len(self._x)
-            self._x.append(x)
-            self._y.append(loss)
-            self._t.append(fidelity)
-            self._multi.losses.append(losses)
+                self._trials[number] = place
+            entry = bisect.bisect(self._order, place)
+            self._order.insert(entry, place)
+            self._x.insert(entry, x)
+            self._y.insert(entry, loss)
+            self._t.insert(entry, fidelity)
+            self._multi.losses.insert(entry, losses)
 
     def snapshot(self) -> dict[str, Any] | None:
         """The agent's state as JSON values: the generator, the rest of the initial design,
-        the points observed with their losses, every point proposed or seen, the counts, and
-        the model's hyperparameters (the next fit starts from them). The model's posterior
+        the points observed with their losses (in their proposals' order), every point
+        proposed or seen, the counts, and the model's hyperparameters (the next fit starts
+        from them). The model's posterior
         and its fantasies are left out: every ``propose`` that consults the model fits it
         first. ``None`` when a loss or a param value is not a finite float, an int, a string
         or a bool (JSON cannot hold it exactly; the engine never tells one)."""
@@ -298,7 +316,10 @@ class BayesianAgent:
             "x": [x.tolist() for x in self._x],
             "y": list(self._y),
             "t": list(self._t),
-            "trials": sorted([number, entry] for number, entry in self._trials.items()),
+            "trials": sorted([number, bisect.bisect_left(self._order, place)]
+                             for number, place in self._trials.items()),
+            "order": [list(place) for place in self._order],
+            "told": self._told,
             # (type name, value) pairs, as Encoding.key makes them: JSON gives each value
             # back as the same type, so membership tests answer as before.
             "seen": [[list(pair) for pair in key] for key in self._seen],
@@ -327,7 +348,12 @@ class BayesianAgent:
         self._x = [np.array(x, dtype=np.float64) for x in state["x"]]
         self._y = [None if y is None else float(y) for y in state["y"]]
         self._t = [float(t) for t in state.get("t", [1.0] * len(self._y))]
-        self._trials = {int(number): int(entry) for number, entry in state.get("trials", [])}
+        # A snapshot of 0.2.0 has no order: its points come first, in the order it had them.
+        self._order = [(int(p), int(t)) for p, t in state.get(
+            "order", [(-1, i) for i in range(len(self._x))])]
+        self._told = int(state.get("told", len(self._x)))
+        self._trials = {int(number): self._order[int(entry)]
+                        for number, entry in state.get("trials", [])}
         self._seen = {tuple((str(name), value) for name, value in key)
                       for key in state["seen"]}
         self._proposed, self._fits = int(state["proposed"]), int(state["fits"])

@@ -15,5 +15,5 @@ if TYPE_CHECKING:
 @dse.hookimpl
 def dse_register_agents() -> list[type[Agent] | dse.Deferred]:
     # The Bayesian agent needs numpy and scipy: imported only when a campaign asks for it.
-    bayesian = dse.Deferred("bayesian", "dse_agents._bayesian:BayesianAgent", version="0.2.0")
+    bayesian = dse.Deferred("bayesian", "dse_agents._bayesian:BayesianAgent", version="0.2.1")
     return [bayesian, GridAgent, RandomAgent]

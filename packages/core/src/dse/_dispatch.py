@@ -115,7 +115,7 @@ class Dispatcher:
     # -- pulling proposals ------------------------------------------------------------------
 
     def fill(self, agent: Agent, slots: int, now: float) -> int:
-        """Pull proposals until *slots* trials started; return how many started."""
+        """Pull proposals until *slots* are taken (trials, cache hits); return how many."""
         p = self.parts
         campaign, stats, end = p.campaign, p.stats, p.end
         started = 0
@@ -139,18 +139,18 @@ class Dispatcher:
         return started
 
     def _pull(self, agent: Agent, want: int) -> int | None:
-        """Ask the agent for *want* proposals and take them; how many started (``None``: it
-        proposed nothing, and the fill ends)."""
+        """Ask the agent for *want* proposals and take them; how many took a slot (``None``:
+        it proposed nothing, and the fill ends)."""
         p = self.parts
-        flying = p.table.in_flight()
+        flying = p.feedback.in_flight(p.table.in_flight())
         guard = p.feedback.guard
-        proposals = guard.propose(agent, want, [t.params for t in flying])
+        proposals = guard.propose(agent, want, [params for _, params in flying])
         if len(proposals) > want:
             self._overproposed(agent, want, len(proposals))
             proposals = proposals[:want]
         first = p.stats.proposals + 1
         batch, campaign_id = p.journal.batch, p.journal.campaign_id
-        in_flight = [t.proposal for t in flying]
+        in_flight = [proposal for proposal, _ in flying]
         # Filled in below; it must precede the observe calls taking the proposals logs.
         slot = batch.agent_slot()
         if not proposals:
@@ -207,7 +207,7 @@ class Dispatcher:
         self.rejections = 0
         p.stats.steps += 1
         trial = self.new_trial(params, proposal, hashed)
-        return 1 if trial.status is TrialStatus.RUNNING else 0
+        return int(p.table.takes_slot(trial, waves=p.campaign.mode == "waves"))
 
     def _reject(self, agent: Agent, proposal: int, params: dict[str, Any], reason: str) -> None:
         p = self.parts

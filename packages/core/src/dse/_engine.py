@@ -464,13 +464,15 @@ class Engine:
             room = self.campaign.max_parallelism - busy
             if not waves and self.pool is not None:
                 room = self.pool.room(self)
-            started = self._fill(room)
-            if started or busy or not self.feedback.pending():
+            self._fill(room)
+            if self.dispatcher.blocked or not self.feedback.pending():
+                # Results of this fill (cache hits) are told before the next pull, as a
+                # trial's would be: a rerun asks the agent what the run it reuses asked.
                 return
 
     def _fill(self, slots: int) -> int:
-        """Pull proposals until *slots* trials started (the baseline first, once per data
-        version); return how many started."""
+        """Pull proposals until *slots* are taken by trials or cache hits (the baseline
+        first, once per data version); return how many were."""
         dispatcher = self.dispatcher
         dispatcher.wave += 1
         dispatcher.blocked = False

@@ -7,13 +7,13 @@ Results are told a batch at a time (never one by one mid-pass), in proposal orde
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dse._guard import AgentGuard
 from dse._types import Observation, TrialStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Mapping
 
     from dse._live import LiveTrial
     from dse._protocols import Agent
@@ -110,6 +110,16 @@ class Feedback:
 
     def pending(self) -> bool:
         return bool(self._pending)
+
+    def in_flight(self, flying: Iterable[LiveTrial]) -> list[tuple[int, Mapping[str, Any]]]:
+        """What the agent is shown in flight, as (proposal, params) in proposal order: the
+        trials *flying* (running, queued, waiting on another) and the results it is still
+        to be told (a cache hit taken in this wave is in flight until the wave is told, as
+        the trial it reuses was). The order is the proposals', never the order trials were
+        started or ended in: a rerun shows what the run it reuses showed."""
+        shown: list[tuple[int, Mapping[str, Any]]] = [(t.proposal, t.params) for t in flying]
+        shown += [(p, obs.params) for p, obs in self._pending]
+        return sorted(shown, key=lambda item: item[0])
 
     def count(self) -> int:
         return len(self._pending)

@@ -185,12 +185,26 @@ class TrialTable:
         return len(self._running) + len(self._queued) + len(self._retries) + len(self._remote)
 
     def in_flight(self) -> list[LiveTrial]:
-        """What an agent is shown as in flight: running and queued trials, and those waiting
-        on another controller's trial."""
+        """What an agent is shown as in flight: running and queued trials, and the cache
+        hits waiting on one of them or on another controller's trial."""
         flying = [*self._running.values(), *self._queued]
+        for trial in flying[:]:
+            flying += trial.waiters
         for other in self._remote.values():
             flying += other.waiters
         return flying
+
+    def takes_slot(self, trial: LiveTrial, *, waves: bool) -> bool:
+        """Whether *trial*, just made, takes a slot of the fill: it runs, or it is a cache
+        hit, which takes its place in the wave as the trial it reuses did (a wave holds the
+        same proposals whichever of them the record answers, so a rerun asks the agent what
+        the run asked). In rolling mode a cache hit waiting on a running trial (here, or
+        another controller's) takes none: nothing of it runs, its result comes with that
+        trial's."""
+        if trial.status is not TrialStatus.CACHED:
+            return trial.status is TrialStatus.RUNNING
+        original = self.reusable(trial.config_hash)
+        return waves or original is None or not any(w is trial for w in original.waiters)
 
     def unfinished(self) -> Iterator[LiveTrial]:
         """Every live trial: running, waiting to be retried, queued; and the trials of

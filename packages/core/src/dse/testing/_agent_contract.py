@@ -38,7 +38,12 @@ AgentFactory: TypeAlias = Callable[[Space, int], Agent]
 
 _ROUNDS = 100
 _CHILD = "DSE_CONTRACT_PROPOSALS"
-"""Set in the processes the hash-seed test starts: the file their proposals go to."""
+"""Set in the processes a test starts (:func:`_in_processes`): the file their proposals go
+to."""
+_SHUFFLED = "DSE_CONTRACT_SHUFFLED"
+"""Set in the process of the tell-order test that tells results shuffled: the shuffle's seed."""
+_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+"""What sets the number of BLAS threads."""
 
 
 def _key(params: Mapping[str, Any]) -> str:
@@ -67,6 +72,56 @@ def _completed(params: Mapping[str, Any], number: int) -> Observation:
         trial_number=number,
         proposal=number,
     )
+
+
+def _told(params: Mapping[str, Any], number: int) -> Observation:
+    """Proposal *number*'s result: completed, but every third a failure."""
+    if number % 3:
+        return _completed(params, number)
+    return Observation(params=params, status=TrialStatus.FAILED, trial_number=number,
+                       failure=FailureClass.NONZERO_EXIT, proposal=number)
+
+
+def _child(proposals: Callable[[], list[dict[str, Any]]]) -> bool:
+    """In a process :func:`_in_processes` started: write the keys of *proposals()* where it
+    asked, and say so (the test then stops); elsewhere ``False``."""
+    out = os.environ.get(_CHILD)
+    if not out:
+        return False
+    Path(out).write_text(json.dumps([_key(p) for p in proposals()]))
+    return True
+
+
+def _in_processes(
+    request: pytest.FixtureRequest, tmp_path: Path, runs: list[tuple[str, dict[str, str]]]
+) -> list[list[str]]:
+    """Run the current test again in a pytest process per run (its name, and what it adds
+    to the environment); the proposals each wrote (keys, in order)."""
+    out = []
+    for index, (name, extra) in enumerate(runs):
+        path = tmp_path / f"proposals-{index}.json"
+        env = {k: v for k, v in os.environ.items() if k not in (_CHILD, _SHUFFLED)}
+        env.update(extra)
+        env[_CHILD] = str(path)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             "-o", "addopts=", request.node.nodeid],
+            cwd=request.config.rootpath, env=env, capture_output=True, text=True,
+            timeout=300, check=False,
+        )
+        assert done.returncode == 0, (
+            f"the agent's run ({name}) failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        assert path.exists(), f"the agent's run ({name}) wrote no proposals"
+        out.append(json.loads(path.read_text()))
+    return out
+
+
+def _first_difference(first: list[str], second: list[str]) -> str:
+    """Where two runs' proposals part: the first differing proposal of each."""
+    where = next((i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b),
+                 min(len(first), len(second)))
+    return (f"from proposal {where + 1}: {first[where:where + 1]} vs"
+            f" {second[where:where + 1]}")
 
 
 class AgentContract:
@@ -118,6 +173,30 @@ class AgentContract:
             coerced = [space.coerce(p) for p in batch]
             agent.observe([_completed(p, len(proposals) + i + 1) for i, p in enumerate(coerced)])
             proposals.extend(coerced)
+        return proposals
+
+    @staticmethod
+    def drive_shuffled(
+        agent: Agent, space: Space, *, rounds: int, n: int, shuffle: random.Random | None
+    ) -> list[dict[str, Any]]:
+        """Like :meth:`drive`, every third proposal failing; with *shuffle*, each wave's
+        results are told one or two at a time in an order it draws (as trials finish, or as
+        the record answers them), else all at once in proposal order."""
+        proposals: list[dict[str, Any]] = []
+        for _ in range(rounds):
+            batch = [space.coerce(p) for p in agent.propose(n, [])]
+            if not batch:
+                break
+            told = [_told(p, len(proposals) + i + 1) for i, p in enumerate(batch)]
+            if shuffle is None:
+                agent.observe(told)
+            else:
+                shuffle.shuffle(told)
+                while told:
+                    some = shuffle.randint(1, 2)
+                    agent.observe(told[:some])
+                    told = told[some:]
+            proposals.extend(batch)
         return proposals
 
     # -- identity -------------------------------------------------------------------------
@@ -243,34 +322,70 @@ class AgentContract:
         """The proposals are the same under ``PYTHONHASHSEED`` 1 and 2 (two pytest runs)."""
         # A replay (resume, `dse replay`) runs the agent in another process: proposals that
         # follow the order of a set of strings (hash-seeded per process) diverge there.
-        out = os.environ.get(_CHILD)
-        if out:  # this process is one the test started: write the proposals and stop
-            proposals = self.drive(agent_factory(mixed_space, 11), mixed_space, rounds=12,
-                                   n=2)
-            Path(out).write_text(json.dumps([_key(p) for p in proposals]))
+        if _child(lambda: self.drive(agent_factory(mixed_space, 11), mixed_space, rounds=12,
+                                     n=2)):
             return
-        runs = []
-        for hash_seed in ("1", "2"):
-            path = tmp_path / f"proposals-{hash_seed}.json"
-            env = {**os.environ, "PYTHONHASHSEED": hash_seed, _CHILD: str(path)}
-            done = subprocess.run(
-                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                 "-o", "addopts=", request.node.nodeid],
-                cwd=request.config.rootpath, env=env, capture_output=True, text=True,
-                timeout=300, check=False,
-            )
-            assert done.returncode == 0, (
-                f"the agent's run with PYTHONHASHSEED={hash_seed} failed:\n"
-                f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
-            assert path.exists(), f"the run with PYTHONHASHSEED={hash_seed} wrote no proposals"
-            runs.append(json.loads(path.read_text()))
-        first, second = runs
-        where = next((i for i, (a, b) in enumerate(zip(first, second, strict=False))
-                      if a != b), min(len(first), len(second)))
+        first, second = _in_processes(request, tmp_path, [
+            ("PYTHONHASHSEED=1", {"PYTHONHASHSEED": "1"}),
+            ("PYTHONHASHSEED=2", {"PYTHONHASHSEED": "2"}),
+        ])
         assert first == second, (
-            f"the same seed proposed differently under PYTHONHASHSEED=1 and 2 (from proposal"
-            f" {where}: {first[where:where + 1]} vs {second[where:where + 1]}): iterate over"
-            " sorted values, not sets or dicts built from hashed strings")
+            "the same seed proposed differently under PYTHONHASHSEED=1 and 2"
+            f" ({_first_difference(first, second)}): iterate over sorted values, not sets or"
+            " dicts built from hashed strings")
+
+    def test_proposals_do_not_depend_on_the_order_results_are_told_in(
+        self, agent_factory: AgentFactory, mixed_space: Space, request: pytest.FixtureRequest,
+        tmp_path: Path,
+    ) -> None:
+        """Told each batch's results all at once in proposal order, or one or two at a time
+        in a shuffled order (as trials finish, or as the record answers them), under another
+        BLAS thread count, in another process: the same proposals."""
+        # dse tells a wave's results once the wave ended, in proposal order; a cache hit's
+        # result is known at once, a trial's when it finishes. A rerun of a campaign answers
+        # every configuration from the record only if an agent told the same results
+        # proposes the same, however they came in.
+        shuffled = os.environ.get(_SHUFFLED)
+        if _child(lambda: self.drive_shuffled(
+                agent_factory(mixed_space, 13), mixed_space, rounds=8, n=3,
+                shuffle=None if shuffled is None else random.Random(int(shuffled)))):
+            return
+        in_order, shuffled_runs = _in_processes(request, tmp_path, [
+            ("each batch told at once in proposal order, 1 BLAS thread",
+             {"PYTHONHASHSEED": "0", **dict.fromkeys(_THREADS, "1")}),
+            ("each batch told in a shuffled order, 2 BLAS threads",
+             {"PYTHONHASHSEED": "0", _SHUFFLED: "5", **dict.fromkeys(_THREADS, "2")}),
+        ])
+        assert in_order == shuffled_runs, (
+            f"told the same results in another order, the agent proposed differently"
+            f" ({_first_difference(in_order, shuffled_runs)}): learn from a batch's results in"
+            " an order of their own (their proposal or trial numbers), not in the order they"
+            " were told in (or the proposals depend on the BLAS thread count)")
+
+    def test_a_longer_run_begins_with_the_shorter_one(
+        self, agent_factory: AgentFactory, mixed_space: Space
+    ) -> None:
+        """Run for 10 proposals, then afresh for 15, in batches of up to 4 told the same
+        results: the longer run's first 10 proposals are the shorter run's."""
+        # A rerun with a larger max_trials asks for the last wave of the first run in full
+        # (4 where the first asked for 2): it reuses every configuration of the first run
+        # only if the first picks of a batch do not depend on its size.
+        def run(total: int) -> list[str]:
+            agent = agent_factory(mixed_space, 17)
+            proposals: list[str] = []
+            while len(proposals) < total:
+                batch = [mixed_space.coerce(p)
+                         for p in agent.propose(min(4, total - len(proposals)), [])]
+                if not batch:
+                    break
+                agent.observe([_told(p, len(proposals) + i + 1) for i, p in enumerate(batch)])
+                proposals.extend(_key(p) for p in batch)
+            return proposals
+
+        short, longer = run(10), run(15)
+        assert longer[: len(short)] == short, (
+            f"a run of 15 did not begin with the run of 10 ({_first_difference(short, longer)}):"
+            " the first picks of a batch must not depend on how many are asked for")
 
     # -- observe --------------------------------------------------------------------------
 
