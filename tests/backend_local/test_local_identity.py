@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import dse
-from support.cli import run_dse, write_plugin
+from support.cli import last_run, run_dse, write_plugin
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "record.md"
 
@@ -70,17 +70,6 @@ def run(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
     proc = run_dse(where, "run", "campaign.toml", *args, timeout=180)
     assert proc.returncode == 0, proc.stderr
     return proc
-
-
-def last_run(where: Path) -> dict[str, int]:
-    """Status → trials of the latest run."""
-    db = sqlite3.connect(where / ".dse" / "dse.sqlite")
-    try:
-        return dict(db.execute(
-            "SELECT status, COUNT(*) FROM trials WHERE campaign_id ="
-            " (SELECT MAX(id) FROM campaigns) GROUP BY status").fetchall())
-    finally:
-        db.close()
 
 
 def runs(where: Path) -> int:

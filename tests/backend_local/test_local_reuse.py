@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dse import REUSED_FAILURES, FailureClass
-from support.cli import run_dse, write_plugin
+from support.cli import last_run, run_dse, write_plugin
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "record.md"
 
@@ -88,17 +88,6 @@ def changed(path: str, value: object) -> dict[str, object]:
     else:
         node[key] = value
     return data
-
-
-def last_run(project: Path) -> dict[str, int]:
-    """Status → trials of the project's latest run."""
-    db = sqlite3.connect(project / ".dse" / "dse.sqlite")
-    try:
-        rows = db.execute("SELECT status, COUNT(*) FROM trials WHERE campaign_id ="
-                          " (SELECT MAX(id) FROM campaigns) GROUP BY status").fetchall()
-    finally:
-        db.close()
-    return dict(rows)
 
 
 def runs(project: Path) -> int:

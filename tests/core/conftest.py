@@ -3,17 +3,34 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
 import dse
+from dse import _digests
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 from support.record import record
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+
+@pytest.fixture
+def file_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files whose content is digested from now on (the stat-keyed digests
+    of data and code files read a file only when its stamp changed)."""
+    read: list[str] = []
+    digest = _digests.file_digest
+
+    def counting(path: Path | str) -> str:
+        read.append(os.path.basename(path))
+        return digest(path)
+
+    monkeypatch.setattr(_digests, "file_digest", counting)
+    return read
 
 
 def trial_number(trial_id: str) -> int:

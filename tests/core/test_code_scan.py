@@ -13,7 +13,6 @@ import pytest
 
 import dse
 import dse.trial
-from dse import _digests
 from dse._code import CodeScan, CodeSpec
 from dse._deps import Dependencies, command_words, detect_dependencies, environment_digest
 from dse._digests import FileDigests
@@ -79,20 +78,13 @@ def test_declared_code_walks_what_it_names_and_never_what_is_not_code(tmp_path: 
 
 
 def test_an_unchanged_tree_is_not_read_again_and_an_edit_is_seen(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, file_reads: list[str],
 ) -> None:
     tree(tmp_path, {f"src/m{i}.py": f"X = {i}\n" for i in range(50)})
     then = 1_600_000_000
     for path in (tmp_path / "src").iterdir():
         os.utime(path, (then, then))  # not modified within the racy two seconds
-    read: list[str] = []
-    digest = _digests.file_digest
-
-    def counting(path: Path | str) -> str:
-        read.append(os.path.basename(path))
-        return digest(path)
-
-    monkeypatch.setattr(_digests, "file_digest", counting)
+    read = file_reads
     spec = CodeSpec(include=("src/",))
     first = scan(tmp_path, [], spec=spec)
     assert len(read) == 50

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import dse
-from dse import _digests
 from dse._data import DataSpec, DataVersioner, parse_data
 from dse.testing import FakeClock, ProbeBackend, ProbeScript
 from support.cli import run_dse, write_plugin
@@ -64,21 +63,14 @@ def age(*paths: Path, hours: float = 1.0) -> None:
 
 
 def test_a_path_digest_reads_only_what_changed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, file_reads: list[str]
 ) -> None:
     data = tmp_path / "data"
     (data / "sub").mkdir(parents=True)
     (data / "a.csv").write_text("1,2\n")
     (data / "sub" / "b.csv").write_text("3,4\n")
     age(data / "a.csv", data / "sub" / "b.csv")
-    read: list[str] = []
-    digest = _digests.file_digest
-
-    def counting(path: Path | str) -> str:
-        read.append(os.path.basename(path))
-        return digest(path)
-
-    monkeypatch.setattr(_digests, "file_digest", counting)
+    read = file_reads
     spec = parse_data({"paths": ["data"]}, "data", tmp_path)
     assert spec is not None
     first = DataVersioner(spec, cache_dir=tmp_path / "ws").compute()

@@ -134,3 +134,14 @@ def trajectory(project: Path) -> list[tuple[object, ...]]:
         ).fetchall()
     finally:
         db.close()
+
+
+def last_run(project: Path) -> dict[str, int]:
+    """Status → trials of the latest run in *project*'s workspace."""
+    db = sqlite3.connect(project / ".dse" / "dse.sqlite")
+    try:
+        return dict(db.execute(
+            "SELECT status, COUNT(*) FROM trials WHERE campaign_id ="
+            " (SELECT MAX(id) FROM campaigns) GROUP BY status").fetchall())
+    finally:
+        db.close()

@@ -200,8 +200,13 @@ def _python_environment(
         st = os.stat(real)
     except OSError:
         return None
+    # The directory it runs from moves its sys.path only through a relative PYTHONPATH entry:
+    # otherwise one answer serves every campaign using this interpreter.
+    relative = any(p and not os.path.isabs(p)
+                   for p in env.get("PYTHONPATH", "").split(os.pathsep))
     key = canonical_json([real, st.st_size, st.st_mtime_ns, st.st_ino,
-                          {k: env.get(k) for k in _PATH_VARIABLES}, str(workdir)])
+                          {k: env.get(k) for k in _PATH_VARIABLES},
+                          str(workdir) if relative else None])
     store = JsonCache(_cache_dir() / _CACHE)
     cache = store.data
     entry = cache.get(key)

@@ -181,7 +181,8 @@ def unversioned_results(store: Store, campaign: Campaign, run: int) -> str:
     run after them (not again once a run has recorded results with both); empty when none."""
     env = campaign.environment
     missing: list[tuple[int, list[str]]] = []
-    for row in store.campaigns():
+    # Latest first, back to the last run that recorded results with both (it said so).
+    for row in reversed(store.campaigns()):
         if row.id >= run or row.name != campaign.name:
             continue
         recorded = row.spec.get("environment", {})
@@ -190,12 +191,11 @@ def unversioned_results(store: Store, campaign: Campaign, run: int) -> str:
             ("dependency digest", env.dependencies, recorded.get("dependencies")),
         ) if now is not None and then is None]
         if not lacks:
-            missing = []  # a run since measured with them: it said so, if anyone had to
-        else:
-            counts = store.trial_counts(row.id)
-            results = sum(n for status, n in counts.items() if status.is_reusable())
-            if results:
-                missing.append((results, lacks))
+            break
+        counts = store.trial_counts(row.id)
+        results = sum(n for status, n in counts.items() if status.is_reusable())
+        if results:
+            missing.append((results, lacks))
     if not missing:
         return ""
     total = sum(n for n, _ in missing)
