@@ -17,6 +17,8 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,8 @@ def run(argv: list[str], timeout: float = 30) -> str:
     return proc.stdout
 
 
+START_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm-local.sh"
+"""Starts the local cluster, and restarts whatever of it died (idempotent)."""
 CLUSTER_LOCK = "dse-slurm-cluster.lock"
 """A file in the temp directory: whoever measures on or tests with the shared partitions holds
 it (the ``slurm`` group's tests, ``benchmarks/slurm_throughput.py``)."""
@@ -52,17 +56,60 @@ def node_states(partitions: str | None = SHARED) -> dict[str, str]:
     return dict(line.split()[:2] for line in out.splitlines() if line.strip())
 
 
-def wait_for_an_idle_cluster(timeout: float = 60.0) -> None:
+def cluster_account(partitions: str | None = SHARED) -> str:
+    """What a failed wait on the cluster saw: the jobs of *partitions*, each node's state (with
+    Slurm's reason where it gives one), and whether each node's slurmd process still runs."""
+    where = [f"--partition={partitions}"] if partitions else []
+    jobs = subprocess.run(["squeue", "--noheader", *where, "--format=%i %j %T %r"],
+                          capture_output=True, text=True, timeout=30, check=False)
+    nodes = subprocess.run(["sinfo", "--noheader", "--Node", *where, "--format=%N %T %E"],
+                           capture_output=True, text=True, timeout=30, check=False)
+    daemons = []
+    for node in sorted({line.split()[0] for line in nodes.stdout.splitlines() if line.strip()}):
+        pid_file = Path(f"/run/slurmd-{node}.pid")
+        try:
+            alive = Path(f"/proc/{int(pid_file.read_text().strip())}").exists()
+        except (OSError, ValueError):
+            alive = False
+        daemons.append(f"{node}:{'runs' if alive else 'GONE'}")
+    return (f"jobs [{'; '.join(jobs.stdout.split(chr(10))).strip('; ') or 'none'}]"
+            f" nodes [{'; '.join(sorted(set(nodes.stdout.strip().splitlines())))}]"
+            f" slurmd [{' '.join(daemons)}]")
+
+
+def wait_for_an_idle_cluster(timeout: float = 120.0) -> None:
     """Wait until no job is left in the shared partitions and every node of them is idle: jobs
     an earlier test cancelled may still be completing on a node, and a test that asserts where
-    its trials ran needs every node free. (The ``aside`` partition may be busy.)"""
+    its trials ran needs every node free. (The ``aside`` partition may be busy.)
+
+    The ``slurm`` group's tests run one at a time, so a job still queued in the shared
+    partitions half a minute on is one a failed earlier test left (its pilot, say, waiting out
+    its grace): it is cancelled, with a warning naming it, rather than failing every test
+    after it; a node left down is resumed the same way."""
+    def jobs() -> list[str]:
+        out = run(["squeue", "--noheader", f"--partition={SHARED}", "--format=%i %j"])
+        return [line for line in out.splitlines() if line.strip()]
+
     def idle() -> bool:
-        queue = run(["squeue", "--noheader", f"--partition={SHARED}", "--format=%i"]).strip()
         # ``idle*`` is a node whose slurmd has not answered yet (just resumed, or busy): Slurm
         # places nothing there until it does.
-        return not queue and all(state == "idle" for state in node_states().values())
+        return not jobs() and all(state == "idle" for state in node_states().values())
 
-    wait_until(idle, timeout, "an idle cluster (no jobs left, every node idle)")
+    start = time.monotonic()
+    with contextlib.suppress(pytest.fail.Exception):
+        wait_until(idle, min(30.0, timeout / 2), "an idle cluster")
+        return
+    left = jobs()
+    if left:
+        warnings.warn(f"jobs an earlier test left in {SHARED} are cancelled: {left}",
+                      stacklevel=2)
+        run(["scancel", *(line.split()[0] for line in left)])
+    for node, state in node_states().items():
+        if state.startswith(("down", "drain")):
+            warnings.warn(f"node {node} an earlier test left {state} is resumed", stacklevel=2)
+            resume_node(node)
+    wait_until(idle, max(1.0, timeout - (time.monotonic() - start)),
+               "an idle cluster (no jobs left, every node idle)", seen=cluster_account)
 
 
 @pytest.fixture(autouse=True)
@@ -140,11 +187,26 @@ def slurm_aside(slurm_cluster: str) -> str:
 
 
 def resume_node(node: str) -> None:
-    """Bring *node* back after a test set it down; wait until it takes jobs."""
+    """Bring *node* back after a test set it down; wait until it takes jobs. A node that does
+    not come back within a minute is one whose slurmd is gone or no longer answers: the
+    cluster's own start script (which restarts what died and resumes what is down) is run
+    once, with a warning saying what was seen, before the test fails."""
     subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"],
                    capture_output=True, timeout=15, check=False)
-    wait_until(lambda: node_states(None).get(node, "") in ("idle", "mix", "alloc"),
-               60, f"node {node} to come back and its slurmd to answer")
+
+    def back() -> bool:
+        return node_states(None).get(node, "") in ("idle", "mix", "alloc")
+
+    with contextlib.suppress(pytest.fail.Exception):
+        wait_until(back, 60, f"node {node} to come back")
+        return
+    account = cluster_account(None)
+    warnings.warn(f"node {node} did not come back within 60 s ({account}): restarting what"
+                  " of the cluster is down", stacklevel=2)
+    subprocess.run(["bash", str(START_SCRIPT), "start"], capture_output=True, timeout=300,
+                   check=False)
+    wait_until(back, 60, f"node {node} to come back and its slurmd to answer",
+               seen=lambda: f"{cluster_account(None)}; a minute before: {account}")
 
 
 def queued_jobs(name_prefix: str) -> list[str]:

@@ -22,15 +22,16 @@ T = TypeVar("T")
 
 
 def wait_until(condition: Callable[[], T], timeout: float, what: str,
-               interval: float = 0.1) -> T:
+               interval: float = 0.1, seen: Callable[[], str] | None = None) -> T:
     """Call *condition* every *interval* seconds until it returns something true, and return
-    that; fail the test after *timeout* seconds, naming *what* was awaited and the last value
-    *condition* returned."""
+    that; fail the test after *timeout* seconds, naming *what* was awaited and what was seen
+    last: *seen*'s account if given, else the last value *condition* returned."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g}s waiting for {what} (last seen: {value!r})")
+            last = seen() if seen is not None else repr(value)
+            pytest.fail(f"timed out after {timeout:g}s waiting for {what} (last seen: {last})")
         time.sleep(interval)
