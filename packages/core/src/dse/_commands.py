@@ -10,6 +10,7 @@ alone imports).
 from __future__ import annotations
 
 import contextlib
+import textwrap
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from dse._engine import Engine
     from dse._outcome import CampaignResult
     from dse._pool import PoolConfig
+    from dse._records import CampaignRun
     from dse._report import RunDetail
     from dse._terminal import Console
 
@@ -241,14 +243,38 @@ def _status(args: argparse.Namespace, console: Console) -> int:
     runs = {r.id: r for r in store.campaigns()}
     now = time.time()
     out = [
-        status_entry(runs[run], summarize(store, run, now=now), store.trial_counts(run))
+        status_entry(runs[run], summarize(store, run, now=now), store.trial_counts(run),
+                     _status_best(store, runs[run]))
         for run in _selected_runs(store, name)
     ]
     if args.json:
         console.data(out)
-    else:
-        console.table(*status_table(out))
+        return ExitCode.OK
+    width = console.out_width
+    table, dropped = status_table(out, width)
+    console.table(*table)
+    if dropped:
+        note = (f"{len(dropped)} more column{'s' if len(dropped) > 1 else ''} in a wider"
+                f" terminal (or dse status --json): {', '.join(dropped)}")
+        for line in textwrap.wrap(note, max(width - 1, 40), break_on_hyphens=False):
+            console.status(line)
     return ExitCode.OK
+
+
+def _status_best(store: Store, run: CampaignRun) -> tuple[int, str, float] | None:
+    """The best trial of *run* about its latest data version: (number, metric, score)."""
+    from dse._summary import primary_objective
+
+    if run.spec.get("pareto"):
+        return None  # a front, not one best (dse report lists it)
+    tallies = store.version_tallies(run.id)
+    if not tallies:
+        return None
+    metric, direction = primary_objective(run.spec)
+    row = store.best_of_version(run.id, tallies[-1].version, maximize=direction == "maximize")
+    if row is None or row.score is None:
+        return None
+    return row.number, metric, float(row.score)
 
 
 def _report(args: argparse.Namespace, console: Console) -> int:

@@ -9,13 +9,14 @@ the HTML page :mod:`dse._html`.
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 from dse._states import CampaignStatus
 from dse._stopreport import SAVED_METHOD
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
     from dse._campaign import Campaign
     from dse._front import Front
@@ -61,9 +62,9 @@ Table = tuple[tuple[str, ...], list[list[str]]]
 """A table for people: its column names and its rows of cells (printed by
 :meth:`dse._terminal.Console.table`)."""
 
-STATUS_COLUMNS = ("run", "campaign", "status", "trials", "completed", "stopped", "failed",
-                  "cached", "running", "trials/h", "results/h", "cost/result", "spent", "agent",
-                  "backend")
+STATUS_COLUMNS = ("run", "campaign", "status", "progress", "best", "trials", "completed",
+                  "stopped", "failed", "cached", "running", "trials/h", "results/h",
+                  "cost/result", "spent", "agent", "backend")
 
 REPORT_KEYS = """\
 --json prints {"workspace": PATH, "runs": [RUN...], "objectives": [OBJECTIVE...]}.
@@ -581,12 +582,18 @@ def rollup_line(rollup: ObjectiveRollup) -> str:
 
 
 def status_entry(run: CampaignRun, summary: RunSummary,
-                 counts: Mapping[TrialStatus, int]) -> dict[str, Any]:
-    """One run of ``dse status --json``; *counts*: its trials by status."""
+                 counts: Mapping[TrialStatus, int],
+                 best: tuple[int, str, float] | None = None) -> dict[str, Any]:
+    """One run of ``dse status --json``; *counts*: its trials by status; *best*: its best
+    trial about the latest data version (number, metric, score), if it has one."""
+    max_trials = run.spec.get("max_trials")
     return {
         "run": run.id, "name": run.name, "status": run.status.value,
         "end_reason": run.end_reason, "agent": run.agent, "backend": run.backend,
         "trials": sum(counts.values()), **{s.value: n for s, n in counts.items()},
+        "max_trials": max_trials if isinstance(max_trials, int) else None,
+        "best": None if best is None else {"trial": best[0], "metric": best[1],
+                                           "score": best[2]},
         "throughput_per_h": summary.throughput_per_h,
         "effective_per_h": summary.effective_per_h,
         "cost_per_effective": summary.cost_per_effective,
@@ -594,21 +601,115 @@ def status_entry(run: CampaignRun, summary: RunSummary,
     }
 
 
-def status_table(entries: Iterable[Mapping[str, Any]]) -> Table:
-    """``dse status`` for people: its columns, and one row per :func:`status_entry`."""
+_UNENDED = ("pending", "running")
+
+
+def _progress(item: Mapping[str, Any]) -> str:
+    """``35/40``: trials ended of the run's ``max_trials`` (of its trials, without one)."""
+    ended = item["trials"] - sum(item.get(s, 0) for s in _UNENDED)
+    cap = item.get("max_trials")
+    return f"{ended}/{cap}" if cap else f"{ended}/{item['trials']}"
+
+
+def _best(item: Mapping[str, Any]) -> str:
+    best = item.get("best")
+    return "-" if best is None else f"{best['score']:.6g} (trial{GLUE}{best['trial']})"
+
+
+GLUE = "\u00a0"
+"""A space a cell of :func:`fit_table` is never broken at (printed as a space)."""
+
+
+STATUS_PRIORITY = ("campaign", "run", "status", "progress", "best", "failed", "running",
+                   "results/h", "cost/result", "spent", "cached", "completed", "stopped",
+                   "trials/h", "trials", "agent", "backend")
+"""The columns of ``dse status`` in the order they are kept when the terminal is too narrow
+for all of them (the rest are dropped, and named under the table); the first seven are
+worth a cell wrapped."""
+
+_WRAPPED = frozenset({"status", "best"})
+"""Columns whose cells may wrap at their spaces (the others never wrap)."""
+
+
+def status_table(entries: Iterable[Mapping[str, Any]], width: int | None = None
+                 ) -> tuple[Table, tuple[str, ...]]:
+    """``dse status`` for people, fitted to *width* columns (every column when None): its
+    columns and one row per :func:`status_entry`, and the columns left out."""
     rows = []
     for item in entries:
         cost = item["cost_per_effective"]
-        rows.append([
-            str(item["run"]), item["name"], f"{item['status']} ({item['end_reason'] or '-'})",
-            str(item["trials"]), str(item.get("completed", 0)), str(item.get("stopped", 0)),
-            str(item.get("failed", 0)),
-            str(item.get("cached", 0)), str(item.get("running", 0)),
-            rate_text(item["throughput_per_h"]), rate_text(item["effective_per_h"]),
-            "-" if cost is None else f"{money_text(cost)} {item['currency']}",
-            f"{money_text(item['spent'])} {item['currency']}", item["agent"], item["backend"],
-        ])
-    return STATUS_COLUMNS, rows
+        cells = {
+            "run": str(item["run"]), "campaign": item["name"],
+            "status": f"{item['status']} ({item['end_reason'] or '-'})",
+            "progress": _progress(item), "best": _best(item),
+            "trials": str(item["trials"]), "completed": str(item.get("completed", 0)),
+            "stopped": str(item.get("stopped", 0)), "failed": str(item.get("failed", 0)),
+            "cached": str(item.get("cached", 0)), "running": str(item.get("running", 0)),
+            "trials/h": rate_text(item["throughput_per_h"]),
+            "results/h": rate_text(item["effective_per_h"]),
+            "cost/result": "-" if cost is None else f"{money_text(cost)} {item['currency']}",
+            "spent": f"{money_text(item['spent'])} {item['currency']}",
+            "agent": item["agent"], "backend": item["backend"],
+        }
+        rows.append([cells[name] for name in STATUS_COLUMNS])
+    if width is None:
+        return (STATUS_COLUMNS, [[c.replace(GLUE, " ") for c in row] for row in rows]), ()
+    return fit_table(STATUS_COLUMNS, rows, STATUS_PRIORITY, _WRAPPED, width, keep=7)
+
+
+def fit_table(columns: Sequence[str], rows: Sequence[Sequence[str]], priority: Sequence[str],
+              wrapped: Collection[str], width: int, *, keep: int
+              ) -> tuple[Table, tuple[str, ...]]:
+    """The columns of a table, in *priority* order, that fit *width* terminal columns as
+    Rich draws a table (a bar between cells, a space each side of a cell); the cells of the
+    *wrapped* columns broken at their spaces, widest column first, so that no cell is ever
+    cut (nor at a :data:`GLUE`). The first *keep* columns of *priority* are worth a cell
+    wrapped; the others are left out sooner. Returns the table (columns in their first
+    order) and the columns left out."""
+    index = {name: i for i, name in enumerate(columns)}
+
+    def lines(i: int) -> list[str]:
+        return [columns[i], *(line for row in rows for line in row[i].split("\n"))]
+
+    natural = {name: max(len(t) for t in lines(index[name])) for name in columns}
+    least = {name: max(len(word) for t in lines(index[name]) for word in t.split(" "))
+             if name in wrapped else natural[name] for name in columns}
+
+    def total(names: Sequence[str], sizes: Mapping[str, int]) -> int:
+        return sum(sizes[k] for k in names) + 3 * len(names) + 1
+
+    kept: list[str] = []
+    for name in priority[:keep]:
+        if total([*kept, name], least) <= width:
+            kept.append(name)
+    if not kept:  # narrower than one column: the first, as it is
+        kept = [priority[0]]
+    # Past the first *keep*, a column is shown only where it makes no cell wrap.
+    for name in priority[keep:]:
+        if total([*kept, name], natural) <= width:
+            kept.append(name)
+    widths = {name: natural[name] for name in kept}
+    excess = total(kept, natural) - width
+    while excess > 0:
+        slack = max((k for k in kept if widths[k] > least[k]),
+                    key=lambda k: widths[k] - least[k], default=None)
+        if slack is None:
+            break
+        widths[slack] -= 1
+        excess -= 1
+    shown = sorted(kept, key=index.__getitem__)
+    out = [[(_wrap(row[index[n]], widths[n]) if n in wrapped else row[index[n]]).replace(
+        GLUE, " ") for n in shown] for row in rows]
+    return (tuple(shown), out), tuple(n for n in columns if n not in kept)
+
+
+def _wrap(text: str, width: int) -> str:
+    """*text* broken at its spaces (not at a :data:`GLUE`) into lines of at most *width*
+    characters (a word longer than that stays whole)."""
+    if len(text) <= width:
+        return text
+    return "\n".join(textwrap.wrap(text, width, break_long_words=False,
+                                    break_on_hyphens=False))
 
 
 def plugin_rows(plugins: PluginManager) -> list[dict[str, Any]]:

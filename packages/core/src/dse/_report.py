@@ -26,7 +26,14 @@ from dse._front import Front, pareto_fronts
 from dse._spend import Spend
 from dse._states import RESOLVED_SCORER
 from dse._stopreport import StoppingDetail, stopping_detail
-from dse._summary import PerResult, RunSummary, campaign_run, invalid_trials, summarize
+from dse._summary import (
+    PerResult,
+    RunSummary,
+    campaign_run,
+    invalid_trials,
+    primary_objective,
+    summarize,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -158,12 +165,8 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
     summary = summarize(store, campaign_id, now=now, invalid=invalid)
     run = campaign_run(store, campaign_id)
     spec = run.spec
-    objectives = spec.get("objectives") or [{}]
     resolved = spec.get(RESOLVED_SCORER) or {}
-    metric = str(objectives[0].get("metric", "score"))
-    if resolved.get("name", "default") != "default":
-        metric = f"score ({resolved['name']})"
-    direction = str(resolved.get("direction") or objectives[0].get("direction", "minimize"))
+    metric, direction = primary_objective(spec)
 
     def best_of(version: str | None) -> BestResult | None:
         row = store.best_of_version(campaign_id, version, maximize=direction == "maximize")

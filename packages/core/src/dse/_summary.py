@@ -9,14 +9,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dse._errors import DseError
-from dse._states import TrialStatus
+from dse._states import RESOLVED_SCORER, TrialStatus
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dse._records import CampaignRun
     from dse._spend import Spend
     from dse._store import Store
 
-__all__ = ["PerResult", "RunSummary", "campaign_run", "invalid_trials", "summarize"]
+__all__ = ["PerResult", "RunSummary", "campaign_run", "invalid_trials", "primary_objective",
+           "summarize"]
 
 _FINISHED = (TrialStatus.COMPLETED, TrialStatus.STOPPED, TrialStatus.FAILED,
              TrialStatus.BUDGET_EXHAUSTED, TrialStatus.INTERRUPTED)
@@ -118,3 +121,14 @@ def invalid_trials(store: Store, campaign_id: int) -> dict[int, str]:
     """Trial row → why it is flagged invalid (its result's invalidation, else its score's),
     for the trials of run *campaign_id*."""
     return store.invalid_reasons(campaign_id)
+
+
+def primary_objective(spec: Mapping[str, Any]) -> tuple[str, str]:
+    """(metric, direction) a run's best trial is ranked by, from its recorded *spec*: its
+    first objective's, or its scorer's (``score (NAME)``) when that is not the default."""
+    objectives = spec.get("objectives") or [{}]
+    resolved = spec.get(RESOLVED_SCORER) or {}
+    metric = str(objectives[0].get("metric", "score"))
+    if resolved.get("name", "default") != "default":
+        metric = f"score ({resolved['name']})"
+    return metric, str(resolved.get("direction") or objectives[0].get("direction", "minimize"))

@@ -67,9 +67,11 @@ def plain_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str | 
             or not (sys.stdout.encoding or "").lower().startswith("utf")
             or "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ):
         return None
-    if any(not _ASCII.issuperset(cell) for row in (columns, *rows) for cell in row):
+    if any(not _ASCII.issuperset(cell.replace("\n", "")) for row in (columns, *rows)
+           for cell in row):
         return None
-    widths = [max([len(name), *(len(row[i]) for row in rows)]) for i, name in enumerate(columns)]
+    widths = [max([len(name), *(len(line) for row in rows for line in row[i].split("\n"))])
+              for i, name in enumerate(columns)]
     if sum(widths) + 3 * len(widths) + 1 > PIPED_WIDTH:
         return None
 
@@ -77,8 +79,11 @@ def plain_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str | 
         return left + middle.join(fill * (w + 2) for w in widths) + right + "\n"
 
     def line(bar: str, cells: Sequence[str]) -> str:
-        return bar + bar.join(f" {c.ljust(w)} " for c, w in zip(cells, widths, strict=True)) \
-            + bar + "\n"
+        split = [cell.split("\n") for cell in cells]  # a cell of several lines: Rich's too
+        return "".join(
+            bar + bar.join(f" {(c[i] if i < len(c) else '').ljust(w)} "
+                           for c, w in zip(split, widths, strict=True)) + bar + "\n"
+            for i in range(max(len(c) for c in split)))
 
     return "".join([rule("┏", "┳", "┓", "━"), line("┃", columns), rule("┡", "╇", "┩", "━"),
                     *(line("│", row) for row in rows), rule("└", "┴", "┘", "─")])
@@ -133,6 +138,14 @@ class Console:
 
     def result(self, text: str) -> None:
         self._line("out", text)
+
+    @property
+    def out_width(self) -> int:
+        """The columns a table on stdout has: the terminal's (``COLUMNS`` when set, as Rich
+        reads it), :data:`PIPED_WIDTH` off a terminal."""
+        if "out" in self.__dict__ or sys.stdout.isatty():
+            return int(self.out.width)
+        return PIPED_WIDTH
 
     def table(self, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         """A table on stdout: a column per name in *columns*, a row per item of *rows*."""
