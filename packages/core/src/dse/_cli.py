@@ -86,6 +86,8 @@ def _init_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     init.add_argument("--name", help="the campaign's name (default: the file's stem)")
     init.add_argument("--agent", default="random",
                       help="the agent to start with (default: random; grid, bayesian...)")
+    init.add_argument("--backend", default="local",
+                      help="where its trials run (default: local; slurm...)")
     init.add_argument("--force", action="store_true",
                       help="replace files that exist (else nothing is written over one)")
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dse._errors import ConfigError, ExitCode
+from dse._errors import ConfigError, ExitCode, PluginError
 from dse._render import (
     detail_lines,
     outcome_json,
@@ -63,9 +63,21 @@ def _pool_files(paths: Sequence[Path]) -> tuple[list[Path], PoolConfig | None]:
 
 
 def _init(args: argparse.Namespace, console: Console) -> int:
+    from dse._plugins import PluginManager
     from dse._starter import write_starter
 
-    written = write_starter(args.campaign, name=args.name, agent=args.agent, force=args.force)
+    # A starter that names a plugin not installed would not run: refused, nothing written.
+    plugins = PluginManager()
+    for kind, name, registered, lookup in (
+            ("agent", args.agent, plugins.agents, plugins.agent_class),
+            ("backend", args.backend, plugins.backends, plugins.backend_class)):
+        if name not in registered:  # the lookup's error lists the installed ones
+            try:
+                lookup(name)
+            except PluginError as exc:
+                raise PluginError(f"dse init --{kind}: nothing written: {exc}") from None
+    written = write_starter(args.campaign, name=args.name, agent=args.agent,
+                            backend=args.backend, force=args.force)
     console.status(f"wrote {' and '.join(str(p) for p in written)}; run it: dse run"
                    f" {args.campaign}")
     return ExitCode.OK

@@ -110,7 +110,7 @@ def starter_campaign(name: str, *, file: str, trial: str, agent: str = "random",
 
 
 def write_starter(path: Path, *, name: str | None = None, agent: str = "random",
-                  force: bool = False) -> list[Path]:
+                  backend: str = "local", force: bool = False) -> list[Path]:
     """Write the starter campaign at *path* and its trial script beside it (``trial.py``);
     the paths written. An existing file is refused unless *force*: nothing is written then."""
     if path.suffix != ".toml":
@@ -125,7 +125,7 @@ def write_starter(path: Path, *, name: str | None = None, agent: str = "random",
                               " over a file (--force replaces it)")
     if not path.parent.is_dir():
         raise ConfigError(f"{path.parent}: no such directory")
-    path.write_text(starter_campaign(name, file=path.name, trial=trial.name, agent=agent),
-                    encoding="utf-8")
+    path.write_text(starter_campaign(name, file=path.name, trial=trial.name, agent=agent,
+                                     backend=backend), encoding="utf-8")
     trial.write_text(STARTER_TRIAL, encoding="utf-8")
     return files

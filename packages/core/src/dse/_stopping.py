@@ -81,18 +81,24 @@ def stopping_for(engine: Engine) -> EarlyStopping | None:
             f"{where}.{spec.rule}: unknown option(s) {', '.join(map(repr, unknown))}; the"
             f" {spec.rule} rule takes {', '.join(sorted(takes or ())) or 'none'}"
             + did_you_mean(unknown, takes or ()))
+    # The sign the rule prints its reasons' values with: the metric's own, as reported.
+    signed = {"sign": -1.0 if spec.direction is Direction.MAXIMIZE else 1.0} if _takes_sign(
+        cls) else {}
     try:
-        rule = cls(min_step=spec.min_step, max_step=spec.max_step, **spec.options)
+        rule = cls(min_step=spec.min_step, max_step=spec.max_step, **signed, **spec.options)
     except ConfigError as exc:  # the rule names its option (stopping.<rule>.<key>)
         raise ConfigError(f"{source}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}.{spec.rule}: {exc}") from None
     version = registered.class_version if registered is not None else "?"
-    return EarlyStopping(rule, spec, version=version)
+    objectives = {o.metric for o in engine.campaign.objectives}
+    return EarlyStopping(rule, spec, version=version, where=f"{where}.metric",
+                         checked=spec.metric in objectives)
 
 
 def _options_of(cls: type) -> set[str] | None:
-    """The options a rule class takes besides ``min_step`` and ``max_step`` (``None``: any)."""
+    """The options a rule class takes besides ``min_step``, ``max_step`` and ``sign`` (the
+    engine's to give, never the campaign file's), or ``None``: any."""
     try:
         parameters = inspect.signature(cls).parameters.values()
     except (TypeError, ValueError):
@@ -101,7 +107,16 @@ def _options_of(cls: type) -> set[str] | None:
         return None
     return {p.name for p in parameters if p.kind in (
         inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)} - {
-        "min_step", "max_step"}
+        "min_step", "max_step", "sign"}
+
+
+def _takes_sign(cls: type) -> bool:
+    """Whether a rule class names a ``sign`` parameter: -1 for a maximised metric, to print
+    the values of its reasons in the metric's own sign (dse's rules do)."""
+    try:
+        return "sign" in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def watch_progress(engine: Engine, *, resumed: bool) -> None:
@@ -135,9 +150,15 @@ def watch_progress(engine: Engine, *, resumed: bool) -> None:
 class EarlyStopping:
     """The stopping rule of one run and what it has asked for."""
 
-    def __init__(self, rule: StoppingRule, spec: StoppingSpec, *, version: str) -> None:
+    def __init__(self, rule: StoppingRule, spec: StoppingSpec, *, version: str,
+                 where: str = "stopping.metric", checked: bool = True) -> None:
         self.rule = rule
         self.spec = spec
+        self.where = where
+        """Where the stopping metric is set (``campaign.toml: stopping.metric``)."""
+        self.checked = checked
+        """The stopping metric is known to exist: an objective's, or seen in a trial's
+        progress; until then the first points at or past ``min_step`` must carry it."""
         self.name = str(getattr(rule, "name", spec.rule))
         self.version = version
         self._sign = -1.0 if spec.direction is Direction.MAXIMIZE else 1.0
@@ -187,6 +208,8 @@ class EarlyStopping:
         """Tell the rule the new points of the running trials; the job ids of those it stops
         (for the caller to cancel)."""
         stops = self._stop_again(running) if self._store is not None else []
+        if not self.checked:
+            self._check_metric(new)
         for trial, points in new:
             told = self._replayed.get(trial.number, -1)
             for point in sorted(points, key=lambda pt: pt.step):
@@ -206,6 +229,25 @@ class EarlyStopping:
         if stops:
             journal.event(None, "stop", {"jobs": len(stops)})
         return stops
+
+    def _check_metric(self, new: Sequence[tuple[LiveTrial, list[ProgressPoint]]]) -> None:
+        """The first pass that reads points at or past ``min_step`` (where the rule first
+        compares) says whether the stopping metric is one the trials report: a misspelt one
+        is a :class:`ConfigError` naming it (the run ends with it), not a rule that silently
+        never stops anything."""
+        due = [(t, pt) for t, points in new for pt in points if pt.step >= self.spec.min_step]
+        if not due:
+            return
+        reported = {name for _, pt in due for name in pt.metrics}
+        if self.spec.metric in reported:
+            self.checked = True
+            return
+        trial, point = due[0]
+        names = ", ".join(map(repr, sorted(reported))) or "no metric"
+        raise ConfigError(
+            f"{self.where}: {self.spec.metric!r} is neither an objective's metric nor in the"
+            f" progress the trials report (trial {trial.number} reported {names} at step"
+            f" {point.step})" + did_you_mean([self.spec.metric], reported))
 
     def record(self, trial: LiveTrial, decision: Decision, journal: Journal) -> None:
         """Record *decision* about *trial* (values back in the metric's own sign)."""
@@ -325,6 +367,7 @@ class EarlyStopping:
         told = self._replayed
         for number, proposal, step, text in store.run_progress(cid):
             loss = self._loss(json.loads(text))
+            self.checked = self.checked or loss is not None
             if loss is not None and proposal > 0:  # the baseline is never compared
                 self._report(number, step, loss)
                 told[number] = max(step, told.get(number, -1))

@@ -4,7 +4,9 @@ and Hyperband (brackets of ASHA).
 Each satisfies :class:`dse.StoppingRule` and sees only numbers: trial numbers, the steps they
 reported and values that are **losses** (lower is better). Turning a maximised metric into a
 loss (negating it) is the engine's business, as is giving the values back in the metric's own
-sign in the record; nothing here knows a metric's direction. A NaN value is taken as the worst
+sign in the record; nothing here knows a metric's direction, but each rule takes ``sign``
+(-1 for a maximised metric, which the engine hands a rule that takes it) to print the values
+of its reasons as the trials reported them. A NaN value is taken as the worst
 possible (``+inf``): a trial whose loss diverged is the first to stop.
 
 Each rule is deterministic: reporting the same points in the same order rebuilds the same
@@ -134,8 +136,10 @@ class _Halving:
     decisions of ASHA (Li et al. 2020) made on them."""
 
     def __init__(self, ladder: list[int], *, max_step: int, eta: float, min_peers: int,
-                 bracket: int | None = None) -> None:
+                 bracket: int | None = None, sign: float = 1.0) -> None:
         self.rungs = ladder
+        self.sign = sign
+        """Turns a loss back into the metric's own value in a reason (-1: maximised)."""
         self.max_step = max_step
         self.eta = eta
         self.min_peers = min_peers
@@ -173,11 +177,12 @@ class _Halving:
                    " not compared yet")
         elif rank < keep:
             verdict = Verdict.CONTINUE
-            why = f"{value:g} is among the best {keep} of {n} trials at step {rung}"
+            why = f"{self.sign * value:g} is among the best {keep} of {n} trials at step {rung}"
         else:
             verdict = Verdict.STOP
-            why = (f"{value:g} is not among the best {keep} of {n} trials at step {rung}"
-                   f" (1/{self.eta:g}; the cut is {cutoff:g})")
+            assert cutoff is not None  # peers >= min_peers >= 0 and rank >= keep >= 1
+            why = (f"{self.sign * value:g} is not among the best {keep} of {n} trials at step"
+                   f" {rung} (1/{self.eta:g}; the cut is {self.sign * cutoff:g})")
         return Decision(trial, verdict, rung, step, value, cutoff, peers,
                         at.best_without(rank), why, self.bracket)
 
@@ -202,7 +207,7 @@ class _Halving:
                 out.append(Decision(
                     trial, Verdict.PROMOTE, self.rungs[k], self._reached[trial][k][0], value,
                     cutoff, n - 1, at.best_without(i),
-                    f"{value:g} is now among the best {keep} of {n} trials at step"
+                    f"{self.sign * value:g} is now among the best {keep} of {n} trials at step"
                     f" {self.rungs[k]}", self.bracket))
         return out
 
@@ -247,21 +252,22 @@ class AshaRule:
     best ``n // reduction_factor`` at its rung (ASHA's own promotion rule): its peers did worse
     than the first comparison expected. Nothing is decided at or past ``max_step``.
 
-    Values are losses; a maximised metric reaches the rule negated (the engine does that).
+    Values are losses; a maximised metric reaches the rule negated (the engine does that,
+    and hands the rule ``sign = -1``: the values its reasons print are the metric's own).
     """
 
     name: ClassVar[str] = "asha"
     version: ClassVar[str] = "1"
 
     def __init__(self, *, min_step: int, max_step: int, reduction_factor: float = 3,
-                 min_peers: int = 0) -> None:
+                 min_peers: int = 0, sign: float = 1.0) -> None:
         low, high = _steps(min_step, max_step)
         eta = _factor("stopping.asha.reduction_factor", reduction_factor)
         self.eta = eta
         self.min_peers = _whole("stopping.asha.min_peers", min_peers, 0)
         self.max_step = high
         self._ladder = _Halving(rungs(low, high, eta), max_step=high, eta=eta,
-                                min_peers=self.min_peers)
+                                min_peers=self.min_peers, sign=sign)
         self.rungs = self._ladder.rungs
 
     def report(self, trial: int, step: int, value: float) -> Decision | None:
@@ -285,14 +291,15 @@ class HyperbandRule:
     trial is compared, stopped and promoted exactly as by :class:`AshaRule`, with trials of
     its bracket only.
 
-    Values are losses; a maximised metric reaches the rule negated (the engine does that).
+    Values are losses; a maximised metric reaches the rule negated (the engine does that,
+    and hands the rule ``sign = -1``: the values its reasons print are the metric's own).
     """
 
     name: ClassVar[str] = "hyperband"
     version: ClassVar[str] = "1"
 
     def __init__(self, *, min_step: int, max_step: int, reduction_factor: float = 3,
-                 min_peers: int = 0) -> None:
+                 min_peers: int = 0, sign: float = 1.0) -> None:
         low, high = _steps(min_step, max_step)
         eta = _factor("stopping.hyperband.reduction_factor", reduction_factor)
         grace = _whole("stopping.hyperband.min_peers", min_peers, 0)
@@ -307,7 +314,7 @@ class HyperbandRule:
         self.min_peers = grace
         self.brackets = [
             _Halving(hyperband_rungs(high, eta, s_max - b), max_step=high, eta=eta,
-                     min_peers=grace, bracket=b)
+                     min_peers=grace, bracket=b, sign=sign)
             for b in range(s_max + 1)]
         self.sizes = [_bracket_size(s_max, s, eta) for s in range(s_max, -1, -1)]
         """Trials per cycle of each bracket (Hyperband's ``n``), bracket 0 first."""
@@ -350,15 +357,18 @@ class MedianRule:
     ``peers = "all"``, every other trial that reported ``s``, whatever became of it since
     (harsher early on: the trials at a late step are the survivors).
 
-    Values are losses; a maximised metric reaches the rule negated (the engine does that).
+    Values are losses; a maximised metric reaches the rule negated (the engine does that,
+    and hands the rule ``sign = -1``: the values its reasons print are the metric's own).
     """
 
     name: ClassVar[str] = "median"
     version: ClassVar[str] = "2"
 
     def __init__(self, *, min_step: int, max_step: int, min_peers: int = 5,
-                 interval: int = 1, peers: str = "finished") -> None:
+                 interval: int = 1, peers: str = "finished", sign: float = 1.0) -> None:
         self.min_step, self.max_step = _steps(min_step, max_step)
+        self.sign = sign
+        """Turns a loss back into the metric's own value in a reason (-1: maximised)."""
         self.min_peers = _whole("stopping.median.min_peers", min_peers, 1)
         self.interval = _whole("stopping.median.interval", interval, 1)
         if peers not in ("finished", "all"):
@@ -406,14 +416,16 @@ class MedianRule:
                   (at.value_without(rank, half - 1) + at.value_without(rank, half)) / 2)
         if best > median:
             verdict = Verdict.STOP
-            why = (f"its best {best:g} is worse than the median {median:g} of {peers}"
+            why = (f"its best {self.sign * best:g} is worse than the median"
+                   f" {self.sign * median:g} of {peers}"
                    f" trials at step {step}")
             if self.finished_only:  # stopped, it never finishes: nothing of it is a peer
                 self._pending.pop(trial, None)
                 seen[0] = math.inf
         else:
             verdict = Verdict.CONTINUE
-            why = (f"its best {best:g} is no worse than the median {median:g} of {peers}"
+            why = (f"its best {self.sign * best:g} is no worse than the median"
+                   f" {self.sign * median:g} of {peers}"
                    f" trials at step {step}")
         return Decision(trial, verdict, step, step, best, median, peers,
                         at.best_without(rank), why)
