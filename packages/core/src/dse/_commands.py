@@ -295,6 +295,10 @@ def _report(args: argparse.Namespace, console: Console) -> int:
     if args.watch is not None and (args.html is None or args.json):
         raise ConfigError("dse report: --watch rewrites the page --html writes (give --html"
                           " OUT.html, without --json)")
+    if args.html is not None:
+        from dse._html import check_matplotlib
+
+        check_matplotlib()  # before anything is printed: the one line, not a report first
     store, name = _open_target(args.target, args.workspace)
     now = time.time()
     every = {r.id: run_detail(store, r.id, now=now) for r in store.campaigns()}

@@ -14,6 +14,11 @@ kilobytes whatever the number of trials (:mod:`dse._plots`, :mod:`dse._parallel`
 * **curves** (a run with a stopping rule or learning curves, :mod:`dse._curves`): the trials'
   learning curves with the stopping rule's stops and promotions.
 
+Cache hits are results of the run too: every figure draws them, marked reused (a rerun
+answered from the record draws what it reuses). Above the figures, a table of the best
+:data:`BEST_LISTED` trials (params, metrics, each one's ``dse show`` command) sorts by the
+header clicked, through a small inline script (nothing is fetched).
+
 A Pareto run (``[campaign] objectives = "pareto"``) has two more, first on its page (the plots
 above rank its trials by the first objective alone), drawn by :mod:`dse._frontplot` from the
 fronts :mod:`dse._front` reads:
@@ -52,8 +57,9 @@ from dse._drawn import draw_png
 from dse._errors import DseError
 from dse._front import pareto_fronts, pareto_objectives
 from dse._frontplot import FRONT, HYPERVOLUME, draw_front, draw_hypervolume
+from dse._palette import better_label
 from dse._parallel import draw_parameters
-from dse._plots import convergence, cost, load_run, outcomes, timeline
+from dse._plots import convergence, cost, load_run, outcomes, scored, timeline
 from dse._render import WATCH_EVERY, detail_lines, rollup_line
 from dse._report import rollup_by_objective, run_detail
 from dse._trialfile import write_trial_file
@@ -67,7 +73,8 @@ if TYPE_CHECKING:
     from dse._report import RunDetail
     from dse._store import Store
 
-__all__ = ["PLOTS", "render_html", "watch_html_report", "write_html_report"]
+__all__ = ["BEST_LISTED", "PLOTS", "best_table", "check_matplotlib", "render_html",
+           "watch_html_report", "write_html_report"]
 
 PLOTS = ("convergence", "timeline", "parameters", "cost", "outcomes")
 """The figures every report has, in page order (each an ``<img id="plot-NAME">``)."""
@@ -135,6 +142,56 @@ def _note(run: RunData, live: float | None) -> tuple[str, str]:
             f" {every} s, while the run is running (dse report --watch).</p>")
 
 
+BEST_LISTED = 25
+"""The best trials the page's table lists (``dse export`` has every one)."""
+
+
+def _cell(value: Any) -> str:
+    """A ``<td>``: *value* as text, with ``data-value`` to sort by (numbers as numbers)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        text = "-" if value is None else str(value)
+        return f'<td data-value="{html.escape(text, quote=True)}">{html.escape(text)}</td>'
+    shown = f"{value:.6g}" if isinstance(value, float) else str(value)
+    return f'<td class="num" data-value="{value!r}">{shown}</td>'
+
+
+def best_table(run: RunData, limit: int = BEST_LISTED) -> str:
+    """The page's table of the best *limit* trials of *run* (cache hits among them, marked
+    reused): rank, trial, score, each param and metric, and the ``dse show`` command of
+    each; its headers sort it (the page's inline script)."""
+    ranked = sorted(scored(run), key=lambda t: (t["score"], t["number"]),
+                    reverse=run.direction == "maximize")
+    if run.direction == "maximize":  # the lowest number first among equals, as ranked
+        ranked.sort(key=lambda t: (-t["score"], t["number"]))
+    ranked = ranked[:limit]
+    if not ranked:
+        return '<p id="best-none">No completed, valid trial yet: no best trials to list.</p>'
+    params = [str(p.get("name")) for p in run.space]
+    metrics = sorted({m for t in ranked for m in t["metrics"]} - {run.metric})
+    heads = ["rank", "trial", run.metric, *params, *metrics, "dse show"]
+    header = "".join(f'<th scope="col" data-key="{i}" aria-sort="none">{html.escape(h)}'
+                     "</th>" for i, h in enumerate(heads))
+    rows = []
+    for rank, t in enumerate(ranked, 1):
+        show = f"dse show {run.name}-{run.run}-{t['number']}"
+        mark = ' <span class="reused">reused</span>' if t["cached"] else ""
+        cells = [_cell(rank), f'<td class="num" data-value="{t["number"]}">{t["number"]}'
+                 f"{mark}</td>", _cell(t["score"]),
+                 *(_cell(t["params"].get(p)) for p in params),
+                 *(_cell(t["metrics"].get(m)) for m in metrics),
+                 f'<td data-value="{t["number"]}"><code>{html.escape(show)}</code></td>']
+        rows.append(f'<tr id="trial-{t["number"]}">{"".join(cells)}</tr>')
+    shown = len(ranked)
+    return (
+        f'<section id="best"><h2>The best {shown} trial{"s" if shown != 1 else ""}</h2>'
+        f'<p class="note">By {html.escape(better_label(run.metric, run.direction))};'
+        " a header sorts the table (again: the other way). Each row's command prints the"
+        " trial's whole record; a reused trial is a cache hit, whose record names the trial"
+        f' it reuses.</p><table id="best-trials"><thead><tr>{header}</tr></thead>'
+        f'<tbody>{"".join(rows)}</tbody></table></section>'
+    )
+
+
 def render_html(store: Store, campaign_id: int, out: Path, report_lines: Sequence[str], *,
                 fronts: Sequence[Front] | None = None, live: float | None = None) -> Path:
     """Write the HTML report of run *campaign_id* to *out*: *report_lines* (the console
@@ -145,18 +202,26 @@ def render_html(store: Store, campaign_id: int, out: Path, report_lines: Sequenc
     return _render(store, campaign_id, out, report_lines, fronts=fronts, live=live)[0]
 
 
-def _render(store: Store, campaign_id: int, out: Path, report_lines: Sequence[str], *,
-            fronts: Sequence[Front] | None, live: float | None) -> tuple[Path, str]:
-    """:func:`render_html`, and the run's status as the page shows it."""
+def check_matplotlib() -> None:
+    """Raise :class:`DseError`, one line saying how to install it, when matplotlib (which
+    draws the page's plots) cannot be imported."""
     try:
-        import matplotlib  # noqa: F401 - the package first: a submodule loaded before says nothing
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        import matplotlib
+        import matplotlib.figure  # noqa: F401 - what the page needs of it
     except ImportError:
         raise DseError(
             "dse report --html draws its plots with matplotlib, which is not installed:"
             " pip install 'dse-core[report]'"
         ) from None
+
+
+def _render(store: Store, campaign_id: int, out: Path, report_lines: Sequence[str], *,
+            fronts: Sequence[Front] | None, live: float | None) -> tuple[Path, str]:
+    """:func:`render_html`, and the run's status as the page shows it."""
+    check_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     run = load_run(store, campaign_id)
     figures = []
     for key, draw in _drawers(store, run, fronts).items():
@@ -169,6 +234,7 @@ def _render(store: Store, campaign_id: int, out: Path, report_lines: Sequence[st
     page = _PAGE.format(
         title=html.escape(title), refresh=refresh, note=note,
         report=html.escape("\n".join(report_lines)), figures="\n".join(figures),
+        table=best_table(run), script=_SORT_SCRIPT,
     )
     _write(out, page)
     return out, run.status
@@ -189,13 +255,50 @@ pre {{ background: #f5f5f5; padding: 1em; overflow-x: auto; }}
 figure {{ margin: 2em 0; }} img {{ max-width: 100%; height: auto; }}
 figcaption {{ color: #555; font-size: 0.9em; }}
 .live {{ border-left: 4px solid #0072B2; background: #eef5fb; padding: 0.5em 1em; }}
+table {{ border-collapse: collapse; font-size: 0.9em; display: block; overflow-x: auto; }}
+th, td {{ padding: 0.25em 0.6em; border-bottom: 1px solid #ddd; text-align: left;
+  white-space: nowrap; }}
+th {{ cursor: pointer; background: #f5f5f5; user-select: none; }}
+th[aria-sort="ascending"]::after {{ content: " \\25B2"; }}
+th[aria-sort="descending"]::after {{ content: " \\25BC"; }}
+td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
+.reused {{ color: #0072B2; font-size: 0.8em; border: 1px solid #0072B2; border-radius: 3px;
+  padding: 0 0.2em; }}
+.note {{ color: #555; font-size: 0.9em; }}
 </style></head>
 <body><h1>{title}</h1>
 {note}
 <pre id="report">{report}</pre>
+{table}
 {figures}
+<script>{script}</script>
 </body></html>
 """
+
+_SORT_SCRIPT = """
+document.querySelectorAll("table#best-trials").forEach(function (table) {
+  var heads = table.querySelectorAll("th");
+  heads.forEach(function (th, column) {
+    th.addEventListener("click", function () {
+      var up = th.getAttribute("aria-sort") !== "ascending";
+      heads.forEach(function (h) { h.setAttribute("aria-sort", "none"); });
+      th.setAttribute("aria-sort", up ? "ascending" : "descending");
+      var body = table.tBodies[0];
+      var rows = Array.prototype.slice.call(body.rows);
+      rows.sort(function (a, b) {
+        var x = a.cells[column].dataset.value, y = b.cells[column].dataset.value;
+        var nx = parseFloat(x), ny = parseFloat(y);
+        var order = (!isNaN(nx) && !isNaN(ny) && String(nx) !== "NaN")
+          ? nx - ny : x.localeCompare(y);
+        return (up ? order : -order) || (a.rowIndex - b.rowIndex);
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+});
+"""
+"""Sorts the best trials' table by the header clicked: ascending, then descending (numbers
+as numbers, text as text); the page keeps working offline (nothing is fetched)."""
 
 
 def _page_lines(store: Store, campaign_id: int, details: Iterable[RunDetail] | None

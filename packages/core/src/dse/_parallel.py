@@ -5,8 +5,9 @@ Each param has its own vertical axis in its own values: a number's in its range 
 the param is), with a few ticks; a category's at its position in the declared order, every
 name written (or every k-th, :data:`CATEGORIES_NAMED` at most, when there are many: the
 positions are fixed by the order, so the first few alone would crowd the bottom). Scores
-run through a colour map made for colour-blind readers, dark at the best end, and the best
-:data:`BEST_EMPHASISED` are drawn last, thicker, in vermillion.
+run through a colour map made for colour-blind readers by rank (dark at the best end: a few
+outliers never squeeze the rest into one colour), and the best :data:`BEST_EMPHASISED` are
+drawn last, thicker, in vermillion; cache hits (results reused from the record) are dashed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dse._palette import SCORE_MAP, VERMILLION, better_label, nothing
-from dse._plots import log_ticks, scored, wide_spread
+from dse._plots import scored
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from dse._plots import RunData
 
 __all__ = ["BEST_EMPHASISED", "CATEGORIES_NAMED", "LINES_DRAWN", "NAME_CHARS", "ParamAxis",
-           "draw_parameters", "param_axis"]
+           "draw_parameters", "param_axis", "rank_positions"]
 
 LINES_DRAWN = 5000
 """At most this many trials are drawn (the best 100 always among them)."""
@@ -176,21 +177,43 @@ def _chosen(run: RunData) -> tuple[list[dict[str, Any]], int]:
     return rest + best[::-1], len(ranked)
 
 
-def _score_colours(scores: Sequence[float], maximize: bool) -> tuple[Any, Any]:
+def _score_colours(scores: Sequence[float], maximize: bool) -> tuple[Any, list[float]]:
     """The colour map (dark at the best end, without the palest quarter of cividis: no
-    yellow on white) and the norm (log when the scores span three decades or more)."""
+    yellow on white) and where each of *scores* sits on it: by its rank, from 0 (the worst)
+    to 1 (the best), so a few outliers never squeeze the rest into one colour."""
     import numpy as np
     from matplotlib import colormaps
-    from matplotlib.colors import ListedColormap, LogNorm, Normalize
+    from matplotlib.colors import ListedColormap
 
     base = colormaps[SCORE_MAP]
-    cmap = ListedColormap(base(np.linspace(0.0, 0.8, 256)), name=f"{SCORE_MAP}-dark")
-    if maximize:
-        cmap = cmap.reversed()
-    low, high = min(scores), max(scores)
-    if wide_spread(scores):
-        return cmap, LogNorm(low, high)
-    return cmap, Normalize(low, high if high > low else low + 1.0)
+    cmap = ListedColormap(base(np.linspace(0.0, 0.8, 256)[::-1]), name=f"{SCORE_MAP}-dark")
+    return cmap, rank_positions(scores, maximize)
+
+
+def rank_positions(scores: Sequence[float], maximize: bool) -> list[float]:
+    """Each of *scores*' rank as a position in [0, 1]: 1 the best, 0 the worst, equal
+    scores at the mean of their ranks."""
+    order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=not maximize)
+    ranks = [0.0] * len(scores)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2
+        i = j + 1
+    top = max(len(scores) - 1, 1)
+    return [r / top for r in ranks]
+
+
+def _rank_bar(bar: Any, scores: Sequence[float], maximize: bool) -> None:
+    """Tick the colour bar (ranks, 0 the worst to 1 the best) with the scores at the
+    worst, the quartiles and the best."""
+    ordered = sorted(scores, reverse=not maximize)  # the worst first
+    top = len(ordered) - 1
+    at = sorted({0.0, 0.25, 0.5, 0.75, 1.0} if top >= 4 else {0.0, 1.0})
+    bar.set_ticks(at, labels=[f"{ordered[round(q * top)]:.4g}" for q in at])
 
 
 def _axis(host: Any, axis: ParamAxis, at: int, layout: _Layout) -> None:
@@ -226,9 +249,9 @@ def _names(host: Any, names: Sequence[str], layout: _Layout) -> None:
 
 
 def _lines(host: Any, lines: Sequence[Sequence[tuple[float, float]]], colours: Any, best: int,
-           label: str) -> None:
-    """Draw *lines* (the *best* last) in their *colours*, the best in vermillion; points
-    when there is one param."""
+           label: str, styles: Sequence[Any]) -> None:
+    """Draw *lines* (the *best* last) in their *colours* and line *styles*, the best in
+    vermillion; points when there is one param."""
     from matplotlib.collections import LineCollection
 
     rest = len(lines) - best
@@ -238,16 +261,16 @@ def _lines(host: Any, lines: Sequence[Sequence[tuple[float, float]]], colours: A
         host.scatter([0.0] * best, ys[rest:], s=40, color=VERMILLION, zorder=3, label=label)
         return
     host.add_collection(LineCollection(lines[:rest], colors=colours[:rest], linewidths=0.8,
-                                       alpha=0.7))
+                                       alpha=0.7, linestyles=styles[:rest]))
     host.add_collection(LineCollection(lines[rest:], colors=VERMILLION, linewidths=2.2,
-                                       zorder=3, label=label))
+                                       zorder=3, label=label, linestyles=styles[rest:]))
 
 
 def draw_parameters(fig: Any, run: RunData) -> str:
     """Draw the parallel coordinates of *run* on matplotlib figure *fig*; return the
     caption."""
     from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import LogNorm
+    from matplotlib.colors import Normalize
 
     chosen, count = _chosen(run)
     if not chosen or not run.space:
@@ -257,11 +280,19 @@ def draw_parameters(fig: Any, run: RunData) -> str:
     lines = [[(i, a.position(t["params"].get(a.name))) for i, a in enumerate(axes)]
              for t in chosen]
     scores = [t["score"] for t in chosen]
-    cmap, norm = _score_colours(scores, run.direction == "maximize")
+    maximize = run.direction == "maximize"
+    cmap, ranks = _score_colours(scores, maximize)
     host = fig.subplots()
     best = min(BEST_EMPHASISED, max(1, len(chosen) // 10))
     named = f"the best {best}" if best > 1 else "the best"
-    _lines(host, lines, cmap(norm(scores)), best, f"{named} by {run.metric}")
+    reused = sum(1 for t in chosen if t["cached"])
+    styles = [(0, (4, 2)) if t["cached"] else "solid" for t in chosen]
+    _lines(host, lines, cmap(ranks), best, f"{named} by {run.metric}", styles)
+    if reused and len(axes) > 1:
+        from matplotlib.lines import Line2D
+
+        host.add_line(Line2D([], [], color="#555555", linewidth=0.8, linestyle=(0, (4, 2)),
+                             label=f"dashed: reused, a cache hit ({reused})"))
     width = max(len(axes) - 1, 1)
     host.set_xlim(-0.04 * width, len(axes) - 1 + 0.04 * width)
     host.set_ylim(-_PAD, 1 + _PAD)
@@ -271,11 +302,11 @@ def draw_parameters(fig: Any, run: RunData) -> str:
     _names(host, [a.name for a in axes], _Layout(len(axes)))
     for i, axis in enumerate(axes):
         _axis(host, axis, i, _Layout(len(axes)))
-    bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=host,
+    bar = fig.colorbar(ScalarMappable(norm=Normalize(0.0, 1.0), cmap=cmap), ax=host,
                        label=better_label(run.metric, run.direction), pad=0.06)
-    if isinstance(norm, LogNorm):
-        log_ticks(bar.ax.yaxis)
-    fig.legend(loc="outside upper center", fontsize="small", frameon=False)
+    _rank_bar(bar, scores, maximize)
+    fig.legend(loc="outside upper center", fontsize="small", frameon=False,
+               ncols=2 if reused else 1)
     drawn = f"{len(chosen)} of {count}" if len(chosen) < count else f"{count}"
     cut = [a.name for a in axes
            if a.choices is not None and len(a.choices) > CATEGORIES_NAMED]
@@ -283,5 +314,9 @@ def draw_parameters(fig: Any, run: RunData) -> str:
              " tick at each)") if cut else ""
     return (f"{drawn} completed, valid trials (the best 100 always), each a line through its"
             f" params on their own axes (numbers in their range, on a log scale where the"
-            f" param is; categories in their declared order{every}), coloured by"
-            f" {run.metric}, darker the better; {named} in vermillion, drawn last.")
+            f" param is; categories in their declared order{every}), coloured by their"
+            f" rank by {run.metric}, darker the better (a colour for each share of the"
+            f" trials, whatever outliers score: the bar names the worst, quartile and best"
+            f" scores); {named} in vermillion, drawn last"
+            + (f"; dashed: the {reused} reused from the record (cache hits)." if reused
+               else "."))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from dse._errors import DseError
 from dse._palette import (
     BLUE,
+    GREEN,
     GREY,
     SKY_BLUE,
     VERMILLION,
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
 
     from dse._store import Store
 
-__all__ = ["RunData", "convergence", "cost", "load_run", "log_ticks", "outcomes", "scored",
-           "timeline", "wide_spread"]
+__all__ = ["RunData", "convergence", "cost", "load_run", "log_ticks", "outcomes",
+           "reused_note", "scored", "timeline", "wide_spread"]
 
 _TICK_STEPS = [1, 2, 5, 10]
 """Time ticks at 1, 2 or 5 times a power of ten of the unit (no 2.5 minutes)."""
@@ -99,7 +100,7 @@ def load_run(store: Store, campaign_id: int) -> RunData:
             "failure": t.failure.value if t.failure is not None else None,
             "score": t.score, "params": t.params,
             "valid": t.id not in invalid, "ended": t.ended_at,
-            "cached": t.cache_of is not None,
+            "cached": t.cache_of is not None, "metrics": t.metrics or {},
         })
     attempts = store.attempts(campaign_id)
     # By start (an attempt that never started first, as SQL orders NULL).
@@ -116,9 +117,21 @@ def load_run(store: Store, campaign_id: int) -> RunData:
 
 
 def scored(run: RunData) -> list[dict[str, Any]]:
-    """Completed, valid, scored trials that ran (not cache hits), in number order."""
-    return [t for t in run.trials if t["status"] == "completed" and t["valid"]
-            and t["score"] is not None and math.isfinite(t["score"]) and not t["cached"]]
+    """Completed, valid, scored trials, in number order: those that ran and the cache hits
+    reusing one (``t["cached"]``: drawn as reused; they are the run's results too, and a
+    rerun's are all it has)."""
+    return [t for t in run.trials if t["status"] in ("completed", "cached") and t["valid"]
+            and t["score"] is not None and math.isfinite(t["score"])]
+
+
+def reused_note(points: Sequence[Mapping[str, Any]]) -> str:
+    """What a caption says of the cache hits among *points* (nothing when there is none)."""
+    reused = sum(1 for t in points if t["cached"])
+    if not reused:
+        return ""
+    every = "all" if reused == len(points) else f"{reused} of them"
+    return (f" ({every} reused from the record: cache hits answered with an earlier"
+            " trial's result, costing nothing)")
 
 
 def wide_spread(values: Sequence[float]) -> bool:
@@ -185,8 +198,15 @@ def convergence(fig: Any, run: RunData) -> str:
     log = wide_spread(scores)
     for ax, (label, where) in zip(axes, panels, strict=True):
         xs = [where(t["number"]) for t in points]
-        ax.scatter(xs, scores, s=14, color=SKY_BLUE, edgecolors="none", alpha=0.8,
-                   label=f"a trial ({len(points)})", zorder=2)
+        ran = [(x, t["score"]) for x, t in zip(xs, points, strict=True) if not t["cached"]]
+        reused = [(x, t["score"]) for x, t in zip(xs, points, strict=True) if t["cached"]]
+        if ran:
+            ax.scatter(*zip(*ran, strict=True), s=14, color=SKY_BLUE, edgecolors="none",
+                       alpha=0.8, label=f"a trial ({len(ran)})", zorder=2)
+        if reused:
+            ax.scatter(*zip(*reused, strict=True), s=22, facecolors="none",
+                       edgecolors=BLUE, linewidths=0.9, alpha=0.9,
+                       label=f"reused, a cache hit ({len(reused)})", zorder=2)
         ax.step([*xs, where(last)], [*best, best[-1]], where="post", color=BLUE, linewidth=1.8,
                 label="best so far", zorder=3)
         if failed:
@@ -205,9 +225,10 @@ def convergence(fig: Any, run: RunData) -> str:
     against = " and against what the run had spent by then" if total > 0 else ""
     marks = (f"; the ticks along the bottom are the {len(failed)} trials that failed"
              if failed else "")
-    return (f"The {run.metric} of each of the {len(points)} completed, valid trials (points)"
-            f" and the best so far ({run.direction}: the step line), against trial"
-            f" number{against}{f' in {unit}' if against else ''}{marks}.")
+    return (f"The {run.metric} of each of the {len(points)} completed, valid trials (points"
+            f"{'; hollow: reused' if any(t['cached'] for t in points) else ''})"
+            f"{reused_note(points)} and the best so far ({run.direction}: the step line),"
+            f" against trial number{against}{f' in {unit}' if against else ''}{marks}.")
 
 
 def _lanes(attempts: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -229,22 +250,25 @@ def _lanes(attempts: Sequence[Mapping[str, Any]]) -> list[int]:
 
 
 def timeline(fig: Any, run: RunData) -> str:
-    """Every attempt that started as a bar on the slot it held; one still running ends at
-    the time the run was read."""
+    """Every attempt that started as a bar on the slot it held (one still running ends at
+    the time the run was read), and every cache hit as a tick on a row of its own, when it
+    was answered from the record."""
     from matplotlib.collections import PolyCollection
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
 
     bars = [dict(a, end=a["end"] if a["end"] is not None else max(run.now, a["start"]),
                  state=a["state"] if a["end"] is not None else "running")
             for a in run.attempts if a["start"] is not None]
-    if not bars:
+    hits = [t["ended"] for t in run.trials if t["cached"] and t["ended"] is not None]
+    if not bars and not hits:
         nothing(fig, "no attempt started yet")
         return "No attempt started yet."
     ax = fig.subplots()
     lanes = _lanes(bars)
-    t0 = min((a["start"] for a in bars), default=run.created)
-    span = max((a["end"] for a in bars), default=t0) - t0
+    t0 = min([*(a["start"] for a in bars), *hits])
+    span = max([*(a["end"] for a in bars), *hits]) - t0
     scale, unit = time_unit(span)
     shown = sorted({a["state"] for a in bars}, key=lambda s: (s != "succeeded", s))
     for state in shown:
@@ -257,15 +281,32 @@ def timeline(fig: Any, run: RunData) -> str:
         # Failures and interruptions are hatched too: told apart without their colour.
         ax.add_collection(PolyCollection(verts, facecolors=state_colour(state),
                                          edgecolors="white", linewidths=0, hatch=hatch(state)))
+    handles: list[Any] = [Patch(facecolor=state_colour(s), edgecolor="white", hatch=hatch(s),
+                                label=s) for s in shown]
+    if hits:
+        # A cache hit holds no slot: a tick on the row under them, when it was answered.
+        ax.plot([(h - t0) / scale for h in hits], [-1.0] * len(hits), linestyle="",
+                marker="|", markersize=14, color=BLUE)
+        handles.append(Line2D([], [], linestyle="", marker="|", markersize=10, color=BLUE,
+                              label="reused (cache hit)"))
     ax.autoscale_view()
-    ax.set_xlim(left=0)
-    ax.set_ylim(-0.6, max(lanes, default=0) + 0.6)
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
-    _time_axis(ax.xaxis, unit, "the first attempt started")
+    ax.set_xlim(left=0, right=max(span / scale, 1e-9) * 1.02 if not bars else None)
+    top = max(lanes, default=0)
+    ax.set_ylim(-1.6 if hits else -0.6, top + 0.6 if bars else -0.4)
+    ticks = [v for v in MaxNLocator(integer=True, min_n_ticks=1).tick_values(0, top)
+             if 0 <= v <= top] if bars else []
+    ax.yaxis.set_major_locator(FixedLocator([-1.0, *ticks] if hits else ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(
+        lambda v, _: "reused" if v < -0.5 else f"{v:.0f}"))
+    _time_axis(ax.xaxis, unit, "the first attempt started" if bars else "the first cache hit")
     ax.set_ylabel("slot")
-    ax.legend(handles=[Patch(facecolor=state_colour(s), edgecolor="white", hatch=hatch(s),
-                             label=s) for s in shown],
-              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    reused = (f"; {len(hits)} cache hit{'s' if len(hits) != 1 else ''} answered from the"
+              " record (ticks on the row 'reused': they hold no slot)") if hits else ""
+    if not bars:
+        return (f"No attempt ran: the {len(hits)} trials were all answered from the record"
+                f" (cache hits), over {span / scale:.3g} {unit}, each a tick when it was"
+                " answered.")
     running = sum(1 for a in bars if a["state"] == "running")
     still = f", {running} still running (drawn up to now)" if running else ""
     slots = max(lanes) + 1
@@ -273,7 +314,7 @@ def timeline(fig: Any, run: RunData) -> str:
             f" slot{'s' if slots != 1 else ''}{still}, over"
             f" {span / scale:.3g} {unit}: an attempt takes the lowest slot free when it"
             " starts, so gaps are idle slots and steps are waves; failures and interruptions"
-            " are hatched.")
+            f" are hatched{reused}.")
 
 
 def _cost_events(run: RunData, scale: float) -> list[tuple[float, float, int]]:
@@ -297,38 +338,50 @@ def cost(fig: Any, run: RunData) -> str:
 
     scale, unit = run.spend_unit(sum(a["cpu_s"] for a in run.attempts))
     events = _cost_events(run, scale)
+    hits = sorted(t["ended"] for t in run.trials if t["cached"] and t["valid"]
+                  and t["status"] == "cached" and t["score"] is not None
+                  and t["ended"] is not None)
+    events += [(at, 0.0, 2) for at in hits]  # 2: a reused result
+    events.sort()
     end = max(run.now, events[-1][0]) if run.status == "running" and events else (
         events[-1][0] if events else run.created)
     t_scale, t_unit = time_unit(end - run.created)
-    xs, spend, results = [0.0], [0.0], [0]
+    xs, spend, results, reused = [0.0], [0.0], [0], [0]
     for at, spent, result in events:
         xs.append((at - run.created) / t_scale)
         spend.append(spend[-1] + spent)
-        results.append(results[-1] + result)
+        results.append(results[-1] + (result == 1))
+        reused.append(reused[-1] + (result == 2))
     xs.append((end - run.created) / t_scale)
     spend.append(spend[-1])
     results.append(results[-1])
+    reused.append(reused[-1])
     ax = fig.subplots()
     right = ax.twinx()
-    money = ax.step(xs, spend, where="post", color=BLUE, linewidth=1.8,
-                    label=f"spent ({unit})")
-    usable = right.step(xs, results, where="post", color=VERMILLION, linewidth=1.6,
-                        linestyle="--", label="effective results")
+    handles = ax.step(xs, spend, where="post", color=BLUE, linewidth=1.8,
+                      label=f"spent ({unit})")
+    handles += right.step(xs, results, where="post", color=VERMILLION, linewidth=1.6,
+                          linestyle="--", label="effective results")
+    if hits:
+        handles += right.step(xs, reused, where="post", color=GREEN, linewidth=1.6,
+                              linestyle=":", label="reused results (cache hits, free)")
     ax.set_ylabel(f"spent ({unit})")
-    right.set_ylabel("effective results")
+    right.set_ylabel("results" if hits else "effective results")
     right.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(bottom=0, top=1.05 * spend[-1] or 1.0)
-    right.set_ylim(bottom=0, top=1.05 * results[-1] or 1.0)
+    right.set_ylim(bottom=0, top=1.05 * max(results[-1], reused[-1]) or 1.0)
     ax.set_xlim(0, 1.02 * xs[-1] or 1.0)  # a step at the very end off the frame
     _time_axis(ax.xaxis, t_unit, "the run started")
-    fig.legend(handles=[*money, *usable], loc="outside upper center", ncols=2,
+    fig.legend(handles=handles, loc="outside upper center", ncols=len(handles),
                fontsize="small", frameon=False)
     per = (f"{spend[-1] / results[-1]:.3g} {unit} per effective result" if results[-1]
            else "no effective result yet")
+    free = (f"; dotted: the {reused[-1]} results reused from the record, at no cost"
+            if hits else "")
     return (f"What the run had spent in {unit} (solid, left axis: every ended attempt, failed"
             f" ones too) and its effective results (dashed, right axis: trials completed or"
             f" stopped at a rung, valid) over its {t_unit}: {spend[-1]:.3g} {unit} for"
-            f" {results[-1]} effective results by the end drawn, {per}.")
+            f" {results[-1]} effective results by the end drawn, {per}{free}.")
 
 
 def outcomes(fig: Any, run: RunData) -> str:
