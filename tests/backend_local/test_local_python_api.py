@@ -221,19 +221,30 @@ if __name__ == "__main__":
         dse.run({"campaign": {"name": name, **grid},
                  "space": {"case": ["ok", "raise", "nan", "text", "object", "none"]},
                  "objectives": [{"metric": "loss"}]}, objective)
-    dse.run({"campaign": {"name": "slow", **grid}, "space": {"case": ["slow"]},
-             "objectives": [{"metric": "loss"}], "environment": {"time_limit": "3s"},
-             "backend": {"local": {"grace": "1s"}}}, objective)
-    dse.run({"campaign": {"name": "hidden", **grid}, "space": {"case": ["ok"]},
-             "objectives": [{"metric": "loss"}]}, hidden)
-    dse.run({"campaign": {"name": "command", **grid}, "space": {"case": ["ok"]},
-             "objectives": [{"metric": "loss"}],
-             "environment": {"command": [sys.executable, "-c", "raise SystemExit(1)"]}})
+    # Each of these runs has no completed trial: dse.run raises, the run recorded.
+    for campaign, function in [
+        ({"campaign": {"name": "slow", **grid}, "space": {"case": ["slow"]},
+          "objectives": [{"metric": "loss"}], "environment": {"time_limit": "3s"},
+          "backend": {"local": {"grace": "1s"}}}, objective),
+        ({"campaign": {"name": "hidden", **grid}, "space": {"case": ["ok"]},
+          "objectives": [{"metric": "loss"}]}, hidden),
+        ({"campaign": {"name": "command", **grid}, "space": {"case": ["ok"]},
+          "objectives": [{"metric": "loss"}],
+          "environment": {"command": [sys.executable, "-c", "raise SystemExit(1)"]}}, None),
+    ]:
+        try:
+            dse.run(campaign, function)
+        except dse.NoResultError as error:
+            print("no result:", error.results.campaign)
+        else:
+            raise AssertionError(f"{campaign['campaign']['name']}: no NoResultError")
 """
 
 
 def test_a_function_fails_times_out_and_is_reused_as_a_command_would(tmp_path: Path) -> None:
-    run_script(tmp_path, FAILING)
+    out = run_script(tmp_path, FAILING)
+    assert out.split() == ["no", "result:", "slow", "no", "result:", "hidden", "no", "result:",
+                           "command"]
     workspace = tmp_path / ".dse"
     first = dse.load(workspace, run=1)
     ended = {t.params["case"]: (t.status, t.failure) for t in first.trials}

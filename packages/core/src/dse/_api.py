@@ -12,21 +12,26 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dse._errors import ConfigError
+from dse._errors import ConfigError, NoResultError, RunWarning
 from dse._objective import reference, stop_if_importing
+from dse._outcome import EngineListener
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from types import FrameType
 
     from dse._campaign import Campaign
     from dse._engine import Engine
     from dse._objective import ObjectiveRef
-    from dse._outcome import CampaignResult, EngineListener
+    from dse._outcome import CampaignResult, Retry, TrialEnd
     from dse._readback import Results
     from dse._store import Store
+    from dse._types import TrialStatus
 
 __all__ = ["load", "run"]
 
@@ -39,6 +44,7 @@ def run(
     *,
     workspace: str | os.PathLike[str] | None = None,
     fresh: bool = False,
+    quiet: bool = False,
     listener: EngineListener | None = None,
 ) -> Results:
     """Run a campaign to its end, as ``dse run`` does, and return its :class:`Results`.
@@ -53,8 +59,18 @@ def run(
         ``.dse`` beside the file or in the current directory).
     :param fresh: start a new run even when the latest one did not finish, reusing no
         recorded result (``dse run --fresh``).
-    :param listener: told of the run's progress (:class:`dse.EngineListener`).
+    :param quiet: print nothing. Otherwise the run's progress goes to stderr as ``dse run``
+        says it: one line rewritten in place in a terminal or a notebook (trials done, the
+        counts, the best, the ETA), a line per trial in a log, a line per failure (its error,
+        its log) and per retry, and at the end the lines ``dse run`` closes with. Warnings
+        (what ``dse run`` prints as ``dse: warning:``) are issued as :class:`dse.RunWarning` either
+        way, for the ``warnings`` module's filters.
+    :param listener: told of the run's progress too (:class:`dse.EngineListener`).
     :raises ConfigError: the campaign or the objective is refused (nothing is written).
+    :raises NoResultError: the run ended with no completed trial (every trial failed, or the
+        campaign stopped after failures in a row): its message says how it ended and what
+        the first failure's error was; its ``results`` attribute is the run's
+        :class:`Results`, every trial recorded as it is when one completed.
     :raises KeyboardInterrupt: Ctrl+C: running trials were cancelled and recorded; running
         the campaign again continues it.
     """
@@ -64,10 +80,14 @@ def run(
     from dse._build import build_engine
     from dse._campaign import campaign_from_dict
     from dse._campaignfile import read_campaign_file
+    from dse._console import LineView
     from dse._lock import CampaignLock
     from dse._plugins import PluginManager
-    from dse._readback import read_results
+    from dse._readback import no_result_message, read_results
+    from dse._render import outcome_lines
+    from dse._report import run_detail
     from dse._store import Store, workspace_db
+    from dse._terminal import Console
 
     if isinstance(campaign, str | os.PathLike):
         source: Path | None = Path(os.fspath(campaign))
@@ -84,7 +104,11 @@ def run(
     plugins = PluginManager()
     # Everything that can refuse the campaign is built before the workspace is touched.
     store = Store(workspace_db(built.workspace), connect=False)
-    engine = build_engine(built, store=store, plugins=plugins, listener=listener)
+    console = Console()
+    warn = _warner(sys._getframe(1))
+    view: EngineListener = _Warnings(warn) if quiet else LineView(console, warn)
+    engine = build_engine(built, store=store, plugins=plugins,
+                          listener=view if listener is None else _Both(view, listener))
     engine.reuse = not fresh
     try:
         with CampaignLock(built.workspace, built.name) as lock:
@@ -97,11 +121,80 @@ def run(
                 result = _run_engine(engine, _resumable(store, built, fresh=fresh))
                 row = store.campaign(result.campaign_id)
                 assert row is not None  # the engine recorded it
-                return read_results(store, row, built.workspace)
+                results = read_results(store, row, built.workspace)
+                if not quiet:
+                    for line in outcome_lines(result, run_detail(store, result.campaign_id),
+                                              built):
+                        console.status(line)
             finally:
                 store.close()
     finally:
         engine.backend.shutdown(wait=not engine.abandoned)
+    if not results.ok:
+        raise NoResultError(no_result_message(results), results)
+    return results
+
+
+def _warner(caller: FrameType) -> Callable[[str], None]:
+    """Issue a :class:`dse.RunWarning` as if from *caller*'s line (the call of
+    :func:`run`): the warnings come from the engine's passes, deep in dse, and a filter or a
+    traceback should point at the user's code."""
+    where = (caller.f_code.co_filename, caller.f_lineno, caller.f_globals)
+
+    def warn(message: str) -> None:
+        filename, lineno, module_globals = where
+        registry = module_globals.setdefault("__warningregistry__", {})
+        warnings.warn_explicit(message, RunWarning, filename, lineno,
+                               module=str(module_globals.get("__name__", "__main__")),
+                               registry=registry, module_globals=module_globals)
+
+    return warn
+
+
+class _Warnings(EngineListener):
+    """A quiet run's listener: its alerts are still Python warnings."""
+
+    def __init__(self, warn: Callable[[str], None]) -> None:
+        self.warn = warn
+
+    def on_alert(self, engine: Engine, message: str) -> None:
+        if not message.startswith("budget exhausted"):  # an end, not a warning (DESIGN.md)
+            self.warn(message)
+
+
+class _Both(EngineListener):
+    """Tells two listeners everything, the view first."""
+
+    def __init__(self, first: EngineListener, second: EngineListener) -> None:
+        self.listeners = (first, second)
+
+    def on_start(self, engine: Engine) -> None:
+        for listener in self.listeners:
+            listener.on_start(engine)
+
+    def on_trial_end(self, engine: Engine, number: int, status: TrialStatus) -> None:
+        for listener in self.listeners:
+            listener.on_trial_end(engine, number, status)
+
+    def on_trial_ended(self, engine: Engine, end: TrialEnd) -> None:
+        for listener in self.listeners:
+            listener.on_trial_ended(engine, end)
+
+    def on_retry(self, engine: Engine, retry: Retry) -> None:
+        for listener in self.listeners:
+            listener.on_retry(engine, retry)
+
+    def on_pass(self, engine: Engine) -> None:
+        for listener in self.listeners:
+            listener.on_pass(engine)
+
+    def on_alert(self, engine: Engine, message: str) -> None:
+        for listener in self.listeners:
+            listener.on_alert(engine, message)
+
+    def on_finish(self, engine: Engine, result: CampaignResult) -> None:
+        for listener in self.listeners:
+            listener.on_finish(engine, result)
 
 
 def _run_engine(engine: Engine, resume: int | None) -> CampaignResult:

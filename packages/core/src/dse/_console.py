@@ -21,6 +21,8 @@ from dse._render import duration_text, hours_text, money_text, rate_text
 from dse._types import TrialStatus
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from dse._engine import Engine
     from dse._live import LiveTrial
     from dse._outcome import CampaignResult, Retry, TrialEnd
@@ -253,6 +255,10 @@ class LiveView(EngineListener):
             f"campaign {c.name} (run {engine.campaign_id}): agent {c.agent}, backend"
             f" {c.backend}, {c.mode} x{parallelism}, record {engine.store.path}"
         )
+        self._open()
+
+    def _open(self) -> None:
+        """Start showing the campaigns (a campaign started): the live table, on a terminal."""
         if self.console.interactive:
             if self.live is None:
                 self.live = Live(
@@ -262,6 +268,12 @@ class LiveView(EngineListener):
                 self.live.start()
             else:
                 self.live.update(self._view(), refresh=True)
+
+    @property
+    def showing(self) -> bool:
+        """Whether the view stands on screen (the live table): each trial's end is a line of
+        its own only when it does not (failures always are)."""
+        return self.live is not None
 
     def _view(self) -> Group:
         """Every campaign's table, each under its name when several share a pool."""
@@ -330,7 +342,7 @@ class LiveView(EngineListener):
             # where its log is.
             self._trial_line(engine, failure_line(end))
             return
-        if self.live is not None:
+        if self.showing:
             return
         if end.status is TrialStatus.CACHED:
             self._cached.setdefault(id(engine), []).append(end.number)
@@ -385,3 +397,76 @@ class LiveView(EngineListener):
             if all(e.finished is not None for e in self.engines):
                 self.live.stop()
                 self.live = None
+
+
+class LineView(LiveView):
+    """The progress of :func:`dse.run`: the live view's figures as one line rewritten in place
+    in a terminal or a notebook (trials done of the total, the counts, the best, the ETA), its
+    plain lines in a log; failures and retries are lines of their own as in ``dse run``, and
+    its warnings are *warn*'s (Python warnings: :class:`dse.RunWarning`)."""
+
+    REDRAW_S = 0.2
+    """The least time between two draws of the line."""
+
+    def __init__(self, console: Console, warn: Callable[[str], None]) -> None:
+        super().__init__(console)
+        self._warn = warn
+        self._in_place = console.in_place
+
+    @property
+    def showing(self) -> bool:
+        return self._in_place
+
+    def _open(self) -> None:
+        self._draw(force=True)
+
+    def _draw(self, *, force: bool = False) -> None:
+        if not self._in_place:
+            return
+        now = time.monotonic()
+        if force or now - self._last_refresh >= self.REDRAW_S:
+            self._last_refresh = now
+            self.console.progress("; ".join(progress_text(e, self._mean(e)) for e in self.engines))
+
+    def on_pass(self, engine: Engine) -> None:
+        self._flush_cached(engine)
+        self._draw()
+
+    def on_alert(self, engine: Engine, message: str) -> None:
+        if message.startswith("budget exhausted"):
+            self.console.status(message)
+            return
+        with self.console.above_progress():
+            self._warn(message)
+
+    def on_finish(self, engine: Engine, result: CampaignResult) -> None:
+        self._flush_cached(engine)
+        self._draw(force=True)
+        if all(e.finished is not None for e in self.engines):
+            self.console.progress(None)
+
+
+def progress_text(engine: Engine, mean: float | None) -> str:
+    """``quad: 6/10 trials (5 completed, 1 failed, 1 running); best loss=0.1025 (trial 3);
+    eta ~4s``: the live view's figures of *engine* in one line: the trials ended (of the
+    campaign's ``max_trials``), the counts, the best, the ETA (*mean*: the mean wall time of
+    the trials ended), and how the run ended once it did."""
+    s, c = engine.stats, engine.campaign
+    ended = max(s.steps - engine.running - len(engine.table.queued), 0)
+    done = f"{ended}/{c.max_trials}" if c.max_trials else f"{ended}"
+    counts = [(s.completed, "completed"), (s.failed, "failed"), (s.cached, "cached"),
+              (s.interrupted, "interrupted"), (s.stopped, "stopped early"),
+              (s.cancelled, "cancelled"), (engine.running, "running")]
+    shown = ", ".join(f"{n} {what}" for n, what in counts if n)
+    line = f"{c.name}: {done} trials" + (f" ({shown})" if shown else "")
+    if c.pareto:
+        line += f"; front of {len(s.front)}" if s.front else ""
+    elif s.best is not None:
+        line += f"; best {c.objectives[0].metric}={s.best.score:.6g} (trial {s.best.number})"
+    if engine.finished is None:
+        eta = eta_text(engine, mean)
+        if eta.startswith("~"):
+            line += f"; eta {eta.split(':', 1)[0]}"
+    else:
+        line += f"; {engine.finished.status}"
+    return line

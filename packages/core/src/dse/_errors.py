@@ -61,6 +61,25 @@ class BackendError(DseError, RuntimeError):
     """A backend could not do what it was asked (for example, a submission was refused)."""
 
 
+class NoResultError(DseError, RuntimeError):
+    """:func:`dse.run`: the run ended with no completed trial (every trial failed, or the
+    campaign stopped after failures in a row): no result about the design to act on. The
+    message says how it ended and why the first failed trial failed (its error, its log);
+    :attr:`results` is the run as the record has it (every trial, its message and logs)."""
+
+    def __init__(self, message: str, results: object) -> None:
+        super().__init__(message)
+        self.results = results
+        """The run's :class:`dse.Results`."""
+
+
+class RunWarning(UserWarning):
+    """What ``dse run`` prints as ``dse: warning: ...`` while a campaign runs (fewer trials at
+    a time than ``max_parallelism`` asks, an interruption pattern, the data changed...),
+    issued by :func:`dse.run` as a Python warning: the ``warnings`` module's filters apply
+    (``warnings.simplefilter("error", dse.RunWarning)`` turns each into an exception)."""
+
+
 def did_you_mean(unknown: Iterable[str], known: Iterable[str]) -> str:
     """The end of an "unknown name" message: ``"; did you mean 'max_parallelism'?"`` for the
     closest of *known* to a name of *unknown* (``difflib``'s ratio at least 0.6; with several

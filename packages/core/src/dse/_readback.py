@@ -144,6 +144,22 @@ class Results:
         return (f"<Results {self.campaign} run {self.run_id}: {self.status.value},"
                 f" {len(self.trials)} trials, best {best}>")
 
+    @property
+    def ok(self) -> bool:
+        """Whether the run has a result about the design: a trial with a score (completed, or
+        a cache hit of a completed trial). :func:`dse.run` raises
+        :class:`dse.NoResultError` for a run that has none."""
+        return any(t.score is not None for t in self.trials)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many trials of the run are in each state: ``{"completed": 8, "failed": 2}``
+        (``dse report``'s outcomes), the most common first."""
+        tally: dict[str, int] = {}
+        for t in self.trials:
+            tally[t.status.value] = tally.get(t.status.value, 0) + 1
+        return dict(sorted(tally.items(), key=lambda kv: -kv[1]))
+
     def to_pandas(self) -> Any:
         """The trials as a ``pandas.DataFrame``: :attr:`rows` under :attr:`columns`, the
         table ``dse export --format csv`` writes (docs/record.md), with ``started_at`` and
@@ -159,6 +175,31 @@ class Results:
         for column in ("started_at", "ended_at"):
             frame[column] = pandas.to_datetime(frame[column], utc=True, format="ISO8601")
         return frame
+
+
+def no_result_message(results: Results) -> str:
+    """``campaign quad run 1 ended completed (agent_exhausted) with no completed trial:
+    10 failed (nonzero_exit); quad:1: ZeroDivisionError: division by zero; log
+    .dse/quad/run-1/000001``: what :class:`dse.NoResultError` says."""
+    head = (f"campaign {results.campaign} run {results.run_id} ended {results.status.value}"
+            + (f" ({results.end_reason})" if results.end_reason else ""))
+    if not results.trials:
+        return f"{head} with no trial run"
+    failures: dict[str, int] = {}
+    for t in results.trials:
+        if t.failure is not None:
+            failures[t.failure.value] = failures.get(t.failure.value, 0) + 1
+    counts = ", ".join(f"{n} {status}" for status, n in results.counts.items())
+    classes = ", ".join(f"{n} {name}" if len(failures) > 1 else name
+                        for name, n in failures.items())
+    line = f"{head} with no completed trial: {counts}" + (f" ({classes})" if classes else "")
+    first = next((t for t in results.trials if t.failure is not None), None)
+    if first is not None:
+        line += f"; {results.campaign}:{first.number}" + (f": {first.message}" if first.message
+                                                         else "")
+        if first.trial_dir:
+            line += f"; log {first.trial_dir}"
+    return line
 
 
 def read_results(store: Store, run: CampaignRun, workspace: Path) -> Results:

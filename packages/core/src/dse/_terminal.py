@@ -15,6 +15,7 @@ is written in Rich's own layout. The live view of ``dse run`` is :mod:`dse._cons
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -22,7 +23,7 @@ import sys
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from rich.console import Console as RichConsole
 
@@ -99,6 +100,8 @@ class Console:
         self._gone: set[str] = set()
         """The streams (``"out"``, ``"err"``) whose reader went away before their Rich
         console was made."""
+        self._progress: str | None = None
+        """The progress line standing at the bottom of stderr (:meth:`progress`), if any."""
 
     @functools.cached_property
     def out(self) -> RichConsole:
@@ -128,13 +131,53 @@ class Console:
     def interactive(self) -> bool:
         return self.out.is_terminal and self.err.is_terminal
 
+    @property
+    def in_place(self) -> bool:
+        """Whether a line of stderr can be rewritten where it stands: a terminal, or a
+        notebook's output (Jupyter honours a carriage return)."""
+        return self.err.is_terminal or self.err.is_jupyter
+
+    def progress(self, text: str | None) -> None:
+        """*text* as the one line at the bottom of stderr, in place of the one there before
+        (:attr:`in_place` streams only); cut to the terminal's width, so it never wraps.
+        Lines printed on stderr meanwhile go above it. ``None``: the line stays as it is and
+        later output goes below it."""
+        if text is None:
+            if self._progress is not None:
+                self._progress = None
+                self._write("err", "\n")
+            return
+        width = self.err.width if self.err.is_terminal else 0
+        if width > 1 and len(text) >= width:
+            text = text[: width - 2] + "…"
+        self._progress = text
+        self._write("err", self._erase() + text)
+
+    @contextlib.contextmanager
+    def above_progress(self) -> Iterator[None]:
+        """What is written on stderr meanwhile (a line, a Python warning) goes above the
+        progress line standing there, which is drawn again after it."""
+        standing = self._progress
+        if standing is not None:
+            self._write("err", self._erase())
+        try:
+            yield
+        finally:
+            if standing is not None:
+                self._write("err", standing)
+
+    def _erase(self) -> str:
+        """What takes the cursor back over the progress line and clears it."""
+        return "\r\x1b[2K" if self.err.is_terminal else "\r"
+
     def status(self, message: str) -> None:
         self._line("err", message)
 
     def error(self, message: str) -> None:
         from rich.text import Text
 
-        self.err.print(Text(f"dse: error: {message}", style="bold red"))
+        with self.above_progress():
+            self.err.print(Text(f"dse: error: {message}", style="bold red"))
 
     def result(self, text: str) -> None:
         self._line("out", text)
@@ -169,11 +212,13 @@ class Console:
 
     def _line(self, name: str, text: str) -> None:
         """*text* and a newline, as the stream's Rich console prints it; written directly
-        while that console is not made and Rich would print *text* unchanged."""
-        if name in self.__dict__ or not plain(text):
-            getattr(self, name).print(text)
-        else:
-            self._write(name, text + "\n")
+        while that console is not made and Rich would print *text* unchanged. On stderr, a
+        progress line standing there is cleared first and drawn again below *text*."""
+        with self.above_progress() if name == "err" else contextlib.nullcontext():
+            if name in self.__dict__ or not plain(text):
+                getattr(self, name).print(text)
+            else:
+                self._write(name, text + "\n")
 
     def _write(self, name: str, text: str) -> None:
         made: RichConsole | None = self.__dict__.get(name)
