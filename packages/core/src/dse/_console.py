@@ -18,6 +18,7 @@ from rich.text import Text
 
 from dse._outcome import EngineListener
 from dse._render import duration_text, hours_text, money_text, rate_text
+from dse._summary import live_counts, numbers, tally_text
 from dse._types import TrialStatus
 
 if TYPE_CHECKING:
@@ -55,23 +56,21 @@ def _elapsed(engine: Engine) -> float:
 
 
 def _numbers_text(engine: Engine) -> str:
-    """The three numbers, live (the same definitions as ``dse report``)."""
-    s = engine.stats
-    hours = _elapsed(engine) / 3600.0
-    finished = s.completed + s.failed + s.budget_exhausted + s.interrupted + s.stopped
-    throughput = finished / hours if hours > 0 else 0.0
-    effective = s.completed / hours if hours > 0 else 0.0
+    """The three numbers, live: :func:`dse._summary.numbers`, as ``dse report`` and the line
+    ``dse run`` ends with compute them (a trial stopped at a rung is a usable result)."""
     spent = engine.ledger.spent
+    three = numbers(live_counts(engine.stats), wall_s=_elapsed(engine), spent=spent)
     currency = engine.ledger.budget.currency or engine.campaign.price.currency
-    if s.completed:
+    money = three.cost_per_effective
+    if money is not None:
         compute = engine.ledger.budget.compute
         unit = compute[0] if compute else ("gpu" if spent.gpu_s > 0 else "cpu")
-        cost = (f"{money_text(spent.money / s.completed)} {currency},"
-                f" {hours_text(spent.compute_s(unit) / 3600.0 / s.completed)} {unit}-h")
+        cost = (f"{money_text(money)} {currency},"
+                f" {hours_text(three.compute_per_effective_h(unit) or 0.0)} {unit}-h")
     else:
         cost = "-"
-    return (f"{rate_text(throughput)} trials/h, {rate_text(effective)} results/h,"
-            f" {cost} per result")
+    return (f"{rate_text(three.throughput_per_h)} trials/h, {rate_text(three.effective_per_h)}"
+            f" results/h, {cost} per result")
 
 
 def _budget_rows(engine: Engine) -> list[tuple[str, Text, str]]:
@@ -139,6 +138,20 @@ def _started(engine: Engine) -> tuple[list[LiveTrial], int]:
     started = sorted((t for t in submitted if t.running_since is not None),
                      key=lambda t: (t.running_since or 0.0, t.number))
     return started, len(submitted) - len(started)
+
+
+def in_flight(engine: Engine) -> tuple[int, int]:
+    """(running, queued) of *engine*'s trials in flight: those an attempt of which the
+    backend says started, and the rest (submitted and not started yet, waiting for the
+    pool's resources or for a retry, or on another controller's trial)."""
+    running = sum(1 for t in engine.table.running.values() if t.running_since is not None)
+    return running, max(engine.running - running, 0)
+
+
+def ended(engine: Engine) -> int:
+    """Trials of *engine* that reached an outcome (cache hits and cancelled ones too): its
+    proposals that became trials less those in flight."""
+    return max(engine.stats.steps - engine.running, 0)
 
 
 def _slots(engine: Engine) -> int:
@@ -292,26 +305,28 @@ class LiveView(EngineListener):
         table.add_column(style="bold")
         table.add_column()
         total = c.max_trials
+        result = engine.finished
+        # The trials that ended (a cancelled one did not run to an outcome: not progress).
+        done = ended(engine) - s.cancelled
         if total:
-            bar = ProgressBar(total=total, completed=s.steps, width=40)
-            table.add_row("progress", f"{s.steps}/{total}")
-            table.add_row("", bar)
+            table.add_row("progress", f"{done}/{total} ended" + (
+                "" if result is None else f"; {result.status} ({result.end_reason})"))
+            table.add_row("", ProgressBar(total=total, completed=min(done, total), width=40,
+                                          complete_style="bar.complete" if result is None
+                                          or result.status != "cancelled" else "red"))
         else:
-            table.add_row("progress", f"{s.steps} steps")
+            table.add_row("progress", f"{done} ended" + (
+                "" if result is None else f"; {result.status} ({result.end_reason})"))
+        running, queued = in_flight(engine)
         table.add_row(
             "in flight",
-            f"{engine.running}" + (f" ({s.retries} retries so far)" if s.retries else "")
+            f"{running} running, {queued} queued (not started)"
+            + (f" ({s.retries} retries so far)" if s.retries else "")
             + ("  DISPATCH PAUSED: systematic interruptions" if s.paused else ""),
         )
-        table.add_row(
-            "finished",
-            f"{s.completed} completed, {s.failed} failed, {s.cached} cached,"
-            f" {s.rejected} rejected, {s.interrupted} interrupted, {s.cancelled} cancelled"
-            + (f", {s.stopped} stopped early ({s.promoted} promoted)"
-               if s.stopped or s.promoted else "")
-            + ("" if s.baseline is None else f"; baseline {s.baseline.value}"),
-        )
-        table.add_row("eta", eta_text(engine, self._mean(engine)))
+        table.add_row("finished", tally_text(s))
+        table.add_row("eta", eta_text(engine, self._mean(engine)) if result is None
+                      else f"- ({result.status})")
         if engine.table.running:
             table.add_row("running", running_text(engine))
         table.add_row("numbers", _numbers_text(engine))
@@ -452,11 +467,13 @@ def progress_text(engine: Engine, mean: float | None) -> str:
     campaign's ``max_trials``), the counts, the best, the ETA (*mean*: the mean wall time of
     the trials ended), and how the run ended once it did."""
     s, c = engine.stats, engine.campaign
-    ended = max(s.steps - engine.running - len(engine.table.queued), 0)
-    done = f"{ended}/{c.max_trials}" if c.max_trials else f"{ended}"
-    counts = [(s.completed, "completed"), (s.failed, "failed"), (s.cached, "cached"),
+    over = ended(engine)
+    done = f"{over}/{c.max_trials}" if c.max_trials else f"{over}"
+    running, queued = in_flight(engine)
+    counts = [(s.completed, "completed"), (s.failed, "failed"),
+              (s.budget_exhausted, "budget_exhausted"), (s.cached, "cached"),
               (s.interrupted, "interrupted"), (s.stopped, "stopped early"),
-              (s.cancelled, "cancelled"), (engine.running, "running")]
+              (s.cancelled, "cancelled"), (running, "running"), (queued, "queued")]
     shown = ", ".join(f"{n} {what}" for n, what in counts if n)
     line = f"{c.name}: {done} trials" + (f" ({shown})" if shown else "")
     if c.pareto:

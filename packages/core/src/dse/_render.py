@@ -12,8 +12,9 @@ import json
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from dse._states import CampaignStatus
+from dse._states import CampaignStatus, TrialStatus
 from dse._stopreport import SAVED_METHOD
+from dse._summary import tally_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from dse._records import CampaignRun, Invalidation, Trial
     from dse._report import Interruptions, ObjectiveRollup, RunDetail, RunSummary
     from dse._spend import Spend
-    from dse._states import TrialStatus
     from dse._stopreport import StoppingDetail
 
 __all__ = [
@@ -84,7 +84,9 @@ RUN:
                    many resumed from a checkpoint; one that ended its trial is in trials
                    (interrupted) and failures
   overrides        the `dse run --set KEY=VALUE` overrides the run was started with
-  trials           {total, <outcome>: count...}; failures: {<failure class>: count}
+  trials           {total, <outcome>: count...}: running (an attempt runs now) apart from
+                   queued (submitted, not started, or waiting for a retry); failures:
+                   {<failure class>: count}
   currency         the currency of every money figure of the run
   spent            {money, cpu_hours, gpu_hours, node_hours, attempt_hours}: every attempt
   budget           one entry per ceiling the campaign has, each {spent, ceiling, unit}:
@@ -170,7 +172,9 @@ def outcome_json(result: CampaignResult, detail: RunDetail, campaign: Campaign) 
         "cached": s.cached,
         "rejected": s.rejected,
         "cancelled": s.cancelled,
+        "cancelled_unstarted": summary.cancelled_unstarted,
         "interrupted": s.interrupted,
+        "budget_exhausted": s.budget_exhausted,
         "stopped": s.stopped,
         "promoted": s.promoted,
         "best": None if best is None else {
@@ -194,11 +198,8 @@ def outcome_lines(result: CampaignResult, detail: RunDetail, campaign: Campaign)
     summary = detail.summary
     lines = [
         f"campaign {result.name} run {result.campaign_id}: {result.status}"
-        f" ({result.end_reason}); {s.steps} trials: {s.completed} completed, {s.failed} failed,"
-        f" {s.cached} cached, {s.rejected} rejected, {s.cancelled} cancelled"
-        + (f", {s.stopped} stopped early ({s.promoted} promoted)" if s.stopped or s.promoted
-           else "")
-        + ("" if s.baseline is None else f"; baseline {s.baseline.value}")
+        f" ({result.end_reason}); {s.steps} trials: "
+        + tally_text(s, unstarted=summary.cancelled_unstarted)
     ]
     if detail.fronts:
         front = detail.fronts[-1]
@@ -417,8 +418,10 @@ def detail_lines(detail: RunDetail) -> list[str]:
     row("best", "-" if best is None else (
         f"trial {best.trial}: {best.metric}={best.score:.6g} ({best.direction}),"
         f" params {json.dumps(best.params)}"))
-    outcomes = ", ".join(f"{n} {status}" for status, n in sorted(
-        detail.outcomes.items(), key=lambda kv: (-kv[1], kv[0])))
+    outcomes = ", ".join(f"{n} {status}" + (
+        f" ({s.cancelled_unstarted} never started)"
+        if status == "cancelled" and s.cancelled_unstarted else "")
+        for status, n in sorted(detail.outcomes.items(), key=lambda kv: (-kv[1], kv[0])))
     row("trials", f"{sum(detail.outcomes.values())}" + (f": {outcomes}" if outcomes else ""))
     _data_rows(detail, row)
     row("scorer", detail.scorer)
@@ -591,6 +594,9 @@ def status_entry(run: CampaignRun, summary: RunSummary,
         "run": run.id, "name": run.name, "status": run.status.value,
         "end_reason": run.end_reason, "agent": run.agent, "backend": run.backend,
         "trials": sum(counts.values()), **{s.value: n for s, n in counts.items()},
+        # Running: an attempt runs now; queued: submitted, not started (or a retry waiting).
+        **({"running": counts[TrialStatus.RUNNING] - summary.queued, "queued": summary.queued}
+           if summary.queued else {}),
         "max_trials": max_trials if isinstance(max_trials, int) else None,
         "best": None if best is None else {"trial": best[0], "metric": best[1],
                                            "score": best[2]},
@@ -601,7 +607,7 @@ def status_entry(run: CampaignRun, summary: RunSummary,
     }
 
 
-_UNENDED = ("pending", "running")
+_UNENDED = ("pending", "running", "queued")
 
 
 def _progress(item: Mapping[str, Any]) -> str:
@@ -644,7 +650,8 @@ def status_table(entries: Iterable[Mapping[str, Any]], width: int | None = None
             "progress": _progress(item), "best": _best(item),
             "trials": str(item["trials"]), "completed": str(item.get("completed", 0)),
             "stopped": str(item.get("stopped", 0)), "failed": str(item.get("failed", 0)),
-            "cached": str(item.get("cached", 0)), "running": str(item.get("running", 0)),
+            "cached": str(item.get("cached", 0)), "running": str(item.get("running", 0)) + (
+                f",{GLUE}{item['queued']}{GLUE}queued" if item.get("queued") else ""),
             "trials/h": rate_text(item["throughput_per_h"]),
             "results/h": rate_text(item["effective_per_h"]),
             "cost/result": "-" if cost is None else f"{money_text(cost)} {item['currency']}",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse._front import Front, pareto_fronts
 from dse._spend import Spend
-from dse._states import RESOLVED_SCORER
+from dse._states import RESOLVED_SCORER, TrialStatus
 from dse._stopreport import StoppingDetail, stopping_detail
 from dse._summary import (
     PerResult,
@@ -200,7 +200,8 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
         budget_reason = (event.data or {}).get("reason")
     return RunDetail(
         summary=summary, end_reason=run.end_reason, budget_reason=budget_reason,
-        outcomes=store.outcome_counts(campaign_id), dispatched=store.dispatched(campaign_id),
+        outcomes=_split_queued(store.outcome_counts(campaign_id), summary.queued),
+        dispatched=store.dispatched(campaign_id),
         best=best, cache_hits=tuple(hits), data_versions=versions,
         mismatched=tuple(store.mismatched_numbers(campaign_id)), invalid=tuple(flagged),
         scorer=f"{resolved.get('name', 'default')} {resolved.get('version', '')}".strip(),
@@ -209,6 +210,22 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
         interruptions=_interruptions(store, campaign_id),
         overrides=tuple(spec.get("overrides") or ()),
     )
+
+
+def _split_queued(outcomes: dict[str, int], queued: int) -> dict[str, int]:
+    """*outcomes* with the ``queued`` of its ``running`` trials apart (submitted, not
+    started), right after them: ``running`` counts only those an attempt runs now."""
+    if not queued:
+        return outcomes
+    out: dict[str, int] = {}
+    for status, n in outcomes.items():
+        if status == TrialStatus.RUNNING.value:
+            if n > queued:
+                out[status] = n - queued
+            out["queued"] = queued
+        else:
+            out[status] = n
+    return out
 
 
 def _interruptions(store: Store, campaign_id: int) -> Interruptions | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dse._hashing import canonical_json
@@ -147,11 +148,60 @@ def resumable_run(store: Store, campaign: Campaign, *, fresh: bool) -> tuple[int
                       " run (--fresh)")
     stored = dict(row.spec)
     stored.pop(RESOLVED_SCORER, None)
-    if canonical_json(stored) != canonical_json(campaign_spec(campaign)):
+    spec = campaign_spec(campaign)
+    if canonical_json(stored) != canonical_json(spec):
         return None, (f"run {row.id} of {campaign.name} did not finish, but the campaign"
-                      " changed since (its file or its --set overrides); starting a new run")
+                      f" changed since: {spec_changes(stored, spec)}; starting a new run")
     what = "was cancelled" if row.status is CampaignStatus.CANCELLED else "did not finish"
     return row.id, f"run {row.id} of {campaign.name} {what}: resuming it"
+
+
+CHANGES_SHOWN = 3
+"""The differences :func:`spec_changes` names (the rest are counted)."""
+
+
+def spec_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """What differs between a run's recorded spec *before* and the campaign's *now*, in
+    words: the ``--set`` overrides that changed, each with both values (``--set
+    max_parallelism: 2 before, 4 now``); else the keys of the spec that did (the file was
+    edited: ``max_trials: 20 before, 30 now``)."""
+    sets = [_overrides(before), _overrides(now)]
+    keys = sorted(k for k in {*sets[0], *sets[1]} if sets[0].get(k) != sets[1].get(k))
+    old, new = _flat(before), _flat(now)
+    if keys:
+        # A key set on one side only has the file's value on the other.
+        parts = [f"--set {k}: {sets[0].get(k) or _shown(old, k, ' (the file)')} before,"
+                 f" {sets[1].get(k) or _shown(new, k, ' (the file)')} now" for k in keys]
+    else:
+        paths = sorted(p for p in {*old, *new} if p != "overrides" and old.get(p) != new.get(p))
+        parts = [f"{p}: {_shown(old, p)} before, {_shown(new, p)} now" for p in paths]
+    more = len(parts) - CHANGES_SHOWN
+    return "; ".join(parts[:CHANGES_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+
+
+def _overrides(spec: Mapping[str, Any]) -> dict[str, str]:
+    """The ``--set KEY=VALUE`` overrides of *spec*, KEY -> VALUE as typed (the last wins)."""
+    return dict(str(o).partition("=")[::2] for o in spec.get("overrides") or ())
+
+
+def _flat(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """*spec*'s values by dotted key (tables walked into, lists kept whole)."""
+    out: dict[str, Any] = {}
+    for key, value in spec.items():
+        if isinstance(value, Mapping) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _shown(values: Mapping[str, Any], path: str, where: str = "") -> str:
+    """The value at *path* of a flat spec, short (and *where* it comes from), or ``not
+    set``."""
+    if path not in values:
+        return "not set"
+    text = canonical_json(values[path])
+    return (text if len(text) <= 60 else text[:57] + "...") + where
 
 
 def result_identity(environment: Environment, runner: Runner) -> dict[str, Any]:

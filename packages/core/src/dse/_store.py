@@ -1531,6 +1531,18 @@ class _Summaries(_Reads):
             " HAVING SUM(trials) > 0 ORDER BY MIN(first)", (campaign_id,),
         )}
 
+    def unstarted(self, campaign_id: int) -> dict[TrialStatus, int]:
+        """Of run *campaign_id*'s ``running`` trials, how many have no attempt running now
+        (submitted and not started yet, or waiting to be retried): queued; of its
+        ``cancelled`` ones, how many never started. Read by the partial index of the open
+        trials: its cost grows with what is unfinished, never with the run."""
+        return {_TRIAL_STATUS[status]: int(n) for status, n in self._rows(
+            f"SELECT t.status, COUNT(*) FROM trials t WHERE t.campaign_id = ? AND ({_OPEN})"
+            " AND t.status IN ('running', 'cancelled') AND NOT EXISTS (SELECT 1 FROM"
+            " attempts a WHERE a.trial_id = t.id AND a.started_at IS NOT NULL AND"
+            " (t.status = 'cancelled' OR a.ended_at IS NULL)) GROUP BY t.status",
+            (campaign_id,))}
+
     def cache_links(self, campaign_id: int) -> list[tuple[int, int]]:
         """(number, trial row it reuses) of each cache hit of run *campaign_id*, by number."""
         return [(int(n), int(row)) for n, row in self._rows(

@@ -14,12 +14,13 @@ from dse._states import RESOLVED_SCORER, TrialStatus
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from dse._outcome import Stats
     from dse._records import CampaignRun
     from dse._spend import Spend
     from dse._store import Store
 
-__all__ = ["PerResult", "RunSummary", "campaign_run", "invalid_trials", "primary_objective",
-           "summarize"]
+__all__ = ["Numbers", "PerResult", "RunSummary", "campaign_run", "invalid_trials",
+           "live_counts", "numbers", "primary_objective", "summarize", "tally_text"]
 
 _FINISHED = (TrialStatus.COMPLETED, TrialStatus.STOPPED, TrialStatus.FAILED,
              TrialStatus.BUDGET_EXHAUSTED, TrialStatus.INTERRUPTED)
@@ -29,11 +30,24 @@ agent learns from and a proposal may reuse): what the effective rate counts."""
 
 
 class PerResult:
-    """Cost per effective result, for anything that has ``spent`` and ``effective``."""
+    """Cost per effective result, for anything that has ``spent`` and ``effective``; the
+    rates, for anything that also has ``finished`` and ``wall_s``."""
 
     __slots__ = ()
     spent: Spend
     effective: int
+    finished: int
+    wall_s: float
+
+    @property
+    def throughput_per_h(self) -> float:
+        """Finished trials per hour of wall clock."""
+        return self.finished * 3600.0 / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def effective_per_h(self) -> float:
+        """Usable results per hour of wall clock."""
+        return self.effective * 3600.0 / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
     def cost_per_effective(self) -> float | None:
@@ -65,14 +79,61 @@ class RunSummary(PerResult):
     serves: tuple[str, ...]
     failures: dict[str, int] = field(default_factory=dict)
     """Failure class → trials."""
+    queued: int = 0
+    """Of the ``running`` trials, those with no attempt running now: submitted and not
+    started yet (queued in the backend), or waiting to be retried."""
+    cancelled_unstarted: int = 0
+    """Of the ``cancelled`` trials, those cancelled before any attempt of theirs started."""
 
-    @property
-    def throughput_per_h(self) -> float:
-        return self.finished * 3600.0 / self.wall_s if self.wall_s > 0 else 0.0
 
-    @property
-    def effective_per_h(self) -> float:
-        return self.effective * 3600.0 / self.wall_s if self.wall_s > 0 else 0.0
+@dataclass(frozen=True, slots=True)
+class Numbers(PerResult):
+    """The three numbers of a run from its counts, its wall clock and its spend: one
+    definition for the live view, the line ``dse run`` ends with, ``dse status`` and ``dse
+    report`` (:func:`numbers`)."""
+
+    finished: int
+    """Trials that reached an outcome, stopped ones included (not cache hits, not
+    cancelled)."""
+    effective: int
+    """Trials with a usable result (completed, or stopped at a rung), not flagged invalid."""
+    wall_s: float
+    spent: Spend
+
+
+def numbers(counts: Mapping[TrialStatus, int], *, wall_s: float, spent: Spend,
+            invalid_usable: int = 0) -> Numbers:
+    """The :class:`Numbers` of a run whose trials stand at *counts* (status → trials), of
+    which *invalid_usable* usable ones are flagged invalid."""
+    return Numbers(finished=sum(counts.get(s, 0) for s in _FINISHED),
+                   effective=sum(counts.get(s, 0) for s in _USABLE) - invalid_usable,
+                   wall_s=wall_s, spent=spent)
+
+
+def live_counts(stats: Stats) -> dict[TrialStatus, int]:
+    """Status → trials of a running campaign's live *stats* (what :func:`numbers` and
+    :func:`tally_text` read of it)."""
+    return {TrialStatus.COMPLETED: stats.completed, TrialStatus.STOPPED: stats.stopped,
+            TrialStatus.FAILED: stats.failed,
+            TrialStatus.BUDGET_EXHAUSTED: stats.budget_exhausted,
+            TrialStatus.INTERRUPTED: stats.interrupted, TrialStatus.CACHED: stats.cached,
+            TrialStatus.CANCELLED: stats.cancelled}
+
+
+def tally_text(stats: Stats, *, unstarted: int | None = None) -> str:
+    """``4 completed, 1 failed, 1 budget_exhausted, 0 cached, 2 rejected, 0 interrupted, 8
+    cancelled (6 never started)``: every end a trial of *stats* can have (and the
+    rejections), as the live view and the line ``dse run`` ends with both print them;
+    *unstarted*: of the cancelled, those that never started, when known."""
+    never = f" ({unstarted} never started)" if unstarted and stats.cancelled else ""
+    return (f"{stats.completed} completed, {stats.failed} failed"
+            + (f", {stats.budget_exhausted} budget_exhausted (a time limit or ceiling)"
+               if stats.budget_exhausted else "")
+            + f", {stats.cached} cached, {stats.rejected} rejected, {stats.interrupted}"
+            f" interrupted, {stats.cancelled} cancelled{never}"
+            + (f", {stats.stopped} stopped early ({stats.promoted} promoted)"
+               if stats.stopped or stats.promoted else "")
+            + ("" if stats.baseline is None else f"; baseline {stats.baseline.value}"))
 
 
 def summarize(
@@ -93,19 +154,25 @@ def summarize(
     invalid_usable = sum(1 for status in store.trial_statuses(invalid).values()
                          if status in _USABLE)
     budget = spec.get("budget") or {}
+    three = numbers(counts, wall_s=max(float(end) - float(run.created_at), 0.0),
+                    spent=store.spend_total(campaign_id), invalid_usable=invalid_usable)
+    unstarted = store.unstarted(campaign_id) if (
+        counts.get(TrialStatus.RUNNING) or counts.get(TrialStatus.CANCELLED)) else {}
     return RunSummary(
         campaign_id=campaign_id,
         name=run.name,
         status=run.status.value,
-        wall_s=max(float(end) - float(run.created_at), 0.0),
-        finished=sum(counts.get(s, 0) for s in _FINISHED),
-        effective=sum(counts.get(s, 0) for s in _USABLE) - invalid_usable,
+        wall_s=three.wall_s,
+        finished=three.finished,
+        effective=three.effective,
         cached=counts.get(TrialStatus.CACHED, 0),
-        spent=store.spend_total(campaign_id),
+        spent=three.spent,
         currency=spec.get("currency") or budget.get("currency") or "USD",
         budget=budget,
         serves=tuple(spec.get("serves") or (run.name,)),
         failures=store.failure_counts(campaign_id),
+        queued=unstarted.get(TrialStatus.RUNNING, 0),
+        cancelled_unstarted=unstarted.get(TrialStatus.CANCELLED, 0),
     )
 
 
