@@ -247,8 +247,10 @@ def test_the_guides_first_campaign_fixed_after_failing_is_measured_again(
                                                          'time_limit = "60s"'))
     (tmp_path / "train.py").write_text(GUIDE_TRAIN)
     write_plugin(tmp_path)
-    run(tmp_path)
-    assert last_run(tmp_path) == {"failed": 20}  # train is not defined
+    failed = run_dse(tmp_path, "run", "campaign.toml", timeout=180)
+    assert failed.returncode == dse.ExitCode.NO_RESULT, failed.stderr
+    # train is not defined: stopped after 10 failures in a row (max_consecutive_failures)
+    assert last_run(tmp_path) == {"failed": 10}
     (tmp_path / "train.py").write_text(
         "def train(lr, layers, optimizer):\n    return lr * layers\n" + GUIDE_TRAIN)
     run(tmp_path)

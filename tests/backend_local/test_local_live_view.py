@@ -74,7 +74,7 @@ def test_plain_lines_name_the_failure_class_the_log_and_each_retry(tmp_path: Pat
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     (failed,) = [line for line in lines if line.startswith("trial 3 ")]
-    assert re.match(r"trial 3 failed \(nonzero_exit: exit code 3\) after 1 attempt on \S+;"
+    assert re.match(r"trial 3 failed \(nonzero_exit: bad design\) after 1 attempt on \S+;"
                     r" log \.dse/live/run-1/000003/attempt-1/", failed), failed
     log = root / ".dse" / "live" / "run-1" / "000003" / "attempt-1" / "stderr.log"
     assert "bad design" in log.read_text()
@@ -125,7 +125,7 @@ def test_the_live_view_shows_eta_running_trials_and_failure_lines(
     # Trials 5 and 6 hold: the view lists them running, with the failure and retry above.
     text = wait_screen(tmux, r"^running\s+trial [56]\s+\d+\.\ds\s+on \S+\n\s+trial [56]\s")
     (root / "screen.txt").write_text(text)  # kept with the test's files, to look at
-    assert re.search(r"^trial 3 failed \(nonzero_exit: exit code 3\) after 1 attempt on \S+;"
+    assert re.search(r"^trial 3 failed \(nonzero_exit: bad design\) after 1 attempt on \S+;"
                      r" log \.dse/live/run-1/000003/attempt-1/", text, re.MULTILINE), text
     assert re.search(r"^trial 4: attempt 1 ended killed", text, re.MULTILINE), text
     eta = re.search(r"^eta\s+~(\S+): 0 to start, 2 running, ~(\S+) a trial", text,

@@ -85,7 +85,7 @@ def test_a_proposed_value_with_a_nul_is_rejected_and_never_runs(project: Path) -
     # The probe runs no command: what matters is that no trial is made of the value.
     proc = run(project, points=r'{v = "a\u0000--evil"}', command="")
 
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == dse.ExitCode.NO_RESULT, proc.stderr  # no trial, no result
     db = sqlite3.connect(project / ".dse" / "dse.sqlite")
     try:
         trials = db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]

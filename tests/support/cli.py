@@ -145,3 +145,17 @@ def last_run(project: Path) -> dict[str, int]:
             " (SELECT MAX(id) FROM campaigns) GROUP BY status").fetchall())
     finally:
         db.close()
+
+
+def run_exit(project: Path) -> int:
+    """The exit code `dse run` gives the latest run in *project*'s workspace as recorded: 4
+    (``NO_RESULT``) when no trial of it completed nor reused a completed result, else 0."""
+    db = sqlite3.connect(project / ".dse" / "dse.sqlite")
+    try:
+        (results,) = db.execute(
+            "SELECT COUNT(*) FROM trials WHERE campaign_id = (SELECT MAX(id) FROM campaigns)"
+            " AND proposal > 0 AND (status IN ('completed', 'stopped')"
+            " OR (status = 'cached' AND score IS NOT NULL))").fetchone()
+    finally:
+        db.close()
+    return 0 if results else 4

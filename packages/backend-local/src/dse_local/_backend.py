@@ -29,6 +29,7 @@ from dse import (
     Resources,
     did_you_mean,
     parse_duration,
+    stderr_tail,
 )
 from dse_local._wrapper import encode_request, read_small
 
@@ -674,6 +675,8 @@ def _exit_status(job_id: str, spec: JobSpec, doc: Mapping[str, Any]) -> JobStatu
         state = JobState.SUCCEEDED
     elif code is not None:
         state = JobState.FAILED
+        # The command's own last words (its exception), else the core says "exit code N".
+        reason = stderr_tail(attempt_dir(spec) / "stderr.log")
     elif sig == signal.SIGKILL:
         # Nobody here sent it: the OOM killer, an operator, or a dying node.
         state = JobState.KILLED
@@ -681,7 +684,8 @@ def _exit_status(job_id: str, spec: JobSpec, doc: Mapping[str, Any]) -> JobStatu
         reason = "killed by SIGKILL from outside dse"
     else:
         state = JobState.FAILED
-        reason = f"killed by signal {sig}"
+        said = stderr_tail(attempt_dir(spec) / "stderr.log")
+        reason = f"killed by signal {sig}" + (f": {said}" if said else "")
     return JobStatus(
         job_id, state, exit_code=code, signal=sig, node="localhost",
         started_at=doc.get("started_at"), ended_at=doc.get("ended_at"), reason=reason,

@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, Resources
+from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, Resources, stderr_tail
 from dse_slurm._commands import (
     SLURM_DIR,
     TERMINAL_WORDS,
@@ -764,6 +764,8 @@ def _step_end(
     refused = launch_refusal(attempt_dir(spec), state, code)
     if refused is not None:
         return JobState.INVALID, code, None, False, refused
+    if state is JobState.FAILED:  # the command's own last words, when it left any
+        reason = stderr_tail(attempt_dir(spec) / "stderr.log") or reason
     return state, code, sig, ambiguous, reason
 
 

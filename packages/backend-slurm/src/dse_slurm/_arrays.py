@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
 
-from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, Resources
+from dse import Backend, ConfigError, JobSpec, JobState, JobStatus, Resources, stderr_tail
 from dse_slurm._allocation import SlurmAllocationBackend, spanning_table
 from dse_slurm._commands import (
     SLURM_DIR,
@@ -395,6 +395,8 @@ class SlurmBackend(Backend):
         refused = self._refused(job_id, state, code)
         if refused is not None:
             state, reason = JobState.INVALID, refused
+        elif state is JobState.FAILED:
+            reason = self._last_words(job_id) or reason
         return JobStatus(
             job_id, state, exit_code=code, signal=sig, node=row.nodes,
             started_at=row.started_at, ended_at=row.ended_at, reason=reason,
@@ -406,6 +408,12 @@ class SlurmBackend(Backend):
         :func:`launch_refusal`); ``None`` if it could."""
         where = self._attempt_dirs.get(job_id)
         return None if where is None else launch_refusal(where, state, code)
+
+    def _last_words(self, job_id: str) -> str | None:
+        """The end of the ``stderr.log`` a failed *job_id* left in its attempt's directory
+        (:func:`dse.stderr_tail`), or ``None``."""
+        where = self._attempt_dirs.get(job_id)
+        return None if where is None else stderr_tail(where / "stderr.log")
 
     def _end_from_squeue(self, job_id: str, row: SqueueRow | None) -> JobStatus:
         if row is None or row.state.split(" ", 1)[0] not in TERMINAL_WORDS:
@@ -419,6 +427,8 @@ class SlurmBackend(Backend):
         reason = _reason(state, row.state, None, code, sig)
         if state is JobState.FAILED:
             reason = f"FAILED ({row.reason or 'no reason'}; exit code unknown without sacct)"
+            said = self._last_words(job_id)
+            reason += f": {said}" if said else ""
         refused = self._refused(job_id, state, 127)  # squeue has no exit status: the note
         if refused is not None:
             state, reason = JobState.INVALID, refused
@@ -481,8 +491,9 @@ def _spanning(slurm: SlurmCommands, ends: dict[str, JobStatus], tasks: Mapping[s
               if job_id in tasks and status.state is JobState.FAILED]
     if failed and slurm.accounting:
         for job_id, code in slurm.step_exit_codes(failed).items():
-            ends[job_id] = dataclasses.replace(ends[job_id], exit_code=code,
-                                               reason=f"exit code {code}")
+            said = ends[job_id].reason  # the command's last words, kept when it left any
+            ends[job_id] = dataclasses.replace(ends[job_id], exit_code=code, reason=(
+                said if said and not said.startswith("exit code") else f"exit code {code}"))
     return blame_nodes(slurm, ends)
 
 

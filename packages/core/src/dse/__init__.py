@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from dse._backend import Backend
     from dse._build import build_engine
     from dse._campaign import Campaign, EnvironmentConfig, campaign_from_dict, load_campaign
+    from dse._classify import stderr_tail
     from dse._clock import Clock, SystemClock
     from dse._constraints import Constraint
     from dse._engine import Engine
@@ -104,6 +105,7 @@ _LAZY: dict[str, str] = {
     "Evaluation": "dse._types",
     "ExitCode": "dse._errors",
     "did_you_mean": "dse._errors",
+    "stderr_tail": "dse._classify",
     "FailureClass": "dse._types",
     "REUSED_FAILURES": "dse._types",
     "FloatRange": "dse._space",
@@ -243,6 +245,7 @@ __all__ = [
     "reusable",
     "run",
     "run_pool",
+    "stderr_tail",
     "write_html_report",
 ]
 

@@ -125,6 +125,9 @@ class Campaign:
     """Predicates a proposal must satisfy; violations are rejected and take no slot."""
     max_consecutive_rejections: int = 1000
     """Rejections in a row after which the campaign stops."""
+    max_consecutive_failures: int = 10
+    """Trials in a row failing the same way, none completed yet, after which the campaign
+    stops (``max_consecutive_failures``); 0: never."""
     poll_interval: tuple[float, float] | None = None
     """(first, largest) wait between passes with no change; ``None``: the backend's default."""
     max_interruptions: int = 3
@@ -176,6 +179,8 @@ class Campaign:
             raise ConfigError(f"{where}: campaign.lookahead: expected >= 0")
         if self.max_consecutive_rejections < 1:
             raise ConfigError(f"{where}: campaign.max_consecutive_rejections: expected >= 1")
+        if self.max_consecutive_failures < 0:
+            raise ConfigError(f"{where}: campaign.max_consecutive_failures: expected >= 0")
 
 
 class _Table:
@@ -656,8 +661,9 @@ def _serves(top: _Table) -> list[str] | None:
 
 
 def _dispatch_settings(top: _Table) -> dict[str, Any]:
-    """``mode``, ``max_parallelism``, ``lookahead``, ``max_trials``, ``seed`` and
-    ``max_consecutive_rejections``, checked, as :class:`Campaign` fields."""
+    """``mode``, ``max_parallelism``, ``lookahead``, ``max_trials``, ``seed``,
+    ``max_consecutive_rejections`` and ``max_consecutive_failures``, checked, as
+    :class:`Campaign` fields."""
     mode = top.get("mode", str, "'waves' or 'rolling'", "waves")
     if mode not in ("waves", "rolling"):
         raise ConfigError(f"{top.where('mode')}: expected 'waves' or 'rolling', got {mode!r}")
@@ -676,9 +682,15 @@ def _dispatch_settings(top: _Table) -> dict[str, Any]:
     max_rej = top.get("max_consecutive_rejections", int, "a positive integer", 1000)
     if max_rej < 1:
         raise ConfigError(f"{top.where('max_consecutive_rejections')}: expected a positive integer")
+    max_fail = top.get("max_consecutive_failures", int, "a non-negative integer", 10)
+    if max_fail < 0:
+        raise ConfigError(
+            f"{top.where('max_consecutive_failures')}: expected a non-negative integer (0:"
+            f" never stop), got {max_fail}")
     return {
         "mode": mode, "max_parallelism": parallel, "lookahead": lookahead,
         "max_trials": max_trials, "seed": seed, "max_consecutive_rejections": max_rej,
+        "max_consecutive_failures": max_fail,
     }
 
 

@@ -153,6 +153,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         _pool_outcome(engines, results, details, campaigns, console, args.json)
     if any(r.status == "cancelled" for r in results):
         return ExitCode.INTERRUPTED
+    if any(r.no_result for r in results):  # every trial failed, or a streak stopped it
+        return ExitCode.NO_RESULT
     return ExitCode.OK
 
 

@@ -182,6 +182,7 @@ class Engine:
             baselines=self.baselines, invalid=self.invalid, data=self.data,
             environment=self.environment, policy=policy, ranking=ranking,
             with_spend=any(o.metric in SPEND_METRICS for o in campaign.objectives),
+            end=self.end, max_failures=campaign.max_consecutive_failures,
         )
         self.dispatcher = Dispatcher(Parts(
             campaign=campaign, store=self.store, journal=self.journal, table=self.table,
@@ -503,7 +504,7 @@ class Engine:
         self.commit()
         self.dispatcher.dirs.close()
         result = CampaignResult(self.campaign_id, self.campaign.name, status, reason, self.stats,
-                                detail)
+                                detail, self.end.why if reason is self.end.stop else None)
         self.finished = result
         self.listener.on_finish(self, result)
         return result

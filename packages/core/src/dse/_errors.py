@@ -112,5 +112,9 @@ class ExitCode(enum.IntEnum):
     ENVIRONMENT_ERROR = 3
     """The machine refused: a full disk, a read-only record or workspace (the message names
     the file). What was recorded is kept; a run left unfinished resumes with ``dse run``."""
+    NO_RESULT = 4
+    """The campaign ran but has no result: it stopped because ``max_consecutive_failures``
+    trials in a row failed the same way, or it ended with no completed trial (none
+    completed, none reused)."""
     INTERRUPTED = 130
     """The user stopped the campaign (Ctrl+C or SIGTERM); running trials were cancelled."""

@@ -142,11 +142,21 @@ class CampaignResult:
     """Final counts."""
     detail: str | None = None
     """For an ``error`` end: the type of the exception the controller raised."""
+    message: str | None = None
+    """For a ``max_consecutive_failures`` end: the line that said why (the failure class,
+    the first trial of the streak, its message and its log directory)."""
 
     @property
     def best(self) -> BestTrial | None:
         """The best completed trial of the run (:attr:`Stats.best`), or ``None``."""
         return self.stats.best
+
+    @property
+    def no_result(self) -> bool:
+        """The run has no result: no trial completed (nor was stopped early with one) and
+        none reused a completed result (what ``dse run`` exits 4 for)."""
+        s = self.stats
+        return s.completed == 0 and s.stopped == 0 and s.best is None and not s.front
 
 
 @dataclass(slots=True)
@@ -157,6 +167,8 @@ class RunEnd:
     """It ran out of work, or a rule or the budget ended it: what runs may finish."""
     stop: EndReason | None = None
     """Stop now: no new trials; what runs is cancelled and recorded."""
+    why: str | None = None
+    """The line that said why a rule stopped the run (:attr:`CampaignResult.message`)."""
 
     def stopping(self) -> bool:
         # A method, not an attribute read: listeners and signal handlers set it mid-pass.
@@ -195,6 +207,51 @@ class TrialEnd:
     that never started the attempt made none), ``None`` for a trial without a directory."""
     wall_s: float = 0.0
     """Wall-clock seconds its attempts took, summed."""
+
+
+@dataclass(slots=True)
+class FailureStreak:
+    """Trials in a row that failed the same way while no trial of the run has a result
+    (``[campaign] max_consecutive_failures``): a broken setup, heard about at once, not after
+    the whole campaign. Interruptions (the retry policy's), cancels, time limits and the
+    baseline neither count nor break the streak; a failure of another class starts a new one.
+    """
+
+    limit: int
+    """Failures in a row that end the run; 0: never."""
+    count: int = 0
+    """Failures in the current streak."""
+    first: TrialEnd | None = None
+    """The first trial of the streak (the lowest-numbered)."""
+    first_id: str = ""
+    """Its name as ``dse show`` takes it (``<campaign>-<run>-<number>``)."""
+
+    def note(self, end: TrialEnd, trial_id: str, *, has_result: bool) -> bool:
+        """Count *end* (of trial *trial_id*); True when it makes the streak reach the limit
+        (said once). *has_result*: a trial of the run completed (or was reused completed)."""
+        if has_result or end.status in (TrialStatus.COMPLETED, TrialStatus.STOPPED):
+            self.count, self.first = 0, None
+            return False
+        if end.status is not TrialStatus.FAILED or end.failure is None or self.limit <= 0:
+            return False
+        if self.first is None or self.first.failure is not end.failure:
+            self.count, self.first, self.first_id = 0, end, trial_id
+        elif end.number < self.first.number:  # ended in the same pass, or overtaken
+            self.first, self.first_id = end, trial_id
+        self.count += 1
+        return self.count == self.limit
+
+    def line(self, shown: str | None) -> str:
+        """What the run says when the streak ends it; *shown*: the first trial's log
+        directory as the user reads it (``None``: it has none)."""
+        first = self.first
+        assert first is not None
+        assert first.failure is not None
+        why = f": {first.message}" if first.message else ""
+        log = f"; log {shown}" if shown else ""
+        return (f"stopping: {self.count} trials in a row failed ({first.failure.value}) and"
+                f" none completed (max_consecutive_failures = {self.limit}); the first,"
+                f" {self.first_id}{why}{log}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,7 +86,8 @@ RUN:
   overrides        the `dse run --set KEY=VALUE` overrides the run was started with
   trials           {total, <outcome>: count...}: running (an attempt runs now) apart from
                    queued (submitted, not started, or waiting for a retry); failures:
-                   {<failure class>: count}
+                   {<failure class>: count}; first_failures: {<failure class>: {trial,
+                   message}}, the first failed trial of each class and its message
   currency         the currency of every money figure of the run
   spent            {money, cpu_hours, gpu_hours, node_hours, attempt_hours}: every attempt
   budget           one entry per ceiling the campaign has, each {spent, ceiling, unit}:
@@ -315,6 +316,8 @@ def detail_json(detail: RunDetail) -> dict[str, Any]:
         "invalid": [{"trial": n, "reason": why} for n, why in detail.invalid],
         "scorer": detail.scorer,
         "failures": dict(s.failures),
+        "first_failures": {cls: {"trial": n, "message": message}
+                           for cls, n, message in detail.first_failures},
         "currency": s.currency,
         "spent": _spent_json(s.spent),
         "budget": _ceilings(detail),
@@ -427,6 +430,9 @@ def detail_lines(detail: RunDetail) -> list[str]:
     row("scorer", detail.scorer)
     row("failures", ", ".join(f"{cls} {n}" for cls, n in sorted(s.failures.items()))
         or "none")
+    for cls, number, message in detail.first_failures:  # why, in the trial's own words
+        if message:
+            row("", f"first {cls}: trial {number}: {message}")
     row("retries", "none" if detail.interruptions is None
         else _interruption_text(detail.interruptions))
     if detail.overrides:

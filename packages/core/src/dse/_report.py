@@ -125,6 +125,8 @@ class RunDetail:
     """The attempts an interruption ended and that were retried (``None``: none were)."""
     overrides: tuple[str, ...] = ()
     """The ``dse run --set KEY=VALUE`` overrides the run was started with."""
+    first_failures: tuple[tuple[str, int, str | None], ...] = ()
+    """(failure class, trial number, message) of the first failed trial of each class."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +211,8 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
         fronts=tuple(pareto_fronts(store, campaign_id, spec)),
         interruptions=_interruptions(store, campaign_id),
         overrides=tuple(spec.get("overrides") or ()),
+        first_failures=tuple((cls, n, message) for cls, (n, message)
+                             in store.first_failures(campaign_id).items()),
     )
 
 

@@ -3,14 +3,24 @@ hits waiting on it ended with it, the count kept and the agent's feedback queued
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse._deps import environment_digest
 from dse._invalidation import Flag
-from dse._outcome import BestTrial, TrialEnd
+from dse._outcome import BestTrial, FailureStreak, TrialEnd
 from dse._scoring import ScoringError
 from dse._spend import spend_metrics
-from dse._types import Direction, Evaluation, FailureClass, JobState, TrialStatus, reusable
+from dse._types import (
+    Direction,
+    EndReason,
+    Evaluation,
+    FailureClass,
+    JobState,
+    TrialStatus,
+    reusable,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -20,7 +30,7 @@ if TYPE_CHECKING:
     from dse._invalidation import InvalidationView
     from dse._journal import Journal
     from dse._live import CurrentData, LiveTrial, TrialTable
-    from dse._outcome import Stats
+    from dse._outcome import RunEnd, Stats
     from dse._protocols import Environment
     from dse._retry import RetryPolicy
     from dse._store import Store
@@ -32,13 +42,15 @@ class Results:
     other part it writes through is passed in.
 
     :param ranking: the primary objective as the scorer ranks it.
+    :param end: stopped (``max_consecutive_failures``) when *max_failures* trials in a row
+        fail the same way before any has a result (:class:`FailureStreak`); 0: never.
     """
 
     def __init__(
         self, *, journal: Journal, table: TrialTable, feedback: Feedback, stats: Stats,
         baselines: Baselines, invalid: InvalidationView, data: CurrentData,
         environment: Environment, policy: RetryPolicy, ranking: Objective,
-        with_spend: bool = False,
+        with_spend: bool = False, end: RunEnd | None = None, max_failures: int = 0,
     ) -> None:
         self._journal = journal
         self._table = table
@@ -55,6 +67,8 @@ class Results:
         self._environments: set[str] = set()
         self.cancel_requested: set[str] = set()
         """Job ids this campaign asked the backend to cancel."""
+        self._end = end
+        self._streak = FailureStreak(max_failures if end is not None else 0)
 
     def rankable(self, trial: LiveTrial) -> bool:
         """Whether *trial* may count for "best so far": a valid result about current data."""
@@ -274,7 +288,42 @@ class Results:
             # A result about other data than the current is never fed to the agent.
             self._feedback.tell(trial.proposal, self._feedback.observation(
                 trial, status=status, current=self._data.current(trial)))
-        self._journal.trial_ended(TrialEnd(
+        end = TrialEnd(
             trial.number, status, failure=trial.failure, message=trial.message,
             attempts=trial.attempt, node=trial.node, log=trial.log_dir,
-            wall_s=trial.spent.wall_s))
+            wall_s=trial.spent.wall_s)
+        self._journal.trial_ended(end)
+        if trial.proposal > 0 and reported is None:  # a trial's own end, not a reuse's
+            self._note_streak(trial, end)
+
+    def _note_streak(self, trial: LiveTrial, end: TrialEnd) -> None:
+        """Count *trial*'s end in the streak of failures; stop the run when it is long enough
+        (one event, one line)."""
+        s = self._stats
+        has_result = bool(s.completed or s.stopped or s.best is not None or s.front)
+        if not self._streak.note(end, trial.trial_id, has_result=has_result):
+            return
+        assert self._end is not None
+        first = self._streak.first
+        assert first is not None
+        assert first.failure is not None
+        log = first.log if first.log is not None and first.log.is_dir() else None
+        line = self._streak.line(None if log is None else f"{_shown(log)}{os.sep}")
+        self._journal.event(None, "stopped", {
+            "reason": EndReason.MAX_CONSECUTIVE_FAILURES.value, "count": self._streak.count,
+            "class": first.failure.value, "trial": first.number,
+            "trial_id": self._streak.first_id, "message": first.message,
+            "log": None if log is None else str(log),
+        })
+        self._end.why = self._end.why or line
+        if self._end.stop is None:
+            self._end.stop = EndReason.MAX_CONSECUTIVE_FAILURES
+        self._journal.alert(line)
+
+
+def _shown(path: Path) -> str:
+    """*path* relative to the working directory when it is under it (shorter to read)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

@@ -81,6 +81,8 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
         spec["pareto"] = True  # the objectives are optimised together: `dse report` fronts
     if campaign.lookahead:
         spec["lookahead"] = campaign.lookahead
+    if campaign.max_consecutive_failures != 10:  # the default's runs resume as they were
+        spec["max_consecutive_failures"] = campaign.max_consecutive_failures
     stopping = campaign.stopping
     if stopping is not None:
         # What `dse report` reads of the rule (its metric, and max_step for what it saved).

@@ -197,6 +197,9 @@ class EndReason(enum.StrEnum):
     """The agent proposed nothing while nothing ran and nothing was left to tell it."""
     MAX_CONSECUTIVE_REJECTIONS = "max_consecutive_rejections"
     """That many proposals in a row were rejected."""
+    MAX_CONSECUTIVE_FAILURES = "max_consecutive_failures"
+    """That many trials in a row failed the same way while none had completed
+    (``[campaign] max_consecutive_failures``): the setup, not the design, is at fault."""
     CANCELLED = "cancelled"
     """The user stopped it."""
     BUDGET_EXHAUSTED = "budget_exhausted"
@@ -221,6 +224,7 @@ _END_STATUS = {
     EndReason.MAX_TRIALS: CampaignStatus.COMPLETED,
     EndReason.AGENT_STALLED: CampaignStatus.COMPLETED,
     EndReason.MAX_CONSECUTIVE_REJECTIONS: CampaignStatus.STOPPED,
+    EndReason.MAX_CONSECUTIVE_FAILURES: CampaignStatus.STOPPED,
     EndReason.CANCELLED: CampaignStatus.CANCELLED,
     EndReason.BUDGET_EXHAUSTED: CampaignStatus.BUDGET_EXHAUSTED,
     EndReason.BASELINE_FAILED: CampaignStatus.STOPPED,

@@ -1523,6 +1523,17 @@ class _Summaries(_Reads):
             (campaign_id, TrialStatus.CACHED.value),
         )}
 
+    def first_failures(self, campaign_id: int) -> dict[str, tuple[int, str | None]]:
+        """Failure class → (number, message) of the first failed trial of run *campaign_id*
+        that carries it (its lowest number, by the tallies, then one indexed lookup each)."""
+        return {str(failure): (int(number), message) for failure, number, message in self._rows(
+            "SELECT f.failure, t.number, t.message FROM (SELECT failure, MIN(first) AS number"
+            " FROM run_tallies WHERE campaign_id = ? AND status = ? AND failure <> ''"
+            " AND trials > 0 GROUP BY failure) f JOIN trials t ON t.campaign_id = ?"
+            " AND t.number = f.number AND t.failure = f.failure ORDER BY t.number",
+            (campaign_id, TrialStatus.FAILED.value, campaign_id),
+        )}
+
     def outcome_counts(self, campaign_id: int) -> dict[str, int]:
         """Trial status → trials of run *campaign_id*, in the order each status first
         appeared."""
