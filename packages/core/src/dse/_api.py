@@ -78,8 +78,6 @@ def run(
     # imports below (the rest of the module imports little: every worker pays for it).
     stop_if_importing()
     from dse._build import build_engine
-    from dse._campaign import campaign_from_dict
-    from dse._campaignfile import read_campaign_file
     from dse._console import LineView
     from dse._lock import CampaignLock
     from dse._plugins import PluginManager
@@ -89,23 +87,11 @@ def run(
     from dse._store import Store, workspace_db
     from dse._terminal import Console
 
-    if isinstance(campaign, str | os.PathLike):
-        source: Path | None = Path(os.fspath(campaign))
-        data = _as_toml(read_campaign_file(Path(os.fspath(campaign))))
-    else:
-        source, data = None, _as_toml(campaign)
-    ref = None
-    if objective is not None:
-        ref, data = _with_objective(data, objective, source, workspace)
-    # The code and dependencies are found for a campaign given as a dict too: what ran is
-    # part of every result's identity (docs/record.md).
-    built = campaign_from_dict(data, source=source, detect=True,
-                               workspace=None if workspace is None else Path(workspace))
+    built, ref = _campaign(campaign, objective, workspace)
     plugins = PluginManager()
     # Everything that can refuse the campaign is built before the workspace is touched.
     store = Store(workspace_db(built.workspace), connect=False)
-    console = Console()
-    warn = _warner(sys._getframe(1))
+    console, warn = Console(), _warner(sys._getframe(1))
     view: EngineListener = _Warnings(warn) if quiet else LineView(console, warn)
     engine = build_engine(built, store=store, plugins=plugins,
                           listener=view if listener is None else _Both(view, listener))
@@ -122,10 +108,9 @@ def run(
                 row = store.campaign(result.campaign_id)
                 assert row is not None  # the engine recorded it
                 results = read_results(store, row, built.workspace)
-                if not quiet:
-                    for line in outcome_lines(result, run_detail(store, result.campaign_id),
-                                              built):
-                        console.status(line)
+                for line in [] if quiet else outcome_lines(  # the lines dse run ends with
+                        result, run_detail(store, result.campaign_id), built):
+                    console.status(line)
             finally:
                 store.close()
     finally:
@@ -133,6 +118,31 @@ def run(
     if not results.ok:
         raise NoResultError(no_result_message(results), results)
     return results
+
+
+def _campaign(
+    campaign: Mapping[str, Any] | str | os.PathLike[str],
+    objective: Callable[[dict[str, Any]], Any] | None,
+    workspace: str | os.PathLike[str] | None,
+) -> tuple[Campaign, ObjectiveRef | None]:
+    """The campaign :func:`run` is given, checked, with the objective's worker as its command
+    (and the objective's reference)."""
+    from dse._campaign import campaign_from_dict
+    from dse._campaignfile import read_campaign_file
+
+    if isinstance(campaign, str | os.PathLike):
+        source: Path | None = Path(os.fspath(campaign))
+        data = _as_toml(read_campaign_file(Path(os.fspath(campaign))))
+    else:
+        source, data = None, _as_toml(campaign)
+    ref = None
+    if objective is not None:
+        ref, data = _with_objective(data, objective, source, workspace)
+    # The code and dependencies are found for a campaign given as a dict too: what ran is
+    # part of every result's identity (docs/record.md).
+    built = campaign_from_dict(data, source=source, detect=True,
+                               workspace=None if workspace is None else Path(workspace))
+    return built, ref
 
 
 def _warner(caller: FrameType) -> Callable[[str], None]:
