@@ -47,3 +47,12 @@ def _fail_a_skip_in_ci(report: pytest.TestReport | pytest.CollectReport) -> None
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where every test must run: {reason}"
+
+
+@pytest.fixture(autouse=True)
+def _reap_started_controllers() -> Generator[None, None, None]:
+    """Every ``dse`` a test started with ``support.cli.start_dse`` is gone when it ends."""
+    yield
+    from support.cli import reap_started
+
+    reap_started()

@@ -59,8 +59,14 @@ start = json.loads(state.read_text())["step"] if state.exists() else 0
 luck = (math.sin(9973.0 * p["x"] + 7919.0 * p["r"]) + 1.0) / 2.0
 def loss(step):
     return final + math.exp(-(0.5 + 3 * p["r"]) * step / 3) + 2.0 * luck * math.exp(-step / 2)
+# The later trials wait while the file `hold` exists: the test kills the controller while
+# the run is on, whatever the machine's load (at load 13 all 40 once ended first).
+number = int(dse.trial.trial_id().rsplit("-", 1)[1])
+while number > 28 and os.path.exists("hold"):
+    time.sleep(0.05)
 for step in range(start + 1, 10):
-    time.sleep(0.01)
+    # Steps slow enough for a loaded controller to review a rung before the trial is past it.
+    time.sleep(0.05)
     tmp = state.with_suffix(".tmp")
     tmp.write_text(json.dumps({"step": step}))
     os.replace(tmp, state)
@@ -78,6 +84,7 @@ def test_a_killed_campaign_with_stopped_and_promoted_trials_replays_the_agent(
     (tmp_path / "c.toml").write_text(CAMPAIGN.format(python=sys.executable))
     (tmp_path / "w.py").write_text(WORKLOAD)
     db_path = tmp_path / ".dse" / "dse.sqlite"
+    (tmp_path / "hold").touch()
     proc = start_dse(tmp_path, "run", "c.toml")
     # The model proposes from the sixth trial on: kill once it has learnt from stopped ones.
     wait_for_running(db_path, 12, timeout=240,
@@ -86,6 +93,7 @@ def test_a_killed_campaign_with_stopped_and_promoted_trials_replays_the_agent(
                      sql="SELECT COUNT(*) FROM trials WHERE status = 'stopped'")
     proc.kill()
     proc.communicate(timeout=30)
+    (tmp_path / "hold").unlink()
     if not snapshot:
         # The agent is snapshot at almost every commit, so a resume replays only the last
         # calls; without its snapshot it replays every call the record logs.

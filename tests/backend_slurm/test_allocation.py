@@ -122,6 +122,13 @@ def test_a_step_still_running_counts_in_the_share_of_one_that_ended():
     assert allocation_share(steps[0], steps, 2.0) == pytest.approx(4 * 2 + 6 * 1)
 
 
+def test_steps_stamped_overlapping_beyond_the_allocation_are_each_charged_their_cpus():
+    # A 1-CPU allocation: the second step's start stamped 0.5 s before the first one's end
+    # (CI, load 13: a step charged 0.074 CPU-s for a 0.083 s run).
+    steps = [(0.0, 10.0, 1.0), (9.5, 20.0, 1.0)]
+    assert [allocation_share(step, steps, 1.0) for step in steps] == pytest.approx([10.0, 10.5])
+
+
 def test_idle_time_and_empty_steps_are_charged_nothing():
     assert allocation_share((5.0, 5.0, 1.0), [(5.0, 5.0, 1.0)], 4.0) == 0.0
     assert allocation_share((0.0, 2.0, 1.0), [(0.0, 2.0, 1.0), (8.0, 9.0, 1.0)], 1.0) == 2.0

@@ -9,6 +9,7 @@ slow to replay), and touches the file ``LIST_AGENT_MARK`` names first.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -92,15 +93,39 @@ def run_dse(project: Path, *args: str, timeout: float = 60) -> subprocess.Comple
     )
 
 
+STARTED: list[subprocess.Popen[str]] = []
+"""The controllers :func:`start_dse` started in the running test: :func:`reap_started` (an
+autouse fixture of the suite's conftest) kills those still running when the test ends and
+closes their pipes, whatever the test's outcome — a test that failed while its controller ran
+must not leave it running (on under the next tests' load) nor leave its pipes to the garbage
+collector, whose ResourceWarning then fails whichever test of the worker it lands in."""
+
+
 def start_dse(project: Path, *args: str, env: dict[str, str] | None = None
               ) -> subprocess.Popen[str]:
     """Start `dse ARGS` in *project* (with *env* added to its environment), its output
-    piped."""
-    return subprocess.Popen(
+    piped; killed at the end of the test if it still runs (:data:`STARTED`)."""
+    proc = subprocess.Popen(
         [sys.executable, "-m", "dse", *args],
         cwd=project, env=dse_env(project, env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, preexec_fn=default_sigint,
     )
+    STARTED.append(proc)
+    return proc
+
+
+def reap_started() -> None:
+    """Kill each controller of :data:`STARTED` still running, wait for it, close its pipes."""
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+        # (ValueError: its pipes were read and closed by the test already.)
+        with contextlib.suppress(ValueError, OSError, subprocess.TimeoutExpired):
+            proc.communicate(timeout=60)
+        for stream in (proc.stdout, proc.stderr, proc.stdin):
+            if stream is not None:
+                stream.close()
 
 
 def wait_for_running(

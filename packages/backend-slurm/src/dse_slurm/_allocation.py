@@ -129,7 +129,10 @@ def allocation_share(
     end ``math.inf``). At each moment the allocation's *allocation_cpus* are split among the
     steps running then, in proportion to their CPUs; the result is the integral of *step*'s
     part over its run. Shares of all steps add up to the allocation's CPU-seconds while any
-    step ran.
+    step ran. A step is never charged less than its own CPUs: where the recorded runs of
+    steps overlap by more than the allocation holds (the pilot starts a step only once CPUs
+    are free, but a step's end and the next one's start are stamped by different processes,
+    late on a loaded node), each is charged its own.
     """
     start, end, cpus = step
     if end <= start or cpus <= 0:
@@ -139,7 +142,7 @@ def allocation_share(
     total = 0.0
     for low, high in itertools.pairwise(cuts):
         busy = sum(c for s, e, c in others if s <= low and e >= high)
-        total += (high - low) * allocation_cpus * cpus / max(busy, cpus)
+        total += (high - low) * cpus * max(allocation_cpus / max(busy, cpus), 1.0)
     return total
 
 
