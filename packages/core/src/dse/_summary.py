@@ -121,16 +121,18 @@ def live_counts(stats: Stats) -> dict[TrialStatus, int]:
 
 
 def tally_text(stats: Stats, *, unstarted: int | None = None) -> str:
-    """``4 completed, 1 failed, 1 budget_exhausted, 0 cached, 2 rejected, 0 interrupted, 8
-    cancelled (6 never started)``: every end a trial of *stats* can have (and the
-    rejections), as the live view and the line ``dse run`` ends with both print them;
+    """``4 completed, 1 failed, 1 budget_exhausted (a time limit or ceiling), 0 cached, 2
+    rejected, 8 cancelled (6 never started)``: every end a trial of *stats* can have (the
+    rarer ones, budget_exhausted, interrupted and stopped, when there are some) and the
+    rejections, as the live view and the line ``dse run`` ends with both print them;
     *unstarted*: of the cancelled, those that never started, when known."""
     never = f" ({unstarted} never started)" if unstarted and stats.cancelled else ""
     return (f"{stats.completed} completed, {stats.failed} failed"
             + (f", {stats.budget_exhausted} budget_exhausted (a time limit or ceiling)"
                if stats.budget_exhausted else "")
-            + f", {stats.cached} cached, {stats.rejected} rejected, {stats.interrupted}"
-            f" interrupted, {stats.cancelled} cancelled{never}"
+            + (f", {stats.interrupted} interrupted" if stats.interrupted else "")
+            + f", {stats.cached} cached, {stats.rejected} rejected, {stats.cancelled}"
+            f" cancelled{never}"
             + (f", {stats.stopped} stopped early ({stats.promoted} promoted)"
                if stats.stopped or stats.promoted else "")
             + ("" if stats.baseline is None else f"; baseline {stats.baseline.value}"))
