@@ -115,7 +115,7 @@ def run(
                 store.close()
     finally:
         engine.backend.shutdown(wait=not engine.abandoned)
-    if not results.ok:
+    if result.no_result:  # what dse run exits 4 for
         raise NoResultError(no_result_message(results), results)
     return results
 

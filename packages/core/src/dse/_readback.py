@@ -147,9 +147,10 @@ class Results:
     @property
     def ok(self) -> bool:
         """Whether the run has a result about the design: a trial with a score (completed, or
-        a cache hit of a completed trial). :func:`dse.run` raises
-        :class:`dse.NoResultError` for a run that has none."""
-        return any(t.score is not None for t in self.trials)
+        a cache hit of a completed trial) or one stopped early at a rung (what ``dse run``
+        exits 0 for). :func:`dse.run` raises :class:`dse.NoResultError` for a run that has
+        none."""
+        return any(t.score is not None or t.status is TrialStatus.STOPPED for t in self.trials)
 
     @property
     def counts(self) -> dict[str, int]:
