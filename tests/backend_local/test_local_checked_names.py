@@ -116,3 +116,41 @@ def test_a_maximised_metric_s_stop_reasons_print_its_values_as_reported(
         assert reason in message, message
     shown_reasons = json.dumps([s[3] for s in stops])
     assert "-0." not in shown_reasons, shown_reasons
+
+
+EVERY_THIRD = """
+import time
+from dse import trial
+x = trial.params()["x"]
+for step in range(1, 10):
+    # Validation every third step only: the other points carry acc alone.
+    point = {"acc": x / 10 + step / 100}
+    if step % 3 == 0:
+        point["val_error"] = 1 / (x * step)
+    trial.report_progress(step, point)
+    time.sleep(0.05)
+trial.report({"acc": x / 10 + 0.09, "val_error": 1 / (9 * x)})
+"""
+
+
+def test_a_metric_reported_every_few_steps_is_not_refused_and_one_never_reported_is(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "every-third").mkdir()
+    (tmp_path / "never").mkdir()
+    root = project(tmp_path / "every-third", extra='metric = "val_error"')
+    (root / "w.py").write_text(EVERY_THIRD)
+    done = run_dse(root, "run", "c.toml", timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    db = sqlite3.connect(root / ".dse" / "dse.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM decisions").fetchone()[0] >= 1  # it compared
+
+    # A name like none of those reported: refused once a trial reported to its end without it.
+    root = project(tmp_path / "never", extra='metric = "throughput"')
+    done = run_dse(root, "run", "c.toml", timeout=180)
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("dse: error:")]
+    assert re.fullmatch(
+        r"dse: error: c\.toml: stopping\.metric: 'throughput' is neither an objective's metric"
+        r" nor in the progress the trials report \(trial 1 reported 'acc', 'val_error' from"
+        r" step 1 to its end\)", line), line

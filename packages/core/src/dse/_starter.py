@@ -17,6 +17,13 @@ if TYPE_CHECKING:
 
 __all__ = ["STARTER_TRIAL", "starter_campaign", "write_starter"]
 
+BACKEND_NOTES = {
+    "local": 'local processes; "slurm" with dse-backend-slurm',
+    "slurm": "Slurm jobs (dse-backend-slurm): see the [backend.slurm] table below",
+    "probe": "in-memory trials of dse-core, for a dry run (no process runs the command)",
+}
+"""What the starter says of the backend it names."""
+
 _CAMPAIGN = '''\
 # A dse campaign: an agent proposes configurations of the [space], each runs as a trial
 # (the [environment]'s command), and every trial lands in the record (.dse/ beside this
@@ -29,7 +36,7 @@ _CAMPAIGN = '''\
 [campaign]
 name = "{name}"
 agent = "{agent}"              # random, grid, bayesian (dse-agents); `dse plugins` lists them
-backend = "{backend}"             # local processes; "slurm" with dse-backend-slurm
+backend = "{backend}"{pad}# {backend_note}
 mode = "rolling"             # refill a slot as soon as it frees ("waves": batch by batch)
 max_parallelism = 2          # trials at once
 max_trials = 20              # proposals accepted (trials and cache hits)
@@ -106,7 +113,9 @@ trial.report({"loss": loss})
 def starter_campaign(name: str, *, file: str, trial: str, agent: str = "random",
                      backend: str = "local") -> str:
     """The text of the starter campaign named *name* (its file *file*, running *trial*)."""
-    return _CAMPAIGN.format(name=name, file=file, trial=trial, agent=agent, backend=backend)
+    note = BACKEND_NOTES.get(backend, "`dse plugins` lists the backends installed")
+    return _CAMPAIGN.format(name=name, file=file, trial=trial, agent=agent, backend=backend,
+                            pad=" " * max(18 - len(backend), 1), backend_note=note)
 
 
 def write_starter(path: Path, *, name: str | None = None, agent: str = "random",

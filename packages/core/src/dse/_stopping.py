@@ -158,7 +158,13 @@ class EarlyStopping:
         """Where the stopping metric is set (``campaign.toml: stopping.metric``)."""
         self.checked = checked
         """The stopping metric is known to exist: an objective's, or seen in a trial's
-        progress; until then the first points at or past ``min_step`` must carry it."""
+        progress; until then it is checked (:meth:`_check_metric`)."""
+        self._reporting: dict[int, tuple[int, int, set[str]]] = {}
+        """While unchecked: trial row -> (number, first step at or past ``min_step``, the
+        metric names) of each trial reporting progress without the stopping metric."""
+        self._unreported: ConfigError | None = None
+        """A trial reported progress to its successful end and never the stopping metric:
+        the error the next pass ends the run with."""
         self.name = str(getattr(rule, "name", spec.rule))
         self.version = version
         self._sign = -1.0 if spec.direction is Direction.MAXIMIZE else 1.0
@@ -231,23 +237,36 @@ class EarlyStopping:
         return stops
 
     def _check_metric(self, new: Sequence[tuple[LiveTrial, list[ProgressPoint]]]) -> None:
-        """The first pass that reads points at or past ``min_step`` (where the rule first
-        compares) says whether the stopping metric is one the trials report: a misspelt one
-        is a :class:`ConfigError` naming it (the run ends with it), not a rule that silently
-        never stops anything."""
+        """Whether the stopping metric is one the trials report, from the points at or past
+        ``min_step`` (where the rule first compares): a misspelt one is a
+        :class:`ConfigError` naming it (the run ends with it), not a rule that silently
+        never stops anything. At the first such points when it is close to a name they carry
+        (``val_eror`` for ``val_error``); otherwise once a trial reported progress to its
+        successful end without it (a workload may report a metric every few steps only)."""
+        if self._unreported is not None:
+            raise self._unreported
         due = [(t, pt) for t, points in new for pt in points if pt.step >= self.spec.min_step]
         if not due:
             return
         reported = {name for _, pt in due for name in pt.metrics}
         if self.spec.metric in reported:
             self.checked = True
+            self._reporting.clear()
             return
-        trial, point = due[0]
+        for trial, point in due:
+            self._reporting.setdefault(trial.row_id, (trial.number, point.step, set()))[2] \
+                .update(point.metrics)
+        hint = did_you_mean([self.spec.metric], reported)
+        if hint:
+            trial, point = due[0]
+            raise self._not_reported(trial.number, f"at step {point.step}", reported, hint)
+
+    def _not_reported(self, number: int, when: str, reported: set[str],
+                      hint: str) -> ConfigError:
         names = ", ".join(map(repr, sorted(reported))) or "no metric"
-        raise ConfigError(
+        return ConfigError(
             f"{self.where}: {self.spec.metric!r} is neither an objective's metric nor in the"
-            f" progress the trials report (trial {trial.number} reported {names} at step"
-            f" {point.step})" + did_you_mean([self.spec.metric], reported))
+            f" progress the trials report (trial {number} reported {names} {when})" + hint)
 
     def record(self, trial: LiveTrial, decision: Decision, journal: Journal) -> None:
         """Record *decision* about *trial* (values back in the metric's own sign)."""
@@ -266,6 +285,12 @@ class EarlyStopping:
     def ended(self, trial: LiveTrial, status: JobStatus) -> bool:
         """*trial*'s attempt ended with *status*: when the rule had stopped it (and it did
         not succeed first), it ends ``stopped`` with its last point; True then."""
+        seen = self._reporting.pop(trial.row_id, None)
+        if seen is not None and not self.checked and status.state is JobState.SUCCEEDED:
+            number, step, names = seen
+            self._unreported = self._not_reported(
+                number, f"from step {step} to its end", names,
+                did_you_mean([self.spec.metric], names))
         last = self._last.pop(trial.row_id, None)
         self._replayed.pop(trial.number, None)
         decision = self.requested.pop(status.job_id, None)
