@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import HealthCheck, settings
 
+from support.tmux import tmux  # noqa: F401  (a fixture: a real terminal for any test)
+
 if TYPE_CHECKING:
     from collections.abc import Generator
 

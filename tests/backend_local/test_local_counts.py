@@ -8,10 +8,7 @@ resumed because a ``--set`` changed names the key and both values."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,11 +17,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from support.cli import dse_env, run_dse, start_dse, write_plugin
+from support.cli import run_dse, start_dse, write_plugin
+from support.tmux import dse_command, start, wait_screen
 from support.waiting import wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    pass
 
 HELD = """
 [campaign]
@@ -157,46 +155,9 @@ def test_a_run_not_resumed_names_the_set_that_changed(tmp_path: Path) -> None:
 # -- the live view, in a real terminal ----------------------------------------------------
 
 
-def screen(session: str) -> str:
-    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
-                          text=True, check=True, timeout=30).stdout
-
-
-def wait_screen(session: str, pattern: str, timeout: float = 120) -> str:
-    seen = [""]
-
-    def shown() -> bool:
-        seen[0] = screen(session)
-        return re.search(pattern, seen[0], re.MULTILINE) is not None
-
-    wait_until(shown, timeout, f"{pattern!r} on the screen", interval=0.2,
-               seen=lambda: seen[0])
-    return seen[0]
-
-
-@pytest.fixture
-def tmux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A tmux session name, on a tmux server of this test's own (its socket in tmp_path)."""
-    assert shutil.which("tmux"), "tmux is needed (apt-get install tmux)"
-    monkeypatch.setenv("TMUX_TMPDIR", str(tmp_path))
-    session = f"dse-counts-{os.getpid()}"
-    yield session
-    subprocess.run(["tmux", "kill-server"], capture_output=True, check=False, timeout=30)
-
-
-def in_terminal(root: Path, session: str, *args: str) -> None:
-    env = dse_env(root)
-    exports = " ".join(f"{k}={shlex.quote(env[k])}" for k in ("PYTHONPATH", "DSE_PLUGINS"))
-    command = (f"cd {shlex.quote(str(root))} && env {exports} TERM=xterm-256color"
-               f" {shlex.quote(sys.executable)} -m dse {' '.join(args)}; echo EXIT=$?;"
-               " sleep 600")
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50",
-                    command], check=True, timeout=30)
-
-
 def test_the_last_frame_after_ctrl_c_says_cancelled(tmp_path: Path, tmux: str) -> None:
     root = held_project(tmp_path)
-    in_terminal(root, tmux, "run", "c.toml")
+    start(tmux, dse_command(root, "run", "c.toml"))
     live = wait_screen(tmux, r"^in flight\s+2 running, [1-9]\d* queued")
     assert re.search(r"^progress\s+0/12 ended", live, re.MULTILINE), live
     subprocess.run(["tmux", "send-keys", "-t", tmux, "C-c"], check=True, timeout=30)
@@ -249,7 +210,7 @@ def test_the_live_numbers_are_the_closing_line_s_with_trials_stopped_early(
     root = write_plugin(tmp_path)
     (root / "c.toml").write_text(STOPPED.format(python=sys.executable))
     (root / "w.py").write_text(CURVE)
-    in_terminal(root, tmux, "run", "c.toml")
+    start(tmux, dse_command(root, "run", "c.toml"))
     done = wait_screen(tmux, r"^EXIT=\d+")
     (root / "screen.txt").write_text(done)
     assert "EXIT=0" in done, done

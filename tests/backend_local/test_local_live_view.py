@@ -4,22 +4,15 @@ trial with its failure class and log, a line per retry after an interruption."""
 
 from __future__ import annotations
 
-import os
 import re
-import shlex
-import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pytest
-
-from support.cli import dse_env, run_dse, write_plugin
+from support.cli import run_dse, write_plugin
+from support.tmux import dse_command, start, wait_screen
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    pass
 
 CAMPAIGN = """\
 [campaign]
@@ -84,44 +77,12 @@ def test_plain_lines_name_the_failure_class_the_log_and_each_retry(tmp_path: Pat
     assert any(line.startswith("trial 4 completed") for line in lines), lines
 
 
-def screen(session: str) -> str:
-    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
-                          text=True, check=True, timeout=30).stdout
-
-
-def wait_screen(session: str, pattern: str, timeout: float = 90) -> str:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        text = screen(session)
-        if re.search(pattern, text, re.MULTILINE):
-            return text
-        time.sleep(0.2)
-    raise AssertionError(f"{pattern!r} never on the screen:\n{text}")
-
-
-@pytest.fixture
-def tmux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A tmux session name, on a tmux server of this test's own (its socket in tmp_path)."""
-    assert shutil.which("tmux"), "tmux is needed (apt-get install tmux)"
-    monkeypatch.setenv("TMUX_TMPDIR", str(tmp_path))
-    session = f"dse-live-{os.getpid()}"
-    yield session
-    subprocess.run(["tmux", "kill-server"], capture_output=True, check=False, timeout=30)
-
-
 def test_the_live_view_shows_eta_running_trials_and_failure_lines(
     tmp_path: Path, tmux: str,
 ) -> None:
     root = project(tmp_path)
     (root / "hold").touch()
-    env = dse_env(root)
-    exports = " ".join(f"{k}={shlex.quote(env[k])}" for k in ("PYTHONPATH", "DSE_PLUGINS"))
-    command = (f"cd {shlex.quote(str(root))} && env {exports} TERM=xterm-256color"
-               f" {shlex.quote(sys.executable)} -m dse run campaign.toml; echo EXIT=$?;"
-               " sleep 600")
-    subprocess.run(["tmux", "new-session", "-d", "-s", tmux, "-x", "160", "-y", "50",
-                    command], check=True, timeout=30)
+    start(tmux, dse_command(root, "run", "campaign.toml"))
     # Trials 5 and 6 hold: the view lists them running, with the failure and retry above.
     text = wait_screen(tmux, r"^running\s+trial [56]\s+\d+\.\ds\s+on \S+\n\s+trial [56]\s")
     (root / "screen.txt").write_text(text)  # kept with the test's files, to look at

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from support.tmux import start, tmux, wait_screen  # noqa: F401  (tmux: a fixture)
+from support.tmux import start, wait_screen
 
 TIMEOUT = 600
 """Seconds a script may take: generous, for a loaded 2-core machine."""
@@ -152,15 +152,12 @@ def test_a_run_with_no_completed_trial_raises_no_result_error_saying_why(
 
 
 def test_in_a_terminal_its_progress_is_one_line_rewritten_in_place(
-    tmp_path: Path, tmux: str,  # noqa: F811  (the fixture)
+    tmp_path: Path, tmux: str,
 ) -> None:
     tmp_path.joinpath("script.py").write_text(
         SCRIPT + "results = dse.run(CAMPAIGN, objective)\nprint('RESULT', results)\n")
     (tmp_path / "hold").touch()
-    # (A tmux started from pytest exports COLUMNS=80, which Rich would take for the width.)
-    start(tmux, f"cd {shlex.quote(str(tmp_path))} && env -u COLUMNS -u LINES"
-                f" TERM=xterm-256color {shlex.quote(sys.executable)} script.py; echo EXIT=$?;"
-                " sleep 600")
+    start(tmux, f"cd {shlex.quote(str(tmp_path))} && {shlex.quote(sys.executable)} script.py")
     # Trial 5 (x = 1.0) holds: the line shows the trials done and the one running, the failed
     # trial's line stands above it.
     text = wait_screen(tmux, r"^quad: 4/5 trials \(3 completed, 1 failed, 1 running\); best"

@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import pty
 import re
-import shlex
-import shutil
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -18,10 +16,9 @@ import pytest
 
 from dse._render import STATUS_COLUMNS, status_table
 from support.cli import dse_env, run_dse, write_plugin
-from support.waiting import wait_until
+from support.tmux import dse_command, start, wait_screen
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
 CAMPAIGN = """
@@ -102,32 +99,10 @@ def dropped_note(text: str) -> str:
     return " ".join(line for line in text.splitlines() if line[:1] not in "┏┃┡│└")
 
 
-@pytest.fixture
-def tmux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A tmux session name, on a tmux server of this test's own (its socket in tmp_path)."""
-    assert shutil.which("tmux"), "tmux is needed (apt-get install tmux)"
-    monkeypatch.setenv("TMUX_TMPDIR", str(tmp_path))
-    yield f"dse-status-{os.getpid()}"
-    subprocess.run(["tmux", "kill-server"], capture_output=True, check=False, timeout=30)
-
-
 @pytest.mark.parametrize("width", [80, 120, 200])
 def test_status_in_a_terminal_fits_its_width(project: Path, tmux: str, width: int) -> None:
-    env = dse_env(project)
-    exports = " ".join(f"{k}={shlex.quote(env[k])}" for k in ("PYTHONPATH", "DSE_PLUGINS"))
-    session = f"{tmux}-{width}"
-    command = (f"cd {shlex.quote(str(project))} && env -u COLUMNS {exports}"
-               f" TERM=xterm-256color {shlex.quote(sys.executable)} -m dse status;"
-               " echo EXIT=$?; sleep 600")
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(width), "-y", "50",
-                    command], check=True, timeout=30)
-
-    def screen() -> str:
-        text = subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
-                              capture_output=True, text=True, check=True, timeout=30).stdout
-        return text if "EXIT=" in text else ""
-
-    text = wait_until(screen, 60, "dse status to finish in tmux")
+    start(tmux, dse_command(project, "status"), width=width)
+    text = wait_screen(tmux, r"^EXIT=\d+", 60)
     (project / f"status-{width}.txt").write_text(text)
     assert "EXIT=0" in text, text
     rows = assert_fits(text, width)
