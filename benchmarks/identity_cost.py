@@ -55,7 +55,7 @@ seed = 1
 {identity}
 
 [[objectives]]
-metric = "loss"
+metric = "value"                # what the probe's trials report
 
 [space]
 x = {{ type = "float", low = 0.0, high = 1.0 }}
