@@ -66,18 +66,20 @@ def _init(args: argparse.Namespace, console: Console) -> int:
     from dse._plugins import PluginManager
     from dse._starter import write_starter
 
-    # A starter that names a plugin not installed would not run: refused, nothing written.
-    plugins = PluginManager()
-    for kind, name, registered, lookup in (
-            ("agent", args.agent, plugins.agents, plugins.agent_class),
-            ("backend", args.backend, plugins.backends, plugins.backend_class)):
-        if name not in registered:  # the lookup's error lists the installed ones
-            try:
-                lookup(name)
-            except PluginError as exc:
-                raise PluginError(f"dse init --{kind}: nothing written: {exc}") from None
+    def installed() -> None:
+        """A starter that names a plugin not installed would not run: refused."""
+        plugins = PluginManager()
+        for kind, name, registered, lookup in (
+                ("agent", args.agent, plugins.agents, plugins.agent_class),
+                ("backend", args.backend, plugins.backends, plugins.backend_class)):
+            if name not in registered:  # the lookup's error lists the installed ones
+                try:
+                    lookup(name)
+                except PluginError as exc:
+                    raise PluginError(f"dse init --{kind}: nothing written: {exc}") from None
+
     written = write_starter(args.campaign, name=args.name, agent=args.agent,
-                            backend=args.backend, force=args.force)
+                            backend=args.backend, force=args.force, check=installed)
     console.status(f"wrote {' and '.join(str(p) for p in written)}; run it: dse run"
                    f" {args.campaign}")
     return ExitCode.OK

@@ -13,6 +13,7 @@ from dse._campaignfile import check_name
 from dse._errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 __all__ = ["STARTER_TRIAL", "starter_campaign", "write_starter"]
@@ -119,9 +120,11 @@ def starter_campaign(name: str, *, file: str, trial: str, agent: str = "random",
 
 
 def write_starter(path: Path, *, name: str | None = None, agent: str = "random",
-                  backend: str = "local", force: bool = False) -> list[Path]:
+                  backend: str = "local", force: bool = False,
+                  check: Callable[[], None] | None = None) -> list[Path]:
     """Write the starter campaign at *path* and its trial script beside it (``trial.py``);
-    the paths written. An existing file is refused unless *force*: nothing is written then."""
+    the paths written. An existing file is refused unless *force*, then whatever *check*
+    refuses (it raises): nothing is written then."""
     if path.suffix != ".toml":
         raise ConfigError(f"{path}: a campaign file ends in .toml")
     name = check_name(name or path.stem, f"{path}: campaign name")
@@ -134,6 +137,8 @@ def write_starter(path: Path, *, name: str | None = None, agent: str = "random",
                               " over a file (--force replaces it)")
     if not path.parent.is_dir():
         raise ConfigError(f"{path.parent}: no such directory")
+    if check is not None:
+        check()
     path.write_text(starter_campaign(name, file=path.name, trial=trial.name, agent=agent,
                                      backend=backend), encoding="utf-8")
     trial.write_text(STARTER_TRIAL, encoding="utf-8")
