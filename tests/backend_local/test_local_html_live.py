@@ -14,7 +14,7 @@ import re
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -107,6 +107,24 @@ def finish(run: subprocess.Popen[str], project: Path) -> None:
     assert run.returncode == 0, err
 
 
+def read_between_reloads(browser: Any) -> tuple[str, str, dict[str, Any]]:
+    """The live note, the refresh interval and the timeline's figure data of a page that
+    reloads itself every second: read between two of its loads (a reload that destroys the
+    page while it is read — on a fast machine, within the second — is waited out and the
+    page read again, for a bounded minute)."""
+    error = pytest.importorskip("playwright.sync_api").Error
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return (browser.inner_text("#live"),
+                    browser.get_attribute('meta[http-equiv="refresh"]', "content"),
+                    figure_data(browser, "timeline"))
+        except error as exc:
+            if "context was destroyed" not in str(exc) or time.monotonic() > deadline:
+                raise
+            browser.wait_for_load_state("load")
+
+
 def test_the_page_refreshes_while_the_run_runs_and_stops_once_it_ended(tmp_path: Path) -> None:
     run = running_campaign(tmp_path)
     page = tmp_path / "page.html"
@@ -135,9 +153,7 @@ def test_the_page_refreshes_while_the_run_runs_and_stops_once_it_ended(tmp_path:
         errors: list[str] = []
         with browser_page(errors, []) as browser:
             browser.goto(page.as_uri(), wait_until="load")
-            note = browser.inner_text("#live")
-            refresh = browser.get_attribute('meta[http-equiv="refresh"]', "content")
-            timeline = figure_data(browser, "timeline")
+            note, refresh, timeline = read_between_reloads(browser)
             # The browser reloads the page by itself.
             with browser.expect_event("load", timeout=60_000):
                 pass
