@@ -18,6 +18,7 @@ from dse._campaignfile import apply_overrides
 from dse._cli import _parser
 from dse._completion import completion_script
 from dse._starter import write_starter
+from support.cli import dse_env, write_plugin
 
 
 def dse(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -168,7 +169,13 @@ def test_init_writes_nothing_over_a_file(tmp_path: Path) -> None:
         " replaces it)")
     assert not (tmp_path / "campaign.toml").exists()
     assert (tmp_path / "trial.py").read_text() == "mine\n"
-    forced = dse(tmp_path, "init", "--force", "--name", "mine")
+    # Plugins dse-core alone has (the test plugin's agent, the probe): the starter names only
+    # installed ones.
+    write_plugin(tmp_path)
+    forced = subprocess.run([sys.executable, "-m", "dse", "init", "--force", "--name", "mine",
+                             "--agent", "list", "--backend", "probe"], cwd=tmp_path,
+                            env=dse_env(tmp_path),
+                            capture_output=True, text=True, timeout=60, check=False)
     assert forced.returncode == 0, forced.stderr
     assert 'name = "mine"' in (tmp_path / "campaign.toml").read_text()
     assert "trial.report" in (tmp_path / "trial.py").read_text()
