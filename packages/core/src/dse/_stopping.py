@@ -288,9 +288,9 @@ class EarlyStopping:
         seen = self._reporting.pop(trial.row_id, None)
         if seen is not None and not self.checked and status.state is JobState.SUCCEEDED:
             number, step, names = seen
-            self._unreported = self._not_reported(
-                number, f"from step {step} to its end", names,
-                did_you_mean([self.spec.metric], names))
+            # (No name it carried was close to the metric: that was refused at once.)
+            self._unreported = self._not_reported(number, f"from step {step} to its end",
+                                                  names, "")
         last = self._last.pop(trial.row_id, None)
         self._replayed.pop(trial.number, None)
         decision = self.requested.pop(status.job_id, None)
