@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from dse._objective import ObjectiveRef
     from dse._outcome import CampaignResult, Retry, TrialEnd
     from dse._readback import Results
+    from dse._spec import RunChoice
     from dse._store import Store
     from dse._types import TrialStatus
 
@@ -77,7 +78,7 @@ def run(
     # A worker importing a script that calls this at its top level stops here, before the
     # imports below (the rest of the module imports little: every worker pays for it).
     stop_if_importing()
-    from dse._build import build_engine
+    from dse._build import build_engine, closing_engine
     from dse._console import LineView
     from dse._lock import CampaignLock
     from dse._plugins import PluginManager
@@ -104,7 +105,12 @@ def run(
                 ref.write_source()
             store.connect()
             try:
-                result = _run_engine(engine, _resumable(store, built, fresh=fresh))
+                choice = _resumable(store, built, fresh=fresh)
+                if choice.supersede is not None:  # a run left running is closed first
+                    closer = closing_engine(built, store=store, plugins=plugins,
+                                            listener=view, backend=engine.backend)
+                    _run_engine(closer, choice.supersede)
+                result = _run_engine(engine, choice.resume)
                 row = store.campaign(result.campaign_id)
                 assert row is not None  # the engine recorded it
                 results = read_results(store, row, built.workspace)
@@ -327,12 +333,12 @@ def _metric_of(objectives: Any) -> str | None:
     return None
 
 
-def _resumable(store: Store, campaign: Campaign, *, fresh: bool) -> int | None:
-    """The run of *campaign* to continue: the latest, if it did not finish and the campaign
-    is the same (what ``dse run`` continues)."""
+def _resumable(store: Store, campaign: Campaign, *, fresh: bool) -> RunChoice:
+    """What to do with *campaign*'s latest run: continue it, if it did not finish and the
+    campaign is the same (what ``dse run`` continues), or close it first."""
     from dse._spec import resumable_run
 
-    run, line = resumable_run(store, campaign, fresh=fresh)
-    if line:
-        log.info("%s", line)
-    return run
+    choice = resumable_run(store, campaign, fresh=fresh)
+    if choice.line:
+        log.info("%s", choice.line)
+    return choice

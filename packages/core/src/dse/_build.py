@@ -62,6 +62,19 @@ def build_engine(
     )
 
 
+def closing_engine(
+    campaign: Campaign, *, store: Store, plugins: PluginManager | None = None,
+    listener: EngineListener | None = None, backend: Runner | None = None,
+) -> Engine:
+    """An engine of *campaign* that reopens a run its controller left running only to close
+    it (:attr:`Engine.superseding`): ``engine.run(resume=RUN)`` waits for its running trials,
+    records them in it, starts nothing and ends it ``superseded``."""
+    engine = build_engine(campaign, store=store, plugins=plugins, listener=listener,
+                          backend=backend)
+    engine.superseding = True
+    return engine
+
+
 def _resolve(lookup: Any, name: str, source: str, kind: str) -> Any:
     try:
         return lookup(name)

@@ -173,15 +173,20 @@ class Collector:
                                        state=AttemptState.CANCELLED, reason=trial.message,
                                        ended_at=now)
 
-    def cancel_all(self, grace: float = 30.0) -> None:
-        """Cancel what runs, collect final states for a while, record the rest as cancelled."""
-        now = self._clock.time()
+    def cancel_unsubmitted(self, now: float, why: str) -> None:
+        """Record every attempt not submitted (queued, waiting to be retried) as cancelled,
+        saying *why*: it never runs."""
         for trial in self._table.take_unsubmitted():
             trial.status = TrialStatus.CANCELLED
-            trial.message = "cancelled before submission"
+            trial.message = why
             self._end_cancelled(trial, now)
             self._settle(trial, Spend())  # never submitted: nothing spent
             self._results.record_end(trial, now)
+
+    def cancel_all(self, grace: float = 30.0) -> None:
+        """Cancel what runs, collect final states for a while, record the rest as cancelled."""
+        now = self._clock.time()
+        self.cancel_unsubmitted(now, "cancelled before submission")
         if self._table.running:
             running = list(self._table.running)
             self._journal.event(None, "cancel", {"running": len(running)})

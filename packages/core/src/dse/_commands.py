@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from dse._pool import PoolConfig
     from dse._records import CampaignRun
     from dse._report import RunDetail
+    from dse._spec import RunChoice
     from dse._terminal import Console
 
 __all__ = ["COMMANDS"]
@@ -101,7 +102,7 @@ def _campaigns(args: argparse.Namespace, files: Sequence[Path],
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     # These: `dse run`'s alone (the reads start faster).
-    from dse._build import build_engine
+    from dse._build import build_engine, closing_engine
     from dse._console import LiveView
     from dse._lock import CampaignLock
     from dse._plugins import PluginManager
@@ -132,15 +133,24 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         for store in stores.values():
             store.connect()
             stack.callback(store.close)
-        resume = {
-            c.name: run for c in campaigns
-            if (run := _resumable_run(stores[c.workspace], c, console, fresh=args.fresh))
-            is not None
-        }
-        with CancelOnSignal(engines, backend):
+        choices = {c.name: _run_choice(stores[c.workspace], c, console, fresh=args.fresh)
+                   for c in campaigns}
+        resume = {name: ch.resume for name, ch in choices.items() if ch.resume is not None}
+        watched = list(engines)
+        with CancelOnSignal(watched, backend):
             try:
                 alone = PoolConfig({"slots": campaigns[0].max_parallelism})
                 try:
+                    # A run left running is closed first: its trials finish, recorded in it.
+                    for c in campaigns:
+                        if (run := choices[c.name].supersede) is None:
+                            continue
+                        closer = closing_engine(c, store=stores[c.workspace], plugins=plugins,
+                                                listener=listener, backend=backend)
+                        watched.append(closer)
+                        if closer.run(resume=run).status == "cancelled":
+                            return ExitCode.INTERRUPTED  # Ctrl+C while it closed
+                        watched.remove(closer)
                     results = run_pool(engines, pool or alone, resume=resume)
                 except KeyboardInterrupt:
                     # The second Ctrl+C: every run is recorded cancelled, nothing waited for.
@@ -221,16 +231,16 @@ def _pool_outcome(
     console.result(pool_share_line(pool.config.capacity, weights, shares))
 
 
-def _resumable_run(
+def _run_choice(
     store: Store, campaign: Campaign, console: Console, *, fresh: bool
-) -> int | None:
-    """The run of *campaign* to continue (:func:`dse._spec.resumable_run`), said."""
+) -> RunChoice:
+    """What to do with *campaign*'s latest run (:func:`dse._spec.resumable_run`), said."""
     from dse._spec import resumable_run
 
-    run, line = resumable_run(store, campaign, fresh=fresh)
-    if line:
-        console.status(line)
-    return run
+    choice = resumable_run(store, campaign, fresh=fresh)
+    if choice.line:
+        console.status(choice.line)
+    return choice
 
 
 def _open_target(target: str | None, workspace: Path | None) -> tuple[Store, str | None]:

@@ -153,9 +153,11 @@ class Engine:
         self.scorer: Scorer = scorer or build_scorer(campaign, plugins)
         self._guard = AgentGuard.lookup(plugins, campaign.agent)
         """Who scores complete runs; its name and version are recorded with every score."""
-        self.abandoned, self.reuse = False, True
+        self.abandoned, self.reuse, self.superseding = False, True, False
         """A second interrupt ended the run without waiting for its trials; results recorded
-        before this run are reused (``dse run --fresh``: no)."""
+        before this run are reused (``dse run --fresh``: no); the run is reopened only to be
+        closed (:attr:`dse._spec.RunChoice.supersede`): its running trials finish and are
+        recorded, nothing starts, it ends ``superseded``."""
         self.pool: Pool | None = None
         """The pool whose resources the campaign's trials wait for (set by the pool)."""
         self.finished: CampaignResult | None = None
@@ -280,13 +282,17 @@ class Engine:
         watch_progress(self, resumed=resume is not None)  # and stop trials early, if asked
         if resume is not None:
             self._restore()
+        if self.superseding:
+            self.end.finish(EndReason.SUPERSEDED)
         self.dispatcher.parts.claims.reset(now, self.campaign_id)
         self.listener.on_start(self)
 
     def _restore(self) -> None:
         """Rebuild an unfinished run from the record (see :class:`dse._resume.Resume`)."""
-        reattach = Resume(self.dispatcher, self.interruptions).restore(
-            self.agent, self.backend, self.clock.time())
+        resume = Resume(self.dispatcher, self.interruptions)
+        now = self.clock.time()
+        reattach = (resume.reattach_only(self.backend, now) if self.superseding
+                    else resume.restore(self.agent, self.backend, now))
         self._agent_stale = False  # just told the record as it stands
         self.backend.reattach(reattach)
 
@@ -350,6 +356,10 @@ class Engine:
     def dispatch(self) -> None:
         """Queue the waiting retries and pull new trials, unless dispatch is paused."""
         now = self.clock.time()
+        if self.superseding:  # closing a run: what waits to start never does
+            self.waits.check(now)
+            self.collector.cancel_unsubmitted(now, "not started: the run was superseded")
+            return
         self._check_deadline(now)
         self.interruptions.check_pause(now)
         paused = self.interruptions.paused
@@ -369,7 +379,8 @@ class Engine:
             batch.update_attempt(row=trial.attempt_row, job_id=trial.job_id,
                                  state=AttemptState.SUBMITTED)
         self.stats.running = self.running
-        self.feedback.snapshot(self.agent, batch, self.campaign_id)
+        if not self.superseding:  # a closing run's agent is not the run's
+            self.feedback.snapshot(self.agent, batch, self.campaign_id)
         self.store.commit(batch)
         self.table.recorded()
 
@@ -408,7 +419,7 @@ class Engine:
         is done or max_trials is reached, not once the agent has heard every trial)."""
         if self.finished is not None:
             return
-        if deliver:
+        if deliver and not self.superseding:  # a closed run's agent was never rebuilt
             self._deliver()
         reason = self.end.stop or self.end.done or EndReason.AGENT_EXHAUSTED
         self._finish(reason)

@@ -157,6 +157,14 @@ class Resume:
             recorded = self.read(tail)
             return self._restore(agent, runner, now, recorded, tail)
 
+    def reattach_only(self, runner: Runner, now: float) -> dict[str, JobSpec]:
+        """Reopen the run only to close it (:attr:`dse.Engine.superseding`): its counts and
+        spend restored and its submitted attempts reattached, to finish and be recorded; the
+        agent is neither rebuilt nor told (nothing new starts in the run). Return the jobs
+        to reattach."""
+        with collector_paused():
+            return self._restore(None, runner, now, self.read(), None)
+
     def _restored(self, agent: Agent) -> Tail | None:
         """Restore the run's latest agent snapshot into *agent* when the agent is to be told
         what it was told (nothing invalidated, every result about the current data); the
@@ -180,7 +188,7 @@ class Resume:
                 unobserved.difference_update(entry.proposals)
         return Tail(snapshot.log_id, entries, unobserved)
 
-    def _restore(self, agent: Agent, runner: Runner, now: float, recorded: Recorded,
+    def _restore(self, agent: Agent | None, runner: Runner, now: float, recorded: Recorded,
                  tail: Tail | None) -> dict[str, JobSpec]:
         p = self._parts
         for key, trial in recorded.by_proposal.items():
@@ -199,8 +207,10 @@ class Resume:
         # its proposals may then differ from the recorded ones without it being at fault.
         same = tail is not None or (not p.invalid.any_in_campaign and all(
             p.data.current(t) for t in recorded.by_proposal.values()))
-        observed = self.replay(agent, recorded, same_feedback=same, tail=tail)
-        p.feedback.unobserved_are(self._unobserved(observed, tail))
+        observed = set() if agent is None else self.replay(agent, recorded, same_feedback=same,
+                                                           tail=tail)
+        if agent is not None:
+            p.feedback.unobserved_are(self._unobserved(observed, tail))
         reattach = self._resume_attempts(now, recorded, runner)
         for row_id, original_row in recorded.cache_of.items():
             waiter, original = recorded.by_row[row_id], recorded.by_row.get(original_row)
@@ -211,8 +221,9 @@ class Resume:
             else:
                 # Another controller's trial (or one that ended since): the record says.
                 p.claims.wait(waiter, original_row)
-        p.feedback.replace(self.untold(recorded, observed))
-        p.journal.event(None, "resumed", {
+        if agent is not None:
+            p.feedback.replace(self.untold(recorded, observed))
+        p.journal.event(None, "resumed" if agent is not None else "closing", {
             "running": len(reattach), "retrying": len(p.table.retries),
             "trials": trials, "pending_feedback": p.feedback.count(),
         })

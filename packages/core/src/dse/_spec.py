@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dse._hashing import canonical_json
-from dse._types import RESOLVED_SCORER, CampaignStatus
+from dse._types import RESOLVED_SCORER, CampaignStatus, TrialStatus
 
 if TYPE_CHECKING:
     from dse._campaign import Campaign, EnvironmentConfig
@@ -137,25 +138,55 @@ def record_run(
     )
 
 
-def resumable_run(store: Store, campaign: Campaign, *, fresh: bool) -> tuple[int | None, str]:
+@dataclass(frozen=True, slots=True)
+class RunChoice:
+    """What ``dse run`` does with a campaign's latest run (:func:`resumable_run`)."""
+
+    resume: int | None = None
+    """The run to continue, if any."""
+    supersede: int | None = None
+    """A run its controller left ``running`` that is not continued (the campaign changed,
+    or ``--fresh``): it is closed first — its running trials finish and are recorded, nothing
+    new starts in it, it ends ``stopped (superseded)`` — then a new run starts."""
+    line: str = ""
+    """What is done, in one line (empty when there was no such run)."""
+
+
+def resumable_run(store: Store, campaign: Campaign, *, fresh: bool) -> RunChoice:
     """The run of *campaign* to continue — the latest, when it did not finish (running when
     its controller died, or cancelled) and the campaign is the same (its file and ``--set``
-    overrides give the same spec) — and a line saying what is done (empty when there is no
-    such run): what ``dse run`` and :func:`dse.run` both decide."""
+    overrides give the same spec) — or the one to close before a new run starts: what
+    ``dse run`` and :func:`dse.run` both decide."""
     row = store.find_campaign(campaign.name)
     if row is None or row.status not in (CampaignStatus.RUNNING, CampaignStatus.CANCELLED):
-        return None, ""
+        return RunChoice()
+    # A run left running (its controller died) is never left behind: its trials may still
+    # run, and would run beside the new run's (and their results be lost).
+    supersede = row.id if row.status is CampaignStatus.RUNNING else None
     if fresh:
-        return None, (f"run {row.id} of {campaign.name} is {row.status.value}; starting a new"
-                      " run (--fresh)")
+        return RunChoice(supersede=supersede, line=(
+            f"run {row.id} of {campaign.name} is {row.status.value};"
+            f" {_starting(store, supersede)} (--fresh)"))
     stored = dict(row.spec)
     stored.pop(RESOLVED_SCORER, None)
     spec = campaign_spec(campaign)
     if canonical_json(stored) != canonical_json(spec):
-        return None, (f"run {row.id} of {campaign.name} did not finish, but the campaign"
-                      f" changed since: {spec_changes(stored, spec)}; starting a new run")
+        return RunChoice(supersede=supersede, line=(
+            f"run {row.id} of {campaign.name} did not finish, but the campaign changed since:"
+            f" {spec_changes(stored, spec)}; {_starting(store, supersede)}"))
     what = "was cancelled" if row.status is CampaignStatus.CANCELLED else "did not finish"
-    return row.id, f"run {row.id} of {campaign.name} {what}: resuming it"
+    return RunChoice(resume=row.id, line=f"run {row.id} of {campaign.name} {what}: resuming it")
+
+
+def _starting(store: Store, supersede: int | None) -> str:
+    """How the new run starts, in words: at once, or once run *supersede* is closed."""
+    if supersede is None:
+        return "starting a new run"
+    running = store.trial_counts(supersede).get(TrialStatus.RUNNING, 0)
+    if not running:
+        return "closing it (superseded), then starting a new run"
+    return (f"its {running} running trial{'s' if running != 1 else ''} finish first, recorded"
+            f" in run {supersede} (which then ends superseded); then a new run starts")
 
 
 CHANGES_SHOWN = 3

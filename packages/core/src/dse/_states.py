@@ -206,6 +206,10 @@ class EndReason(enum.StrEnum):
     """Nothing more fits a ceiling of ``[budget]``."""
     BASELINE_FAILED = "baseline_failed"
     """The baseline run ended without a result: nothing can be compared against it."""
+    SUPERSEDED = "superseded"
+    """Its controller died, and the campaign was run again changed (or with ``--fresh``): the
+    new run closed it first — its running trials finished and were recorded in it, nothing
+    new started — then began."""
     ERROR = "error"
     """The controller raised (the record says ``error: <exception type>``)."""
 
@@ -228,6 +232,7 @@ _END_STATUS = {
     EndReason.CANCELLED: CampaignStatus.CANCELLED,
     EndReason.BUDGET_EXHAUSTED: CampaignStatus.BUDGET_EXHAUSTED,
     EndReason.BASELINE_FAILED: CampaignStatus.STOPPED,
+    EndReason.SUPERSEDED: CampaignStatus.STOPPED,
     EndReason.ERROR: CampaignStatus.FAILED,
 }
 
