@@ -84,7 +84,7 @@ def test_a_money_ceiling_runs_exactly_the_trials_it_affords(tmp_path: Path) -> N
         for attempt in store.attempts(run.id):
             spend = attempt.spend
             assert spend is not None
-            assert spend.money == spend.cpu_s
+            assert spend.money == pytest.approx(spend.cpu_s, rel=1e-12)
             assert 3.0 < spend.money < RESERVED
             spends.append(spend.money)
         # Exactly what it affords: the last trial's reservation fitted beside what the others

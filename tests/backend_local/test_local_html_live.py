@@ -230,4 +230,4 @@ def test_watch_is_in_the_help_and_needs_html(capsys: pytest.CaptureFixture[str])
         " OUT.html, without --json)")
     with pytest.raises(SystemExit):
         main(["report", "live", "--html", "p.html", "--watch", "0"])
-    assert "seconds between pages, 1 or more" in capsys.readouterr().err
+    assert "seconds between pages, from 1 to 86400" in capsys.readouterr().err

@@ -11,12 +11,14 @@ and when, rather than what the record says.
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
+import dse
 from support.cli import dse_env, run_dse, start_dse, write_plugin
 from support.procs import alive
 from support.waiting import wait_until
@@ -206,4 +208,100 @@ def test_python_run_closes_the_killed_run_too(tmp_path: Path) -> None:
 def subprocess_run(root: Path, script: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(script)], cwd=root, env=dse_env(root),
                           capture_output=True, text=True, timeout=240, check=False)
+
+
+
+def test_a_deleted_lock_file_does_not_let_a_second_controller_drive_the_run(
+        tmp_path: Path) -> None:
+    root = project(tmp_path, {"c": campaign("c", [1, 2, 3])})
+    first = start_dse(root, "run", "c.toml")
+    wait_until(lambda: len(started(root)) == 2, 120, "two trials started",
+               seen=lambda: str(events(root)))
+    (root / ".dse" / "c.lock").unlink()
+    for args in (("run", "c.toml"), ("run", "c.toml", "--set", "max_parallelism=1")):
+        second = run_dse(root, *args, timeout=120)
+        assert second.returncode == 2, second.stderr
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        assert lines[0].startswith(
+            "dse: error: campaign 'c' is already running: run 1 is driven by pid"
+            f" {first.pid} on host "), lines
+        assert "as the record says" in lines[0], lines
+    (root / "hold").unlink()
+    _, err = first.communicate(timeout=240)
+    assert first.returncode == 0, err
+    runs = record(root, "SELECT id, status FROM campaigns ORDER BY id")
+    assert runs == [(1, "completed")], runs
+    assert started(root) == {1: 1, 2: 1, 3: 1}, events(root)
+
+
+def test_a_project_moved_after_a_kill_resumes_where_it_is_now(tmp_path: Path) -> None:
+    (tmp_path / "before").mkdir()
+    root = project(tmp_path / "before", {"c": campaign("c", [1, 2, 3])})
+    first = start_dse(root, "run", "c.toml")
+    wait_until(lambda: len(started(root)) == 2, 120, "two trials started",
+               seen=lambda: str(events(root)))
+    kill_controller(first)
+    moved = root.rename(tmp_path / "after")  # the orphans run on, in the moved directories
+    again = start_dse(moved, "run", "c.toml")
+    (moved / "hold").unlink()
+    _, err = again.communicate(timeout=240)
+    assert again.returncode == 0, err
+    assert "internal error" not in err, err
+    assert "run 1 of c did not finish: resuming it" in err, err
+    assert record(moved, "SELECT id, status FROM campaigns") == [(1, "completed")]
+    trials = record(moved, "SELECT number, status FROM trials ORDER BY number")
+    assert trials == [(n, "completed") for n in (1, 2, 3)], trials
+    # Every trial is read, and measured, where the project is now.
+    store = dse.Store(moved / ".dse" / "dse.sqlite", read_only=True)
+    try:
+        dirs = [t.trial_dir for t in store.trials(1)]
+    finally:
+        store.close()
+    assert dirs == [str(moved / ".dse" / "c" / "run-1" / f"{n:06d}") for n in (1, 2, 3)]
+    # The orphans could not hand in their results (the paths they were given went with the
+    # move): that is no result about their configurations, which are measured again.
+    failures = record(moved, "SELECT COUNT(*) FROM trials WHERE failure IS NOT NULL")
+    assert failures == [(0,)], err
+    assert all((moved / ".dse" / "c" / "run-1" / f"{n:06d}" / "result.json").is_file()
+               for n in (1, 2, 3))
+    assert record(moved, "PRAGMA integrity_check") == [("ok",)]
+
+
+TERM_NOTED = """
+import os, signal, time
+def noted(signum, frame):
+    with open("runs.log", "a") as f:
+        f.write(f"term 0 {time.time()} {os.getpid()}\\n")
+signal.signal(signal.SIGTERM, noted)
+"""
+
+
+def test_dse_s_own_cancels_before_a_restart_are_not_taken_for_someone_else_s(
+        tmp_path: Path) -> None:
+    root = project(tmp_path, {"c": campaign("c", [1, 2, 3]).replace(
+        "cpus = 4", 'cpus = 4\ngrace = "2s"')})
+    # Trials that note SIGTERM and go on: the first Ctrl+C's cancel is still waited on when
+    # the second comes, and the controller leaves them to end (SIGKILL after the grace).
+    (root / "work.py").write_text(TERM_NOTED + WORK)
+    first = start_dse(root, "run", "c.toml")
+    wait_until(lambda: len(started(root)) == 2, 120, "two trials started",
+               seen=lambda: str(events(root)))
+    first.send_signal(signal.SIGINT)
+    wait_until(lambda: len({pid for what, _, _, pid in events(root) if what == "term"}) == 2, 60,
+               "both trials asked to end", seen=lambda: str(events(root)))
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err
+    # Left without waiting: the two trials' ends are not recorded yet.
+    assert record(root, "SELECT COUNT(*) FROM trials WHERE status = 'running'") == [(2,)]
+    (root / "hold").unlink()
+    again = run_dse(root, "run", "c.toml", timeout=240)
+    assert again.returncode == 0, again.stderr
+    assert "outside this campaign" not in again.stdout + again.stderr, again.stderr
+    reasons = record(root, "SELECT reason FROM attempts WHERE state != 'succeeded'")
+    assert not any("outside" in str(r) for (r,) in reasons), reasons
+    # The cancelled configurations are measured again, as a cancelled run's are.
+    statuses = record(root, "SELECT number, status FROM trials ORDER BY number")
+    assert statuses == [(1, "completed"), (2, "completed"), (3, "completed")], statuses
 

@@ -256,10 +256,9 @@ def test_a_read_only_record_is_one_line_and_stays_intact(
     immutable(db_path)  # chmod does not stop root; the immutable flag does
 
     proc = run_dse(project, "run", str(campaign), "--fresh")
-    assert_one_line_error(proc, str(db_path), "cannot write the record",
-                          "readonly database", code=3)
+    assert_one_line_error(proc, str(db_path), "the record is read-only", code=3)
     proc = run_dse(project, "invalidate", "--trial", "demo:1", "--reason", "bad input")
-    assert_one_line_error(proc, "dse.sqlite: cannot write the record", code=3)
+    assert_one_line_error(proc, "dse.sqlite: the record is read-only", code=3)
     assert run_dse(project, "status").returncode == 0  # reading is still fine
 
     db = sqlite3.connect(db_path)

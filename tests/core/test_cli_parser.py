@@ -21,6 +21,7 @@ BAD = {
     "init": ["--nope"], "run": ["--nope"], "status": ["a", "b"], "report": ["--html"],
     "plugins": ["x"],
     "show": [], "invalidate": ["--trial", "x", "--failed"], "export": ["x", "--format", "y"],
+    "doctor": ["--salvage"],
 }
 """Arguments each subcommand refuses."""
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from dse import FailureClass, TrialEnd, TrialStatus
-from dse._budget import Budget
+from dse._budget import Budget, Earlier
 from dse._console import eta_text, failure_line, running_text
 from dse._live import LiveTrial
 
@@ -32,9 +32,10 @@ def engine(running: list[LiveTrial], *, max_trials: int | None = 10, steps: int 
     return SimpleNamespace(
         campaign=SimpleNamespace(max_trials=max_trials, max_parallelism=slots, name="c"),
         stats=SimpleNamespace(steps=steps),
-        ledger=SimpleNamespace(budget=budget or Budget(), trials=dispatched, started_at=900.0),
+        ledger=SimpleNamespace(budget=budget or Budget(), trials=dispatched, started_at=900.0,
+                               earlier=Earlier()),
         table=SimpleNamespace(running={f"j{t.number}": t for t in running}, queued=[]),
-        clock=SimpleNamespace(time=lambda: NOW), pool=None,
+        clock=SimpleNamespace(time=lambda: NOW, monotonic=lambda: NOW), pool=None,
     )
 
 

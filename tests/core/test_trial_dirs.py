@@ -142,6 +142,84 @@ def test_a_later_attempt_s_result_file_left_by_an_earlier_attempt_is_set_aside(
     assert told.alerts == []
 
 
+def test_a_symlink_where_a_campaign_or_run_directory_goes_is_never_followed(
+    tmp_path: Path,
+) -> None:
+    """A trial can put a symlink where a campaign not yet run, or its own run (resumed
+    later), keeps its directory: nothing is ever made through it."""
+    told = Told()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "next").symlink_to(elsewhere)
+    (workspace / "c").mkdir()
+    (workspace / "c" / "run-2").symlink_to(elsewhere)
+
+    assert told.dirs().open(workspace / "next" / "run-1", True, new=True) is None
+    assert told.dirs().open(workspace / "c" / "run-2", True, new=False) is None
+    dirs = told.dirs()
+    dirs.open(workspace / "c" / "run-3", True, new=True)
+    (workspace / "c" / "run-3").rename(workspace / "c" / "run-3.away")
+    (workspace / "c" / "run-3").symlink_to(elsewhere)  # replaced once opened
+    try:
+        dirs.make(1)
+    finally:
+        dirs.close()
+
+    assert list(elsewhere.iterdir()) == []
+    for made in ("next/run-1", "c/run-2", "c/run-3.away/000001"):
+        assert (workspace / made).is_dir()
+        assert not (workspace / made).is_symlink()
+    kept = sorted(p.name.split(".")[0] for p in workspace.rglob("*.moved-*") if p.is_symlink())
+    assert kept == ["next", "run-2"]
+    assert [data["why"] for _, _, data in told.events] == [
+        f"a symlink (to {str(elsewhere)!r}) where dse's directory goes"] * 2
+    assert len(told.alerts) == 2
+    assert all("never followed" in a for a in told.alerts)
+
+
+def _spec(trial_dir: Path, attempt: int) -> dse.JobSpec:
+    return dse.JobSpec("c-1-1", attempt, {"x": 1}, trial_dir,
+                       env={"DSE_PARAMS_FILE": str(trial_dir / "params.json")})
+
+
+def test_an_attempt_starts_in_a_directory_holding_only_what_dse_wrote(tmp_path: Path) -> None:
+    trial_dir = tmp_path / "run-1" / "000001"
+    (trial_dir / "checkpoint").mkdir(parents=True)
+    (trial_dir / "checkpoint" / "state").write_text("planted")
+    (trial_dir / "result.json").write_text("{}")
+    (trial_dir / "params.json").write_text('{"x": 99}')
+
+    moved = dse.start_attempt_dir(_spec(trial_dir, 1))
+
+    assert sorted(m.split(" ")[0] for m in moved) == ["checkpoint", "params.json",
+                                                      "result.json"]
+    assert sorted(p.name for p in trial_dir.iterdir() if ".moved-" not in p.name) == [
+        "attempt-1", "checkpoint", "params.json"]
+    assert json.loads((trial_dir / "params.json").read_text()) == {"x": 1}
+    assert list((trial_dir / "checkpoint").iterdir()) == []
+    # A later attempt keeps the trial's own checkpoint; an earlier result, a planted attempt
+    # directory are moved aside.
+    (trial_dir / "checkpoint" / "state").write_text("own")
+    (trial_dir / "result.json").write_text("{}")
+    (trial_dir / "attempt-2").mkdir()
+    moved = dse.start_attempt_dir(_spec(trial_dir, 2))
+    assert sorted(m.split(" ")[0] for m in moved) == ["attempt-2", "result.json"]
+    assert (trial_dir / "checkpoint" / "state").read_text() == "own"
+    assert list((trial_dir / "attempt-2").iterdir()) == []
+    # A symlink in the trial directory's place is moved aside: a fresh first attempt.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    trial_dir.rename(tmp_path / "away")
+    trial_dir.symlink_to(elsewhere)
+    moved = dse.start_attempt_dir(_spec(trial_dir, 3))
+    assert moved[0].startswith(f"000001 (a symlink (to {str(elsewhere)!r}), never followed)")
+    assert list(elsewhere.iterdir()) == []
+    assert sorted(p.name for p in trial_dir.iterdir()) == ["attempt-3", "checkpoint",
+                                                            "params.json"]
+
+
 class StopAfterFirst(dse.EngineListener):
     """Stops the run once its first trial ended: a run to resume."""
 

@@ -1,13 +1,15 @@
-"""The local backend: each attempt is a real process tree on this machine."""
+"""The local backend: each attempt is a real process tree on this machine.
+
+:class:`LocalBackend` owns what is shared: its job table, its queue, its CPU and GPU slots,
+and the wrapper server (``_server``). What concerns one attempt (its wrapper, its files, its
+time limit, its end) is in ``_attempt``; facts about and signals to processes, in ``_procs``.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import json
 import logging
 import os
-import py_compile
 import select
 import shutil
 import signal
@@ -16,8 +18,6 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from dse import (
@@ -29,21 +29,29 @@ from dse import (
     Resources,
     did_you_mean,
     parse_duration,
-    stderr_tail,
+    start_attempt_dir,
 )
-from dse_local._wrapper import encode_request, read_small
+from dse_local._attempt import (
+    LIMIT_MARGIN,
+    Job,
+    ended,
+    enforce_cancel,
+    enforce_limit,
+    gone,
+    measured,
+    next_due,
+    reattach,
+    watch,
+    wrapper_request,
+)
+from dse_local._attempt import attempt_dir as attempt_dir  # re-exported by dse_local
+from dse_local._procs import age, kill_session
+from dse_local._server import WrapperServer, compile_wrapper
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
 log = logging.getLogger("dse.local")
-
-WRAPPER = Path(__file__).with_name("_launch.py")
-EXIT_FILE = "exit.json"
-PID_FILE = "wrapper.pid"
-
-
-
 
 AHEAD_ROUNDS = 3
 """Attempts the backend queues, in rounds of the attempts it runs at once."""
@@ -51,18 +59,6 @@ MAX_SPARES = 4
 """Most wrappers the wrapper server keeps forked ahead (one per slot up to this)."""
 _HOST = socket.gethostname()
 """This machine's name: every task's DSE_NODE and DSE_NODES."""
-
-
-def _compile_wrapper() -> None:
-    """Cache the wrapper's bytecode (it starts once per trial), even where
-    PYTHONDONTWRITEBYTECODE is set or the install skipped compiling."""
-    source = WRAPPER.with_name("_wrapper.py")
-    cached = Path(importlib.util.cache_from_source(str(source)))
-    try:
-        if not cached.exists() or cached.stat().st_mtime < source.stat().st_mtime:
-            py_compile.compile(str(source), cfile=str(cached), doraise=True)
-    except (OSError, py_compile.PyCompileError) as exc:
-        log.debug("cannot cache the wrapper's bytecode: %s", exc)
 
 
 def detect_gpus() -> int:
@@ -79,149 +75,6 @@ def detect_gpus() -> int:
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
-def attempt_dir(spec: JobSpec) -> Path:
-    """Where an attempt's logs and exit file live."""
-    return spec.trial_dir / f"attempt-{spec.attempt}"
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (tells a reused pid apart)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields[0] == b"Z":
-        return None
-    return int(fields[19])
-
-
-@dataclass(slots=True)
-class _Job:
-    job_id: str
-    spec: JobSpec
-    launched: bool = False
-    pid: int | None = None
-    ticks: int | None = None
-    pidfd: int | None = None
-    sid: int | None = None
-    """The wrapper's pid, which is its session's id: what is left of the attempt when the
-    wrapper died is found by it."""
-    sid_ticks: int | None = None
-    """The wrapper's start time (tells a reused pid apart)."""
-    orphans_since: float | None = None
-    """When processes of the session were first found still alive after the wrapper died."""
-    gpus: tuple[int, ...] = ()
-    cancel_at: float | None = None
-    killed_at: float | None = None
-    final: JobStatus | None = None
-    started_at: float | None = None
-    reattached: bool = False
-    released: bool = False
-    request: tuple[dict[str, str], list[str]] | None = None
-    """The wrapper's environment and arguments, made when the job was submitted (its
-    directories too), so that starting it when a slot frees is one request to the server."""
-    gone: bool = False
-    """Its wrapper ended before it could be watched (no pidfd): the next poll reads its end,
-    so a wait returns at once rather than sleeping the poll interval."""
-
-
-class _Server:
-    """The wrapper server (``_wrapper.serve``): hands each attempt to a wrapper it forked ahead.
-
-    Starting a Python interpreter per attempt would cost every trial tens of milliseconds,
-    and forking one (twice: the wrapper, then its workload) several on this path; the server
-    keeps *spares* wrappers forked ahead, each with its workload's first process forked too,
-    so a request costs a pipe round trip. Wrappers live in sessions of their own, so they
-    outlive the server and the controller.
-    """
-
-    def __init__(self, python: str) -> None:
-        self.python = python
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.spares = 1
-
-    def start(self, spares: int) -> None:
-        """Start the server now, with *spares* wrappers forked ahead (it starts at the first
-        request otherwise)."""
-        self.spares = spares
-        if self.proc is None or self.proc.poll() is not None:
-            self._start()
-
-    def _start(self) -> subprocess.Popen[bytes]:
-        self.proc = subprocess.Popen(
-            [self.python, "-S", str(WRAPPER), "--serve", str(self.spares)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True, bufsize=0,
-        )
-        return self.proc
-
-    def spawn(
-        self, requests: Sequence[tuple[Mapping[str, str], Sequence[str]]]
-    ) -> list[tuple[int, int] | OSError]:
-        """Start a wrapper for each (environment, arguments) of *requests*, all sent at once;
-        return each one's pid and start time (clock ticks since boot), its pid file written,
-        or why it could not start."""
-        out: list[tuple[int, int] | OSError] = []
-        for retry in (False, True):
-            todo = requests[len(out):]
-            proc = self.proc if self.proc is not None and self.proc.poll() is None else None
-            proc = proc or self._start()
-            assert proc.stdin is not None
-            assert proc.stdout is not None
-            message = b"".join(
-                b"%d\n%s" % (len(payload), payload)
-                for payload in (encode_request(env, list(args)) for env, args in todo)
-            )
-            try:
-                proc.stdin.write(message)
-                for line in self._lines(proc.stdout.fileno(), len(todo)):
-                    words = line.split()
-                    if len(words) == 2 and words[0].isdigit() and words[1].isdigit():
-                        out.append((int(words[0]), int(words[1])))
-                    elif words == [b"0"]:  # the server runs, but no wrapper took it
-                        out.append(OSError("the wrapper server could not start a wrapper"))
-                    else:
-                        break
-            except OSError:
-                pass
-            if len(out) == len(requests):
-                return out
-            self.close()
-            if retry:
-                break
-        out.extend(OSError("the wrapper server did not answer") for _ in requests[len(out):])
-        return out
-
-    @staticmethod
-    def _lines(fd: int, count: int) -> list[bytes]:
-        """The next *count* lines the server writes (fewer if it ends first), read a pipe's
-        worth at a time (its replies are all it writes, and it writes them once asked)."""
-        data = b""
-        while data.count(b"\n") < count:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            data += chunk
-        return data.split(b"\n")[: data.count(b"\n")]
-
-    def close(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(OSError):
-            assert proc.stdin is not None
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-
 class LocalBackend(Backend):
     """Runs attempts as process trees on this machine, within CPU and GPU slots.
 
@@ -236,7 +89,12 @@ class LocalBackend(Backend):
     later learns how an attempt it no longer parents ended. A wrapper that dies without
     writing it (killed from outside) leaves its session behind: the attempt is reported ended
     (``LOST``) only once every process of that session is killed and gone, by this controller
-    or, after a restart, by the one that reattaches. GPUs are handed out exclusively
+    or, after a restart, by the one that reattaches. The attempt's directories are made as it
+    starts, not when it is queued (:func:`dse.start_attempt_dir`: what other trials left in
+    them meanwhile is moved aside). A restarted controller believes no pid file: the
+    wrapper it reattaches to is the session leader working in the attempt's directory, and
+    what is left of a wrapper that died meanwhile is found by the attempt's environment
+    (``docs/guide.md``, "What a trial cannot do to another"). GPUs are handed out exclusively
     through ``CUDA_VISIBLE_DEVICES`` (empty for a trial that asks for none, so it sees no
     GPU); a job waits in the backend's queue until its CPUs and GPUs are free (first come,
     first served).
@@ -267,17 +125,20 @@ class LocalBackend(Backend):
             raise ConfigError(msg)
         self.grace = float(grace)
         # SIGTERM at the limit, SIGKILL one grace later; the wrapper times the run itself.
-        self.overrun_s = self.grace + 1.0
-        _compile_wrapper()
-        self._server = _Server(os.path.realpath(sys.executable))
+        self.overrun_s = self.grace + LIMIT_MARGIN
+        compile_wrapper()
+        self._server = WrapperServer(os.path.realpath(sys.executable))
         self._server.spares = min(self.cpus, MAX_SPARES)
         self._bin_dir = os.path.dirname(sys.executable)
-        self._jobs: dict[str, _Job] = {}
-        self._queue: deque[_Job] = deque()
+        self._jobs: dict[str, Job] = {}
+        self._queue: deque[Job] = deque()
         self._free_cpus = self.cpus
         self._free_gpus = list(range(self.gpus))
         self._limit: int | None = None
         """At most this many attempts run at once (:meth:`limit_running`)."""
+        self._fresh: set[str] = set()
+        """Trials none of whose attempts started (each one this backend was handed never
+        did): the next starts as a first attempt, its checkpoint directory empty."""
         # Attempts may wait here beyond those that run (limit_running sizes how many), each
         # started the moment a slot frees: the controller's pass is then off the path from
         # one trial to the next.
@@ -330,7 +191,7 @@ class LocalBackend(Backend):
         ids = []
         for spec in jobs:
             job_id = f"{spec.trial_id}.{spec.attempt}"
-            job = _Job(job_id, spec)
+            job = Job(job_id, spec)
             self._jobs[job_id] = job
             res = spec.resources
             if res.cpus > self.cpus or res.gpus > self.gpus:
@@ -345,10 +206,10 @@ class LocalBackend(Backend):
         self._launch_ready()
         return ids
 
-    def _prepare(self, job: _Job) -> bool:
+    def _prepare(self, job: Job) -> bool:
         """Make *job*'s directories and its wrapper's request; whether it can be started (else
         its end is set)."""
-        made = _request(job.spec, self.grace, self._bin_dir)
+        made = wrapper_request(job.spec, self.grace, self._bin_dir)
         if isinstance(made, JobStatus):
             job.final = made
             return False
@@ -385,7 +246,7 @@ class LocalBackend(Backend):
         if ready:
             self._launch(ready)
 
-    def _release(self, job: _Job) -> None:
+    def _release(self, job: Job) -> None:
         if not job.launched or job.released:
             return
         job.released = True
@@ -393,18 +254,26 @@ class LocalBackend(Backend):
         self._free_gpus.extend(job.gpus)
         self._free_gpus.sort()
 
-    def _launch(self, jobs: Sequence[_Job]) -> None:
+    def _launch(self, jobs: Sequence[Job]) -> None:
         requests = []
+        ready = []
         for job in jobs:
             assert job.request is not None
             env, args = job.request
             job.request = None
+            if not self._ready(job):
+                continue
+            ready.append(job)
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in job.gpus)
             env["DSE_NODE"] = env["DSE_NODES"] = _HOST  # one task, here (the trial contract)
             requests.append((env, args))
+        if not requests:
+            return
+        # Before the request: the controller's measure of each attempt covers all of it.
+        launched = self.clock.monotonic()
         replies = self._server.spawn(requests)
         started = self.clock.time()
-        for job, reply in zip(jobs, replies, strict=True):
+        for job, reply in zip(ready, replies, strict=True):
             if isinstance(reply, OSError):
                 job.final = JobStatus(
                     job.job_id, JobState.LAUNCH_ERROR, node="localhost",
@@ -413,29 +282,32 @@ class LocalBackend(Backend):
                 self._release(job)
                 continue
             job.started_at = started
-            self._watch(job, *reply)
+            job.launched_mono = launched
+            watch(job, *reply)
 
-    def _watch(self, job: _Job, pid: int, ticks: int) -> None:
-        """Watch *job*'s wrapper *pid*, started at *ticks*. It wrote its pid file (pid and
-        start time) before the server answered: a later controller finds it from there."""
-        job.pid = job.sid = pid
-        job.ticks = job.sid_ticks = ticks
+    def _ready(self, job: Job) -> bool:
+        """Make *job*'s directories as it starts (:func:`dse.start_attempt_dir`: what other
+        trials left there while it was queued is moved aside, and said); whether it can
+        start (else its end is set)."""
+        spec = job.spec
+        first = spec.attempt == 1 or spec.trial_id in self._fresh
+        self._fresh.discard(spec.trial_id)
         try:
-            job.pidfd = os.pidfd_open(pid)
-        except OSError:
-            job.pidfd = None  # already gone: the exit file tells the rest
-        if job.pidfd is not None and _start_ticks(pid) != ticks:
-            os.close(job.pidfd)  # it ended, and the pid may be another process's now
-            job.pidfd = None
-        if job.pidfd is None:
-            # The wrapper ended before we looked (a command that fails at once): never wait
-            # on its pid; the exit file tells the rest.
-            job.pid = None
-            job.gone = True
+            moved = start_attempt_dir(spec, first=first)
+        except OSError as exc:
+            job.final = JobStatus(job.job_id, JobState.LAUNCH_ERROR, node="localhost",
+                                  reason=f"{type(exc).__name__}: {exc}")
+            self._release(job)
+            return False
+        if moved:
+            log.warning("trial %s, attempt %d, as it starts: what was in %s before"
+                        " is not its own, moved aside (nothing deleted): %s", spec.trial_id,
+                        spec.attempt, spec.trial_dir, "; ".join(moved))
+        return True
 
     def _poll(self, job_ids: Sequence[str]) -> Mapping[str, JobStatus]:
         out: dict[str, JobStatus] = {}
-        now = self.clock.time()
+        now = self.clock.monotonic()
         ready = self._ended_fds(0.0)
         for job_id in job_ids:
             job = self._jobs.get(job_id)
@@ -460,64 +332,29 @@ class LocalBackend(Backend):
             poller.register(fd, select.POLLIN)
         return {fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000.0)}
 
-    def _check(self, job: _Job, now: float, ready: set[int]) -> JobStatus | None:
+    def _check(self, job: Job, now: float, ready: set[int]) -> JobStatus | None:
         if job.final is not None:
             return job.final
         if not job.launched and not job.reattached:
             return None  # still queued for resources
         job.gone = False  # looked at: a wait no longer returns early for it
-        if job.pidfd is not None:
-            exited = job.pidfd in ready
-        else:
-            exited = job.pid is None or _start_ticks(job.pid) != job.ticks
+        exited = job.pidfd in ready if job.pidfd is not None else gone(job)
+        if not exited:
+            enforce_cancel(job, now, self.grace)
+            exited = enforce_limit(job, now, self.grace)
         if exited:
-            ended = self._ended(job)
-            if ended is not None:
-                return ended
-        else:
-            self._enforce_cancel(job, now)
+            end = self._end_of(job)
+            if end is not None:
+                return end
         return JobStatus(job.job_id, JobState.RUNNING, node="localhost",
                          started_at=job.started_at)
 
-    def _enforce_cancel(self, job: _Job, now: float) -> None:
-        """If the wrapper ignores a cancel for too long, kill its whole session."""
-        if job.cancel_at is None or job.killed_at is not None or job.pid is None:
-            return
-        if now - job.cancel_at > self.grace + 5.0:
-            job.killed_at = now
-            log.warning("attempt %s ignored its cancel; killing its session", job.job_id)
-            _kill_session(job.pid, job.ticks)
+    def _end_of(self, job: Job) -> JobStatus | None:
+        """:func:`ended`, as the controller measured it (:func:`measured`)."""
+        status = ended(job, self.clock, self._fresh)
+        return None if status is None else measured(job, status, self.clock.monotonic())
 
-    def _ended(self, job: _Job) -> JobStatus | None:
-        """How the attempt whose wrapper is gone ended; ``None`` while processes of its
-        session are still alive (it has not ended until they are gone)."""
-        spec = job.spec
-        # The attempt directory is the trial's to write: read_small follows no symlink and
-        # never waits on a FIFO an earlier attempt may have left there.
-        raw = read_small(str(attempt_dir(spec) / EXIT_FILE))
-        try:
-            doc = json.loads(raw) if raw is not None else None
-        except ValueError:
-            doc = None
-        if not isinstance(doc, dict):
-            state = JobState.CANCELLED if job.cancel_at is not None else JobState.LOST
-            if not (attempt_dir(spec) / PID_FILE).exists():
-                # No wrapper pid file: the wrapper, which writes it before it starts the
-                # workload, never ran (its controller stopped while launching it). The
-                # workload cannot have caused the loss: not ambiguous, so two such losses
-                # never confirm a failure of the configuration.
-                lost = "the attempt never started (its controller stopped while launching it)"
-                return JobStatus(job.job_id, state, node="localhost", reason=lost,
-                                 ended_at=self.clock.time())
-            if not _session_ended(job, self.clock.time):
-                return None
-            lost = "the attempt's wrapper ended without writing exit.json"
-            return JobStatus(job.job_id, state, node="localhost", reason=lost,
-                             started_at=job.started_at, ended_at=self.clock.time(),
-                             ambiguous=state is JobState.LOST)
-        return _exit_status(job.job_id, spec, doc)
-
-    def _forget(self, job: _Job) -> None:
+    def _forget(self, job: Job) -> None:
         self._release(job)
         if job.pidfd is not None:
             os.close(job.pidfd)
@@ -525,7 +362,7 @@ class LocalBackend(Backend):
         self._jobs.pop(job.job_id, None)
 
     def _cancel(self, job_ids: Sequence[str]) -> None:
-        now = self.clock.time()
+        now = self.clock.monotonic()
         for job_id in job_ids:
             job = self._jobs.get(job_id)
             if job is None or job.final is not None:
@@ -545,28 +382,18 @@ class LocalBackend(Backend):
 
     def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:
         for job_id, spec in jobs.items():
-            job = _Job(job_id, spec, reattached=True)
+            job = Job(job_id, spec, reattached=True)
             self._jobs[job_id] = job
-            adir = attempt_dir(spec)
-            try:
-                words = (read_small(str(adir / PID_FILE)) or b"").split()
-                pid, recorded = int(words[0]), int(words[1])
-            except (ValueError, IndexError):
-                continue  # never started: decided by the exit file at the next poll
-            # Its session id, even if the wrapper has died: what is left of it is killed
-            # before the attempt ends (the next poll).
-            job.sid, job.sid_ticks = pid, recorded or None
-            ticks = _start_ticks(pid)
-            if ticks is None or (recorded and ticks != recorded):
-                continue  # ended, or the pid now belongs to another process
-            job.pid = pid
-            job.ticks = ticks
-            with contextlib.suppress(OSError):
-                job.pidfd = os.pidfd_open(pid)
+            ticks = reattach(job)
+            if ticks is None:
+                continue  # gone, or never started: the next poll says how it ended
             # Still running: it holds its CPUs (not its GPUs, which it names itself) until
             # it ends, so what this backend starts next stays within the limit.
             job.launched = True
             self._free_cpus -= spec.resources.cpus
+            # Started in another controller's time: its age by the kernel's clock (the
+            # wrapper's start), which no wall-clock step moves.
+            job.launched_mono = self.clock.monotonic() - age(ticks)
 
     def _wait(self, timeout: float) -> bool:
         """Wait for a wrapper to end. With attempts queued ahead (:meth:`limit_running`),
@@ -577,6 +404,9 @@ class LocalBackend(Backend):
             return True
         if not any(j.pidfd is not None for j in self._jobs.values()):
             return False
+        # Woken for the next time limit the controller enforces itself, not a pass later.
+        timeout = min(timeout, next_due(self._jobs.values(), self.clock.monotonic(),
+                                        self.grace))
         deadline = time.monotonic() + timeout
         while True:
             ready = self._ended_fds(deadline - time.monotonic())
@@ -592,7 +422,7 @@ class LocalBackend(Backend):
         for job in list(self._jobs.values()):
             if job.final is not None or job.pidfd is None or job.pidfd not in ready:
                 continue
-            status = self._ended(job)
+            status = self._end_of(job)
             if status is None:
                 continue  # what is left of its session is still being killed
             job.final = status
@@ -604,170 +434,14 @@ class LocalBackend(Backend):
     def _shutdown(self) -> None:
         """Wait (up to the grace period and a margin) for cancelled attempts to end."""
         clock = self.clock
-        deadline = clock.time() + (self.grace + 5.0 if self.wait_on_shutdown else 0.0)
+        deadline = clock.monotonic() + (self.grace + 5.0 if self.wait_on_shutdown else 0.0)
         live = [j for j in self._jobs.values() if j.cancel_at is not None and j.pid is not None]
-        while live and clock.time() < deadline:
-            live = [j for j in live if not _gone(j)]
+        while live and clock.monotonic() < deadline:
+            live = [j for j in live if not gone(j)]
             if live:
                 clock.sleep(0.05)
         if self.wait_on_shutdown:
             for job in live:
                 assert job.pid is not None
-                _kill_session(job.pid, job.ticks)
+                kill_session(job.pid, job.ticks)
         self._server.close()
-
-
-def _session_ended(job: _Job, now: Callable[[], float]) -> bool:
-    """Kill what is left of the session of a wrapper that died without its exit file (an
-    OOM killer, an operator's ``kill -9``); whether none of it is left.
-
-    The wrapper is the one that ends its workload; once it is gone, nothing else would:
-    the workload would run on, unlimited and uncharged, beside the retry of its own trial
-    and write into a trial already recorded. So the attempt ends only once every process
-    of its session is gone (SIGKILL cannot be ignored, but a process in uninterruptible
-    sleep dies only when it wakes: until then the attempt stays ``running``).
-    """
-    if job.pidfd is not None:
-        os.close(job.pidfd)  # the wrapper has ended: never wait on it again
-        job.pidfd = None
-    job.pid = None
-    if job.sid is None:
-        return True
-    deadline = time.monotonic() + 1.0
-    left = _kill_session(job.sid, job.sid_ticks)
-    if left and job.orphans_since is None:
-        log.warning("attempt %s: its wrapper died without its exit file; killing what is"
-                    " left of its session (pids %s)", job.job_id, " ".join(map(str, left)))
-    while left:
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
-        left = _kill_session(job.sid, job.sid_ticks)
-    if not left:
-        return True
-    at = now()
-    if job.orphans_since is None:
-        job.orphans_since = at
-    elif at - job.orphans_since > 30.0:
-        log.warning("attempt %s: its wrapper died and %d process(es) of its session"
-                    " survive SIGKILL (pids %s)", job.job_id, len(left),
-                    " ".join(map(str, left)))
-        job.orphans_since = at
-    return False
-
-
-def _exit_status(job_id: str, spec: JobSpec, doc: Mapping[str, Any]) -> JobStatus:
-    """How an attempt ended, from the exit file its wrapper wrote (*doc*)."""
-    code = doc.get("exit_code")
-    sig = doc.get("signal")
-    reason: str | None = None
-    ambiguous = False
-    if doc.get("launch_error"):
-        # exec() refused the trial's own command: it would fail the same way again.
-        state = JobState.INVALID
-        reason = str(doc["launch_error"])
-    elif doc.get("cancelled"):
-        state = JobState.CANCELLED
-    elif doc.get("timed_out"):
-        state = JobState.TIMEOUT
-        reason = f"over its time limit of {spec.time_limit:g}s" if spec.time_limit else None
-    elif code == 0:
-        state = JobState.SUCCEEDED
-    elif code is not None:
-        state = JobState.FAILED
-        # The command's own last words (its exception), else the core says "exit code N".
-        reason = stderr_tail(attempt_dir(spec) / "stderr.log")
-    elif sig == signal.SIGKILL:
-        # Nobody here sent it: the OOM killer, an operator, or a dying node.
-        state = JobState.KILLED
-        ambiguous = True
-        reason = "killed by SIGKILL from outside dse"
-    else:
-        state = JobState.FAILED
-        said = stderr_tail(attempt_dir(spec) / "stderr.log")
-        reason = f"killed by signal {sig}" + (f": {said}" if said else "")
-    return JobStatus(
-        job_id, state, exit_code=code, signal=sig, node="localhost",
-        started_at=doc.get("started_at"), ended_at=doc.get("ended_at"), reason=reason,
-        ambiguous=ambiguous, peak_rss_kb=doc.get("peak_rss_kb"),
-    )
-
-
-def _request(
-    spec: JobSpec, grace: float, bin_dir: str
-) -> tuple[dict[str, str], list[str]] | JobStatus:
-    """The environment and arguments of *spec*'s wrapper, its directories made; or why it
-    cannot start."""
-    job_id = f"{spec.trial_id}.{spec.attempt}"
-    adir = attempt_dir(spec)
-    argv = ["/bin/sh", "-c", spec.argv[0], "dse-trial"] if spec.shell else list(spec.argv)
-    if not argv:
-        return JobStatus(job_id, JobState.INVALID, node="localhost",
-                         reason="the job has no command (set [environment] command)")
-    refused = _unsafe_item(argv, spec.env)
-    if refused is not None:
-        return JobStatus(job_id, JobState.INVALID, node="localhost", reason=refused)
-    try:
-        adir.mkdir(parents=True, exist_ok=True)
-        spec.checkpoint_dir.mkdir(exist_ok=True)
-    except OSError as exc:
-        return JobStatus(job_id, JobState.LAUNCH_ERROR, node="localhost",
-                         reason=f"{type(exc).__name__}: {exc}")
-    env = dict(os.environ)
-    env.update(spec.env)
-    env["PATH"] = os.pathsep.join(filter(None, [bin_dir, env.get("PATH")]))
-    args = [
-        str(adir), repr(grace), "" if spec.time_limit is None else repr(spec.time_limit),
-        str(adir / "stdout.log"), str(adir / "stderr.log"), str(spec.cwd or spec.trial_dir),
-        "--", *argv,
-    ]
-    return env, args
-
-
-def _unsafe_item(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
-    """Why *argv* or *env* cannot reach a process intact (a NUL ends a C string; ``=`` in a
-    name moves where the name ends), or ``None``."""
-    for i, item in enumerate(argv):
-        if "\0" in item:
-            return f"argv item {i} {item!r} holds a NUL byte"
-    for key, value in env.items():
-        if not key or "=" in key or "\0" in key:
-            return f"environment variable name {key!r} is empty or holds '=' or a NUL byte"
-        if "\0" in value:
-            return f"environment variable {key}={value!r} holds a NUL byte"
-    return None
-
-
-def _gone(job: _Job) -> bool:
-    return job.pid is None or _start_ticks(job.pid) != job.ticks
-
-
-def _kill_session(sid: int, leader_ticks: int | None) -> list[int]:
-    """SIGKILL every live process of the session *sid* (a wrapper's session: its id is the
-    wrapper's pid, started at *leader_ticks*); return the pids it found.
-
-    Linux gives out a pid again only once no process has it as its pid, process group or
-    session: while any process of the session lives, the number is the session's. So a live
-    process *sid* that is not the wrapper (another start time) means the session is empty
-    and the number reused: nothing is killed.
-    """
-    members = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if int(fields[3]) != sid or fields[0] in (b"Z", b"X"):
-            continue  # another session's, or ended (a zombie cannot run or write)
-        pid = int(name)
-        if pid == sid and (leader_ticks is None or int(fields[19]) != leader_ticks):
-            return []  # the pid was reused: a session of someone else's
-        members.append(pid)
-    for pid in members:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    return members

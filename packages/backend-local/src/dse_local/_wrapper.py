@@ -175,11 +175,12 @@ def write_atomic(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def read_small(path: str, limit: int = 1 << 16) -> bytes | None:
-    """The bytes of the regular file *path* (at most *limit*), or ``None`` when it is
-    missing, a symlink, not a regular file or unreadable; never blocks."""
+def read_small(path: str, limit: int = 1 << 16, dir_fd: int | None = None) -> bytes | None:
+    """The bytes of the regular file *path* (at most *limit*; relative to the open directory
+    *dir_fd* if given), or ``None`` when it is missing, a symlink, not a regular file or
+    unreadable; never blocks."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | _NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | _NOFOLLOW, dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -196,15 +197,63 @@ def _is_regular(mode: int) -> bool:
     return mode & 0o170000 == 0o100000  # stat.S_ISREG, without importing stat
 
 
-def _open_log(path: str) -> int:
-    """Open an attempt's log for appending; refuse (``OSError``) anything but a regular file."""
+TRIAL_DEPTH = 2
+"""The directories of an attempt's path a trial can replace: its attempt directory and the
+trial directory above it (the run's directory above them is the controller's)."""
+
+
+def open_attempt_dir(path: str) -> int:
+    """The attempt directory *path*, open: its last :data:`TRIAL_DEPTH` components (the
+    attempt and trial directories, which trials can write beside and replace) are walked
+    without following a symlink, so nothing is ever written outside the run's directory.
+
+    :raises OSError: one of them is missing, a symlink (``ELOOP``) or not a directory.
+    """
+    parts = path.rstrip("/").split("/")
+    top = "/".join(parts[:-TRIAL_DEPTH]) or "/"
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o644)
+        for name in parts[-TRIAL_DEPTH:]:
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _enter(attempt_dir: str) -> None:
+    """Make the attempt directory this wrapper's working directory, reached by
+    :func:`open_attempt_dir`: the wrapper writes its files there by name, and its working
+    directory is how a restarted controller tells it apart from any other process (the
+    pid file is only a hint)."""
+    fd = open_attempt_dir(attempt_dir)
+    try:
+        os.fchdir(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_log(path: str) -> int:
+    """Open an attempt's log for appending; refuse (``OSError``) anything but a regular file
+    in the attempt directory (:func:`open_attempt_dir`)."""
+    try:
+        dir_fd = open_attempt_dir(os.path.dirname(path))
+    except OSError as exc:
+        words = "a symlink" if exc.errno == errno.ELOOP else exc.strerror
+        raise OSError(exc.errno, words, os.path.dirname(path)) from None
+    try:
+        fd = os.open(os.path.basename(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+                     | _NOFOLLOW, 0o644, dir_fd=dir_fd)
     except OSError as exc:
         # ELOOP: a symlink (never followed); ENXIO: a FIFO nobody reads, or a socket.
         known = {errno.ELOOP: "a symlink", errno.ENXIO: "a FIFO or a socket"}
         words = known.get(exc.errno or 0, exc.strerror)
         raise OSError(exc.errno, words, path) from None
+    finally:
+        os.close(dir_fd)
     if not _is_regular(os.fstat(fd).st_mode):
         os.close(fd)
         raise OSError(0, "not a regular file", path)
@@ -221,11 +270,12 @@ def _pid_line() -> bytes:
 
 
 def _write_pid_file(attempt_dir: str, line: bytes | None = None) -> bytes:
-    """``wrapper.pid``: pid and start time (*line*, read now if not given), for a controller
-    that restarts; return the line written (the server hands it to the controller as its
-    reply)."""
+    """Enter *attempt_dir* (:func:`_enter`) and write ``wrapper.pid`` there: pid and start
+    time (*line*, read now if not given), a hint for a controller that restarts; return the
+    line written (the server hands it to the controller as its reply)."""
+    _enter(attempt_dir)
     line = line or _pid_line()
-    write_atomic(os.path.join(attempt_dir, "wrapper.pid"), line)
+    write_atomic("wrapper.pid", line)
     return line
 
 
@@ -455,7 +505,7 @@ def attempt(args: list[str], stub: _Stub, payload: bytes) -> int:
     code, sig = (None, None) if pid is None else _run(pid, state, wake_r, limit, grace, start_mono)
     ended = time.time()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    _write_exit(attempt_dir, [
+    _write_exit([
         ("exit_code", code),
         ("signal", sig),
         ("started_at", started),
@@ -465,8 +515,23 @@ def attempt(args: list[str], stub: _Stub, payload: bytes) -> int:
         ("cancelled", state.cancelled and not state.timed_out),
         ("launch_error", error),
         ("wrapper_pid", os.getpid()),
+        ("moved", _moved(attempt_dir)),
     ])
     return 0
+
+
+def _moved(attempt_dir: str) -> bool:
+    """Whether the attempt directory (this wrapper's working directory) is no longer where
+    the attempt was started (the project moved while it ran, after its controller was
+    killed): the paths the workload was handed led nowhere, so how it ended says nothing
+    about its configuration."""
+    if not os.path.isabs(attempt_dir):
+        return False
+    try:
+        there, here = os.stat(attempt_dir), os.stat(".")
+    except OSError:
+        return True
+    return (there.st_dev, there.st_ino) != (here.st_dev, here.st_ino)
 
 
 def _run(
@@ -521,11 +586,13 @@ def _run(
     return code, sig
 
 
-def _write_exit(attempt_dir: str, fields: list[tuple[str, object]]) -> None:
+def _write_exit(fields: list[tuple[str, object]]) -> None:
     text = "{" + ", ".join(_json_str(k) + ": " + _json_value(v) for k, v in fields) + "}\n"
     # No fsync: the file must survive the controller's death, not the machine's (a machine
-    # crash ends the attempt too, and a lost attempt is retried).
-    write_atomic(os.path.join(attempt_dir, "exit.json"), text.encode())
+    # crash ends the attempt too, and a lost attempt is retried). Written by name in the
+    # working directory, the attempt directory (entered before the pid file was written):
+    # never through a symlink put in its place since.
+    write_atomic("exit.json", text.encode())
 
 
 def encode_fields(fields: list[bytes]) -> bytes:

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from dse._scoring import Scorer
     from dse._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
     from dse._store import Store, filesystem_type
+    from dse._trialdirs import start_attempt_dir
     from dse._types import (
         REUSED_FAILURES,
         AttemptState,
@@ -106,6 +107,7 @@ _LAZY: dict[str, str] = {
     "ExitCode": "dse._errors",
     "did_you_mean": "dse._errors",
     "stderr_tail": "dse._classify",
+    "start_attempt_dir": "dse._trialdirs",
     "FailureClass": "dse._types",
     "REUSED_FAILURES": "dse._types",
     "FloatRange": "dse._space",
@@ -245,6 +247,7 @@ __all__ = [
     "reusable",
     "run",
     "run_pool",
+    "start_attempt_dir",
     "stderr_tail",
     "write_html_report",
 ]

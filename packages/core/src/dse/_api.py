@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from dse._engine import Engine
     from dse._objective import ObjectiveRef
     from dse._outcome import CampaignResult, Retry, TrialEnd
+    from dse._plugins import PluginManager
     from dse._readback import Results
     from dse._spec import RunChoice
     from dse._store import Store
@@ -78,7 +79,7 @@ def run(
     # A worker importing a script that calls this at its top level stops here, before the
     # imports below (the rest of the module imports little: every worker pays for it).
     stop_if_importing()
-    from dse._build import build_engine, closing_engine
+    from dse._build import build_engine
     from dse._console import LineView
     from dse._lock import CampaignLock
     from dse._plugins import PluginManager
@@ -89,10 +90,9 @@ def run(
     from dse._terminal import Console
 
     built, ref = _campaign(campaign, objective, workspace)
-    plugins = PluginManager()
+    plugins, console, warn = PluginManager(), Console(), _warner(sys._getframe(1))
     # Everything that can refuse the campaign is built before the workspace is touched.
-    store = Store(workspace_db(built.workspace), connect=False)
-    console, warn = Console(), _warner(sys._getframe(1))
+    store = Store(workspace_db(built.workspace), connect=False, say=warn)
     view: EngineListener = _Warnings(warn) if quiet else LineView(console, warn)
     engine = build_engine(built, store=store, plugins=plugins,
                           listener=view if listener is None else _Both(view, listener))
@@ -105,12 +105,7 @@ def run(
                 ref.write_source()
             store.connect()
             try:
-                choice = _resumable(store, built, fresh=fresh)
-                if choice.supersede is not None:  # a run left running is closed first
-                    closer = closing_engine(built, store=store, plugins=plugins,
-                                            listener=view, backend=engine.backend)
-                    _run_engine(closer, choice.supersede)
-                result = _run_engine(engine, choice.resume)
+                result = _run_choice(engine, _resumable(store, built, fresh=fresh), plugins)
                 row = store.campaign(result.campaign_id)
                 assert row is not None  # the engine recorded it
                 results = read_results(store, row, built.workspace)
@@ -213,6 +208,18 @@ class _Both(EngineListener):
             listener.on_finish(engine, result)
 
 
+def _run_choice(engine: Engine, choice: RunChoice, plugins: PluginManager) -> CampaignResult:
+    """Run *engine* as *choice* says: a run left running closed first, then a new run or
+    the one continued."""
+    from dse._build import closing_engine
+
+    if choice.supersede is not None:
+        closer = closing_engine(engine.campaign, store=engine.store, plugins=plugins,
+                                listener=engine.listener, backend=engine.backend)
+        _run_engine(closer, choice.supersede)
+    return _run_engine(engine, choice.resume)
+
+
 def _run_engine(engine: Engine, resume: int | None) -> CampaignResult:
     """Run *engine* to its end; Ctrl+C as ``dse run`` takes it: the first cancels the
     running trials and records them (then :class:`KeyboardInterrupt` is raised), a second
@@ -250,12 +257,17 @@ def load(
     if path.suffix == ".toml" and not path.is_dir():
         name, workspace = campaign_place(path)
         campaign = campaign or name
-    store = open_existing(workspace)
+    store = open_existing(workspace, say=_load_warning)  # read only
     try:
         row = _chosen_run(store, campaign, run)
         return read_results(store, row, workspace.resolve())
     finally:
         store.close()
+
+
+def _load_warning(message: str) -> None:
+    """What reading the record says (it is read as a snapshot, it is busy): a RunWarning."""
+    warnings.warn(message, RunWarning, stacklevel=2)
 
 
 def _chosen_run(store: Store, campaign: str | None, run: int | None) -> Any:

@@ -8,6 +8,7 @@ job.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from dse._clock import Clock, SystemClock
 from dse._errors import BackendError, ConfigError
+from dse._numbers import finite_float, is_int64, is_time
 from dse._types import JobSpec, JobState, JobStatus, Resources
 
 if TYPE_CHECKING:
@@ -221,6 +223,8 @@ class Backend(ABC):
         try:
             statuses = self._poll(tuple(self._outstanding))
             malformed = _malformed(statuses)
+            if malformed is None:
+                statuses = {job_id: _bounded(s) for job_id, s in statuses.items()}
         except Exception as exc:  # noqa: BLE001 - a failing query never fails a trial
             malformed = f"{type(exc).__name__}: {exc}"
         if malformed is not None:
@@ -317,6 +321,22 @@ class Backend(ABC):
 
     def _shutdown(self) -> None:  # noqa: B027 - optional hook
         """Release resources held by the backend (default: nothing)."""
+
+
+def _bounded(status: JobStatus) -> JobStatus:
+    """*status* without the numbers the record could not keep: an exit code, a signal or a
+    peak RSS that is no integer within 64 bits, a time that is no time (seconds since the
+    epoch), a usage figure that is no finite number. A backend may hand on what a trial
+    wrote (the local wrapper's exit file lies in the trial's directory)."""
+    changes: dict[str, Any] = {
+        name: None for name in ("exit_code", "signal", "peak_rss_kb")
+        if getattr(status, name) is not None and not is_int64(getattr(status, name))}
+    changes.update({name: None for name in ("started_at", "ended_at")
+                    if getattr(status, name) is not None and not is_time(getattr(status, name))})
+    usage = status.usage
+    if usage is not None and not all(finite_float(v) is not None for v in usage.values()):
+        changes["usage"] = {str(k): v for k, v in usage.items() if finite_float(v) is not None}
+    return dataclasses.replace(status, **changes) if changes else status
 
 
 def _malformed(statuses: object) -> str | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dse._errors import ConfigError, did_you_mean
-from dse._spend import Spend
+from dse._spend import Earlier, Spend
 from dse._units import parse_duration
 
 if TYPE_CHECKING:
@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 __all__ = [
     "BUDGET_KEYS",
     "PRICE_KEYS",
+    "SCOPES",
     "TRIAL_CEILING_KEYS",
     "Budget",
+    "Earlier",
     "Ledger",
     "Price",
     "Spend",
@@ -45,12 +47,16 @@ _COMPUTE_UNITS = {
 }
 _EPS = 1e-9
 
-BUDGET_KEYS = frozenset({"trials", "wall_clock", "compute", "money", "on_deadline", "trial"})
+BUDGET_KEYS = frozenset({"trials", "wall_clock", "compute", "money", "on_deadline", "scope",
+                         "trial"})
 """The keys of a ``[budget]`` table."""
 TRIAL_CEILING_KEYS = frozenset({"wall_time", "compute", "money"})
 """The keys of a ``[budget.trial]`` table."""
 PRICE_KEYS = frozenset({"cpu_hour", "gpu_hour", "node_hour", "billing_hour", "currency"})
 """The keys of a ``[backend.<name>.price]`` table."""
+SCOPES = ("campaign", "run")
+"""What a campaign ceiling bounds (``[budget] scope``): everything the campaign's runs spent,
+or each run on its own."""
 
 
 def _number(value: object, where: str) -> float:
@@ -187,6 +193,9 @@ class Budget:
     """At the wall-clock ceiling: ``cancel`` what runs, or let it ``finish`` (within its
     reservation)."""
     trial: TrialCeilings = TrialCeilings()
+    scope: str = "campaign"
+    """What the campaign ceilings bound: ``campaign``, everything the campaign's runs in the
+    workspace spent (a rerun continues the count), or each ``run`` on its own."""
 
     @property
     def limited(self) -> bool:
@@ -202,6 +211,9 @@ class Budget:
             "trial": {"wall_s": self.trial.wall_s,
                       "compute": list(self.trial.compute) if self.trial.compute else None,
                       "money": self.trial.money},
+            # Only when not the default: the spec of a run recorded before the key existed
+            # is the same campaign.
+            **({"scope": self.scope} if self.scope != "campaign" else {}),
         }
 
 
@@ -226,6 +238,10 @@ def parse_budget(raw: object, where: str) -> Budget:
     if on_deadline not in ("cancel", "finish"):
         raise ConfigError(f"{where}.on_deadline: expected \"cancel\" or \"finish\","
                           f" got {on_deadline!r}")
+    scope = raw.get("scope", "campaign")
+    if scope not in SCOPES:
+        raise ConfigError(f"{where}.scope: expected \"campaign\" (every run of the campaign"
+                          f" counts) or \"run\" (each run on its own), got {scope!r}")
     currencies: set[str] = set()
     money_amount = None
     if money is not None:
@@ -259,30 +275,44 @@ def parse_budget(raw: object, where: str) -> Budget:
         currency=currencies.pop() if currencies else None,
         on_deadline=on_deadline,
         trial=trial,
+        scope=scope,
     )
 
 
 class Ledger:
-    """Spent and reserved amounts of one campaign against its :class:`Budget`."""
+    """Spent and reserved amounts of one campaign against its :class:`Budget`.
+
+    Times (*started_at*, the ``now`` of :meth:`refusal`) are readings of a monotonic clock,
+    so a step of the wall clock neither ends a wall-clock budget early nor stretches it.
+    """
 
     def __init__(self, budget: Budget, *, started_at: float) -> None:
         self.budget = budget
         self.started_at = started_at
+        """When the run started on the monotonic clock (for a resumed run: this process's
+        start less the run time the record has)."""
         self.spent = Spend()
+        """What this run's settled attempts were charged."""
         self.reserved = Spend()
         self.trials = 0
-        """Trials dispatched (retries are attempts of the same trial, not new trials)."""
+        """Trials this run dispatched (retries are attempts of the same trial, not new
+        trials)."""
+        self.earlier = Earlier()
+        """What the campaign's earlier runs spent (counted with this run's, see
+        :class:`Earlier`)."""
 
     @property
     def deadline(self) -> float | None:
         wall = self.budget.wall_clock_s
-        return None if wall is None else self.started_at + wall
+        return None if wall is None else self.started_at + wall - self.earlier.run_s
 
     def refusal(self, worst: Spend, now: float, *, new_trial: bool) -> str | None:
         """Why an attempt whose worst case is *worst* cannot be afforded now (``None``: it
         can)."""
         budget = self.budget
-        if new_trial and budget.trials is not None and self.trials >= budget.trials:
+        earlier = self.earlier
+        if (new_trial and budget.trials is not None
+                and self.trials + earlier.trials >= budget.trials):
             return f"trials ceiling {budget.trials} reached"
         deadline = self.deadline
         if deadline is not None:
@@ -292,7 +322,7 @@ class Ledger:
                 return "the attempt could not finish before the wall-clock ceiling"
         if budget.compute is None and budget.money is None:
             return None
-        committed = self.spent + self.reserved + worst
+        committed = earlier.spent + self.spent + self.reserved + worst
         if budget.compute is not None:
             unit, hours = budget.compute
             if committed.compute_s(unit) > hours * 3600.0 + _EPS:

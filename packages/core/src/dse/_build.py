@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dse._closing import ClosingEngine
 from dse._engine import Engine
 from dse._errors import PluginError
 from dse._guard import AgentGuard
@@ -27,6 +28,7 @@ def build_engine(
     listener: EngineListener | None = None,
     clock: Clock | None = None,
     backend: Runner | None = None,
+    engine_class: type[Engine] = Engine,
 ) -> Engine:
     """Resolve the campaign's agent and backend by name and build its engine.
 
@@ -36,6 +38,7 @@ def build_engine(
     :param listener: receives progress (the console).
     :param clock: the engine's clock (default: the system clock).
     :param backend: an already-built backend, instead of the campaign's.
+    :param engine_class: the engine to build (an :class:`Engine` subclass).
     """
     plugins = plugins or PluginManager()
     source = str(campaign.source or "<campaign>")
@@ -56,7 +59,7 @@ def build_engine(
 
     agent = make_agent()
     scorer = build_scorer(campaign, plugins)
-    return Engine(
+    return engine_class(
         campaign, agent=agent, backend=backend, store=store, listener=listener, clock=clock,
         scorer=scorer, agent_factory=make_agent, plugins=plugins,
     )
@@ -67,12 +70,10 @@ def closing_engine(
     listener: EngineListener | None = None, backend: Runner | None = None,
 ) -> Engine:
     """An engine of *campaign* that reopens a run its controller left running only to close
-    it (:attr:`Engine.superseding`): ``engine.run(resume=RUN)`` waits for its running trials,
-    records them in it, starts nothing and ends it ``superseded``."""
-    engine = build_engine(campaign, store=store, plugins=plugins, listener=listener,
-                          backend=backend)
-    engine.superseding = True
-    return engine
+    it (:class:`dse._closing.ClosingEngine`): ``engine.run(resume=RUN)`` waits for its
+    running trials, records them in it, starts nothing and ends it ``superseded``."""
+    return build_engine(campaign, store=store, plugins=plugins, listener=listener,
+                        backend=backend, engine_class=ClosingEngine)
 
 
 def _resolve(lookup: Any, name: str, source: str, kind: str) -> Any:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dse._budget import Budget, Price, parse_budget
-from dse._campaignfile import apply_overrides, check_name, read_campaign_file
+from dse._campaignfile import apply_overrides, check_name, check_numbers, read_campaign_file
 from dse._code import CodeScan, CodeSpec, detect_code_version
 from dse._constraints import (
     Constraint,
@@ -25,11 +25,12 @@ from dse._constraints import (
 from dse._data import DataSpec, parse_data
 from dse._deps import Dependencies, detect_dependencies
 from dse._errors import ConfigError, did_you_mean
+from dse._numbers import is_int64
 from dse._scoring import ScorerSpec
 from dse._space import FloatRange, IntRange, ParamError, Space
 from dse._spend import SPEND_METRICS
 from dse._types import Direction, Objective, Resources
-from dse._units import parse_duration
+from dse._units import MAX_DURATION, parse_duration
 
 Mode = Literal["waves", "rolling"]
 _PARAM_REF = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -181,6 +182,17 @@ class Campaign:
             raise ConfigError(f"{where}: campaign.max_consecutive_rejections: expected >= 1")
         if self.max_consecutive_failures < 0:
             raise ConfigError(f"{where}: campaign.max_consecutive_failures: expected >= 0")
+        for key in _WHOLE_FIELDS:  # a Campaign built in Python: the record keeps them
+            value = getattr(self, key)
+            if value is not None and not is_int64(value):
+                raise ConfigError(f"{where}: campaign.{key}: expected an integer within 64"
+                                  f" bits, got {value!r:.40}")
+
+
+_WHOLE_FIELDS = ("max_parallelism", "lookahead", "max_trials", "seed",
+                 "max_consecutive_rejections", "max_consecutive_failures", "max_interruptions",
+                 "interruption_threshold", "node_interruption_threshold")
+"""The integer fields of a :class:`Campaign`."""
 
 
 class _Table:
@@ -375,7 +387,9 @@ def _sized_by_params(env: EnvironmentConfig, space: Space, where: str) -> Enviro
         if name not in space.names:
             raise ConfigError(f"{at}: {{{name}}} is not a parameter of the space")
         param = space[name]
-        values = param.values() if param.size is not None else ()
+        values: Sequence[object] = () if param.size is None else param.values()
+        if isinstance(param, IntRange):  # its ends, never its every value (2**40 of them)
+            values = (param.low, param.values()[-1])
         low = RESOURCE_LEAST[key]
         if not values or not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= low for v in values
@@ -383,7 +397,7 @@ def _sized_by_params(env: EnvironmentConfig, space: Space, where: str) -> Enviro
             raise ConfigError(
                 f"{at}: parameter {name!r} must take only integers >= {low} (an int range or"
                 " integer choices)")
-        largest[key] = max(int(v) for v in values)
+        largest[key] = max(v for v in values if isinstance(v, int))
     resources = Resources(memory_mb=env.resources.memory_mb, **largest)
     limit = env.time_limit
     seconds = env.time_limit_param
@@ -395,6 +409,9 @@ def _sized_by_params(env: EnvironmentConfig, space: Space, where: str) -> Enviro
         if not isinstance(given, IntRange | FloatRange) or given.low <= 0:
             raise ConfigError(
                 f"{at}: parameter {seconds!r} must be an int or float range of seconds above 0")
+        if given.high > MAX_DURATION:
+            raise ConfigError(f"{at}: parameter {seconds!r} goes up to {given.high!r:.40}"
+                              f" seconds; a time limit is at most {MAX_DURATION:.0f} (100 years)")
         limit = float(given.high)
     return dataclasses.replace(env, resources=resources, time_limit=limit)
 
@@ -532,6 +549,19 @@ def load_campaign(path: str | Path, *, workspace: str | Path | None = None,
     return dataclasses.replace(campaign, overrides=tuple(overrides))
 
 
+def _campaign_backend(top: _Table, root: _Table, data: Mapping[str, Any],
+                      where: str) -> tuple[str, dict[str, Any], Price | None]:
+    """The backend a campaign names, its options and its price. A command runs on the local
+    backend unless another is named; the probe (which plays scripts and runs no command)
+    only when asked, or when there is no command to run."""
+    environment_table = data.get("environment")
+    has_command = isinstance(environment_table, Mapping) and bool(environment_table.get("command"))
+    backend, chosen = _plugin_choice(top, root.table("backend"), "backend",
+                                     "local" if has_command else "probe")
+    options = dict(chosen)
+    return backend, options, _price(options, f"{where}: backend.{backend}.price")
+
+
 def campaign_from_dict(
     data: Mapping[str, Any], *, source: Path | None = None, workspace: str | Path | None = None,
     detect: bool | None = None,
@@ -542,6 +572,7 @@ def campaign_from_dict(
         not declare them (:func:`detect_workload`); default: when it has a *source* file.
     """
     where = str(source) if source else "<campaign>"
+    check_numbers(data, where)
     root = _Table(data, where, "")
     top = _Table(root.table("campaign"), where, "campaign.")
     base_dir = source.parent if source else Path.cwd()
@@ -553,14 +584,7 @@ def campaign_from_dict(
     space = Space.from_dict(root.table("space"), source=where)
     objectives = _campaign_objectives(root, data, where)
     agent, agent_options = _plugin_choice(top, root.table("agent"), "agent", "random")
-    # A command runs on the local backend unless another is named; the probe (which plays
-    # scripts and runs no command) only when asked, or when there is no command to run.
-    environment_table = data.get("environment")
-    has_command = isinstance(environment_table, Mapping) and bool(environment_table.get("command"))
-    backend, chosen = _plugin_choice(top, root.table("backend"), "backend",
-                                     "local" if has_command else "probe")
-    backend_options = dict(chosen)
-    price = _price(backend_options, f"{where}: backend.{backend}.price")
+    backend, backend_options, price = _campaign_backend(top, root, data, where)
     root.used.update(("data", "scorer", "baseline", "budget", "stopping"))
     data_spec = parse_data(data.get("data"), f"{where}: data", base_dir.resolve())
     scorer = _scorer(root.table("scorer"), where)

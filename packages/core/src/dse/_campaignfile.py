@@ -10,15 +10,18 @@ from __future__ import annotations
 import copy
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse._errors import ConfigError
+from dse._numbers import INT64_MAX, out_of_range
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["apply_overrides", "campaign_place", "check_name", "read_campaign_file"]
+__all__ = ["apply_overrides", "campaign_place", "check_name", "check_numbers",
+           "read_campaign_file"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -52,6 +55,30 @@ def read_campaign_file(path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: malformed TOML: {exc}") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4300)
+        raise ConfigError(f"{source}: malformed TOML: {exc}") from None
+
+
+def check_numbers(data: Mapping[str, Any], source: str) -> None:
+    """Refuse the first number of *data* (a parsed campaign or pool file) the record could
+    not keep: an integer beyond 64 bits (SQLite's), a NaN or an infinity (JSON has none);
+    whatever key it is under, the plugins' tables too.
+
+    :raises ConfigError: naming the file and the key (``space.x[0]``).
+    """
+    todo: list[tuple[str, Any]] = [("", data)]
+    while todo:
+        path, value = todo.pop()
+        if isinstance(value, Mapping):
+            items = reversed(list(value.items()))
+            todo += [(f"{path}.{k}" if path else str(k), v) for k, v in items]
+        elif isinstance(value, list):
+            todo += [(f"{path}[{i}]", v) for i, v in reversed(list(enumerate(value)))]
+        elif out_of_range(value) is not None:
+            shown = repr(value) if len(repr(value)) <= 30 else f"{repr(value)[:27]}..."
+            expected = ("a finite number" if isinstance(value, float) else
+                        f"an integer within 64 bits (-{INT64_MAX} to {INT64_MAX})")
+            raise ConfigError(f"{source}: {path}: expected {expected}, got {shown}")
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str], source: str
@@ -110,7 +137,7 @@ def _toml_value(text: str) -> Any:
     """*text* read as a TOML value, or the string itself when it is not one."""
     try:
         return tomllib.loads(f"v = {text.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, ValueError):  # ValueError: over 4300 digits
         return text
 
 

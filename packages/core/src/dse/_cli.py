@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from dse._argparse import DseParser
 from dse._commands import COMMANDS
-from dse._errors import DseError, ExitCode, StorageError, did_you_mean
-from dse._render import FORMATS, REPORT_KEYS, WATCH_EVERY
+from dse._errors import DamagedRecordError, DseError, ExitCode, StorageError, did_you_mean
+from dse._render import FORMATS, REPORT_KEYS, WATCH_EVERY, WATCH_MOST
 from dse._terminal import Console
 from dse._version import __version__
 
@@ -122,8 +122,9 @@ def _report_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
 
     def seconds(text: str) -> float:
         value = float(text)
-        if not value >= 1:  # NaN included
-            raise argparse.ArgumentTypeError(f"{text!r}: seconds between pages, 1 or more")
+        if not 1 <= value <= WATCH_MOST:  # NaN and the infinities included
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: seconds between pages, from 1 to {WATCH_MOST:g}")
         return value
 
     report.add_argument("--watch", nargs="?", type=seconds, const=WATCH_EVERY,
@@ -206,6 +207,21 @@ def _export_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
 
 
+def _doctor_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
+    doctor = add(
+        "doctor", help="check the record for damage; save what still reads into a new one",
+        description="Check a workspace's record (SQLite's integrity_check: every page and\n"
+        "index) and say what is damaged and what still reads, table by table: how many\n"
+        "trials a salvage keeps. With --salvage, write a new record of what reads (the\n"
+        "damaged file is left as it is). Exit 0: sound (or salvaged), 5: damaged.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    doctor.add_argument("--workspace", type=Path, help="record directory (default: .dse)")
+    doctor.add_argument("--salvage", type=Path, metavar="NEW.sqlite",
+                        help="write a new record of what reads to NEW.sqlite (a new file)")
+    doctor.add_argument("--json", action="store_true", help="print what was found as JSON")
+
+
 def _completion_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     from dse._completion import SHELLS
 
@@ -226,7 +242,7 @@ _SUBCOMMANDS: dict[str, Callable[[Callable[..., argparse.ArgumentParser]], None]
     "report": _report_arguments,
     "plugins": _plugins_arguments, "show": _show_arguments,
     "invalidate": _invalidate_arguments, "export": _export_arguments,
-    "completion": _completion_arguments,
+    "doctor": _doctor_arguments, "completion": _completion_arguments,
 }
 """Each subcommand's arguments, in the order ``dse --help`` lists them."""
 
@@ -272,6 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StorageError as exc:
         console.error(str(exc))
         return ExitCode.ENVIRONMENT_ERROR
+    except DamagedRecordError as exc:
+        console.error(str(exc))
+        return ExitCode.DAMAGED_RECORD
     except OSError as exc:
         if not _refused(exc) or os.environ.get("DSE_DEBUG"):
             return _internal(exc, console)

@@ -183,18 +183,25 @@ class Collector:
             self._settle(trial, Spend())  # never submitted: nothing spent
             self._results.record_end(trial, now)
 
+    def ask_cancel(self) -> None:
+        """Ask the backend to cancel every running attempt; what was asked is recorded (a
+        ``cancel`` event naming the jobs), so a run resumed after its controller left
+        without waiting knows their cancelled ends are its own."""
+        asked = [job for job in self._table.running if job not in self._results.cancel_requested]
+        if asked:
+            self._journal.event(None, "cancel", {"running": len(asked), "jobs": asked})
+        self._results.cancel_requested.update(asked)
+        self._runner.cancel(list(self._table.running))
+
     def cancel_all(self, grace: float = 30.0) -> None:
         """Cancel what runs, collect final states for a while, record the rest as cancelled."""
         now = self._clock.time()
         self.cancel_unsubmitted(now, "cancelled before submission")
         if self._table.running:
-            running = list(self._table.running)
-            self._journal.event(None, "cancel", {"running": len(running)})
-            self._results.cancel_requested.update(running)
-            self._runner.cancel(running)
-            deadline = now + grace
+            self.ask_cancel()
+            deadline = self._clock.monotonic() + grace
             wait = 0.0
-            while self._table.running and self._clock.time() < deadline:
+            while self._table.running and self._clock.monotonic() < deadline:
                 self.apply(self._runner.poll())
                 if self._table.running:
                     wait = min(max(wait * 2, 0.01), 0.5)

@@ -29,7 +29,7 @@ from dse._render import (
     status_table,
 )
 from dse._states import FailureClass
-from dse._store import Store, TrialSelection, open_existing, workspace_db
+from dse._store import Store, TrialSelection, check_writable, open_existing, workspace_db
 
 if TYPE_CHECKING:
     import argparse
@@ -115,7 +115,10 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     plugins = PluginManager()
     # Everything that can refuse the campaign is built before the workspace is touched: a
     # campaign refused at configuration time writes nothing.
-    stores = {c.workspace: Store(workspace_db(c.workspace), connect=False) for c in campaigns}
+    stores = {c.workspace: Store(workspace_db(c.workspace), connect=False, say=console.warning)
+              for c in campaigns}
+    for store in stores.values():
+        check_writable(store.path)  # before the lock files: one line, exit 3
     listener = LiveView(console)
     engines = []
     backend = None
@@ -243,14 +246,15 @@ def _run_choice(
     return choice
 
 
-def _open_target(target: str | None, workspace: Path | None) -> tuple[Store, str | None]:
+def _open_target(target: str | None, workspace: Path | None, console: Console
+                 ) -> tuple[Store, str | None]:
     if target is not None and target.endswith(".toml"):
         # Only its name and workspace: the record says the rest, as it ran.
         from dse._campaignfile import campaign_place
 
         name, where = campaign_place(target, workspace=workspace)
-        return open_existing(where), name
-    return open_existing(workspace or Path(".dse")), target
+        return open_existing(where, say=console.warning), name
+    return open_existing(workspace or Path(".dse"), say=console.warning), target
 
 
 def _selected_runs(store: Store, name: str | None) -> list[int]:
@@ -265,7 +269,7 @@ def _selected_runs(store: Store, name: str | None) -> list[int]:
 def _status(args: argparse.Namespace, console: Console) -> int:
     from dse._summary import summarize
 
-    store, name = _open_target(args.target, args.workspace)
+    store, name = _open_target(args.target, args.workspace, console)
     runs = {r.id: r for r in store.campaigns()}
     now = time.time()
     out = [
@@ -313,7 +317,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
         from dse._html import check_matplotlib
 
         check_matplotlib()  # before anything is printed: the one line, not a report first
-    store, name = _open_target(args.target, args.workspace)
+    store, name = _open_target(args.target, args.workspace, console)
     now = time.time()
     every = {r.id: run_detail(store, r.id, now=now) for r in store.campaigns()}
     chosen = [every[i] for i in _selected_runs(store, name)]
@@ -364,7 +368,7 @@ def _plugins(args: argparse.Namespace, console: Console) -> int:
 def _show(args: argparse.Namespace, console: Console) -> int:
     from dse._show import explain_reuse, record_lines, trial_records
 
-    store = open_existing(args.workspace or Path(".dse"))
+    store = open_existing(args.workspace or Path(".dse"), say=console.warning)
     try:
         run, trial = store.find_trial(args.trial)
         (record,) = trial_records(store, run, [trial])
@@ -384,7 +388,7 @@ def _invalidate(args: argparse.Namespace, console: Console) -> int:
     if not reason and not args.dry_run:
         raise ConfigError("dse invalidate: --reason must say why")
     kind, target, select = _invalidation_target(args)
-    store = open_existing(args.workspace or Path(".dse"))
+    store = open_existing(args.workspace or Path(".dse"), write=True, say=console.warning)
     try:
         trial_row = store.find_trial(target)[1].id if kind == "trial" else None
         done = store.invalidate(kind, target, reason or "(dry run)", time.time(),
@@ -439,7 +443,7 @@ def _invalidation_target(args: argparse.Namespace) -> tuple[str, str, TrialSelec
 def _export(args: argparse.Namespace, console: Console) -> int:
     from dse._export import export_text
 
-    store, name = _open_target(args.target, args.workspace)
+    store, name = _open_target(args.target, args.workspace, console)
     assert name is not None
     run = store.find_campaign(name)
     if run is None:
@@ -457,9 +461,31 @@ def _export(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.OK
 
 
+def _doctor(args: argparse.Namespace, console: Console) -> int:
+    from dse._doctor import examine, salvage
+    from dse._render import doctor_json, doctor_lines, salvage_line
+
+    workspace = args.workspace or Path(".dse")
+    path = workspace_db(workspace)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no dse record here")
+    checkup = examine(path)
+    saved = None if args.salvage is None else salvage(path, args.salvage)
+    if args.json:
+        console.data(doctor_json(checkup, saved))
+    else:
+        for line in doctor_lines(checkup, str(workspace)):
+            console.result(line)
+        if saved is not None:
+            console.result(salvage_line(str(path), saved))
+    if saved is None and checkup.state == "damaged":
+        return ExitCode.DAMAGED_RECORD
+    return ExitCode.OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "init": _init, "run": _run, "status": _status, "plugins": _plugins, "export": _export,
-    "report": _report, "show": _show, "invalidate": _invalidate,
+    "report": _report, "show": _show, "invalidate": _invalidate, "doctor": _doctor,
 }
 """Each subcommand's handler: it takes the parsed arguments and the console, and returns the
 exit code."""

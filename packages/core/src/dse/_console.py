@@ -51,8 +51,9 @@ def budget_bar(spent: float, reserved: float, ceiling: float, width: int = 30) -
 
 
 def _elapsed(engine: Engine) -> float:
-    """Seconds since the run was created: the wall clock the three numbers are per."""
-    return max(engine.clock.time() - engine.ledger.started_at, 0.0)
+    """Seconds the run was driven (the monotonic clock; a resumed run's earlier processes
+    from the record): the time the three numbers are per."""
+    return max(engine.clock.monotonic() - engine.ledger.started_at, 0.0)
 
 
 def _numbers_text(engine: Engine) -> str:
@@ -77,7 +78,8 @@ def _budget_rows(engine: Engine) -> list[tuple[str, Text, str]]:
     """A bar per campaign ceiling: spent, reserved (in flight) and what is left."""
     ledger = engine.ledger
     budget = ledger.budget
-    spent, reserved = ledger.spent, ledger.reserved
+    earlier = ledger.earlier  # the campaign's earlier runs (``scope = "campaign"``)
+    spent, reserved = earlier.spent + ledger.spent, ledger.reserved
     rows = []
     if budget.money is not None:
         rows.append(("money", budget_bar(spent.money, reserved.money, budget.money),
@@ -91,11 +93,11 @@ def _budget_rows(engine: Engine) -> list[tuple[str, Text, str]]:
                      f" / {ceiling:g} {unit}-hours"))
     if budget.trials is not None:
         running = min(engine.running, ledger.trials)
-        done = ledger.trials - running
+        done = earlier.trials + ledger.trials - running
         rows.append(("trials", budget_bar(done, running, budget.trials),
                      f"{done} ended + {running} in flight / {budget.trials}"))
     if budget.wall_clock_s is not None:
-        elapsed = _elapsed(engine)
+        elapsed = earlier.run_s + _elapsed(engine)
         rows.append(("wall clock", budget_bar(elapsed, 0.0, budget.wall_clock_s),
                      f"{duration_text(elapsed)} / {duration_text(budget.wall_clock_s)}"))
     return rows
@@ -169,10 +171,11 @@ def eta_text(engine: Engine, mean: float | None) -> str:
     c, s, ledger = engine.campaign, engine.stats, engine.ledger
     bounds = [c.max_trials - s.steps] if c.max_trials else []
     if ledger.budget.trials is not None:
-        bounds.append(ledger.budget.trials - ledger.trials)
+        bounds.append(ledger.budget.trials - ledger.trials - ledger.earlier.trials)
     now = engine.clock.time()
     wall = ledger.budget.wall_clock_s
-    wall_left = None if wall is None else max(wall - _elapsed(engine), 0.0)
+    wall_left = None if wall is None else max(
+        wall - ledger.earlier.run_s - _elapsed(engine), 0.0)
     running, waiting = _started(engine)
     if mean is None:
         guesses = [t.expected or (t.spec.time_limit if t.spec else None) for t in running]
@@ -377,7 +380,8 @@ class LiveView(EngineListener):
             best_part = f"; front of {len(engine.stats.front)}"
         budget = engine.ledger.budget
         spend_part = "" if budget.money is None else (
-            f"; spent {money_text(engine.ledger.spent.money)}/{money_text(budget.money)}"
+            f"; spent {money_text(engine.ledger.earlier.spent.money + engine.ledger.spent.money)}"
+            f"/{money_text(budget.money)}"
             f" {budget.currency}"
         )
         self.console.status(f"{name}{what}{best_part}{spend_part}")

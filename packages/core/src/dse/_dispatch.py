@@ -115,7 +115,8 @@ class Dispatcher:
     # -- pulling proposals ------------------------------------------------------------------
 
     def fill(self, agent: Agent, slots: int, now: float) -> int:
-        """Pull proposals until *slots* are taken (trials, cache hits); return how many."""
+        """Pull proposals until *slots* are taken (trials, cache hits); return how many.
+        *now*: the monotonic clock's reading (the budget's)."""
         p = self.parts
         campaign, stats, end = p.campaign, p.stats, p.end
         started = 0
@@ -127,7 +128,9 @@ class Dispatcher:
             if campaign.max_trials is not None:
                 want = min(want, campaign.max_trials - stats.steps)
             want, why = p.gate.affordable(want, now, campaign.environment)
-            if want == 0:
+            if want == 0 and p.gate.answers_from_record():
+                want = 1  # a spent campaign's rerun: what the record answers costs nothing
+            elif want == 0:
                 if not p.table.busy():
                     self.exhaust_budget(why or "budget")
                 break
@@ -280,7 +283,7 @@ class Dispatcher:
         trial.trial_dir = trial_dir
         if params_json is None:  # a new trial records it with its row
             p.journal.batch.trial_data(row=trial.row_id, expected=p.data.version)
-        reserved = p.gate.reserve(trial.spec, now, new_trial=True)
+        reserved = p.gate.reserve(trial.spec, p.journal.monotonic(), new_trial=True)
         if isinstance(reserved, str):
             self._refused(trial, reserved, params_json, str(trial_dir), now)
             return
@@ -418,7 +421,7 @@ class Dispatcher:
         waiting = []
         for trial in p.table.take_retries():
             assert trial.spec is not None
-            reserved = p.gate.reserve(trial.spec, now, new_trial=False)
+            reserved = p.gate.reserve(trial.spec, p.journal.monotonic(), new_trial=False)
             if isinstance(reserved, str):
                 waiting.append((trial, reserved))
             else:
@@ -434,10 +437,7 @@ class Dispatcher:
         """The budget ended the run (unless something else already had)."""
         p = self.parts
         if p.end.finish(EndReason.BUDGET_EXHAUSTED):
-            p.journal.event(None, "budget_exhausted", {
-                "reason": why, "spent": p.gate.spent.as_dict(),
-                "reserved": p.gate.reserved.as_dict(),
-            })
+            p.journal.event(None, "budget_exhausted", {"reason": why, **p.gate.figures()})
             p.journal.alert(f"budget exhausted: {why}")
 
     # -- the baseline -----------------------------------------------------------------------

@@ -49,7 +49,7 @@ from dse._results import Results
 from dse._resume import Resume
 from dse._retry import RetryPolicy
 from dse._scoring import build_score_vector, build_scorer
-from dse._spec import record_identity, record_run, result_identity
+from dse._spec import open_run, result_identity
 from dse._spend import SPEND_METRICS
 from dse._stopping import stopping_for, watch_progress
 from dse._types import AttemptState, EndReason, Objective
@@ -139,7 +139,7 @@ class Engine:
         where = str(campaign.source or "<campaign>")
         self.environment: Environment = environment or CommandEnvironment(
             campaign.environment, campaign.objectives, param_names=campaign.space.names,
-            source=where,
+            source=where, root=campaign.workspace.parent,
         )
         if environment is None:
             check_command(campaign, backend, where)
@@ -153,11 +153,9 @@ class Engine:
         self.scorer: Scorer = scorer or build_scorer(campaign, plugins)
         self._guard = AgentGuard.lookup(plugins, campaign.agent)
         """Who scores complete runs; its name and version are recorded with every score."""
-        self.abandoned, self.reuse, self.superseding = False, True, False
+        self.abandoned, self.reuse = False, True
         """A second interrupt ended the run without waiting for its trials; results recorded
-        before this run are reused (``dse run --fresh``: no); the run is reopened only to be
-        closed (:attr:`dse._spec.RunChoice.supersede`): its running trials finish and are
-        recorded, nothing starts, it ends ``superseded``."""
+        before this run are reused (``dse run --fresh``: no)."""
         self.pool: Pool | None = None
         """The pool whose resources the campaign's trials wait for (set by the pool)."""
         self.finished: CampaignResult | None = None
@@ -249,18 +247,18 @@ class Engine:
         now = self.clock.time()
         # Before the run is recorded: a bad baseline records nothing.
         self.baselines.resolve(campaign, self.store)
-        if resume is not None:
-            self.campaign_id = resume
-            self.store.reopen_campaign(resume)
-        else:
-            self.campaign_id = record_run(self.store, campaign, scorer=self.scorer,
-                                          agent=self.agent, runner=self.backend, now=now)
-        if line := record_identity(self.store, self.journal.batch, campaign, self.campaign_id,
-                                   new=resume is None and self.reuse):
+        self.campaign_id, line = open_run(
+            self.store, self.journal.batch, campaign, resume=resume, reuse=self.reuse,
+            scorer=self.scorer, agent=self.agent, runner=self.backend, now=now)
+        if line:
             self.journal.alert(line)
         self.journal.campaign_id = self.campaign_id
         self.invalid.campaign_id = self.campaign_id
-        self.gate.open(self.store.campaign_started(self.campaign_id))
+        # The wall-clock ceiling counts the time controllers drove the run: the record's
+        # figure for the processes before this one, this one's on its monotonic clock.
+        self.gate.open(self.clock.monotonic() - self.store.run_time(self.campaign_id))
+        if campaign.budget.scope == "campaign":  # a rerun continues the campaign's ceilings
+            self.gate.carry(self.store.earlier_runs(campaign.name, self.campaign_id))
         workspace = campaign.workspace.resolve()
         if campaign.data is not None and not self.data.following:
             self.data.follow(DataVersioner(campaign.data, cache_dir=workspace,
@@ -282,17 +280,13 @@ class Engine:
         watch_progress(self, resumed=resume is not None)  # and stop trials early, if asked
         if resume is not None:
             self._restore()
-        if self.superseding:
-            self.end.finish(EndReason.SUPERSEDED)
         self.dispatcher.parts.claims.reset(now, self.campaign_id)
         self.listener.on_start(self)
 
     def _restore(self) -> None:
         """Rebuild an unfinished run from the record (see :class:`dse._resume.Resume`)."""
-        resume = Resume(self.dispatcher, self.interruptions)
-        now = self.clock.time()
-        reattach = (resume.reattach_only(self.backend, now) if self.superseding
-                    else resume.restore(self.agent, self.backend, now))
+        reattach = Resume(self.dispatcher, self.interruptions).restore(
+            self.agent, self.backend, self.clock.time())
         self._agent_stale = False  # just told the record as it stands
         self.backend.reattach(reattach)
 
@@ -356,12 +350,8 @@ class Engine:
     def dispatch(self) -> None:
         """Queue the waiting retries and pull new trials, unless dispatch is paused."""
         now = self.clock.time()
-        if self.superseding:  # closing a run: what waits to start never does
-            self.waits.check(now)
-            self.collector.cancel_unsubmitted(now, "not started: the run was superseded")
-            return
-        self._check_deadline(now)
-        self.interruptions.check_pause(now)
+        self._check_deadline(self.clock.monotonic())
+        self.interruptions.check_pause()
         paused = self.interruptions.paused
         if not paused or (self.end.done is EndReason.BUDGET_EXHAUSTED
                           and not self.table.running):
@@ -379,8 +369,8 @@ class Engine:
             batch.update_attempt(row=trial.attempt_row, job_id=trial.job_id,
                                  state=AttemptState.SUBMITTED)
         self.stats.running = self.running
-        if not self.superseding:  # a closing run's agent is not the run's
-            self.feedback.snapshot(self.agent, batch, self.campaign_id)
+        self.feedback.snapshot(self.agent, batch, self.campaign_id)
+        self.journal.keep_run_time(self.gate.started_at)
         self.store.commit(batch)
         self.table.recorded()
 
@@ -410,7 +400,9 @@ class Engine:
         pause = (watch.oldest + self.campaign.interruption_window
                  if watch.paused and not self.table.running and watch.oldest is not None
                  else None)  # nothing to poll: sleep until it leaves the window
-        return self.cadence.plan(self.clock.time(), deadline=self.gate.deadline,
+        # Deadlines on the monotonic clock (the interruption window's too): a step of the wall
+        # clock moves no wait.
+        return self.cadence.plan(self.clock.monotonic(), deadline=self.gate.deadline,
                                  pause_until=pause,
                                  exhausted=self.end.done is EndReason.BUDGET_EXHAUSTED)
 
@@ -419,7 +411,7 @@ class Engine:
         is done or max_trials is reached, not once the agent has heard every trial)."""
         if self.finished is not None:
             return
-        if deliver and not self.superseding:  # a closed run's agent was never rebuilt
+        if deliver:
             self._deliver()
         reason = self.end.stop or self.end.done or EndReason.AGENT_EXHAUSTED
         self._finish(reason)
@@ -429,9 +421,7 @@ class Engine:
         still running are reattached when the campaign is resumed."""
         self.request_stop("cancelled")
         self.abandoned = True
-        running = list(self.table.running)
-        self.results.cancel_requested.update(running)
-        self.backend.cancel(running)
+        self.collector.ask_cancel()
         self.commit()
         self.close(deliver=False)
 
@@ -494,7 +484,7 @@ class Engine:
         waiting = dispatcher.await_baseline(slots)
         if waiting is not None:
             return waiting
-        return dispatcher.fill(self.agent, slots, self.clock.time())
+        return dispatcher.fill(self.agent, slots, self.clock.monotonic())
 
     def _deliver(self) -> None:
         self._check_invalidations()

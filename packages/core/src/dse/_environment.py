@@ -48,8 +48,12 @@ class CommandEnvironment:
         *,
         param_names: Sequence[str] = (),
         source: str = "<campaign>",
+        root: Path | None = None,
     ) -> None:
         self.config = config
+        self.root = root
+        """The directory a result's identity names the work directory relative to (the one
+        holding the workspace; ``None``: named absolute)."""
         # What the trial cost is dse's to know, not the result's to report.
         self.objectives = tuple(o for o in objectives if o.metric not in SPEND_METRICS)
         allowed = set(param_names) | set(_TRIAL_VARS)
@@ -65,9 +69,9 @@ class CommandEnvironment:
     def identity(self) -> Mapping[str, Any]:
         """The command template, the shell flag, the code version, the dependencies' digest
         (when known: an identity without one is an earlier release's, never met again), the
-        environment variables and the resources asked (those a param sets are in the params;
-        the time limit is not here: a trial it ended is never reused). See docs/record.md,
-        "The identity of a result"."""
+        environment variables, the work directory (:func:`workdir_identity`) and the
+        resources asked (those a param sets are in the params; the time limit is not here: a
+        trial it ended is never reused). See docs/record.md, "The identity of a result"."""
         config = self.config
         resources = {name: ("{" + config.resource_params[name] + "}"
                             if name in config.resource_params else value)
@@ -79,6 +83,7 @@ class CommandEnvironment:
             "code_version": config.code_version,
             "env": dict(sorted(config.env.items())),
             "resources": resources,
+            "workdir": workdir_identity(config.workdir, self.root),
         }
         if config.dependencies is not None:
             identity["dependencies"] = config.dependencies.digest
@@ -109,7 +114,7 @@ class CommandEnvironment:
             argv = tuple(substitute(item, values, quote) for item in self.config.command)
             # The trial contract promises DSE_PARAMS_FILE to a command; the probe runs none.
             # Replaced atomically: a resumed controller rewrites it while the trial may read.
-            write_trial_file(trial_dir, PARAMS_FILE, json.dumps(dict(trial.params)).encode())
+            write_trial_file(trial_dir, PARAMS_FILE, params_document(trial.params))
         env = dict(self.config.env)
         env.update(
             DSE_TRIAL_ID=trial.trial_id,
@@ -162,6 +167,27 @@ class CommandEnvironment:
         if read is None and environment is None:
             return evaluation  # most results say neither: no copy (this is per trial)
         return dataclasses.replace(evaluation, data_version=read, environment=environment)
+
+
+def params_document(params: Mapping[str, Any]) -> bytes:
+    """The params file of a trial of *params* (``params.json``: what ``DSE_PARAMS_FILE``
+    names), as the environment writes it and a backend checks it when the trial starts."""
+    return json.dumps(dict(params)).encode()
+
+
+def workdir_identity(workdir: Path | None, root: Path | None) -> str | None:
+    """How a result's identity names *workdir*, the directory its command runs in: relative
+    to *root* (the directory holding the workspace) when inside it, so a project moved whole
+    keeps its results (``.``, ``bench/gemm``); else absolute. Both resolved (a symlink to
+    another directory is that directory); ``None`` without a *workdir* (the controller's)."""
+    if workdir is None:
+        return None
+    where = os.path.realpath(workdir)
+    if root is not None:
+        base = os.path.realpath(root)
+        if where == base or where.startswith(base.rstrip(os.sep) + os.sep):
+            return os.path.relpath(where, base).replace(os.sep, "/")
+    return where
 
 
 def read_result(

@@ -47,6 +47,13 @@ class StoreError(DseError, RuntimeError):
     """The SQLite record cannot be opened or has an unknown schema version."""
 
 
+class DamagedRecordError(StoreError):
+    """The record's file is damaged: truncated, a page overwritten, not a SQLite file at all.
+    The message names the file and what SQLite found; nothing was written to it (a write
+    there could spread the damage). ``dse doctor`` says what can still be read, and
+    ``dse doctor --salvage OUT`` writes a new record of it."""
+
+
 class StorageError(DseError, OSError):
     """The machine refused a write dse must make: a full disk, a read-only record or
     workspace. The message names the file; nothing already recorded is lost (SQLite rolls
@@ -116,5 +123,9 @@ class ExitCode(enum.IntEnum):
     """The campaign ran but has no result: it stopped because ``max_consecutive_failures``
     trials in a row failed the same way, or it ended with no completed trial (none
     completed, none reused)."""
+    DAMAGED_RECORD = 5
+    """The record is damaged (a truncated file, a page overwritten, not a SQLite file):
+    refused in one line before anything is written to it; ``dse doctor`` says what can be
+    saved."""
     INTERRUPTED = 130
     """The user stopped the campaign (Ctrl+C or SIGTERM); running trials were cancelled."""

@@ -3,14 +3,17 @@
 The engine asks the gate before every attempt and tells it after: :meth:`BudgetGate.reserve`
 takes the attempt's worst case from every ceiling or says why it cannot, and
 :meth:`BudgetGate.settle` replaces that reservation with what the attempt spent. The gate
-needs no store, backend or clock: times are passed in, so it is tested on its own.
+needs no store, backend or clock: times are passed in — readings of the engine's monotonic
+clock (:meth:`dse.Clock.monotonic`), which a step of the wall clock does not move — so it is
+tested on its own.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
-from dse._budget import Ledger, Spend
+from dse._budget import Earlier, Ledger, Spend
 from dse._errors import ConfigError
 
 if TYPE_CHECKING:
@@ -75,9 +78,16 @@ class BudgetGate:
             raise ConfigError(message)
 
     def open(self, started_at: float) -> None:
-        """The run (new or resumed) started at *started_at*: the wall-clock ceiling counts
-        from there."""
+        """The run (new or resumed) started at *started_at* on the monotonic clock: the
+        wall-clock ceiling counts from there. A resumed run passes the time of this process's
+        start less the run time the record says earlier processes drove it (a monotonic
+        reading means nothing in another process)."""
         self.ledger.started_at = started_at
+
+    def carry(self, earlier: Earlier) -> None:
+        """What the campaign's earlier runs spent (``[budget] scope = "campaign"``, the
+        default): counted against every campaign ceiling of this run."""
+        self.ledger.earlier = earlier
 
     def restore(self, spent: Iterable[Spend], *, trials: int) -> None:
         """A resumed run: what its attempts *spent* before (in the record's order) and how
@@ -126,6 +136,14 @@ class BudgetGate:
         )
         return self.ledger.affordable(self.worst_case(limit, environment.resources), now, want)
 
+    def answers_from_record(self) -> bool:
+        """Whether a run whose budget affords no new trial still pulls proposals, one at a
+        time, for the record to answer (cache hits cost nothing): when the campaign's earlier
+        runs spent it and this run has dispatched nothing yet. A rerun of a spent campaign
+        then answers every configuration its agent proposes again, and ends at the first it
+        would have to run (refused: ``budget_exhausted``, not dispatched)."""
+        return bool(self.ledger.earlier.runs) and self.ledger.trials == 0
+
     def reserve(self, spec: JobSpec, now: float, *, new_trial: bool) -> Spend | str:
         """Reserve the worst case of an attempt of *spec* about to start at *now* (a
         *new_trial* also counts against the trials ceiling; a retry does not). Returns the
@@ -151,8 +169,14 @@ class BudgetGate:
         """What an attempt of *spec* that ended at *ended_at* spent: its run time since
         ``status.started_at`` (none if it never started) at its resources, or what the
         backend's accounting (``status.usage``) charged, priced."""
-        started = status.started_at
-        elapsed = max(ended_at - started, 0.0) if started is not None else 0.0
+        measured = status.elapsed_s
+        if measured is not None and math.isfinite(measured):
+            # The controller's own monotonic measure: neither a wall-clock step nor a stopped
+            # process stamping its times (the local wrapper) moves it.
+            elapsed = max(float(measured), 0.0)
+        else:
+            started = status.started_at
+            elapsed = max(ended_at - started, 0.0) if started is not None else 0.0
         return self.price.charge(elapsed, spec.resources, status.usage)
 
     def settle(self, reserved: Spend | None, actual: Spend | None) -> Spend:
@@ -166,9 +190,21 @@ class BudgetGate:
 
     # -- the ledger, read-only ------------------------------------------------------------
 
+    def figures(self) -> dict[str, Any]:
+        """What the ``budget_exhausted`` event records: this run's spend and reservations,
+        and what the campaign's earlier runs spent of the same ceilings (``earlier``, with
+        the default scope: `dse run` then says so, and how to raise them)."""
+        earlier = self.ledger.earlier
+        out: dict[str, Any] = {"spent": self.spent.as_dict(), "reserved": self.reserved.as_dict()}
+        if earlier.runs:
+            out["earlier"] = {"runs": list(earlier.runs), "trials": earlier.trials,
+                              "spent": earlier.spent.as_dict(), "run_s": earlier.run_s}
+        return out
+
     @property
     def started_at(self) -> float:
-        """When the run started (the wall-clock ceiling counts from here)."""
+        """When the run started, on the monotonic clock (the wall-clock ceiling counts from
+        here)."""
         return self.ledger.started_at
 
     @started_at.setter
@@ -177,7 +213,8 @@ class BudgetGate:
 
     @property
     def deadline(self) -> float | None:
-        """When the wall-clock ceiling is reached (``None``: no such ceiling)."""
+        """When the wall-clock ceiling is reached, on the monotonic clock (``None``: no such
+        ceiling)."""
         return self.ledger.deadline
 
     @property

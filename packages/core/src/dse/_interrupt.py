@@ -45,7 +45,7 @@ class Interruptions:
         attempt the controller's death lost is no interruption of the infrastructure: the
         watch never sees it.)"""
         if trial.failure is not FailureClass.CONTROLLER_RESTART:
-            self._note(trial, status, now)
+            self._note(trial, status)
         decision = self.policy.decide(trial.history, status, attempt=trial.attempt,
                                       failure=trial.failure, message=trial.message)
         if not decision.retry:
@@ -77,17 +77,19 @@ class Interruptions:
         parts.stats.retries += 1
         return True
 
-    def _note(self, trial: LiveTrial, status: JobStatus, now: float) -> None:
+    def _note(self, trial: LiveTrial, status: JobStatus) -> None:
         journal = self._dispatcher.parts.journal
-        for node in self.watch.note(now, status.node, trial.number):
+        for node in self.watch.note(journal.monotonic(), status.node, trial.number):
             journal.event(None, "suspect_node", {"node": node,
                                                  "trials": self.watch.node_trials(node)})
             journal.alert(self.watch.suspect_message(node))
-        self.check_pause(now)
+        self.check_pause()
 
-    def check_pause(self, now: float) -> None:
-        """Pause dispatch while interruptions in the window reach the threshold."""
-        change = self.watch.check(now)
+    def check_pause(self) -> None:
+        """Pause dispatch while interruptions in the window reach the threshold (the window
+        slides on the monotonic clock: a step of the wall clock neither empties nor holds
+        it)."""
+        change = self.watch.check(self._dispatcher.parts.journal.monotonic())
         parts = self._dispatcher.parts
         parts.stats.paused = self.watch.paused
         if change is None:

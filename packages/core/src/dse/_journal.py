@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from dse._engine import Engine
     from dse._outcome import EngineListener, Retry, TrialEnd
 
+RUN_TIME_EVERY = 10.0
+"""Seconds between two records of a run's time when its passes write nothing else: a
+controller killed loses at most this much of what its wall-clock ceiling counted."""
+
 
 class Journal:
     """The changes of the current pass (:attr:`batch`, committed once per pass) and the
@@ -29,9 +33,27 @@ class Journal:
         self.listener = listener
         self._engine = engine
         self._clock = clock
+        self._run_time_at = clock.monotonic()
+        """When the run's time was last recorded (the monotonic clock)."""
 
     def now(self) -> float:
+        """The wall clock: what the record stamps."""
         return self._clock.time()
+
+    def monotonic(self) -> float:
+        """The monotonic clock: what durations and deadlines are measured on (the budget's
+        wall-clock ceiling, the interruption window); never recorded."""
+        return self._clock.monotonic()
+
+    def keep_run_time(self, started_at: float) -> None:
+        """Record the run's time (since *started_at* on the monotonic clock, see
+        :meth:`dse._gate.BudgetGate.open`) with the pass's changes, or on its own once
+        :data:`RUN_TIME_EVERY` seconds passed since it last was: what a resumed run's
+        wall-clock ceiling counts on from."""
+        now = self._clock.monotonic()
+        if self.campaign_id and (self.batch or now - self._run_time_at >= RUN_TIME_EVERY):
+            self._run_time_at = now
+            self.batch.run_time(campaign=self.campaign_id, seconds=max(now - started_at, 0.0))
 
     def event(self, trial_row: int | None, kind: str, data: Mapping[str, Any]) -> None:
         """Record that *kind* happened (to trial *trial_row*, or to the run)."""

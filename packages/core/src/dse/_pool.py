@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dse._backend import Backend
+from dse._campaignfile import check_numbers
 from dse._errors import ConfigError
 from dse._scheduler import (
     DurationEstimate,
@@ -84,7 +85,7 @@ def is_pool_file(path: Path) -> bool:
     rather than a campaign file (whose ``[campaign]`` is one table)."""
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+    except (OSError, UnicodeDecodeError, ValueError):  # TOMLDecodeError is a ValueError
         return False  # reading it as a campaign file reports what is wrong
     return "pool" in raw or isinstance(raw.get("campaign"), list)
 
@@ -97,8 +98,9 @@ def load_pool(path: str | Path) -> PoolConfig:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{where}: cannot read: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or an integer of over 4300 digits
         raise ConfigError(f"{where}: not valid TOML: {exc}") from None
+    check_numbers(raw, where)
     unknown = sorted(set(raw) - POOL_FILE_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown table(s) {unknown}; expected [pool], [[campaign]]")
@@ -680,12 +682,13 @@ def _wait(pool: Pool, live: Sequence[Engine]) -> None:
         if not (ask and backend.wait(seconds)) and seconds > 0:
             clock.sleep(seconds)
         return
-    deadline = clock.time() + seconds
-    while (left := deadline - clock.time()) > 0 and not any(e.stop_requested() for e in live):
+    deadline = clock.monotonic() + seconds  # a step of the wall clock moves no wait
+    while (left := deadline - clock.monotonic()) > 0 and not any(
+            e.stop_requested() for e in live):
         step = min(left, WAIT_SLICE)
-        began = clock.time()
+        began = clock.monotonic()
         if ask and backend.wait(step):
-            if clock.time() - began < 0.9 * step:
+            if clock.monotonic() - began < 0.9 * step:
                 return  # it returned early: a job may have changed
         else:
             clock.sleep(step)

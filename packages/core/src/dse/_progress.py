@@ -8,11 +8,19 @@ polling pass (:class:`ProgressReader`) and records each point once per attempt a
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dse._environment import PROGRESS_FILE
+from dse._numbers import (
+    INT64_MAX,
+    MAX_TIME,
+    finite_float,
+    is_int64,
+    is_number,
+    is_time,
+    is_whole,
+)
 from dse._trialfile import MAX_TRIAL_FILE_BYTES, UnsafeTrialFile, read_trial_file_from
 
 if TYPE_CHECKING:
@@ -55,21 +63,45 @@ def parse_progress(data: bytes) -> tuple[list[ProgressPoint], int, list[str]]:
 
 
 def _point(line: Any) -> ProgressPoint:
+    """One line's point; every number bounded to what the record keeps (a step or an
+    attempt SQLite holds, a time a date can show, a metric a float holds: NaN and the
+    infinities are kept, the stopping rule takes them as the worst)."""
     if not isinstance(line, dict):
         raise ValueError("a progress line must be a JSON object")
     step, metrics = line.get("step"), line.get("metrics")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"'step' must be a whole number >= 0, not {step!r}")
-    if not isinstance(metrics, dict) or not all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in metrics.values()
-    ):
+    if not is_int64(step) or step < 0:
+        raise ValueError(f"'step' must be a whole number from 0 to {INT64_MAX},"
+                         f" not {_shown(step)}")
+    if not isinstance(metrics, dict):
         raise ValueError("'metrics' must be an object of numbers")
+    for key, value in metrics.items():
+        if not is_number(value) or (is_whole(value) and finite_float(value) is None):
+            raise ValueError(f"'metrics': {str(key)[:40]!r} must be a number a float holds,"
+                             f" not {_shown(value)}")
     attempt, at = line.get("attempt"), line.get("at")
-    return ProgressPoint(
-        step, {str(k): v for k, v in metrics.items()},
-        attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
-        float(at) if isinstance(at, int | float) and math.isfinite(at) else None,
-    )
+    if attempt is not None and (not is_int64(attempt) or attempt < 1):
+        raise ValueError(f"'attempt' must be a whole number from 1 to {INT64_MAX},"
+                         f" not {_shown(attempt)}")
+    if at is not None and not is_time(at):
+        raise ValueError(f"'at' must be seconds since the epoch (0 to {MAX_TIME:.0f}),"
+                         f" not {_shown(at)}")
+    return ProgressPoint(step, {str(k): v for k, v in metrics.items()}, attempt,
+                         None if at is None else float(at))
+
+
+def recorded_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """*metrics* as the record keeps them: JSON has no NaN nor infinity, so a metric that is
+    not a finite number is ``null`` there (the stopping rule took it as the worst)."""
+    return {k: None if finite_float(v) is None else v for k, v in metrics.items()}
+
+
+def _shown(value: Any) -> str:
+    """*value* as the line wrote it, clipped (a 400-digit number is not repeated whole)."""
+    if is_whole(value) and value.bit_length() > 128:
+        # JSON loads no integer of more digits than str() writes.
+        return f"a {len(str(abs(value)))}-digit integer"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class ProgressReader:
@@ -117,12 +149,16 @@ class ProgressReader:
         if used == 0 and len(data) == size:  # one line longer than a pass reads
             self._refuse(trial, journal, f"{PROGRESS_FILE}: a line longer than {size} bytes")
             return offset
+        # A point of an attempt that has not run yet: no attempt of the trial wrote it.
+        errors += [f"'attempt' {pt.attempt} is past the trial's attempt {trial.attempt}"
+                   for pt in points if (pt.attempt or 0) > trial.attempt]
+        points = [pt for pt in points if (pt.attempt or 0) <= trial.attempt]
         if points:
             new.append((trial, points))
         for point in points:
             journal.batch.add_progress(
                 row=trial.row_id, attempt=point.attempt or trial.attempt,
-                step=point.step, metrics=json.dumps(point.metrics),
+                step=point.step, metrics=json.dumps(recorded_metrics(point.metrics)),
                 at=point.at if point.at is not None else now)
         if errors:
             journal.event(trial.row_id, "progress_malformed", {

@@ -267,8 +267,9 @@ class DecisionRow:
     """The value it had to match or beat (``None``: no peers yet)."""
     peers: int
     """How many other trials it was compared with."""
-    compared: list[tuple[int, float]]
-    """Those peers (at most 64, the best first) as ``(trial number, value)``."""
+    compared: list[tuple[int, float | None]]
+    """Those peers (at most 64, the best first) as ``(trial number, value)`` (``None``: a
+    value that was not a finite number, the worst)."""
     reason: str
     bracket: int | None
     at: float

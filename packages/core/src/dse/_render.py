@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
     from dse._campaign import Campaign
+    from dse._doctor import Checkup, TableRead
     from dse._front import Front
     from dse._outcome import CampaignResult
     from dse._plugins import PluginManager
@@ -34,6 +35,8 @@ __all__ = [
     "WATCH_EVERY",
     "detail_json",
     "detail_lines",
+    "doctor_json",
+    "doctor_lines",
     "duration_text",
     "hours_text",
     "invalidation_json",
@@ -47,6 +50,7 @@ __all__ = [
     "report_json",
     "rollup_json",
     "rollup_line",
+    "salvage_line",
     "status_entry",
     "status_table",
     "trajectory",
@@ -54,6 +58,8 @@ __all__ = [
 
 WATCH_EVERY = 10.0
 """Seconds between two pages ``dse report --html OUT --watch`` writes, unless told."""
+WATCH_MOST = 86400.0
+"""The most seconds ``--watch`` waits between two pages (a day)."""
 
 FORMATS = ("csv", "json", "jsonl", "trajectory")
 """What ``dse export --format`` writes (:mod:`dse._export`)."""
@@ -240,9 +246,12 @@ def pool_share_line(capacity: Mapping[str, Any], weights: Mapping[str, float],
 
 def _exhausted_line(detail: RunDetail) -> str:
     """``budget exhausted: money ceiling 1 USD; spent 0.96 USD``: the ceiling that ended
-    the run and what was spent of it."""
+    the run and what was spent of it (:func:`_spent_line` when the campaign's earlier runs
+    spent part of it)."""
     s = detail.summary
     why = detail.budget_reason or "budget"
+    if detail.budget_earlier:
+        return _spent_line(detail, why, detail.budget_earlier)
     ceilings = _ceilings(detail)
     if why.startswith("compute") and "compute" in ceilings:
         spent = f"spent {hours_text(ceilings['compute']['spent'])} {ceilings['compute']['unit']}"
@@ -253,6 +262,46 @@ def _exhausted_line(detail: RunDetail) -> str:
     else:
         spent = f"spent {money_text(s.spent.money)} {s.currency}"
     return f"budget exhausted: {why}; {spent}"
+
+
+def _spent_line(detail: RunDetail, why: str, earlier: Mapping[str, Any]) -> str:
+    """``budget spent: trials ceiling 4 reached, 4 of 4 trials (4 by runs 1 of the campaign,
+    0 by this one); ...``: a ceiling the campaign's runs spent together (``[budget] scope =
+    "campaign"``), the figures, and the ``--set`` that raises it."""
+    s, budget = detail.summary, detail.summary.budget
+    before = earlier.get("spent") or {}
+    runs = ", ".join(str(r) for r in earlier.get("runs") or ())
+    ceiling: float
+    old: float
+    new: float
+    if why.startswith("trials") and budget.get("trials") is not None:
+        ceiling, unit = budget["trials"], "trials"
+        old, new = int(earlier.get("trials") or 0), detail.dispatched
+        raise_to = f"budget.trials={2 * ceiling}"
+    elif why.startswith("compute") and budget.get("compute"):
+        kind, ceiling = budget["compute"]
+        unit = f"{kind}-hours"
+        old = float(before.get(f"{kind}_s") or 0.0) / 3600.0
+        new = s.spent.compute_s(kind) / 3600.0
+        raise_to = f"'budget.compute={2 * ceiling:g} {unit}'"
+    elif "wall-clock" in why and budget.get("wall_clock_s") is not None:
+        ceiling, unit = budget["wall_clock_s"] / 3600.0, "hours"
+        old, new = float(earlier.get("run_s") or 0.0) / 3600.0, s.wall_s / 3600.0
+        raise_to = f"budget.wall_clock={2 * budget['wall_clock_s']:g}s"
+    elif budget.get("money") is not None:
+        ceiling, unit = budget["money"], s.currency
+        old, new = float(before.get("money") or 0.0), s.spent.money
+        raise_to = f"'budget.money={money_text(2 * ceiling)} {s.currency}'"
+    else:
+        return f"budget exhausted: {why}"
+
+    def shown(value: float) -> str:
+        return str(int(value)) if unit == "trials" else f"{value:.3g}"
+
+    return (f"budget spent: {why}, {shown(old + new)} of {shown(ceiling)} {unit} ({shown(old)}"
+            f" by earlier runs {runs} of the campaign, {shown(new)} by this one); to spend"
+            f" more, raise it (--set {raise_to}) or give each run its own"
+            " (--set budget.scope=run)")
 
 
 # -- `dse report` ------------------------------------------------------------------------------
@@ -784,3 +833,66 @@ def invalidation_json(mark: Invalidation) -> dict[str, Any]:
     """One ``dse invalidate`` as ``dse export --format json`` lists it."""
     return {"id": mark.id, "at": mark.at, "kind": mark.kind, "target": mark.target,
             "reason": mark.reason, "trials": mark.trials, "scores": mark.scores}
+
+
+def _lost_text(table: TableRead) -> str:
+    """``lost: keys 10198-10267`` of a table read past damaged pages."""
+    if table.lost == [(None, None)] and not table.rows:
+        return "unreadable (its pages, or its schema, are damaged)"
+    spans = []
+    for after, before in table.lost:
+        low = ("the start" if after is None
+               else f"{after + 1}" if isinstance(after, int) else f"past {after}")
+        high = ("the end" if before is None
+                else f"{before - 1}" if isinstance(before, int) else f"before {before}")
+        spans.append(low if low == high else f"{low} to {high}")
+    return f"{table.rows:,} row(s) read; lost: the rows of keys {', '.join(spans)}"
+
+
+def doctor_lines(checkup: Checkup, workspace: str) -> list[str]:
+    """What ``dse doctor`` says of a record: sound, empty, or damaged (what, what reads, how
+    many trials a salvage keeps)."""
+    path, size = checkup.path, f"{checkup.size / 1e6:,.1f} MB"
+    if checkup.state == "empty":
+        return [f"{path}: empty (0 bytes): no run is recorded in it (`dse run` starts a new"
+                " record there); nothing to save"]
+    if checkup.state == "ok":
+        return [f"{path}: sound (integrity_check ok; schema {checkup.schema};"
+                f" {checkup.rows('trials'):,} trial(s); {size})"]
+    lines = [f"{path}: DAMAGED ({size}): {checkup.problem_count} problem(s)"]
+    lines += [f"  {problem}" for problem in checkup.problems]
+    if checkup.problem_count > len(checkup.problems):
+        lines.append(f"  ... and {checkup.problem_count - len(checkup.problems)} more")
+    if not checkup.tables:
+        return [*lines, "nothing of it reads as tables: nothing to save"]
+    lines.append("what still reads, table by table:")
+    width = max(len(t.name) for t in checkup.tables)
+    for table in checkup.tables:
+        what = _lost_text(table) if table.lost else f"{table.rows:,} row(s)"
+        lines.append(f"  {table.name:<{width}}  {what}")
+    counted = "" if checkup.counted is None else f" (its summaries count {checkup.counted:,})"
+    lines.append(f"trials: {checkup.rows('trials'):,} can be saved{counted}")
+    lines.append(f"save them: dse doctor --workspace {workspace} --salvage NEW.sqlite (a new"
+                 " record of what reads; the damaged file is left as it is)")
+    return lines
+
+
+def salvage_line(record: str, out: Checkup) -> str:
+    """What ``dse doctor --salvage`` wrote, and how to put it in place."""
+    return (f"wrote {out.path}: a record of what read ({out.rows('trials'):,} trial(s),"
+            f" {out.rows('attempts'):,} attempt(s); integrity_check"
+            f" {'ok' if out.state == 'ok' else 'NOT ok'}); to use it, keep the damaged file"
+            f" aside and put it in its place: mv {record} {record}.damaged && mv {out.path}"
+            f" {record}")
+
+
+def doctor_json(checkup: Checkup, salvaged: Checkup | None = None) -> dict[str, Any]:
+    """``dse doctor --json``."""
+    def one(c: Checkup) -> dict[str, Any]:
+        return {"record": str(c.path), "size": c.size, "state": c.state,
+                "problems": c.problems, "problem_count": c.problem_count, "schema": c.schema,
+                "tables": [{"name": t.name, "rows": t.rows, "lost": [list(r) for r in t.lost]}
+                           for t in c.tables],
+                "trials": {"read": c.rows("trials"), "counted": c.counted}}
+
+    return one(checkup) | {"salvage": None if salvaged is None else one(salvaged)}

@@ -127,6 +127,10 @@ class RunDetail:
     """The ``dse run --set KEY=VALUE`` overrides the run was started with."""
     first_failures: tuple[tuple[str, int, str | None], ...] = ()
     """(failure class, trial number, message) of the first failed trial of each class."""
+    budget_earlier: dict[str, Any] | None = None
+    """What the campaign's earlier runs had spent of the ceilings that ended the run (the
+    ``budget_exhausted`` event's ``earlier``: ``runs``, ``trials``, ``spent``, ``run_s``),
+    when they counted (``[budget] scope = "campaign"``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,9 +201,10 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
                  paid.get(original, Spend()))
         for number, original in reused
     ]
-    budget_reason = None
+    budget_reason = budget_earlier = None
     for event in store.events(campaign_id, "budget_exhausted"):
         budget_reason = (event.data or {}).get("reason")
+        budget_earlier = (event.data or {}).get("earlier")
     return RunDetail(
         summary=summary, end_reason=run.end_reason, budget_reason=budget_reason,
         outcomes=_split_queued(store.outcome_counts(campaign_id), summary.queued),
@@ -213,6 +218,7 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
         overrides=tuple(spec.get("overrides") or ()),
         first_failures=tuple((cls, n, message) for cls, (n, message)
                              in store.first_failures(campaign_id).items()),
+        budget_earlier=budget_earlier if isinstance(budget_earlier, dict) else None,
     )
 
 

@@ -4,12 +4,14 @@ hits waiting on it ended with it, the count kept and the agent's feedback queued
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse._deps import environment_digest
 from dse._invalidation import Flag
 from dse._outcome import BestTrial, FailureStreak, TrialEnd
+from dse._retry import controller_lost
 from dse._scoring import ScoringError
 from dse._spend import spend_metrics
 from dse._types import (
@@ -67,6 +69,9 @@ class Results:
         self._environments: set[str] = set()
         self.cancel_requested: set[str] = set()
         """Job ids this campaign asked the backend to cancel."""
+        self.cancelled_before: set[str] = set()
+        """Job ids an earlier controller of this run asked to cancel, then left without
+        waiting for their ends (Ctrl+C twice): ended cancelled, they are run again."""
         self._end = end
         self._streak = FailureStreak(max_failures if end is not None else 0)
 
@@ -79,6 +84,11 @@ class Results:
     def conclude(self, trial: LiveTrial, status: JobStatus) -> None:
         """What *trial*'s ended attempt means: scored when it succeeded with a complete result,
         else classified by the retry policy."""
+        if status.state is JobState.CANCELLED and status.job_id in self.cancelled_before:
+            # dse's own cancel, not someone else's: the resumed run measures the config
+            # again, and no interruption is counted against the trial or its node.
+            status = replace(status, state=JobState.LOST, reason=controller_lost(
+                "cancelled by an earlier controller of this run, which left before it ended"))
         if status.state is not JobState.SUCCEEDED:
             trial.status, trial.failure, trial.message = self._policy.classify(
                 status, cancel_requested=status.job_id in self.cancel_requested

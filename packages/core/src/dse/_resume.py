@@ -301,6 +301,10 @@ class Resume:
         lost to the restart; return the jobs still running, to reattach."""
         p = self._parts
         reattach: dict[str, JobSpec] = {}
+        # The attempts an earlier controller of the run asked to end (Ctrl+C twice: it left
+        # without waiting): their cancelled ends are dse's own, not someone else's.
+        asked = {job for event in p.store.events(p.journal.campaign_id, "cancel")
+                 for job in (event.data or {}).get("jobs", ())}
         for trial in recorded.by_proposal.values():
             if trial.row_id in recorded.cache_of:
                 continue
@@ -314,6 +318,7 @@ class Resume:
             elif trial.status is TrialStatus.RUNNING:
                 last = recorded.attempts[trial.row_id][-1]
                 self._resume_attempt(trial, last, now, runner, reattach)
+        p.results.cancelled_before.update(job for job in reattach if job in asked)
         return reattach
 
     def _resume_attempt(self, trial: LiveTrial, last: Attempt, now: float, runner: Runner,

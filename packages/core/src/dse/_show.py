@@ -184,6 +184,7 @@ def _what_ran(run: CampaignRun, trial: Trial, trial_id: str, attempts: list[Atte
         "command": command or None,
         "shell": bool(env.get("shell", False)),
         "argv": argv,
+        "workdir": env.get("workdir"),
         "resources": _resources(env, params),
         "code_version": env.get("code_version"),
         "code_files": env.get("code_files"),
@@ -504,6 +505,9 @@ def identity_changes(store: Store, then_run: CampaignRun, then: Trial, run: Camp
     if was != now:
         parts.append("dependencies differ: "
                      + _changed_dists(store, was, now, then.dependencies))
+    if old.get("workdir") != new.get("workdir"):
+        was = old.get("workdir") or "not recorded (an earlier release)"
+        parts.append(f"work directory differs: {was} → {new.get('workdir')}")
     if then.data_version != trial.data_version:
         parts.append(f"data version differs: {then.data_version} → {trial.data_version}")
     if then_run.backend.partition("==")[0] != run.backend.partition("==")[0]:
@@ -549,6 +553,8 @@ def _ran_lines(r: Mapping[str, Any], row: Callable[[str, str], None]) -> None:
         row("command", shlex.join(r["command"]) + (" (through a shell)" if r["shell"] else ""))
         if r["argv"] is not None:
             row("argv", shlex.join(r["argv"]))
+        if r.get("workdir") is not None:
+            row("workdir", r["workdir"])
     else:
         row("command", "none (the backend runs no command)")
     row("resources", _resources_text(r["resources"]))
@@ -588,7 +594,8 @@ def _ended_lines(
         row("replaced by", other["trial"])
     if e["progress"] is not None:
         last = e["progress"]["last"]
-        metrics = ", ".join(f"{k}={v:g}" for k, v in last["metrics"].items())
+        metrics = ", ".join(f"{k}={'not finite' if v is None else format(v, 'g')}"
+                            for k, v in last["metrics"].items())  # None: NaN, an infinity
         points = e["progress"]["points"]
         row("progress", f"{points} point{'' if points == 1 else 's'}; last: step {last['step']} of"
             f" attempt {last['attempt']}" + (f" ({metrics})" if metrics else ""))

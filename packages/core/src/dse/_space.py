@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 from dse._errors import ConfigError, DseError, did_you_mean
+from dse._numbers import finite_float, is_int64, out_of_range
 
 if TYPE_CHECKING:
     import random
@@ -81,6 +82,10 @@ class Categorical(_Base):
             if isinstance(choice, str) and "\0" in choice:
                 # A value becomes an argv item: a NUL would end it where the OS reads it.
                 msg = f"space.{self.name}.choices: {choice!r} holds a NUL byte"
+                raise ConfigError(msg)
+            if (problem := out_of_range(choice)) is not None:
+                # A choice is hashed and recorded as JSON: no NaN, no infinity, 64 bits.
+                msg = f"space.{self.name}.choices: {choice!r:.40} is {problem}"
                 raise ConfigError(msg)
 
     @property
@@ -410,6 +415,8 @@ def _parse_param(name: str, spec: Any, source: str) -> Parameter:
                 )
             if isinstance(choice, str) and "\0" in choice:
                 raise ConfigError(f"{where}.choices: {choice!r} holds a NUL byte")
+            if (problem := out_of_range(choice)) is not None:
+                raise ConfigError(f"{where}.choices: {choice!r:.40} is {problem}")
         if len({(type(c), c) for c in choices}) != len(choices):
             raise ConfigError(f"{where}.choices: duplicate values in {choices!r}")
         return Categorical(name, tuple(choices))
@@ -421,8 +428,9 @@ def _parse_param(name: str, spec: Any, source: str) -> Parameter:
     if kind == "int":
         step = spec.get("step", 1)
         for key, value in (("low", low), ("high", high), ("step", step)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ConfigError(f"{where}.{key}: expected an integer, got {value!r}")
+            if not is_int64(value):
+                raise ConfigError(f"{where}.{key}: expected an integer within 64 bits, got"
+                                  f" {value!r:.40}")
         if step < 1:
             raise ConfigError(f"{where}.step: expected a positive integer, got {step}")
         if low > high:
@@ -432,9 +440,9 @@ def _parse_param(name: str, spec: Any, source: str) -> Parameter:
         return IntRange(name, low, high, step, log)
     fstep = spec.get("step")
     for key, value in (("low", low), ("high", high)):
-        if not _is_number(value) or not math.isfinite(value):
-            raise ConfigError(f"{where}.{key}: expected a finite number, got {value!r}")
-    if fstep is not None and (not _is_number(fstep) or not fstep > 0):
+        if finite_float(value) is None:
+            raise ConfigError(f"{where}.{key}: expected a finite number, got {value!r:.40}")
+    if fstep is not None and (finite_float(fstep) is None or not fstep > 0):
         raise ConfigError(f"{where}.step: expected a positive number, got {fstep!r}")
     if not low < high:
         raise ConfigError(f"{where}: empty range, low {low!r} must be < high {high!r}")

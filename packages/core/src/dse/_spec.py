@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dse._environment import workdir_identity
 from dse._hashing import canonical_json
 from dse._types import RESOLVED_SCORER, CampaignStatus, TrialStatus
 
@@ -57,6 +58,8 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
             **{f"{k}_param": v for k, v in env.resource_params.items()},
             **({"time_limit_param": env.time_limit_param} if env.time_limit_param else {}),
             "code_version": env.code_version,
+            # Part of the identity: as it names it (relative to the workspace's directory).
+            "workdir": workdir_identity(env.workdir, campaign.workspace.parent),
             **_code_and_dependencies(env),
         },
         "budget": campaign.budget.as_dict(),
@@ -138,6 +141,30 @@ def record_run(
     )
 
 
+def open_run(
+    store: Store, batch: Batch, campaign: Campaign, *, resume: int | None, reuse: bool,
+    scorer: Scorer, agent: object, runner: Runner, now: float,
+) -> tuple[int, str]:
+    """Record a new run of *campaign* (or reopen run *resume*) as driven by this process;
+    return its id and the line :func:`record_identity` says (empty when none).
+
+    Whoever drives a run of the campaign, as the record says, is asked first
+    (:func:`dse._lock.check_controllers`): a deleted lock file must not let a second
+    controller drive it too. This process is then recorded as the run's controller (its
+    ``controller`` event, in *batch*)."""
+    from dse._lock import LockHolder, check_controllers  # a run's alone: reads never lock
+
+    check_controllers(campaign.workspace, campaign.name, store.run_controllers(campaign.name))
+    if resume is not None:
+        run = resume
+        store.reopen_campaign(resume)
+    else:
+        run = record_run(store, campaign, scorer=scorer, agent=agent, runner=runner, now=now)
+    batch.add_event(campaign=run, trial=None, at=now, kind="controller",
+                    data=LockHolder.current().as_record())
+    return run, record_identity(store, batch, campaign, run, new=resume is None and reuse)
+
+
 @dataclass(frozen=True, slots=True)
 class RunChoice:
     """What ``dse run`` does with a campaign's latest run (:func:`resumable_run`)."""
@@ -157,6 +184,10 @@ def resumable_run(store: Store, campaign: Campaign, *, fresh: bool) -> RunChoice
     its controller died, or cancelled) and the campaign is the same (its file and ``--set``
     overrides give the same spec) — or the one to close before a new run starts: what
     ``dse run`` and :func:`dse.run` both decide."""
+    from dse._lock import check_controllers  # a run's alone: the reads never lock
+
+    # Before anything is said or decided: another controller may drive a run of it.
+    check_controllers(campaign.workspace, campaign.name, store.run_controllers(campaign.name))
     row = store.find_campaign(campaign.name)
     if row is None or row.status not in (CampaignStatus.RUNNING, CampaignStatus.CANCELLED):
         return RunChoice()
@@ -272,6 +303,7 @@ def unversioned_results(store: Store, campaign: Campaign, run: int) -> str:
         lacks = [part for part, now, then in (
             ("code version", env.code_version, recorded.get("code_version")),
             ("dependency digest", env.dependencies, recorded.get("dependencies")),
+            ("work directory", env.workdir, recorded.get("workdir")),
         ) if now is not None and then is None]
         if not lacks:
             break
@@ -283,5 +315,6 @@ def unversioned_results(store: Store, campaign: Campaign, run: int) -> str:
         return ""
     total = sum(n for n, _ in missing)
     parts = sorted({part for _, lacks in missing for part in lacks})
-    return (f"{total} result(s) of earlier runs were recorded without a {' or '.join(parts)}:"
+    named = " or ".join(parts) if len(parts) < 3 else f"{', '.join(parts[:-1])} or {parts[-1]}"
+    return (f"{total} result(s) of earlier runs were recorded without a {named}:"
             " shown and exported, never reused; this run measures their configurations again")

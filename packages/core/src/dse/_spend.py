@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SPEND_METRICS", "Spend", "spend_metrics"]
+__all__ = ["SPEND_METRICS", "Earlier", "Spend", "spend_metrics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +55,17 @@ def spend_metrics(spend: Spend) -> dict[str, float]:
     """*spend* as the metrics :data:`SPEND_METRICS` name."""
     return {f"spend.{key}": value for key, value in spend.as_dict().items()}
 
+
+@dataclass(frozen=True, slots=True)
+class Earlier:
+    """What a campaign's earlier runs spent, counted against its ceilings (``[budget] scope =
+    "campaign"``): the record's figures, read when a run opens."""
+
+    runs: tuple[int, ...] = ()
+    """The ids of the earlier runs of the campaign (in the workspace)."""
+    trials: int = 0
+    """Trials they dispatched (not cache hits)."""
+    spent: Spend = Spend()
+    """What their attempts were charged."""
+    run_s: float = 0.0
+    """The time controllers drove them (what a wall-clock ceiling counts)."""

@@ -21,7 +21,7 @@ from dse._live import LiveTrial, checkpoint_mark, recorded_trial
 from dse._progress import ProgressReader
 from dse._protocols import TrialInfo
 from dse._spend import Spend
-from dse._types import Decision, Direction, JobState, TrialStatus, Verdict
+from dse._types import Decision, Direction, JobState, TrialStatus, Verdict, finite_float
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -203,9 +203,12 @@ class EarlyStopping:
         """The stopping metric of *metrics* as a loss (lower is better); a NaN or an infinity
         is the worst loss (a diverging trial is stopped, not ignored); ``None`` without it."""
         value = metrics.get(self.spec.metric)
+        if value is None and self.spec.metric in metrics:
+            return math.inf  # the record's null: a value that was not a finite number
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None
-        return self._sign * float(value) if math.isfinite(value) else math.inf
+        number = finite_float(value)  # an integer past a float's range is no finite loss
+        return math.inf if number is None else self._sign * number
 
     # -- each pass: new points, stops ----------------------------------------------------
 
@@ -299,7 +302,9 @@ class EarlyStopping:
         step, metrics = last if last is not None else (decision.step, {
             self.spec.metric: self._sign * decision.value})
         trial.status, trial.failure, trial.score = TrialStatus.STOPPED, None, None
-        trial.step, trial.metrics = step, dict(metrics)
+        # Its partial result: the finite metrics, as of a trial's result.json.
+        trial.step, trial.metrics = step, {
+            k: v for k, v in metrics.items() if finite_float(v) is not None}
         trial.message = (f"stopped at step {decision.step} (rung {decision.rung}) by"
                          f" {self.name} {self.version}: {decision.reason}")
         mark = trial.checkpoint_mark
@@ -343,7 +348,7 @@ class EarlyStopping:
         spec = dispatcher.avoiding(p.environment.prepare(TrialInfo(
             trial.trial_id, trial.number, trial.attempt + 1, trial.params, trial.trial_dir,
             p.data.version)), trial)
-        reserved = p.gate.reserve(spec, now, new_trial=False)
+        reserved = p.gate.reserve(spec, p.journal.monotonic(), new_trial=False)
         if isinstance(reserved, str):
             if decision.trial not in self._deferred:  # said once per trial, not every pass
                 self._deferred.add(decision.trial)

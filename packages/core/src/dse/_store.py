@@ -12,7 +12,10 @@ Several controllers (one per campaign, each holding its campaign lock) may share
 Row ids come from the record, never from a controller's own count: :meth:`Store.new_trial_id`
 hands out ids from a block reserved in one short transaction on the ``counters`` table (blocks
 grow as a run goes, gaps are harmless). Every write takes the write lock up front
-(``BEGIN IMMEDIATE``) and waits for it (the connection's busy timeout) rather than failing.
+(``BEGIN IMMEDIATE``) and waits for it rather than failing, however long another process
+holds it (a peer stopped with Ctrl+Z in a transaction: :mod:`dse._busy` names it, once).
+A damaged file is refused before anything is written to it (:class:`DamagedRecordError`);
+the reading commands open the record read only (:func:`open_existing`).
 A trial about to run is *claimed* by its config hash (table ``claims``, :meth:`Store.claim`),
 so two controllers never run one configuration at once; a claim ends with its trial.
 """
@@ -25,11 +28,14 @@ import json
 import os
 import re
 import sqlite3
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from dse._errors import ConfigError, StorageError, StoreError
+from dse._busy import BusyWait
+from dse._errors import ConfigError, DamagedRecordError, StorageError, StoreError
+from dse._numbers import is_int64, record_number
 from dse._records import (
     AgentCall,
     AgentSnapshot,
@@ -46,7 +52,7 @@ from dse._records import (
     Trial,
     TrialRef,
 )
-from dse._spend import Spend
+from dse._spend import Earlier, Spend
 from dse._states import REUSED_FAILURES, AttemptState, CampaignStatus, FailureClass, TrialStatus
 
 if TYPE_CHECKING:
@@ -54,9 +60,10 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 16
-BUSY_TIMEOUT_S = 30.0
-"""How long a write waits for another controller's transaction before giving up."""
+SCHEMA_VERSION = 17
+TRY_S = 0.5
+"""How long one try of a statement waits for a record another process holds (SQLite's busy
+timeout) before dse looks who holds it, sees a Ctrl+C, and tries again."""
 DB_NAME = "dse.sqlite"
 JOURNAL_ENV = "DSE_SQLITE_JOURNAL"
 
@@ -162,8 +169,8 @@ REUSABLE_ROW = f"{REUSABLE} AND cache_of IS NULL AND invalidation IS NULL"
 _TRIAL_REF = "t.id, t.campaign_id, c.name, t.number"
 _TRIAL_REF_FROM = "FROM trials t JOIN campaigns c ON c.id = t.campaign_id"
 
-_TRIAL_FORM = re.compile(r"(?P<campaign>.+)-(?P<run>\d+)-(?P<number>\d+)")
-_SHORT_FORM = re.compile(r"(?P<run>[^:]+):(?P<number>\d+)")
+_TRIAL_FORM = re.compile(r"(?P<campaign>.+)-(?P<run>[0-9]+)-(?P<number>[0-9]+)")
+_SHORT_FORM = re.compile(r"(?P<run>[^:]+):(?P<number>[0-9]+)")
 _FORMS = "<campaign>-<run>-<number>, <campaign>:<number> or <run>:<number>"
 
 
@@ -172,10 +179,24 @@ def _campaign(r: tuple[Any, ...]) -> CampaignRun:
                        _CAMPAIGN_STATUS[r[8]], r[9], r[10], r[11])
 
 
-def _trial(r: tuple[Any, ...]) -> Trial:
+def _trial(r: tuple[Any, ...], root: Path) -> Trial:
     return Trial(r[0], r[1], r[2], r[3], r[4], r[5], r[6], _TRIAL_STATUS[r[7]], _FAILURE[r[8]],
-                 r[9], r[10], r[11], r[12], r[13], r[14], r[15], r[16], r[17], r[18], r[19],
-                 r[20], r[21], r[22])
+                 r[9], r[10], r[11], r[12], _absolute(r[13], root), r[14], r[15], r[16], r[17],
+                 r[18], r[19], r[20], r[21], r[22])
+
+
+def _absolute(stored: str | None, root: Path) -> str | None:
+    """A trial directory the record keeps, as a path of this machine: one recorded where the
+    workspace *root* lay before it moved (or was copied) whole is read where it is now, since
+    every run puts its trials in ``<campaign>/run-<run>/<number>`` of its workspace."""
+    if not stored or stored.startswith(f"{root}{os.sep}") or not os.path.isabs(stored):
+        return stored
+    head, number = os.path.split(stored)
+    head, run = os.path.split(head)
+    campaign = os.path.basename(head)
+    if not (number.isdigit() and run.startswith("run-") and campaign):
+        return stored  # not where dse puts trials: as recorded
+    return os.path.join(root, campaign, run, number)
 
 
 def _spend(text: str) -> Spend:
@@ -224,6 +245,8 @@ class _Reads:
     __slots__ = ()
     path: Path
     _db: sqlite3.Connection
+    _root: Path
+    """The workspace where it is now (its trial directories are read there)."""
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._db.execute(sql, params).fetchall()
@@ -249,24 +272,20 @@ class _Reads:
 
     def find_campaign(self, name_or_id: str) -> CampaignRun | None:
         """The latest run of the campaign *name_or_id* (a name, or a numeric run id)."""
-        if name_or_id.isdigit():
-            return self.campaign(int(name_or_id))
+        if name_or_id.isascii() and name_or_id.isdigit():
+            number = record_number(name_or_id)  # past 64 bits: no run has that id
+            return None if number is None else self.campaign(number)
         rows = self._rows(
             f"SELECT {_CAMPAIGN} FROM campaigns WHERE name = ? ORDER BY id DESC LIMIT 1",
             (name_or_id,),
         )
         return _campaign(rows[0]) if rows else None
 
-    def campaign_started(self, campaign_id: int) -> float:
-        """When run *campaign_id* was created (its wall-clock budget counts from there)."""
-        rows = self._rows("SELECT created_at FROM campaigns WHERE id = ?", (campaign_id,))
-        return float(rows[0][0]) if rows else 0.0
-
     # -- trials ---------------------------------------------------------------------------
 
     def trials(self, campaign_id: int) -> list[Trial]:
         """The trials of run *campaign_id*, by number."""
-        return [_trial(r) for r in self._rows(
+        return [_trial(r, self._root) for r in self._rows(
             f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? ORDER BY number", (campaign_id,)
         )]
 
@@ -282,21 +301,24 @@ class _Reads:
             run = self.find_campaign(short["run"])
             if run is None:
                 raise ConfigError(f"{self.path}: no campaign run named {short['run']!r}")
-            number = int(short["number"])
+            number = record_number(short["number"])
         elif full is not None:
-            run = self.campaign(int(full["run"]))
+            run_id = record_number(full["run"])
+            run = None if run_id is None else self.campaign(run_id)
             if run is None or run.name != full["campaign"]:
                 raise ConfigError(
                     f"{self.path}: no run {full['run']} of a campaign named {full['campaign']!r}"
                 )
-            number = int(full["number"])
+            number = record_number(full["number"])
         else:
             raise ConfigError(f"trial {text!r}: expected {_FORMS}")
-        rows = self._rows(f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND number = ?",
-                          (run.id, number))
+        # A number past 64 bits (None) is no trial's.
+        rows = [] if number is None else self._rows(
+            f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND number = ?", (run.id, number))
         if not rows:
-            raise ConfigError(f"{self.path}: run {run.id} of {run.name} has no trial {number}")
-        return run, _trial(rows[0])
+            raise ConfigError(f"{self.path}: run {run.id} of {run.name} has no trial"
+                              f" {text.rpartition(':' if short else '-')[2]}")
+        return run, _trial(rows[0], self._root)
 
     def resume_rows(self, campaign_id: int, proposals: Iterable[int]) -> list[Trial]:
         """The trials of run *campaign_id* a resume rebuilds when its agent's snapshot stands
@@ -307,7 +329,7 @@ class _Reads:
         for r in self._in(f"SELECT {_TRIAL} FROM trials WHERE proposal IN ({{marks}})"
                           " AND campaign_id = ?", proposals, campaign_id):
             rows[r[0]] = r
-        return [_trial(r) for r in sorted(rows.values(), key=lambda r: int(r[2]))]
+        return [_trial(r, self._root) for r in sorted(rows.values(), key=lambda r: int(r[2]))]
 
     def stale_trials(self, campaign_id: int, version: str) -> int:
         """Trials of run *campaign_id* whose result is about other data than *version* (the
@@ -385,7 +407,7 @@ class _Reads:
             " AND status IN ('completed', 'failed', 'stopped') AND campaign_id IN"
             " (SELECT id FROM campaigns WHERE name = ?) ORDER BY id DESC LIMIT 1",
             (params_json, before, name))
-        return _trial(rows[0]) if rows else None
+        return _trial(rows[0], self._root) if rows else None
 
     def replacements(self, rows: Iterable[int]) -> dict[int, list[TrialRef]]:
         """The trials (of any run) that re-run each invalidated trial row of *rows*, oldest
@@ -586,7 +608,7 @@ class _Reads:
         :attr:`Trial.invalidation` is ``None`` when only a score is."""
         # Two selects, not an OR: each walks its partial index of the flagged rows, never
         # the workspace's trials.
-        return [_trial(r) for r in self._rows(
+        return [_trial(r, self._root) for r in self._rows(
             f"SELECT {_TRIAL} FROM trials INDEXED BY trials_invalid WHERE invalidation IS NOT"
             " NULL UNION"
             f" SELECT {_TRIAL} FROM trials WHERE id IN"
@@ -696,6 +718,17 @@ ALTER TABLE scores ADD COLUMN scores TEXT
 """
 """Schema 16: a Pareto campaign's score of each objective (a JSON list), on the trial (its
 latest) and on each conclusion."""
+
+_NEW_COLUMNS_17 = (
+    "ALTER TABLE campaigns ADD COLUMN run_s REAL",
+    # An older run's time: its span on the wall clock, to its end or its last event.
+    "UPDATE campaigns SET run_s = MAX(COALESCE(ended_at, (SELECT MAX(at) FROM events e"
+    " WHERE e.campaign_id = campaigns.id), created_at) - created_at, 0) WHERE run_s IS NULL",
+)
+"""Schema 17: the time controllers drove each run (``campaigns.run_s``, seconds measured on
+each controller's monotonic clock, kept at every pass that writes and at least every
+:data:`dse._journal.RUN_TIME_EVERY` seconds): what a wall-clock ceiling counts, across a
+resume and the campaign's runs."""
 
 _NEW_TABLES_14 = """
 ALTER TABLE trials ADD COLUMN stop_step INTEGER;
@@ -1056,8 +1089,13 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     13: tuple(_NEW_TABLES_14.split(";")),
     14: (*_SUMMARIES_15, *_BACKFILL_15),
     15: tuple(_NEW_COLUMNS_16.split(";")),
+    16: _NEW_COLUMNS_17,
 }
 """Statements that take a record from schema version *key* to *key* + 1."""
+OLDEST_SCHEMA = min(_MIGRATIONS)
+"""The oldest schema version this dse migrates. Every step leaves what a record has already
+as it is (a column there, a table there, a summary rebuilt whole), so a record whose version
+cannot be read (``dse doctor --salvage``) is migrated from here."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -1076,7 +1114,8 @@ CREATE TABLE IF NOT EXISTS campaigns (
     status TEXT NOT NULL,
     end_reason TEXT,
     created_at REAL NOT NULL,
-    ended_at REAL
+    ended_at REAL,
+    run_s REAL
 );
 CREATE INDEX IF NOT EXISTS campaigns_name ON campaigns(name);
 CREATE TABLE IF NOT EXISTS trials (
@@ -1243,6 +1282,7 @@ class Batch:
         "_attempt_usage", "_trial_data", "_attempt_spend", "_attempt_expected", "_scores",
         "_environments", "_trial_links", "_events", "_campaign_updates", "_agent_log",
         "_agent_snapshots", "_reruns", "_relinks", "_releases", "_progress", "_decisions",
+        "_run_times",
     )
 
     def __init__(self) -> None:
@@ -1267,6 +1307,7 @@ class Batch:
         self._releases: list[tuple[Any, ...]] = []
         self._progress: list[tuple[Any, ...]] = []
         self._decisions: list[tuple[Any, ...]] = []
+        self._run_times: list[tuple[Any, ...]] = []
 
     def __bool__(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)
@@ -1429,6 +1470,11 @@ class Batch:
         """A run ended with *status*, for *reason* (:meth:`EndReason.text`)."""
         self._campaign_updates.append((status.value, reason, ended_at, campaign))
 
+    def run_time(self, *, campaign: int, seconds: float) -> None:
+        """Run *campaign* has been driven *seconds* in all (its controllers' time, measured on
+        each one's monotonic clock): what its wall-clock ceiling counts after a resume."""
+        self._run_times.append((seconds, campaign))
+
     def agent_call(
         self, *, campaign: int, kind: str, proposals: Sequence[int], n: int | None = None,
         in_flight: Sequence[int] | None = None, slot: int | None = None,
@@ -1514,6 +1560,27 @@ class _Summaries(_Reads):
     ``export`` of a million-trial record)."""
 
     __slots__ = ()
+
+    def run_time(self, campaign_id: int) -> float:
+        """The time controllers drove run *campaign_id* (seconds, as last recorded; 0 for a
+        run not recorded yet): what its wall-clock ceiling has counted."""
+        rows = self._rows("SELECT run_s FROM campaigns WHERE id = ?", (campaign_id,))
+        return max(float(rows[0][0] or 0.0), 0.0) if rows else 0.0
+
+    def earlier_runs(self, name: str, before: int) -> Earlier:
+        """What the runs of the campaign *name* before run *before* spent: their ids, the
+        trials they dispatched, their attempts' spend and their run time (summaries: a few
+        rows whatever their size)."""
+        runs = self._rows("SELECT c.id, c.run_s, COALESCE(t.dispatched, 0), "
+                          + ", ".join(f"COALESCE(t.{k}, 0)" for k in _SPEND_KEYS)
+                          + " FROM campaigns c LEFT JOIN run_totals t ON t.campaign_id = c.id"
+                          " WHERE c.name = ? AND c.id < ? ORDER BY c.id", (name, before))
+        spent = Spend()
+        for row in runs:
+            spent = spent + Spend(*(float(v) for v in row[3:]))
+        return Earlier(runs=tuple(int(r[0]) for r in runs),
+                       trials=sum(int(r[2]) for r in runs), spent=spent,
+                       run_s=sum(max(float(r[1] or 0.0), 0.0) for r in runs))
 
     def failure_counts(self, campaign_id: int) -> dict[str, int]:
         """Failure class → trials of run *campaign_id* (not cache hits) that carry it."""
@@ -1606,12 +1673,12 @@ class _Summaries(_Reads):
             f" ORDER BY score {order}, number LIMIT 1",
             (campaign_id, version, TrialStatus.COMPLETED.value, TrialStatus.CACHED.value),
         )
-        return _trial(rows[0]) if rows else None
+        return _trial(rows[0], self._root) if rows else None
 
     def pareto_trials(self, campaign_id: int) -> list[Trial]:
         """The valid trials of run *campaign_id* scored on each objective of a Pareto campaign
         (completed, or a cache hit of one), in the order they ended: its fronts' material."""
-        return [_trial(r) for r in self._rows(
+        return [_trial(r, self._root) for r in self._rows(
             f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND scores IS NOT NULL AND"
             f" status IN (?, ?) AND {_VALID} ORDER BY ended_at, number",
             (campaign_id, TrialStatus.COMPLETED.value, TrialStatus.CACHED.value),
@@ -1622,7 +1689,7 @@ class _Summaries(_Reads):
         indexed query: memory holds one page, never the run)."""
         after = -1
         while True:
-            page = [_trial(r) for r in self._rows(
+            page = [_trial(r, self._root) for r in self._rows(
                 f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND number > ?"
                 " ORDER BY number LIMIT ?", (campaign_id, after, size),
             )]
@@ -1639,7 +1706,8 @@ class _Summaries(_Reads):
 
 def _decision(r: tuple[Any, ...]) -> DecisionRow:
     return DecisionRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
-                       [(int(n), float(v)) for n, v in _loads(r[11])], r[12], r[13], r[14])
+                       [(int(n), None if v is None else float(v)) for n, v in _loads(r[11])],
+                       r[12], r[13], r[14])  # a null value: not a finite number (the worst)
 
 
 class _Stops(_Summaries):
@@ -1680,11 +1748,11 @@ class _Stops(_Summaries):
     def trial_by_row(self, row: int) -> Trial | None:
         """Trial row *row*, or ``None``."""
         found = self._rows(f"SELECT {_TRIAL} FROM trials WHERE id = ?", (row,))
-        return _trial(found[0]) if found else None
+        return _trial(found[0], self._root) if found else None
 
     def stopped_trials(self, campaign_id: int) -> list[Trial]:
         """The trials of run *campaign_id* that ended stopped by its rule (not cache hits)."""
-        return [_trial(r) for r in self._rows(
+        return [_trial(r, self._root) for r in self._rows(
             f"SELECT {_TRIAL} FROM trials WHERE campaign_id = ? AND status = 'stopped' AND"
             " cache_of IS NULL ORDER BY number", (campaign_id,))]
 
@@ -1764,6 +1832,262 @@ class StopTally:
     """What every attempt of those trials spent."""
 
 
+# -- the connection: a busy record waited out, a damaged one named, a read-only one read -------
+
+_SQLITE_BUSY = 5
+_DAMAGED_CODES = frozenset({11, 26})
+"""SQLITE_CORRUPT ("database disk image is malformed") and SQLITE_NOTADB."""
+_UNWRITABLE_DIR = frozenset({8, 14})
+"""SQLITE_READONLY, SQLITE_CANTOPEN: what a read-only open answers where SQLite cannot make
+the ``-wal`` and ``-shm`` files a WAL record is read through."""
+_MAGIC = b"SQLite format 3\x00"
+
+
+def damaged(path: Path, why: str) -> DamagedRecordError:
+    """The one line refusing the damaged record at *path*."""
+    return DamagedRecordError(
+        f"{path}: the record is damaged ({why}); nothing is written to it; `dse doctor"
+        f" --workspace {path.parent}` says what can be saved")
+
+
+class _Cursor(sqlite3.Cursor):
+    """A cursor of a :class:`_Connection`: its statements wait out a busy record, and a
+    damaged page met while reading rows is a :class:`DamagedRecordError`."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
+        cast("_Connection", self.connection).attempt(sql, super().execute, sql, parameters)
+        return self
+
+    def executemany(self, sql: str, seq: Any, /) -> _Cursor:
+        cast("_Connection", self.connection).attempt(sql, super().executemany, sql, seq)
+        return self
+
+    def _named(self, exc: sqlite3.DatabaseError) -> Exception:
+        return cast("_Connection", self.connection).named(exc)
+
+    def fetchone(self) -> Any:
+        try:
+            return super().fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise self._named(exc) from None
+
+    def fetchall(self) -> list[Any]:
+        try:
+            return super().fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._named(exc) from None
+
+    def __next__(self) -> Any:
+        try:
+            return super().__next__()
+        except sqlite3.DatabaseError as exc:
+            raise self._named(exc) from None
+
+
+class _Connection(sqlite3.Connection):
+    """The record's connection (every statement of the store runs through it).
+
+    A statement that finds the record held by another process (SQLITE_BUSY after
+    :data:`TRY_S`) is tried again for as long as it is held (:class:`dse._busy.BusyWait`
+    says once who holds it, and when it is free again): one outside a transaction, the
+    ``BEGIN IMMEDIATE`` taking the write lock, or a ``COMMIT`` (SQLite's rule for what may be
+    retried). A damaged file (SQLITE_CORRUPT, SQLITE_NOTADB) is a :class:`DamagedRecordError`
+    naming it.
+    """
+
+    path: Path
+    wait: BusyWait
+
+    def cursor(self, factory: Any = _Cursor) -> Any:  # ours by default
+        return super().cursor(factory)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
+        return cast("_Cursor", self.cursor()).execute(sql, parameters)
+
+    def executemany(self, sql: str, seq: Any, /) -> _Cursor:
+        return cast("_Cursor", self.cursor()).executemany(sql, seq)
+
+    def named(self, exc: sqlite3.DatabaseError) -> Exception:
+        """*exc*, or the :class:`DamagedRecordError` it means."""
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _DAMAGED_CODES:
+            return damaged(self.path, str(exc))
+        return exc
+
+    def attempt(self, sql: str, call: Callable[..., Any], *args: Any) -> None:
+        retry = not self.in_transaction or sql.lstrip()[:6].upper() == "COMMIT"
+        while True:
+            try:
+                call(*args)
+            except sqlite3.DatabaseError as exc:
+                busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF == _SQLITE_BUSY
+                if busy and retry and self.wait.busy():
+                    continue
+                self.wait.over()
+                raise self.named(exc) from None
+            self.wait.over()
+            return
+
+
+def _connect(target: str | Path, path: Path, say: Callable[[str], None] | None, *,
+             uri: bool = False) -> _Connection:
+    db = sqlite3.connect(target, isolation_level=None, timeout=TRY_S, uri=uri,
+                         factory=_Connection)
+    db.path = path
+    db.wait = BusyWait(path, say)
+    return db
+
+
+def header_damage(path: Path) -> str | None:
+    """What the first 100 bytes and the size of the file at *path* say is wrong with it as a
+    SQLite file (not one, truncated), or ``None`` (a sound header, an empty file, no file):
+    a read of 100 bytes, cheap enough for every open. The size is checked against the
+    header's page count only without a ``-wal`` or ``-journal`` (a writer at work)."""
+    try:
+        with path.open("rb") as handle:
+            head, size = handle.read(100), os.fstat(handle.fileno()).st_size
+    except OSError:
+        return None  # SQLite's own open says what is wrong
+    if size == 0:
+        return None
+    if not head.startswith(_MAGIC[: len(head)]) or len(head) < len(_MAGIC):
+        return "not a SQLite file"
+    if len(head) < 100:
+        return f"truncated: {size} bytes, shorter than a SQLite header"
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    if page < 512 or page & (page - 1):
+        return f"its header is damaged (page size {page})"
+    if size % page:
+        return f"truncated: {size} bytes is not a whole number of {page}-byte pages"
+    pages = int.from_bytes(head[28:32], "big")
+    try:
+        # A writer in the middle of its commit (a -journal) or a checkpoint (the -wal)
+        # writes page 1 before the pages that lengthen the file.
+        busy = os.stat(f"{path}-wal").st_size > 0 or os.path.exists(f"{path}-journal")
+    except OSError:
+        busy = os.path.exists(f"{path}-journal")
+    if not busy and pages and head[24:28] == head[92:96] and size < pages * page:
+        return f"truncated: its header counts {pages} pages, the file holds {size // page}"
+    return None
+
+
+def check_writable(path: Path) -> None:
+    """A :class:`StorageError` when the record at *path* cannot be written: the file or its
+    directory (or, before there is one, the nearest directory that exists) is read-only —
+    an archive, a snapshot, a read-only mount."""
+    if path.exists():
+        writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+    else:
+        where = next((d for d in path.parents if d.exists()), None)
+        writable = where is None or os.access(where, os.W_OK | os.X_OK)
+    if not writable:
+        raise StorageError(
+            f"{path}: the record is read-only (an archive, a snapshot, a read-only mount?):"
+            " `dse run` writes to it; `dse status`, `report`, `show` and `export` read it"
+            " as it is")
+
+
+def _open(path: Path, *, durable: bool, say: Callable[[str], None] | None
+          ) -> tuple[_Connection, str, str]:
+    """The record at *path* opened for writing, made or migrated, with its journal mode and
+    ``synchronous`` setting; a damaged file refused before anything is written."""
+    check_writable(path)
+    problem = header_damage(path)
+    if problem is not None:
+        raise damaged(path, problem)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existing = path.is_file() and path.stat().st_size > 0
+        wanted = _journal_mode(path)
+        db = _connect(path, path, say)
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"{path}: cannot open the record ({exc})") from None
+    try:
+        if existing:
+            _quick_check(db, path)
+        try:
+            # One try (no wait): leaving WAL needs the file to itself, and another
+            # connection that has it open keeps it in WAL.
+            row = sqlite3.Connection.execute(db, f"PRAGMA journal_mode={wanted}").fetchone()
+        except sqlite3.OperationalError:
+            row = db.execute("PRAGMA journal_mode").fetchone()
+        sync = "FULL" if durable else "OFF"
+        db.execute(f"PRAGMA synchronous={sync}")
+        with _writing(path):
+            _bring_up_to_date(db, path)
+    except BaseException as exc:
+        # A transaction left open would hold the record's write lock for this process's
+        # life (a Python API caller that catches the error goes on).
+        db.close()
+        if isinstance(exc, sqlite3.DatabaseError):
+            raise StoreError(f"{path}: not a dse record ({exc})") from None
+        raise
+    return db, str(row[0]).lower(), sync
+
+
+def _quick_check(db: _Connection, path: Path) -> None:
+    """SQLite's ``quick_check`` of every page (about 0.2 s for 50 MB; not the indexes'
+    contents, which ``dse doctor`` checks): a damaged record is refused before a write."""
+    found = [str(r[0]) for r in db.execute("PRAGMA quick_check(3)").fetchall()]
+    if found != ["ok"]:
+        raise damaged(path, "; ".join(found))
+
+
+def _open_read_only(path: Path, say: Callable[[str], None] | None) -> _Connection | None:
+    """The record at *path* opened read only (``mode=ro``; where SQLite cannot make the
+    ``-wal`` and ``-shm`` beside it, ``immutable=1``, said), writing nothing: no journal
+    mode, no migration. ``None`` when the record is of an older schema and can be written:
+    it is then opened for writing and migrated, as before."""
+    problem = header_damage(path)
+    if problem is not None:
+        raise damaged(path, problem)
+    uri = "file:" + urllib.parse.quote(str(path.resolve()))
+    db = _connect(f"{uri}?mode=ro", path, say, uri=True)
+    try:
+        try:
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF not in _UNWRITABLE_DIR:
+                raise
+            db.close()
+            db = _connect(f"{uri}?mode=ro&immutable=1", path, say, uri=True)
+            if say is not None:
+                say(_immutable_note(path))
+        found = _schema_version(db)
+        if found is None:
+            raise StoreError(f"{path}: not a dse record (it holds no dse schema)")
+        if found != str(SCHEMA_VERSION) and found.isdigit() and int(found) in _MIGRATIONS:
+            db.close()
+            if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+                return None
+            raise StoreError(
+                f"{path}: schema version {found}, this dse reads {SCHEMA_VERSION}, and the"
+                " record is read-only: it cannot be migrated here (read a writable copy)")
+        if found != str(SCHEMA_VERSION):
+            raise StoreError(f"{path}: schema version {found}, this dse reads {SCHEMA_VERSION}")
+    except BaseException as exc:
+        db.close()
+        if isinstance(exc, sqlite3.DatabaseError):
+            raise StoreError(f"{path}: not a dse record ({exc})") from None
+        raise
+    return db
+
+
+def _immutable_note(path: Path) -> str:
+    """What reading *path* as an immutable file means."""
+    note = (f"{path}: read-only workspace: read as a snapshot (SQLite cannot make its -wal"
+            f" and -shm files in {path.parent}); if anything writes the record meanwhile,"
+            " what is shown may be stale")
+    try:
+        wal = os.stat(f"{path}-wal").st_size
+    except OSError:
+        wal = 0
+    if wal:
+        note += (f", and the {wal} bytes of its -wal file (the latest passes, not yet in"
+                 " the file) are not read")
+    return note
+
+
 class Store(_Stops):
     """The SQLite record of a workspace (``<workspace>/dse.sqlite``).
 
@@ -1771,51 +2095,38 @@ class Store(_Stops):
     (a rollback journal) on a network file system or when ``DSE_SQLITE_JOURNAL`` says so.
     """
 
-    def __init__(self, path: str | Path, *, durable: bool = True, connect: bool = True) -> None:
+    def __init__(self, path: str | Path, *, durable: bool = True, connect: bool = True,
+                 read_only: bool = False, say: Callable[[str], None] | None = None) -> None:
         """:param connect: open (and create) the file now; with false, nothing is touched
-        until :meth:`connect` (a campaign refused before it runs writes nothing)."""
+        until :meth:`connect` (a campaign refused before it runs writes nothing).
+        :param read_only: open an existing record as it is and write nothing (see
+        :func:`open_existing`).
+        :param say: prints a line: that the record is busy (held by another process) and
+        who holds it, that it is free again, that it is read as a snapshot."""
         self.path = Path(path)
+        self._root = self.path.parent.resolve()
         self.durable = durable
+        self.read_only = read_only
+        self.say = say
         if connect:
             self.connect()
 
     def connect(self) -> None:
-        """Open the record, creating the file and its schema if need be."""
-        durable = self.durable
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            wanted = _journal_mode(self.path)
-            self._db = sqlite3.connect(self.path, isolation_level=None,
-                                       timeout=BUSY_TIMEOUT_S)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"{self.path}: cannot open the record ({exc})") from None
-        db = self._db
-        try:
-            try:
-                row = db.execute(f"PRAGMA journal_mode={wanted}").fetchone()
-            except sqlite3.OperationalError:
-                # Leaving WAL needs the file to itself; another connection has it open.
-                row = db.execute("PRAGMA journal_mode").fetchone()
-            self.journal_mode: str = str(row[0]).lower()
-            self._sync = "FULL" if durable else "OFF"
-            db.execute(f"PRAGMA synchronous={self._sync}")
-            self._init_schema()
-        except BaseException as exc:
-            # A transaction left open would hold the record's write lock for this process's
-            # life (a Python API caller that catches the error goes on).
-            db.close()
-            if isinstance(exc, sqlite3.DatabaseError):
-                raise StoreError(f"{self.path}: not a dse record ({exc})") from None
-            raise
+        """Open the record, creating the file and its schema if need be (read only: as it
+        is); a damaged one is a :class:`DamagedRecordError`, before anything is written."""
+        db = _open_read_only(self.path, self.say) if self.read_only else None
+        if db is None:
+            db, self.journal_mode, self._sync = _open(self.path, durable=self.durable,
+                                                      say=self.say)
+        else:
+            self.journal_mode = str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            self._sync = "OFF"
+        self._db = db
         # Ids are handed out from blocks the record reserved for this Store: [next, end).
         self._next_trial = self._end_trial = self._next_attempt = self._end_attempt = 0
         self._blocks = {"trials": _FIRST_BLOCK, "attempts": _FIRST_BLOCK}
         self._claiming = False
         """Whether this Store claimed configs (its trials' ends then release them)."""
-
-    @_writes
-    def _init_schema(self) -> None:
-        _bring_up_to_date(self._db, self.path)
 
     def _max_id(self, table: str) -> int:
         row = self._db.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}").fetchone()
@@ -1933,6 +2244,7 @@ class Store(_Stops):
                 (_INSERT_DECISION, batch._decisions),
                 (_INSERT_AGENT_CALL, batch._agent_log),
                 (_END_CAMPAIGN, batch._campaign_updates),
+                ("UPDATE campaigns SET run_s=? WHERE id=?", batch._run_times),
             ):
                 if sql is _INSERT_AGENT_CALL and batch._agent_snapshots:
                     # Rows get ids one past the largest, in order: the k-th of this batch's
@@ -2054,6 +2366,21 @@ class Store(_Stops):
             return [], [int(r[0]) for r in rows]
         raise ValueError(f"unknown invalidation kind {kind!r}")
 
+    def run_controllers(self, name: str) -> list[tuple[int, dict[str, Any]]]:
+        """The runs of campaign *name* left ``running``, each with the controller the record
+        says drives it (the latest ``controller`` event: host, pid, its start): a run's
+        ownership that a deleted lock file does not erase."""
+        out = []
+        for run, data in self._rows(
+            "SELECT c.id, (SELECT e.data FROM events e WHERE e.campaign_id = c.id AND"
+            " e.kind = 'controller' ORDER BY e.id DESC LIMIT 1) FROM campaigns c"
+            " WHERE c.name = ? AND c.status = 'running'", (name,),
+        ):
+            owner = _loads(data) if data else None
+            if isinstance(owner, dict):
+                out.append((int(run), owner))
+        return out
+
     @_writes
     def reopen_campaign(self, campaign_id: int) -> None:
         """Mark a run as running again (it is being resumed)."""
@@ -2098,7 +2425,7 @@ class Store(_Stops):
                     f" {REUSABLE_ROW}{own} ORDER BY id DESC",
                     chunk if reuse else [*chunk, run],
                 ):
-                    out[found[5]] = Claim(found[0], mine=False, result=_trial(found))
+                    out[found[5]] = Claim(found[0], mine=False, result=_trial(found, self._root))
             free = [d for d in digests if d not in out]
             held: dict[str, tuple[Any, ...]] = {}
             for chunk in _chunks(free):
@@ -2184,7 +2511,7 @@ def _selected(db: sqlite3.Connection, select: TrialSelection) -> list[int]:
             args.append(select.failed)
     if select.run is not None:
         where.append("campaign_id = ?")
-        args.append(select.run)
+        args.append(select.run if is_int64(select.run) else -1)  # past 64 bits: no run's id
     if select.campaign is not None:
         where.append("campaign_id IN (SELECT id FROM campaigns WHERE name = ?)")
         args.append(select.campaign)
@@ -2204,11 +2531,37 @@ def workspace_db(workspace: str | Path) -> Path:
     return Path(workspace) / DB_NAME
 
 
-def open_existing(workspace: str | Path) -> Store:
-    """Open the record of an existing workspace (for reading commands)."""
+_REBUILD = (*_BACKFILL_11, *_BACKFILL_12, *_BACKFILL_15)
+"""Every summary SQLite keeps as rows are written, built again from the rows (a summary of a
+new schema adds its backfill here)."""
+
+
+@_writes
+def rebuild_summaries(store: Store) -> None:
+    """Build the summaries (``run_tallies``, ``run_totals``, ``stop_totals``) of *store*
+    again from its rows, in one transaction: ``dse doctor --salvage`` keeps the rows of a
+    damaged record that read, and its summaries counted the rows that did not too."""
+    db = store._db
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _REBUILD:
+            db.execute(statement)
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def open_existing(workspace: str | Path, *, write: bool = False,
+                  say: Callable[[str], None] | None = None) -> Store:
+    """Open the record of an existing workspace: read only (the reading commands: nothing is
+    written, a read-only workspace is read), or with *write* (``dse invalidate``). *say*:
+    see :class:`Store`."""
     path = workspace_db(workspace)
     if not path.is_file():
         raise StoreError(f"{path}: no dse record here (run `dse run CAMPAIGN.toml` first)")
     if not os.access(path, os.R_OK):
         raise StoreError(f"{path}: not readable")
-    return Store(path)
+    if path.stat().st_size == 0:
+        raise StoreError(f"{path}: the record is empty (0 bytes): no run is recorded in it")
+    return Store(path, read_only=not write, say=say)

@@ -179,6 +179,13 @@ class Console:
         with self.above_progress():
             self.err.print(Text(f"dse: error: {message}", style="bold red"))
 
+    def warning(self, message: str) -> None:
+        """``dse: warning: MESSAGE`` on stderr (above the progress line, if one stands)."""
+        from rich.text import Text
+
+        with self.above_progress():
+            self.err.print(Text(f"dse: warning: {message}", style="bold yellow"))
+
     def result(self, text: str) -> None:
         self._line("out", text)
 

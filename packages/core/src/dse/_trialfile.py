@@ -143,14 +143,34 @@ def move_aside(path: Path) -> Path:
 
     :raises FileNotFoundError: *path* does not exist.
     """
-    os.lstat(path)
+    parent = os.open(path.parent, _DIR_FLAGS)
+    try:
+        return path.with_name(move_aside_at(parent, path.name))
+    finally:
+        os.close(parent)
+
+
+def move_aside_at(dir_fd: int, name: str) -> str:
+    """:func:`move_aside` of the entry *name* of the open directory *dir_fd*; its new name.
+
+    :raises FileNotFoundError: there is no entry *name*.
+    """
+    os.lstat(name, dir_fd=dir_fd)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    target, n = path.with_name(f"{path.name}.moved-{stamp}"), 1
-    while os.path.lexists(target):
+    target, n = f"{name}.moved-{stamp}", 1
+    while _exists_at(dir_fd, target):
         n += 1
-        target = path.with_name(f"{path.name}.moved-{stamp}-{n}")
-    os.rename(path, target)
+        target = f"{name}.moved-{stamp}-{n}"
+    os.rename(name, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     return target
+
+
+def _exists_at(dir_fd: int, name: str) -> bool:
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _open_directory(directory: Path, name: str) -> int:

@@ -8,10 +8,10 @@ re-exported here.
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dse._numbers import finite_float
 from dse._states import (
     RESOLVED_SCORER,
     REUSED_FAILURES,
@@ -189,6 +189,13 @@ class JobStatus:
     """What the backend's accounting charged the attempt, when it keeps one: ``elapsed_s``,
     ``cpus``, ``gpus``, ``nodes``, ``mem_mb``, ``billing`` (Slurm's AllocTRES and ElapsedRaw).
     Recorded with the attempt as the input of the budget ledger."""
+    elapsed_s: float | None = None
+    """How long the attempt ran, measured in the controller on its monotonic clock
+    (:meth:`~dse.Clock.monotonic`) from before it started to when the backend saw it end:
+    what the budget charges when the backend sets it (else ``ended_at - started_at``; an
+    accounting's ``usage`` comes first). A process of the attempt that stamps its own times
+    (a wrapper) cannot answer when it is stopped, and a wall clock steps: this figure is
+    the controller's own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,14 +339,3 @@ class Decision:
     """One line saying why (``"0.41 is not in the best 1/3 of 7 trials at step 9"``)."""
     bracket: int | None = None
     """The bracket the trial belongs to (Hyperband), ``None`` for a rule without brackets."""
-
-
-def finite_float(value: Any) -> float | None:
-    """*value* as a finite float, or ``None`` when it is not a finite number."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        result = float(value)
-    except OverflowError:  # an integer too large for a float
-        return None
-    return result if math.isfinite(result) else None

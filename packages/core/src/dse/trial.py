@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse._errors import DseError
+from dse._numbers import INT64_MAX, is_int64
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -335,12 +336,13 @@ def report_progress(step: int, metrics: Mapping[str, float]) -> Path:
     Returns the file's path. On a task other than the first (:func:`rank` > 0) nothing is
     written, as for :func:`report`.
 
-    :raises ValueError: *step* is not a whole number of at least 0.
+    :raises ValueError: *step* is not a whole number from 0 to 2**63 - 1 (what the record
+        keeps).
     :raises TypeError: a value cannot be written as JSON (nothing is written then).
     """
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"dse.trial.report_progress(): step must be a whole number >= 0,"
-                         f" not {step!r}")
+    if not is_int64(step) or step < 0:
+        raise ValueError(f"dse.trial.report_progress(): step must be a whole number from 0 to"
+                         f" {INT64_MAX}, not {step!r:.40}")
     target = trial_dir() / PROGRESS_FILE
     line = json.dumps({"step": step, "metrics": dict(metrics), "attempt": attempt(),
                        "at": time.time()}, allow_nan=True, default=_plain) + "\n"

@@ -68,11 +68,14 @@ class ScriptedAgent:
 
 
 class FakeClock:
-    """A clock for tests: :meth:`sleep` advances the time instead of waiting."""
+    """A clock for tests: :meth:`sleep` advances the time instead of waiting, and
+    :meth:`step` moves its wall clock alone, as NTP or a suspended laptop moves a real one."""
 
     def __init__(self, start: float = 1_000_000.0) -> None:
         self.now = start
-        """The time it reads (seconds; set it to jump)."""
+        """The wall-clock time it reads (seconds; set it, or :meth:`step` it, to jump)."""
+        self.mono = 0.0
+        """The monotonic time it reads (seconds): moved by :meth:`sleep` alone."""
         self.slept = 0.0
         """Seconds it was asked to sleep in all."""
 
@@ -80,8 +83,19 @@ class FakeClock:
         """:attr:`now`."""
         return self.now
 
+    def monotonic(self) -> float:
+        """:attr:`mono`."""
+        return self.mono
+
     def sleep(self, seconds: float) -> None:
-        """Advance :attr:`now` by *seconds* (nothing for zero or less), at once."""
+        """Advance :attr:`now` and :attr:`mono` by *seconds* (nothing for zero or less), at
+        once."""
         if seconds > 0:
             self.now += seconds
+            self.mono += seconds
             self.slept += seconds
+
+    def step(self, seconds: float) -> None:
+        """Step the wall clock by *seconds* (forward, or back when negative) and nothing
+        else: no time passes, so no duration and no deadline measured by dse may move."""
+        self.now += seconds
