@@ -305,3 +305,27 @@ def test_dse_s_own_cancels_before_a_restart_are_not_taken_for_someone_else_s(
     statuses = record(root, "SELECT number, status FROM trials ORDER BY number")
     assert statuses == [(1, "completed"), (2, "completed"), (3, "completed")], statuses
 
+
+
+def test_a_config_a_killed_controller_s_orphan_runs_is_not_run_beside_it(
+        tmp_path: Path) -> None:
+    root = project(tmp_path, {"a": campaign("a", [1, 2]), "b": campaign("b", [1])})
+    first = start_dse(root, "run", "a.toml")
+    wait_until(lambda: len(started(root)) == 2, 120, "two trials started",
+               seen=lambda: str(events(root)))
+    kill_controller(first)
+    other = start_dse(root, "run", "b.toml")
+    # Campaign b's trial of x = 1 is recorded as soon as its controller decided: it waits on
+    # the orphan of a that still runs it, rather than running it beside it.
+    waiting = wait_until(lambda: record(
+        root, "SELECT t.status, t.cache_of FROM trials t JOIN campaigns c"
+        " ON c.id = t.campaign_id WHERE c.name = 'b'"), 120, "b's trial recorded")
+    assert waiting[0][1] is not None, waiting
+    assert started(root)[1] == 1, events(root)
+    (root / "hold").unlink()  # the orphans end; a's controller never records them
+    _, err = other.communicate(timeout=240)
+    assert other.returncode == 0, err
+    # Once the orphan is gone, b runs x = 1 itself: twice in all, never at once.
+    assert started(root) == {1: 2, 2: 1}, events(root)
+    runs = sorted((t, what) for what, x, t, _ in events(root) if x == 1)
+    assert [what for _, what in runs] == ["start", "end", "start", "end"], runs

@@ -159,6 +159,21 @@ def watch(job: Job, pid: int, ticks: int) -> None:
         job.gone = True
 
 
+def orphan_runs(attempt_path: Path) -> bool:
+    """Whether the wrapper of the attempt in *attempt_path* still runs: the session leader
+    working there (its pid file is the trial's to rewrite, so it is only a hint)."""
+    try:
+        fd = open_attempt_dir(str(attempt_path))
+    except OSError:
+        return False  # never started, or not there
+    try:
+        here = os.fstat(fd)
+        hint = pid_hint(read_small(PID_FILE, dir_fd=fd))
+    finally:
+        os.close(fd)
+    return find_wrapper((here.st_dev, here.st_ino), hint) is not None
+
+
 def reattach(job: Job) -> int | None:
     """Find the wrapper of *job* again (a controller that restarted) and watch it; return its
     start ticks while it runs, ``None`` when it is gone or never started (the next poll

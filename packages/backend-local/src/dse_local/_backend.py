@@ -40,6 +40,7 @@ from dse_local._attempt import (
     gone,
     measured,
     next_due,
+    orphan_runs,
     reattach,
     watch,
     wrapper_request,
@@ -50,6 +51,7 @@ from dse_local._server import WrapperServer, compile_wrapper
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from pathlib import Path
 
 log = logging.getLogger("dse.local")
 
@@ -164,6 +166,9 @@ class LocalBackend(Backend):
 
     def job_id_for(self, job: JobSpec) -> str | None:
         return f"{job.trial_id}.{job.attempt}"
+
+    def still_running(self, job_id: str | None, trial_dir: Path, attempt: int) -> bool:
+        return orphan_runs(trial_dir / f"attempt-{attempt}")
 
     def refuse(self, resources: Resources) -> str | None:
         refused = super().refuse(resources)

@@ -22,6 +22,7 @@ from dse._types import JobSpec, JobState, JobStatus, Resources
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from pathlib import Path
     from types import TracebackType
 
 log = logging.getLogger("dse.backend")
@@ -149,6 +150,15 @@ class Backend(ABC):
         (``(2, "2 CPUs, 1 per trial")``); ``None`` (the default): no fixed limit. A campaign
         whose ``max_parallelism`` is larger is told, once, that it runs this many at a time."""
         return None
+
+    def still_running(self, job_id: str | None, trial_dir: Path, attempt: int) -> bool:
+        """Whether attempt *attempt* (job *job_id*, when it was recorded) of the trial in
+        *trial_dir*, started by a controller that is gone (killed), still runs on this
+        backend: its orphan. Another campaign's
+        controller asks before it takes over the configuration that trial claimed, and waits
+        for the orphan to end rather than run the configuration beside it. ``False`` (the
+        default): cannot tell, the claim is taken over at once."""
+        return False
 
     def placement(self) -> Mapping[str, Any]:
         """The options that change what a result on this backend means (a partition, a node

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dse._backend import Backend
 from dse._live import LiveTrial
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from dse._live import TrialTable
+    from dse._protocols import Runner
     from dse._records import Claim, Trial
-    from dse._store import Batch, Store
+    from dse._store import Batch, Orphan, Store
 
 
 def of_record(row: Trial) -> LiveTrial:
@@ -47,6 +49,14 @@ class Claims:
         self.run = 0
         """The run's id: its own results are reused even when :attr:`reuse` is off (the
         table forgets ended trials once the record holds them)."""
+        self.orphan: Orphan | None = None
+        """Whether an attempt a gone controller started still runs (the backend's
+        :meth:`dse.Backend.still_running`): its claim is then still waited on."""
+
+    def use_runner(self, runner: Runner) -> None:
+        """Ask *runner* whether a gone controller's attempts still run (a :class:`Backend`
+        can tell; another runner cannot, and such claims are taken over at once)."""
+        self.orphan = runner.still_running if isinstance(runner, Backend) else None
 
     def claim(self, digests: Iterable[str], now: float) -> None:
         """Claim the configs *digests* (proposals about to become trials) in one transaction,
@@ -54,7 +64,8 @@ class Claims:
         wanted = {d: self._store.new_trial_id() for d in digests if d not in self._pending}
         if wanted:
             for digest, claim in self._store.claim(wanted, self._campaign, now,
-                                                   reuse=self.reuse, run=self.run).items():
+                                                   reuse=self.reuse, run=self.run,
+                                                   orphan=self.orphan).items():
                 self._pending[digest] = (wanted[digest], claim)
 
     def settle(self, digest: str, now: float) -> tuple[int, LiveTrial | None]:
@@ -112,7 +123,8 @@ class Claims:
             digest: other.waiters[0].row_id if other.waiters else self._store.new_trial_id()
             for digest, other in self._table.remote.items()
         }
-        return self._store.claim(wanted, self._campaign, now, reuse=self.reuse, run=self.run)
+        return self._store.claim(wanted, self._campaign, now, reuse=self.reuse, run=self.run,
+                                 orphan=self.orphan)
 
     def reset(self, now: float, run: int) -> None:
         """Run *run* (re)starts: the claims its campaign left are dropped, and its live

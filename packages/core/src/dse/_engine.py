@@ -191,6 +191,7 @@ class Engine:
             environment=self.environment, watch=watch_for(campaign), end=self.end,
             claims=Claims(self.store, self.table, campaign.name), backend=self.backend.name,
         ))
+        self.dispatcher.parts.claims.use_runner(self.backend)
         self.waits = Waits(self.dispatcher)
         self.interruptions = Interruptions(self.dispatcher, policy)
         self.collector = Collector(
@@ -225,6 +226,7 @@ class Engine:
         """Run trials on *runner* from now on (a pool's share of the backend it holds)."""
         self.backend = runner
         self.collector.use_runner(runner)
+        self.dispatcher.parts.claims.use_runner(runner)
 
     def request_stop(self, reason: str = "cancelled") -> None:
         """Stop the campaign: no new trials; running trials are cancelled and recorded."""

@@ -577,6 +577,10 @@ class _Share(Backend):
     def job_id_for(self, job: JobSpec) -> str | None:
         return self._real.job_id_for(job)
 
+    def still_running(self, job_id: str | None, trial_dir: Path, attempt: int) -> bool:
+        real = self._real
+        return isinstance(real, Backend) and real.still_running(job_id, trial_dir, attempt)
+
     def use_clock(self, clock: Clock) -> None:
         self._real.use_clock(clock)
 

@@ -31,7 +31,7 @@ import sqlite3
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 from dse._busy import BusyWait
 from dse._errors import ConfigError, DamagedRecordError, StorageError, StoreError
@@ -59,6 +59,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 _T = TypeVar("_T")
+if TYPE_CHECKING:
+    Orphan: TypeAlias = Callable[[str | None, Path, int], bool]
+    """Whether an attempt (job id, trial directory, attempt number) a gone controller
+    started still runs: :meth:`dse.Backend.still_running`."""
 
 SCHEMA_VERSION = 17
 TRY_S = 0.5
@@ -2396,7 +2400,8 @@ class Store(_Stops):
     # -- configurations shared with other controllers --------------------------------------
 
     def claim(self, wanted: Mapping[str, int], campaign: str, now: float, *,
-              reuse: bool = True, run: int | None = None) -> dict[str, Claim]:
+              reuse: bool = True, run: int | None = None,
+              orphan: Orphan | None = None) -> dict[str, Claim]:
         """Claim each config hash of *wanted* for the trial row it maps to, on behalf of
         *campaign*, in one short transaction; what the record says of each.
 
@@ -2407,7 +2412,10 @@ class Store(_Stops):
         names that trial, to wait on. Otherwise the claim is this one's — taken over from a
         controller that is gone, from a trial whose result has been invalidated, or from a trial
         of *campaign* itself (whose own table knows better: that trial has ended) — until the
-        transaction that records the trial's end (or :meth:`Batch.release_claim`).
+        transaction that records the trial's end (or :meth:`Batch.release_claim`). A claim of
+        a controller that is gone is still waited on while *orphan* says its trial's last
+        attempt runs on (``orphan(job_id, trial_dir, attempt)``:
+        :meth:`dse.Backend.still_running`).
         """
         # Only a run claims: the commands that read the record never import the lock module.
         from dse._lock import lock_held
@@ -2431,22 +2439,34 @@ class Store(_Stops):
             for chunk in _chunks(free):
                 marks = ",".join("?" * len(chunk))
                 held.update((r[0], r[1:]) for r in db.execute(
-                    "SELECT c.config_hash, c.trial_id, c.campaign, t.invalidation FROM claims c"
-                    f" LEFT JOIN trials t ON t.id = c.trial_id WHERE c.config_hash IN ({marks})",
-                    chunk,
+                    "SELECT c.config_hash, c.trial_id, c.campaign, t.invalidation, a.job_id,"
+                    " t.trial_dir, a.attempt FROM claims c LEFT JOIN trials t ON t.id ="
+                    " c.trial_id LEFT JOIN attempts a ON a.id = (SELECT MAX(id) FROM attempts"
+                    " WHERE trial_id = c.trial_id)"
+                    f" WHERE c.config_hash IN ({marks})", chunk,
                 ))
             alive: dict[str, bool] = {campaign: False}  # our own claims: our table knows
             for digest in free:
                 row, other = wanted[digest], held.get(digest)
                 if other is not None and other[1] not in alive:
                     alive[other[1]] = lock_held(self.path.parent, other[1])
-                if other is not None and other[0] != row and other[2] is None and alive[other[1]]:
+                if (other is not None and other[0] != row and other[2] is None
+                        and (alive[other[1]] or (other[1] != campaign
+                                                 and self._orphan(orphan, *other[3:])))):
                     out[digest] = Claim(int(other[0]), mine=False)
                     continue
                 out[digest] = Claim(row, mine=True)
             db.executemany(_CLAIM, [(d, wanted[d], campaign, now)
                                     for d in free if out[d].mine])
         return out
+
+    def _orphan(self, orphan: Orphan | None, job_id: str | None, trial_dir: str | None,
+                attempt: int | None) -> bool:
+        """Whether the last attempt of a gone controller's trial still runs (*orphan*
+        asked)."""
+        path = _absolute(trial_dir, self._root)
+        return bool(orphan and path and attempt
+                    and orphan(job_id, Path(path), int(attempt)))
 
     def reset_claims(self, campaign: str, live: Mapping[str, int], now: float) -> None:
         """Drop every claim of *campaign* (its controller, this one, holds its lock: they are
