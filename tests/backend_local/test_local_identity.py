@@ -304,3 +304,21 @@ def test_the_identity_table_is_the_code_both_ways(tmp_path: Path) -> None:
     assert str(identity["dependencies"]).startswith("sha256:")
     assert str(identity["code_version"]).startswith("files:")
     assert os.path.isfile(str(campaign.environment.dependencies.program))  # type: ignore[union-attr]
+
+
+def test_failures_of_a_wrong_workdir_are_not_reused_once_it_is_fixed(tmp_path: Path) -> None:
+    write_plugin(tmp_path)
+    (tmp_path / "right").mkdir()
+    (tmp_path / "wrong").mkdir()
+    (tmp_path / "right" / "trial.py").write_text(TRIAL.format(imports="", loss="x * 1.0"))
+    text = CAMPAIGN.format(command=f'"{sys.executable}", "trial.py"')
+    campaign = tmp_path / "c.toml"
+    campaign.write_text(text.replace("time_limit", 'workdir = "wrong"\ntime_limit'))
+    failed = run_dse(tmp_path, "run", "c.toml", timeout=120)  # no trial.py there: exit 2 each
+    assert failed.returncode == 4, failed.stderr
+    assert last_run(tmp_path)["failed"] == 3, failed.stderr
+    campaign.write_text(text.replace("time_limit", 'workdir = "right"\ntime_limit'))
+    fixed = run_dse(tmp_path, "run", "c.toml", timeout=120)
+    assert fixed.returncode == 0, fixed.stderr
+    assert last_run(tmp_path) == {"completed": 3}, fixed.stderr
+    assert sorted((tmp_path / "right" / "runs.log").read_text().split()) == ["1", "2", "3"]
