@@ -12,27 +12,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from support.cli import dse_env, run_dse, write_plugin
+from support.probe import probe_campaign
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-CAMPAIGN = """
-[campaign]
-name = "demo"
-agent = "list"
-backend = "probe"
-max_parallelism = 2
-poll_interval = "1ms"
-
-[agent.list]
-points = [{x = 1}, {x = 2}, {x = 3}]
-
-[[objectives]]
-metric = "value"
-
-[space]
-x = { type = "int", low = 0, high = 10 }
-"""
+CAMPAIGN = probe_campaign(results=False)
 
 ENGINE = frozenset({"dse._engine", "dse._pool", "dse._scheduler", "dse._build", "dse._dispatch",
                     "dse._collect", "dse._results", "dse._resume", "dse._console"})

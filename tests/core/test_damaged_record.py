@@ -23,30 +23,12 @@ import pytest
 import dse
 from dse._store import Batch
 from support.cli import run_dse, write_plugin
+from support.probe import probe_campaign
 
 if TYPE_CHECKING:
     import subprocess
 
-CAMPAIGN = """
-[campaign]
-name = "demo"
-agent = "list"
-backend = "probe"
-max_parallelism = 2
-poll_interval = "1ms"
-
-[backend.probe]
-write_results = true
-
-[agent.list]
-points = [{x = 1}, {x = 2}, {x = 3}]
-
-[[objectives]]
-metric = "value"
-
-[space]
-x = { type = "int", low = 0, high = 100000 }
-"""
+CAMPAIGN = probe_campaign(high=100000)
 
 MORE = 3000
 """Trials added to the run, so that the trials table spans many pages."""

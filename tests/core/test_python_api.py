@@ -15,31 +15,13 @@ import pytest
 
 import dse
 from support.cli import write_plugin
+from support.probe import probe_campaign
 from support.show import ran, show_json
 
 CAMPAIGN: dict[str, Any] = {"campaign": {"name": "refused"}, "space": {"x": [1, 2]},
                             "objectives": [{"metric": "loss"}]}
 
-PROBE_CAMPAIGN = """
-[campaign]
-name = "demo"
-agent = "list"
-backend = "probe"
-max_parallelism = 2
-poll_interval = "1ms"
-
-[backend.probe]
-write_results = true
-
-[agent.list]
-points = [{x = 1}, {x = 2}, {x = 3}, {x = 2}]
-
-[[objectives]]
-metric = "value"
-
-[space]
-x = { type = "int", low = 0, high = 10 }
-"""
+PROBE_CAMPAIGN = probe_campaign("{x = 1}, {x = 2}, {x = 3}, {x = 2}")
 
 
 def top_level(params: dict[str, Any]) -> float:

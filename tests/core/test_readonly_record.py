@@ -25,30 +25,12 @@ import pytest
 
 import dse
 from support.cli import dse_env, run_dse, write_plugin
+from support.probe import probe_campaign
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-CAMPAIGN = """
-[campaign]
-name = "demo"
-agent = "list"
-backend = "probe"
-max_parallelism = 2
-poll_interval = "1ms"
-
-[backend.probe]
-write_results = true
-
-[agent.list]
-points = [{x = 1}, {x = 2}, {x = 3}]
-
-[[objectives]]
-metric = "value"
-
-[space]
-x = { type = "int", low = 0, high = 10 }
-"""
+CAMPAIGN = probe_campaign()
 
 LOAD = "import dse; r = dse.load('.dse'); print(r.campaign, len(r.trials), r.best.number)"
 

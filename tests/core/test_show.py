@@ -13,6 +13,7 @@ import pytest
 
 import dse
 from support.cli import run_dse, write_plugin
+from support.probe import probe_campaign
 from support.show import (
     SECTIONS,
     assert_matches_record,
@@ -22,26 +23,7 @@ from support.show import (
     undocumented_keys,
 )
 
-PROBE_CAMPAIGN = """
-[campaign]
-name = "demo"
-agent = "list"
-backend = "probe"
-max_parallelism = 2
-poll_interval = "1ms"
-
-[backend.probe]
-write_results = true
-
-[agent.list]
-points = [{x = 1}, {x = 2}, {x = 3}, {x = 2}]
-
-[[objectives]]
-metric = "value"
-
-[space]
-x = { type = "int", low = 0, high = 10 }
-"""
+PROBE_CAMPAIGN = probe_campaign("{x = 1}, {x = 2}, {x = 3}, {x = 2}")
 
 
 @pytest.fixture
