@@ -16,15 +16,22 @@ if TYPE_CHECKING:
     from dse import JobSpec
 
 
-def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (tells a reused pid apart)."""
+def stat_fields(pid: int | str) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (``[0]`` the state, ``[1]``
+    the parent, ``[3]`` the session, ``[19]`` the start time in clock ticks since boot), or
+    ``None`` when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()
     except OSError:
         return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields[0] == b"Z":
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (tells a reused pid apart)."""
+    fields = stat_fields(pid)
+    if fields is None or fields[0] == b"Z":
         return None
     return int(fields[19])
 
@@ -60,13 +67,8 @@ def find_wrapper(here: tuple[int, int], hint: tuple[int, int] | None
 def is_wrapper(pid: int, here: tuple[int, int]) -> int | None:
     """The start ticks of *pid* if it is a live session leader working in the directory
     *here* (device, inode), else ``None``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields[0] in (b"Z", b"X") or int(fields[3]) != pid:
+    fields = stat_fields(pid)
+    if fields is None or fields[0] in (b"Z", b"X") or int(fields[3]) != pid:
         return None
     try:
         cwd = os.stat(f"/proc/{pid}/cwd")
@@ -120,13 +122,8 @@ def kill_session(sid: int, leader_ticks: int | None, sig: int = signal.SIGKILL, 
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if fields[0] in (b"Z", b"X"):
+        fields = stat_fields(name)
+        if fields is None or fields[0] in (b"Z", b"X"):
             continue  # ended (a zombie cannot run or write)
         pid = int(name)
         if pid == sid and (leader_ticks is None or int(fields[19]) != leader_ticks):
@@ -154,13 +151,9 @@ def kill_session(sid: int, leader_ticks: int | None, sig: int = signal.SIGKILL, 
 
 def stopped(pid: int, ticks: int | None) -> bool:
     """Whether the process *pid* (started at *ticks*) is stopped (SIGSTOP, a debugger)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return False
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return fields[0] in (b"T", b"t") and (ticks is None or int(fields[19]) == ticks)
+    fields = stat_fields(pid)
+    return (fields is not None and fields[0] in (b"T", b"t")
+            and (ticks is None or int(fields[19]) == ticks))
 
 
 def age(ticks: int) -> float:
