@@ -129,6 +129,9 @@ class UnshareBackend(Backend):
             return
         command = ["/bin/sh", "-c", _RECORD_EXIT, "dse-unshare", str(job.dir),
                    unshare, *UNSHARE_FLAGS, "--", *argv]
+        # Before it starts: a short job may end (its exit file written) before Popen returns
+        # here on a loaded machine, and it cannot end before it started.
+        started = time.time()
         try:
             job.dir.mkdir(parents=True, exist_ok=True)
             with (
@@ -143,7 +146,7 @@ class UnshareBackend(Backend):
             job.final = JobStatus(job_id, JobState.LAUNCH_ERROR, node=self._node,
                                   reason=f"{type(exc).__name__}: {exc}")
             return
-        job.pid, job.started_at = job.proc.pid, time.time()
+        job.pid, job.started_at = job.proc.pid, started
         job.ticks = _start_ticks(job.pid)
         with contextlib.suppress(OSError):  # only a controller restarted later needs it
             _write_atomic(job.dir / JOB_FILE, json.dumps(
@@ -191,6 +194,9 @@ class UnshareBackend(Backend):
         code_text = _read(job.dir / EXIT_FILE)
         code = int(code_text) if code_text is not None and code_text.isdigit() else None
         ended_at = _mtime(job.dir / EXIT_FILE)
+        if ended_at is not None and job.started_at is not None:
+            # A file's time is the kernel's coarse clock (up to a tick behind time.time()).
+            ended_at = max(ended_at, job.started_at)
         reason = None
         killed_by: int | None = None
         if stopped == "cancelled":
