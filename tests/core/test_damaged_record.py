@@ -245,3 +245,23 @@ def test_an_empty_record_is_read_as_no_record_and_run_as_a_new_one(
     assert "empty (0 bytes)" in doctor.stdout
     # docs/record.md, "The workspace": an empty file is a new record to `dse run`.
     assert run_dse(root, "run", "campaign.toml").returncode == 0
+
+
+def test_a_record_still_being_made_is_no_record_yet_and_a_foreign_file_is_not_one(
+    tmp_path: Path,
+) -> None:
+    # What a reading command meets while a `dse run` starting in the same moment has made
+    # the file but not yet its tables (seen in CI: `dse status` polled at that instant).
+    write_plugin(tmp_path)
+    (tmp_path / ".dse").mkdir()
+    db = sqlite3.connect(tmp_path / ".dse" / "dse.sqlite")
+    db.execute("PRAGMA journal_mode=WAL")
+    status = run_dse(tmp_path, "status", "--workspace", ".dse")
+    assert status.returncode == 2, status.stderr
+    assert "no dse record here yet" in status.stderr, status.stderr
+    db.execute("CREATE TABLE other (a)")
+    db.commit()
+    status = run_dse(tmp_path, "status", "--workspace", ".dse")
+    db.close()
+    assert status.returncode == 2, status.stderr
+    assert "not a dse record" in status.stderr, status.stderr

@@ -2058,6 +2058,10 @@ def _open_read_only(path: Path, say: Callable[[str], None] | None) -> _Connectio
             if say is not None:
                 say(_immutable_note(path))
         found = _schema_version(db)
+        if found is None and not db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall():
+            # A SQLite file with no table yet: a `dse run` starting now is making its record.
+            raise StoreError(f"{path}: no dse record here yet (no table in it: no run is"
+                             " recorded; a `dse run` starting now makes them)")
         if found is None:
             raise StoreError(f"{path}: not a dse record (it holds no dse schema)")
         if found != str(SCHEMA_VERSION) and found.isdigit() and int(found) in _MIGRATIONS:
