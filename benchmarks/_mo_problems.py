@@ -28,10 +28,10 @@ Evaluated = list[tuple[Params, Losses]]
 
 
 def _dse_hypervolume() -> Callable[[Sequence[Sequence[float]], Sequence[float]], float]:
-    # dse does not export its hypervolume (dse._pareto.hypervolume) yet, and benchmarks import
+    # dse does not export its hypervolume (dse.model._pareto.hypervolume) yet, and benchmarks import
     # only public names: it is reached here alone, by name, until `dse.hypervolume` exists.
     public = getattr(dse, "hypervolume", None)
-    return public or importlib.import_module("dse._pareto").hypervolume  # type: ignore[no-any-return]
+    return public or importlib.import_module("dse.model._pareto").hypervolume  # type: ignore[no-any-return]
 
 
 hypervolume = _dse_hypervolume()

@@ -47,7 +47,7 @@ What is measured (one process run; every method sees the same problems, budgets 
   simulation in the same virtual time.
 
 * **Score**: the hypervolume of every point a run evaluated (the front it would show a user),
-  computed by dse's own ``hypervolume`` (``dse._pareto``; pure Python, exact) for every
+  computed by dse's own ``hypervolume`` (``dse.model._pareto``; pure Python, exact) for every
   method, so all sides are measured by one function; it is checked against Optuna's
   ``optuna._hypervolume.compute_hypervolume`` on random point sets (2 and 3 objectives)
   before the runs. Each cell is the median over seeds (quartiles beside it) and that median

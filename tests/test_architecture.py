@@ -12,13 +12,13 @@ The checks read the four distributions' ``src/`` trees with :mod:`ast`; nothing 
   import of it in the ``__init__``), so a re-export is no false cycle through the package.
   An edge goes to the module named, not to its parent packages.
 * **Private names** — no ``from m import _x``; no ``m._x`` on an imported module (a private
-  *submodule* such as ``dse._types`` is a room of its package, not a private name); no
+  *submodule* such as ``dse.model._types`` is a room of its package, not a private name); no
   ``obj._x`` (nor ``getattr(obj, "_x")``) unless the accessing module defines ``_x`` itself
   (a def, a class, an assigned name or attribute, a ``__slots__`` entry, a dataclass field).
   Dunders are public protocol and never count. ``benchmarks/`` may import only public names
   (``dse``, ``dse.testing``, ``dse.trial``, ``dse_agents``...): no ``dse._x`` module.
 * **Sizes** — no class over 400 lines, no function over 80 (from ``def`` to its last line),
-  ``dse/_engine.py`` at most 700 lines.
+  ``dse/engine/_engine.py`` at most 700 lines.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ OURS = ("dse", "dse_agents", "dse_local", "dse_slurm")
 
 CLASS_MAX = 400
 FUNCTION_MAX = 80
-FILE_MAX = {"dse._engine": 700}
+FILE_MAX = {"dse.engine._engine": 700}
 
 
 # -- reading the sources --------------------------------------------------------------------
@@ -289,7 +289,8 @@ def _module_names(module: Module, modules: dict[str, Module]) -> dict[str, str]:
 
 
 def _dotted(node: ast.expr, bound: dict[str, str]) -> str | None:
-    """The module *node* names (``dse._engine`` for ``dse._engine`` after ``import dse``)."""
+    """The module *node* names (``dse.engine._engine`` for ``dse.engine._engine`` after ``import
+    dse``)."""
     if isinstance(node, ast.Name):
         return bound.get(node.id)
     if isinstance(node, ast.Attribute):
@@ -442,7 +443,7 @@ def test_no_class_function_or_engine_too_long() -> None:
 def test_the_checks_read_every_distribution() -> None:
     names = sources()
     assert {name.partition(".")[0] for name in names} == set(OURS)
-    assert "dse._engine" in names
+    assert "dse.engine._engine" in names
 
 
 # -- each check can fail --------------------------------------------------------------------
@@ -561,16 +562,16 @@ def test_benchmarks_may_not_import_private_modules_or_names(tmp_path: Path) -> N
     script.write_text(textwrap.dedent("""\
         import dse
         import dse.testing
-        import dse._engine
+        import dse.engine._engine
         from dse import Engine
-        from dse._store import Store
+        from dse.record._store import Store
         from dse.trial import checkpointed
         from dse_agents import _bayesian
         from _peers import helper
         """), encoding="utf-8")
     assert benchmark_imports([script]) == [
-        f"{script}:3: import dse._engine",
-        f"{script}:5: from dse._store import Store",
+        f"{script}:3: import dse.engine._engine",
+        f"{script}:5: from dse.record._store import Store",
         f"{script}:7: from dse_agents import _bayesian",
     ]
 

@@ -1,5 +1,5 @@
 """The Bayesian agent with several objectives (dse_agents._multi): the exact expected
-hypervolume improvement against hypervolumes computed by dse._pareto and by sampling, and the
+hypervolume improvement against hypervolumes computed by dse.model._pareto and by sampling, and the
 agent's search, batches, failures and snapshots in a Pareto campaign."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 import dse
 from dse import Direction, Objective, Observation, TrialStatus
-from dse._pareto import hypervolume
+from dse.model._pareto import hypervolume
 from dse_agents import BayesianAgent, RandomAgent
 from dse_agents._multi import box_decomposition, expected_improvement
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 import dse
-from dse._report import summarize
+from dse.report._report import summarize
 from support.cli import run_dse, write_plugin
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dse._export import TABLE_HEAD, TABLE_TAIL
+from dse.report._export import TABLE_HEAD, TABLE_TAIL
 from support.cli import run_dse, write_plugin
 
 CAMPAIGN = """\

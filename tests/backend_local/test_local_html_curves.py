@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from dse._curves import draw_curves
+from dse.report._curves import draw_curves
 from support.cli import run_dse, write_plugin
 from support.stopping import PLAIN_CAMPAIGN, build, curves_of, loss
 

@@ -1,7 +1,7 @@
 """The figures of `dse report --html` drawn with matplotlib (the report extra), on runs made up
 to reach their edges: time axes over a span of seconds to days, parallel coordinates of many
 params and many categories. What a figure says is read back as the page gets it
-(``dse._drawn.draw_png``): its axes' labels and drawn tick labels, every text's box, and the
+(``dse.report._drawn.draw_png``): its axes' labels and drawn tick labels, every text's box, and the
 pairs that overlap, a check shown here to catch an overlap when there is one. Beside the local
 backend's tests, which run with every package and extra installed."""
 
@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dse._drawn import draw_png
-from dse._palette import time_unit
-from dse._parallel import CATEGORIES_NAMED, draw_parameters
-from dse._plots import RunData, cost, timeline
+from dse.report._drawn import draw_png
+from dse.report._palette import time_unit
+from dse.report._parallel import CATEGORIES_NAMED, draw_parameters
+from dse.report._plots import RunData, cost, timeline
 
 if TYPE_CHECKING:
-    from dse._drawn import Drawn
+    from dse.report._drawn import Drawn
 
 
 def figure() -> Any:

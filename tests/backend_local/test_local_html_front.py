@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import dse
-from dse._frontplot import (
+from dse.report._frontplot import (
     FRONT_PLOTS,
     MEMBERS,
     OTHERS,
@@ -26,13 +26,13 @@ from dse._frontplot import (
     draw_hypervolume,
     staircase,
 )
-from dse._html import PLOTS, render_html, write_html_report
+from dse.report._html import PLOTS, render_html, write_html_report
 from support.pareto import THREE, campaign, fronts, run, script
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dse._front import Front
+    from dse.report._front import Front
 
 
 def by_gid(ax: Any, gid: str) -> list[tuple[float, ...]]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dse._cli import main
+from dse.cli._cli import main
 from support.browser import browser_page, figure_data
 from support.cli import run_dse, start_dse, wait_for_running, write_plugin
 

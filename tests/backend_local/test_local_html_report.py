@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dse._html import PLOTS
+from dse.report._html import PLOTS
 from support.browser import (
     browser_page,
     by_name,
@@ -177,7 +177,7 @@ def test_report_html_names_a_missing_run_in_one_line_and_goes_with_json(tmp_path
 def test_a_run_with_no_completed_trial_still_renders_every_plot(tmp_path: Path,
                                                                outcome: str) -> None:
     import dse
-    from dse._html import render_html
+    from dse.report._html import render_html
     from dse.testing import FakeClock, ProbeBackend, ScriptedAgent
 
     points = [] if outcome == "none" else [{"x": i, "outcome": "fail"} for i in range(3)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from dse._html import PLOTS
+from dse.report._html import PLOTS
 from support.browser import (
     browser_page,
     distinct_colours,
@@ -162,9 +162,9 @@ def test_parallel_coordinates_colour_by_rank_not_squeezed_by_outliers() -> None:
     from matplotlib.collections import LineCollection
     from matplotlib.figure import Figure
 
-    from dse._drawn import draw_png
-    from dse._parallel import draw_parameters
-    from dse._plots import RunData
+    from dse.report._drawn import draw_png
+    from dse.report._parallel import draw_parameters
+    from dse.report._plots import RunData
 
     space = [{"name": "a", "type": "int", "low": 0, "high": 99},
              {"name": "b", "choices": ["p", "q"]}]

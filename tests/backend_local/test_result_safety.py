@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import dse
-from dse._trialfile import MAX_TRIAL_FILE_BYTES
+from dse.model._trialfile import MAX_TRIAL_FILE_BYTES
 from dse_local import LocalBackend
 from support.cli import run_dse, write_plugin
 

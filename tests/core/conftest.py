@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pytest
 
 import dse
-from dse import _digests
+from dse.model import _digests
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 from support.record import record
 

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 import dse
-from dse._campaign import campaign_from_dict, load_campaign
-from dse._numbers import INT64_MAX, finite_float, is_int64, record_number
-from dse._progress import parse_progress, recorded_metrics
-from dse._space import Categorical, Space
-from dse._units import MAX_DURATION, parse_duration
+from dse.campaign._campaign import campaign_from_dict, load_campaign
+from dse.engine._progress import parse_progress, recorded_metrics
+from dse.model._numbers import INT64_MAX, finite_float, is_int64, record_number
+from dse.model._space import Categorical, Space
+from dse.model._units import MAX_DURATION, parse_duration
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 
 BIG = 10**400

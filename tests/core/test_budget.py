@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import dse
-from dse._budget import Budget, Ledger, Price, Spend, TrialCeilings, parse_budget
-from dse._report import summarize
+from dse.model._budget import Budget, Ledger, Price, Spend, TrialCeilings, parse_budget
+from dse.report._report import summarize
 from dse.testing import FakeClock, ProbeBackend, ProbeCluster, ProbeScript, ScriptedAgent
 
 if TYPE_CHECKING:

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 import dse
-from dse._budget import Budget, Earlier, Ledger, Price, Spend
-from dse._gate import BudgetGate
-from dse._render import outcome_lines
-from dse._report import run_detail
+from dse.engine._gate import BudgetGate
+from dse.model._budget import Budget, Earlier, Ledger, Price, Spend
+from dse.report._render import outcome_lines
+from dse.report._report import run_detail
 from dse.testing import FakeClock, ProbeBackend, ProbeCluster, ProbeScript, ScriptedAgent
 
 POLL = 1.0

@@ -6,7 +6,7 @@ start.
 
 Two layers check the same generated cases with the same :func:`check`:
 
-- the **gate layer** (10,000 cases) drives :class:`dse._gate.BudgetGate` through
+- the **gate layer** (10,000 cases) drives :class:`dse.engine._gate.BudgetGate` through
   :class:`GateModel`, a small model of how the engine uses it: about a millisecond a case;
 - the **engine layer** (a few hundred of those cases) runs each as a whole campaign through
   the engine on the timed probe, reads what it recorded from the store file, and checks that
@@ -50,8 +50,8 @@ import pytest
 
 import dse
 from dse import JobSpec, JobState, JobStatus
-from dse._budget import Budget, Ledger, Price, Spend, TrialCeilings
-from dse._gate import BudgetGate
+from dse.engine._gate import BudgetGate
+from dse.model._budget import Budget, Ledger, Price, Spend, TrialCeilings
 from dse.testing import FakeClock, ProbeBackend, ProbePoint, ProbeScript, ScriptedAgent
 
 LAYERS = {"gate": (4, 2_500), "engine": (2, 200), "stopping": (2, 60)}

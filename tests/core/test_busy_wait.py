@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import dse
-from dse import _busy
-from dse._errors import StorageError
-from dse._store import Batch
+from dse.model._errors import StorageError
+from dse.record import _busy
+from dse.record._store import Batch
 
 pytestmark = pytest.mark.skipif(not Path("/proc/locks").exists(),
                                 reason="needs Linux's /proc/locks")

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from dse import CommandEnvironment, ConfigError, ConstraintError, Direction, load_campaign
-from dse._campaignfile import campaign_place
-from dse._protocols import TrialInfo
+from dse.campaign._campaignfile import campaign_place
+from dse.plugins._protocols import TrialInfo
 
 GOOD = """
 [campaign]

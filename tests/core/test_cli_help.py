@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from dse import ConfigError, PluginError, PluginManager, did_you_mean, load_campaign
-from dse._argparse import DseParser
-from dse._campaignfile import apply_overrides
-from dse._cli import _parser
-from dse._completion import completion_script
-from dse._starter import write_starter
+from dse.campaign._campaignfile import apply_overrides
+from dse.cli._argparse import DseParser
+from dse.cli._cli import _parser
+from dse.cli._completion import completion_script
+from dse.cli._starter import write_starter
 from support.cli import dse_env, write_plugin
 
 

@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 CAMPAIGN = probe_campaign(results=False)
 
-ENGINE = frozenset({"dse._engine", "dse._pool", "dse._scheduler", "dse._build", "dse._dispatch",
-                    "dse._collect", "dse._results", "dse._resume", "dse._console"})
+ENGINE = frozenset({"dse.engine._engine", "dse.pool._pool", "dse.pool._scheduler",
+                    "dse.launch._build", "dse.engine._dispatch", "dse.engine._collect",
+                    "dse.engine._results", "dse.engine._resume", "dse.launch._console"})
 """The engine and its live view: `dse run`'s alone."""
 NUMERIC = frozenset({"numpy", "scipy"})
 
@@ -55,7 +56,7 @@ def imported(project: Path, *args: str) -> set[str]:
     assert proc.returncode == 0, proc.stderr
     names = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
              if line.startswith("import time:")}
-    assert "dse._cli" in names, proc.stderr[-500:]
+    assert "dse.cli._cli" in names, proc.stderr[-500:]
     return names
 
 
@@ -70,7 +71,8 @@ def test_reading_the_record_imports_no_engine_and_no_numpy(project: Path, comman
 @pytest.mark.parametrize("command", ["status", "status --json", "report", "report --json"])
 def test_status_and_report_read_summaries_not_trial_records(project: Path, command: str) -> None:
     names = imported(project, *READS[command])
-    assert not names & {"dse._show", "dse._export", "dse._environment", "dse._lock"}
+    assert not names & {"dse.report._show", "dse.report._export", "dse.plugins._environment",
+                        "dse.record._lock"}
 
 
 @pytest.mark.parametrize("command", [*READS, "plugins"])
@@ -85,29 +87,31 @@ def test_plain_output_is_printed_without_rich(project: Path, command: str) -> No
 @pytest.mark.parametrize("command", ["show", "show --json"])
 def test_show_reads_one_trial_not_the_summaries(project: Path, command: str) -> None:
     names = imported(project, *READS[command])
-    assert not names & {"dse._report", "dse._export"}
+    assert not names & {"dse.report._report", "dse.report._export"}
 
 
 @pytest.mark.parametrize("command", ["status", "status --json"])
 def test_status_reads_the_three_numbers_not_the_report(project: Path, command: str) -> None:
     names = imported(project, *READS[command])
-    assert "dse._summary" in names
-    assert "dse._report" not in names
+    assert "dse.report._summary" in names
+    assert "dse.report._report" not in names
 
 
-PLUGIN_VALUES = frozenset({"dse._types", "dse._budget", "dse._units", "dse._campaign",
-                           "dse._plugins", "dse._protocols", "dse._backend"})
+PLUGIN_VALUES = frozenset({"dse.model._types", "dse.model._budget", "dse.model._units",
+                           "dse.campaign._campaign", "dse.plugins._plugins",
+                           "dse.plugins._protocols", "dse.plugins._backend"})
 """The values crossing a plugin boundary (dataclasses built at import: about a millisecond
 each), the budget's parsing and ledger, the campaign file's full loading, plugin discovery:
-what `dse run` needs. The states and `Spend` the record's rows carry are `dse._states`' and
-`dse._spend`'s."""
+what `dse run` needs. The states and `Spend` the record's rows carry are `dse.model._states`' and
+`dse.model._spend`'s."""
 
 
 @pytest.mark.parametrize("command", [*READS])
 def test_reading_the_record_imports_no_plugin_values_nor_plugins(project: Path,
                                                                  command: str) -> None:
     names = imported(project, *READS[command])
-    assert {"dse._states", "dse._spend", "dse._records", "dse._store"} <= names
+    assert {"dse.model._states", "dse.model._spend", "dse.record._records",
+            "dse.record._store"} <= names
     assert not names & PLUGIN_VALUES, sorted(names & PLUGIN_VALUES)
     assert not names & {"pluggy", "importlib.metadata"}
 

@@ -14,8 +14,8 @@ import textwrap
 
 import pytest
 
-from dse._cli import _parser, main
-from dse._commands import COMMANDS
+from dse.cli._cli import _parser, main
+from dse.cli._commands import COMMANDS
 
 BAD = {
     "init": ["--nope"], "run": ["--nope"], "status": ["a", "b"], "report": ["--html"],
@@ -72,7 +72,7 @@ def test_the_process_entry_freezes_what_it_imported_and_a_call_does_not() -> Non
     # its collections as they were.
     code = textwrap.dedent("""
         import gc, sys
-        from dse._cli import main
+        from dse.cli._cli import main
         main(["plugins", "--json"])
         called = gc.get_freeze_count()
         sys.argv = ["dse", "plugins", "--json"]

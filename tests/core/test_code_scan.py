@@ -13,9 +13,9 @@ import pytest
 
 import dse
 import dse.trial
-from dse._code import CodeScan, CodeSpec
-from dse._deps import Dependencies, command_words, detect_dependencies, environment_digest
-from dse._digests import FileDigests
+from dse.campaign._code import CodeScan, CodeSpec
+from dse.campaign._deps import Dependencies, command_words, detect_dependencies, environment_digest
+from dse.model._digests import FileDigests
 
 
 def tree(root: Path, files: dict[str, str]) -> Path:
@@ -121,7 +121,8 @@ def test_a_python_programs_dependencies_are_what_its_trial_reports(tmp_path: Pat
     assert deps.python is not None
     reported = dse.trial.environment()
     assert deps.distributions == reported["distributions"]
-    # The digest dse.trial.report() stamps on the trial (dse._results), as the controller saw it.
+    # The digest dse.trial.report() stamps on the trial (dse.engine._results), as the controller
+    # saw it.
     assert deps.digest == environment_digest(
         {"python": reported["python"], "distributions": reported["distributions"]})
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 import dse
-from dse._code import detect_code_version
+from dse.campaign._code import detect_code_version
 
 if TYPE_CHECKING:
     from pathlib import Path

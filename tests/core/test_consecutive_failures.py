@@ -154,7 +154,7 @@ def test_a_bad_limit_is_one_error_naming_the_key(make_campaign, value):
 
 
 def test_a_changed_limit_is_a_changed_campaign_the_default_is_not():
-    from dse._spec import campaign_spec
+    from dse.engine._spec import campaign_spec
 
     base = {"campaign": {"name": "c"}, "space": {"x": [1, 2]},
             "objectives": [{"metric": "value"}]}

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from dse import FailureClass, TrialEnd, TrialStatus
-from dse._budget import Budget, Earlier
-from dse._console import eta_text, failure_line, running_text
-from dse._live import LiveTrial
+from dse.engine._live import LiveTrial
+from dse.launch._console import eta_text, failure_line, running_text
+from dse.model._budget import Budget, Earlier
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import dse
-from dse._curves import BEST_DRAWN, CURVES_DRAWN, choose, learning_curves
+from dse.report._curves import BEST_DRAWN, CURVES_DRAWN, choose, learning_curves
 from support.stopping import MAX_STEP, PLAN, build, curves_of, loss
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def test_the_curves_hold_each_trials_points_stops_and_promotions(tmp_path: Path)
 
 
 def test_a_stop_without_a_finite_value_is_marked_on_the_curve(tmp_path: Path) -> None:
-    from dse._store import Batch
+    from dse.record._store import Batch
 
     build(tmp_path / "ws")
     store = dse.Store(tmp_path / "ws" / "dse.sqlite")

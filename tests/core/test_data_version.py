@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import dse
-from dse._data import DataSpec, DataVersioner, parse_data
+from dse.campaign._data import DataSpec, DataVersioner, parse_data
 from dse.testing import FakeClock, ProbeBackend, ProbeScript
 from support.cli import run_dse, write_plugin
 from support.record import record

@@ -1,4 +1,4 @@
-"""What the Pareto figures of `dse report --html` are drawn from (``dse._frontplot``, pure:
+"""What the Pareto figures of `dse report --html` are drawn from (``dse.report._frontplot``, pure:
 no matplotlib needed): the attainment staircase, the area the front dominates, the run's spend
 when each trial ended; read from Pareto runs through the real engine (``support.pareto``).
 The figures themselves are drawn in ``tests/backend_local/test_local_html_front.py``."""
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dse._frontplot import cumulative_spend, dominated_region, staircase
+from dse.report._frontplot import cumulative_spend, dominated_region, staircase
 from support.pareto import TWO, campaign, fronts, run, script
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from dse import ConfigError, EnvironmentConfig, JobSpec, JobState, JobStatus, Resources
-from dse._budget import Budget, Price, Spend, TrialCeilings
-from dse._gate import BudgetGate
+from dse.engine._gate import BudgetGate
+from dse.model._budget import Budget, Price, Spend, TrialCeilings
 
 CENT_A_SECOND = Price(cpu_hour=36.0)
 """1 CPU costs 0.01 USD per second."""

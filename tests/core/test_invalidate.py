@@ -15,7 +15,7 @@ from support.recording import Recording
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dse._records import Score, Trial
+    from dse.record._records import Score, Trial
 
 
 def campaign(tmp_path: Path, version: str = "v1", **extra: Any) -> dse.Campaign:

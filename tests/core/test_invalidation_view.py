@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from dse._invalidation import Flag, InvalidationView, Refreshed
+from dse.engine._invalidation import Flag, InvalidationView, Refreshed
 
 MINE, OTHER = 7, 3
 

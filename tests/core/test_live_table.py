@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dse._feedback import Feedback
-from dse._live import CurrentData, LiveTrial, TrialTable
-from dse._store import Batch, Store
-from dse._types import Direction, Observation, TrialStatus
+from dse.engine._feedback import Feedback
+from dse.engine._live import CurrentData, LiveTrial, TrialTable
+from dse.model._types import Direction, Observation, TrialStatus
+from dse.record._store import Batch, Store
 
 
 def trial(number: int, digest: str = "", **fields: Any) -> LiveTrial:

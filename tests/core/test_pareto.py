@@ -1,4 +1,4 @@
-"""Pareto ranks and hypervolume (dse._pareto): checked against definitions computed another
+"""Pareto ranks and hypervolume (dse.model._pareto): checked against definitions computed another
 way (every pair for dominance, a fine grid for volumes)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dse._pareto import (
+from dse.model._pareto import (
     default_reference,
     dominates,
     hypervolume,

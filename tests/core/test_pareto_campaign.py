@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import dse
-from dse._front import pareto_fronts
-from dse._pareto import dominates
-from dse._render import detail_json, detail_lines
-from dse._report import run_detail
+from dse.model._pareto import dominates
+from dse.report._front import pareto_fronts
+from dse.report._render import detail_json, detail_lines
+from dse.report._report import run_detail
 from dse.testing import FakeClock, ProbeBackend, ProbeScript
 from support.recording import Recording
 
@@ -293,8 +293,8 @@ def test_the_live_view_shows_the_front_not_a_best(tmp_path: Path) -> None:
 
     from rich.console import Console as RichConsole
 
-    from dse._console import LiveView
-    from dse._terminal import Console
+    from dse.launch._console import LiveView
+    from dse.report._terminal import Console
 
     frames: list[str] = []
 

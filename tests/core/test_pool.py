@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import dse
-from dse._campaign import EnvironmentConfig
-from dse._pool import Pool, PoolConfig, drive, load_pool, run_pool
-from dse._types import AttemptState
+from dse.campaign._campaign import EnvironmentConfig
+from dse.model._types import AttemptState
+from dse.pool._pool import Pool, PoolConfig, drive, load_pool, run_pool
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 from support.cli import run_dse, write_plugin
 
 if TYPE_CHECKING:
-    from dse._records import Attempt, Trial
+    from dse.record._records import Attempt, Trial
 
 SPACE = dse.Space.from_dict({
     "name": {"type": "categorical", "choices": ["t1", "t2", "t3", "t4", "a", "b"]},

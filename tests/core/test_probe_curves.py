@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from dse import JobSpec, JobState
-from dse._progress import parse_progress
+from dse.engine._progress import parse_progress
 from dse.testing import FakeClock, ProbeBackend, ProbePoint, ProbeScript
 from dse.trial import CHECKPOINT_MARK, PROGRESS_FILE
 

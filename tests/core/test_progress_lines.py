@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from dse._progress import parse_progress
+from dse.engine._progress import parse_progress
 
 
 def test_only_whole_lines_are_taken_and_the_rest_waits():

@@ -13,15 +13,15 @@ import pytest
 from rich.console import Console as RichConsole
 
 import dse
-from dse._console import LiveView
-from dse._terminal import Console
+from dse.launch._console import LiveView
+from dse.report._terminal import Console
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 from support.cli import run_dse, write_plugin
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dse._engine import Engine
+    from dse.engine._engine import Engine
 
 # Every probe job runs 0.0625 s: a power of two, so its spend (end minus start) is exact even
 # at the magnitude of epoch seconds.
@@ -306,7 +306,7 @@ def test_the_live_view_shows_the_three_numbers_and_budget_bars(tmp_path: Path) -
 def test_report_html_without_matplotlib_says_what_to_install_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dse._cli import main
+    from dse.cli._cli import main
 
     store = dse.Store(tmp_path / ".dse" / "dse.sqlite")
     campaign = dse.campaign_from_dict(

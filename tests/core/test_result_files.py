@@ -193,7 +193,7 @@ def test_every_objective_metric_must_be_present_and_finite(evaluate):
 
 
 def test_the_data_version_the_trial_read_is_kept_in_the_document(tmp_path):
-    from dse._environment import read_result, reported_data_version
+    from dse.plugins._environment import read_result, reported_data_version
 
     path = tmp_path / "result.json"
     path.write_bytes(b'{"complete": true, "metrics": {"time_ms": 1}, "data_version": "v3"}')

@@ -243,9 +243,9 @@ def snapshotted_run(tmp_path: Any, monkeypatch: Any, *, passes: int = 6, **overr
                                dse.CampaignResult]:
     """A run of a :class:`SnapshotAgent` snapshot every few calls, stopped after *passes*
     (the restore counts start again at 0)."""
-    import dse._feedback
+    import dse.engine._feedback
 
-    monkeypatch.setattr(dse._feedback, "SNAPSHOT_AFTER_CALLS", 3)
+    monkeypatch.setattr(dse.engine._feedback, "SNAPSHOT_AFTER_CALLS", 3)
     c = campaign(tmp_path / "run", **overrides)
     store = dse.Store(c.workspace / "dse.sqlite")
     cluster, clock = ProbeCluster(), FakeClock()
@@ -379,7 +379,7 @@ def test_the_newest_rejections_are_those_from_a_proposal_on_and_the_last_in_a_ro
     assert len(every) > 5
     # Made a run of rejections in a row the newest: proposals past the last, rejected.
     top = max(every)
-    from dse._store import Batch
+    from dse.record._store import Batch
 
     batch = Batch()
     for n in (top + 3, top + 4, top + 5):

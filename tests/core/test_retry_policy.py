@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dse._retry import (
+from dse.engine._retry import (
     AttemptHistory,
     Change,
     Decision,
@@ -19,7 +19,7 @@ from dse._retry import (
     RetryPolicy,
     controller_lost,
 )
-from dse._types import AttemptState, FailureClass, JobState, JobStatus, TrialStatus
+from dse.model._types import AttemptState, FailureClass, JobState, JobStatus, TrialStatus
 
 MAX = 3
 
@@ -444,10 +444,10 @@ def test_an_attempt_the_controllers_death_lost_is_retried_and_remembered_nowhere
 
 def test_the_interruptions_the_record_counts_are_the_states_classified_interrupted() -> None:
     """`dse report` and `dse export` count an attempt as interrupted by its raw state
-    (dse._states.INTERRUPTIONS): exactly the states the classification retries as
+    (dse.model._states.INTERRUPTIONS): exactly the states the classification retries as
     interruptions."""
-    from dse._classify import classify_end
-    from dse._states import INTERRUPTIONS
+    from dse.model._states import INTERRUPTIONS
+    from dse.plugins._classify import classify_end
 
     interrupted = {state for state in JobState if state.is_finished()
                    and state is not JobState.SUCCEEDED

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dse import ConfigError
-from dse._scheduler import (
+from dse.pool._scheduler import (
     DurationEstimate,
     PoolScheduler,
     Request,

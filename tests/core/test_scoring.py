@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import dse
-from dse._scoring import source_version
+from dse.plugins._scoring import source_version
 from dse.testing import FakeClock, ProbeBackend, ProbeScript
 from support.recording import Recording
 

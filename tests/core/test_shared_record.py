@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 import dse
-from dse import TrialStatus, _store
-from dse._store import Batch
+from dse import TrialStatus
+from dse.record import _store
+from dse.record._store import Batch
 
 
 def new_run(store: dse.Store, name: str) -> int:

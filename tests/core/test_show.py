@@ -90,7 +90,7 @@ def test_export_jsonl_round_trips_every_trial_of_the_json_document(project: Path
 
 
 def test_an_export_written_a_page_at_a_time_is_the_whole_document(project: Path) -> None:
-    from dse._export import export_text
+    from dse.report._export import export_text
 
     db = ran(project, PROBE_CAMPAIGN)
     whole = run_dse(project, "export", "demo", "--format", "json").stdout

@@ -10,8 +10,8 @@ import pytest
 
 import dse.trial
 from dse import CommandEnvironment, ConfigError, Resources, load_campaign
-from dse._budget import Price
-from dse._protocols import TrialInfo
+from dse.model._budget import Price
+from dse.plugins._protocols import TrialInfo
 
 CAMPAIGN = """
 [campaign]

@@ -3,7 +3,7 @@ value on the side that did not set it), else the keys of the edited file."""
 
 from __future__ import annotations
 
-from dse._spec import spec_changes
+from dse.engine._spec import spec_changes
 
 
 def test_the_sets_that_changed_are_named_with_both_values() -> None:

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import dse
-from dse._render import REPORT_KEYS
-from dse._states import AttemptState, TrialStatus
-from dse._store import Batch
+from dse.model._states import AttemptState, TrialStatus
+from dse.record._store import Batch
+from dse.report._render import REPORT_KEYS
 from support.cli import run_dse, write_plugin
 from support.show import undocumented_keys
 from support.stopping import MAX_STEP, PLAIN_CAMPAIGN, PLAN, build, loss

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 import dse
 from dse import ConfigError, Decision, Verdict
-from dse._stopping_rules import AshaRule, HyperbandRule, MedianRule, hyperband_rungs, rungs
-from dse._types import MAX_COMPARED
+from dse.model._types import MAX_COMPARED
+from dse.plugins._stopping_rules import AshaRule, HyperbandRule, MedianRule, hyperband_rungs, rungs
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import dse
-from dse import _store
+from dse.record import _store
 
 BATCH = 200
 KILLS = 10
@@ -29,7 +29,7 @@ WRITER = r"""
 import os, sys
 import dse
 from dse import TrialStatus
-from dse._store import Batch
+from dse.record._store import Batch
 
 path, acks, batch_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 store = dse.Store(path)

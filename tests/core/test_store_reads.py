@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import dse
-from dse._budget import Spend
-from dse._types import AttemptState, CampaignStatus
+from dse.model._budget import Spend
+from dse.model._types import AttemptState, CampaignStatus
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 
 if TYPE_CHECKING:

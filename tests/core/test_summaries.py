@@ -10,7 +10,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import dse
-from dse._report import run_detail
+from dse.report._report import run_detail
 from dse.testing import ProbeScript
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console as RichConsole
 from rich.table import Table
 
-from dse._terminal import PIPED_WIDTH, Console, plain, plain_table
+from dse.report._terminal import PIPED_WIDTH, Console, plain, plain_table
 
 LINES = [
     "",

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import dse
-from dse._live import LiveTrial
-from dse._trialdirs import TrialDirs
+from dse.engine._live import LiveTrial
+from dse.engine._trialdirs import TrialDirs
 from dse.testing import FakeClock, ProbeBackend, ProbeCluster, ProbeScript, ScriptedAgent
 from support.record import RecordFile
 

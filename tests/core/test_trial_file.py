@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 import dse
-from dse._environment import read_result
-from dse._trialfile import (
+from dse.model._trialfile import (
     MAX_TRIAL_FILE_BYTES,
     UnsafeTrialFile,
     read_trial_file,
     write_trial_file,
 )
+from dse.plugins._environment import read_result
 
 GOOD = b'{"complete": true, "metrics": {"value": 1}}'
 

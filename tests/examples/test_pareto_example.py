@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dse._pareto import dominates
+from dse.model._pareto import dominates
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
 

@@ -2,7 +2,8 @@
 it) driven headless by Playwright, offline, never a browser of Playwright's own.
 
 Also what the page says of each figure besides its image (``data-axes``, ``data-texts``,
-``data-overlaps``: ``dse._drawn``), read back as the browser has it, and the screenshot kept as
+``data-overlaps``: ``dse.report._drawn``), read back as the browser has it, and the screenshot kept
+as
 an artefact: in the test's tmp dir, and copied to ``$DSE_ARTIFACTS`` when that is set.
 """
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import dse
-from dse._front import pareto_fronts
+from dse.report._front import pareto_fronts
 from dse.testing import FakeClock, ProbeBackend, ProbeScript
 from support.recording import Recording
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from pathlib import Path
 
-    from dse._front import Front
+    from dse.report._front import Front
 
 ACC = {10: 50.0, 20: 80.0, 40: 60.0, 50: 90.0}
 MEM = {10: 9.0, 20: 4.0, 40: 5.0, 50: 6.0}

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import dse
-from dse._curves import learning_curves
-from dse._spec import campaign_spec
-from dse._states import RESOLVED_SCORER, AttemptState, FailureClass, TrialStatus
-from dse._store import Batch
+from dse.engine._spec import campaign_spec
+from dse.model._states import RESOLVED_SCORER, AttemptState, FailureClass, TrialStatus
+from dse.record._store import Batch
+from dse.report._curves import learning_curves
 
 if TYPE_CHECKING:
     from pathlib import Path

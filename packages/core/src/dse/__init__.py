@@ -12,16 +12,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dse._api import load, run
-    from dse._backend import Backend
-    from dse._build import build_engine
-    from dse._campaign import Campaign, EnvironmentConfig, campaign_from_dict, load_campaign
-    from dse._classify import stderr_tail
-    from dse._clock import Clock, SystemClock
-    from dse._constraints import Constraint
-    from dse._engine import Engine
-    from dse._environment import CommandEnvironment
-    from dse._errors import (
+    from dse._version import __version__
+    from dse.api._api import load, run
+    from dse.campaign._campaign import (
+        Campaign,
+        EnvironmentConfig,
+        campaign_from_dict,
+        load_campaign,
+    )
+    from dse.engine._engine import Engine
+    from dse.engine._trialdirs import start_attempt_dir
+    from dse.hookspecs import hookimpl
+    from dse.launch._build import build_engine
+    from dse.model._clock import Clock, SystemClock
+    from dse.model._constraints import Constraint
+    from dse.model._errors import (
         AgentError,
         BackendError,
         ConfigError,
@@ -35,21 +40,11 @@ if TYPE_CHECKING:
         StoreError,
         did_you_mean,
     )
-    from dse._hashing import canonical_json, config_hash
-    from dse._html import write_html_report
-    from dse._lock import CampaignLock, LockHolder
-    from dse._outcome import BestTrial, CampaignResult, EngineListener, Retry, Stats, TrialEnd
-    from dse._pareto import hypervolume, pareto_ranks
-    from dse._plugins import Deferred, PluginManager, Registered
-    from dse._pool import Pool, PoolConfig, drive, run_pool
-    from dse._protocols import Agent, Environment, Runner, StoppingRule, TrialInfo
-    from dse._readback import AttemptRecord, Results, TrialRecord
-    from dse._scheduler import Plan, PoolScheduler, Request
-    from dse._scoring import Scorer
-    from dse._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
-    from dse._store import Store, filesystem_type
-    from dse._trialdirs import start_attempt_dir
-    from dse._types import (
+    from dse.model._hashing import canonical_json, config_hash
+    from dse.model._outcome import BestTrial, CampaignResult, EngineListener, Retry, Stats, TrialEnd
+    from dse.model._pareto import hypervolume, pareto_ranks
+    from dse.model._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
+    from dse.model._types import (
         REUSED_FAILURES,
         AttemptState,
         CampaignStatus,
@@ -68,98 +63,108 @@ if TYPE_CHECKING:
         Verdict,
         reusable,
     )
-    from dse._units import parse_duration
-    from dse._version import __version__
-    from dse.hookspecs import hookimpl
+    from dse.model._units import parse_duration
+    from dse.plugins._backend import Backend
+    from dse.plugins._classify import stderr_tail
+    from dse.plugins._environment import CommandEnvironment
+    from dse.plugins._plugins import Deferred, PluginManager, Registered
+    from dse.plugins._protocols import Agent, Environment, Runner, StoppingRule, TrialInfo
+    from dse.plugins._scoring import Scorer
+    from dse.pool._pool import Pool, PoolConfig, drive, run_pool
+    from dse.pool._scheduler import Plan, PoolScheduler, Request
+    from dse.record._lock import CampaignLock, LockHolder
+    from dse.record._store import Store, filesystem_type
+    from dse.report._html import write_html_report
+    from dse.report._readback import AttemptRecord, Results, TrialRecord
 
 _LAZY: dict[str, str] = {
-    "Agent": "dse._protocols",
-    "AgentError": "dse._errors",
-    "AttemptRecord": "dse._readback",
-    "AttemptState": "dse._types",
-    "CampaignStatus": "dse._types",
-    "Decision": "dse._types",
-    "StoppingRule": "dse._protocols",
-    "Verdict": "dse._types",
-    "EndReason": "dse._types",
-    "Backend": "dse._backend",
-    "BackendError": "dse._errors",
-    "BestTrial": "dse._outcome",
-    "Campaign": "dse._campaign",
-    "CampaignLock": "dse._lock",
-    "CampaignResult": "dse._outcome",
-    "Categorical": "dse._space",
-    "Clock": "dse._clock",
-    "CommandEnvironment": "dse._environment",
-    "ConfigError": "dse._errors",
-    "Constraint": "dse._constraints",
-    "ConstraintError": "dse._errors",
-    "Deferred": "dse._plugins",
-    "Direction": "dse._types",
-    "DseError": "dse._errors",
-    "Engine": "dse._engine",
-    "EngineListener": "dse._outcome",
-    "Retry": "dse._outcome",
-    "TrialEnd": "dse._outcome",
-    "Environment": "dse._protocols",
-    "EnvironmentConfig": "dse._campaign",
-    "Evaluation": "dse._types",
-    "ExitCode": "dse._errors",
-    "did_you_mean": "dse._errors",
-    "stderr_tail": "dse._classify",
-    "start_attempt_dir": "dse._trialdirs",
-    "FailureClass": "dse._types",
-    "REUSED_FAILURES": "dse._types",
-    "FloatRange": "dse._space",
-    "IntRange": "dse._space",
-    "JobSpec": "dse._types",
-    "JobState": "dse._types",
-    "JobStatus": "dse._types",
-    "LockHolder": "dse._lock",
-    "LockedError": "dse._errors",
-    "NoResultError": "dse._errors",
-    "RunWarning": "dse._errors",
-    "Objective": "dse._types",
-    "Observation": "dse._types",
-    "ParamError": "dse._space",
-    "Parameter": "dse._space",
-    "Plan": "dse._scheduler",
-    "PluginError": "dse._errors",
-    "PluginManager": "dse._plugins",
-    "Pool": "dse._pool",
-    "PoolConfig": "dse._pool",
-    "PoolScheduler": "dse._scheduler",
-    "Registered": "dse._plugins",
-    "Request": "dse._scheduler",
-    "Resources": "dse._types",
-    "Results": "dse._readback",
-    "Runner": "dse._protocols",
-    "Scorer": "dse._scoring",
-    "Space": "dse._space",
-    "Stats": "dse._outcome",
-    "Store": "dse._store",
-    "StoreError": "dse._errors",
-    "SystemClock": "dse._clock",
-    "TrialInfo": "dse._protocols",
-    "TrialRecord": "dse._readback",
-    "TrialStatus": "dse._types",
+    "Agent": "dse.plugins._protocols",
+    "AgentError": "dse.model._errors",
+    "AttemptRecord": "dse.report._readback",
+    "AttemptState": "dse.model._types",
+    "CampaignStatus": "dse.model._types",
+    "Decision": "dse.model._types",
+    "StoppingRule": "dse.plugins._protocols",
+    "Verdict": "dse.model._types",
+    "EndReason": "dse.model._types",
+    "Backend": "dse.plugins._backend",
+    "BackendError": "dse.model._errors",
+    "BestTrial": "dse.model._outcome",
+    "Campaign": "dse.campaign._campaign",
+    "CampaignLock": "dse.record._lock",
+    "CampaignResult": "dse.model._outcome",
+    "Categorical": "dse.model._space",
+    "Clock": "dse.model._clock",
+    "CommandEnvironment": "dse.plugins._environment",
+    "ConfigError": "dse.model._errors",
+    "Constraint": "dse.model._constraints",
+    "ConstraintError": "dse.model._errors",
+    "Deferred": "dse.plugins._plugins",
+    "Direction": "dse.model._types",
+    "DseError": "dse.model._errors",
+    "Engine": "dse.engine._engine",
+    "EngineListener": "dse.model._outcome",
+    "Retry": "dse.model._outcome",
+    "TrialEnd": "dse.model._outcome",
+    "Environment": "dse.plugins._protocols",
+    "EnvironmentConfig": "dse.campaign._campaign",
+    "Evaluation": "dse.model._types",
+    "ExitCode": "dse.model._errors",
+    "did_you_mean": "dse.model._errors",
+    "stderr_tail": "dse.plugins._classify",
+    "start_attempt_dir": "dse.engine._trialdirs",
+    "FailureClass": "dse.model._types",
+    "REUSED_FAILURES": "dse.model._types",
+    "FloatRange": "dse.model._space",
+    "IntRange": "dse.model._space",
+    "JobSpec": "dse.model._types",
+    "JobState": "dse.model._types",
+    "JobStatus": "dse.model._types",
+    "LockHolder": "dse.record._lock",
+    "LockedError": "dse.model._errors",
+    "NoResultError": "dse.model._errors",
+    "RunWarning": "dse.model._errors",
+    "Objective": "dse.model._types",
+    "Observation": "dse.model._types",
+    "ParamError": "dse.model._space",
+    "Parameter": "dse.model._space",
+    "Plan": "dse.pool._scheduler",
+    "PluginError": "dse.model._errors",
+    "PluginManager": "dse.plugins._plugins",
+    "Pool": "dse.pool._pool",
+    "PoolConfig": "dse.pool._pool",
+    "PoolScheduler": "dse.pool._scheduler",
+    "Registered": "dse.plugins._plugins",
+    "Request": "dse.pool._scheduler",
+    "Resources": "dse.model._types",
+    "Results": "dse.report._readback",
+    "Runner": "dse.plugins._protocols",
+    "Scorer": "dse.plugins._scoring",
+    "Space": "dse.model._space",
+    "Stats": "dse.model._outcome",
+    "Store": "dse.record._store",
+    "StoreError": "dse.model._errors",
+    "SystemClock": "dse.model._clock",
+    "TrialInfo": "dse.plugins._protocols",
+    "TrialRecord": "dse.report._readback",
+    "TrialStatus": "dse.model._types",
     "__version__": "dse._version",
-    "build_engine": "dse._build",
-    "campaign_from_dict": "dse._campaign",
-    "canonical_json": "dse._hashing",
-    "config_hash": "dse._hashing",
-    "drive": "dse._pool",
-    "filesystem_type": "dse._store",
-    "hypervolume": "dse._pareto",
-    "pareto_ranks": "dse._pareto",
+    "build_engine": "dse.launch._build",
+    "campaign_from_dict": "dse.campaign._campaign",
+    "canonical_json": "dse.model._hashing",
+    "config_hash": "dse.model._hashing",
+    "drive": "dse.pool._pool",
+    "filesystem_type": "dse.record._store",
+    "hypervolume": "dse.model._pareto",
+    "pareto_ranks": "dse.model._pareto",
     "hookimpl": "dse.hookspecs",
-    "load": "dse._api",
-    "load_campaign": "dse._campaign",
-    "parse_duration": "dse._units",
-    "reusable": "dse._types",
-    "run": "dse._api",
-    "run_pool": "dse._pool",
-    "write_html_report": "dse._html",
+    "load": "dse.api._api",
+    "load_campaign": "dse.campaign._campaign",
+    "parse_duration": "dse.model._units",
+    "reusable": "dse.model._types",
+    "run": "dse.api._api",
+    "run_pool": "dse.pool._pool",
+    "write_html_report": "dse.report._html",
 }
 
 __all__ = [

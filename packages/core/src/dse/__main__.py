@@ -2,6 +2,6 @@ from __future__ import annotations
 
 import sys
 
-from dse._cli import main
+from dse.cli._cli import main
 
 sys.exit(main())

@@ -2,7 +2,7 @@
 
 ``python -m dse._worker [--path DIR] [--metric NAME] TARGET:QUALNAME`` is the trial's
 command, run by the backend like any other (a process of its own, under the campaign's time
-limit): it finds the function (:func:`dse._objective.find_function`), calls it with the
+limit): it finds the function (:func:`dse.campaign._objective.find_function`), calls it with the
 params (:func:`dse.trial.params`) and writes what it returns through :func:`dse.trial.report`,
 so the controller judges it as it judges a command's ``result.json``:
 
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import dse.trial
-from dse._objective import ObjectiveNotFound, find_function
+from dse.campaign._objective import ObjectiveNotFound, find_function
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from dse._backend import Backend
-    from dse._plugins import Deferred
-    from dse._protocols import Agent, StoppingRule
-    from dse._scoring import Scorer
+    from dse.plugins._backend import Backend
+    from dse.plugins._plugins import Deferred
+    from dse.plugins._protocols import Agent, StoppingRule
+    from dse.plugins._scoring import Scorer
 
 hookspec = pluggy.HookspecMarker("dse")
 hookimpl = pluggy.HookimplMarker("dse")

@@ -49,8 +49,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dse._errors import DseError
-from dse._numbers import INT64_MAX, is_int64
+from dse.model._errors import DseError
+from dse.model._numbers import INT64_MAX, is_int64
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

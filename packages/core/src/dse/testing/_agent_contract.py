@@ -28,10 +28,10 @@ from typing import Any, TypeAlias
 
 import pytest
 
-from dse._hashing import canonical_json
-from dse._protocols import Agent
-from dse._space import Categorical, FloatRange, IntRange, Space
-from dse._types import FailureClass, Observation, TrialStatus
+from dse.model._hashing import canonical_json
+from dse.model._space import Categorical, FloatRange, IntRange, Space
+from dse.model._types import FailureClass, Observation, TrialStatus
+from dse.plugins._protocols import Agent
 
 AgentFactory: TypeAlias = Callable[[Space, int], Agent]
 """Builds the agent under test for a space and a seed."""

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-    from dse._types import Observation
+    from dse.model._types import Observation
 
 
 class ScriptedAgent:

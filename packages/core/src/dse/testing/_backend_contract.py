@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dse._types import JobSpec, JobState, JobStatus
+from dse.model._types import JobSpec, JobState, JobStatus
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from pathlib import Path
 
-    from dse._backend import Backend
+    from dse.plugins._backend import Backend
 
 _WORKLOAD = r"""
 import json, os, signal, subprocess, sys, time

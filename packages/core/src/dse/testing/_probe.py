@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from dse._backend import Backend
-from dse._constraints import load_callable
-from dse._errors import ConfigError, did_you_mean
-from dse._types import JobSpec, JobState, JobStatus
+from dse.model._constraints import load_callable
+from dse.model._errors import ConfigError, did_you_mean
+from dse.model._types import JobSpec, JobState, JobStatus
+from dse.plugins._backend import Backend
 from dse.trial import CHECKPOINT_MARK, PROGRESS_FILE
 
 if TYPE_CHECKING:
-    from dse._clock import Clock
+    from dse.model._clock import Clock
 
 
 CHECKPOINT_STEP = "probe-step"

@@ -1,0 +1,2 @@
+"""The Python API: ``dse.run`` and ``dse.load``.
+"""

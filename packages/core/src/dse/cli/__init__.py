@@ -1,0 +1,2 @@
+"""The ``dse`` command: its parser and one handler per subcommand.
+"""

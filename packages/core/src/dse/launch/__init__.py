@@ -1,0 +1,2 @@
+"""Starting a run: plugins resolved into an engine, signals while it runs, the live console.
+"""

@@ -1,0 +1,83 @@
+"""Building an engine from a campaign: the plugins resolved, the agent and backend made."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dse.engine._closing import ClosingEngine
+from dse.engine._engine import Engine
+from dse.model._errors import PluginError
+from dse.plugins._guard import AgentGuard
+from dse.plugins._plugins import PluginManager
+from dse.plugins._scoring import build_scorer
+
+if TYPE_CHECKING:
+    from dse.campaign._campaign import Campaign
+    from dse.model._clock import Clock
+    from dse.model._outcome import EngineListener
+    from dse.plugins._backend import Backend
+    from dse.plugins._protocols import Runner
+    from dse.record._store import Store
+
+
+def build_engine(
+    campaign: Campaign,
+    *,
+    store: Store,
+    plugins: PluginManager | None = None,
+    listener: EngineListener | None = None,
+    clock: Clock | None = None,
+    backend: Runner | None = None,
+    engine_class: type[Engine] = Engine,
+) -> Engine:
+    """Resolve the campaign's agent and backend by name and build its engine.
+
+    :param campaign: the campaign (from :func:`dse.load_campaign` or built in Python).
+    :param store: the record to write to.
+    :param plugins: where names are looked up (default: every installed plugin).
+    :param listener: receives progress (the console).
+    :param clock: the engine's clock (default: the system clock).
+    :param backend: an already-built backend, instead of the campaign's.
+    :param engine_class: the engine to build (an :class:`Engine` subclass).
+    """
+    plugins = plugins or PluginManager()
+    source = str(campaign.source or "<campaign>")
+    agent_cls = _resolve(plugins.agent_class, campaign.agent, source, "agent")
+    if backend is None:
+        backend_cls = _resolve(plugins.backend_class, campaign.backend, source, "backend")
+        built: Backend = backend_cls.from_options(campaign.backend_options, source=source)
+        env = campaign.environment
+        backend = built.for_trials(time_limit=env.time_limit, resources=env.resources,
+                                     parallelism=campaign.max_parallelism)
+
+    guard = AgentGuard.lookup(plugins, campaign.agent)
+
+    def make_agent() -> Any:
+        """The campaign's agent; called again, the same agent afresh (when it is rebuilt)."""
+        return guard.build(agent_cls, campaign.space, seed=campaign.seed,
+                           where=f"{source}: agent.{campaign.agent}", **campaign.agent_options)
+
+    agent = make_agent()
+    scorer = build_scorer(campaign, plugins)
+    return engine_class(
+        campaign, agent=agent, backend=backend, store=store, listener=listener, clock=clock,
+        scorer=scorer, agent_factory=make_agent, plugins=plugins,
+    )
+
+
+def closing_engine(
+    campaign: Campaign, *, store: Store, plugins: PluginManager | None = None,
+    listener: EngineListener | None = None, backend: Runner | None = None,
+) -> Engine:
+    """An engine of *campaign* that reopens a run its controller left running only to close
+    it (:class:`dse.engine._closing.ClosingEngine`): ``engine.run(resume=RUN)`` waits for its
+    running trials, records them in it, starts nothing and ends it ``superseded``."""
+    return build_engine(campaign, store=store, plugins=plugins, listener=listener,
+                        backend=backend, engine_class=ClosingEngine)
+
+
+def _resolve(lookup: Any, name: str, source: str, kind: str) -> Any:
+    try:
+        return lookup(name)
+    except PluginError as exc:
+        raise PluginError(f"{source}: campaign.{kind}: {exc}") from None

@@ -1,0 +1,34 @@
+"""dse-core's own plugin: registers the probe backend, the built-in scorers and stopping rules
+through the public hooks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dse.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from dse.plugins._backend import Backend
+    from dse.plugins._protocols import StoppingRule
+    from dse.plugins._scoring import Scorer
+
+
+@hookimpl
+def dse_register_backends() -> list[type[Backend]]:
+    from dse.testing._probe import ProbeBackend
+
+    return [ProbeBackend]
+
+
+@hookimpl
+def dse_register_scorers() -> list[type[Scorer]]:
+    from dse.plugins._scoring import DefaultScorer, RatioScorer
+
+    return [DefaultScorer, RatioScorer]
+
+
+@hookimpl
+def dse_register_stopping_rules() -> list[type[StoppingRule]]:
+    from dse.plugins._stopping_rules import AshaRule, HyperbandRule, MedianRule
+
+    return [MedianRule, AshaRule, HyperbandRule]
