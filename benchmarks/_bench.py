@@ -129,7 +129,7 @@ def run_campaign(
                 backend=ProbeBackend(script, clock=clock),
             )
             result = engine.run()
-            rows = store.trials(result.campaign_id)
+            rows = store.reads.trials(result.campaign_id)
         finally:
             store.close()
     what = describe(task, agent)

@@ -339,7 +339,7 @@ def run_dse(workload: Workload, configs: list[Params], seed: int, rule: str | No
 
 def _read_record(store: dse.Store, campaign_id: int, workload: Workload,
                  configs: list[Params], method: str, wall: float) -> RunLog:
-    rows = store.trials(campaign_id)
+    rows = store.reads.trials(campaign_id)
     where = f"{method} on {workload.key}"
     if len(rows) != len(configs):
         raise BenchmarkError(f"{where}: {len(rows)} trials recorded, expected {len(configs)}")
@@ -353,7 +353,7 @@ def _read_record(store: dse.Store, campaign_id: int, workload: Workload,
         status = row.status.value
         if status not in ("completed", "stopped"):
             raise BenchmarkError(f"{where}: trial {row.number} ended {status}: {row.message}")
-        curve = store.progress(row.id)
+        curve = store.reads.progress(row.id)
         points += [Point(p.at, row.number, p.attempt, p.step, float(p.metrics[workload.metric]))
                    for p in curve]
         if status == "completed":
@@ -361,11 +361,11 @@ def _read_record(store: dse.Store, campaign_id: int, workload: Workload,
         if row.trial_dir:
             unrecorded += _file_points(Path(row.trial_dir)) - len(curve)
     log = RunLog(method, points, finals, wall, unrecorded=unrecorded)
-    stops = store.run_decisions(campaign_id, ("stop",))
+    stops = store.stops.run_decisions(campaign_id, ("stop",))
     log.stopped = len(stops)
-    log.promoted = len(store.run_decisions(campaign_id, ("promote",)))
+    log.promoted = len(store.stops.run_decisions(campaign_id, ("promote",)))
     log.rungs = {f"{v}@{rung}": n for (v, rung), n in sorted(
-        store.decision_counts(campaign_id).items())}
+        store.stops.decision_counts(campaign_id).items())}
     reached = {(p.number, p.attempt): 0 for p in points}
     for p in points:
         reached[(p.number, p.attempt)] = max(reached[(p.number, p.attempt)], p.step)

@@ -207,7 +207,7 @@ def _verify_record(db_path: Path, campaign_id: int, trials: int, mode: Mode) -> 
     """Reopen the record with a fresh Store: exactly *trials* completed trial rows."""
     store = dse.Store(db_path)
     try:
-        by_status = {s.value: n for s, n in store.trial_counts(campaign_id).items()}
+        by_status = {s.value: n for s, n in store.reads.trial_counts(campaign_id).items()}
         journal_mode = store.journal_mode
     finally:
         store.close()

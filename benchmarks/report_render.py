@@ -97,9 +97,9 @@ def render_optuna(store: dse.Store, run: int, out: Path) -> float:
         "x": FloatDistribution(-5.0, 5.0), "y": FloatDistribution(1e-4, 1.0, log=True),
         "n": IntDistribution(1, 64), "layout": CategoricalDistribution(["row", "col", "tile"]),
     }
-    by_row = {t.id: t for t in store.trials(run)}
+    by_row = {t.id: t for t in store.reads.trials(run)}
     trials = []
-    for a in store.attempts(run):
+    for a in store.reads.attempts(run):
         t = by_row[a.trial_id]
         done = t.status is dse.TrialStatus.COMPLETED
         # Optuna's timeline reads the start and end times: the record's virtual seconds.

@@ -196,12 +196,12 @@ def run(specs: Sequence[Spec], capacity: dict[str, int], *, weights: Mapping[str
             if result.status != "completed" or result.stats.completed != len(
                     next(s for s in specs if s.name == engine.campaign.name).trials):
                 raise RuntimeError(f"{engine.campaign.name}: {result}")
-            params = {t.id: t.params for t in engine.store.trials(result.campaign_id)}
+            params = {t.id: t.params for t in engine.store.reads.trials(result.campaign_id)}
             out[engine.campaign.name] = [
                 {"params": params[a.trial_id], "queued": a.submitted_at - START,
                  "start": a.started_at - START, "end": a.ended_at - START,
                  "expected": a.expected_s}
-                for a in engine.store.attempts(result.campaign_id)
+                for a in engine.store.reads.attempts(result.campaign_id)
             ]
             engine.store.close()
     return out

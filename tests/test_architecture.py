@@ -564,14 +564,14 @@ def test_benchmarks_may_not_import_private_modules_or_names(tmp_path: Path) -> N
         import dse.testing
         import dse.engine._engine
         from dse import Engine
-        from dse.record._store import Store
+        from dse.record.sqlite._store import Store
         from dse.trial import checkpointed
         from dse_agents import _bayesian
         from _peers import helper
         """), encoding="utf-8")
     assert benchmark_imports([script]) == [
         f"{script}:3: import dse.engine._engine",
-        f"{script}:5: from dse.record._store import Store",
+        f"{script}:5: from dse.record.sqlite._store import Store",
         f"{script}:7: from dse_agents import _bayesian",
     ]
 

@@ -71,9 +71,9 @@ def test_a_money_ceiling_runs_exactly_the_trials_it_affords(tmp_path: Path) -> N
     assert "budget exhausted" in (proc.stdout + proc.stderr).lower()
     store = dse.Store(project / ".dse" / "dse.sqlite")
     try:
-        (run,) = store.campaigns()
+        (run,) = store.reads.campaigns()
         assert (run.status, run.end_reason) == ("budget_exhausted", "budget_exhausted")
-        trials = store.trials(run.id)
+        trials = store.reads.trials(run.id)
         ran = len(trials)
         assert ran >= 2
         assert [t.status for t in trials] == [dse.TrialStatus.COMPLETED] * ran
@@ -81,7 +81,7 @@ def test_a_money_ceiling_runs_exactly_the_trials_it_affords(tmp_path: Path) -> N
         assert CEILING - RESERVED < summary.spent.money <= CEILING
         # Each trial's spend is its own run time at 1 USD per second: never the reservation.
         spends = []
-        for attempt in store.attempts(run.id):
+        for attempt in store.reads.attempts(run.id):
             spend = attempt.spend
             assert spend is not None
             assert spend.money == pytest.approx(spend.cpu_s, rel=1e-12)

@@ -134,10 +134,10 @@ def test_three_objectives_or_more_are_drawn_as_pairwise_projections(
 def test_the_hypervolume_is_drawn_against_trials_and_the_runs_spend(tmp_path: Path) -> None:
     store, run_id = run(campaign(tmp_path, priced=True))
     (front,) = fronts(store, run_id)
-    numbers = {t.id: t.number for t in store.trials(run_id)}
+    numbers = {t.id: t.number for t in store.reads.trials(run_id)}
     attempts = [{"number": numbers[a.trial_id], "end": a.ended_at,
                  "money": a.spend.money if a.spend else 0.0,
-                 "cpu_s": a.spend.cpu_s if a.spend else 0.0} for a in store.attempts(run_id)]
+                 "cpu_s": a.spend.cpu_s if a.spend else 0.0} for a in store.reads.attempts(run_id)]
     fig = figure()
     caption = draw_hypervolume(fig, [front], attempts, "USD")
     left, right = fig.axes

@@ -80,7 +80,7 @@ def test_every_reported_point_is_recorded_once_as_the_trials_learning_curve(
     store = dse.Store(tmp_path / ".dse" / "dse.sqlite")
     try:
         (row,) = [r for (r,) in db.execute("SELECT id FROM trials WHERE number = 1")]
-        points = store.progress(row)
+        points = store.reads.progress(row)
     finally:
         store.close()
     assert [p.step for p in points] == [1, 2, 3, 4, 5]

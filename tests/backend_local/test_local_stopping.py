@@ -185,7 +185,8 @@ def test_a_stopped_result_is_reused_and_the_agent_is_told_its_step(tmp_path: Pat
     ended = trials(db)
     assert ended[2]["status"] == "stopped"
     store = dse.Store(tmp_path / ".dse" / "dse.sqlite")
-    row = store.trial_by_row(db.execute("SELECT id FROM trials WHERE number = 2").fetchone()[0])
+    (row_id,) = db.execute("SELECT id FROM trials WHERE number = 2").fetchone()
+    row = store.stops.trial_by_row(row_id)
     assert row is not None
     assert row.status is dse.TrialStatus.STOPPED
     assert row.step == ended[2]["step"]

@@ -255,7 +255,7 @@ def test_a_project_moved_after_a_kill_resumes_where_it_is_now(tmp_path: Path) ->
     # Every trial is read, and measured, where the project is now.
     store = dse.Store(moved / ".dse" / "dse.sqlite", read_only=True)
     try:
-        dirs = [t.trial_dir for t in store.trials(1)]
+        dirs = [t.trial_dir for t in store.reads.trials(1)]
     finally:
         store.close()
     assert dirs == [str(moved / ".dse" / "c" / "run-1" / f"{n:06d}") for n in (1, 2, 3)]

@@ -212,7 +212,7 @@ def test_a_backend_status_past_the_record_keeps_its_state_and_drops_the_numbers(
         backend=_Forging(lambda p: ProbeScript(seconds=1.0, metrics={"t": 1.0}), clock=clock),
     ).run()
     assert result.stats.completed == 2
-    attempts = store.attempts(result.campaign_id)
+    attempts = store.reads.attempts(result.campaign_id)
     assert [(a.exit_code, a.signal, a.peak_rss_kb) for a in attempts] == [(None, None, None)] * 2
     assert all(a.started_at is None or math.isfinite(a.started_at) for a in attempts)
     store.close()
@@ -233,7 +233,7 @@ def test_a_trial_reference_past_64_bits_is_no_such_trial(tmp_path: Path) -> None
                        (f"{huge}:1", f"no campaign run named '{huge}'"),
                        (f"rd:{'9' * 5000}", "has no trial 999")):
         with pytest.raises(dse.ConfigError, match=said):
-            store.find_trial(text)
-    assert store.find_campaign(huge) is None
-    assert store.find_campaign("²") is None  # a digit to str.isdigit(), no run id
+            store.reads.find_trial(text)
+    assert store.reads.find_campaign(huge) is None
+    assert store.reads.find_campaign("²") is None  # a digit to str.isdigit(), no run id
     store.close()

@@ -142,7 +142,7 @@ def test_a_money_ceiling_to_the_cent(tmp_path: Path) -> None:
     result, store, _ = run_timed(camp, seconds(6.0))
 
     assert (result.status, result.end_reason) == ("budget_exhausted", "budget_exhausted")
-    trials = store.trials(result.campaign_id)
+    trials = store.reads.trials(result.campaign_id)
     assert [t.status for t in trials] == [dse.TrialStatus.COMPLETED] * 16
     summary = summarize(store, result.campaign_id)
     assert round(summary.spent.money, 2) == 0.96
@@ -152,12 +152,12 @@ def test_a_money_ceiling_to_the_cent(tmp_path: Path) -> None:
     assert round(summary.effective_per_h, 2) == 1066.67
     assert summary.cost_per_effective == pytest.approx(0.06)
     assert summary.compute_per_effective_h("cpu") == pytest.approx(6.0 / 3600.0)
-    for attempt in store.attempts(result.campaign_id):
+    for attempt in store.reads.attempts(result.campaign_id):
         assert attempt.spend is not None
         assert attempt.spend.as_dict() == pytest.approx(
             {"wall_s": 6.0, "cpu_s": 6.0, "gpu_s": 0.0, "node_s": 6.0, "money": 0.06}
         )
-    events = store.events(result.campaign_id, "budget_exhausted")
+    events = store.reads.events(result.campaign_id, "budget_exhausted")
     assert [(e.data or {}).get("reason") for e in events] == ["money ceiling 1 USD"]
     store.close()
 
@@ -174,12 +174,12 @@ def test_a_node_hour_ceiling_reserves_every_node_of_a_trial_and_stops_launches_e
     result, store, clock = run_timed(camp, seconds(6.0))
 
     assert (result.status, result.end_reason) == ("budget_exhausted", "budget_exhausted")
-    assert len(store.trials(result.campaign_id)) == 5
+    assert len(store.reads.trials(result.campaign_id)) == 5
     assert clock.now == 18.0
     summary = summarize(store, result.campaign_id)
     assert summary.spent.node_s == pytest.approx(5 * 3 * 6.0)
     assert summary.spent.node_s <= 108.0
-    events = store.events(result.campaign_id, "budget_exhausted")
+    events = store.reads.events(result.campaign_id, "budget_exhausted")
     assert [(e.data or {}).get("reason") for e in events] == ["compute ceiling 0.03 node-hours"]
     store.close()
 
@@ -190,7 +190,7 @@ def test_a_trial_ceiling_cuts_the_trial_at_its_time_limit(tmp_path: Path) -> Non
     result, store, _ = run_timed(camp, seconds(30.0))
 
     assert result.end_reason == "budget_exhausted"
-    rows = store.trials(result.campaign_id)
+    rows = store.reads.trials(result.campaign_id)
     assert [(r.status, r.failure) for r in rows] == [
         (dse.TrialStatus.BUDGET_EXHAUSTED, dse.FailureClass.TIME_LIMIT)
     ] * 3
@@ -215,7 +215,7 @@ def test_the_wall_clock_ceiling_stops_dispatch(
     result, store, clock = run_timed(camp, seconds(4.0))
 
     assert (result.status, result.end_reason) == ("budget_exhausted", "budget_exhausted")
-    assert [t.status.value for t in store.trials(result.campaign_id)] == expected
+    assert [t.status.value for t in store.reads.trials(result.campaign_id)] == expected
     assert clock.now <= 10.0 + 1e-9
     store.close()
 
@@ -273,7 +273,7 @@ def test_a_resumed_run_counts_what_it_spent_before_the_crash(tmp_path: Path) -> 
     assert before < spent <= 1.0
     # The budget bought the same 16 full trials (6 cents each) as an uninterrupted run,
     # less what the trials the crash cancelled had spent before it.
-    completed = [t for t in store.trials(first.campaign_id)
+    completed = [t for t in store.reads.trials(first.campaign_id)
                  if t.status is dse.TrialStatus.COMPLETED]
     assert spent + 0.10 > 1.0
     assert len(completed) >= 14

@@ -66,8 +66,8 @@ def wall_run(tmp_path: Path, step: float) -> tuple[dse.CampaignResult, int, floa
     store = dse.Store(camp.workspace / "dse.sqlite")
     try:
         result = engine(camp, store, clock, listener=Step(clock, step)).run()
-        return (result, len(store.trials(result.campaign_id)), clock.mono,
-                store.run_time(result.campaign_id))
+        return (result, len(store.reads.trials(result.campaign_id)), clock.mono,
+                store.summaries.run_time(result.campaign_id))
     finally:
         store.close()
 
@@ -112,17 +112,17 @@ def test_a_resumed_run_counts_on_from_the_run_time_its_record_keeps(tmp_path: Pa
     with pytest.raises(Crash):
         first.run()
     store.reopen_campaign(first.campaign_id)  # what a real crash leaves: a running run
-    recorded = store.run_time(first.campaign_id)
+    recorded = store.summaries.run_time(first.campaign_id)
     assert 3.0 <= recorded <= 4.0 + POLL
-    trials_before = len(store.trials(first.campaign_id))
+    trials_before = len(store.reads.trials(first.campaign_id))
 
     clock = FakeClock(start=first_clock.now + 3600.0)
     result = engine(camp, store, clock, cluster=cluster).run(resume=first.campaign_id)
 
     assert (result.status, result.end_reason) == ("budget_exhausted", "budget_exhausted")
     assert clock.mono == pytest.approx(10.0 - recorded, abs=2 * POLL)
-    assert len(store.trials(first.campaign_id)) > trials_before
-    assert store.run_time(first.campaign_id) == pytest.approx(10.0, abs=2 * POLL)
+    assert len(store.reads.trials(first.campaign_id)) > trials_before
+    assert store.summaries.run_time(first.campaign_id) == pytest.approx(10.0, abs=2 * POLL)
     store.close()
 
 
@@ -133,11 +133,11 @@ def test_a_rerun_of_a_spent_campaign_answers_from_the_record_and_runs_nothing_ne
     store = dse.Store(camp.workspace / "dse.sqlite")
     try:
         runs = [engine(camp, store, FakeClock(), proposals=12).run() for _ in range(3)]
-        dispatched = [store.dispatched(r.campaign_id) for r in runs]
+        dispatched = [store.reads.dispatched(r.campaign_id) for r in runs]
         assert dispatched == [4, 0, 0]
         assert all(r.end_reason == "budget_exhausted" for r in runs)
         for rerun in runs[1:]:
-            statuses = [t.status for t in store.trials(rerun.campaign_id)]
+            statuses = [t.status for t in store.reads.trials(rerun.campaign_id)]
             # The four configurations again, from the record; the fifth refused.
             assert statuses == [dse.TrialStatus.CACHED] * 4 + [dse.TrialStatus.BUDGET_EXHAUSTED]
         detail = run_detail(store, runs[2].campaign_id)
@@ -151,10 +151,10 @@ def test_a_rerun_of_a_spent_campaign_answers_from_the_record_and_runs_nothing_ne
         # Raised, the ceiling buys only the difference; per run, a ceiling of its own.
         raised = engine(campaign(tmp_path, {"trials": 6}), store, FakeClock(),
                         proposals=12).run()
-        assert store.dispatched(raised.campaign_id) == 2
+        assert store.reads.dispatched(raised.campaign_id) == 2
         alone = engine(campaign(tmp_path, {"trials": 6, "scope": "run"}), store, FakeClock(),
                        proposals=12).run()
-        assert store.dispatched(alone.campaign_id) == 6
+        assert store.reads.dispatched(alone.campaign_id) == 6
     finally:
         store.close()
 
@@ -166,13 +166,14 @@ def test_a_larger_max_trials_still_runs_what_the_campaigns_budget_has_left(
     try:
         first = engine(campaign(tmp_path, {"trials": 6}, max_trials=3), store,
                        FakeClock()).run()
-        assert (first.end_reason, store.dispatched(first.campaign_id)) == ("max_trials", 3)
+        assert (first.end_reason, store.reads.dispatched(first.campaign_id)) == ("max_trials", 3)
         more = engine(campaign(tmp_path, {"trials": 6}, max_trials=5), store,
                       FakeClock()).run()
-        assert (more.end_reason, store.dispatched(more.campaign_id)) == ("max_trials", 2)
+        assert (more.end_reason, store.reads.dispatched(more.campaign_id)) == ("max_trials", 2)
         most = engine(campaign(tmp_path, {"trials": 6}, max_trials=10), store,
                       FakeClock()).run()
-        assert (most.end_reason, store.dispatched(most.campaign_id)) == ("budget_exhausted", 1)
+        dispatched = store.reads.dispatched(most.campaign_id)
+        assert (most.end_reason, dispatched) == ("budget_exhausted", 1)
     finally:
         store.close()
 

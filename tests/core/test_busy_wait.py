@@ -17,7 +17,7 @@ import pytest
 import dse
 from dse.model._errors import StorageError
 from dse.record import _busy
-from dse.record._store import Batch
+from dse.record._batch import Batch
 
 pytestmark = pytest.mark.skipif(not Path("/proc/locks").exists(),
                                 reason="needs Linux's /proc/locks")
@@ -91,5 +91,5 @@ def test_a_lock_held_by_this_very_process_is_waited_on_for_a_bound_then_refused(
         other.close()
     assert said == []  # nobody else to name, nothing to wait for
     store.commit(batch)  # the batch kept: written once the lock is free
-    assert [e.kind for e in store.events(1)] == ["note"]
+    assert [e.kind for e in store.reads.events(1)] == ["note"]
     store.close()

@@ -111,7 +111,7 @@ def test_reading_the_record_imports_no_plugin_values_nor_plugins(project: Path,
                                                                  command: str) -> None:
     names = imported(project, *READS[command])
     assert {"dse.model._states", "dse.model._spend", "dse.record._records",
-            "dse.record._store"} <= names
+            "dse.record.sqlite._store"} <= names
     assert not names & PLUGIN_VALUES, sorted(names & PLUGIN_VALUES)
     assert not names & {"pluggy", "importlib.metadata"}
 

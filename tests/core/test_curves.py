@@ -65,20 +65,20 @@ def test_the_curves_hold_each_trials_points_stops_and_promotions(tmp_path: Path)
 
 
 def test_a_stop_without_a_finite_value_is_marked_on_the_curve(tmp_path: Path) -> None:
-    from dse.record._store import Batch
+    from dse.record._batch import Batch
 
     build(tmp_path / "ws")
     store = dse.Store(tmp_path / "ws" / "dse.sqlite")
     try:
         batch = Batch()
-        batch.add_decision(campaign=1, row=store.find_trial("es:6")[1].id, attempt=1,
+        batch.add_decision(campaign=1, row=store.reads.find_trial("es:6")[1].id, attempt=1,
                            rule="asha", version="1", verdict="stop", rung=2, step=2,
                            value=None, cutoff=1.0, peers=3, compared="[]", reason="NaN",
                            bracket=None, at=2.0)
         store.commit(batch)
         trials = [{"row": t.id, "number": t.number, "status": t.status.value,
-                   "score": t.score, "cached": False, "valid": True} for t in store.trials(1)]
-        curves = learning_curves(store, 1, store.campaign(1).spec,  # type: ignore[union-attr]
+                   "score": t.score, "cached": False, "valid": True} for t in store.reads.trials(1)]
+        curves = learning_curves(store, 1, store.reads.campaign(1).spec,  # type: ignore[union-attr]
                                  trials)
     finally:
         store.close()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 import dse
-from dse.record._store import Batch
+from dse.record._batch import Batch
 from support.cli import run_dse, write_plugin
 from support.probe import probe_campaign
 
@@ -210,7 +210,7 @@ def test_a_salvage_keeps_what_reads_when_the_schema_version_is_lost(
         (version,) = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     finally:
         db.close()
-    assert version == str(dse.record._store.SCHEMA_VERSION)  # migrated from the oldest it knows
+    assert version == str(dse.record.sqlite.SCHEMA_VERSION)  # migrated from the oldest it knows
 
 
 def test_doctor_of_a_file_that_is_not_sqlite_says_so_and_saves_nothing(

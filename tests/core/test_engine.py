@@ -160,7 +160,7 @@ def test_endless_rejections_stop_the_campaign(run_campaign):
     assert run.trials == []
     assert run.backend.cluster.batches == []
     assert len(record(run.store).events(run.result.campaign_id, "rejected")) == 10
-    campaign = run.store.find_campaign(str(run.result.campaign_id))
+    campaign = run.store.reads.find_campaign(str(run.result.campaign_id))
     assert campaign is not None
     assert (campaign.status, campaign.end_reason) == ("stopped", "max_consecutive_rejections")
 

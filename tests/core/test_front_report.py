@@ -27,10 +27,10 @@ def area(polygon: Sequence[tuple[float, float]]) -> float:
 
 def attempts(store: dse.Store, run_id: int) -> list[dict[str, Any]]:
     """The attempts as the HTML report hands them to its drawers."""
-    numbers = {t.id: t.number for t in store.trials(run_id)}
+    numbers = {t.id: t.number for t in store.reads.trials(run_id)}
     return [{"number": numbers[a.trial_id], "end": a.ended_at,
              "money": a.spend.money if a.spend else 0.0,
-             "cpu_s": a.spend.cpu_s if a.spend else 0.0} for a in store.attempts(run_id)]
+             "cpu_s": a.spend.cpu_s if a.spend else 0.0} for a in store.reads.attempts(run_id)]
 
 
 def test_the_staircase_joins_the_members_and_its_area_is_the_hypervolume(tmp_path: Path) -> None:

@@ -47,9 +47,9 @@ def run(camp: dse.Campaign, proposals: Any, script: Any = None) -> tuple[
 
 def everything(store: dse.Store) -> tuple[list[Trial], list[Score]]:
     """Every trial and every score of the workspace."""
-    runs = store.campaigns()
-    return ([t for r in runs for t in store.trials(r.id)],
-            [score for r in runs for score in store.scores(r.id)])
+    runs = store.reads.campaigns()
+    return ([t for r in runs for t in store.reads.trials(r.id)],
+            [score for r in runs for score in store.reads.scores(r.id)])
 
 
 def flag_from_outside(camp: dse.Campaign, number: int) -> None:
@@ -99,8 +99,8 @@ def test_invalidating_a_data_version_flags_trials_and_the_comparisons_that_used_
     assert repeat is not None
     assert repeat[1:] == (0, 0)
     assert store.invalidate("data_version", "v9", "typo", 300.0) is None
-    _, trial = store.find_trial(f"{first.campaign_id}:2")
-    reasons = {i.id: i.reason for i in store.invalidations()}
+    _, trial = store.reads.find_trial(f"{first.campaign_id}:2")
+    reasons = {i.id: i.reason for i in store.reads.invalidations()}
     assert reasons[trial.invalidation] == "the v1 export was truncated"
     store.close()
 
@@ -108,12 +108,12 @@ def test_invalidating_a_data_version_flags_trials_and_the_comparisons_that_used_
 def test_invalidating_a_baseline_flags_every_comparison_against_it(tmp_path: Path) -> None:
     camp = campaign(tmp_path, scorer={"name": "ratio"}, baseline={"params": {"x": 50}})
     result, _, store = run(camp, [{"x": 10}, {"x": 20}])
-    (base,) = [t for t in store.trials(result.campaign_id) if t.proposal == 0]
+    (base,) = [t for t in store.reads.trials(result.campaign_id) if t.proposal == 0]
     done = store.invalidate("trial", "inv:1", "baseline machine was throttled", 1.0,
                             trial_row=base.id)
     assert done is not None
     assert done[1:] == (1, 3)  # one trial flagged; its own score and the two compared to it
-    valid = [t.number for t in store.trials(result.campaign_id) if t.invalidation is None]
+    valid = [t.number for t in store.reads.trials(result.campaign_id) if t.invalidation is None]
     assert valid == [2, 3]  # their results stand; their scores do not
     store.close()
 
@@ -126,10 +126,10 @@ def test_invalid_results_are_never_reused_never_fed_and_are_re_run_as_linked_tri
     store.close()
     # Same campaign, same data: without the flag all three would be cache hits.
     second, agent, store = run(campaign(tmp_path), [{"x": 1}, {"x": 2}, {"x": 4}])
-    rows = store.trials(second.campaign_id)
+    rows = store.reads.trials(second.campaign_id)
     assert [r.status for r in rows] == [dse.TrialStatus.COMPLETED] * 3
     assert all(r.cache_of is None for r in rows)
-    old = {r.number: r.id for r in store.trials(first.campaign_id)}
+    old = {r.number: r.id for r in store.reads.trials(first.campaign_id)}
     assert [r.replaces for r in rows] == [old[1], old[2], None]
     assert [o.trial_number for o in agent.seen] == [1, 2, 3]
     assert [o.score for o in agent.seen] == [1.0, 2.0, 4.0]
@@ -144,13 +144,13 @@ def test_a_result_invalidated_while_the_campaign_runs_never_reaches_the_agent(
     script = flagging(camp, 2, 2)  # this very trial, while it runs
     result, agent, store = run(camp, [{"x": 5}, {"x": 2}, {"x": 3}], script)
     assert [o.trial_number for o in agent.seen] == [1, 3]
-    rows = store.trials(result.campaign_id)
+    rows = store.reads.trials(result.campaign_id)
     assert rows[1].status is dse.TrialStatus.COMPLETED
     assert rows[1].invalidation is not None
     # Trial 2 was the fastest, but an invalid result is never the best.
     assert result.best is not None
     assert result.best.number == 3
-    (event,) = store.events(result.campaign_id, "invalidated")
+    (event,) = store.reads.events(result.campaign_id, "invalidated")
     assert event.data == {"trials": [2]}
     store.close()
 
@@ -163,7 +163,7 @@ def test_a_trial_invalidated_while_it_runs_is_reused_by_nothing(tmp_path: Path) 
 
     script = flagging(camp, 9, 1, seconds={2: 10.0, 9: 1.0})  # trial 1 (x=2), while it runs
     result, agent, store = run(camp, [{"x": 2}, {"x": 2}, {"x": 9}, {"x": 2}], script)
-    rows = {r.number: r for r in store.trials(result.campaign_id)}
+    rows = {r.number: r for r in store.reads.trials(result.campaign_id)}
     ids = {n: r.id for n, r in rows.items()}
     assert [(n, r.status.value, r.cache_of, r.replaces) for n, r in rows.items()] == [
         (1, "completed", None, None), (2, "cached", ids[1], None),
@@ -207,7 +207,7 @@ def test_with_a_factory_a_result_flagged_before_the_agent_heard_of_it_rebuilds_n
     result, agents, store = run_rebuildable(camp, [{"x": 5}, {"x": 2}, {"x": 3}], script)
     assert len(agents) == 1
     assert [o.trial_number for o in agents[0].seen] == [1, 3]
-    assert store.events(result.campaign_id, "agent_rebuilt") == []
+    assert store.reads.events(result.campaign_id, "agent_rebuilt") == []
     store.close()
 
 
@@ -221,9 +221,9 @@ def test_with_a_factory_an_agent_told_a_result_later_invalidated_is_rebuilt_with
                                             script)
     assert [o.trial_number for o in agents[0].seen][:2] == [1, 2]
     assert [o.trial_number for o in agents[-1].seen] == [2, 3, 4]
-    rows = store.trials(result.campaign_id)
+    rows = store.reads.trials(result.campaign_id)
     assert [r.params["x"] for r in rows] == [5, 2, 3, 4]
-    assert len(store.events(result.campaign_id, "agent_rebuilt")) == 1
+    assert len(store.reads.events(result.campaign_id, "agent_rebuilt")) == 1
     store.close()
 
 
@@ -232,7 +232,7 @@ def test_a_resumed_agent_is_rebuilt_without_the_invalidated_results(tmp_path: Pa
                                         "max_trials": 2})
     first, agent, store = run(camp, [{"x": 1}, {"x": 2}, {"x": 3}])
     assert [o.trial_number for o in agent.seen] == [1, 2]
-    _, trial = store.find_trial("inv:1")
+    _, trial = store.reads.find_trial("inv:1")
     store.invalidate("trial", "inv:1", "bad node", 1.0, trial_row=trial.id)
     # Make the run resumable (as after a crash) and resume it with a larger allowance.
     store.reopen_campaign(first.campaign_id)
@@ -294,17 +294,17 @@ def test_invalidating_a_scorer_version_flags_its_scores_not_the_results(
     (tmp_path / "negscore.py").write_text(SCORER)
     camp = campaign(tmp_path, scorer={"name": "negscore:neg"})
     first, _, store = run(camp, [{"x": 3}, {"x": 1}])
-    (version,) = {score.scorer_version for score in store.scores(first.campaign_id)}
+    (version,) = {score.scorer_version for score in store.reads.scores(first.campaign_id)}
     done = store.invalidate("scorer_version", f"negscore:neg=={version}", "sign bug", 1.0)
     assert done is not None
     assert done[1:] == (0, 2)  # no result flagged; both scores are
-    assert all(t.invalidation is None for t in store.trials(first.campaign_id))
+    assert all(t.invalidation is None for t in store.reads.trials(first.campaign_id))
     # Only the scores are flagged, so the metrics are reused (scored afresh) in a new run,
     # and the agent of that run is told the fresh scores only.
     store.close()
     second, agent, store = run(campaign(tmp_path, scorer={"name": "negscore:neg"}),
                                [{"x": 3}, {"x": 5}])
-    rows = store.trials(second.campaign_id)
+    rows = store.reads.trials(second.campaign_id)
     assert [r.status.value for r in rows] == ["cached", "completed"]
     assert [(o.trial_number, o.score) for o in agent.seen] == [(1, -3.0), (2, -5.0)]
     _, scores = everything(store)

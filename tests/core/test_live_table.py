@@ -9,7 +9,8 @@ from typing import Any
 from dse.engine._feedback import Feedback
 from dse.engine._live import CurrentData, LiveTrial, TrialTable
 from dse.model._types import Direction, Observation, TrialStatus
-from dse.record._store import Batch, Store
+from dse.record._batch import Batch
+from dse.record.sqlite import Store
 
 
 def trial(number: int, digest: str = "", **fields: Any) -> LiveTrial:
@@ -130,7 +131,7 @@ def test_feedback_is_told_in_proposal_order_and_logged(tmp_path: Path) -> None:
     assert (second.trial_number, second.score, second.loss) == (5, 2.0, -2.0)
     assert not feedback.pending()
     store.commit(batch)
-    (entry,) = store.agent_log(run)
+    (entry,) = store.reads.agent_log(run)
     assert (entry.kind, list(entry.proposals)) == ("observe", [3, 5])
     feedback.deliver(agent, batch, run)  # type: ignore[arg-type]
     assert len(agent.told) == 1  # nothing waiting: nothing told, nothing logged

@@ -58,7 +58,7 @@ def run(
 
 
 def front_numbers(store: dse.Store, run_id: int) -> list[list[int]]:
-    spec = store.campaign(run_id).spec  # type: ignore[union-attr]
+    spec = store.reads.campaign(run_id).spec  # type: ignore[union-attr]
     return [sorted(m.number for m in f.members) for f in pareto_fronts(store, run_id, spec)]
 
 
@@ -69,7 +69,7 @@ def test_a_maximised_and_a_minimised_objective_the_front_is_exactly_the_undomina
     tmp_path: Path,
 ) -> None:
     result, agent, store = run(campaign(tmp_path), [{"x": x} for x in XS])
-    rows = {r.number: r for r in store.trials(result.campaign_id)}
+    rows = {r.number: r for r in store.reads.trials(result.campaign_id)}
     assert all(r.status is dse.TrialStatus.COMPLETED for r in rows.values())
     # Each trial's vector: its score of each objective, in their order and own units.
     for r in rows.values():
@@ -110,7 +110,7 @@ def test_ties_are_all_on_the_front_and_a_cache_hit_is_listed_once(tmp_path: Path
         return ProbeScript(metrics={"time": 1.0, "acc": 1.0})
 
     result, _, store = run(campaign(tmp_path), [{"x": 1}, {"x": 2}, {"x": 1}], script=tied)
-    statuses = [r.status.value for r in store.trials(result.campaign_id)]
+    statuses = [r.status.value for r in store.reads.trials(result.campaign_id)]
     assert statuses == ["completed", "completed", "cached"]
     assert front_numbers(store, result.campaign_id) == [[1, 2]]
     store.close()
@@ -124,7 +124,7 @@ def test_a_new_data_version_starts_a_front_of_its_own(tmp_path: Path) -> None:
 
     camp = campaign(tmp_path, data={"version": "v1"})
     result, _, store = run(camp, [{"x": x} for x in (10, 20, 60, 70)], script=versioned)
-    spec = store.campaign(result.campaign_id).spec  # type: ignore[union-attr]
+    spec = store.reads.campaign(result.campaign_id).spec  # type: ignore[union-attr]
     fronts = pareto_fronts(store, result.campaign_id, spec)
     assert [f.version for f in fronts] == ["v1", "v2"]
     # Each version's trials ranked on their own: the v1 trials do not dominate the v2 ones.
@@ -137,7 +137,7 @@ def test_invalidating_a_front_member_takes_it_off_the_front(tmp_path: Path) -> N
     # x = 10 (time 10, acc 5) dominates x = 11 (time 11, acc 5); 12 and 30 trade off.
     result, _, store = run(campaign(tmp_path), [{"x": x} for x in (10, 12, 11, 30)])
     assert front_numbers(store, result.campaign_id) == [[1, 2, 4]]
-    _, member = store.find_trial("mo:2")
+    _, member = store.reads.find_trial("mo:2")
     assert store.invalidate("trial", "mo:2", "bad node", 1.0, trial_row=member.id) is not None
     assert front_numbers(store, result.campaign_id) == [[1, 4]]
     doc = detail_json(run_detail(store, result.campaign_id))
@@ -157,7 +157,7 @@ def test_invalidating_the_member_that_dominated_a_trial_puts_that_trial_on(
 
     result, _, store = run(campaign(tmp_path), [{"x": 1}, {"x": 2}, {"x": 3}], script=scripted)
     assert front_numbers(store, result.campaign_id) == [[1, 3]]
-    _, first = store.find_trial("mo:1")
+    _, first = store.reads.find_trial("mo:1")
     store.invalidate("trial", "mo:1", "wrong clocks", 1.0, trial_row=first.id)
     assert front_numbers(store, result.campaign_id) == [[2, 3]]
     store.close()
@@ -166,7 +166,7 @@ def test_invalidating_the_member_that_dominated_a_trial_puts_that_trial_on(
 def test_what_a_trial_cost_is_an_objective(tmp_path: Path) -> None:
     camp = campaign(tmp_path, objectives=[{"metric": "time"}, {"metric": "spend.wall_s"}])
     result, agent, store = run(camp, [{"x": x} for x in (1, 2, 3, 4)])
-    for r in store.trials(result.campaign_id):
+    for r in store.reads.trials(result.campaign_id):
         metrics = r.metrics or {}
         # The probe runs 1 + x % 3 seconds of its clock: what the attempt was charged.
         assert metrics["spend.wall_s"] == pytest.approx(1.0 + r.params["x"] % 3)
@@ -187,9 +187,9 @@ def test_a_function_scorer_gives_every_score_or_the_trial_fails_scorer_error(
         "    return {'time': 1.0, 'acc': float('nan')}\n"
     )
     result, _, store = run(campaign(tmp_path, scorer={"name": "moscore:both"}), [{"x": 4}])
-    (row,) = store.trials(result.campaign_id)
+    (row,) = store.reads.trials(result.campaign_id)
     assert row.scores == (8.0, 3.0)
-    (given,) = store.scores(result.campaign_id)
+    (given,) = store.reads.scores(result.campaign_id)
     assert (given.scorer, given.scores) == ("moscore:both", (8.0, 3.0))
     store.close()
     for name, said in (("one", "returned 4.0; in a Pareto campaign"),
@@ -198,7 +198,7 @@ def test_a_function_scorer_gives_every_score_or_the_trial_fails_scorer_error(
         (tmp_path / name / "moscore.py").write_text((tmp_path / "moscore.py").read_text())
         camp = campaign(tmp_path / name, scorer={"name": f"moscore:{name}"})
         result, _, store = run(camp, [{"x": 4}])
-        (row,) = store.trials(result.campaign_id)
+        (row,) = store.reads.trials(result.campaign_id)
         assert row.status is dse.TrialStatus.FAILED
         assert row.failure is dse.FailureClass.SCORER_ERROR
         assert said in (row.message or "")
@@ -208,7 +208,7 @@ def test_a_function_scorer_gives_every_score_or_the_trial_fails_scorer_error(
 def test_the_ratio_scorer_scores_each_objective_against_the_baseline(tmp_path: Path) -> None:
     camp = campaign(tmp_path, scorer={"name": "ratio"}, baseline={"params": {"x": 20}})
     result, _, store = run(camp, [{"x": 40}])
-    rows = {r.params["x"]: r for r in store.trials(result.campaign_id)}
+    rows = {r.params["x"]: r for r in store.reads.trials(result.campaign_id)}
     assert rows[40].scores == pytest.approx((40.0 / 20.0, 20.0 / 10.0))
     store.close()
 
@@ -244,7 +244,7 @@ def test_a_given_reference_point_bounds_the_hypervolume(tmp_path: Path) -> None:
     assert front["reference"] == {"time": 100.0, "acc": 0.0}
     # One point, time 10 and acc 5: a box of (100 - 10) x (5 - 0).
     assert front["hypervolume"] == pytest.approx(90.0 * 5.0)
-    run_row = store.campaign(result.campaign_id)
+    run_row = store.reads.campaign(result.campaign_id)
     assert run_row is not None
     assert run_row.spec["pareto"] is True
     assert json.dumps(doc)  # the report is JSON throughout
@@ -255,7 +255,7 @@ def test_a_single_objective_run_has_no_front(tmp_path: Path) -> None:
     camp = campaign(tmp_path, campaign={"objectives": "first"})
     result, agent, store = run(camp, [{"x": 1}])
     assert detail_json(run_detail(store, result.campaign_id))["pareto"] is None
-    (row,) = store.trials(result.campaign_id)
+    (row,) = store.reads.trials(result.campaign_id)
     assert row.scores is None
     assert agent.seen[0].scores is None
     assert agent.seen[0].losses is None
@@ -273,7 +273,7 @@ def test_the_live_front_follows_results_invalidations_and_a_resume(tmp_path: Pat
     # 1 dominates 2 (faster and more accurate); 3 is the most accurate.
     assert sorted(result.stats.front) == [1, 3]
     assert result.stats.front[3] == (5.0, -9.0)  # losses: acc negated
-    _, first = store.find_trial("mo:1")
+    _, first = store.reads.find_trial("mo:1")
     store.invalidate("trial", "mo:1", "wrong clocks", 1.0, trial_row=first.id)
     # A resumed run reads the front back from the record, without the invalidated trial,
     # and takes in a new result that dominates trial 3 at equal accuracy.

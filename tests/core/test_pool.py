@@ -76,8 +76,8 @@ def schedule(e: dse.Engine) -> dict[str, tuple[float, float]]:
 
 def attempts(store: dse.Store, run: int) -> list[tuple[Trial, Attempt]]:
     """Each attempt of run *run* with its trial, by trial number then attempt."""
-    trials = {t.id: t for t in store.trials(run)}
-    return [(trials[a.trial_id], a) for a in store.attempts(run)]
+    trials = {t.id: t for t in store.reads.trials(run)}
+    return [(trials[a.trial_id], a) for a in store.reads.attempts(run)]
 
 
 START = 1_000_000.0
@@ -224,7 +224,7 @@ def test_a_trial_still_queued_when_the_controller_dies_waits_again_as_the_same_a
     third = [(a.attempt, a.state) for t, a in attempts(second.store, result.campaign_id)
              if t.number == 3]
     assert third == [(1, AttemptState.SUCCEEDED)]
-    retried = [e.data["trial"] for e in second.store.events(result.campaign_id, "retry")
+    retried = [e.data["trial"] for e in second.store.reads.events(result.campaign_id, "retry")
                if e.data is not None]
     assert 3 not in retried  # nothing ran, so nothing was interrupted
 

@@ -146,7 +146,7 @@ def test_a_snapshot_taken_while_a_controller_wrote_is_read_with_its_wal(
     holder = sqlite3.connect(workspace / "dse.sqlite")  # open: the last to close checkpoints
     holder.execute("SELECT COUNT(*) FROM trials").fetchone()
     store = dse.Store(workspace / "dse.sqlite")
-    store.invalidate("trial", "demo:1", "a throttled node", 0.0, trial_row=store.find_trial(
+    store.invalidate("trial", "demo:1", "a throttled node", 0.0, trial_row=store.reads.find_trial(
         "demo:1")[1].id)
     store.close()
     shutil.copytree(tmp_path / "live", tmp_path / "snap")

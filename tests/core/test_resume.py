@@ -379,7 +379,7 @@ def test_the_newest_rejections_are_those_from_a_proposal_on_and_the_last_in_a_ro
     assert len(every) > 5
     # Made a run of rejections in a row the newest: proposals past the last, rejected.
     top = max(every)
-    from dse.record._store import Batch
+    from dse.record._batch import Batch
 
     batch = Batch()
     for n in (top + 3, top + 4, top + 5):
@@ -390,7 +390,7 @@ def test_the_newest_rejections_are_those_from_a_proposal_on_and_the_last_in_a_ro
     store.commit(batch)
     in_a_row = {top + 3, top + 4, top + 5}
     for down_to in (0, *sorted(every), top + 10):
-        count, found = store.rejections(first.campaign_id, down_to=down_to)
+        count, found = store.reads.rejections(first.campaign_id, down_to=down_to)
         assert count == len(every)
         assert set(found) == {n for n in every if n >= down_to} | in_a_row
         assert all(found[n] == (every[n]["params"], every[n]["reason"]) for n in found)

@@ -45,9 +45,9 @@ def run(
 
 def scores(store: dse.Store, campaign_id: int) -> dict[int, tuple[Any, ...]]:
     """Trial number → (scorer, version, score, baseline trial number)."""
-    given = store.scores(campaign_id)
-    numbers = {t.id: t.number for t in store.trials(campaign_id)}
-    bases = store.trial_refs(s.baseline_trial for s in given if s.baseline_trial is not None)
+    given = store.reads.scores(campaign_id)
+    numbers = {t.id: t.number for t in store.reads.trials(campaign_id)}
+    bases = store.reads.trial_refs(s.baseline_trial for s in given if s.baseline_trial is not None)
     return {numbers[s.trial_id]: (s.scorer, s.scorer_version, s.score,
                                   bases[s.baseline_trial].number
                                   if s.baseline_trial is not None else None)
@@ -62,9 +62,9 @@ def test_every_score_names_the_default_scorer_and_a_cache_hit_is_scored_too(
     assert got == {1: ("default", dse.__version__, 3.0, None),
                    2: ("default", dse.__version__, 5.0, None),
                    3: ("default", dse.__version__, 3.0, None)}
-    statuses = [r.status.value for r in store.trials(result.campaign_id)]
+    statuses = [r.status.value for r in store.reads.trials(result.campaign_id)]
     assert statuses == ["completed", "completed", "cached"]
-    run_row = store.find_campaign("sc")
+    run_row = store.reads.find_campaign("sc")
     assert run_row is not None
     spec = run_row.spec
     assert spec["scorer_resolved"] == {"name": "default", "version": dse.__version__,
@@ -75,7 +75,7 @@ def test_every_score_names_the_default_scorer_and_a_cache_hit_is_scored_too(
 def test_a_ratio_against_the_baseline_which_runs_first_and_alone(tmp_path: Path) -> None:
     camp = campaign(tmp_path, scorer={"name": "ratio"}, baseline={"params": {"x": 50}})
     result, agent, store = run(camp, [{"x": 10}, {"x": 25}, {"x": 100}])
-    rows = store.trials(result.campaign_id)
+    rows = store.reads.trials(result.campaign_id)
     # Trial 1 is the baseline (proposal 0), dispatched in its own batch before any proposal.
     assert [(r.number, r.proposal, r.params["x"]) for r in rows] == [
         (1, 0, 50), (2, 1, 10), (3, 2, 25), (4, 3, 100),
@@ -112,7 +112,7 @@ def test_a_new_data_version_gets_its_own_baseline(tmp_path: Path) -> None:
         return ProbeScript(metrics={"time": scale * params["x"]})
 
     result, _agent, store = run(camp, [{"x": 10}, {"x": 20}, {"x": 30}], script)
-    rows = {r.number: r for r in store.trials(result.campaign_id)}
+    rows = {r.number: r for r in store.reads.trials(result.campaign_id)}
     params = {n: r.params["x"] for n, r in rows.items()}
     # baseline v1, x=10, x=20 (replaces the data as it starts), new baseline v2, x=30.
     assert params == {1: 50, 2: 10, 3: 20, 4: 50, 5: 30}
@@ -135,10 +135,10 @@ def test_a_baseline_trial_of_an_earlier_run_is_reused_without_running_again(
     camp = campaign(tmp_path, scorer={"name": "ratio"},
                     baseline={"trial": f"sc-{first.campaign_id}-1"})
     result, _agent, store = run(camp, [{"x": 10}, {"x": 80}])
-    rows = store.trials(result.campaign_id)
+    rows = store.reads.trials(result.campaign_id)
     assert [r.params["x"] for r in rows] == [10, 80]  # no baseline re-run
-    (old,) = store.trials(first.campaign_id)
-    got = [(s.trial_id, s.score, s.baseline_trial) for s in store.scores(result.campaign_id)]
+    (old,) = store.reads.trials(first.campaign_id)
+    got = [(s.trial_id, s.score, s.baseline_trial) for s in store.reads.scores(result.campaign_id)]
     assert got == [(rows[0].id, 0.25, old.id), (rows[1].id, 2.0, old.id)]
     store.close()
 
@@ -153,9 +153,9 @@ def test_a_failed_baseline_stops_the_campaign_before_any_proposal(tmp_path: Path
 
     result, agent, store = run(camp, [{"x": 10}], script)
     assert (result.status, result.end_reason) == ("stopped", "baseline_failed")
-    assert [r.proposal for r in store.trials(result.campaign_id)] == [0]
+    assert [r.proposal for r in store.reads.trials(result.campaign_id)] == [0]
     assert agent.seen == []
-    (event,) = store.events(result.campaign_id, "baseline_failed")
+    (event,) = store.reads.events(result.campaign_id, "baseline_failed")
     assert event.data is not None
     assert event.data["trial"] == 1
     store.close()
@@ -199,7 +199,7 @@ def test_a_scorer_that_raises_or_gives_nan_fails_that_trial_alone(tmp_path: Path
     (tmp_path / "myscore_b.py").write_text(SCORER)
     camp = campaign(tmp_path, scorer={"name": "myscore_b:broken"})
     result, _agent, store = run(camp, [{"x": 7}, {"x": 9}, {"x": 4}])
-    rows = store.trials(result.campaign_id)
+    rows = store.reads.trials(result.campaign_id)
     failed = (dse.TrialStatus.FAILED, dse.FailureClass.SCORER_ERROR)
     assert [(r.status, r.failure) for r in rows] == [
         failed, failed, (dse.TrialStatus.COMPLETED, None),
@@ -242,5 +242,5 @@ def test_a_baseline_trial_that_does_not_exist_records_nothing(tmp_path: Path) ->
     store = dse.Store(camp.workspace / "dse.sqlite")
     with pytest.raises(dse.ConfigError, match=r"sc.toml: baseline.trial: .*no campaign run"):
         run(camp, [{"x": 1}], store=store)
-    assert store.campaigns() == []
+    assert store.reads.campaigns() == []
     store.close()

@@ -16,8 +16,8 @@ import pytest
 
 import dse
 from dse import TrialStatus
-from dse.record import _store
-from dse.record._store import Batch
+from dse.record import sqlite
+from dse.record._batch import Batch
 
 
 def new_run(store: dse.Store, name: str) -> int:
@@ -140,7 +140,7 @@ def test_a_record_of_schema_8_is_migrated_and_its_ids_continue_past_its_rows(
         (version,) = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     finally:
         db.close()
-    assert int(version) == _store.SCHEMA_VERSION
+    assert int(version) == sqlite.SCHEMA_VERSION
 
 
 def test_a_config_claimed_by_a_live_controller_is_waited_on_then_taken_over(
@@ -235,9 +235,9 @@ def test_controllers_that_make_a_new_record_at_once_all_open_it(tmp_path: Path) 
         assert all(proc.returncode == 0 for proc in procs), errors
         store = dse.Store(path)
         try:
-            assert store.campaigns() == []
+            assert store.reads.campaigns() == []
             assert int(
                 store._db.execute("SELECT value FROM meta WHERE key='schema_version'")
-                .fetchone()[0]) == _store.SCHEMA_VERSION
+                .fetchone()[0]) == sqlite.SCHEMA_VERSION
         finally:
             store.close()

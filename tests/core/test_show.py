@@ -97,7 +97,7 @@ def test_an_export_written_a_page_at_a_time_is_the_whole_document(project: Path)
     csv_text = run_dse(project, "export", "demo", "--format", "csv").stdout
     store = dse.Store(db)
     try:
-        run = store.find_campaign("demo")
+        run = store.reads.find_campaign("demo")
         assert run is not None
         # Pages of one and three trials: the pieces join into the same bytes.
         for page in (1, 3):

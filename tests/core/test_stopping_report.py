@@ -15,7 +15,7 @@ import pytest
 
 import dse
 from dse.model._states import AttemptState, TrialStatus
-from dse.record._store import Batch
+from dse.record._batch import Batch
 from dse.report._render import REPORT_KEYS
 from support.cli import run_dse, write_plugin
 from support.show import undocumented_keys
@@ -71,7 +71,7 @@ def test_the_store_sums_the_stopped_trials_as_a_scan_of_the_rows_does(project: P
     rows = scan(project / ".dse" / "dse.sqlite")
     store = dse.Store(project / ".dse" / "dse.sqlite")
     try:
-        tallies = store.stop_tallies(1)
+        tallies = store.stops.stop_tallies(1)
         by_rung: Counter[tuple[int, int]] = Counter()
         seconds: Counter[tuple[int, int]] = Counter()
         for rung, step, s in rows["stopped"].values():
@@ -79,13 +79,13 @@ def test_the_store_sums_the_stopped_trials_as_a_scan_of_the_rows_does(project: P
             seconds[rung, step] += s
         assert {(t.rung, t.step): t.trials for t in tallies} == by_rung
         assert {(t.rung, t.step): t.spend.cpu_s for t in tallies} == pytest.approx(seconds)
-        trials, spend = store.completed_spend(1)
+        trials, spend = store.stops.completed_spend(1)
         full = sum(rows["full"])
         assert (trials, spend.wall_s, spend.cpu_s, spend.node_s) == (2, full, full, full)
         assert spend.money == pytest.approx(full / 100)
-        counts = store.decision_counts(1)
+        counts = store.stops.decision_counts(1)
         assert counts == {k: n for k, n in rows["verdicts"].items() if k[0] != "continue"}
-        assert store.stopping_rule(1) == ("asha", "1")
+        assert store.stops.stopping_rule(1) == ("asha", "1")
     finally:
         store.close()
     # The plan itself: 2 stopped at rung 1 then promoted, 3 ended stopped.
@@ -264,10 +264,10 @@ def scanned_totals(db: Path, run: int) -> dict[str, Any]:
 
 
 def summarized(store: dse.Store, run: int) -> dict[str, Any]:
-    trials, spend = store.completed_spend(run)
+    trials, spend = store.stops.completed_spend(run)
     return {"ended": {(t.rung, t.step): (t.trials, t.spend.cpu_s)
-                      for t in store.stop_tallies(run)},
-            "completed": (trials, spend.cpu_s), "counts": store.decision_counts(run)}
+                      for t in store.stops.stop_tallies(run)},
+            "completed": (trials, spend.cpu_s), "counts": store.stops.decision_counts(run)}
 
 
 class Passes:
@@ -363,7 +363,7 @@ def test_the_stop_summary_agrees_with_the_rows_after_every_pass_and_a_migration(
     try:
         assert summarized(store, run) == before
         passes = Passes(store, run)
-        passes.attempts = {(rows[4], 1): store.attempts(run, trials=[rows[4]])[0].id}
+        passes.attempts = {(rows[4], 1): store.reads.attempts(run, trials=[rows[4]])[0].id}
         passes.decide(rows[4], "stop", 1)
         passes.end(rows[4], 1, 2.0, TrialStatus.STOPPED)
         passes.commit()
@@ -374,7 +374,7 @@ def test_the_stop_summary_agrees_with_the_rows_after_every_pass_and_a_migration(
 def test_a_value_that_was_not_a_finite_number_is_said_so(project: Path) -> None:
     store = dse.Store(project / ".dse" / "dse.sqlite")
     try:
-        row = store.find_trial("es:6")[1].id
+        row = store.reads.find_trial("es:6")[1].id
         batch = Batch()
         batch.add_decision(campaign=1, row=row, attempt=1, rule="asha", version="1",
                            verdict="stop", rung=2, step=2, value=None, cutoff=1.0, peers=3,

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 import dse
-from dse.record import _store
+from dse.record import sqlite
+from dse.record.sqlite import _files
 
 BATCH = 200
 KILLS = 10
@@ -29,7 +30,7 @@ WRITER = r"""
 import os, sys
 import dse
 from dse import TrialStatus
-from dse.record._store import Batch
+from dse.record._batch import Batch
 
 path, acks, batch_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 store = dse.Store(path)
@@ -37,7 +38,7 @@ run = store.create_campaign(
     name="durability", source=None, spec={}, agent="none", backend="none", mode="waves",
     max_parallelism=1, now=0.0,
 )
-committed = sum(len(store.trials(r.id)) for r in store.campaigns())
+committed = sum(len(store.reads.trials(r.id)) for r in store.reads.campaigns())
 ack = os.open(acks, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 payload = "p" * 200
 number = 0
@@ -76,7 +77,7 @@ def last_ack(path: Path) -> int | None:
 def test_a_kill_during_a_transaction_leaves_a_sound_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    monkeypatch.setenv(_store.JOURNAL_ENV, mode)
+    monkeypatch.setenv(sqlite.JOURNAL_ENV, mode)
     db = tmp_path / "dse.sqlite"
     rng = random.Random(f"durability-{mode}")
     rows = 0
@@ -134,15 +135,15 @@ def test_a_kill_during_a_transaction_leaves_a_sound_record(
 
 
 def test_the_journal_override_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(_store.JOURNAL_ENV, "memory")
+    monkeypatch.setenv(sqlite.JOURNAL_ENV, "memory")
     with pytest.raises(dse.ConfigError, match="DSE_SQLITE_JOURNAL='memory': expected"):
         dse.Store(tmp_path / "dse.sqlite")
 
 
 def test_a_local_disk_gets_wal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(_store.JOURNAL_ENV, raising=False)
+    monkeypatch.delenv(sqlite.JOURNAL_ENV, raising=False)
     fstype = dse.filesystem_type(tmp_path)
-    if fstype in _store.NETWORK_FILESYSTEMS:
+    if fstype in sqlite.NETWORK_FILESYSTEMS:
         pytest.skip(f"the temporary directory is on {fstype}, a network file system")
     store = dse.Store(tmp_path / "dse.sqlite")
     try:
@@ -178,19 +179,19 @@ MOUNTINFO = r"""22 27 0:21 / /proc rw,relatime shared:5 - proc proc rw
     ],
 )
 def test_the_mount_table_names_the_file_system(path: str, expected: tuple[str, str]) -> None:
-    assert _store.mount_of(path, MOUNTINFO) == expected
+    assert sqlite.mount_of(path, MOUNTINFO) == expected
 
 
 def test_a_network_file_system_gets_a_rollback_journal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(_store.JOURNAL_ENV, raising=False)
+    monkeypatch.delenv(sqlite.JOURNAL_ENV, raising=False)
     workspace = (tmp_path / "home" / ".dse").resolve()
     table = tmp_path / "mountinfo"
     table.write_text(
         MOUNTINFO + f"50 27 0:60 / {workspace.parent} rw - nfs4 filer:/export/x rw\n"
     )
-    monkeypatch.setattr(_store, "_MOUNTINFO", str(table))
+    monkeypatch.setattr(_files, "_MOUNTINFO", str(table))
     assert dse.filesystem_type(workspace) == "nfs4"
     store = dse.Store(workspace / "dse.sqlite")
     try:
@@ -214,7 +215,7 @@ def test_the_file_system_of_the_repository_is_the_one_findmnt_names() -> None:
         capture_output=True, text=True, check=True,
     ).stdout.strip()
     assert dse.filesystem_type(here) == expected
-    assert expected not in _store.NETWORK_FILESYSTEMS
+    assert expected not in sqlite.NETWORK_FILESYSTEMS
 
 
 def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: Path) -> None:
@@ -251,7 +252,7 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
 
     store = dse.Store(path)  # migrates the record in place
     try:
-        names = [run.name for run in store.campaigns()]
+        names = [run.name for run in store.reads.campaigns()]
     finally:
         store.close()
     db = sqlite3.connect(path)
@@ -268,7 +269,7 @@ def test_a_record_of_schema_3_is_migrated_in_place_and_keeps_its_rows(tmp_path: 
     assert {"data_version", "dependencies", "replaces", "invalidation"} <= trial_columns
     assert "unobserved" in snapshot_columns
     assert {"scores", "invalidations", "environments", "run_tallies", "run_totals"} <= tables
-    assert int(version) == _store.SCHEMA_VERSION
+    assert int(version) == sqlite.SCHEMA_VERSION
     assert names == ["old"]
 
 

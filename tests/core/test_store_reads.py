@@ -41,37 +41,37 @@ def run(tmp_path: Path, points: list[dict[str, Any]]) -> tuple[dse.CampaignResul
 
 def test_rows_are_frozen_values_with_enums_and_decoded_json(tmp_path: Path) -> None:
     result, store = run(tmp_path, [{"x": 2}, {"x": 3}])
-    (campaign,) = store.campaigns()
+    (campaign,) = store.reads.campaigns()
     assert campaign.status is CampaignStatus.COMPLETED
     assert campaign.spec["space"][0]["name"] == "x"
-    done, failed = store.trials(result.campaign_id)
+    done, failed = store.reads.trials(result.campaign_id)
     assert (done.status, done.failure, done.params, done.metrics) == (
         dse.TrialStatus.COMPLETED, None, {"x": 2}, {"t": 2.0})
     assert (failed.status, failed.failure, failed.metrics) == (
         dse.TrialStatus.FAILED, dse.FailureClass.NONZERO_EXIT, None)
-    attempts = store.attempts(result.campaign_id)
+    attempts = store.reads.attempts(result.campaign_id)
     assert [(a.trial_id, a.state, a.exit_code) for a in attempts] == [
         (done.id, AttemptState.SUCCEEDED, 0), (failed.id, AttemptState.FAILED, 4)]
     assert attempts[0].spend == Spend(wall_s=2.0, cpu_s=2.0, gpu_s=0.0, node_s=2.0, money=0.02)
     assert attempts[0].resumed is False
-    assert [(s.trial_id, s.spend) for s in store.spends(result.campaign_id)] == [
+    assert [(s.trial_id, s.spend) for s in store.reads.spends(result.campaign_id)] == [
         (a.trial_id, a.spend) for a in attempts]
-    total = store.spend_total(result.campaign_id)
+    total = store.reads.spend_total(result.campaign_id)
     assert total == pytest.approx(attempts[0].spend + attempts[1].spend)
     assert total.wall_s > 0
-    assert store.attempt_times(result.campaign_id) == [
+    assert store.reads.attempt_times(result.campaign_id) == [
         (a.ended_at, a.started_at, a.state, a.trial_id) for a in attempts]
-    assert store.trial_params(result.campaign_id) == {done.id: {"x": 2}, failed.id: {"x": 3}}
+    assert store.reads.trial_params(result.campaign_id) == {done.id: {"x": 2}, failed.id: {"x": 3}}
     seconds = [a.ended_at - a.started_at for a in sorted(attempts, key=lambda a: a.ended_at)]
-    total, recent = store.attempt_durations(result.campaign_id, last=1)
+    total, recent = store.reads.attempt_durations(result.campaign_id, last=1)
     assert total == pytest.approx(sum(seconds))
     assert recent == pytest.approx(seconds[-1:])
-    assert store.attempt_durations(result.campaign_id, last=5)[1] == pytest.approx(seconds)
-    assert store.attempts(result.campaign_id, trials=[failed.id]) == [attempts[1]]
-    assert store.spend_total(result.campaign_id + 1) == Spend()
-    assert store.trial_counts(result.campaign_id) == {
+    assert store.reads.attempt_durations(result.campaign_id, last=5)[1] == pytest.approx(seconds)
+    assert store.reads.attempts(result.campaign_id, trials=[failed.id]) == [attempts[1]]
+    assert store.reads.spend_total(result.campaign_id + 1) == Spend()
+    assert store.reads.trial_counts(result.campaign_id) == {
         dse.TrialStatus.COMPLETED: 1, dse.TrialStatus.FAILED: 1}
-    assert store.dispatched(result.campaign_id) == 2
+    assert store.reads.dispatched(result.campaign_id) == 2
     with pytest.raises(dataclasses.FrozenInstanceError):
         done.score = 1.0  # type: ignore[misc]
     store.close()
@@ -84,34 +84,34 @@ def test_trials_are_found_by_every_name_a_user_types_and_refs_cross_runs(
     store.close()
     second, store = run(tmp_path, [{"x": 2}, {"x": 4}])
     for text in (f"rd-{second.campaign_id}-1", "rd:1", f"{second.campaign_id}:1"):
-        found_run, trial = store.find_trial(text)
+        found_run, trial = store.reads.find_trial(text)
         assert (found_run.id, trial.number) == (second.campaign_id, 1)
-    _, hit = store.find_trial("rd:1")
-    _, original = store.find_trial(f"{first.campaign_id}:1")
+    _, hit = store.reads.find_trial("rd:1")
+    _, original = store.reads.find_trial(f"{first.campaign_id}:1")
     assert (hit.status, hit.cache_of) == (dse.TrialStatus.CACHED, original.id)
-    assert store.trial_statuses([original.id, hit.id, 999]) == {
+    assert store.reads.trial_statuses([original.id, hit.id, 999]) == {
         original.id: dse.TrialStatus.COMPLETED, hit.id: dse.TrialStatus.CACHED}
-    ref = store.trial_refs([original.id])[original.id]
+    ref = store.reads.trial_refs([original.id])[original.id]
     assert ref.trial_id == f"rd-{first.campaign_id}-1"
     with pytest.raises(dse.ConfigError, match=r"no run 9 of a campaign named 'rd'"):
-        store.find_trial("rd-9-1")
+        store.reads.find_trial("rd-9-1")
     with pytest.raises(dse.ConfigError, match=r"has no trial 7"):
-        store.find_trial("rd:7")
+        store.reads.find_trial("rd:7")
     with pytest.raises(dse.ConfigError, match=r"expected <campaign>-<run>-<number>"):
-        store.find_trial("rd")
+        store.reads.find_trial("rd")
     store.close()
 
 
 def test_flags_are_read_back_with_their_reasons(tmp_path: Path) -> None:
     result, store = run(tmp_path, [{"x": 2}, {"x": 4}])
-    _, trial = store.find_trial("rd:2")
+    _, trial = store.reads.find_trial("rd:2")
     done = store.invalidate("trial", "rd:2", "bad node", 7.0, trial_row=trial.id)
     assert done is not None
-    (mark,) = store.invalidations()
+    (mark,) = store.reads.invalidations()
     assert (mark.id, mark.kind, mark.target, mark.reason, mark.trials) == (
         done[0], "trial", "rd:2", "bad node", 1)
-    assert [t.id for t in store.invalid_trials()] == [trial.id]
-    assert store.invalid_reasons(result.campaign_id) == {trial.id: "bad node"}
-    assert store.invalid_scores(result.campaign_id) == {trial.id}
-    assert [s.invalidation for s in store.scores(result.campaign_id)] == [None, done[0]]
+    assert [t.id for t in store.reads.invalid_trials()] == [trial.id]
+    assert store.reads.invalid_reasons(result.campaign_id) == {trial.id: "bad node"}
+    assert store.reads.invalid_scores(result.campaign_id) == {trial.id}
+    assert [s.invalidation for s in store.reads.scores(result.campaign_id)] == [None, done[0]]
     store.close()

@@ -58,15 +58,15 @@ def _scanned(db: Path, run: int) -> dict[str, Any]:
 
 
 def _summarized(store: dse.Store, run: int) -> dict[str, Any]:
-    counts = store.run_counts(run, lower_is_better=True)
+    counts = store.reads.run_counts(run, lower_is_better=True)
     return {
-        "counts": {s.value: n for s, n in store.trial_counts(run).items()},
-        "failures": store.failure_counts(run),
-        "dispatched": store.dispatched(run),
-        "wall_s": store.spend_total(run).wall_s,
+        "counts": {s.value: n for s, n in store.reads.trial_counts(run).items()},
+        "failures": store.summaries.failure_counts(run),
+        "dispatched": store.reads.dispatched(run),
+        "wall_s": store.reads.spend_total(run).wall_s,
         "trial_dirs": counts.dispatched,
         "wave": counts.wave,
-        "attempt_s": round(store.attempt_durations(run, last=1)[0], 6),
+        "attempt_s": round(store.reads.attempt_durations(run, last=1)[0], 6),
     }
 
 
@@ -75,7 +75,7 @@ def test_the_summaries_agree_with_the_rows_before_and_after_a_migration(run_camp
     run = run_campaign(proposals, script=_script, max_parallelism=3, mode="rolling")
     store, campaign_id = run.store, run.result.campaign_id
     store.invalidate("trial", "probe-campaign:2", "bad input", 0.0,
-                     trial_row=store.find_trial("probe-campaign:2")[1].id)
+                     trial_row=store.reads.find_trial("probe-campaign:2")[1].id)
     db = store.path
     conn = sqlite3.connect(db)
     with conn:  # the probe's attempts take no time on its clock: give them some (by trigger)

@@ -71,6 +71,6 @@ def run(camp: dse.Campaign, proposals: Iterable[int] = PROPOSALS,
 
 
 def fronts(store: dse.Store, run_id: int) -> list[Front]:
-    row = store.campaign(run_id)
+    row = store.reads.campaign(run_id)
     assert row is not None
     return pareto_fronts(store, run_id, row.spec)

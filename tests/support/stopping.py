@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import dse
 from dse.engine._spec import campaign_spec
 from dse.model._states import RESOLVED_SCORER, AttemptState, FailureClass, TrialStatus
-from dse.record._store import Batch
+from dse.record._batch import Batch
 from dse.report._curves import learning_curves
 
 if TYPE_CHECKING:
@@ -162,10 +162,10 @@ def curves_of(tmp_path: Path) -> Any:
     run = build(tmp_path / "ws")
     store = dse.Store(tmp_path / "ws" / "dse.sqlite")
     try:
-        spec = store.campaign(run).spec  # type: ignore[union-attr]
+        spec = store.reads.campaign(run).spec  # type: ignore[union-attr]
         trials = [{"row": t.id, "number": t.number, "status": t.status.value,
                    "score": t.score, "cached": t.cache_of is not None, "valid": True}
-                  for t in store.trials(run)]
+                  for t in store.reads.trials(run)]
         return learning_curves(store, run, spec, trials)
     finally:
         store.close()

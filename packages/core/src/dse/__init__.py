@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from dse.pool._pool import Pool, PoolConfig, drive, run_pool
     from dse.pool._scheduler import Plan, PoolScheduler, Request
     from dse.record._lock import CampaignLock, LockHolder
-    from dse.record._store import Store, filesystem_type
+    from dse.record.sqlite import Store, filesystem_type
     from dse.report._html import write_html_report
     from dse.report._readback import AttemptRecord, Results, TrialRecord
 
@@ -142,7 +142,7 @@ _LAZY: dict[str, str] = {
     "Scorer": "dse.plugins._scoring",
     "Space": "dse.model._space",
     "Stats": "dse.model._outcome",
-    "Store": "dse.record._store",
+    "Store": "dse.record.sqlite._store",
     "StoreError": "dse.model._errors",
     "SystemClock": "dse.model._clock",
     "TrialInfo": "dse.plugins._protocols",
@@ -154,7 +154,7 @@ _LAZY: dict[str, str] = {
     "canonical_json": "dse.model._hashing",
     "config_hash": "dse.model._hashing",
     "drive": "dse.pool._pool",
-    "filesystem_type": "dse.record._store",
+    "filesystem_type": "dse.record.sqlite._store",
     "hypervolume": "dse.model._pareto",
     "pareto_ranks": "dse.model._pareto",
     "hookimpl": "dse.hookspecs",

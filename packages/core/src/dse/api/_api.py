@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from dse.model._outcome import CampaignResult, Retry, TrialEnd
     from dse.model._types import TrialStatus
     from dse.plugins._plugins import PluginManager
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
     from dse.report._readback import Results
 
 __all__ = ["load", "run"]
@@ -83,7 +83,7 @@ def run(
     from dse.launch._console import LineView
     from dse.plugins._plugins import PluginManager
     from dse.record._lock import CampaignLock
-    from dse.record._store import Store, workspace_db
+    from dse.record.sqlite import Store, workspace_db
     from dse.report._readback import no_result_message, read_results
     from dse.report._render import outcome_lines
     from dse.report._report import run_detail
@@ -106,7 +106,7 @@ def run(
             store.connect()
             try:
                 result = _run_choice(engine, _resumable(store, built, fresh=fresh), plugins)
-                row = store.campaign(result.campaign_id)
+                row = store.reads.campaign(result.campaign_id)
                 assert row is not None  # the engine recorded it
                 results = read_results(store, row, built.workspace)
                 for line in [] if quiet else outcome_lines(  # the lines dse run ends with
@@ -249,7 +249,7 @@ def load(
     :raises StoreError: *where* holds no record.
     """
     from dse.campaign._campaignfile import campaign_place
-    from dse.record._store import open_existing
+    from dse.record.sqlite import open_existing
     from dse.report._readback import read_results
 
     path = Path(os.fspath(where))
@@ -272,12 +272,12 @@ def _load_warning(message: str) -> None:
 
 def _chosen_run(store: Store, campaign: str | None, run: int | None) -> Any:
     if run is not None:
-        row = store.campaign(run)
+        row = store.reads.campaign(run)
         if row is None or (campaign is not None and row.name != campaign):
             what = f"run {run}" + (f" of campaign {campaign}" if campaign else "")
             raise ConfigError(f"{store.path}: no {what} in the record")
         return row
-    rows = store.campaigns()
+    rows = store.reads.campaigns()
     if campaign is None:
         names = sorted({r.name for r in rows})
         if len(names) > 1:

@@ -57,7 +57,7 @@ _PATH_VARIABLES = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTH
                    "PYTHONSAFEPATH", "VIRTUAL_ENV")
 """The variables a trial's environment may set that change what its Python imports."""
 _CACHE = "environments.json"
-_PROBE = Path(__file__).resolve().with_name("_envprobe.py")
+_PROBE = Path(__file__).resolve().parents[1] / "_envprobe.py"
 """The file the interpreter runs: :mod:`dse._envprobe`, which imports nothing of dse."""
 _PROBE_TIMEOUT_S = 120.0
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from dse.model._errors import ConfigError, ExitCode, PluginError
 from dse.model._states import FailureClass
-from dse.record._store import Store, TrialSelection, check_writable, open_existing, workspace_db
+from dse.record.sqlite import Store, TrialSelection, check_writable, open_existing, workspace_db
 from dse.report._render import (
     detail_lines,
     outcome_json,
@@ -259,7 +259,7 @@ def _open_target(target: str | None, workspace: Path | None, console: Console
 
 
 def _selected_runs(store: Store, name: str | None) -> list[int]:
-    rows = store.campaigns()
+    rows = store.reads.campaigns()
     if name is not None:
         rows = [r for r in rows if r.name == name or str(r.id) == name]
         if not rows:
@@ -271,10 +271,10 @@ def _status(args: argparse.Namespace, console: Console) -> int:
     from dse.report._summary import summarize
 
     store, name = _open_target(args.target, args.workspace, console)
-    runs = {r.id: r for r in store.campaigns()}
+    runs = {r.id: r for r in store.reads.campaigns()}
     now = time.time()
     out = [
-        status_entry(runs[run], summarize(store, run, now=now), store.trial_counts(run),
+        status_entry(runs[run], summarize(store, run, now=now), store.reads.trial_counts(run),
                      _status_best(store, runs[run]))
         for run in _selected_runs(store, name)
     ]
@@ -298,11 +298,12 @@ def _status_best(store: Store, run: CampaignRun) -> tuple[int, str, float] | Non
 
     if run.spec.get("pareto"):
         return None  # a front, not one best (dse report lists it)
-    tallies = store.version_tallies(run.id)
+    tallies = store.summaries.version_tallies(run.id)
     if not tallies:
         return None
     metric, direction = primary_objective(run.spec)
-    row = store.best_of_version(run.id, tallies[-1].version, maximize=direction == "maximize")
+    row = store.summaries.best_of_version(run.id, tallies[-1].version,
+                                          maximize=direction == "maximize")
     if row is None or row.score is None:
         return None
     return row.number, metric, float(row.score)
@@ -320,7 +321,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
         check_matplotlib()  # before anything is printed: the one line, not a report first
     store, name = _open_target(args.target, args.workspace, console)
     now = time.time()
-    every = {r.id: run_detail(store, r.id, now=now) for r in store.campaigns()}
+    every = {r.id: run_detail(store, r.id, now=now) for r in store.reads.campaigns()}
     chosen = [every[i] for i in _selected_runs(store, name)]
     labels = {label for d in chosen for label in d.summary.serves}
     rollups = [r for r in rollup_by_objective(d.summary for d in every.values())
@@ -371,7 +372,7 @@ def _show(args: argparse.Namespace, console: Console) -> int:
 
     store = open_existing(args.workspace or Path(".dse"), say=console.warning)
     try:
-        run, trial = store.find_trial(args.trial)
+        run, trial = store.reads.find_trial(args.trial)
         (record,) = trial_records(store, run, [trial])
         explain_reuse(store, run, trial, record)
     finally:
@@ -391,7 +392,7 @@ def _invalidate(args: argparse.Namespace, console: Console) -> int:
     kind, target, select = _invalidation_target(args)
     store = open_existing(args.workspace or Path(".dse"), write=True, say=console.warning)
     try:
-        trial_row = store.find_trial(target)[1].id if kind == "trial" else None
+        trial_row = store.reads.find_trial(target)[1].id if kind == "trial" else None
         done = store.invalidate(kind, target, reason or "(dry run)", time.time(),
                                 trial_row=trial_row, select=select, dry_run=args.dry_run)
     finally:
@@ -446,7 +447,7 @@ def _export(args: argparse.Namespace, console: Console) -> int:
 
     store, name = _open_target(args.target, args.workspace, console)
     assert name is not None
-    run = store.find_campaign(name)
+    run = store.reads.find_campaign(name)
     if run is None:
         raise ConfigError(f"{store.path}: no campaign run named {name!r}")
     pieces = export_text(store, run, args.format)
@@ -457,7 +458,7 @@ def _export(args: argparse.Namespace, console: Console) -> int:
     with args.output.open("w", encoding="utf-8", newline="") as out:
         for piece in pieces:
             out.write(piece)
-    steps = sum(store.trial_counts(run.id).values())
+    steps = sum(store.reads.trial_counts(run.id).values())
     console.status(f"wrote {steps} steps to {args.output}")
     return ExitCode.OK
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from dse.campaign._campaign import Campaign
     from dse.plugins._scoring import Scorer, ScoreVector
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 
 class Baselines:
@@ -51,7 +51,7 @@ class Baselines:
         assert spec.trial is not None
         where = f"{campaign.source or '<campaign>'}: baseline.trial"
         try:
-            _, row = store.find_trial(spec.trial)
+            _, row = store.reads.find_trial(spec.trial)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         metrics = row.metrics

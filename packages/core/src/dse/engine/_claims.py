@@ -21,8 +21,10 @@ if TYPE_CHECKING:
 
     from dse.engine._live import TrialTable
     from dse.plugins._protocols import Runner
+    from dse.record._batch import Batch
     from dse.record._records import Claim, Trial
-    from dse.record._store import Batch, Orphan, Store
+    from dse.record.sqlite import Store
+    from dse.record.sqlite._store import Orphan
 
 
 def of_record(row: Trial) -> LiveTrial:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from dse.model._outcome import RunEnd, Stats
     from dse.model._types import JobSpec
     from dse.plugins._protocols import Agent, Environment
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 
 Hashed = tuple[dict[str, Any], str, str]

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from dse.plugins._protocols import Agent, Environment, Runner
     from dse.plugins._scoring import Scorer
     from dse.pool._pool import Pool
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 __all__ = ["Engine"]
 
@@ -259,9 +259,9 @@ class Engine:
         self.invalid.campaign_id = self.campaign_id
         # The wall-clock ceiling counts the time controllers drove the run: the record's
         # figure for the processes before this one, this one's on its monotonic clock.
-        self.gate.open(self.clock.monotonic() - self.store.run_time(self.campaign_id))
+        self.gate.open(self.clock.monotonic() - self.store.summaries.run_time(self.campaign_id))
         if campaign.budget.scope == "campaign":  # a rerun continues the campaign's ceilings
-            self.gate.carry(self.store.earlier_runs(campaign.name, self.campaign_id))
+            self.gate.carry(self.store.summaries.earlier_runs(campaign.name, self.campaign_id))
         workspace = campaign.workspace.resolve()
         if campaign.data is not None and not self.data.following:
             self.data.follow(DataVersioner(campaign.data, cache_dir=workspace,

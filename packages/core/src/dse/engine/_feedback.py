@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from dse.engine._live import LiveTrial
     from dse.model._types import Direction, Objective
     from dse.plugins._protocols import Agent
-    from dse.record._store import Batch
+    from dse.record._batch import Batch
 
 
 SNAPSHOT_AFTER_S = 1.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dse.record._store import Batch
+from dse.record._batch import Batch
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

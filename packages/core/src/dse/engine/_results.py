@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from dse.model._outcome import RunEnd, Stats
     from dse.model._types import JobStatus, Objective
     from dse.plugins._protocols import Environment
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 
 class Results:
@@ -155,7 +155,7 @@ class Results:
         refreshed = self._invalid.refresh(last, (
             Flag(row.id, row.campaign_id, row.number, row.config_hash,
                  row.invalidation is not None, row.cache_of)
-            for row in store.invalid_trials()
+            for row in store.reads.invalid_trials()
         ))
         for digest, row_id in refreshed.results:
             table.uncache(digest, row_id)
@@ -189,7 +189,7 @@ class Results:
         self._stats.front = {}
         direction = self.ranking.direction
         version = self._data.version
-        for row in store.trials(self._journal.campaign_id):
+        for row in store.reads.trials(self._journal.campaign_id):
             score = row.score
             if (
                 row.status not in (TrialStatus.COMPLETED, TrialStatus.CACHED) or score is None

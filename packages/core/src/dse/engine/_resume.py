@@ -90,8 +90,8 @@ class Resume:
         store, cid = p.store, p.journal.campaign_id
         rejected: dict[int, tuple[dict[str, Any], str]] = {}
         if tail is None:
-            rows = store.trials(cid)
-            for event in store.events(cid, "rejected"):
+            rows = store.reads.trials(cid)
+            for event in store.reads.events(cid, "rejected"):
                 data = event.data or {}
                 rejected[data["proposal"]] = (data["params"], data["reason"])
             rejections = len(rejected)
@@ -100,11 +100,12 @@ class Resume:
             # not told back yet (in flight, or ended and still to be told).
             named = {n for e in tail.entries for n in (*e.proposals, *(e.in_flight or ()))}
             needed = named | tail.unobserved
-            rows = store.resume_rows(cid, needed)
-            rejections, rejected = store.rejections(cid, down_to=min(needed, default=math.inf))
+            rows = store.reads.resume_rows(cid, needed)
+            rejections, rejected = store.reads.rejections(
+                cid, down_to=min(needed, default=math.inf))
         live = {row.id for row in rows if row.status in _UNFINISHED}
         attempts: dict[int, list[Attempt]] = {}
-        for attempt in store.attempts(cid, trials=live):
+        for attempt in store.reads.attempts(cid, trials=live):
             attempts.setdefault(attempt.trial_id, []).append(attempt)
         by_proposal: dict[int, LiveTrial] = {}
         by_row: dict[int, LiveTrial] = {}
@@ -143,7 +144,7 @@ class Resume:
         out = {r: by_row[r].status for r in rows if r in by_row}
         missing = sorted(r for r in rows if r not in by_row)
         if missing:
-            out.update(self._parts.store.trial_statuses(missing))
+            out.update(self._parts.store.reads.trial_statuses(missing))
         return out
 
     # -- restoring --------------------------------------------------------------------------
@@ -171,15 +172,15 @@ class Resume:
         calls logged after it. ``None``: no snapshot restored, the whole log is replayed."""
         p = self._parts
         store, cid = p.store, p.journal.campaign_id
-        snapshot = store.agent_snapshot(cid)
+        snapshot = store.reads.agent_snapshot(cid)
         # A snapshot of a record older than schema 12 lacks what it had not told back.
         if snapshot is None or snapshot.unobserved is None or p.invalid.any_in_campaign or (
-            p.data.version is not None and store.stale_trials(cid, p.data.version)
+            p.data.version is not None and store.reads.stale_trials(cid, p.data.version)
         ):
             return None
         if not p.feedback.guard.restore(agent, snapshot.state):
             return None
-        entries = store.agent_log(cid, after=snapshot.log_id)
+        entries = store.reads.agent_log(cid, after=snapshot.log_id)
         unobserved = set(snapshot.unobserved)
         for entry in entries:
             if entry.kind == "propose":
@@ -199,7 +200,7 @@ class Resume:
             dispatched, trials = recorded.dispatched, len(recorded.by_proposal)
         else:
             dispatched = self._restore_counts(recorded)
-            trials = sum(p.store.trial_counts(p.journal.campaign_id).values())
+            trials = sum(p.store.reads.trial_counts(p.journal.campaign_id).values())
         if p.campaign.pareto:
             p.results.rerank(p.store)  # the front (and best): read back from the record
         self._restore_spend(recorded, dispatched)
@@ -251,10 +252,10 @@ class Resume:
     def _restore_spend(self, recorded: Recorded, dispatched: int) -> None:
         p = self._parts
         unfinished = [row for row, t in recorded.by_row.items() if t.status in _UNFINISHED]
-        for row in p.store.trial_spends(unfinished):
+        for row in p.store.reads.trial_spends(unfinished):
             trial = recorded.by_row[row.trial_id]
             trial.spent = trial.spent + row.spend
-        p.gate.restore([p.store.spend_total(p.journal.campaign_id)], trials=dispatched)
+        p.gate.restore([p.store.reads.spend_total(p.journal.campaign_id)], trials=dispatched)
 
     def _restore_stats(self, recorded: Recorded) -> None:
         p = self._parts
@@ -280,7 +281,7 @@ class Resume:
         p = self._parts
         stats, rejected = p.stats, recorded.rejected
         ranking = p.results.ranking
-        counts = p.store.run_counts(p.journal.campaign_id,
+        counts = p.store.reads.run_counts(p.journal.campaign_id,
                                     lower_is_better=ranking.direction.better(0.0, 1.0))
         stats.steps, stats.cached = counts.steps, counts.cached
         stats.rejected = recorded.rejections
@@ -303,7 +304,7 @@ class Resume:
         reattach: dict[str, JobSpec] = {}
         # The attempts an earlier controller of the run asked to end (Ctrl+C twice: it left
         # without waiting): their cancelled ends are dse's own, not someone else's.
-        asked = {job for event in p.store.events(p.journal.campaign_id, "cancel")
+        asked = {job for event in p.store.reads.events(p.journal.campaign_id, "cancel")
                  for job in (event.data or {}).get("jobs", ())}
         for trial in recorded.by_proposal.values():
             if trial.row_id in recorded.cache_of:
@@ -392,7 +393,7 @@ class Resume:
         observed: set[int] = set() if tail is None else {
             n for n in recorded.by_proposal if n > 0 and n not in tail.unobserved}
         diverged: str | None = None
-        for entry in p.store.agent_log(cid) if tail is None else tail.entries:
+        for entry in p.store.reads.agent_log(cid) if tail is None else tail.entries:
             numbers = list(entry.proposals)
             if p.end.stopping() and not p.feedback.withheld:
                 # Asked to stop while replaying (an agent may take seconds a call): the agent

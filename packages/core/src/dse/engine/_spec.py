@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from dse.campaign._campaign import Campaign, EnvironmentConfig
     from dse.plugins._protocols import Environment, Runner
     from dse.plugins._scoring import Scorer
-    from dse.record._store import Batch, Store
+    from dse.record._batch import Batch
+    from dse.record.sqlite import Store
 
 
 def campaign_spec(campaign: Campaign) -> dict[str, Any]:
@@ -188,7 +189,7 @@ def resumable_run(store: Store, campaign: Campaign, *, fresh: bool) -> RunChoice
 
     # Before anything is said or decided: another controller may drive a run of it.
     check_controllers(campaign.workspace, campaign.name, store.run_controllers(campaign.name))
-    row = store.find_campaign(campaign.name)
+    row = store.reads.find_campaign(campaign.name)
     if row is None or row.status not in (CampaignStatus.RUNNING, CampaignStatus.CANCELLED):
         return RunChoice()
     # A run left running (its controller died) is never left behind: its trials may still
@@ -213,7 +214,7 @@ def _starting(store: Store, supersede: int | None) -> str:
     """How the new run starts, in words: at once, or once run *supersede* is closed."""
     if supersede is None:
         return "starting a new run"
-    running = store.trial_counts(supersede).get(TrialStatus.RUNNING, 0)
+    running = store.reads.trial_counts(supersede).get(TrialStatus.RUNNING, 0)
     if not running:
         return "closing it (superseded), then starting a new run"
     return (f"its {running} running trial{'s' if running != 1 else ''} finish first, recorded"
@@ -296,7 +297,7 @@ def unversioned_results(store: Store, campaign: Campaign, run: int) -> str:
     env = campaign.environment
     missing: list[tuple[int, list[str]]] = []
     # Latest first, back to the last run that recorded results with both (it said so).
-    for row in reversed(store.campaigns()):
+    for row in reversed(store.reads.campaigns()):
         if row.id >= run or row.name != campaign.name:
             continue
         recorded = row.spec.get("environment", {})
@@ -307,7 +308,7 @@ def unversioned_results(store: Store, campaign: Campaign, run: int) -> str:
         ) if now is not None and then is None]
         if not lacks:
             break
-        counts = store.trial_counts(row.id)
+        counts = store.reads.trial_counts(row.id)
         results = sum(n for status, n in counts.items() if status.is_reusable())
         if results:
             missing.append((results, lacks))

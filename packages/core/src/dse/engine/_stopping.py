@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from dse.model._types import JobStatus
     from dse.plugins._protocols import StoppingRule
     from dse.record._records import Trial
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 __all__ = ["EarlyStopping", "as_stopped", "stopping_for", "watch_progress"]
 
@@ -44,7 +44,7 @@ def as_stopped(store: Store, trial: LiveTrial, step: int) -> LiveTrial:
     still stands so, else (promoted since) a copy with the point it reported at that step."""
     if trial.step == step and TrialStatus.STOPPED in (trial.status, trial.original_status):
         return trial
-    points = [pt for pt in store.progress(trial.row_id) if pt.step == step]
+    points = [pt for pt in store.reads.progress(trial.row_id) if pt.step == step]
     metrics = dict(points[-1].metrics) if points else {}
     return dataclasses.replace(trial, status=TrialStatus.STOPPED, original_status=None,
                                step=step, metrics=metrics, score=None, failure=None,
@@ -337,7 +337,7 @@ class EarlyStopping:
         """Resume trial *row*; 1 when it was, 0 when it may never be (its data changed, it
         was invalidated), ``None`` when the budget cannot afford it now."""
         p = dispatcher.parts
-        found = p.store.trial_by_row(row)
+        found = p.store.stops.trial_by_row(row)
         trial = self._live(dispatcher, found) if found is not None else None
         if (trial is None or found is None or found.status is not TrialStatus.STOPPED
                 or p.invalid.row_flagged(row) or not p.data.current(trial)):
@@ -381,10 +381,10 @@ class EarlyStopping:
         p = dispatcher.parts
         trial = recorded_trial(
             row, f"{p.campaign.name}-{p.journal.campaign_id}-{row.number}",
-            p.campaign.space.names, p.store.attempts(p.journal.campaign_id, trials=[row.id]))
+            p.campaign.space.names, p.store.reads.attempts(p.journal.campaign_id, trials=[row.id]))
         trial.status, trial.metrics, trial.step, trial.message = (
             TrialStatus.RUNNING, None, None, None)
-        trial.spent = sum((a.spend for a in p.store.trial_spends([row.id])), Spend())
+        trial.spent = sum((a.spend for a in p.store.reads.trial_spends([row.id])), Spend())
         return trial
 
     # -- a resumed run -------------------------------------------------------------------
@@ -395,13 +395,13 @@ class EarlyStopping:
         it had stopped are asked to stop again at the first pass (once they are reattached)."""
         store, cid = engine.store, engine.campaign_id
         told = self._replayed
-        for number, proposal, step, text in store.run_progress(cid):
+        for number, proposal, step, text in store.stops.run_progress(cid):
             loss = self._loss(json.loads(text))
             self.checked = self.checked or loss is not None
             if loss is not None and proposal > 0:  # the baseline is never compared
                 self._report(number, step, loss)
                 told[number] = max(step, told.get(number, -1))
-        for row in store.stopped_trials(cid) if self.spec.promote else ():
+        for row in store.stops.stopped_trials(cid) if self.spec.promote else ():
             if row.trial_dir and checkpoint_mark(Path(row.trial_dir)).exists():
                 self.stopped[row.number] = row.id
         self._store = store
@@ -417,7 +417,7 @@ class EarlyStopping:
         self._replayed = {t.number: self._replayed[t.number] for t in running.values()
                           if t.number in self._replayed}
         for job_id, trial in running.items():
-            made = store.decisions(trial.row_id)
+            made = store.stops.decisions(trial.row_id)
             last = made[-1] if made else None
             if last is not None and last.verdict == Verdict.STOP.value and (
                     last.attempt == trial.attempt):

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from dse.model._outcome import EngineListener
     from dse.plugins._backend import Backend
     from dse.plugins._protocols import Runner
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 
 def build_engine(

@@ -423,7 +423,8 @@ class Pool:
         if engines and self.trivial and not engines[0].campaign.environment.resource_params:
             # One campaign, one size of trial, no plan: a sum and the last durations do.
             e = engines[0]
-            total, recent = e.store.attempt_durations(e.campaign_id, last=self.estimate.window)
+            total, recent = e.store.reads.attempt_durations(e.campaign_id,
+                                                            last=self.estimate.window)
             size = size_of(e.campaign.environment.resources, self.config.capacity)
             if self.scheduler is not None:
                 self._use(e.campaign.name, self.scheduler.dominant(size) * total)
@@ -433,10 +434,10 @@ class Pool:
         for e in engines:
             # Params are read only when sizes or the estimates depend on them.
             params: Mapping[int, Mapping[str, Any]] = (
-                e.store.trial_params(e.campaign_id)
+                e.store.reads.trial_params(e.campaign_id)
                 if e.campaign.environment.resource_params or not self.trivial else {})
             ended += ((end, start, e, params.get(trial, {}), state)
-                      for end, start, state, trial in e.store.attempt_times(e.campaign_id))
+                      for end, start, state, trial in e.store.reads.attempt_times(e.campaign_id))
         ended.sort(key=lambda x: x[0])
         for end, start, e, given, state in ended:
             name = e.campaign.name

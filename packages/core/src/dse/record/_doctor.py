@@ -2,7 +2,7 @@
 what reads (``--salvage``).
 
 A damaged record is read here as SQLite pages, not as the record's rows: the one place
-besides :mod:`dse.record._store` that holds SQL. The check is SQLite's ``integrity_check`` (every
+besides :mod:`dse.record.sqlite` that holds SQL. The check is SQLite's ``integrity_check`` (every
 page, every index against its table; about 0.7 s for 50 MB, where the ``quick_check`` every
 ``dse run`` makes at its start takes 0.2 s). What reads is found table by table, in key order
 (the rowid, or the primary key of a ``WITHOUT ROWID`` table): a read that meets a damaged page
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse.model._errors import ConfigError, DamagedRecordError
-from dse.record._store import OLDEST_SCHEMA, Store, header_damage, rebuild_summaries
+from dse.record.sqlite import OLDEST_SCHEMA, Store, header_damage, rebuild_summaries
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from dse.record._records import DecisionRow, ProgressRow
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 __all__ = ["BEST_DRAWN", "CURVES", "CURVES_DRAWN", "PROMOTED_DRAWN", "Curve", "Curves",
            "choose", "draw_curves", "learning_curves"]
@@ -101,17 +101,17 @@ def learning_curves(store: Store, campaign_id: int, spec: Mapping[str, Any],
     objective = (spec.get("objectives") or [{}])[0]
     metric = str(stopping.get("metric") or objective.get("metric", "score"))
     direction = str(stopping.get("direction") or objective.get("direction", "minimize"))
-    promoted = {d.number for d in store.run_decisions(campaign_id, ("promote",))}
+    promoted = {d.number for d in store.stops.run_decisions(campaign_id, ("promote",))}
     chosen, how = choose(trials, promoted, maximize=direction == "maximize")
     rows = {t["row"]: t for t in chosen}
-    progress = store.trial_progress(rows)
+    progress = store.stops.trial_progress(rows)
     decisions: dict[int, list[DecisionRow]] = {}
-    for d in store.trial_decisions(rows):
+    for d in store.stops.trial_decisions(rows):
         decisions.setdefault(d.trial_row, []).append(d)
     curves = [_curve(t, metric, progress.get(row, []), decisions.get(row, []))
               for row, t in rows.items()]
     curves = [c for c in curves if c.points or c.stops]
-    rungs = sorted({rung for _, rung in store.decision_counts(campaign_id)}
+    rungs = sorted({rung for _, rung in store.stops.decision_counts(campaign_id)}
                    | {d.rung for found in decisions.values() for d in found})
     if not curves and not stopping:
         return None

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from dse.record._records import CampaignRun, Trial
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 __all__ = ["TABLE_HEAD", "TABLE_TAIL", "export_text", "table_columns", "table_rows"]
 
@@ -70,8 +70,8 @@ def _steps(
     store: Store, run: CampaignRun, page: int
 ) -> Iterator[tuple[list[Trial], list[dict[str, Any]]]]:
     """Each page of trials with its trajectory steps."""
-    invalid = store.invalid_scores(run.id)
-    for trials in store.trial_pages(run.id, page):
+    invalid = store.reads.invalid_scores(run.id)
+    for trials in store.summaries.trial_pages(run.id, page):
         yield trials, trajectory(run, trials, invalid)
 
 
@@ -108,11 +108,11 @@ def _head(run: CampaignRun) -> dict[str, Any]:
 
 def _jsonl(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
     head = _head(run)
-    head["invalidations"] = [invalidation_json(i) for i in store.invalidations()]
+    head["invalidations"] = [invalidation_json(i) for i in store.reads.invalidations()]
     yield json.dumps(head) + "\n"
-    invalid = store.invalid_scores(run.id)
+    invalid = store.reads.invalid_scores(run.id)
     ranks = pareto_ranks_by_row(store, run.id, run.spec)
-    for trials in store.trial_pages(run.id, page):
+    for trials in store.summaries.trial_pages(run.id, page):
         steps = trajectory(run, trials, invalid)
         records = trial_records(store, run, trials, ranks)
         yield "".join(json.dumps({"trajectory": step, "record": record}) + "\n"
@@ -126,9 +126,9 @@ def _json(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
                       last=False)
     ranks = pareto_ranks_by_row(store, run.id, run.spec)
     records = (trial_records(store, run, trials, ranks)
-               for trials in store.trial_pages(run.id, page))
+               for trials in store.summaries.trial_pages(run.id, page))
     yield from _array("trials", records, last=False)
-    marks = [invalidation_json(i) for i in store.invalidations()]
+    marks = [invalidation_json(i) for i in store.reads.invalidations()]
     yield from _array("invalidations", iter([marks]), last=True)
     yield "}\n"
 
@@ -161,7 +161,7 @@ def table_columns(store: Store, run: CampaignRun, page: int = 1000) -> list[str]
     seen_params, seen_metrics = set(params), set(metrics)
     extra_params: set[str] = set()
     extra_metrics: set[str] = set()
-    for trials in store.trial_pages(run.id, page):
+    for trials in store.summaries.trial_pages(run.id, page):
         for t in trials:
             extra_params.update(k for k in t.params if k not in seen_params)
             extra_metrics.update(k for k in (t.metrics or {}) if k not in seen_metrics)
@@ -175,10 +175,10 @@ def table_columns(store: Store, run: CampaignRun, page: int = 1000) -> list[str]
 def table_rows(store: Store, run: CampaignRun, page: int = 1000) -> Iterator[list[dict[str, Any]]]:
     """Each page of *run*'s trials as flat rows (a dict per trial: :func:`table_columns`'
     keys that apply to it; a key it lacks is an empty cell), in trial order."""
-    invalid = store.invalid_scores(run.id)
+    invalid = store.reads.invalid_scores(run.id)
     ranks = pareto_ranks_by_row(store, run.id, run.spec)
     objectives = [metric for metric, _ in pareto_objectives(run.spec) or ()]
-    for trials in store.trial_pages(run.id, page):
+    for trials in store.summaries.trial_pages(run.id, page):
         steps = trajectory(run, trials, invalid)
         records = trial_records(store, run, trials, ranks)
         yield [_flat(t, step, record, objectives, ranks)

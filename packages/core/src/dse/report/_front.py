@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from dse.record._records import Trial
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 __all__ = ["Front", "FrontMember", "pareto_fronts", "pareto_objectives", "pareto_ranks_by_row"]
 
@@ -79,7 +79,7 @@ def pareto_fronts(store: Store, campaign_id: int, spec: Mapping[str, Any]) -> li
     run that optimises one objective, or has no scored trial yet."""
     if pareto_objectives(spec) is None:
         return []
-    return _fronts(store.pareto_trials(campaign_id), spec)
+    return _fronts(store.summaries.pareto_trials(campaign_id), spec)
 
 
 def _fronts(rows: Sequence[Trial], spec: Mapping[str, Any]) -> list[Front]:
@@ -109,7 +109,7 @@ def pareto_ranks_by_row(
     empty for a run that optimises one objective."""
     if pareto_objectives(spec) is None:
         return {}
-    rows = store.pareto_trials(campaign_id)  # read once: the fronts and the ranks' rows
+    rows = store.summaries.pareto_trials(campaign_id)  # read once: the fronts and the ranks' rows
     rank = {(f.version, t.config_hash): t.rank for f in _fronts(rows, spec) for t in f.trials}
     out: dict[int, int] = {}
     for row in rows:

@@ -67,7 +67,7 @@ from dse.report._report import rollup_by_objective, run_detail
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
     from dse.report._drawn import Drawn
     from dse.report._front import Front
     from dse.report._plots import RunData
@@ -307,7 +307,7 @@ def _page_lines(store: Store, campaign_id: int, details: Iterable[RunDetail] | N
     serves (over every run of the workspace, or of *details*)."""
     now = time.time()  # a running run's wall clock and rates run to now
     every = list(details) if details is not None else [
-        run_detail(store, run.id, now=now) for run in store.campaigns()
+        run_detail(store, run.id, now=now) for run in store.reads.campaigns()
     ]
     found = [d for d in every if d.summary.campaign_id == campaign_id]
     detail = found[-1] if found else run_detail(store, campaign_id, now=now)
@@ -380,7 +380,7 @@ def _controlled(store: Store, campaign_id: int) -> bool:
     """Whether a live controller holds run *campaign_id*'s campaign (its lock)."""
     from dse.record._lock import lock_held
 
-    row = store.campaign(campaign_id)
+    row = store.reads.campaign(campaign_id)
     return row is None or lock_held(Path(store.path).parent, row.name)
 
 

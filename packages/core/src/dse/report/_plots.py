@@ -35,7 +35,7 @@ from dse.report._report import invalid_trials
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 __all__ = ["RunData", "convergence", "cost", "load_run", "log_ticks", "outcomes",
            "reused_note", "scored", "timeline", "wide_spread"]
@@ -77,7 +77,7 @@ class RunData:
 
 def load_run(store: Store, campaign_id: int) -> RunData:
     """Run *campaign_id* as the figures read it."""
-    row = store.campaign(campaign_id)
+    row = store.reads.campaign(campaign_id)
     if row is None:
         raise DseError(f"{store.path}: no campaign run {campaign_id}")
     spec = row.spec
@@ -93,7 +93,7 @@ def load_run(store: Store, campaign_id: int) -> RunData:
     )
     invalid = invalid_trials(store, campaign_id)
     number_of: dict[int, int] = {}
-    for t in store.trials(campaign_id):
+    for t in store.reads.trials(campaign_id):
         number_of[t.id] = t.number
         run.trials.append({
             "row": t.id, "number": t.number, "status": t.status.value,
@@ -102,7 +102,7 @@ def load_run(store: Store, campaign_id: int) -> RunData:
             "valid": t.id not in invalid, "ended": t.ended_at,
             "cached": t.cache_of is not None, "metrics": t.metrics or {},
         })
-    attempts = store.attempts(campaign_id)
+    attempts = store.reads.attempts(campaign_id)
     # By start (an attempt that never started first, as SQL orders NULL).
     attempts.sort(key=lambda a: (a.started_at is not None, a.started_at or 0.0))
     for a in attempts:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from dse.record._records import CampaignRun
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 __all__ = ["AttemptRecord", "Results", "TrialRecord", "read_results"]
 
@@ -214,16 +214,16 @@ def read_results(store: Store, run: CampaignRun, workspace: Path) -> Results:
     ranks = pareto_ranks_by_row(store, run.id, run.spec)
     spec = run.spec
     names = tuple(str(p.get("name")) for p in spec.get("space") or [])
-    trials = tuple(_trial(doc, names) for page in store.trial_pages(run.id)
+    trials = tuple(_trial(doc, names) for page in store.summaries.trial_pages(run.id)
                    for doc in trial_records(store, run, page, ranks))
     objectives = tuple(str(o.get("metric")) for o in spec.get("objectives") or [])
     resolved = spec.get(RESOLVED_SCORER) or {}
     first = (spec.get("objectives") or [{}])[0]
     direction = str(resolved.get("direction") or first.get("direction") or "minimize")
     best = None
-    tallies = store.version_tallies(run.id)
+    tallies = store.summaries.version_tallies(run.id)
     if tallies:
-        row = store.best_of_version(run.id, tallies[-1].version,
+        row = store.summaries.best_of_version(run.id, tallies[-1].version,
                                     maximize=direction == "maximize")
         best = next((t for t in trials if row is not None and t.number == row.number), None)
     columns = tuple(table_columns(store, run))

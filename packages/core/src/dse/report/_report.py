@@ -38,7 +38,7 @@ from dse.report._summary import (
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 __all__ = [
     "BestResult",
@@ -175,12 +175,13 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
     metric, direction = primary_objective(spec)
 
     def best_of(version: str | None) -> BestResult | None:
-        row = store.best_of_version(campaign_id, version, maximize=direction == "maximize")
+        row = store.summaries.best_of_version(campaign_id, version,
+                                              maximize=direction == "maximize")
         if row is None or row.score is None:
             return None
         return BestResult(row.number, metric, direction, float(row.score), row.params)
 
-    tallies = store.version_tallies(campaign_id)
+    tallies = store.summaries.version_tallies(campaign_id)
     # The last group (by first appearance) is the current (latest) data version.
     best = best_of(tallies[-1].version) if tallies else None
     versions = tuple(
@@ -188,12 +189,12 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
                      best if g is tallies[-1] else best_of(g.version))
         for g in tallies if g.version is not None
     )
-    numbers = {row: ref.number for row, ref in store.trial_refs(invalid).items()}
+    numbers = {row: ref.number for row, ref in store.reads.trial_refs(invalid).items()}
     flagged = sorted((numbers[row], why) for row, why in invalid.items() if row in numbers)
-    reused = store.cache_links(campaign_id)
-    originals = store.trial_refs(original for _, original in reused)
+    reused = store.summaries.cache_links(campaign_id)
+    originals = store.reads.trial_refs(original for _, original in reused)
     by_original: dict[int, list[Spend]] = {}
-    for attempt in store.trial_spends(originals):
+    for attempt in store.reads.trial_spends(originals):
         by_original.setdefault(attempt.trial_id, []).append(attempt.spend)
     paid = {row: _total(spends) for row, spends in by_original.items()}
     hits = [
@@ -202,22 +203,22 @@ def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> R
         for number, original in reused
     ]
     budget_reason = budget_earlier = None
-    for event in store.events(campaign_id, "budget_exhausted"):
+    for event in store.reads.events(campaign_id, "budget_exhausted"):
         budget_reason = (event.data or {}).get("reason")
         budget_earlier = (event.data or {}).get("earlier")
     return RunDetail(
         summary=summary, end_reason=run.end_reason, budget_reason=budget_reason,
-        outcomes=_split_queued(store.outcome_counts(campaign_id), summary.queued),
-        dispatched=store.dispatched(campaign_id),
+        outcomes=_split_queued(store.summaries.outcome_counts(campaign_id), summary.queued),
+        dispatched=store.reads.dispatched(campaign_id),
         best=best, cache_hits=tuple(hits), data_versions=versions,
-        mismatched=tuple(store.mismatched_numbers(campaign_id)), invalid=tuple(flagged),
+        mismatched=tuple(store.summaries.mismatched_numbers(campaign_id)), invalid=tuple(flagged),
         scorer=f"{resolved.get('name', 'default')} {resolved.get('version', '')}".strip(),
         stopping=stopping_detail(store, run),
         fronts=tuple(pareto_fronts(store, campaign_id, spec)),
         interruptions=_interruptions(store, campaign_id),
         overrides=tuple(spec.get("overrides") or ()),
         first_failures=tuple((cls, n, message) for cls, (n, message)
-                             in store.first_failures(campaign_id).items()),
+                             in store.summaries.first_failures(campaign_id).items()),
         budget_earlier=budget_earlier if isinstance(budget_earlier, dict) else None,
     )
 
@@ -240,7 +241,7 @@ def _split_queued(outcomes: dict[str, int], queued: int) -> dict[str, int]:
 
 def _interruptions(store: Store, campaign_id: int) -> Interruptions | None:
     """The run's retried interruptions (a cancelled trial resumed by a later run is not one)."""
-    retries = [e.data for e in store.events(campaign_id, "retry")
+    retries = [e.data for e in store.reads.events(campaign_id, "retry")
                if e.data and e.data.get("after") != "cancelled"]
     if not retries:
         return None

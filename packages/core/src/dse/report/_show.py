@@ -35,7 +35,7 @@ if TYPE_CHECKING:
         Trial,
         TrialRef,
     )
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 DEFAULT_SCORER = {"name": "default", "version": __version__}
 """The scorer of a run recorded before scorers were (it read the primary objective's metric)."""
@@ -55,11 +55,11 @@ def trial_records(
     a Pareto run, each trial's rank among the run's (*ranks*: trial row -> Pareto rank, as
     :func:`dse.report._front.pareto_ranks_by_row` gives it; read here when not given)."""
     if trials is None:
-        trials = store.trials(run.id)
+        trials = store.reads.trials(run.id)
     attempts: dict[int, list[Attempt]] = {}
-    for attempt in store.attempts(run.id, trials=[t.id for t in trials]):
+    for attempt in store.reads.attempts(run.id, trials=[t.id for t in trials]):
         attempts.setdefault(attempt.trial_id, []).append(attempt)
-    reused = store.trial_refs(t.cache_of for t in trials if t.cache_of is not None)
+    reused = store.reads.trial_refs(t.cache_of for t in trials if t.cache_of is not None)
     context = _Context(store, run, trials)
     if run.spec.get("pareto"):
         context.ranks = ranks if ranks is not None else pareto_ranks_by_row(store, run.id,
@@ -73,14 +73,14 @@ class _Context:
 
     def __init__(self, store: Store, run: CampaignRun, trials: Sequence[Trial]) -> None:
         self.scores: dict[int, list[Score]] = {}
-        for score in store.trial_scores(t.id for t in trials):
+        for score in store.summaries.trial_scores(t.id for t in trials):
             self.scores.setdefault(score.trial_id, []).append(score)
-        self.invalidations: dict[int, Invalidation] = {i.id: i for i in store.invalidations()}
-        self.reused_dependencies = store.trial_dependencies(
+        self.invalidations: dict[int, Invalidation] = {i.id: i for i in store.reads.invalidations()}
+        self.reused_dependencies = store.reads.trial_dependencies(
             t.cache_of for t in trials if t.cache_of is not None)
         """The dependency digest the result each cache hit reuses was measured with."""
         dispatched = _dispatched(run)
-        self.environments: Mapping[str, EnvironmentRecord] = store.environments({
+        self.environments: Mapping[str, EnvironmentRecord] = store.reads.environments({
             *(t.dependencies for t in trials if t.dependencies),
             *self.reused_dependencies.values(),
             *([dispatched["digest"]] if dispatched else []),
@@ -88,17 +88,17 @@ class _Context:
         linked = {t.replaces for t in trials if t.replaces is not None}
         linked |= {s.baseline_trial for rows in self.scores.values() for s in rows
                    if s.baseline_trial is not None}
-        self.names = {row: _trial_ref(ref) for row, ref in store.trial_refs(linked).items()}
-        self.progress = store.progress_tails(t.id for t in trials)
+        self.names = {row: _trial_ref(ref) for row, ref in store.reads.trial_refs(linked).items()}
+        self.progress = store.reads.progress_tails(t.id for t in trials)
         self.decisions: dict[int, list[DecisionRow]] = {}
-        for decision in store.trial_decisions(t.id for t in trials):
+        for decision in store.stops.trial_decisions(t.id for t in trials):
             self.decisions.setdefault(decision.trial_row, []).append(decision)
-        self.first_steps = store.first_steps(
+        self.first_steps = store.stops.first_steps(
             row for row, rows in self.decisions.items()
             if any(d.verdict == "promote" for d in rows))
         self.replaced_by = {
             row: [_trial_ref(ref) for ref in refs]
-            for row, refs in store.replacements(t.id for t in trials).items()
+            for row, refs in store.reads.replacements(t.id for t in trials).items()
         }
         self.ranks: Mapping[int, int] = {}
         """A Pareto run's trials' ranks (trial row -> rank)."""
@@ -473,10 +473,10 @@ def explain_reuse(store: Store, run: CampaignRun, trial: Trial, record: dict[str
     one."""
     if trial.cache_of is not None:
         return
-    other = store.earlier_measurement(run.name, canonical_json(trial.params), trial.id)
+    other = store.reads.earlier_measurement(run.name, canonical_json(trial.params), trial.id)
     if other is None or other.config_hash == trial.config_hash:
         return
-    then = store.campaign(other.campaign_id)
+    then = store.reads.campaign(other.campaign_id)
     if then is None:
         return
     parts = identity_changes(store, then, other, run, trial)
@@ -531,7 +531,7 @@ def _changed_files(old: object, new: object) -> str:
 def _changed_dists(store: Store, was: str | None, now: str | None,
                    reported: str | None) -> str:
     """The versions that moved between two environments (by digest), else the digests."""
-    envs = store.environments(d for d in (was or reported, now) if d)
+    envs = store.reads.environments(d for d in (was or reported, now) if d)
     before, after = envs.get(was or reported or ""), envs.get(now or "")
     if before is None or after is None:
         return f"{was or 'not recorded (an earlier release)'} → {now or 'not known'}"

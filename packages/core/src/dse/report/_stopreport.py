@@ -16,7 +16,7 @@ from dse.model._spend import Spend
 
 if TYPE_CHECKING:
     from dse.record._records import CampaignRun
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 __all__ = ["SAVED_METHOD", "RungRow", "StoppingDetail", "stopping_detail"]
 
@@ -75,13 +75,13 @@ def stopping_detail(store: Store, run: CampaignRun) -> StoppingDetail | None:
     """The :class:`StoppingDetail` of *run*, or ``None`` when it has no stopping rule and no
     decision in the record."""
     spec: dict[str, Any] = run.spec.get("stopping") or {}
-    counts = store.decision_counts(run.id)
+    counts = store.stops.decision_counts(run.id)
     if not spec and not counts:
         return None
-    found = store.stopping_rule(run.id)
+    found = store.stops.stopping_rule(run.id)
     max_step = spec.get("max_step")
     max_step = int(max_step) if isinstance(max_step, int | float) and max_step > 0 else None
-    tallies = store.stop_tallies(run.id)
+    tallies = store.stops.stop_tallies(run.id)
     ended: dict[int, tuple[int, Spend]] = {}
     saved = Spend()
     for tally in tallies:
@@ -95,7 +95,7 @@ def stopping_detail(store: Store, run: CampaignRun) -> StoppingDetail | None:
                 ended.get(rung, (0, Spend()))[0], ended.get(rung, (0, Spend()))[1])
         for rung in steps
     )
-    to_end, to_end_spent = store.completed_spend(run.id)
+    to_end, to_end_spent = store.stops.completed_spend(run.id)
     return StoppingDetail(
         rule=str(spec.get("rule") or (found[0] if found else "?")),
         version=found[1] if found else None,

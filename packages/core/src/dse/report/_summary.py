@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from dse.model._outcome import Stats
     from dse.model._spend import Spend
     from dse.record._records import CampaignRun
-    from dse.record._store import Store
+    from dse.record.sqlite import Store
 
 __all__ = ["Numbers", "PerResult", "RunSummary", "campaign_run", "invalid_trials",
            "live_counts", "numbers", "primary_objective", "summarize", "tally_text"]
@@ -150,15 +150,15 @@ def summarize(
     end = run.ended_at if run.ended_at is not None else now
     if end is None:
         end = run.created_at
-    counts = store.trial_counts(campaign_id)
+    counts = store.reads.trial_counts(campaign_id)
     if invalid is None:
         invalid = invalid_trials(store, campaign_id)
-    invalid_usable = sum(1 for status in store.trial_statuses(invalid).values()
+    invalid_usable = sum(1 for status in store.reads.trial_statuses(invalid).values()
                          if status in _USABLE)
     budget = spec.get("budget") or {}
     three = numbers(counts, wall_s=max(float(end) - float(run.created_at), 0.0),
-                    spent=store.spend_total(campaign_id), invalid_usable=invalid_usable)
-    unstarted = store.unstarted(campaign_id) if (
+                    spent=store.reads.spend_total(campaign_id), invalid_usable=invalid_usable)
+    unstarted = store.summaries.unstarted(campaign_id) if (
         counts.get(TrialStatus.RUNNING) or counts.get(TrialStatus.CANCELLED)) else {}
     return RunSummary(
         campaign_id=campaign_id,
@@ -172,7 +172,7 @@ def summarize(
         currency=spec.get("currency") or budget.get("currency") or "USD",
         budget=budget,
         serves=tuple(spec.get("serves") or (run.name,)),
-        failures=store.failure_counts(campaign_id),
+        failures=store.summaries.failure_counts(campaign_id),
         queued=unstarted.get(TrialStatus.RUNNING, 0),
         cancelled_unstarted=unstarted.get(TrialStatus.CANCELLED, 0),
     )
@@ -180,7 +180,7 @@ def summarize(
 
 def campaign_run(store: Store, campaign_id: int) -> CampaignRun:
     """Run *campaign_id* of *store*, or :class:`DseError` when it has none so numbered."""
-    run = store.campaign(campaign_id)
+    run = store.reads.campaign(campaign_id)
     if run is None:
         raise DseError(f"{store.path}: no campaign run {campaign_id}")
     return run
@@ -189,7 +189,7 @@ def campaign_run(store: Store, campaign_id: int) -> CampaignRun:
 def invalid_trials(store: Store, campaign_id: int) -> dict[int, str]:
     """Trial row → why it is flagged invalid (its result's invalidation, else its score's),
     for the trials of run *campaign_id*."""
-    return store.invalid_reasons(campaign_id)
+    return store.reads.invalid_reasons(campaign_id)
 
 
 def primary_objective(spec: Mapping[str, Any]) -> tuple[str, str]:

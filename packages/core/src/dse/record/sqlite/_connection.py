@@ -1,0 +1,324 @@
+"""A connection to the record: opened (created, migrated, or read only as it is), damage
+named before anything is written, a busy record waited for, a refused write said once."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sqlite3
+import urllib.parse
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from dse.model._errors import DamagedRecordError, StorageError, StoreError
+from dse.record._busy import BusyWait
+from dse.record.sqlite._files import journal_mode_for
+from dse.record.sqlite._migrations import MIGRATIONS, bring_up_to_date, schema_version
+from dse.record.sqlite._schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+    from dse.record.sqlite._store import Store
+
+
+TRY_S = 0.5
+
+
+"""How long one try of a statement waits for a record another process holds (SQLite's busy
+timeout) before dse looks who holds it, sees a Ctrl+C, and tries again."""
+
+
+_Method = TypeVar("_Method", bound="Callable[..., Any]")
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """A write SQLite refuses (a full disk, a read-only file or directory) as one
+    :class:`StorageError` naming the record; the transaction it was in is rolled back."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        raise StorageError(
+            f"{path}: cannot write the record ({exc}); nothing already recorded is lost"
+        ) from None
+
+
+def writing_method(method: _Method) -> _Method:
+    """A :class:`Store` method that writes: see :func:`writing`."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
+        with writing(self.path):
+            return method(self, *args, **kwargs)
+
+    return cast("_Method", wrapper)
+
+
+_SQLITE_BUSY = 5
+
+
+_DAMAGED_CODES = frozenset({11, 26})
+
+
+"""SQLITE_CORRUPT ("database disk image is malformed") and SQLITE_NOTADB."""
+
+
+_UNWRITABLE_DIR = frozenset({8, 14})
+
+
+"""SQLITE_READONLY, SQLITE_CANTOPEN: what a read-only open answers where SQLite cannot make
+the ``-wal`` and ``-shm`` files a WAL record is read through."""
+
+
+_MAGIC = b"SQLite format 3\x00"
+
+
+def damaged(path: Path, why: str) -> DamagedRecordError:
+    """The one line refusing the damaged record at *path*."""
+    return DamagedRecordError(
+        f"{path}: the record is damaged ({why}); nothing is written to it; `dse doctor"
+        f" --workspace {path.parent}` says what can be saved")
+
+
+class _Cursor(sqlite3.Cursor):
+    """A cursor of a :class:`_Connection`: its statements wait out a busy record, and a
+    damaged page met while reading rows is a :class:`DamagedRecordError`."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
+        cast("_Connection", self.connection).attempt(sql, super().execute, sql, parameters)
+        return self
+
+    def executemany(self, sql: str, seq: Any, /) -> _Cursor:
+        cast("_Connection", self.connection).attempt(sql, super().executemany, sql, seq)
+        return self
+
+    def _named(self, exc: sqlite3.DatabaseError) -> Exception:
+        return cast("_Connection", self.connection).named(exc)
+
+    def fetchone(self) -> Any:
+        try:
+            return super().fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise self._named(exc) from None
+
+    def fetchall(self) -> list[Any]:
+        try:
+            return super().fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._named(exc) from None
+
+    def __next__(self) -> Any:
+        try:
+            return super().__next__()
+        except sqlite3.DatabaseError as exc:
+            raise self._named(exc) from None
+
+
+class _Connection(sqlite3.Connection):
+    """The record's connection (every statement of the store runs through it).
+
+    A statement that finds the record held by another process (SQLITE_BUSY after
+    :data:`TRY_S`) is tried again for as long as it is held (:class:`dse.record._busy.BusyWait`
+    says once who holds it, and when it is free again): one outside a transaction, the
+    ``BEGIN IMMEDIATE`` taking the write lock, or a ``COMMIT`` (SQLite's rule for what may be
+    retried). A damaged file (SQLITE_CORRUPT, SQLITE_NOTADB) is a :class:`DamagedRecordError`
+    naming it.
+    """
+
+    path: Path
+    wait: BusyWait
+
+    def cursor(self, factory: Any = _Cursor) -> Any:  # ours by default
+        return super().cursor(factory)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
+        return cast("_Cursor", self.cursor()).execute(sql, parameters)
+
+    def executemany(self, sql: str, seq: Any, /) -> _Cursor:
+        return cast("_Cursor", self.cursor()).executemany(sql, seq)
+
+    def named(self, exc: sqlite3.DatabaseError) -> Exception:
+        """*exc*, or the :class:`DamagedRecordError` it means."""
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _DAMAGED_CODES:
+            return damaged(self.path, str(exc))
+        return exc
+
+    def attempt(self, sql: str, call: Callable[..., Any], *args: Any) -> None:
+        retry = not self.in_transaction or sql.lstrip()[:6].upper() == "COMMIT"
+        while True:
+            try:
+                call(*args)
+            except sqlite3.DatabaseError as exc:
+                busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF == _SQLITE_BUSY
+                if busy and retry and self.wait.busy():
+                    continue
+                self.wait.over()
+                raise self.named(exc) from None
+            self.wait.over()
+            return
+
+
+def _connect(target: str | Path, path: Path, say: Callable[[str], None] | None, *,
+             uri: bool = False) -> _Connection:
+    db = sqlite3.connect(target, isolation_level=None, timeout=TRY_S, uri=uri,
+                         factory=_Connection)
+    db.path = path
+    db.wait = BusyWait(path, say)
+    return db
+
+
+def header_damage(path: Path) -> str | None:
+    """What the first 100 bytes and the size of the file at *path* say is wrong with it as a
+    SQLite file (not one, truncated), or ``None`` (a sound header, an empty file, no file):
+    a read of 100 bytes, cheap enough for every open. The size is checked against the
+    header's page count only without a ``-wal`` or ``-journal`` (a writer at work)."""
+    try:
+        with path.open("rb") as handle:
+            head, size = handle.read(100), os.fstat(handle.fileno()).st_size
+    except OSError:
+        return None  # SQLite's own open says what is wrong
+    if size == 0:
+        return None
+    if not head.startswith(_MAGIC[: len(head)]) or len(head) < len(_MAGIC):
+        return "not a SQLite file"
+    if len(head) < 100:
+        return f"truncated: {size} bytes, shorter than a SQLite header"
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    if page < 512 or page & (page - 1):
+        return f"its header is damaged (page size {page})"
+    if size % page:
+        return f"truncated: {size} bytes is not a whole number of {page}-byte pages"
+    pages = int.from_bytes(head[28:32], "big")
+    try:
+        # A writer in the middle of its commit (a -journal) or a checkpoint (the -wal)
+        # writes page 1 before the pages that lengthen the file.
+        busy = os.stat(f"{path}-wal").st_size > 0 or os.path.exists(f"{path}-journal")
+    except OSError:
+        busy = os.path.exists(f"{path}-journal")
+    if not busy and pages and head[24:28] == head[92:96] and size < pages * page:
+        return f"truncated: its header counts {pages} pages, the file holds {size // page}"
+    return None
+
+
+def check_writable(path: Path) -> None:
+    """A :class:`StorageError` when the record at *path* cannot be written: the file or its
+    directory (or, before there is one, the nearest directory that exists) is read-only —
+    an archive, a snapshot, a read-only mount."""
+    if path.exists():
+        writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+    else:
+        where = next((d for d in path.parents if d.exists()), None)
+        writable = where is None or os.access(where, os.W_OK | os.X_OK)
+    if not writable:
+        raise StorageError(
+            f"{path}: the record is read-only (an archive, a snapshot, a read-only mount?):"
+            " `dse run` writes to it; `dse status`, `report`, `show` and `export` read it"
+            " as it is")
+
+
+def open_db(path: Path, *, durable: bool, say: Callable[[str], None] | None
+          ) -> tuple[_Connection, str, str]:
+    """The record at *path* opened for writing, made or migrated, with its journal mode and
+    ``synchronous`` setting; a damaged file refused before anything is written."""
+    check_writable(path)
+    problem = header_damage(path)
+    if problem is not None:
+        raise damaged(path, problem)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existing = path.is_file() and path.stat().st_size > 0
+        wanted = journal_mode_for(path)
+        db = _connect(path, path, say)
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"{path}: cannot open the record ({exc})") from None
+    try:
+        if existing:
+            _quick_check(db, path)
+        try:
+            # One try (no wait): leaving WAL needs the file to itself, and another
+            # connection that has it open keeps it in WAL.
+            row = sqlite3.Connection.execute(db, f"PRAGMA journal_mode={wanted}").fetchone()
+        except sqlite3.OperationalError:
+            row = db.execute("PRAGMA journal_mode").fetchone()
+        sync = "FULL" if durable else "OFF"
+        db.execute(f"PRAGMA synchronous={sync}")
+        with writing(path):
+            bring_up_to_date(db, path)
+    except BaseException as exc:
+        # A transaction left open would hold the record's write lock for this process's
+        # life (a Python API caller that catches the error goes on).
+        db.close()
+        if isinstance(exc, sqlite3.DatabaseError):
+            raise StoreError(f"{path}: not a dse record ({exc})") from None
+        raise
+    return db, str(row[0]).lower(), sync
+
+
+def _quick_check(db: _Connection, path: Path) -> None:
+    """SQLite's ``quick_check`` of every page (about 0.2 s for 50 MB; not the indexes'
+    contents, which ``dse doctor`` checks): a damaged record is refused before a write."""
+    found = [str(r[0]) for r in db.execute("PRAGMA quick_check(3)").fetchall()]
+    if found != ["ok"]:
+        raise damaged(path, "; ".join(found))
+
+
+def open_read_only(path: Path, say: Callable[[str], None] | None) -> _Connection | None:
+    """The record at *path* opened read only (``mode=ro``; where SQLite cannot make the
+    ``-wal`` and ``-shm`` beside it, ``immutable=1``, said), writing nothing: no journal
+    mode, no migration. ``None`` when the record is of an older schema and can be written:
+    it is then opened for writing and migrated, as before."""
+    problem = header_damage(path)
+    if problem is not None:
+        raise damaged(path, problem)
+    uri = "file:" + urllib.parse.quote(str(path.resolve()))
+    db = _connect(f"{uri}?mode=ro", path, say, uri=True)
+    try:
+        try:
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF not in _UNWRITABLE_DIR:
+                raise
+            db.close()
+            db = _connect(f"{uri}?mode=ro&immutable=1", path, say, uri=True)
+            if say is not None:
+                say(_immutable_note(path))
+        found = schema_version(db)
+        if found is None and not db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall():
+            # A SQLite file with no table yet: a `dse run` starting now is making its record.
+            raise StoreError(f"{path}: no dse record here yet (no table in it: no run is"
+                             " recorded; a `dse run` starting now makes them)")
+        if found is None:
+            raise StoreError(f"{path}: not a dse record (it holds no dse schema)")
+        if found != str(SCHEMA_VERSION) and found.isdigit() and int(found) in MIGRATIONS:
+            db.close()
+            if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+                return None
+            raise StoreError(
+                f"{path}: schema version {found}, this dse reads {SCHEMA_VERSION}, and the"
+                " record is read-only: it cannot be migrated here (read a writable copy)")
+        if found != str(SCHEMA_VERSION):
+            raise StoreError(f"{path}: schema version {found}, this dse reads {SCHEMA_VERSION}")
+    except BaseException as exc:
+        db.close()
+        if isinstance(exc, sqlite3.DatabaseError):
+            raise StoreError(f"{path}: not a dse record ({exc})") from None
+        raise
+    return db
+
+
+def _immutable_note(path: Path) -> str:
+    """What reading *path* as an immutable file means."""
+    note = (f"{path}: read-only workspace: read as a snapshot (SQLite cannot make its -wal"
+            f" and -shm files in {path.parent}); if anything writes the record meanwhile,"
+            " what is shown may be stale")
+    try:
+        wal = os.stat(f"{path}-wal").st_size
+    except OSError:
+        wal = 0
+    if wal:
+        note += (f", and the {wal} bytes of its -wal file (the latest passes, not yet in"
+                 " the file) are not read")
+    return note
