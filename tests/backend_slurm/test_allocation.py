@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import statistics
 import subprocess
@@ -23,8 +24,8 @@ from dse_slurm import (
     allocation_share,
     render_pilot_script,
 )
-from dse_slurm._allocation import _lost_to_ending, _Pilot
-from dse_slurm._pilot import HEARTBEAT, Pilot, cpus_per_node
+from dse_slurm._allocation import FATE_BEAT_S, FATE_WAIT_S, _fate_unknown, _lost_to_ending, _Pilot
+from dse_slurm._pilot import ALIVE, HEARTBEAT, Pilot, cpus_per_node
 from support.cli import start_dse, write_plugin
 from support.slurm import wait_until
 
@@ -337,6 +338,40 @@ def test_a_step_that_never_started_in_an_ending_allocation_goes_to_the_next_pilo
     pilot = _Pilot("p", tmp_path, "7", ended=ended)
     run = {"started_at": 1.0, "node": "n1"} if ran else None
     assert _lost_to_ending(doc, run, pilot) is lost
+
+
+CANCELLED_OUTSIDE = {"rc": 143, "ended_at": 1000.0,
+                     "srun_err": "slurmstepd: error: *** STEP 7.1 ON n1 CANCELLED AT 2026-12-06"
+                                 " ***\nsrun: error: n1: task 0: Terminated"}
+
+
+@pytest.mark.parametrize(
+    ("doc", "beat", "ended", "now", "unknown"),
+    [
+        # The pilot wrote its step's end, then nothing: the allocation's cancel may end it.
+        (CANCELLED_OUTSIDE, 999.0, None, 1001.0, True),
+        # Its heartbeat within the moment after the step's end proves nothing yet...
+        (CANCELLED_OUTSIDE, 1000.0 + FATE_BEAT_S / 2, None, 1002.0, True),
+        # ...a later one does: the pilot outlived the step (the step alone was cancelled).
+        (CANCELLED_OUTSIDE, 1000.0 + FATE_BEAT_S + 0.5, None, 1003.0, False),
+        # The allocation's end is known: it names the attempt's end.
+        (CANCELLED_OUTSIDE, 999.0, "CANCELLED", 1001.0, False),
+        # A pilot that neither beats nor is seen ending: reported as it is, in the end.
+        (CANCELLED_OUTSIDE, 999.0, None, 1000.0 + FATE_WAIT_S, False),
+        # Not a cancel from outside: dse's own cancel, a failure, a success.
+        ({**CANCELLED_OUTSIDE, "cancelled": True}, 999.0, None, 1001.0, False),
+        ({"rc": 1, "srun_err": "", "ended_at": 1000.0}, 999.0, None, 1001.0, False),
+        ({"rc": 0, "srun_err": "", "ended_at": 1000.0}, 999.0, None, 1001.0, False),
+    ],
+)
+def test_a_step_cancelled_outside_waits_for_its_pilots_fate(
+    tmp_path, doc, beat, ended, now, unknown
+):
+    pilot = _Pilot("p", tmp_path, "7", ended=ended)
+    (tmp_path / ALIVE).touch()
+    os.utime(tmp_path / ALIVE, (beat, beat))
+    run = {"started_at": 990.0, "node": "n1"}
+    assert _fate_unknown(doc, run, pilot, now) is unknown
 
 
 @pytest.mark.xdist_group("slurm")

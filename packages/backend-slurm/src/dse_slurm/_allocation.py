@@ -81,7 +81,7 @@ from dse_slurm._commands import (
     write_atomic,
 )
 from dse_slurm._options import Allocation, SlurmTable, read_table
-from dse_slurm._pilot import DRAINING, HEARTBEAT, MARGIN_S, RELEASED, STEP_MARK
+from dse_slurm._pilot import ALIVE, DRAINING, HEARTBEAT, MARGIN_S, RELEASED, STEP_MARK
 from dse_slurm._script import (
     LAUNCHER,
     SlurmOptions,
@@ -545,6 +545,12 @@ class SlurmAllocationBackend(Backend):
         doc = _read_json(task.file(".exit.json"))
         if doc is not None and not task.cancel and _lost_to_ending(doc, run, pilot):
             return _to_next_pilot(task, pilot)
+        now = self.clock.time()
+        if doc is not None and not task.cancel and _fate_unknown(doc, run, pilot, now):
+            # Cancelled outside dse: the step alone, or the whole allocation? The pilot's next
+            # heartbeat (it lives on) or its end says which; until then the attempt runs.
+            return JobStatus(task.job_id, JobState.RUNNING, node=task.node,
+                             started_at=task.started_at)
         if doc is not None:
             status = self._end(task, doc, run)
             if status is None:  # declined: waits for the next pilot
@@ -554,7 +560,7 @@ class SlurmAllocationBackend(Backend):
                 task.pilot = None
             return status
         if pilot.ended is not None:
-            return _interrupted(task, pilot, self.clock.time())
+            return _interrupted(task, pilot, now)
         if run is not None:
             return JobStatus(task.job_id, JobState.RUNNING, node=task.node,
                              started_at=task.started_at)
@@ -570,6 +576,8 @@ class SlurmAllocationBackend(Backend):
         state, code, sig, ambiguous, reason = _step_end(
             doc, started=run is not None, spec=task.spec, pilot_job=pilot.job_id
         )
+        if _cancelled_outside(doc, run) and pilot.ended is not None:
+            reason = f"allocation {pilot.job_id} ended {pilot.ended} while the attempt ran"
         task.ended_at = float(doc.get("ended_at") or self.clock.time())
         node, where = _where(task, doc)
         return JobStatus(
@@ -714,6 +722,39 @@ def _interrupted(task: _Task, pilot: _Pilot, now: float) -> JobStatus | None:
     return JobStatus(task.job_id, state, node=node, started_at=task.started_at,
                      ended_at=now, reason=why, ambiguous=state is JobState.LOST,
                      usage={"allocation_job": float(pilot.job_id)} if pilot.job_id else None)
+
+
+FATE_WAIT_S = 60.0
+"""How long a step cancelled outside dse waits for its pilot's fate (a heartbeat after the
+step's end, or the allocation's end) before it is reported as a step cancelled alone."""
+FATE_BEAT_S = 2.0
+"""A heartbeat this long after the step's end says the pilot outlived it (the heartbeat comes
+every second; a cancelled allocation's signal ends the pilot well before that)."""
+
+
+def _cancelled_outside(doc: Mapping[str, Any], run: Mapping[str, Any] | None) -> bool:
+    """Whether the step of *doc* started and was cancelled by someone other than dse."""
+    if doc.get("cancelled") or "declined" in doc:
+        return False
+    state = _step_state(doc, run is not None, None, None)[0]
+    return state is JobState.CANCELLED
+
+
+def _fate_unknown(doc: Mapping[str, Any], run: Mapping[str, Any] | None, pilot: _Pilot,
+                  now: float) -> bool:
+    """Whether a step cancelled outside dse cannot yet tell a cancel of its own from one of
+    its allocation: the pilot has neither ended nor beaten since the step ended (a cancelled
+    allocation's pilot may write its step's end before Slurm's signal ends it)."""
+    if pilot.ended is not None or not _cancelled_outside(doc, run):
+        return False
+    ended_at = float(doc.get("ended_at") or 0.0)
+    if now - ended_at >= FATE_WAIT_S:
+        return False
+    try:
+        beat = (pilot.dir / ALIVE).stat().st_mtime
+    except OSError:
+        beat = 0.0
+    return beat <= ended_at + FATE_BEAT_S
 
 
 def _where(task: _Task, doc: Mapping[str, Any]) -> tuple[str | None, str]:
