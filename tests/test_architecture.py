@@ -155,8 +155,11 @@ def _known(name: str, modules: dict[str, Module]) -> str | None:
     return None
 
 
-def import_edges(modules: dict[str, Module]) -> dict[str, dict[str, int]]:
-    """module → module it imports at run time → the first line doing so."""
+def import_edges(
+    modules: dict[str, Module], *, annotations: bool = False
+) -> dict[str, dict[str, int]]:
+    """module → module it imports at run time → the first line doing so; with
+    *annotations*, the imports under ``if TYPE_CHECKING:`` too."""
     reexports = {name: _reexports(m) for name, m in modules.items() if m.is_package}
     edges: dict[str, dict[str, int]] = {}
     for name, module in modules.items():
@@ -166,7 +169,8 @@ def import_edges(modules: dict[str, Module]) -> dict[str, dict[str, int]]:
             if target is not None and target != name:
                 out.setdefault(target, line)
 
-        for node in runtime_nodes(module.tree):
+        nodes = ast.walk(module.tree) if annotations else runtime_nodes(module.tree)
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     add(_known(alias.name, modules), node.lineno)
@@ -240,6 +244,56 @@ def import_cycles(modules: dict[str, Module]) -> list[str]:
         ]
         report.append(f"cycle among {', '.join(component)}:\n    " + "\n    ".join(pairs))
     return report
+
+
+# -- the direction of dse-core's packages ---------------------------------------------------
+
+LAYERS = ("model", "trial", "campaign", "plugins", "record", "report", "engine", "pool", "launch",
+          "api", "cli", "top")
+"""dse-core's packages from the ground up: a module imports only from its own package and
+those below it (annotation-only imports too). Modules at the top of ``dse`` sit where
+:data:`TOP_LEVEL` says."""
+TOP_LEVEL = {
+    "dse._version": "model", "dse._envprobe": "model", "dse.trial": "trial",
+    "dse.hookspecs": "plugins", "dse.testing._probe": "plugins", "dse._worker": "launch",
+}
+"""The layer of each module that is not in a package of :data:`LAYERS` (``top`` otherwise:
+``dse``, ``dse.__main__``, ``dse.testing``)."""
+UPWARD: dict[tuple[str, str], str] = {
+    ("dse.engine._engine", "dse.pool._pool"):
+        "Engine.run() runs a pool of one: to move above the pool (issue 39, step 3)",
+    ("dse.model._outcome", "dse.engine._engine"):
+        "EngineListener's methods name the Engine: a read-only view of a run instead (step 3)",
+}
+"""Upward imports still there, each with what removes it; the list only shrinks."""
+
+
+def layer(name: str, prefix: str = "dse") -> str:
+    """The layer of module *name* (a module of ``dse``)."""
+    if name in TOP_LEVEL:
+        return TOP_LEVEL[name]
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] == prefix and parts[1] in LAYERS:
+        return parts[1]
+    return "top"
+
+
+def upward_imports(modules: dict[str, Module], prefix: str = "dse") -> list[str]:
+    """Every import (annotation-only ones too) from a module of dse-core into a higher layer
+    than its own, as ``path:line: a -> b (layer -> layer)``."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    found = []
+    for source, targets in import_edges(modules, annotations=True).items():
+        if source.partition(".")[0] != prefix:
+            continue
+        for target, line in sorted(targets.items()):
+            if target.partition(".")[0] != prefix or (source, target) in UPWARD:
+                continue
+            low, high = layer(source, prefix), layer(target, prefix)
+            if rank[high] > rank[low]:
+                found.append(f"{where(modules[source], line)}: {source} -> {target}"
+                             f" ({low} -> {high})")
+    return sorted(found, key=_by_place)
 
 
 # -- private names --------------------------------------------------------------------------
@@ -425,6 +479,14 @@ def test_no_import_cycles() -> None:
     assert not found, _listing(found)
 
 
+def test_dse_core_packages_import_downwards() -> None:
+    found = upward_imports(sources())
+    assert not found, _listing(found)
+    edges = import_edges(sources(), annotations=True)
+    gone = [pair for pair in UPWARD if pair[1] not in edges.get(pair[0], {})]
+    assert not gone, f"no longer imported, strike from UPWARD: {gone}"
+
+
 def test_no_module_touches_another_modules_private_names() -> None:
     found = private_uses(sources())
     assert not found, _listing(found)
@@ -589,3 +651,28 @@ def test_long_classes_functions_and_files_are_found(tmp_path: Path) -> None:
         f"{big}:9: function long has 6 lines (> 5)",
     ]
     assert oversized(modules, class_max=6, function_max=6, file_max={"pkg._big": 18}) == []
+
+
+def test_an_upward_import_between_packages_is_found(tmp_path: Path) -> None:
+    modules = package(tmp_path, {
+        "dse/__init__.py": "",
+        "dse/model/__init__.py": "",
+        "dse/model/_values.py": """\
+            from typing import TYPE_CHECKING
+            if TYPE_CHECKING:
+                from dse.engine._engine import Engine
+            """,
+        "dse/record/__init__.py": "",
+        "dse/record/_store.py": "from dse.model._values import x\n",
+        "dse/report/__init__.py": "",
+        "dse/report/_show.py": "def show():\n    from dse.engine import _engine\n",
+        "dse/engine/__init__.py": "",
+        "dse/engine/_engine.py": "from dse.record._store import y\nfrom dse.report import _show\n",
+    })
+    found = upward_imports(modules)
+    assert found == [
+        f"{tmp_path}/dse/model/_values.py:3: dse.model._values -> dse.engine._engine"
+        " (model -> engine)",
+        f"{tmp_path}/dse/report/_show.py:2: dse.report._show -> dse.engine._engine"
+        " (report -> engine)",
+    ]

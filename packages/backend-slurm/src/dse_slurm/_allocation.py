@@ -552,7 +552,7 @@ class SlurmAllocationBackend(Backend):
             return JobStatus(task.job_id, JobState.RUNNING, node=task.node,
                              started_at=task.started_at)
         if doc is not None:
-            status = self._end(task, doc, run)
+            status = _ended(task, doc, run, now)
             if status is None:  # declined: waits for the next pilot
                 pilot.drain()
                 pilot.tasks.discard(task.job_id)
@@ -565,27 +565,6 @@ class SlurmAllocationBackend(Backend):
             return JobStatus(task.job_id, JobState.RUNNING, node=task.node,
                              started_at=task.started_at)
         return None
-
-    def _end(self, task: _Task, doc: Mapping[str, Any],
-             run: Mapping[str, Any] | None) -> JobStatus | None:
-        if "declined" in doc:
-            return None
-        pilot = task.pilot
-        assert pilot is not None
-        pilot.tasks.discard(task.job_id)
-        state, code, sig, ambiguous, reason = _step_end(
-            doc, started=run is not None, spec=task.spec, pilot_job=pilot.job_id
-        )
-        if _cancelled_outside(doc, run) and pilot.ended is not None:
-            reason = f"allocation {pilot.job_id} ended {pilot.ended} while the attempt ran"
-        task.ended_at = float(doc.get("ended_at") or self.clock.time())
-        node, where = _where(task, doc)
-        return JobStatus(
-            task.job_id, state, exit_code=code, signal=sig, node=node,
-            started_at=task.started_at, ended_at=task.ended_at,
-            reason=f"{reason} ({where})" if reason else None, ambiguous=ambiguous,
-            usage=_step_usage(task, pilot),
-        )
 
     # -- cancel, reattach, shutdown ---------------------------------------------------------
 
@@ -690,6 +669,30 @@ def _task_doc(spec: JobSpec, lead: int | None) -> dict[str, Any]:
         "tasks_per_node": res.tasks_per_node, "mem_mb": res.memory_mb, "gpus": res.gpus,
         "time_limit": spec.time_limit, "signal_lead": lead, "avoid": sorted(spec.avoid_nodes),
     }
+
+
+def _ended(task: _Task, doc: Mapping[str, Any], run: Mapping[str, Any] | None,
+           now: float) -> JobStatus | None:
+    """How the step of *task* ended, from its exit document *doc* (``None``: the pilot
+    declined it, and it waits for the next pilot)."""
+    if "declined" in doc:
+        return None
+    pilot = task.pilot
+    assert pilot is not None
+    pilot.tasks.discard(task.job_id)
+    state, code, sig, ambiguous, reason = _step_end(
+        doc, started=run is not None, spec=task.spec, pilot_job=pilot.job_id
+    )
+    if _cancelled_outside(doc, run) and pilot.ended is not None:
+        reason = f"allocation {pilot.job_id} ended {pilot.ended} while the attempt ran"
+    task.ended_at = float(doc.get("ended_at") or now)
+    node, where = _where(task, doc)
+    return JobStatus(
+        task.job_id, state, exit_code=code, signal=sig, node=node,
+        started_at=task.started_at, ended_at=task.ended_at,
+        reason=f"{reason} ({where})" if reason else None, ambiguous=ambiguous,
+        usage=_step_usage(task, pilot),
+    )
 
 
 def _interrupted(task: _Task, pilot: _Pilot, now: float) -> JobStatus | None:

@@ -35,7 +35,6 @@ from dse.model._space import FloatRange, IntRange, ParamError, Space
 from dse.model._spend import SPEND_METRICS
 from dse.model._types import Direction, Objective, Resources
 from dse.model._units import MAX_DURATION, parse_duration
-from dse.plugins._scoring import ScorerSpec
 
 Mode = Literal["waves", "rolling"]
 _PARAM_REF = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -47,6 +46,18 @@ _RESOURCE_KEYS = (("cpus", "cpus", "cpus_per_task"), ("gpus", "gpus", "gpus_per_
 """(field, key, alias): the campaign file's keys of each resource field."""
 """``"{name}"``: a setting taken from each trial's param *name*."""
 
+
+
+@dataclass(frozen=True, slots=True)
+class ScorerSpec:
+    """The campaign's ``[scorer]`` table."""
+
+    name: str = "default"
+    """A registered scorer name, or ``module:function``."""
+    direction: Direction | None = None
+    """Overrides the scorer's direction (default: the scorer's, else the objective's)."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The rest of the table, passed to a registered scorer class."""
 
 @dataclass(frozen=True, slots=True)
 class EnvironmentConfig:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dse._version import __version__
+from dse.campaign._campaign import ScorerSpec
 from dse.model._constraints import is_callable_ref
 from dse.model._errors import ConfigError, PluginError
 from dse.model._types import Direction, Objective, finite_float
@@ -137,18 +138,6 @@ class FunctionScorer:
     ) -> float:
         value: float = self.function(dict(metrics), None if baseline is None else dict(baseline))
         return value
-
-
-@dataclass(frozen=True, slots=True)
-class ScorerSpec:
-    """The campaign's ``[scorer]`` table."""
-
-    name: str = "default"
-    """A registered scorer name, or ``module:function``."""
-    direction: Direction | None = None
-    """Overrides the scorer's direction (default: the scorer's, else the objective's)."""
-    options: Mapping[str, Any] = field(default_factory=dict)
-    """The rest of the table, passed to a registered scorer class."""
 
 
 def compute_score(
