@@ -32,6 +32,7 @@ def run_suite(
 
 def failed(outcome: str) -> set[str]:
     """``Class::test`` of every test pytest's ``-rfE`` summary lists as failed or in error
-    (a fixture that broke counts: it is not a pass)."""
-    return {line.split("::", 1)[1].split(" ", 1)[0] for line in outcome.splitlines()
-            if line.startswith(("FAILED ", "ERROR "))}
+    (a fixture that broke counts: it is not a pass); a module that did not load, as its whole
+    line."""
+    return {line.split(" ", 1)[1].partition("::")[2].split(" ", 1)[0] or line
+            for line in outcome.splitlines() if line.startswith(("FAILED ", "ERROR "))}

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from dse.campaign._campaign import Campaign
     from dse.plugins._scoring import Scorer, ScoreVector
-    from dse.record.sqlite import Store
+    from dse.record._base import Storage
 
 
 class Baselines:
@@ -40,7 +40,7 @@ class Baselines:
         self.by_version: dict[str | None, LiveTrial] = {}
         """The baseline trial of each data version."""
 
-    def resolve(self, campaign: Campaign, store: Store) -> None:
+    def resolve(self, campaign: Campaign, store: Storage) -> None:
         """Read the campaign's ``[baseline]``: its params, and a given trial's result."""
         spec = campaign.baseline
         if spec is None:

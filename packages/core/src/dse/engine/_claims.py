@@ -21,10 +21,9 @@ if TYPE_CHECKING:
 
     from dse.engine._live import TrialTable
     from dse.plugins._protocols import Runner
+    from dse.record._base import Orphan, Storage
     from dse.record._batch import Batch
     from dse.record._records import Claim, Trial
-    from dse.record.sqlite import Store
-    from dse.record.sqlite._store import Orphan
 
 
 def of_record(row: Trial) -> LiveTrial:
@@ -40,7 +39,7 @@ class Claims:
     """The claims of one run (its *campaign*'s name is the claimant) in *store*; *table* gets
     the results and the remote trials the record names."""
 
-    def __init__(self, store: Store, table: TrialTable, campaign: str) -> None:
+    def __init__(self, store: Storage, table: TrialTable, campaign: str) -> None:
         self._store = store
         self._table = table
         self._campaign = campaign

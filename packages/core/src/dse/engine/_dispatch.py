@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from dse.model._outcome import RunEnd, Stats
     from dse.model._types import JobSpec
     from dse.plugins._protocols import Agent, Environment
-    from dse.record.sqlite import Store
+    from dse.record._base import Storage
 
 
 Hashed = tuple[dict[str, Any], str, str]
@@ -47,7 +47,7 @@ class Parts:
     """The parts of a run the dispatcher works with (each the owner of its own state)."""
 
     campaign: Campaign
-    store: Store
+    store: Storage
     journal: Journal
     table: TrialTable
     gate: BudgetGate

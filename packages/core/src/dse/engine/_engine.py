@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from dse.plugins._protocols import Agent, Environment, Runner
     from dse.plugins._scoring import Scorer
     from dse.pool._pool import Pool
-    from dse.record.sqlite import Store
+    from dse.record._base import Storage
 
 __all__ = ["Engine"]
 
@@ -125,7 +125,7 @@ class Engine:
     """
 
     def __init__(
-        self, campaign: Campaign, *, agent: Agent, backend: Runner, store: Store,
+        self, campaign: Campaign, *, agent: Agent, backend: Runner, store: Storage,
         environment: Environment | None = None, clock: Clock | None = None,
         listener: EngineListener | None = None, data_version: str | None = None,
         scorer: Scorer | None = None, agent_factory: Callable[[], Agent] | None = None,

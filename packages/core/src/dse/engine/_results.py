@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from dse.model._outcome import RunEnd, Stats
     from dse.model._types import JobStatus, Objective
     from dse.plugins._protocols import Environment
-    from dse.record.sqlite import Store
+    from dse.record._base import Storage
 
 
 class Results:
@@ -145,7 +145,7 @@ class Results:
             )
         self._journal.batch.link_trial(row=trial.row_id, dependencies=digest)
 
-    def take_in_invalidations(self, store: Store, table: TrialTable) -> bool:
+    def take_in_invalidations(self, store: Storage, table: TrialTable) -> bool:
         """Take in results invalidated since the last look (``dse invalidate``, possibly from
         another process): never reuse them, never feed them to the agent, never rank them.
         True when the agent was told one of them (it must be rebuilt to forget it)."""
@@ -182,7 +182,7 @@ class Results:
         )
         return stale
 
-    def rerank(self, store: Store) -> None:
+    def rerank(self, store: Storage) -> None:
         """Read "best so far" (and a Pareto campaign's front) back from the record: the valid
         completed trials (or cache hits of one) of this run about the current data."""
         best: BestTrial | None = None

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from dse.campaign._campaign import Campaign, EnvironmentConfig
     from dse.plugins._protocols import Environment, Runner
     from dse.plugins._scoring import Scorer
+    from dse.record._base import Storage
     from dse.record._batch import Batch
-    from dse.record.sqlite import Store
 
 
 def campaign_spec(campaign: Campaign) -> dict[str, Any]:
@@ -120,7 +120,7 @@ def _code_and_dependencies(env: EnvironmentConfig) -> dict[str, Any]:
 
 
 def record_run(
-    store: Store, campaign: Campaign, *, scorer: Scorer, agent: object, runner: Runner,
+    store: Storage, campaign: Campaign, *, scorer: Scorer, agent: object, runner: Runner,
     now: float,
 ) -> int:
     """Record a new run of *campaign* (its spec, and the scorer, agent and runner it runs
@@ -143,7 +143,7 @@ def record_run(
 
 
 def open_run(
-    store: Store, batch: Batch, campaign: Campaign, *, resume: int | None, reuse: bool,
+    store: Storage, batch: Batch, campaign: Campaign, *, resume: int | None, reuse: bool,
     scorer: Scorer, agent: object, runner: Runner, now: float,
 ) -> tuple[int, str]:
     """Record a new run of *campaign* (or reopen run *resume*) as driven by this process;
@@ -180,7 +180,7 @@ class RunChoice:
     """What is done, in one line (empty when there was no such run)."""
 
 
-def resumable_run(store: Store, campaign: Campaign, *, fresh: bool) -> RunChoice:
+def resumable_run(store: Storage, campaign: Campaign, *, fresh: bool) -> RunChoice:
     """The run of *campaign* to continue — the latest, when it did not finish (running when
     its controller died, or cancelled) and the campaign is the same (its file and ``--set``
     overrides give the same spec) — or the one to close before a new run starts: what
@@ -210,7 +210,7 @@ def resumable_run(store: Store, campaign: Campaign, *, fresh: bool) -> RunChoice
     return RunChoice(resume=row.id, line=f"run {row.id} of {campaign.name} {what}: resuming it")
 
 
-def _starting(store: Store, supersede: int | None) -> str:
+def _starting(store: Storage, supersede: int | None) -> str:
     """How the new run starts, in words: at once, or once run *supersede* is closed."""
     if supersede is None:
         return "starting a new run"
@@ -277,7 +277,7 @@ def result_identity(environment: Environment, runner: Runner) -> dict[str, Any]:
             "placement": dict(runner.placement())}
 
 
-def record_identity(store: Store, batch: Batch, campaign: Campaign, run: int, *,
+def record_identity(store: Storage, batch: Batch, campaign: Campaign, run: int, *,
                     new: bool) -> str:
     """Keep in *batch* the Python environment the campaign's command was found to run with
     (what ``dse show`` compares a trial's report with), and, for a *new* run that reuses
@@ -289,7 +289,7 @@ def record_identity(store: Store, batch: Batch, campaign: Campaign, run: int, *,
     return unversioned_results(store, campaign, run) if new else ""
 
 
-def unversioned_results(store: Store, campaign: Campaign, run: int) -> str:
+def unversioned_results(store: Storage, campaign: Campaign, run: int) -> str:
     """The line a new run *run* says when earlier runs of *campaign* recorded results without
     the code version or dependency digest it now has (an earlier release's, or a campaign
     that declared neither): those are shown and exported but never reused. Said by the first

@@ -33,13 +33,13 @@ if TYPE_CHECKING:
     from dse.engine._progress import ProgressPoint
     from dse.model._types import JobStatus
     from dse.plugins._protocols import StoppingRule
+    from dse.record._base import Storage
     from dse.record._records import Trial
-    from dse.record.sqlite import Store
 
 __all__ = ["EarlyStopping", "as_stopped", "stopping_for", "watch_progress"]
 
 
-def as_stopped(store: Store, trial: LiveTrial, step: int) -> LiveTrial:
+def as_stopped(store: Storage, trial: LiveTrial, step: int) -> LiveTrial:
     """*trial* as the agent was told of it when it was stopped at *step*: itself when it
     still stands so, else (promoted since) a copy with the point it reported at that step."""
     if trial.step == step and TrialStatus.STOPPED in (trial.status, trial.original_status):
@@ -175,7 +175,7 @@ class EarlyStopping:
         self.stopped: dict[int, int] = {}
         """Trial number -> row of the trials stopped at a rung with a checkpoint to resume
         from (what may be promoted)."""
-        self._store: Store | None = None
+        self._store: Storage | None = None
         """Set by :meth:`restore` until the first pass has asked again to stop what was."""
         self._deferred: set[int] = set()
         """Trials the rule promoted that the budget could not afford yet (noted once)."""

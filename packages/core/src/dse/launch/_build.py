@@ -17,13 +17,13 @@ if TYPE_CHECKING:
     from dse.model._outcome import EngineListener
     from dse.plugins._backend import Backend
     from dse.plugins._protocols import Runner
-    from dse.record.sqlite import Store
+    from dse.record._base import Storage
 
 
 def build_engine(
     campaign: Campaign,
     *,
-    store: Store,
+    store: Storage,
     plugins: PluginManager | None = None,
     listener: EngineListener | None = None,
     clock: Clock | None = None,
@@ -66,7 +66,7 @@ def build_engine(
 
 
 def closing_engine(
-    campaign: Campaign, *, store: Store, plugins: PluginManager | None = None,
+    campaign: Campaign, *, store: Storage, plugins: PluginManager | None = None,
     listener: EngineListener | None = None, backend: Runner | None = None,
 ) -> Engine:
     """An engine of *campaign* that reopens a run its controller left running only to close

@@ -403,3 +403,73 @@ class Claim:
     """The claim is the claimant's: it runs the configuration."""
     result: Trial | None = None
     """A finished, reusable trial of the configuration (nothing is claimed then)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunCounts:
+    """A run's counts as the record holds them (:meth:`Store.run_counts`)."""
+
+    steps: int
+    """Trials made of the agent's proposals."""
+    proposal: int
+    """The largest proposal number a trial answers."""
+    number: int
+    """The largest trial number."""
+    wave: int
+    """The largest dispatch batch."""
+    dispatched: int
+    """Trials given a directory (not cache hits)."""
+    statuses: dict[TrialStatus, int]
+    """Trials (not cache hits) by status."""
+    cached: int
+    """Cache hits that ended."""
+    best: tuple[int, dict[str, Any], float] | None
+    """(number, params, score) of the best completed trial."""
+
+
+@dataclass(frozen=True, slots=True)
+class VersionTally:
+    """The trials of a run about one data version (the version read, else the expected),
+    counted by the record (:meth:`Store.version_tallies`)."""
+
+    version: str | None
+    trials: int
+    completed: int
+    """Completed and scored trials whose result and score are valid."""
+    mismatched: int
+    """Trials that read another version than the one they were dispatched against."""
+
+
+@dataclass(frozen=True, slots=True)
+class StopTally:
+    """The trials of a run that ended stopped at one rung and step, and their spend."""
+
+    rung: int
+    step: int
+    """The step the stopping decision compared (the trial's metrics are from it)."""
+    trials: int
+    spend: Spend
+    """What every attempt of those trials spent."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrialSelection:
+    """Which trials ``dse invalidate`` flags by selector; every set field must hold."""
+
+    failed: str | None = None
+    """``""``: every failed trial; a failure class: those that failed so; ``None``: any."""
+    run: int | None = None
+    """Only the trials of this run."""
+    campaign: str | None = None
+    """Only the trials of the runs of this campaign."""
+
+    def describe(self) -> str:
+        """How the record names it: ``failed=out_of_memory run=3``."""
+        parts = []
+        if self.failed is not None:
+            parts.append(f"failed={self.failed or 'any'}")
+        if self.run is not None:
+            parts.append(f"run={self.run}")
+        if self.campaign is not None:
+            parts.append(f"campaign={self.campaign}")
+        return " ".join(parts)

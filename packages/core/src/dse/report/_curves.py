@@ -19,8 +19,8 @@ from dse.report._palette import BLUE, GREEN, GREY, ORANGE, VERMILLION
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from dse.record._base import Storage
     from dse.record._records import DecisionRow, ProgressRow
-    from dse.record.sqlite import Store
 
 __all__ = ["BEST_DRAWN", "CURVES", "CURVES_DRAWN", "PROMOTED_DRAWN", "Curve", "Curves",
            "choose", "draw_curves", "learning_curves"]
@@ -93,7 +93,7 @@ def choose(trials: Sequence[Mapping[str, Any]], promoted: set[int], *, maximize:
                     " at random, seed 0, of the rest)")
 
 
-def learning_curves(store: Store, campaign_id: int, spec: Mapping[str, Any],
+def learning_curves(store: Storage, campaign_id: int, spec: Mapping[str, Any],
                     trials: Sequence[Mapping[str, Any]]) -> Curves | None:
     """The curves of run *campaign_id* (*trials*: the page's trial dicts, each with its
     ``row``), or ``None`` when it has no stopping rule and its sample reported no point."""

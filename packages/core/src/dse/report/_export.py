@@ -25,8 +25,8 @@ from dse.report._show import EXPORT_SCHEMA, trial_records
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from dse.record._base import Storage
     from dse.record._records import CampaignRun, Trial
-    from dse.record.sqlite import Store
 
 __all__ = ["TABLE_HEAD", "TABLE_TAIL", "export_text", "table_columns", "table_rows"]
 
@@ -54,7 +54,7 @@ trial was dispatched against and the one it read, the configuration hash, the tr
 hit reuses, the record's message and the trial directory."""
 
 
-def export_text(store: Store, run: CampaignRun, fmt: str, page: int = 1000) -> Iterator[str]:
+def export_text(store: Storage, run: CampaignRun, fmt: str, page: int = 1000) -> Iterator[str]:
     """The export of *run* in format *fmt* (one of :data:`dse.report._render.FORMATS`), as pieces
     of text to write in order (each piece a page of trials at most)."""
     if fmt == "csv":
@@ -67,7 +67,7 @@ def export_text(store: Store, run: CampaignRun, fmt: str, page: int = 1000) -> I
 
 
 def _steps(
-    store: Store, run: CampaignRun, page: int
+    store: Storage, run: CampaignRun, page: int
 ) -> Iterator[tuple[list[Trial], list[dict[str, Any]]]]:
     """Each page of trials with its trajectory steps."""
     invalid = store.reads.invalid_scores(run.id)
@@ -75,7 +75,7 @@ def _steps(
         yield trials, trajectory(run, trials, invalid)
 
 
-def _csv(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
+def _csv(store: Storage, run: CampaignRun, page: int) -> Iterator[str]:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     objectives = pareto_objectives(run.spec)
@@ -106,7 +106,7 @@ def _head(run: CampaignRun) -> dict[str, Any]:
             "status": run.status.value}
 
 
-def _jsonl(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
+def _jsonl(store: Storage, run: CampaignRun, page: int) -> Iterator[str]:
     head = _head(run)
     head["invalidations"] = [invalidation_json(i) for i in store.reads.invalidations()]
     yield json.dumps(head) + "\n"
@@ -119,7 +119,7 @@ def _jsonl(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
                       for step, record in zip(steps, records, strict=True))
 
 
-def _json(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
+def _json(store: Storage, run: CampaignRun, page: int) -> Iterator[str]:
     yield "{\n" + "".join(f"  {json.dumps(k)}: {json.dumps(v)},\n"
                           for k, v in _head(run).items())
     yield from _array("trajectory", (steps for _, steps in _steps(store, run, page)),
@@ -151,7 +151,7 @@ def _indented(item: dict[str, Any]) -> str:
     return "\n".join("    " + line for line in json.dumps(item, indent=2).split("\n"))
 
 
-def table_columns(store: Store, run: CampaignRun, page: int = 1000) -> list[str]:
+def table_columns(store: Storage, run: CampaignRun, page: int = 1000) -> list[str]:
     """The columns of *run*'s trial table (:data:`TABLE_HEAD`, the scores and Pareto rank of a
     Pareto run, ``param.<name>``, ``metric.<name>``, :data:`TABLE_TAIL`): the param and metric
     names are read from the record first, a page at a time."""
@@ -172,7 +172,9 @@ def table_columns(store: Store, run: CampaignRun, page: int = 1000) -> list[str]
             *(f"metric.{m}" for m in metrics), *TABLE_TAIL]
 
 
-def table_rows(store: Store, run: CampaignRun, page: int = 1000) -> Iterator[list[dict[str, Any]]]:
+def table_rows(
+    store: Storage, run: CampaignRun, page: int = 1000
+) -> Iterator[list[dict[str, Any]]]:
     """Each page of *run*'s trials as flat rows (a dict per trial: :func:`table_columns`'
     keys that apply to it; a key it lacks is an empty cell), in trial order."""
     invalid = store.reads.invalid_scores(run.id)
@@ -236,7 +238,7 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def _table_csv(store: Store, run: CampaignRun, page: int) -> Iterator[str]:
+def _table_csv(store: Storage, run: CampaignRun, page: int) -> Iterator[str]:
     columns = table_columns(store, run, page)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")

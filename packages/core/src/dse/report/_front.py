@@ -17,8 +17,8 @@ from dse.model._pareto import default_reference, hypervolume, hypervolume_histor
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from dse.record._base import Storage
     from dse.record._records import Trial
-    from dse.record.sqlite import Store
 
 __all__ = ["Front", "FrontMember", "pareto_fronts", "pareto_objectives", "pareto_ranks_by_row"]
 
@@ -72,7 +72,7 @@ def pareto_objectives(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...] | 
                  for o in spec.get("objectives") or [])
 
 
-def pareto_fronts(store: Store, campaign_id: int, spec: Mapping[str, Any]) -> list[Front]:
+def pareto_fronts(store: Storage, campaign_id: int, spec: Mapping[str, Any]) -> list[Front]:
     """The fronts of run *campaign_id* (*spec* its recorded spec), one per data version in
     the order the versions first ended a trial (the trials that name none first: a cache hit
     of a trial that read a version it was not dispatched against names none); empty for a
@@ -102,7 +102,7 @@ def _fronts(rows: Sequence[Trial], spec: Mapping[str, Any]) -> list[Front]:
 
 
 def pareto_ranks_by_row(
-    store: Store, campaign_id: int, spec: Mapping[str, Any]
+    store: Storage, campaign_id: int, spec: Mapping[str, Any]
 ) -> dict[int, int]:
     """Trial row -> its Pareto rank among the valid scored trials of its data version, for
     every such trial of run *campaign_id* (a cache hit has the rank of the result it reuses);

@@ -67,7 +67,7 @@ from dse.report._report import rollup_by_objective, run_detail
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from dse.record.sqlite import Store
+    from dse.record._base import Storage
     from dse.report._drawn import Drawn
     from dse.report._front import Front
     from dse.report._plots import RunData
@@ -88,7 +88,7 @@ _TITLES = {
 }
 
 
-def _drawers(store: Store, run: RunData, fronts: Sequence[Front] | None
+def _drawers(store: Storage, run: RunData, fronts: Sequence[Front] | None
              ) -> dict[str, Callable[[Any, RunData], str]]:
     """The figures of *run*'s page, in page order, each with its drawer."""
     drawers: dict[str, Callable[[Any, RunData], str]] = {}
@@ -192,7 +192,7 @@ def best_table(run: RunData, limit: int = BEST_LISTED) -> str:
     )
 
 
-def render_html(store: Store, campaign_id: int, out: Path, report_lines: Sequence[str], *,
+def render_html(store: Storage, campaign_id: int, out: Path, report_lines: Sequence[str], *,
                 fronts: Sequence[Front] | None = None, live: float | None = None) -> Path:
     """Write the HTML report of run *campaign_id* to *out*: *report_lines* (the console
     report) and the plots; *fronts*: a Pareto run's fronts when the caller has them read
@@ -215,7 +215,7 @@ def check_matplotlib() -> None:
         ) from None
 
 
-def _render(store: Store, campaign_id: int, out: Path, report_lines: Sequence[str], *,
+def _render(store: Storage, campaign_id: int, out: Path, report_lines: Sequence[str], *,
             fronts: Sequence[Front] | None, live: float | None) -> tuple[Path, str]:
     """:func:`render_html`, and the run's status as the page shows it."""
     check_matplotlib()
@@ -301,7 +301,7 @@ document.querySelectorAll("table#best-trials").forEach(function (table) {
 as numbers, text as text); the page keeps working offline (nothing is fetched)."""
 
 
-def _page_lines(store: Store, campaign_id: int, details: Iterable[RunDetail] | None
+def _page_lines(store: Storage, campaign_id: int, details: Iterable[RunDetail] | None
                 ) -> tuple[list[str], RunDetail]:
     """The console report of run *campaign_id* and the rollup of each objective label it
     serves (over every run of the workspace, or of *details*)."""
@@ -317,7 +317,7 @@ def _page_lines(store: Store, campaign_id: int, details: Iterable[RunDetail] | N
 
 
 def write_html_report(
-    store: Store, campaign_id: int, out: Path, *, details: Iterable[RunDetail] | None = None,
+    store: Storage, campaign_id: int, out: Path, *, details: Iterable[RunDetail] | None = None,
     live: float | None = None,
 ) -> Path:
     """Write the page ``dse report --html`` writes for run *campaign_id* to *out*: its
@@ -330,7 +330,7 @@ def write_html_report(
 
 
 def watch_html_report(
-    store: Store, campaign_id: int, out: Path, *, every: float = WATCH_EVERY,
+    store: Storage, campaign_id: int, out: Path, *, every: float = WATCH_EVERY,
     details: Iterable[RunDetail] | None = None,
 ) -> str:
     """Write the page of run *campaign_id* to *out* every *every* seconds while the run is
@@ -376,7 +376,7 @@ _REFRESH = re.compile(r'<meta http-equiv="refresh"[^>]*>')
 _LIVE = re.compile(r'<p id="live" class="live">.*?</p>', re.DOTALL)
 
 
-def _controlled(store: Store, campaign_id: int) -> bool:
+def _controlled(store: Storage, campaign_id: int) -> bool:
     """Whether a live controller holds run *campaign_id*'s campaign (its lock)."""
     from dse.record._lock import lock_held
 

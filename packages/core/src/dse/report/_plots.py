@@ -35,7 +35,7 @@ from dse.report._report import invalid_trials
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from dse.record.sqlite import Store
+    from dse.record._base import Storage
 
 __all__ = ["RunData", "convergence", "cost", "load_run", "log_ticks", "outcomes",
            "reused_note", "scored", "timeline", "wide_spread"]
@@ -75,7 +75,7 @@ class RunData:
         return float(attempt["money"]) if self.priced else attempt["cpu_s"] / scale
 
 
-def load_run(store: Store, campaign_id: int) -> RunData:
+def load_run(store: Storage, campaign_id: int) -> RunData:
     """Run *campaign_id* as the figures read it."""
     row = store.reads.campaign(campaign_id)
     if row is None:

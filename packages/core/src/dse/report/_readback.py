@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
+    from dse.record._base import Storage
     from dse.record._records import CampaignRun
-    from dse.record.sqlite import Store
 
 __all__ = ["AttemptRecord", "Results", "TrialRecord", "read_results"]
 
@@ -209,7 +209,7 @@ def no_result_message(results: Results) -> str:
     return line
 
 
-def read_results(store: Store, run: CampaignRun, workspace: Path) -> Results:
+def read_results(store: Storage, run: CampaignRun, workspace: Path) -> Results:
     """The :class:`Results` of *run* as *store* holds it now."""
     ranks = pareto_ranks_by_row(store, run.id, run.spec)
     spec = run.spec

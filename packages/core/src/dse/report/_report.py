@@ -38,7 +38,7 @@ from dse.report._summary import (
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from dse.record.sqlite import Store
+    from dse.record._base import Storage
 
 __all__ = [
     "BestResult",
@@ -163,7 +163,7 @@ class VersionGroup:
     best: BestResult | None
 
 
-def run_detail(store: Store, campaign_id: int, *, now: float | None = None) -> RunDetail:
+def run_detail(store: Storage, campaign_id: int, *, now: float | None = None) -> RunDetail:
     """The :class:`RunDetail` of run *campaign_id* as the record has it, read through SQL
     aggregates and indexed lookups (its cost grows with what it lists — cache hits, flagged
     and mismatched trials, data versions — never with the number of trials)."""
@@ -239,7 +239,7 @@ def _split_queued(outcomes: dict[str, int], queued: int) -> dict[str, int]:
     return out
 
 
-def _interruptions(store: Store, campaign_id: int) -> Interruptions | None:
+def _interruptions(store: Storage, campaign_id: int) -> Interruptions | None:
     """The run's retried interruptions (a cancelled trial resumed by a later run is not one)."""
     retries = [e.data for e in store.reads.events(campaign_id, "retry")
                if e.data and e.data.get("after") != "cancelled"]

@@ -24,6 +24,7 @@ from dse.report._render import duration_text, hours_text, money_text
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from dse.record._base import Storage
     from dse.record._records import (
         Attempt,
         CampaignRun,
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
         Trial,
         TrialRef,
     )
-    from dse.record.sqlite import Store
 
 DEFAULT_SCORER = {"name": "default", "version": __version__}
 """The scorer of a run recorded before scorers were (it read the primary objective's metric)."""
@@ -47,7 +47,7 @@ _SPEND_KEYS = ("wall_s", "cpu_s", "gpu_s", "node_s", "money")
 
 
 def trial_records(
-    store: Store, run: CampaignRun, trials: Sequence[Trial] | None = None,
+    store: Storage, run: CampaignRun, trials: Sequence[Trial] | None = None,
     ranks: Mapping[int, int] | None = None,
 ) -> list[dict[str, Any]]:
     """The record of each of *trials* (default: every trial of *run*), in their order: what
@@ -71,7 +71,7 @@ class _Context:
     """What the records of one run's trials refer to, read in a few queries: scores,
     invalidations, environments and the trials they link to."""
 
-    def __init__(self, store: Store, run: CampaignRun, trials: Sequence[Trial]) -> None:
+    def __init__(self, store: Storage, run: CampaignRun, trials: Sequence[Trial]) -> None:
         self.scores: dict[int, list[Score]] = {}
         for score in store.summaries.trial_scores(t.id for t in trials):
             self.scores.setdefault(score.trial_id, []).append(score)
@@ -467,7 +467,7 @@ def _dependency_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     return lines
 
 
-def explain_reuse(store: Store, run: CampaignRun, trial: Trial, record: dict[str, Any]) -> None:
+def explain_reuse(store: Storage, run: CampaignRun, trial: Trial, record: dict[str, Any]) -> None:
     """Say in *record* why *trial*, measured anew, did not reuse the latest earlier result of
     the same params (``run.not_reused``: which part of the identity differed), if there is
     one."""
@@ -486,7 +486,7 @@ def explain_reuse(store: Store, run: CampaignRun, trial: Trial, record: dict[str
            " backend's placement, or an earlier release's hash)"))
 
 
-def identity_changes(store: Store, then_run: CampaignRun, then: Trial, run: CampaignRun,
+def identity_changes(store: Storage, then_run: CampaignRun, then: Trial, run: CampaignRun,
                      trial: Trial) -> list[str]:
     """What differs between the identities two trials of the same params were measured
     under, as the runs' specs record them ("dependencies differ: numpy 2.4.6 → 2.5.0")."""
@@ -528,7 +528,7 @@ def _changed_files(old: object, new: object) -> str:
     return f" ({', '.join(changed[:3])}{', …' if len(changed) > 3 else ''})" if changed else ""
 
 
-def _changed_dists(store: Store, was: str | None, now: str | None,
+def _changed_dists(store: Storage, was: str | None, now: str | None,
                    reported: str | None) -> str:
     """The versions that moved between two environments (by digest), else the digests."""
     envs = store.reads.environments(d for d in (was or reported, now) if d)

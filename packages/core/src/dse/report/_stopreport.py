@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from dse.model._spend import Spend
 
 if TYPE_CHECKING:
+    from dse.record._base import Storage
     from dse.record._records import CampaignRun
-    from dse.record.sqlite import Store
 
 __all__ = ["SAVED_METHOD", "RungRow", "StoppingDetail", "stopping_detail"]
 
@@ -71,7 +71,7 @@ class StoppingDetail:
         return sum((row.spent for row in self.rungs), Spend())
 
 
-def stopping_detail(store: Store, run: CampaignRun) -> StoppingDetail | None:
+def stopping_detail(store: Storage, run: CampaignRun) -> StoppingDetail | None:
     """The :class:`StoppingDetail` of *run*, or ``None`` when it has no stopping rule and no
     decision in the record."""
     spec: dict[str, Any] = run.spec.get("stopping") or {}

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
     from dse.model._outcome import Stats
     from dse.model._spend import Spend
+    from dse.record._base import Storage
     from dse.record._records import CampaignRun
-    from dse.record.sqlite import Store
 
 __all__ = ["Numbers", "PerResult", "RunSummary", "campaign_run", "invalid_trials",
            "live_counts", "numbers", "primary_objective", "summarize", "tally_text"]
@@ -139,7 +139,7 @@ def tally_text(stats: Stats, *, unstarted: int | None = None) -> str:
 
 
 def summarize(
-    store: Store, campaign_id: int, *, now: float | None = None,
+    store: Storage, campaign_id: int, *, now: float | None = None,
     invalid: dict[int, str] | None = None,
 ) -> RunSummary:
     """The :class:`RunSummary` of run *campaign_id* as the record has it (*invalid*: its
@@ -178,7 +178,7 @@ def summarize(
     )
 
 
-def campaign_run(store: Store, campaign_id: int) -> CampaignRun:
+def campaign_run(store: Storage, campaign_id: int) -> CampaignRun:
     """Run *campaign_id* of *store*, or :class:`DseError` when it has none so numbered."""
     run = store.reads.campaign(campaign_id)
     if run is None:
@@ -186,7 +186,7 @@ def campaign_run(store: Store, campaign_id: int) -> CampaignRun:
     return run
 
 
-def invalid_trials(store: Store, campaign_id: int) -> dict[int, str]:
+def invalid_trials(store: Storage, campaign_id: int) -> dict[int, str]:
     """Trial row → why it is flagged invalid (its result's invalidation, else its score's),
     for the trials of run *campaign_id*."""
     return store.reads.invalid_reasons(campaign_id)

@@ -5,8 +5,9 @@
   params; registered as ``probe`` through the public hooks.
 * :class:`ScriptedAgent` — proposes a fixed list (or an endless iterator) of params.
 * :class:`FakeClock` — a clock that advances when the engine sleeps.
-* :class:`BackendContract` and :class:`AgentContract` — pytest suites a plugin author
-  subclasses, overriding one fixture (imported lazily: pytest is an optional extra).
+* :class:`BackendContract`, :class:`AgentContract` and :class:`StorageContract` — pytest
+  suites a plugin author subclasses, overriding one fixture (imported lazily: pytest is an
+  optional extra).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dse.testing._probe import (
 )
 
 if TYPE_CHECKING:
-    from dse.testing.contracts import AgentContract, BackendContract
+    from dse.testing.contracts import AgentContract, BackendContract, StorageContract
 
 __all__ = [
     "AgentContract",
@@ -34,12 +35,13 @@ __all__ = [
     "ProbePoint",
     "ProbeScript",
     "ScriptedAgent",
+    "StorageContract",
     "default_script",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("AgentContract", "BackendContract"):
+    if name in ("AgentContract", "BackendContract", "StorageContract"):
         from dse.testing import contracts
 
         return getattr(contracts, name)

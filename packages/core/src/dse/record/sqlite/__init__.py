@@ -6,6 +6,7 @@ connection; the schema, the migrations and the statements of a pass's writes are
 their own.
 """
 
+from dse.record._records import TrialSelection
 from dse.record.sqlite._connection import check_writable, header_damage
 from dse.record.sqlite._files import (
     DB_NAME,
@@ -17,7 +18,7 @@ from dse.record.sqlite._files import (
 )
 from dse.record.sqlite._migrations import OLDEST_SCHEMA
 from dse.record.sqlite._schema import SCHEMA_VERSION
-from dse.record.sqlite._store import Store, TrialSelection, open_existing, rebuild_summaries
+from dse.record.sqlite._store import Store, open_existing, rebuild_summaries
 
 __all__ = [
     "DB_NAME",

@@ -18,6 +18,7 @@ from dse.record._records import (
     Event,
     Invalidation,
     ProgressRow,
+    RunCounts,
     Score,
     Trial,
     TrialRef,
@@ -38,7 +39,6 @@ from dse.record.sqlite._rows import (
     TRIAL_REF_FROM,
     TRIAL_STATUS,
     Queries,
-    RunCounts,
     as_attempt,
     as_campaign,
     as_score,
@@ -56,22 +56,20 @@ if TYPE_CHECKING:
 
 
 class Reads(Queries):
-    """The read side of the :class:`Store`: every read returns the values of
+    """Implements :class:`dse.record._base.RecordReads` (each method's documentation is there). The
+    read side of the :class:`Store`: every read returns the values of
     :mod:`dse.record._records`, never a driver row; the SQL stays here."""
 
     # -- campaign runs --------------------------------------------------------------------
 
     def campaigns(self) -> list[CampaignRun]:
-        """Every run of the workspace, oldest first."""
         return [as_campaign(r) for r in self.rows(f"SELECT {CAMPAIGN} FROM campaigns ORDER BY id")]
 
     def campaign(self, campaign_id: int) -> CampaignRun | None:
-        """Run *campaign_id*, or ``None`` when the record has none."""
         rows = self.rows(f"SELECT {CAMPAIGN} FROM campaigns WHERE id = ?", (campaign_id,))
         return as_campaign(rows[0]) if rows else None
 
     def find_campaign(self, name_or_id: str) -> CampaignRun | None:
-        """The latest run of the campaign *name_or_id* (a name, or a numeric run id)."""
         if name_or_id.isascii() and name_or_id.isdigit():
             number = record_number(name_or_id)  # past 64 bits: no run has that id
             return None if number is None else self.campaign(number)
@@ -84,17 +82,11 @@ class Reads(Queries):
     # -- trials ---------------------------------------------------------------------------
 
     def trials(self, campaign_id: int) -> list[Trial]:
-        """The trials of run *campaign_id*, by number."""
         return [as_trial(r, self.root) for r in self.rows(
             f"SELECT {TRIAL} FROM trials WHERE campaign_id = ? ORDER BY number", (campaign_id,)
         )]
 
     def find_trial(self, text: str) -> tuple[CampaignRun, Trial]:
-        """The run and the trial *text* names: a trial id ``<campaign>-<run>-<number>``, or
-        ``<campaign>:<number>`` (the latest run of the campaign) or ``<run>:<number>``.
-
-        :raises ConfigError: when *text* has none of these forms or names nothing recorded.
-        """
         short = SHORT_FORM.fullmatch(text)
         full = None if short else TRIAL_FORM.fullmatch(text)
         if short is not None:
@@ -121,9 +113,6 @@ class Reads(Queries):
         return run, as_trial(rows[0], self.root)
 
     def resume_rows(self, campaign_id: int, proposals: Iterable[int]) -> list[Trial]:
-        """The trials of run *campaign_id* a resume rebuilds when its agent's snapshot stands
-        for the rest: the unfinished (running, cancelled), the baseline runs, the cache hits
-        still waiting, and those of *proposals*; by number (both found by index)."""
         rows = {r[0]: r for r in self.rows(
             f"SELECT {TRIAL} FROM trials WHERE campaign_id = ? AND ({OPEN})", (campaign_id,))}
         for r in self.rows_in(f"SELECT {TRIAL} FROM trials WHERE proposal IN ({{marks}})"
@@ -132,17 +121,12 @@ class Reads(Queries):
         return [as_trial(r, self.root) for r in sorted(rows.values(), key=lambda r: int(r[2]))]
 
     def stale_trials(self, campaign_id: int, version: str) -> int:
-        """Trials of run *campaign_id* whose result is about other data than *version* (the
-        version they read, else the one they were dispatched against)."""
         ((n,),) = self.rows(
             "SELECT COALESCE(SUM(trials), 0) FROM run_tallies WHERE campaign_id = ?"
             " AND version != '' AND version != ?", (campaign_id, version))
         return int(n)
 
     def run_counts(self, campaign_id: int, *, lower_is_better: bool) -> RunCounts:
-        """What a resumed run's counts are rebuilt from when every result is ranked (none
-        invalidated, all about the current data): see :class:`RunCounts`. Every figure is
-        a summary or an index lookup: the same cost at a million trials as at ten."""
         ((trials, baselines, proposal, number),) = self.rows(
             "SELECT (SELECT COALESCE(SUM(trials), 0) FROM run_tallies WHERE campaign_id = ?1),"
             " (SELECT COUNT(*) FROM trials WHERE campaign_id = ?1 AND proposal = 0),"
@@ -171,37 +155,28 @@ class Reads(Queries):
             None if not best else (int(best[0][0]), loads(best[0][1]), float(best[0][2])))
 
     def trial_counts(self, campaign_id: int) -> dict[TrialStatus, int]:
-        """How many trials of run *campaign_id* stand at each status (those with any)."""
         return {TRIAL_STATUS[status]: int(n) for status, n in self.rows(
             "SELECT status, SUM(trials) FROM run_tallies WHERE campaign_id = ? GROUP BY status"
             " HAVING SUM(trials) > 0 ORDER BY status", (campaign_id,),
         )}
 
     def trial_statuses(self, rows: Iterable[int]) -> dict[int, TrialStatus]:
-        """The status of each trial row of *rows* the record has (of any run)."""
         return {row: TRIAL_STATUS[status] for row, status in self.rows_in(
             "SELECT id, status FROM trials WHERE id IN ({marks})", rows
         )}
 
     def trial_refs(self, rows: Iterable[int]) -> dict[int, TrialRef]:
-        """Where each trial row of *rows* the record has is (of any run)."""
         return {r[0]: as_trial_ref(r) for r in self.rows_in(
             f"SELECT {TRIAL_REF} {TRIAL_REF_FROM} WHERE t.id IN ({{marks}})", rows
         )}
 
     def trial_dependencies(self, rows: Iterable[int]) -> dict[int, str]:
-        """The dependency digest each trial row of *rows* reported (rows without one are left
-        out)."""
         return {int(r[0]): str(r[1]) for r in self.rows_in(
             "SELECT id, dependencies FROM trials WHERE id IN ({marks})"
             " AND dependencies IS NOT NULL", rows
         )}
 
     def earlier_measurement(self, name: str, params_json: str, before: int) -> Trial | None:
-        """The latest trial before row *before*, of a run of campaign *name*, that measured
-        the params *params_json* (canonical JSON) itself — not a cache hit — and ended with a
-        result about the design, whatever its identity (what ``dse show`` compares a trial
-        that was not a cache hit with)."""
         rows = self.rows(
             f"SELECT {TRIAL} FROM trials WHERE params = ? AND id < ? AND cache_of IS NULL"
             " AND status IN ('completed', 'failed', 'stopped') AND campaign_id IN"
@@ -210,8 +185,6 @@ class Reads(Queries):
         return as_trial(rows[0], self.root) if rows else None
 
     def replacements(self, rows: Iterable[int]) -> dict[int, list[TrialRef]]:
-        """The trials (of any run) that re-run each invalidated trial row of *rows*, oldest
-        first; rows nothing replaces are left out."""
         out: dict[int, list[TrialRef]] = {}
         for r in self.rows_in(f"SELECT {TRIAL_REF}, t.replaces {TRIAL_REF_FROM}"
                           " WHERE t.replaces IN ({marks}) ORDER BY t.id", rows):
@@ -219,8 +192,6 @@ class Reads(Queries):
         return out
 
     def dispatched(self, campaign_id: int) -> int:
-        """Trials of run *campaign_id* that ran on the backend (not cache hits): what a
-        trials ceiling counts."""
         found = self.rows("SELECT dispatched FROM run_totals WHERE campaign_id = ?",
                            (campaign_id,))
         return int(found[0][0]) if found else 0
@@ -229,8 +200,6 @@ class Reads(Queries):
 
     def attempts(self, campaign_id: int, *, trials: Iterable[int] | None = None
                  ) -> list[Attempt]:
-        """The attempts of run *campaign_id* (only those of the trial rows *trials*, when
-        given), by trial number then attempt."""
         if trials is not None:
             # `+`: the run's filter is no index to walk (SQLite would scan the whole run
             # for a few hundred trial rows); each row is found by its id.
@@ -247,8 +216,6 @@ class Reads(Queries):
         )]
 
     def attempt_times(self, campaign_id: int) -> list[tuple[float, float, AttemptState, int]]:
-        """(ended at, started at, state, trial row) of each attempt of run *campaign_id* that
-        started and ended: what a resumed pool learns durations and usage from."""
         return [(end, start, ATTEMPT_STATE[state], trial) for end, start, state, trial in
                 self.rows(
                     "SELECT a.ended_at, a.started_at, a.state, a.trial_id FROM attempts a"
@@ -257,9 +224,6 @@ class Reads(Queries):
                 )]
 
     def attempt_durations(self, campaign_id: int, *, last: int) -> tuple[float, list[float]]:
-        """Of the attempts of run *campaign_id* that started and ended: their seconds summed
-        (a summary), and the seconds of the *last* that succeeded or failed, in the order
-        they ended (walked back along an index of ends)."""
         found = self.rows("SELECT attempt_s FROM run_totals WHERE campaign_id = ?",
                            (campaign_id,))
         # `+`: the run's filter is no index to walk; the ends are walked newest first.
@@ -270,27 +234,21 @@ class Reads(Queries):
         return float(found[0][0]) if found else 0.0, recent
 
     def trial_params(self, campaign_id: int) -> dict[int, dict[str, Any]]:
-        """The params of each trial of run *campaign_id*, by trial row."""
         return {row: loads(params) for row, params in self.rows(
             "SELECT id, params FROM trials WHERE campaign_id = ?", (campaign_id,))}
 
     def spends(self, campaign_id: int) -> list[AttemptSpend]:
-        """The recorded spend of every attempt of run *campaign_id* that has one."""
         return [AttemptSpend(trial, as_spend(spend)) for trial, spend in self.rows(
             "SELECT a.trial_id, a.spend FROM attempts a JOIN trials t ON a.trial_id = t.id"
             " WHERE t.campaign_id = ? AND a.spend IS NOT NULL", (campaign_id,),
         )]
 
     def spend_total(self, campaign_id: int) -> Spend:
-        """The summed spend of every attempt of run *campaign_id* (kept by SQLite as each
-        attempt's spend is recorded: a run of a million attempts reads one row)."""
         found = self.rows(f"SELECT {', '.join(SPEND_KEYS)} FROM run_totals"
                            " WHERE campaign_id = ?", (campaign_id,))
         return Spend(*(float(v) for v in found[0])) if found else Spend()
 
     def trial_spends(self, rows: Iterable[int]) -> list[AttemptSpend]:
-        """The recorded spend of every attempt of the trial rows *rows* (of any run) that
-        has one, by trial row then attempt."""
         found = self.rows_in("SELECT trial_id, attempt, spend FROM attempts"
                          " WHERE trial_id IN ({marks}) AND spend IS NOT NULL", rows)
         return [AttemptSpend(trial, as_spend(spend)) for trial, _, spend in sorted(found)]
@@ -298,7 +256,6 @@ class Reads(Queries):
     # -- what a run noted -----------------------------------------------------------------
 
     def events(self, campaign_id: int, kind: str | None = None) -> list[Event]:
-        """The events of run *campaign_id* (only those of *kind*, when given), in order."""
         if kind is None:
             rows = self.rows("SELECT id, campaign_id, trial_id, at, kind, data FROM events"
                               " WHERE campaign_id = ? ORDER BY id", (campaign_id,))
@@ -310,14 +267,11 @@ class Reads(Queries):
                 for r in rows]
 
     def progress(self, trial_row: int) -> list[ProgressRow]:
-        """The learning curve of trial *trial_row*: its points by attempt and step."""
         return [ProgressRow(a, step, loads(metrics), at) for a, step, metrics, at in self.rows(
             "SELECT attempt, step, metrics, at FROM progress WHERE trial_id = ?"
             " ORDER BY attempt, step", (trial_row,))]
 
     def progress_tails(self, trial_rows: Iterable[int]) -> dict[int, tuple[int, ProgressRow]]:
-        """For each of *trial_rows* with a learning curve: how many points it has, and its
-        last (the highest step of the latest attempt)."""
         out: dict[int, tuple[int, ProgressRow]] = {}
         for chunk in chunks(list(trial_rows)):
             for row, n, _, attempt, step, metrics, at in self.rows(
@@ -329,10 +283,6 @@ class Reads(Queries):
 
     def rejections(self, campaign_id: int, *, down_to: float
                    ) -> tuple[int, dict[int, tuple[dict[str, Any], str]]]:
-        """How many proposals of run *campaign_id* were rejected, and the params and reason of
-        the newest rejections: those of proposals numbered *down_to* and up, and the last
-        rejections in a row (walked back from the newest along the events' index: a resume
-        reads what follows its agent's snapshot, never every rejection of the run)."""
         ((count,),) = self.rows("SELECT COUNT(*) FROM events WHERE campaign_id = ?"
                                  " AND kind = 'rejected'", (campaign_id,))
         found: dict[int, tuple[dict[str, Any], str]] = {}
@@ -355,8 +305,6 @@ class Reads(Queries):
         return int(count), found
 
     def agent_log(self, campaign_id: int, *, after: int = 0) -> list[AgentCall]:
-        """The agent's calls of run *campaign_id* (those logged after row *after*), in the
-        order they were made."""
         return [
             AgentCall(r[0], r[1], r[2], r[3], loads(r[4]), loads(r[5]) if r[5] else None,
                       {int(k): v for k, v in loads(r[6]).items()} if r[6] else None)
@@ -366,7 +314,6 @@ class Reads(Queries):
         ]
 
     def agent_snapshot(self, campaign_id: int) -> AgentSnapshot | None:
-        """Run *campaign_id*'s latest agent snapshot; ``None`` when it has none."""
         rows = self.rows("SELECT log_id, state, unobserved FROM agent_snapshots"
                           " WHERE campaign_id = ?", (campaign_id,))
         if not rows:
@@ -378,14 +325,12 @@ class Reads(Queries):
     # -- conclusions and flags ------------------------------------------------------------
 
     def scores(self, campaign_id: int) -> list[Score]:
-        """Every score given to a trial of run *campaign_id*, oldest first."""
         return [as_score(r) for r in self.rows(
             f"SELECT {SCORE_S} FROM scores s JOIN trials t ON t.id = s.trial_id"
             " WHERE t.campaign_id = ? ORDER BY s.id", (campaign_id,),
         )]
 
     def environments(self, digests: Iterable[str]) -> dict[str, EnvironmentRecord]:
-        """The recorded environment of each digest of *digests* the record has."""
         wanted = sorted(set(digests))
         out: dict[str, EnvironmentRecord] = {}
         for chunk in (wanted[i : i + 500] for i in range(0, len(wanted), 500)):
@@ -398,14 +343,11 @@ class Reads(Queries):
         return out
 
     def invalidations(self) -> list[Invalidation]:
-        """Every ``dse invalidate`` of the workspace, oldest first."""
         return [Invalidation(*r) for r in self.rows(
             "SELECT id, at, kind, target, reason, trials, scores FROM invalidations ORDER BY id"
         )]
 
     def invalid_trials(self) -> list[Trial]:
-        """Trials of the workspace whose result, or whose score, is flagged invalid;
-        :attr:`Trial.invalidation` is ``None`` when only a score is."""
         # Two selects, not an OR: each walks its partial index of the flagged rows, never
         # the workspace's trials.
         return [as_trial(r, self.root) for r in self.rows(
@@ -416,8 +358,6 @@ class Reads(Queries):
         )]
 
     def invalid_reasons(self, campaign_id: int) -> dict[int, str]:
-        """Trial row → why it is flagged invalid (its result's invalidation, else its
-        score's), for the flagged trials of run *campaign_id*."""
         out: dict[int, str] = {}
         for row, reason in self.rows(
             "SELECT t.id, i.reason FROM trials t JOIN invalidations i ON i.id = t.invalidation"
@@ -431,7 +371,6 @@ class Reads(Queries):
         return out
 
     def invalid_scores(self, campaign_id: int) -> set[int]:
-        """The trial rows of run *campaign_id* with a score flagged invalid."""
         return {int(row) for (row,) in self.rows(
             "SELECT s.trial_id FROM scores s JOIN trials t ON t.id = s.trial_id"
             " WHERE +t.campaign_id = ? AND s.invalidation IS NOT NULL", (campaign_id,),

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dse.model._spend import Spend
@@ -146,28 +145,6 @@ def as_score(r: tuple[Any, ...]) -> Score:
 
 def as_trial_ref(r: tuple[Any, ...]) -> TrialRef:
     return TrialRef(*r)
-
-
-@dataclass(frozen=True, slots=True)
-class RunCounts:
-    """A run's counts as the record holds them (:meth:`Store.run_counts`)."""
-
-    steps: int
-    """Trials made of the agent's proposals."""
-    proposal: int
-    """The largest proposal number a trial answers."""
-    number: int
-    """The largest trial number."""
-    wave: int
-    """The largest dispatch batch."""
-    dispatched: int
-    """Trials given a directory (not cache hits)."""
-    statuses: dict[TrialStatus, int]
-    """Trials (not cache hits) by status."""
-    cached: int
-    """Cache hits that ended."""
-    best: tuple[int, dict[str, Any], float] | None
-    """(number, params, score) of the best completed trial."""
 
 
 OPEN = ("status IN ('running', 'cancelled') OR proposal = 0"

@@ -3,11 +3,10 @@ spent and saved."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dse.model._spend import Spend
-from dse.record._records import DecisionRow, ProgressRow, Trial
+from dse.record._records import DecisionRow, ProgressRow, StopTally, Trial
 from dse.record.sqlite._rows import SPEND_KEYS, TRIAL, Queries, as_trial, loads
 from dse.record.sqlite._writes import DECISION
 
@@ -22,18 +21,17 @@ def as_decision(r: tuple[Any, ...]) -> DecisionRow:
 
 
 class Stops(Queries):
-    """Reads of early stopping: the stopping rule's decisions, the learning curves a resumed
+    """Implements :class:`dse.record._base.RecordStops` (each method's documentation is there).
+    Reads of early stopping: the stopping rule's decisions, the learning curves a resumed
     run's rule is rebuilt from, the trials stopped at a rung."""
 
     def decisions(self, trial_row: int) -> list[DecisionRow]:
-        """The decisions about trial *trial_row*, in the order they were made."""
         return [as_decision(r) for r in self.rows(
             f"SELECT {DECISION} FROM decisions d JOIN trials t ON t.id = d.trial_id"
             " WHERE d.trial_id = ? ORDER BY d.id", (trial_row,))]
 
     def run_decisions(self, campaign_id: int, verdicts: Sequence[str] = ("stop", "promote")
                       ) -> list[DecisionRow]:
-        """The decisions of run *campaign_id* with one of *verdicts*, in the order made."""
         marks = ",".join("?" * len(verdicts))
         return [as_decision(r) for r in self.rows(
             f"SELECT {DECISION} FROM decisions d JOIN trials t ON t.id = d.trial_id"
@@ -41,47 +39,36 @@ class Stops(Queries):
             (campaign_id, *verdicts))]
 
     def decision_counts(self, campaign_id: int) -> dict[tuple[str, int], int]:
-        """How many trials of run *campaign_id* were stopped or promoted at each rung:
-        ``(verdict, rung) -> count`` (read from ``stop_totals``, which SQLite keeps as
-        decisions are written: a few rows at a million trials as at ten)."""
         return {(v, rung): n for v, rung, n in self.rows(
             "SELECT kind, rung, trials FROM stop_totals WHERE campaign_id = ? AND kind"
             " IN ('stop', 'promote') AND trials > 0", (campaign_id,))}
 
     def run_progress(self, campaign_id: int) -> Iterator[tuple[int, int, int, str]]:
-        """Every point of run *campaign_id*'s learning curves as ``(trial number, proposal,
-        step, metrics JSON)``, in the order they were reported."""
         yield from self.db.execute(
             "SELECT t.number, t.proposal, p.step, p.metrics FROM trials t JOIN progress p"
             " ON p.trial_id = t.id WHERE t.campaign_id = ? ORDER BY p.at, t.number, p.step",
             (campaign_id,))
 
     def trial_by_row(self, row: int) -> Trial | None:
-        """Trial row *row*, or ``None``."""
         found = self.rows(f"SELECT {TRIAL} FROM trials WHERE id = ?", (row,))
         return as_trial(found[0], self.root) if found else None
 
     def stopped_trials(self, campaign_id: int) -> list[Trial]:
-        """The trials of run *campaign_id* that ended stopped by its rule (not cache hits)."""
         return [as_trial(r, self.root) for r in self.rows(
             f"SELECT {TRIAL} FROM trials WHERE campaign_id = ? AND status = 'stopped' AND"
             " cache_of IS NULL ORDER BY number", (campaign_id,))]
 
     def trial_decisions(self, trial_rows: Iterable[int]) -> list[DecisionRow]:
-        """The decisions about each of *trial_rows*, in the order they were made."""
         return [as_decision(r[1:]) for r in sorted(self.rows_in(
             f"SELECT d.id, {DECISION} FROM decisions d JOIN trials t ON t.id = d.trial_id"
             " WHERE d.trial_id IN ({marks})", trial_rows))]
 
     def first_steps(self, trial_rows: Iterable[int]) -> dict[tuple[int, int], int]:
-        """``(trial row, attempt) -> the first step that attempt reported``, for each attempt
-        of *trial_rows* with a learning curve (where a promoted trial resumed)."""
         return {(row, attempt): step for row, attempt, step in self.rows_in(
             "SELECT trial_id, attempt, MIN(step) FROM progress WHERE trial_id IN ({marks})"
             " GROUP BY trial_id, attempt", trial_rows)}
 
     def trial_progress(self, trial_rows: Iterable[int]) -> dict[int, list[ProgressRow]]:
-        """The learning curves of *trial_rows* (each by attempt and step)."""
         out: dict[int, list[ProgressRow]] = {}
         for row, attempt, step, metrics, at in sorted(self.rows_in(
                 "SELECT trial_id, attempt, step, metrics, at FROM progress"
@@ -90,9 +77,6 @@ class Stops(Queries):
         return out
 
     def stop_tallies(self, campaign_id: int) -> list[StopTally]:
-        """The trials of run *campaign_id* that ended stopped, by the rung and step of the
-        decision that last stopped each, with what their attempts spent (read from
-        ``stop_totals``)."""
         return [StopTally(rung, step, trials, Spend(*spend)) for rung, step, trials, *spend
                 in self.rows(
             f"SELECT rung, step, trials, {', '.join(SPEND_KEYS)} FROM stop_totals"
@@ -100,9 +84,6 @@ class Stops(Queries):
             " ORDER BY rung, step", (campaign_id,))]
 
     def completed_spend(self, campaign_id: int) -> tuple[int, Spend]:
-        """How many trials of run *campaign_id* ran to their end (completed) and what their
-        attempts spent: from ``stop_totals`` once the run has a decision, else summed from
-        its rows."""
         found = self.rows(
             f"SELECT trials, {', '.join(SPEND_KEYS)} FROM stop_totals WHERE campaign_id = ?"
             " AND kind = 'ended_completed'", (campaign_id,))
@@ -119,9 +100,6 @@ class Stops(Queries):
         return int(trials), Spend(*spend)
 
     def stopping_rule(self, campaign_id: int) -> tuple[str, str] | None:
-        """The rule and version of run *campaign_id*'s latest decision of one verdict (stop,
-        else promote, else continue: each one probe of the index ``decisions_run``), or
-        ``None``."""
         for verdict in ("stop", "promote", "continue"):
             found = self.rows("SELECT rule, rule_version FROM decisions WHERE campaign_id = ?"
                                " AND verdict = ? ORDER BY id DESC LIMIT 1",
@@ -131,13 +109,3 @@ class Stops(Queries):
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class StopTally:
-    """The trials of a run that ended stopped at one rung and step, and their spend."""
-
-    rung: int
-    step: int
-    """The step the stopping decision compared (the trial's metrics are from it)."""
-    trials: int
-    spend: Spend
-    """What every attempt of those trials spent."""

@@ -3,11 +3,11 @@ trial of a data version, a run's trials a page at a time."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dse.model._spend import Earlier, Spend
 from dse.model._states import TrialStatus
+from dse.record._records import VersionTally
 from dse.record.sqlite._rows import (
     OPEN,
     SCORE,
@@ -25,19 +25,6 @@ if TYPE_CHECKING:
     from dse.record._records import Score, Trial
 
 
-@dataclass(frozen=True, slots=True)
-class VersionTally:
-    """The trials of a run about one data version (the version read, else the expected),
-    counted by the record (:meth:`Store.version_tallies`)."""
-
-    version: str | None
-    trials: int
-    completed: int
-    """Completed and scored trials whose result and score are valid."""
-    mismatched: int
-    """Trials that read another version than the one they were dispatched against."""
-
-
 _VERSION = "COALESCE(NULLIF(data_version_read, ''), data_version)"
 
 
@@ -52,22 +39,18 @@ _MISMATCH = ("data_version_read IS NOT NULL AND data_version_read <> '' AND data
 
 
 class Summaries(Queries):
-    """Reads whose cost does not grow with what they print: aggregates of one run, one
-    trial, or the trials of a run a page at a time (``dse status``, ``report``, ``show``,
+    """Implements :class:`dse.record._base.RecordSummaries` (each method's documentation is there).
+    Reads whose cost does not grow with what they print: aggregates of one run, one trial,
+    or the trials of a run a page at a time (``dse status``, ``report``, ``show``,
     ``export`` of a million-trial record)."""
 
     __slots__ = ()
 
     def run_time(self, campaign_id: int) -> float:
-        """The time controllers drove run *campaign_id* (seconds, as last recorded; 0 for a
-        run not recorded yet): what its wall-clock ceiling has counted."""
         rows = self.rows("SELECT run_s FROM campaigns WHERE id = ?", (campaign_id,))
         return max(float(rows[0][0] or 0.0), 0.0) if rows else 0.0
 
     def earlier_runs(self, name: str, before: int) -> Earlier:
-        """What the runs of the campaign *name* before run *before* spent: their ids, the
-        trials they dispatched, their attempts' spend and their run time (summaries: a few
-        rows whatever their size)."""
         runs = self.rows("SELECT c.id, c.run_s, COALESCE(t.dispatched, 0), "
                           + ", ".join(f"COALESCE(t.{k}, 0)" for k in SPEND_KEYS)
                           + " FROM campaigns c LEFT JOIN run_totals t ON t.campaign_id = c.id"
@@ -80,7 +63,6 @@ class Summaries(Queries):
                        run_s=sum(max(float(r[1] or 0.0), 0.0) for r in runs))
 
     def failure_counts(self, campaign_id: int) -> dict[str, int]:
-        """Failure class → trials of run *campaign_id* (not cache hits) that carry it."""
         return {str(failure): int(n) for failure, n in self.rows(
             "SELECT failure, SUM(trials) FROM run_tallies WHERE campaign_id = ? AND failure <> ''"
             " AND status <> ? GROUP BY failure HAVING SUM(trials) > 0 ORDER BY MIN(first)",
@@ -88,8 +70,6 @@ class Summaries(Queries):
         )}
 
     def first_failures(self, campaign_id: int) -> dict[str, tuple[int, str | None]]:
-        """Failure class → (number, message) of the first failed trial of run *campaign_id*
-        that carries it (its lowest number, by the tallies, then one indexed lookup each)."""
         return {str(failure): (int(number), message) for failure, number, message in self.rows(
             "SELECT f.failure, t.number, t.message FROM (SELECT failure, MIN(first) AS number"
             " FROM run_tallies WHERE campaign_id = ? AND status = ? AND failure <> ''"
@@ -99,18 +79,12 @@ class Summaries(Queries):
         )}
 
     def outcome_counts(self, campaign_id: int) -> dict[str, int]:
-        """Trial status → trials of run *campaign_id*, in the order each status first
-        appeared."""
         return {str(status): int(n) for status, n in self.rows(
             "SELECT status, SUM(trials) FROM run_tallies WHERE campaign_id = ? GROUP BY status"
             " HAVING SUM(trials) > 0 ORDER BY MIN(first)", (campaign_id,),
         )}
 
     def unstarted(self, campaign_id: int) -> dict[TrialStatus, int]:
-        """Of run *campaign_id*'s ``running`` trials, how many have no attempt running now
-        (submitted and not started yet, or waiting to be retried): queued; of its
-        ``cancelled`` ones, how many never started. Read by the partial index of the open
-        trials: its cost grows with what is unfinished, never with the run."""
         return {TRIAL_STATUS[status]: int(n) for status, n in self.rows(
             f"SELECT t.status, COUNT(*) FROM trials t WHERE t.campaign_id = ? AND ({OPEN})"
             " AND t.status IN ('running', 'cancelled') AND NOT EXISTS (SELECT 1 FROM"
@@ -119,15 +93,12 @@ class Summaries(Queries):
             (campaign_id,))}
 
     def cache_links(self, campaign_id: int) -> list[tuple[int, int]]:
-        """(number, trial row it reuses) of each cache hit of run *campaign_id*, by number."""
         return [(int(n), int(row)) for n, row in self.rows(
             "SELECT number, cache_of FROM trials WHERE campaign_id = ? AND cache_of IS NOT NULL"
             " ORDER BY number", (campaign_id,),
         )]
 
     def mismatched_numbers(self, campaign_id: int) -> list[int]:
-        """The trials (numbers) of run *campaign_id* that read another data version than
-        they were dispatched against."""
         ((some,),) = self.rows("SELECT COUNT(*) FROM run_tallies WHERE campaign_id = ? AND"
                                 " mismatched AND trials > 0", (campaign_id,))
         if not some:
@@ -138,8 +109,6 @@ class Summaries(Queries):
         )]
 
     def version_tallies(self, campaign_id: int) -> list[VersionTally]:
-        """The trials of run *campaign_id* grouped by the data version they are about, in
-        the order each version first appeared."""
         flagged = dict(self.rows(
             f"SELECT IFNULL({_VERSION}, ''), COUNT(*) FROM trials WHERE id IN"
             " (SELECT id FROM trials WHERE campaign_id = ? AND invalidation IS NOT NULL UNION"
@@ -160,9 +129,6 @@ class Summaries(Queries):
 
     def best_of_version(self, campaign_id: int, version: str | None, *,
                         maximize: bool) -> Trial | None:
-        """The best valid scored trial (completed, or a cache hit of one) of run
-        *campaign_id* about data *version*; the lowest number among equals (through the
-        index of scores: the first rows it walks are the answer)."""
         order = "DESC" if maximize else "ASC"
         rows = self.rows(
             f"SELECT {TRIAL} FROM trials WHERE campaign_id = ? AND score IS NOT NULL AND"
@@ -173,8 +139,6 @@ class Summaries(Queries):
         return as_trial(rows[0], self.root) if rows else None
 
     def pareto_trials(self, campaign_id: int) -> list[Trial]:
-        """The valid trials of run *campaign_id* scored on each objective of a Pareto campaign
-        (completed, or a cache hit of one), in the order they ended: its fronts' material."""
         return [as_trial(r, self.root) for r in self.rows(
             f"SELECT {TRIAL} FROM trials WHERE campaign_id = ? AND scores IS NOT NULL AND"
             f" status IN (?, ?) AND {_VALID} ORDER BY ended_at, number",
@@ -182,8 +146,6 @@ class Summaries(Queries):
         )]
 
     def trial_pages(self, campaign_id: int, size: int = 1000) -> Iterator[list[Trial]]:
-        """The trials of run *campaign_id* by number, *size* at a time (each page one
-        indexed query: memory holds one page, never the run)."""
         after = -1
         while True:
             page = [as_trial(r, self.root) for r in self.rows(
@@ -196,6 +158,5 @@ class Summaries(Queries):
             after = page[-1].number
 
     def trial_scores(self, rows: Iterable[int]) -> list[Score]:
-        """Every score given to the trial rows *rows*, oldest first."""
         found = self.rows_in(f"SELECT {SCORE} FROM scores WHERE trial_id IN ({{marks}})", rows)
         return [as_score(r) for r in sorted(found)]

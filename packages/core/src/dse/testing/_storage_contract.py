@@ -1,0 +1,193 @@
+"""``StorageContract``: the suite every storage of the record passes (``record._base.Storage``).
+
+Subclass it in your test module and override the one fixture ``storage_factory``::
+
+    from dse.testing import StorageContract
+
+    class TestMyStorage(StorageContract):
+        @pytest.fixture
+        def storage_factory(self, tmp_path):
+            return lambda: MyStorage(tmp_path / "record")
+
+``storage_factory`` returns a callable that opens the record: each call is another writer
+of the same record (another controller), so ids, claims and transactions are checked between
+two of them. Override :meth:`StorageContract.alive` when your storage tells a live
+controller otherwise than by the campaign locks of its workspace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+import pytest
+
+from dse.model._states import AttemptState, FailureClass, TrialStatus
+from dse.record._batch import Batch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from dse.record._base import Storage
+
+_T0 = 1_000_000.0
+
+
+def _run(storage: Storage, name: str = "demo") -> int:
+    return storage.create_campaign(
+        name=name, source=None, spec={"campaign": {"name": name}}, agent="list==1",
+        backend="probe==1", mode="rolling", max_parallelism=2, now=_T0,
+    )
+
+
+def _trial(batch: Batch, storage: Storage, run: int, number: int, digest: str) -> int:
+    row = storage.new_trial_id()
+    batch.add_trial(row=row, campaign=run, number=number, proposal=number, wave=1,
+                    config_hash=digest, params_json=f'{{"x": {number}}}',
+                    status=TrialStatus.RUNNING, created_at=_T0 + number)
+    return row
+
+
+class StorageContract:
+    """Transactions, ids, claims between writers, summaries and reopening, on any storage."""
+
+    @pytest.fixture
+    def storage_factory(self) -> Callable[[], Storage]:
+        """Override: a callable opening one record, another writer at each call."""
+        raise NotImplementedError("override the storage_factory fixture")
+
+    @pytest.fixture
+    def storage(self, storage_factory: Callable[[], Storage]) -> Iterator[Storage]:
+        storage = storage_factory()
+        yield storage
+        storage.close()
+
+    @contextlib.contextmanager
+    def alive(self, storage: Storage, campaign: str) -> Iterator[None]:
+        """Make the controller of *campaign* live while the block runs (by default: hold its
+        campaign lock in the storage's workspace, as ``dse run`` does)."""
+        from dse.record._lock import CampaignLock
+
+        with CampaignLock(storage.path.parent, campaign):
+            yield
+
+    def test_a_new_record_has_no_runs(self, storage: Storage) -> None:
+        assert storage.reads.campaigns() == []
+        assert storage.reads.find_campaign("demo") is None
+
+    def test_a_run_is_recorded_and_found(self, storage: Storage) -> None:
+        first, second = _run(storage), _run(storage)
+        assert second > first
+        found = storage.reads.campaign(first)
+        assert found is not None
+        assert (found.name, found.mode, found.max_parallelism) == ("demo", "rolling", 2)
+        latest = storage.reads.find_campaign("demo")
+        assert latest is not None
+        assert latest.id == second
+        assert [c.id for c in storage.reads.campaigns()] == [first, second]
+
+    def test_a_pass_is_committed_whole_and_the_batch_emptied(self, storage: Storage) -> None:
+        run, batch = _run(storage), Batch()
+        rows = [_trial(batch, storage, run, n, f"h{n}") for n in (1, 2)]
+        attempt = storage.new_attempt_id()
+        batch.add_attempt(row=attempt, trial=rows[0], attempt=1, backend="probe",
+                          state=AttemptState.SUBMITTED, submitted_at=_T0)
+        batch.add_event(campaign=run, trial=rows[0], at=_T0, kind="note", data={"a": 1})
+        assert storage.reads.trials(run) == []  # nothing before the commit
+        storage.commit(batch)
+        assert not batch
+        assert [t.id for t in storage.reads.trials(run)] == rows
+        assert [a.id for a in storage.reads.attempts(run)] == [attempt]
+        assert [e.kind for e in storage.reads.events(run, "note")] == ["note"]
+
+    def test_a_commit_that_fails_writes_nothing(self, storage: Storage) -> None:
+        run, batch = _run(storage), Batch()
+        row = _trial(batch, storage, run, 1, "h1")
+        batch.add_event(campaign=run, trial=row, at=_T0, kind="note", data={})
+        batch.add_trial(row=row, campaign=run, number=2, proposal=2, wave=1, config_hash="h2",
+                        params_json="{}", status=TrialStatus.RUNNING, created_at=_T0)
+        with pytest.raises(Exception):  # noqa: B017, PT011 - the storage's own error
+            storage.commit(batch)
+        assert storage.reads.trials(run) == []
+        assert storage.reads.events(run) == []
+        good = Batch()
+        _trial(good, storage, run, 1, "h1")
+        storage.commit(good)
+        assert len(storage.reads.trials(run)) == 1
+
+    def test_two_writers_never_hand_out_one_id(
+        self, storage_factory: Callable[[], Storage]
+    ) -> None:
+        one, two = storage_factory(), storage_factory()
+        try:
+            trials = [w.new_trial_id() for _ in range(150) for w in (one, two)]
+            attempts = [w.new_attempt_id() for _ in range(150) for w in (two, one)]
+        finally:
+            one.close()
+            two.close()
+        assert len(set(trials)) == len(trials)
+        assert len(set(attempts)) == len(attempts)
+
+    def test_a_config_runs_under_one_writer_and_its_result_is_reused(
+        self, storage_factory: Callable[[], Storage]
+    ) -> None:
+        one, two = storage_factory(), storage_factory()
+        try:
+            run_a = _run(one, "a")
+            _run(two, "b")
+            batch = Batch()
+            row_a = _trial(batch, one, run_a, 1, "same")
+            with self.alive(one, "a"):
+                claimed = one.claim({"same": row_a}, "a", _T0)
+                one.commit(batch)
+                row_b = two.new_trial_id()
+                waits = two.claim({"same": row_b}, "b", _T0)
+            assert claimed["same"].mine
+            assert claimed["same"].row == row_a
+            assert not waits["same"].mine
+            assert waits["same"].row == row_a  # b waits on a's trial
+            batch.end_trial(row=row_a, status=TrialStatus.COMPLETED, ended_at=_T0 + 5,
+                            metrics={"loss": 1.0}, score=1.0)
+            one.commit(batch)
+            reused = two.claim({"same": row_b}, "b", _T0 + 6)
+            assert not reused["same"].mine
+            assert reused["same"].result is not None
+            assert reused["same"].result.id == row_a
+            free = two.claim({"other": row_b}, "b", _T0 + 6)
+            assert free["other"].mine
+        finally:
+            one.close()
+            two.close()
+
+    def test_summaries_follow_the_rows(self, storage: Storage) -> None:
+        run, batch = _run(storage), Batch()
+        ends = [(TrialStatus.COMPLETED, None), (TrialStatus.FAILED, FailureClass.NONZERO_EXIT),
+                (TrialStatus.COMPLETED, None), (TrialStatus.FAILED, FailureClass.TIME_LIMIT)]
+        rows = [_trial(batch, storage, run, n, f"h{n}") for n in range(1, len(ends) + 1)]
+        storage.commit(batch)
+        for row, (status, failure) in zip(rows, ends, strict=True):
+            batch.end_trial(row=row, status=status, failure=failure, ended_at=_T0 + 9,
+                            metrics={"loss": 1.0} if failure is None else None,
+                            score=1.0 if failure is None else None)
+        storage.commit(batch)
+        counts = storage.reads.trial_counts(run)
+        assert counts[TrialStatus.COMPLETED] == 2
+        assert counts[TrialStatus.FAILED] == 2
+        assert storage.summaries.failure_counts(run) == {"nonzero_exit": 1, "time_limit": 1}
+
+    def test_a_reopened_record_reads_the_same(
+        self, storage_factory: Callable[[], Storage]
+    ) -> None:
+        first = storage_factory()
+        run, batch = _run(first), Batch()
+        rows = [_trial(batch, first, run, n, f"h{n}") for n in (1, 2, 3)]
+        first.commit(batch)
+        before = (first.reads.campaigns(), first.reads.trials(run))
+        first.close()
+        again = storage_factory()
+        try:
+            assert (again.reads.campaigns(), again.reads.trials(run)) == before
+            assert [t.id for t in before[1]] == rows
+            assert again.new_trial_id() not in rows
+        finally:
+            again.close()
