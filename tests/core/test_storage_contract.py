@@ -1,7 +1,8 @@
 """The storage contract on the SQLite record, and what it catches: three copies of the SQLite
 store, each broken on purpose in one way a storage can be (a pass not written as one
 transaction, ids counted by each writer alone, a claim that never waits), fail the test named
-for that mistake, and passes what it does right (the suite run as a storage author runs it, in a pytest process)."""
+for that mistake, and passes what it does right (the suite run as a storage author runs it, in a
+pytest process)."""
 
 from __future__ import annotations
 
