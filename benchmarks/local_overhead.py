@@ -115,7 +115,7 @@ def run_dse(
         cpu = _cpu(resource.RUSAGE_SELF) - cpu
         counts: dict[str, int] = {}
         reread = dse.Store(Path(tmp) / "dse.sqlite")
-        for row in reread.trials(result.campaign_id):
+        for row in reread.reads.trials(result.campaign_id):
             counts[row.status.value] = counts.get(row.status.value, 0) + 1
         reread.close()
         store.close()

@@ -262,6 +262,7 @@ TOP_LEVEL = {
 UPWARD: dict[tuple[str, str], str] = {
     ("dse.engine._engine", "dse.pool._pool"):
         "Engine.run() runs a pool of one: to move above the pool (issue 39, step 3)",
+    ("dse.engine._engine", "dse.pool._poolfile"): "the same: the pool of one's PoolConfig",
     ("dse.model._outcome", "dse.engine._engine"):
         "EngineListener's methods name the Engine: a read-only view of a run instead (step 3)",
 }

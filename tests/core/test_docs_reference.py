@@ -35,7 +35,7 @@ from dse.campaign import _campaign
 from dse.campaign._data import DATA_KEYS
 from dse.model._budget import BUDGET_KEYS, PRICE_KEYS, TRIAL_CEILING_KEYS
 from dse.model._space import PARAM_KEYS
-from dse.pool._pool import POOL_CAMPAIGN_KEYS, POOL_FILE_KEYS, POOL_KEYS, load_pool
+from dse.pool._poolfile import POOL_CAMPAIGN_KEYS, POOL_FILE_KEYS, POOL_KEYS, load_pool
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "campaign.md"
 

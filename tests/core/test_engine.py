@@ -399,8 +399,8 @@ def test_a_reopened_record_shows_every_trial(run_campaign):
 
     reopened = dse.Store(run.store.path)
     try:
-        rows = reopened.trials(run.result.campaign_id)
-        campaign = reopened.find_campaign(str(run.result.campaign_id))
+        rows = reopened.reads.trials(run.result.campaign_id)
+        campaign = reopened.reads.find_campaign(str(run.result.campaign_id))
     finally:
         reopened.close()
     # The typed rows a fresh Store reads say what the file holds.

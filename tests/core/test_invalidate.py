@@ -55,7 +55,7 @@ def everything(store: dse.Store) -> tuple[list[Trial], list[Score]]:
 def flag_from_outside(camp: dse.Campaign, number: int) -> None:
     """Flag trial *number* as ``dse invalidate --trial`` from another shell would."""
     other = dse.Store(camp.workspace / "dse.sqlite")
-    _, trial = other.find_trial(f"inv:{number}")
+    _, trial = other.reads.find_trial(f"inv:{number}")
     other.invalidate("trial", f"inv:{number}", "wrong GPU clocks", 1.0, trial_row=trial.id)
     other.close()
 

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import dse
-from dse.campaign._campaign import EnvironmentConfig
+from dse.campaign._model import EnvironmentConfig
 from dse.model._types import AttemptState
-from dse.pool._pool import Pool, PoolConfig, drive, load_pool, run_pool
+from dse.pool._pool import Pool, drive, run_pool
+from dse.pool._poolfile import PoolConfig, load_pool
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 from support.cli import run_dse, write_plugin
 

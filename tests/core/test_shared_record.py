@@ -53,7 +53,7 @@ def test_two_stores_on_one_file_hand_out_disjoint_ids_and_both_commit(tmp_path: 
             rows += add_trials(first, a, number, 50)
             rows += add_trials(second, b, number, 50)
         assert len(rows) == len(set(rows)) == 800
-        assert {len(first.trials(a)), len(second.trials(b))} == {400}
+        assert {len(first.reads.trials(a)), len(second.reads.trials(b))} == {400}
     finally:
         first.close()
         second.close()
@@ -128,7 +128,7 @@ def test_a_record_of_schema_8_is_migrated_and_its_ids_continue_past_its_rows(
 
     first, second = dse.Store(path), dse.Store(path)  # the first migrates it in place
     try:
-        assert len(first.trials(run)) == 10
+        assert len(first.reads.trials(run)) == 10
         fresh = {first.new_trial_id(), second.new_trial_id()}
         assert min(fresh) > max(rows)
         assert len(fresh) == 2

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dse.report._render import STATUS_COLUMNS, status_table
+from dse.report._listings import STATUS_COLUMNS, status_table
 from support.cli import dse_env, run_dse, write_plugin
 from support.tmux import dse_command, start, wait_screen
 

@@ -14,12 +14,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dse._version import __version__
     from dse.api._api import load, run
-    from dse.campaign._campaign import (
-        Campaign,
-        EnvironmentConfig,
-        campaign_from_dict,
-        load_campaign,
-    )
+    from dse.campaign._campaign import campaign_from_dict, load_campaign
+    from dse.campaign._model import Campaign, EnvironmentConfig
     from dse.engine._engine import Engine
     from dse.engine._trialdirs import start_attempt_dir
     from dse.hookspecs import hookimpl
@@ -70,10 +66,12 @@ if TYPE_CHECKING:
     from dse.plugins._plugins import Deferred, PluginManager, Registered
     from dse.plugins._protocols import Agent, Environment, Runner, StoppingRule, TrialInfo
     from dse.plugins._scoring import Scorer
-    from dse.pool._pool import Pool, PoolConfig, drive, run_pool
+    from dse.pool._pool import Pool, drive, run_pool
+    from dse.pool._poolfile import PoolConfig
     from dse.pool._scheduler import Plan, PoolScheduler, Request
     from dse.record._lock import CampaignLock, LockHolder
-    from dse.record.sqlite import Store, filesystem_type
+    from dse.record.sqlite._files import filesystem_type
+    from dse.record.sqlite._store import Store
     from dse.report._html import write_html_report
     from dse.report._readback import AttemptRecord, Results, TrialRecord
 
@@ -90,7 +88,7 @@ _LAZY: dict[str, str] = {
     "Backend": "dse.plugins._backend",
     "BackendError": "dse.model._errors",
     "BestTrial": "dse.model._outcome",
-    "Campaign": "dse.campaign._campaign",
+    "Campaign": "dse.campaign._model",
     "CampaignLock": "dse.record._lock",
     "CampaignResult": "dse.model._outcome",
     "Categorical": "dse.model._space",
@@ -107,7 +105,7 @@ _LAZY: dict[str, str] = {
     "Retry": "dse.model._outcome",
     "TrialEnd": "dse.model._outcome",
     "Environment": "dse.plugins._protocols",
-    "EnvironmentConfig": "dse.campaign._campaign",
+    "EnvironmentConfig": "dse.campaign._model",
     "Evaluation": "dse.model._types",
     "ExitCode": "dse.model._errors",
     "did_you_mean": "dse.model._errors",
@@ -132,7 +130,7 @@ _LAZY: dict[str, str] = {
     "PluginError": "dse.model._errors",
     "PluginManager": "dse.plugins._plugins",
     "Pool": "dse.pool._pool",
-    "PoolConfig": "dse.pool._pool",
+    "PoolConfig": "dse.pool._poolfile",
     "PoolScheduler": "dse.pool._scheduler",
     "Registered": "dse.plugins._plugins",
     "Request": "dse.pool._scheduler",
@@ -154,7 +152,7 @@ _LAZY: dict[str, str] = {
     "canonical_json": "dse.model._hashing",
     "config_hash": "dse.model._hashing",
     "drive": "dse.pool._pool",
-    "filesystem_type": "dse.record.sqlite._store",
+    "filesystem_type": "dse.record.sqlite._files",
     "hypervolume": "dse.model._pareto",
     "pareto_ranks": "dse.model._pareto",
     "hookimpl": "dse.hookspecs",

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from types import FrameType
 
-    from dse.campaign._campaign import Campaign
+    from dse.campaign._model import Campaign
     from dse.campaign._objective import ObjectiveRef
     from dse.engine._engine import Engine
     from dse.engine._spec import RunChoice

@@ -15,7 +15,8 @@ from dse._version import __version__
 from dse.cli._argparse import DseParser
 from dse.cli._commands import COMMANDS
 from dse.model._errors import DamagedRecordError, DseError, ExitCode, StorageError, did_you_mean
-from dse.report._render import FORMATS, REPORT_KEYS, WATCH_EVERY, WATCH_MOST
+from dse.report._listings import FORMATS
+from dse.report._render import REPORT_KEYS, WATCH_EVERY, WATCH_MOST
 from dse.report._terminal import Console
 
 if TYPE_CHECKING:

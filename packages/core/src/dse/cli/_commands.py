@@ -19,28 +19,25 @@ from typing import TYPE_CHECKING
 from dse.model._errors import ConfigError, ExitCode, PluginError
 from dse.model._states import FailureClass
 from dse.record.sqlite import Store, TrialSelection, check_writable, open_existing, workspace_db
+from dse.report._listings import plugin_rows, plugins_table, status_entry, status_table
 from dse.report._render import (
     detail_lines,
     outcome_json,
     outcome_lines,
-    plugin_rows,
-    plugins_table,
     pool_share_line,
     report_json,
     rollup_line,
-    status_entry,
-    status_table,
 )
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Mapping, Sequence
 
-    from dse.campaign._campaign import Campaign
+    from dse.campaign._model import Campaign
     from dse.engine._engine import Engine
     from dse.engine._spec import RunChoice
     from dse.model._outcome import CampaignResult
-    from dse.pool._pool import PoolConfig
+    from dse.pool._poolfile import PoolConfig
     from dse.record._records import CampaignRun
     from dse.report._report import RunDetail
     from dse.report._terminal import Console
@@ -51,7 +48,7 @@ __all__ = ["COMMANDS"]
 def _pool_files(paths: Sequence[Path]) -> tuple[list[Path], PoolConfig | None]:
     """The campaign files to run and their pool: a pool file's, one of their own for several
     campaign files (weights 1, as many slots as the largest max_parallelism), or none."""
-    from dse.pool._pool import PoolConfig, is_pool_file, load_pool
+    from dse.pool._poolfile import PoolConfig, is_pool_file, load_pool
 
     if len(paths) == 1 and is_pool_file(paths[0]):
         config = load_pool(paths[0])
@@ -107,7 +104,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     from dse.launch._console import LiveView
     from dse.launch._signals import CancelOnSignal
     from dse.plugins._plugins import PluginManager
-    from dse.pool._pool import PoolConfig, run_pool
+    from dse.pool._pool import run_pool
+    from dse.pool._poolfile import PoolConfig
     from dse.record._lock import CampaignLock
 
     files, pool = _pool_files(args.campaign)
@@ -465,7 +463,7 @@ def _export(args: argparse.Namespace, console: Console) -> int:
 
 def _doctor(args: argparse.Namespace, console: Console) -> int:
     from dse.record._doctor import examine, salvage
-    from dse.report._render import doctor_json, doctor_lines, salvage_line
+    from dse.report._listings import doctor_json, doctor_lines, salvage_line
 
     workspace = args.workspace or Path(".dse")
     path = workspace_db(workspace)

@@ -18,7 +18,7 @@ from dse.plugins._scoring import ScoringError, compute_score
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from dse.campaign._campaign import Campaign
+    from dse.campaign._model import Campaign
     from dse.plugins._scoring import Scorer, ScoreVector
     from dse.record._base import Storage
 

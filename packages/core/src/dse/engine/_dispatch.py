@@ -21,7 +21,7 @@ from dse.plugins._protocols import TrialInfo
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from dse.campaign._campaign import Campaign
+    from dse.campaign._model import Campaign
     from dse.engine._baseline import Baselines
     from dse.engine._claims import Claims
     from dse.engine._feedback import Feedback

@@ -54,12 +54,13 @@ from dse.plugins._environment import CommandEnvironment
 from dse.plugins._guard import AgentGuard
 from dse.plugins._plugins import PluginManager
 from dse.plugins._scoring import build_score_vector, build_scorer
-from dse.pool._pool import PoolConfig, run_pool
+from dse.pool._pool import run_pool
+from dse.pool._poolfile import PoolConfig
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dse.campaign._campaign import Campaign
+    from dse.campaign._model import Campaign
     from dse.model._budget import Ledger
     from dse.model._clock import Clock
     from dse.plugins._protocols import Agent, Environment, Runner

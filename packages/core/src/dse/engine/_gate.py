@@ -19,7 +19,7 @@ from dse.model._errors import ConfigError
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from dse.campaign._campaign import EnvironmentConfig
+    from dse.campaign._model import EnvironmentConfig
     from dse.model._budget import Budget, Price
     from dse.model._types import JobSpec, JobStatus, Resources
 

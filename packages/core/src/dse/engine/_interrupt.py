@@ -11,7 +11,7 @@ from dse.model._types import FailureClass, TrialStatus
 from dse.plugins._protocols import TrialInfo
 
 if TYPE_CHECKING:
-    from dse.campaign._campaign import Campaign
+    from dse.campaign._model import Campaign
     from dse.engine._dispatch import Dispatcher
     from dse.engine._live import LiveTrial
     from dse.engine._retry import RetryPolicy

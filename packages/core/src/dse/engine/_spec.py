@@ -11,7 +11,7 @@ from dse.model._types import RESOLVED_SCORER, CampaignStatus, TrialStatus
 from dse.plugins._environment import workdir_identity
 
 if TYPE_CHECKING:
-    from dse.campaign._campaign import Campaign, EnvironmentConfig
+    from dse.campaign._model import Campaign, EnvironmentConfig
     from dse.plugins._protocols import Environment, Runner
     from dse.plugins._scoring import Scorer
     from dse.record._base import Storage

@@ -26,7 +26,7 @@ from dse.plugins._protocols import TrialInfo
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from dse.campaign._campaign import StoppingSpec
+    from dse.campaign._model import StoppingSpec
     from dse.engine._dispatch import Dispatcher
     from dse.engine._engine import Engine
     from dse.engine._journal import Journal

@@ -12,7 +12,7 @@ from dse.plugins._plugins import PluginManager
 from dse.plugins._scoring import build_scorer
 
 if TYPE_CHECKING:
-    from dse.campaign._campaign import Campaign
+    from dse.campaign._model import Campaign
     from dse.model._clock import Clock
     from dse.model._outcome import EngineListener
     from dse.plugins._backend import Backend

@@ -19,7 +19,7 @@ from dse.model._types import Evaluation, FailureClass, JobSpec, JobStatus, Objec
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dse.campaign._campaign import EnvironmentConfig
+    from dse.campaign._model import EnvironmentConfig
     from dse.plugins._protocols import TrialInfo
 
 RESULT_FILE = "result.json"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dse._version import __version__
-from dse.campaign._campaign import ScorerSpec
+from dse.campaign._model import ScorerSpec
 from dse.model._constraints import is_callable_ref
 from dse.model._errors import ConfigError, PluginError
 from dse.model._types import Direction, Objective, finite_float
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
-    from dse.campaign._campaign import Campaign
+    from dse.campaign._model import Campaign
     from dse.plugins._plugins import PluginManager
 
 

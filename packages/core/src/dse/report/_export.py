@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse.model._states import INTERRUPTIONS
 from dse.report._front import pareto_objectives, pareto_ranks_by_row
-from dse.report._render import invalidation_json, trajectory
+from dse.report._listings import invalidation_json, trajectory
 from dse.report._show import EXPORT_SCHEMA, trial_records
 
 if TYPE_CHECKING:
