@@ -366,7 +366,8 @@ def _plugins(args: argparse.Namespace, console: Console) -> int:
 
 
 def _show(args: argparse.Namespace, console: Console) -> int:
-    from dse.report._show import explain_reuse, record_lines, trial_records
+    from dse.report._show import explain_reuse, trial_records
+    from dse.report._showtext import record_lines
 
     store = open_existing(args.workspace or Path(".dse"), say=console.warning)
     try:
