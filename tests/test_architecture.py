@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -684,3 +685,33 @@ def test_an_upward_import_between_packages_is_found(tmp_path: Path) -> None:
         f"{tmp_path}/dse/report/_show.py:2: dse.report._show -> dse.engine._engine"
         " (report -> engine)",
     ]
+
+
+# -- docs/architecture.md, the map ----------------------------------------------------------
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+CORE = ROOT / "packages" / "core" / "src" / "dse"
+
+
+def named_modules(text: str) -> list[str]:
+    """Every dse-core module the map names, as ``package/_module`` (``record/sqlite/_store``)."""
+    layers = "|".join(LAYERS)
+    return re.findall(rf"`((?:{layers})(?:/[a-z]\w*)*/_\w+)(?:\.\w+)?`", text)
+
+
+def test_the_map_names_every_package_and_only_modules_that_exist() -> None:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    packages = sorted(p.name for p in CORE.iterdir() if (p / "__init__.py").exists()
+                      and p.name != "testing")
+    rows = re.findall(r"^\| `(\w+)` \|", text, flags=re.M)
+    assert [p for p in LAYERS if p in rows] == [p for p in LAYERS if p in packages]
+    assert set(packages) <= set(rows), sorted(set(packages) - set(rows))
+    named = named_modules(text)
+    assert len(named) > 40
+    missing = sorted({n for n in named if not (CORE / f"{n}.py").exists()})
+    assert not missing, missing
+
+
+def test_a_module_the_map_names_wrongly_is_found() -> None:
+    assert named_modules("see `engine/_engine`, `record/sqlite/_store.commit` and `_x`") == [
+        "engine/_engine", "record/sqlite/_store"]
