@@ -62,8 +62,9 @@ if TYPE_CHECKING:
     from dse.model._units import parse_duration
     from dse.plugins._backend import Backend
     from dse.plugins._classify import stderr_tail
+    from dse.plugins._deferred import Deferred
     from dse.plugins._environment import CommandEnvironment
-    from dse.plugins._plugins import Deferred, PluginManager, Registered
+    from dse.plugins._plugins import PluginManager, Registered
     from dse.plugins._protocols import Agent, Environment, Runner, StoppingRule, TrialInfo
     from dse.plugins._scoring import Scorer
     from dse.pool._pool import Pool, drive, run_pool
@@ -97,7 +98,7 @@ _LAZY: dict[str, str] = {
     "ConfigError": "dse.model._errors",
     "Constraint": "dse.model._constraints",
     "ConstraintError": "dse.model._errors",
-    "Deferred": "dse.plugins._plugins",
+    "Deferred": "dse.plugins._deferred",
     "Direction": "dse.model._types",
     "DseError": "dse.model._errors",
     "Engine": "dse.engine._engine",

@@ -20,7 +20,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from dse.plugins._backend import Backend
-    from dse.plugins._plugins import Deferred
+    from dse.plugins._deferred import Deferred
     from dse.plugins._protocols import Agent, StoppingRule
     from dse.plugins._scoring import Scorer
 

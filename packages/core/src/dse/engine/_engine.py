@@ -50,10 +50,11 @@ from dse.model._errors import ConfigError, DseError
 from dse.model._outcome import CampaignResult, EngineListener, RunEnd, Stats
 from dse.model._spend import SPEND_METRICS
 from dse.model._types import AttemptState, EndReason, Objective
+from dse.plugins._campaign_scorer import build_scorer
 from dse.plugins._environment import CommandEnvironment
 from dse.plugins._guard import AgentGuard
 from dse.plugins._plugins import PluginManager
-from dse.plugins._scoring import build_score_vector, build_scorer
+from dse.plugins._scoring import build_score_vector
 from dse.pool._pool import run_pool
 from dse.pool._poolfile import PoolConfig
 
@@ -112,7 +113,7 @@ def _judges(
     """What the agent is told (every objective's score in a Pareto campaign), and who scores
     complete runs (the scorer of each objective in a Pareto campaign)."""
     feedback = Feedback(scorer.direction, guard, campaign.objectives if campaign.pareto else ())
-    return feedback, Baselines(scorer, build_score_vector(campaign, plugins, scorer))
+    return feedback, Baselines(scorer, build_score_vector(campaign, scorer))
 
 class Engine:
     """Runs one campaign on one runner, recording everything in a store.

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 from dse.engine._closing import ClosingEngine
 from dse.engine._engine import Engine
 from dse.model._errors import PluginError
+from dse.plugins._campaign_scorer import build_scorer
 from dse.plugins._guard import AgentGuard
 from dse.plugins._plugins import PluginManager
-from dse.plugins._scoring import build_scorer
 
 if TYPE_CHECKING:
     from dse.campaign._model import Campaign

@@ -6,35 +6,18 @@ import importlib
 import importlib.metadata
 import os
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from dse import hookspecs
 from dse.model._errors import PluginError, did_you_mean
+from dse.plugins._deferred import Deferred
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
 GROUP = "dse"
-
-
-@dataclass(frozen=True, slots=True)
-class Deferred:
-    """A plugin class named without importing it: registered by *name*, loaded from
-    *target* (``"module:Class"``) only when a campaign asks for it. A plugin whose class
-    needs heavy imports (numpy, scipy) returns this from its hook instead of the class, so
-    that ``dse run`` of another agent and ``dse plugins`` never pay for them."""
-
-    name: str
-    """The registered name (the loaded class's ``name`` must match)."""
-    target: str
-    """``"module:Class"``, imported when the class is first needed."""
-    version: str = ""
-    """The class's ``version``, shown by ``dse plugins`` without loading it; when given, the
-    loaded class must have the same (a :class:`~dse.PluginError` otherwise), since its own
-    is the one the record stamps."""
 
 
 class Registered:

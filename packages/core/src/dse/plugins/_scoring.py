@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dse._version import __version__
 from dse.campaign._model import ScorerSpec
-from dse.model._constraints import is_callable_ref
-from dse.model._errors import ConfigError, PluginError
+from dse.model._errors import ConfigError
 from dse.model._types import Direction, Objective, finite_float
 
 if TYPE_CHECKING:
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from dse.campaign._model import Campaign
-    from dse.plugins._plugins import PluginManager
 
 
 __all__ = [
@@ -47,7 +45,6 @@ __all__ = [
     "ScorerSpec",
     "ScoringError",
     "build_score_vector",
-    "build_scorer",
     "compute_score",
     "source_version",
 ]
@@ -198,47 +195,6 @@ def function_scorer(
     )
 
 
-def build_scorer(campaign: Campaign, plugins: PluginManager) -> Scorer:
-    """The campaign's scorer: a registered one by name, or ``module:function``."""
-    spec = campaign.scorer
-    source = str(campaign.source or "<campaign>")
-    where = f"{source}: scorer.name"
-    objective = campaign.objectives[0]
-    scorer: Scorer
-    if is_callable_ref(spec.name):
-        if spec.options:
-            key = sorted(spec.options)[0]
-            raise ConfigError(
-                f"{source}: scorer.{key}: unknown key; a 'module:function' scorer takes only"
-                " 'name' and 'direction'"
-            )
-        base_dir = campaign.source.parent if campaign.source else None
-        scorer = function_scorer(spec.name, objective, spec, base_dir, where)
-    else:
-        cls = _scorer_class(plugins, spec.name, source)
-        try:
-            scorer = cls(objective, **spec.options)
-        except TypeError as exc:
-            raise ConfigError(f"{source}: scorer.{spec.name}: bad option(s): {exc}") from None
-        if not isinstance(getattr(scorer, "version", None), str):
-            scorer.version = plugins.scorers[spec.name].version
-        if spec.direction is not None:
-            scorer.direction = spec.direction
-    if scorer.needs_baseline and campaign.baseline is None:
-        raise ConfigError(
-            f"{where}: scorer {scorer.name!r} compares against a baseline; add a [baseline]"
-            " table with 'params' or 'trial'"
-        )
-    return scorer
-
-
-def _scorer_class(plugins: PluginManager, name: str, source: str) -> Any:
-    try:
-        return plugins.scorer_class(name)
-    except PluginError as exc:
-        raise PluginError(f"{source}: campaign.scorer: {exc}") from None
-
-
 class ScoreVector:
     """A Pareto campaign's scores (``[campaign] objectives = "pareto"``): one per objective,
     in the campaign's order, the first also the trial's :attr:`score`.
@@ -288,9 +244,7 @@ class ScoreVector:
         return tuple(out)
 
 
-def build_score_vector(
-    campaign: Campaign, plugins: PluginManager, primary: Scorer
-) -> ScoreVector | None:
+def build_score_vector(campaign: Campaign, primary: Scorer) -> ScoreVector | None:
     """The scorer of each objective of a Pareto campaign (*primary*, the campaign's scorer,
     scores the first), or ``None`` when the campaign optimises one objective."""
     if not campaign.pareto:

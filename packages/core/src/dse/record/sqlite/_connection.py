@@ -8,7 +8,7 @@ import functools
 import os
 import sqlite3
 import urllib.parse
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from dse.model._errors import DamagedRecordError, StorageError, StoreError
 from dse.record._busy import BusyWait
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from dse.record.sqlite._store import Store
 
 
 TRY_S = 0.5
@@ -45,11 +44,16 @@ def writing(path: Path) -> Iterator[None]:
         ) from None
 
 
+class _OnFile(Protocol):
+    path: Path
+
+
 def writing_method(method: _Method) -> _Method:
-    """A :class:`Store` method that writes: see :func:`writing`."""
+    """A method of a record (anything with the ``path`` of its file) that writes: see
+    :func:`writing`."""
 
     @functools.wraps(method)
-    def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: _OnFile, *args: Any, **kwargs: Any) -> Any:
         with writing(self.path):
             return method(self, *args, **kwargs)
 
