@@ -58,6 +58,7 @@ class StorageContract:
 
     @pytest.fixture
     def storage(self, storage_factory: Callable[[], Storage]) -> Iterator[Storage]:
+        """One writer of the record, closed after the test."""
         storage = storage_factory()
         yield storage
         storage.close()
@@ -72,10 +73,13 @@ class StorageContract:
             yield
 
     def test_a_new_record_has_no_runs(self, storage: Storage) -> None:
+        """A record just opened holds no run."""
         assert storage.reads.campaigns() == []
         assert storage.reads.find_campaign("demo") is None
 
     def test_a_run_is_recorded_and_found(self, storage: Storage) -> None:
+        """A run is recorded in a transaction of its own and read back by id and by name
+        (the latest run of a name)."""
         first, second = _run(storage), _run(storage)
         assert second > first
         found = storage.reads.campaign(first)
@@ -87,6 +91,8 @@ class StorageContract:
         assert [c.id for c in storage.reads.campaigns()] == [first, second]
 
     def test_a_pass_is_committed_whole_and_the_batch_emptied(self, storage: Storage) -> None:
+        """A pass's changes are read only once committed, all of them, and the batch is
+        emptied."""
         run, batch = _run(storage), Batch()
         rows = [_trial(batch, storage, run, n, f"h{n}") for n in (1, 2)]
         attempt = storage.new_attempt_id()
@@ -101,6 +107,8 @@ class StorageContract:
         assert [e.kind for e in storage.reads.events(run, "note")] == ["note"]
 
     def test_a_commit_that_fails_writes_nothing(self, storage: Storage) -> None:
+        """A commit that fails halfway (a row id used twice) leaves nothing of its pass in
+        the record, and the record takes the next commit."""
         run, batch = _run(storage), Batch()
         row = _trial(batch, storage, run, 1, "h1")
         batch.add_event(campaign=run, trial=row, at=_T0, kind="note", data={})
@@ -118,6 +126,8 @@ class StorageContract:
     def test_two_writers_never_hand_out_one_id(
         self, storage_factory: Callable[[], Storage]
     ) -> None:
+        """Two writers of one record, asking in turn, never hand out the same trial or attempt
+        id."""
         one, two = storage_factory(), storage_factory()
         try:
             trials = [w.new_trial_id() for _ in range(150) for w in (one, two)]
@@ -131,6 +141,8 @@ class StorageContract:
     def test_a_config_runs_under_one_writer_and_its_result_is_reused(
         self, storage_factory: Callable[[], Storage]
     ) -> None:
+        """A config claimed by a live controller's trial is not the other's to run: it waits
+        on that trial, then reuses its result once recorded; another config is its own."""
         one, two = storage_factory(), storage_factory()
         try:
             run_a = _run(one, "a")
@@ -160,6 +172,7 @@ class StorageContract:
             two.close()
 
     def test_summaries_follow_the_rows(self, storage: Storage) -> None:
+        """The counts and summaries say what the trial rows say once their ends are committed."""
         run, batch = _run(storage), Batch()
         ends = [(TrialStatus.COMPLETED, None), (TrialStatus.FAILED, FailureClass.NONZERO_EXIT),
                 (TrialStatus.COMPLETED, None), (TrialStatus.FAILED, FailureClass.TIME_LIMIT)]
@@ -178,6 +191,8 @@ class StorageContract:
     def test_a_reopened_record_reads_the_same(
         self, storage_factory: Callable[[], Storage]
     ) -> None:
+        """A record closed and opened again reads the same runs and trials, and hands out no
+        id it gave before."""
         first = storage_factory()
         run, batch = _run(first), Batch()
         rows = [_trial(batch, first, run, n, f"h{n}") for n in (1, 2, 3)]
