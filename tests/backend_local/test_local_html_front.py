@@ -3,7 +3,7 @@ front (its members highlighted, the trials off it, the attainment staircase, the
 point; pairwise projections for three objectives or more) and the hypervolume against trials
 and spend; a Pareto run's page has both, a single-objective run's neither. Beside the local
 backend's tests, which run with every package and extra installed (dse-core's own tests run
-without matplotlib; ``tests/core/test_front_report.py`` checks what the figures are drawn
+without matplotlib; ``tests/core/report/test_front_report.py`` checks what the figures are drawn
 from)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 rows addressed by column name, values as stored (a status's text, a JSON column's text).
 
 Tests that check what a run wrote read it here, independently of :class:`dse.Store`'s typed
-reads (``tests/core/test_store_reads.py`` checks those against the same file)."""
+reads (``tests/core/record/test_store_reads.py`` checks those against the same file)."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from dse.model._budget import BUDGET_KEYS, PRICE_KEYS, TRIAL_CEILING_KEYS
 from dse.model._space import PARAM_KEYS
 from dse.pool._poolfile import POOL_CAMPAIGN_KEYS, POOL_FILE_KEYS, POOL_KEYS, load_pool
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "campaign.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "campaign.md"
 
 TOP = "(top level)"
 """The pseudo-section of a file's top-level tables: the roots of its sections' names."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dse import hookspecs
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "plugins.md"
 
 
 def _hooks() -> list[str]:

@@ -3,7 +3,7 @@
 The public API is re-exported here; implementation lives in private modules. Names are
 imported on first use (PEP 562), so ``import dse.trial`` inside a trial stays fast. Each name
 is written three times (the imports for type checkers, ``_LAZY``, ``__all__``), since type
-checkers read only literal lists; ``tests/core/test_public_api.py`` fails when they disagree.
+checkers read only literal lists; ``tests/core/api/test_public_api.py`` fails when they disagree.
 """
 
 from __future__ import annotations
