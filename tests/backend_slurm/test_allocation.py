@@ -358,8 +358,10 @@ CANCELLED_OUTSIDE = {"rc": 143, "ended_at": 1000.0,
         (CANCELLED_OUTSIDE, 999.0, "CANCELLED", 1001.0, False),
         # A pilot that neither beats nor is seen ending: reported as it is, in the end.
         (CANCELLED_OUTSIDE, 999.0, None, 1000.0 + FATE_WAIT_S, False),
-        # Not a cancel from outside: dse's own cancel, a failure, a success.
+        # Not a cancel from outside: dse's own cancel, the pilot's time limit, a failure, a
+        # success.
         ({**CANCELLED_OUTSIDE, "cancelled": True}, 999.0, None, 1001.0, False),
+        ({**CANCELLED_OUTSIDE, "timed_out": True}, 999.0, None, 1001.0, False),
         ({"rc": 1, "srun_err": "", "ended_at": 1000.0}, 999.0, None, 1001.0, False),
         ({"rc": 0, "srun_err": "", "ended_at": 1000.0}, 999.0, None, 1001.0, False),
     ],

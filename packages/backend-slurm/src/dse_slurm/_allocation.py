@@ -739,7 +739,7 @@ def _cancelled_outside(doc: Mapping[str, Any], run: Mapping[str, Any] | None) ->
     """Whether the step of *doc* started and was cancelled by someone other than dse."""
     if doc.get("cancelled") or "declined" in doc:
         return False
-    state = _step_state(doc, run is not None, None, None)[0]
+    state = _step_state(doc, run is not None, 0.0, None)[0]
     return state is JobState.CANCELLED
 
 
