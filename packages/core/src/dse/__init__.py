@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from dse.api._api import load, run
     from dse.campaign._campaign import campaign_from_dict, load_campaign
     from dse.campaign._model import Campaign, EnvironmentConfig
-    from dse.engine._engine import Engine
+    from dse.engine._engine import Engine, EngineListener
     from dse.engine._trialdirs import start_attempt_dir
     from dse.hookspecs import hookimpl
     from dse.launch._build import build_engine
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         did_you_mean,
     )
     from dse.model._hashing import canonical_json, config_hash
-    from dse.model._outcome import BestTrial, CampaignResult, EngineListener, Retry, Stats, TrialEnd
+    from dse.model._outcome import BestTrial, CampaignResult, Retry, Stats, TrialEnd
     from dse.model._pareto import hypervolume, pareto_ranks
     from dse.model._space import Categorical, FloatRange, IntRange, ParamError, Parameter, Space
     from dse.model._types import (
@@ -102,7 +102,7 @@ _LAZY: dict[str, str] = {
     "Direction": "dse.model._types",
     "DseError": "dse.model._errors",
     "Engine": "dse.engine._engine",
-    "EngineListener": "dse.model._outcome",
+    "EngineListener": "dse.engine._engine",
     "Retry": "dse.model._outcome",
     "TrialEnd": "dse.model._outcome",
     "Environment": "dse.plugins._protocols",

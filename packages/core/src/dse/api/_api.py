@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse.campaign._objective import reference, stop_if_importing
+from dse.engine._engine import EngineListener
 from dse.model._errors import ConfigError, NoResultError, RunWarning
-from dse.model._outcome import EngineListener
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

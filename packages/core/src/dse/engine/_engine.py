@@ -39,15 +39,16 @@ from dse.engine._interrupt import Interruptions, watch_for
 from dse.engine._invalidation import InvalidationView
 from dse.engine._journal import Journal
 from dse.engine._live import CurrentData, LiveTrial, TrialTable
+from dse.engine._progress import ProgressReader
 from dse.engine._results import Results
 from dse.engine._resume import Resume
 from dse.engine._retry import RetryPolicy
 from dse.engine._spec import open_run, result_identity
-from dse.engine._stopping import stopping_for, watch_progress
+from dse.engine._stopping import stopping_for
 from dse.engine._waits import Waits
 from dse.model._clock import SystemClock
 from dse.model._errors import ConfigError, DseError
-from dse.model._outcome import CampaignResult, EngineListener, RunEnd, Stats
+from dse.model._outcome import CampaignResult, RunEnd, Stats
 from dse.model._spend import SPEND_METRICS
 from dse.model._types import AttemptState, EndReason, Objective
 from dse.plugins._campaign_scorer import build_scorer
@@ -64,6 +65,8 @@ if TYPE_CHECKING:
     from dse.campaign._model import Campaign
     from dse.model._budget import Ledger
     from dse.model._clock import Clock
+    from dse.model._outcome import Retry, TrialEnd
+    from dse.model._states import TrialStatus
     from dse.plugins._protocols import Agent, Environment, Runner
     from dse.plugins._scoring import Scorer
     from dse.pool._pool import Pool
@@ -174,7 +177,7 @@ class Engine:
         """The live trials: running, queued for the pool, waiting to be retried."""
         self.gate = BudgetGate(campaign.budget, campaign.price,
                                overrun_s=float(self.backend.overrun_s))
-        self.journal = Journal(self, self.listener, self.clock)
+        self.journal = Journal(_Told(self, self.listener), self.clock)
         self.data = CurrentData(self.identity(), data_version)
         ranking = Objective(campaign.objectives[0].metric, self.scorer.direction)
         self.feedback, self.baselines = _judges(campaign, self.scorer, self.plugins, self._guard)
@@ -200,7 +203,8 @@ class Engine:
         self.collector = Collector(
             table=self.table, gate=self.gate, results=self.results,
             interruptions=self.interruptions, journal=self.journal, end=self.end,
-            clock=self.clock, runner=self.backend, stopping=stopping_for(self),
+            clock=self.clock, runner=self.backend,
+            stopping=stopping_for(self.campaign, self.backend, self.plugins),
         )
 
     # -- public ---------------------------------------------------------------------------
@@ -282,7 +286,7 @@ class Engine:
         # loaded whole: a workspace of a million trials opens as fast as an empty one.
         self.dispatcher.parts.claims.reuse = self.reuse
         self._check_invalidations()
-        watch_progress(self, resumed=resume is not None)  # and stop trials early, if asked
+        _watch_progress(self, resumed=resume is not None)  # and stop trials early, if asked
         if resume is not None:
             self._restore()
         self.dispatcher.parts.claims.reset(now, self.campaign_id)
@@ -514,3 +518,79 @@ class Engine:
         self.finished = result
         self.listener.on_finish(self, result)
         return result
+
+
+def _watch_progress(engine: Engine, *, resumed: bool) -> None:
+    """Read the running trials' learning curves each pass (when the backend gives trials
+    directories) and, with a ``[stopping]`` table, stop and promote trials by its rule; a
+    *resumed* run's rule is rebuilt from the record first."""
+    wanted = engine.dispatcher.dirs.wanted
+    engine.collector.progress = ProgressReader() if wanted else None
+    stopping = engine.collector.stopping
+    if stopping is None:
+        return
+    spec = stopping.spec
+    engine.dispatcher.parts.stopping = stopping
+    feedback = engine.feedback
+    feedback.max_step = spec.max_step
+    baselines = engine.baselines
+
+    def partial(trial: LiveTrial) -> float | None:
+        if not trial.metrics:
+            return None
+        try:
+            return baselines.score(trial, trial.metrics)[0]
+        except Exception:  # noqa: BLE001 - a partial curve may lack what the scorer needs
+            return None
+
+    feedback.partial = partial
+    if resumed:
+        stopping.restore(engine.store, engine.campaign_id)
+
+
+class EngineListener:
+    """Receives progress from the engine (the console implements it). Methods are no-ops,
+    but :meth:`on_trial_ended`, which calls :meth:`on_trial_end`."""
+
+    def on_start(self, engine: Engine) -> None:
+        """The campaign run was created in the record."""
+
+    def on_trial_end(self, engine: Engine, number: int, status: TrialStatus) -> None:
+        """A trial (or a cache hit) reached its outcome."""
+
+    def on_trial_ended(self, engine: Engine, end: TrialEnd) -> None:
+        """A trial (or a cache hit) reached its outcome: what the engine calls, with the
+        details; by default it calls :meth:`on_trial_end` with the number and the status."""
+        self.on_trial_end(engine, end.number, end.status)
+
+    def on_retry(self, engine: Engine, retry: Retry) -> None:
+        """A trial's attempt ended in an interruption (or a cancelled trial is resumed) and a
+        new attempt of the same trial is queued."""
+
+    def on_pass(self, engine: Engine) -> None:
+        """A polling pass was committed."""
+
+    def on_alert(self, engine: Engine, message: str) -> None:
+        """Something systematic happened (many interruptions, a failing node)."""
+
+    def on_finish(self, engine: Engine, result: CampaignResult) -> None:
+        """The campaign ended."""
+
+
+class _Told:
+    """The journal's notices about *engine*, to its *listener* (:class:`Notices`)."""
+
+    __slots__ = ("_engine", "_listener")
+
+    def __init__(self, engine: Engine, listener: EngineListener) -> None:
+        self._engine = engine
+        self._listener = listener
+
+    def alert(self, message: str) -> None:
+        self._listener.on_alert(self._engine, message)
+
+    def trial_ended(self, end: TrialEnd) -> None:
+        self._listener.on_trial_ended(self._engine, end)
+
+    def retried(self, retry: Retry) -> None:
+        self._listener.on_retry(self._engine, retry)

@@ -3,35 +3,44 @@ and the listener's notices — one owner, so every part writes the same way."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dse.record._batch import Batch
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from dse.engine._engine import Engine
     from dse.model._clock import Clock
-    from dse.model._outcome import EngineListener, Retry, TrialEnd
+    from dse.model._outcome import Retry, TrialEnd
 
 RUN_TIME_EVERY = 10.0
 """Seconds between two records of a run's time when its passes write nothing else: a
 controller killed loses at most this much of what its wall-clock ceiling counted."""
 
 
+class Notices(Protocol):
+    """Where the journal's notices go: the run's listener, told which run they are about
+    (:class:`dse.EngineListener`'s ``on_alert``, ``on_trial_ended``, ``on_retry``)."""
+
+    def alert(self, message: str) -> None: ...
+
+    def trial_ended(self, end: TrialEnd) -> None: ...
+
+    def retried(self, retry: Retry) -> None: ...
+
+
 class Journal:
     """The changes of the current pass (:attr:`batch`, committed once per pass) and the
-    notices the listener gets about *engine*.
+    notices about the run (to *notices*).
 
     :param clock: stamps the events.
     """
 
-    def __init__(self, engine: Engine, listener: EngineListener, clock: Clock) -> None:
+    def __init__(self, notices: Notices, clock: Clock) -> None:
         self.batch = Batch()
         self.campaign_id = 0
         """The run the events belong to (set when the run is recorded)."""
-        self.listener = listener
-        self._engine = engine
+        self._notices = notices
         self._clock = clock
         self._run_time_at = clock.monotonic()
         """When the run's time was last recorded (the monotonic clock)."""
@@ -62,11 +71,11 @@ class Journal:
 
     def alert(self, message: str) -> None:
         """Tell the listener something systematic happened."""
-        self.listener.on_alert(self._engine, message)
+        self._notices.alert(message)
 
     def trial_ended(self, end: TrialEnd) -> None:
         """Tell the listener a trial reached its outcome."""
-        self.listener.on_trial_ended(self._engine, end)
+        self._notices.trial_ended(end)
 
     def retried(self, trial_row: int, retry: Retry) -> None:
         """Record that a new attempt of trial *trial_row* is queued (a ``retry`` event), and
@@ -75,4 +84,4 @@ class Journal:
             "trial": retry.number, "attempt": retry.attempt, "after": retry.after,
             "class": retry.cause, "node": retry.node, "resumed": retry.resumed,
         })
-        self.listener.on_retry(self._engine, retry)
+        self._notices.retried(retry)

@@ -4,7 +4,7 @@ promotes resumed from its checkpoint as a new attempt, every decision recorded.
 
 :class:`EarlyStopping` owns the rule, the last point of each running trial, the stops asked
 of the runner and not yet confirmed, and the trials stopped at a rung that may be promoted
-(by number). :func:`watch_progress` wires it (and the progress reader) into an opened engine.
+(by number). The engine wires it (and the progress reader) into a run it opens.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse.engine._live import LiveTrial, checkpoint_mark, recorded_trial
-from dse.engine._progress import ProgressReader
 from dse.model._errors import ConfigError, PluginError, did_you_mean
 from dse.model._spend import Spend
 from dse.model._types import Decision, Direction, JobState, TrialStatus, Verdict, finite_float
@@ -26,17 +25,17 @@ from dse.plugins._protocols import TrialInfo
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from dse.campaign._model import StoppingSpec
+    from dse.campaign._model import Campaign, StoppingSpec
     from dse.engine._dispatch import Dispatcher
-    from dse.engine._engine import Engine
     from dse.engine._journal import Journal
     from dse.engine._progress import ProgressPoint
     from dse.model._types import JobStatus
-    from dse.plugins._protocols import StoppingRule
+    from dse.plugins._plugins import PluginManager
+    from dse.plugins._protocols import Runner, StoppingRule
     from dse.record._base import Storage
     from dse.record._records import Trial
 
-__all__ = ["EarlyStopping", "as_stopped", "stopping_for", "watch_progress"]
+__all__ = ["EarlyStopping", "as_stopped", "stopping_for"]
 
 
 def as_stopped(store: Storage, trial: LiveTrial, step: int) -> LiveTrial:
@@ -56,22 +55,23 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def stopping_for(engine: Engine) -> EarlyStopping | None:
+def stopping_for(campaign: Campaign, backend: Runner, plugins: PluginManager
+                 ) -> EarlyStopping | None:
     """The campaign's early stopping (``None`` without a ``[stopping]`` table), its rule
     built and checked when the engine is, before anything is recorded: a bad rule or option
     is one line naming it."""
-    spec = engine.campaign.stopping
+    spec = campaign.stopping
     if spec is None:
         return None
-    source = engine.campaign.source or "<campaign>"
+    source = campaign.source or "<campaign>"
     where = f"{source}: stopping"
-    if not getattr(engine.backend, "trial_dirs", True):
+    if not getattr(backend, "trial_dirs", True):
         raise ConfigError(
-            f"{where}: the {engine.backend.name} backend gives trials no directory, so no"
+            f"{where}: the {backend.name} backend gives trials no directory, so no"
             " progress can be reported; use a backend that runs commands (local, slurm)")
-    registered = engine.plugins.stopping_rules.get(spec.rule)
+    registered = plugins.stopping_rules.get(spec.rule)
     try:
-        cls = engine.plugins.stopping_rule_class(spec.rule)
+        cls = plugins.stopping_rule_class(spec.rule)
     except PluginError as exc:
         raise PluginError(f"{where}.rule: {exc}") from None
     takes = _options_of(cls)
@@ -91,7 +91,7 @@ def stopping_for(engine: Engine) -> EarlyStopping | None:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}.{spec.rule}: {exc}") from None
     version = registered.class_version if registered is not None else "?"
-    objectives = {o.metric for o in engine.campaign.objectives}
+    objectives = {o.metric for o in campaign.objectives}
     return EarlyStopping(rule, spec, version=version, where=f"{where}.metric",
                          checked=spec.metric in objectives)
 
@@ -117,34 +117,6 @@ def _takes_sign(cls: type) -> bool:
         return "sign" in inspect.signature(cls).parameters
     except (TypeError, ValueError):
         return False
-
-
-def watch_progress(engine: Engine, *, resumed: bool) -> None:
-    """Read the running trials' learning curves each pass (when the backend gives trials
-    directories) and, with a ``[stopping]`` table, stop and promote trials by its rule; a
-    *resumed* run's rule is rebuilt from the record first."""
-    wanted = engine.dispatcher.dirs.wanted
-    engine.collector.progress = ProgressReader() if wanted else None
-    stopping = engine.collector.stopping
-    if stopping is None:
-        return
-    spec = stopping.spec
-    engine.dispatcher.parts.stopping = stopping
-    feedback = engine.feedback
-    feedback.max_step = spec.max_step
-    baselines = engine.baselines
-
-    def partial(trial: LiveTrial) -> float | None:
-        if not trial.metrics:
-            return None
-        try:
-            return baselines.score(trial, trial.metrics)[0]
-        except Exception:  # noqa: BLE001 - a partial curve may lack what the scorer needs
-            return None
-
-    feedback.partial = partial
-    if resumed:
-        stopping.restore(engine)
 
 
 class EarlyStopping:
@@ -389,11 +361,10 @@ class EarlyStopping:
 
     # -- a resumed run -------------------------------------------------------------------
 
-    def restore(self, engine: Engine) -> None:
+    def restore(self, store: Storage, cid: int) -> None:
         """Rebuild the rule from the run's recorded points, in order, and know again the
         trials stopped at a rung (before a resumed run replays its agent); the running trials
         it had stopped are asked to stop again at the first pass (once they are reattached)."""
-        store, cid = engine.store, engine.campaign_id
         told = self._replayed
         for number, proposal, step, text in store.stops.run_progress(cid):
             loss = self._loss(json.loads(text))

@@ -13,8 +13,8 @@ from dse.plugins._plugins import PluginManager
 
 if TYPE_CHECKING:
     from dse.campaign._model import Campaign
+    from dse.engine._engine import EngineListener
     from dse.model._clock import Clock
-    from dse.model._outcome import EngineListener
     from dse.plugins._backend import Backend
     from dse.plugins._protocols import Runner
     from dse.record._base import Storage

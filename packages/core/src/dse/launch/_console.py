@@ -16,7 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from dse.model._outcome import EngineListener
+from dse.engine._engine import EngineListener
 from dse.model._types import TrialStatus
 from dse.report._render import duration_text, hours_text, money_text, rate_text
 from dse.report._summary import live_counts, numbers, tally_text

@@ -1,5 +1,5 @@
-"""What a campaign run shows of itself: live counts, the best trial, how it ended, and the
-listener that is told as it goes (the console implements it)."""
+"""What a campaign run shows of itself: live counts, the best trial, how it ended, a trial's
+end and a retry as the listener is told of them (:class:`dse.EngineListener`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
-    from dse.engine._engine import Engine
     from dse.model._types import Objective
 
 
@@ -275,30 +274,3 @@ class Retry:
     """The record's words on how the attempt before it ended (``killed by signal 9``)."""
 
 
-class EngineListener:
-    """Receives progress from the engine (the console implements it). Methods are no-ops,
-    but :meth:`on_trial_ended`, which calls :meth:`on_trial_end`."""
-
-    def on_start(self, engine: Engine) -> None:
-        """The campaign run was created in the record."""
-
-    def on_trial_end(self, engine: Engine, number: int, status: TrialStatus) -> None:
-        """A trial (or a cache hit) reached its outcome."""
-
-    def on_trial_ended(self, engine: Engine, end: TrialEnd) -> None:
-        """A trial (or a cache hit) reached its outcome: what the engine calls, with the
-        details; by default it calls :meth:`on_trial_end` with the number and the status."""
-        self.on_trial_end(engine, end.number, end.status)
-
-    def on_retry(self, engine: Engine, retry: Retry) -> None:
-        """A trial's attempt ended in an interruption (or a cancelled trial is resumed) and a
-        new attempt of the same trial is queued."""
-
-    def on_pass(self, engine: Engine) -> None:
-        """A polling pass was committed."""
-
-    def on_alert(self, engine: Engine, message: str) -> None:
-        """Something systematic happened (many interruptions, a failing node)."""
-
-    def on_finish(self, engine: Engine, result: CampaignResult) -> None:
-        """The campaign ended."""
