@@ -21,51 +21,9 @@ from dse.plugins._protocols import TrialInfo
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from dse.campaign._model import Campaign
-    from dse.engine._baseline import Baselines
-    from dse.engine._claims import Claims
-    from dse.engine._feedback import Feedback
-    from dse.engine._gate import BudgetGate
-    from dse.engine._invalidation import InvalidationView
-    from dse.engine._journal import Journal
-    from dse.engine._live import CurrentData, TrialTable
-    from dse.engine._results import Results
-    from dse.engine._retry import InterruptionWatch
-    from dse.engine._stopping import EarlyStopping
-    from dse.model._outcome import RunEnd, Stats
+    from dse.engine._parts import Hashed, Parts
     from dse.model._types import JobSpec
-    from dse.plugins._protocols import Agent, Environment
-    from dse.record._base import Storage
-
-
-Hashed = tuple[dict[str, Any], str, str]
-"""Coerced params, their canonical JSON and their config hash."""
-
-
-@dataclasses.dataclass(slots=True)
-class Parts:
-    """The parts of a run the dispatcher works with (each the owner of its own state)."""
-
-    campaign: Campaign
-    store: Storage
-    journal: Journal
-    table: TrialTable
-    gate: BudgetGate
-    feedback: Feedback
-    stats: Stats
-    results: Results
-    baselines: Baselines
-    invalid: InvalidationView
-    data: CurrentData
-    environment: Environment
-    watch: InterruptionWatch
-    end: RunEnd
-    claims: Claims
-    backend: str
-    """The backend's name, recorded with each attempt."""
-    stopping: EarlyStopping | None = None
-    """Promotes stopped trials into free room before retries are admitted and new
-    proposals pulled (``[stopping]``)."""
+    from dse.plugins._protocols import Agent
 
 
 def claim_configs(p: Parts, proposals: list[Mapping[str, Any]]) -> list[Hashed | None]:

@@ -32,13 +32,14 @@ from dse.engine._baseline import Baselines
 from dse.engine._cadence import Cadence
 from dse.engine._claims import Claims
 from dse.engine._collect import Collector
-from dse.engine._dispatch import Dispatcher, Parts
+from dse.engine._dispatch import Dispatcher
 from dse.engine._feedback import Feedback
 from dse.engine._gate import BudgetGate
 from dse.engine._interrupt import Interruptions, watch_for
 from dse.engine._invalidation import InvalidationView
 from dse.engine._journal import Journal
 from dse.engine._live import CurrentData, LiveTrial, TrialTable
+from dse.engine._parts import Parts
 from dse.engine._progress import ProgressReader
 from dse.engine._results import Results
 from dse.engine._resume import Resume

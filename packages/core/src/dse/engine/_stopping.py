@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from dse.campaign._model import Campaign, StoppingSpec
-    from dse.engine._dispatch import Dispatcher
     from dse.engine._journal import Journal
+    from dse.engine._parts import Starter
     from dse.engine._progress import ProgressPoint
     from dse.model._types import JobStatus
     from dse.plugins._plugins import PluginManager
@@ -286,7 +286,7 @@ class EarlyStopping:
 
     # -- promotions ----------------------------------------------------------------------
 
-    def promote(self, dispatcher: Dispatcher, slots: int, now: float) -> int:
+    def promote(self, dispatcher: Starter, slots: int, now: float) -> int:
         """Resume up to *slots* stopped trials the rule promotes (before new proposals take
         the room); how many were."""
         if slots <= 0 or not self.stopped:
@@ -304,7 +304,7 @@ class EarlyStopping:
             promoted += outcome
         return promoted
 
-    def _promote(self, dispatcher: Dispatcher, row: int, decision: Decision,
+    def _promote(self, dispatcher: Starter, row: int, decision: Decision,
                  now: float) -> int | None:
         """Resume trial *row*; 1 when it was, 0 when it may never be (its data changed, it
         was invalidated), ``None`` when the budget cannot afford it now."""
@@ -348,7 +348,7 @@ class EarlyStopping:
         return 1
 
     @staticmethod
-    def _live(dispatcher: Dispatcher, row: Trial) -> LiveTrial:
+    def _live(dispatcher: Starter, row: Trial) -> LiveTrial:
         """Stopped trial *row* as a live trial about to run again."""
         p = dispatcher.parts
         trial = recorded_trial(

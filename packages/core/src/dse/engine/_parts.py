@@ -1,0 +1,79 @@
+"""The parts of a run the dispatcher works with (:class:`Parts`, each the owner of its own
+state), and what the stopping rule's promotion needs of the dispatcher (:class:`Starter`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from dse.campaign._model import Campaign
+    from dse.engine._baseline import Baselines
+    from dse.engine._claims import Claims
+    from dse.engine._feedback import Feedback
+    from dse.engine._gate import BudgetGate
+    from dse.engine._invalidation import InvalidationView
+    from dse.engine._journal import Journal
+    from dse.engine._live import CurrentData, LiveTrial, TrialTable
+    from dse.engine._results import Results
+    from dse.engine._retry import InterruptionWatch
+    from dse.model._outcome import RunEnd, Stats
+    from dse.model._types import AttemptState, JobSpec
+    from dse.plugins._protocols import Environment
+    from dse.record._base import Storage
+
+
+Hashed = tuple[dict[str, Any], str, str]
+"""Coerced params, their canonical JSON and their config hash."""
+
+
+@dataclasses.dataclass(slots=True)
+class Parts:
+    """The parts of a run the dispatcher works with (each the owner of its own state)."""
+
+    campaign: Campaign
+    store: Storage
+    journal: Journal
+    table: TrialTable
+    gate: BudgetGate
+    feedback: Feedback
+    stats: Stats
+    results: Results
+    baselines: Baselines
+    invalid: InvalidationView
+    data: CurrentData
+    environment: Environment
+    watch: InterruptionWatch
+    end: RunEnd
+    claims: Claims
+    backend: str
+    """The backend's name, recorded with each attempt."""
+    stopping: Promoter | None = None
+    """Promotes stopped trials into free room before retries are admitted and new
+    proposals pulled (``[stopping]``: :class:`dse.engine._stopping.EarlyStopping`)."""
+
+
+class Starter(Protocol):
+    """What starts another attempt of a trial within the run's parts (the dispatcher)."""
+
+    @property
+    def parts(self) -> Parts:
+        """The run's parts."""
+        ...
+
+    @property
+    def first_state(self) -> AttemptState:
+        """What a new attempt is recorded as (``queued`` or ``submitting``)."""
+        ...
+
+    def avoiding(self, spec: JobSpec, trial: LiveTrial) -> JobSpec:
+        """*spec* told to avoid the nodes to avoid, within the per-trial ceilings."""
+        ...
+
+
+class Promoter(Protocol):
+    """What promotes stopped trials into free room (a run's early stopping)."""
+
+    def promote(self, starter: Starter, slots: int, now: float) -> int:
+        """Resume up to *slots* stopped trials; how many were."""
+        ...
