@@ -254,7 +254,7 @@ def import_cycles(modules: dict[str, Module]) -> list[str]:
 
 # -- the direction of dse-core's packages ---------------------------------------------------
 
-LAYERS = ("model", "trial", "campaign", "plugins", "record", "report", "engine", "pool", "launch",
+LAYERS = ("model", "trial", "campaign", "plugins", "record", "report", "pool", "engine", "launch",
           "api", "cli", "top")
 """dse-core's packages from the ground up: a module imports only from its own package and
 those below it (annotation-only imports too). Modules at the top of ``dse`` sit where
@@ -265,11 +265,7 @@ TOP_LEVEL = {
 }
 """The layer of each module that is not in a package of :data:`LAYERS` (``top`` otherwise:
 ``dse``, ``dse.__main__``, ``dse.testing``)."""
-UPWARD: dict[tuple[str, str], str] = {
-    ("dse.engine._engine", "dse.pool._pool"):
-        "Engine.run() runs a pool of one: to move above the pool (issue 39, step 3)",
-    ("dse.engine._engine", "dse.pool._poolfile"): "the same: the pool of one's PoolConfig",
-}
+UPWARD: dict[tuple[str, str], str] = {}
 """Upward imports still there, each with what removes it; the list only shrinks."""
 
 
@@ -494,13 +490,10 @@ def test_dse_core_packages_import_downwards() -> None:
     assert not gone, f"no longer imported, strike from UPWARD: {gone}"
 
 
-CIRCLES_LEFT = [
-    frozenset({"dse.engine._engine", "dse.pool._pool"}),
-]
-"""Modules still in a circle when annotation-only imports count: ``Engine.run()`` runs a pool
-of one while the pool drives engines (the pool's per-pass API as a protocol, or ``run``
-above the pool, removes it: issue 39). A new circle, or a module joining one, fails; so does
-a listed circle that is gone (strike it)."""
+CIRCLES_LEFT: list[frozenset[str]] = []
+"""Modules still in a circle when annotation-only imports count (none: a lower part is handed a
+narrow view of what it uses, never the object above it). A new circle fails; so does a listed
+circle that is gone (strike it)."""
 
 
 def test_no_new_circle_even_counting_annotations() -> None:

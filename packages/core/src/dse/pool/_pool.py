@@ -39,11 +39,10 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-    from dse.engine._engine import Engine
-    from dse.engine._live import LiveTrial
     from dse.model._clock import Clock
     from dse.model._outcome import CampaignResult
     from dse.plugins._protocols import Runner
+    from dse.pool._driven import Driven, PoolTrial
     from dse.pool._poolfile import PoolConfig
 
 __all__ = ["Pool", "drive", "run_pool"]
@@ -56,7 +55,7 @@ def size_of(resources: Resources, capacity: Mapping[str, int]) -> dict[str, int]
     return {k: held[k] for k in capacity}
 
 
-def _smallest(engine: Engine) -> Resources:
+def _smallest(engine: Driven) -> Resources:
     """The least a trial of *engine*'s campaign may hold (its resources, or the smallest
     value of the params that size it)."""
     env = engine.campaign.environment
@@ -67,7 +66,7 @@ def _smallest(engine: Engine) -> Resources:
     return dataclasses.replace(env.resources, **least) if least else env.resources
 
 
-def ahead(engine: Engine) -> int:
+def ahead(engine: Driven) -> int:
     """Trials *engine* hands its backend beyond ``max_parallelism``: the backend's
     :attr:`~dse.Backend.queue_ahead`, in rolling mode, when the agent proposes ahead (it
     learns nothing from results: ``proposes_ahead = True``); else none."""
@@ -99,7 +98,7 @@ class Pool:
 
     def __init__(self, config: PoolConfig) -> None:
         self.config = config
-        self.engines: list[Engine] = []
+        self.engines: list[Driven] = []
         self.scheduler: PoolScheduler | None = None
         self.estimate = DurationEstimate()
         self.reservation: Reservation | None = None
@@ -121,7 +120,7 @@ class Pool:
         """How many trials of each campaign can run at once (its ``max_parallelism``, or
         fewer when the backend or the pool holds fewer), by name (set by :meth:`start`)."""
 
-    def join(self, engine: Engine) -> None:
+    def join(self, engine: Driven) -> None:
         """Add *engine*'s campaign (before :meth:`start`)."""
         if any(e.campaign.name == engine.campaign.name for e in self.engines):
             raise ConfigError(
@@ -179,7 +178,7 @@ class Pool:
             backend.limit_running(limit)  # the backend may size its queue_ahead by it
         self.ahead = 0 if alone is None else ahead(alone)
 
-    def _effective(self, engine: Engine, backend: Runner, capacity: Mapping[str, int]) -> int:
+    def _effective(self, engine: Driven, backend: Runner, capacity: Mapping[str, int]) -> int:
         """How many trials of *engine*'s campaign can run at once: its ``max_parallelism``,
         unless the backend or the pool holds fewer; then it is said once, in one line."""
         wanted = engine.campaign.max_parallelism
@@ -201,7 +200,7 @@ class Pool:
         engine.journal.alert(f"max_parallelism = {wanted} but {why}: running {n} at a time")
         return n
 
-    def weight(self, engine: Engine) -> float:
+    def weight(self, engine: Driven) -> float:
         """*engine*'s campaign's weight (by its file, else its name; default 1)."""
         source = engine.campaign.source
         key = str(source.resolve()) if source is not None else engine.campaign.name
@@ -218,7 +217,7 @@ class Pool:
                 take(free, self._size(e, trial))
         return free
 
-    def room(self, engine: Engine) -> int:
+    def room(self, engine: Driven) -> int:
         """How many new trials *engine* may pull now: as many of its trials as fit in what is
         free, plus its lookahead, less what it has queued; at least one when it has none
         queued (every campaign keeps a trial at the head, or the scheduler could never pick
@@ -240,16 +239,16 @@ class Pool:
 
     # -- starting trials --------------------------------------------------------------------
 
-    def _size(self, engine: Engine, trial: LiveTrial) -> dict[str, int]:
+    def _size(self, engine: Driven, trial: PoolTrial) -> dict[str, int]:
         assert trial.spec is not None
         return size_of(trial.spec.resources, self.config.capacity)
 
-    def _expected(self, engine: Engine, trial: LiveTrial) -> float:
+    def _expected(self, engine: Driven, trial: PoolTrial) -> float:
         assert trial.spec is not None
         point = None if self.trivial else point_of(engine.campaign.space, trial.params)
         return self.estimate.estimate(engine.campaign.name, trial.spec.time_limit, point)
 
-    def grant(self, engines: Sequence[Engine], now: float) -> None:
+    def grant(self, engines: Sequence[Driven], now: float) -> None:
         """Decide which queued trials start now (``trial.granted``), and record the expected
         duration of each (the scheduler charges it to the campaign at once)."""
         queued = [(e, t) for e in engines for t in e.table.queued if not t.granted]
@@ -285,7 +284,7 @@ class Pool:
             self._start(e, t, now, r.duration)
 
     def _all_fit(
-        self, queued: Sequence[tuple[Engine, LiveTrial]], slots: Mapping[str, int]
+        self, queued: Sequence[tuple[Driven, PoolTrial]], slots: Mapping[str, int]
     ) -> bool:
         """Whether every queued trial fits in what is free, and within its campaign's
         ``max_parallelism``."""
@@ -297,7 +296,7 @@ class Pool:
                 need[k] = need.get(k, 0) + v
         return all(n <= slots[c] for c, n in count.items()) and fits(self._free(), need)
 
-    def _start(self, engine: Engine, trial: LiveTrial, now: float,
+    def _start(self, engine: Driven, trial: PoolTrial, now: float,
                expected: float | None = None) -> None:
         if expected is None:
             expected = self._expected(engine, trial)
@@ -306,11 +305,11 @@ class Pool:
         if self.scheduler is not None and planned:
             self.scheduler.charge(engine.campaign.name, self._size(engine, trial), expected, now)
 
-    def recall(self, engines: Sequence[Engine]) -> None:
+    def recall(self, engines: Sequence[Driven]) -> None:
         """Rebuild what the pool knew of *engines*' resumed runs from their record: the usage
         their ended attempts were charged (decayed since), their shares and the durations
         the estimates learn from, so a restarted controller stays fair and informed."""
-        ended: list[tuple[float, float, Engine, Mapping[str, Any], AttemptState]] = []
+        ended: list[tuple[float, float, Driven, Mapping[str, Any], AttemptState]] = []
         if engines and self.trivial and not engines[0].campaign.environment.resource_params:
             # One campaign, one size of trial, no plan: a sum and the last durations do.
             e = engines[0]
@@ -342,7 +341,7 @@ class Pool:
                 point = None if self.trivial else point_of(e.campaign.space, given)
                 self.estimate.observe(name, actual, point)
 
-    def ended(self, engine: Engine, trial: LiveTrial, status: JobStatus, ended_at: float) -> None:
+    def ended(self, engine: Driven, trial: PoolTrial, status: JobStatus, ended_at: float) -> None:
         """An attempt of *trial* ended: count what it used, and learn its duration."""
         started = status.started_at or trial.attempt_started
         if started is None or trial.spec is None:
@@ -379,7 +378,7 @@ class Pool:
                         self._size(e, t)) * max(now - t.granted_at, 0.0)
         return used
 
-    def left(self, engine: Engine, now: float) -> None:
+    def left(self, engine: Driven, now: float) -> None:
         """*engine*'s run ended at *now*: once all but one campaign have, the contest is over
         and the shares are what they were then."""
         live = sum(1 for e in self.engines if e.finished is None)
@@ -514,7 +513,7 @@ def drive(pool: Pool) -> list[CampaignResult]:
     return results  # type: ignore[return-value]
 
 
-def _loop(pool: Pool, live: list[Engine]) -> None:
+def _loop(pool: Pool, live: list[Driven]) -> None:
     """Pass after pass until every campaign of *live* has ended (each leaves *live* once its
     run is recorded as ended)."""
     clock = live[0].clock
@@ -546,7 +545,7 @@ def _loop(pool: Pool, live: list[Engine]) -> None:
             e.listener.on_pass(e)
 
 
-def _grant(pool: Pool, live: Sequence[Engine]) -> None:
+def _grant(pool: Pool, live: Sequence[Driven]) -> None:
     """Let the pool start what it may; a granted attempt is recorded ``submitting`` before it
     is submitted (intent first), so a restart never takes a submitted job for a queued one."""
     if not live:
@@ -563,7 +562,7 @@ loop waits — between passes, or paused for minutes by systematic interruptions
 within it."""
 
 
-def _wait(pool: Pool, live: Sequence[Engine]) -> None:
+def _wait(pool: Pool, live: Sequence[Driven]) -> None:
     """Wait until the next pass: the shortest wait any campaign asks for, on the backend
     (which may return sooner, when a job changed) unless none asks it, else on the clock. A
     long wait goes in slices of :data:`WAIT_SLICE` and ends early once a campaign is asked to
@@ -591,7 +590,7 @@ def _wait(pool: Pool, live: Sequence[Engine]) -> None:
 
 
 def run_pool(
-    engines: Sequence[Engine], config: PoolConfig, *, resume: Mapping[str, int] | None = None,
+    engines: Sequence[Driven], config: PoolConfig, *, resume: Mapping[str, int] | None = None,
 ) -> list[CampaignResult]:
     """Run *engines* (which share one backend) in one pool to their ends.
 
