@@ -124,3 +124,19 @@ def test_run_imports_what_reading_the_record_leaves_out(tmp_path: Path) -> None:
     names = imported(project, "run", "campaign.toml")
     assert names >= PLUGIN_VALUES, sorted(PLUGIN_VALUES - names)
     assert {"pluggy", "importlib.metadata"} <= names
+
+
+def test_the_python_api_reads_without_the_engine() -> None:
+    # dse.load reads a record: like the reading commands, it never imports the engine, the
+    # pool or the launch (dse.run alone does, when it is called).
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import dse; dse.load; dse.Results"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    names = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
+             if line.startswith("import time:")}
+    assert "dse.api._api" in names
+    heavy = {n for n in names if n.split(".")[:2] in (["dse", "engine"], ["dse", "pool"],
+                                                      ["dse", "launch"])}
+    assert not heavy, sorted(heavy)

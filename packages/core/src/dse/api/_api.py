@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse.campaign._objective import reference, stop_if_importing
-from dse.engine._engine import EngineListener
 from dse.model._errors import ConfigError, NoResultError, RunWarning
 
 if TYPE_CHECKING:
@@ -27,10 +26,9 @@ if TYPE_CHECKING:
 
     from dse.campaign._model import Campaign
     from dse.campaign._objective import ObjectiveRef
-    from dse.engine._engine import Engine
+    from dse.engine._engine import Engine, EngineListener
     from dse.engine._spec import RunChoice
-    from dse.model._outcome import CampaignResult, Retry, TrialEnd
-    from dse.model._types import TrialStatus
+    from dse.model._outcome import CampaignResult
     from dse.plugins._plugins import PluginManager
     from dse.record.sqlite import Store
     from dse.report._readback import Results
@@ -79,6 +77,7 @@ def run(
     # A worker importing a script that calls this at its top level stops here, before the
     # imports below (the rest of the module imports little: every worker pays for it).
     stop_if_importing()
+    from dse.api._listeners import Both, Warnings
     from dse.launch._build import build_engine
     from dse.launch._console import LineView
     from dse.plugins._plugins import PluginManager
@@ -93,9 +92,9 @@ def run(
     plugins, console, warn = PluginManager(), Console(), _warner(sys._getframe(1))
     # Everything that can refuse the campaign is built before the workspace is touched.
     store = Store(workspace_db(built.workspace), connect=False, say=warn)
-    view: EngineListener = _Warnings(warn) if quiet else LineView(console, warn)
+    view: EngineListener = Warnings(warn) if quiet else LineView(console, warn)
     engine = build_engine(built, store=store, plugins=plugins,
-                          listener=view if listener is None else _Both(view, listener))
+                          listener=view if listener is None else Both(view, listener))
     engine.reuse = not fresh
     try:
         with CampaignLock(built.workspace, built.name) as lock:
@@ -160,52 +159,6 @@ def _warner(caller: FrameType) -> Callable[[str], None]:
                                registry=registry, module_globals=module_globals)
 
     return warn
-
-
-class _Warnings(EngineListener):
-    """A quiet run's listener: its alerts are still Python warnings."""
-
-    def __init__(self, warn: Callable[[str], None]) -> None:
-        self.warn = warn
-
-    def on_alert(self, engine: Engine, message: str) -> None:
-        if not message.startswith("budget exhausted"):  # an end, not a warning (DESIGN.md)
-            self.warn(message)
-
-
-class _Both(EngineListener):
-    """Tells two listeners everything, the view first."""
-
-    def __init__(self, first: EngineListener, second: EngineListener) -> None:
-        self.listeners = (first, second)
-
-    def on_start(self, engine: Engine) -> None:
-        for listener in self.listeners:
-            listener.on_start(engine)
-
-    def on_trial_end(self, engine: Engine, number: int, status: TrialStatus) -> None:
-        for listener in self.listeners:
-            listener.on_trial_end(engine, number, status)
-
-    def on_trial_ended(self, engine: Engine, end: TrialEnd) -> None:
-        for listener in self.listeners:
-            listener.on_trial_ended(engine, end)
-
-    def on_retry(self, engine: Engine, retry: Retry) -> None:
-        for listener in self.listeners:
-            listener.on_retry(engine, retry)
-
-    def on_pass(self, engine: Engine) -> None:
-        for listener in self.listeners:
-            listener.on_pass(engine)
-
-    def on_alert(self, engine: Engine, message: str) -> None:
-        for listener in self.listeners:
-            listener.on_alert(engine, message)
-
-    def on_finish(self, engine: Engine, result: CampaignResult) -> None:
-        for listener in self.listeners:
-            listener.on_finish(engine, result)
 
 
 def _run_choice(engine: Engine, choice: RunChoice, plugins: PluginManager) -> CampaignResult:
