@@ -38,6 +38,7 @@ class Collector:
         self, *, table: TrialTable, gate: BudgetGate, results: Results,
         interruptions: Interruptions, journal: Journal, end: RunEnd, clock: Clock,
         runner: Runner, stopping: EarlyStopping | None = None,
+        on_attempt_end: Callable[[LiveTrial, JobStatus, float], None] | None = None,
     ) -> None:
         self._table = table
         self._gate = gate
@@ -47,7 +48,7 @@ class Collector:
         self._end = end
         self._clock = clock
         self._runner = runner
-        self.on_attempt_end: Callable[[LiveTrial, JobStatus, float], None] | None = None
+        self._on_attempt_end = on_attempt_end
         self.progress: ProgressReader | None = None
         """Reads the running trials' learning curves each pass (when they have directories)."""
         self.stopping = stopping
@@ -104,8 +105,8 @@ class Collector:
         charged = self._charge(trial, self._gate.charge(trial.spec, status, ended_at))
         if self.stopping is None or not self.stopping.ended(trial, status):
             self._results.conclude(trial, status)
-        if self.on_attempt_end is not None:
-            self.on_attempt_end(trial, status, ended_at)
+        if self._on_attempt_end is not None:
+            self._on_attempt_end(trial, status, ended_at)
         batch = self._journal.batch
         batch.end_attempt(
             row=trial.attempt_row, job_id=status.job_id, state=AttemptState.of(status.state),

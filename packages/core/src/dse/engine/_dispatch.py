@@ -12,6 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from dse.engine._live import LiveTrial
+from dse.engine._parts import reusable
 from dse.engine._trialdirs import TrialDirs
 from dse.model._outcome import Retry
 from dse.model._space import ParamError
@@ -42,8 +43,7 @@ def claim_configs(p: Parts, proposals: list[Mapping[str, Any]]) -> list[Hashed |
             continue
         digest = hasher.digest(params_json)
         coerced.append((params, params_json, digest))
-        known = p.table.reusable(digest)
-        if known is None or p.invalid.result_flagged(known.row_id):
+        if reusable(p, digest) is None:
             digests.append(digest)
     p.claims.claim(digests, p.journal.now())
     return coerced
@@ -199,8 +199,8 @@ class Dispatcher:
             params_json, digest = hashed[1], hashed[2]
         self.number += 1
         now = p.journal.now()
-        original = p.table.reusable(digest)
-        if original is not None and not p.invalid.result_flagged(original.row_id):
+        original = reusable(p, digest)
+        if original is not None:
             row = p.store.new_trial_id()
         else:
             row, original = p.claims.settle(digest, now)
@@ -258,13 +258,20 @@ class Dispatcher:
                                         trial_dir=trial_dir, ended_at=now,
                                         failure=trial.failure, message=trial.message)
             return
+        self._add_row(trial, params_json, trial.status, now, failure=trial.failure,
+                      message=trial.message, trial_dir=trial_dir, ended_at=now,
+                      data_version=expected)
+
+    def _add_row(self, trial: LiveTrial, params_json: str, status: TrialStatus, now: float,
+                 **more: Any) -> None:
+        """Record the row of *trial*, made of a proposal in this pass (as *status*, with
+        *more* of :meth:`~dse.record._batch.Batch.add_trial`'s columns): the one writer of a
+        new trial's row."""
+        p = self.parts
         p.journal.batch.add_trial(
             row=trial.row_id, campaign=p.journal.campaign_id, number=trial.number,
-            proposal=trial.proposal, wave=self.wave, config_hash=trial.config_hash,
-            params_json=params_json, status=trial.status, failure=trial.failure,
-            message=trial.message, trial_dir=trial_dir, created_at=now, ended_at=now,
-            data_version=expected,
-        )
+            proposal=trial.proposal, wave=trial.batch, config_hash=trial.config_hash,
+            params_json=params_json, status=status, created_at=now, **more)
 
     def _cache_hit(self, trial: LiveTrial, original: LiveTrial, params_json: str,
                    now: float) -> None:
@@ -273,15 +280,13 @@ class Dispatcher:
         finished = original.status.is_finished()
         if finished:
             p.baselines.rescore(trial, original)
-        p.journal.batch.add_trial(
-            row=trial.row_id, campaign=p.journal.campaign_id, number=trial.number,
-            proposal=trial.proposal, wave=self.wave, config_hash=trial.config_hash,
-            params_json=params_json, status=TrialStatus.CACHED,
+        self._add_row(
+            trial, params_json, TrialStatus.CACHED, now,
             failure=original.failure if finished else None,
             message=trial.message if finished else None,
             metrics=original.metrics if finished else None,
             score=trial.score if finished else None, cache_of=original.row_id,
-            created_at=now, ended_at=now if finished else None,
+            ended_at=now if finished else None,
             step=original.step if finished else None, scores=trial.scores if finished else None,
         )
         if finished:
@@ -311,12 +316,8 @@ class Dispatcher:
         if params_json is None:
             batch.run_instead(row=trial.row_id, status=TrialStatus.RUNNING, trial_dir=trial_dir)
         else:
-            batch.add_trial(
-                row=trial.row_id, campaign=p.journal.campaign_id, number=trial.number,
-                proposal=trial.proposal, wave=trial.batch, config_hash=trial.config_hash,
-                params_json=params_json, status=TrialStatus.RUNNING, trial_dir=trial_dir,
-                created_at=now, data_version=p.data.version,
-            )
+            self._add_row(trial, params_json, TrialStatus.RUNNING, now, trial_dir=trial_dir,
+                          data_version=p.data.version)
         batch.add_attempt(row=trial.attempt_row, trial=trial.row_id, attempt=1,
                           backend=p.backend, state=self.first_state, submitted_at=now)
         p.table.queue(trial, now)
@@ -413,9 +414,7 @@ class Dispatcher:
         base = baselines.by_version.get(version)
         if base is None:
             given = baselines.given
-            known = p.table.reusable(p.data.hasher(baselines.params))
-            if known is not None and p.invalid.result_flagged(known.row_id):
-                known = None
+            known = reusable(p, p.data.hasher(baselines.params))
             if given is not None and given.data_version == version:
                 base = given
             elif known is not None and known.status is TrialStatus.RUNNING:

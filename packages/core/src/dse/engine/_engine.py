@@ -22,6 +22,7 @@ the whole wave, then starts the next; ``rolling`` refills a slot in the pass tha
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
     from dse.model._clock import Clock
     from dse.model._outcome import Retry, TrialEnd
     from dse.model._states import TrialStatus
+    from dse.model._types import JobStatus
     from dse.plugins._protocols import Agent, Environment, Runner
     from dse.plugins._scoring import Scorer
     from dse.pool._pool import Pool
@@ -206,6 +208,7 @@ class Engine:
             interruptions=self.interruptions, journal=self.journal, end=self.end,
             clock=self.clock, runner=self.backend,
             stopping=stopping_for(self.campaign, self.backend, self.plugins),
+            on_attempt_end=functools.partial(_attempt_ended, self),
         )
 
     # -- public ---------------------------------------------------------------------------
@@ -277,12 +280,8 @@ class Engine:
         self.run_dir = workspace / campaign.name / f"run-{self.campaign_id}"
         self.dispatcher.dirs.open(self.run_dir, bool(getattr(self.backend, "trial_dirs", True)),
                                   new=resume is None)
-        if self.pool is not None:
-            pool, engine = self.pool, self
-            self.collector.on_attempt_end = (
-                lambda trial, status, at: pool.ended(engine, trial, status, at))
-            if not pool.trivial:
-                self.dispatcher.first_state = AttemptState.QUEUED
+        if self.pool is not None and not self.pool.trivial:
+            self.dispatcher.first_state = AttemptState.QUEUED
         # Results of the record are looked up by config when proposals are claimed, never
         # loaded whole: a workspace of a million trials opens as fast as an empty one.
         self.dispatcher.parts.claims.reuse = self.reuse
@@ -519,6 +518,12 @@ class Engine:
         self.finished = result
         self.listener.on_finish(self, result)
         return result
+
+
+def _attempt_ended(engine: Engine, trial: LiveTrial, status: JobStatus, at: float) -> None:
+    """Tell *engine*'s pool that an attempt ended (it learns run times from it)."""
+    if engine.pool is not None:
+        engine.pool.ended(engine, trial, status, at)
 
 
 def _watch_progress(engine: Engine, *, resumed: bool) -> None:

@@ -77,3 +77,12 @@ class Promoter(Protocol):
     def promote(self, starter: Starter, slots: int, now: float) -> int:
         """Resume up to *slots* stopped trials; how many were."""
         ...
+
+
+def reusable(parts: Parts, digest: str) -> LiveTrial | None:
+    """The trial of the run's table whose result a proposal of config *digest* may reuse (it
+    runs, or ended in this pass), unless that result was invalidated: the one reuse check."""
+    known = parts.table.reusable(digest)
+    if known is None or parts.invalid.result_flagged(known.row_id):
+        return None
+    return known
