@@ -338,7 +338,7 @@ def test_the_stop_summary_agrees_with_the_rows_after_every_pass_and_a_migration(
     passes.end(rows[1], 1, 40.0, TrialStatus.COMPLETED)
     passes.commit()
     # The backend's accounting comes late: the stopped trial's spend changes.
-    passes.batch.attempt_spend(row=passes.attempts[rows[2], 1], spend={"wall_s": 9.0,
+    passes.batch.set_attempt_spend(row=passes.attempts[rows[2], 1], spend={"wall_s": 9.0,
                                                                        "cpu_s": 9.0})
     passes.commit()
     passes.decide(rows[2], "stop", 3)  # a stop recorded after the trial was stopped

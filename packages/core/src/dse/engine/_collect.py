@@ -116,7 +116,7 @@ class Collector:
             spend=charged.as_dict(),
         )
         if status.usage:
-            batch.attempt_usage(row=trial.attempt_row, usage=status.usage)
+            batch.set_attempt_usage(row=trial.attempt_row, usage=status.usage)
         if trial.status is TrialStatus.INTERRUPTED and self._end.stopping():
             # Not retried while the campaign stops; a resumed run will run it again.
             trial.message = f"{status.state.value} while the campaign was stopping"
@@ -133,7 +133,7 @@ class Collector:
         ``None``: the runner never confirmed the end, so it is charged its reservation."""
         charged = self._charge(trial, actual)
         assert trial.attempt_row is not None
-        self._journal.batch.attempt_spend(row=trial.attempt_row, spend=charged.as_dict())
+        self._journal.batch.set_attempt_spend(row=trial.attempt_row, spend=charged.as_dict())
 
     def _charge(self, trial: LiveTrial, actual: Spend | None) -> Spend:
         """:meth:`_settle` but for the record: what is charged (recorded by the caller)."""

@@ -113,10 +113,10 @@ class Dispatcher:
         batch, campaign_id = p.journal.batch, p.journal.campaign_id
         in_flight = [proposal for proposal, _ in flying]
         # Filled in below; it must precede the observe calls taking the proposals logs.
-        slot = batch.agent_slot()
+        slot = batch.reserve_agent_call()
         if not proposals:
-            batch.agent_call(campaign=campaign_id, kind="propose", n=want, proposals=[],
-                             in_flight=in_flight, slot=slot)
+            batch.add_agent_call(campaign=campaign_id, kind="propose", n=want, proposals=[],
+                                 in_flight=in_flight, slot=slot)
             if guard.exhausted(agent):
                 p.end.done = EndReason.AGENT_EXHAUSTED
             elif not (p.table.running or p.table.queued or p.table.remote
@@ -131,9 +131,9 @@ class Dispatcher:
                     break
         finally:
             # Only the proposals the engine took get numbers; a replay compares those.
-            batch.agent_call(campaign=campaign_id, kind="propose", n=want,
-                             proposals=range(first, p.stats.proposals + 1),
-                             in_flight=in_flight, slot=slot)
+            batch.add_agent_call(campaign=campaign_id, kind="propose", n=want,
+                                 proposals=range(first, p.stats.proposals + 1),
+                                 in_flight=in_flight, slot=slot)
             p.claims.release_unused(batch)
         return took
 
@@ -240,7 +240,7 @@ class Dispatcher:
         trial.spec = self.avoiding(spec, trial)
         trial.trial_dir = trial_dir
         if params_json is None:  # a new trial records it with its row
-            p.journal.batch.trial_data(row=trial.row_id, expected=p.data.version)
+            p.journal.batch.set_trial_data(row=trial.row_id, expected=p.data.version)
         reserved = p.gate.reserve(trial.spec, p.journal.monotonic(), new_trial=True)
         if isinstance(reserved, str):
             self._refused(trial, reserved, params_json, str(trial_dir), now)
@@ -254,9 +254,9 @@ class Dispatcher:
         *expected*: the data version it was prepared against)."""
         p = self.parts
         if params_json is None:
-            p.journal.batch.run_instead(row=trial.row_id, status=trial.status,
-                                        trial_dir=trial_dir, ended_at=now,
-                                        failure=trial.failure, message=trial.message)
+            p.journal.batch.run_cache_hit(row=trial.row_id, status=trial.status,
+                                          trial_dir=trial_dir, ended_at=now,
+                                          failure=trial.failure, message=trial.message)
             return
         self._add_row(trial, params_json, trial.status, now, failure=trial.failure,
                       message=trial.message, trial_dir=trial_dir, ended_at=now,
@@ -314,7 +314,7 @@ class Dispatcher:
         trial.attempt_started = now
         trial.attempt_row = p.store.new_attempt_id()
         if params_json is None:
-            batch.run_instead(row=trial.row_id, status=TrialStatus.RUNNING, trial_dir=trial_dir)
+            batch.run_cache_hit(row=trial.row_id, status=TrialStatus.RUNNING, trial_dir=trial_dir)
         else:
             self._add_row(trial, params_json, TrialStatus.RUNNING, now, trial_dir=trial_dir,
                           data_version=p.data.version)

@@ -388,7 +388,7 @@ class Engine:
         seconds; with *record*, the attempt is recorded ``submitting`` (intent first)."""
         self.table.grant(trial, expected, now)
         assert trial.attempt_row is not None
-        self.journal.batch.attempt_expected(row=trial.attempt_row, seconds=expected)
+        self.journal.batch.set_attempt_expected(row=trial.attempt_row, seconds=expected)
         if record:
             self.journal.batch.update_attempt(row=trial.attempt_row,
                                               state=AttemptState.SUBMITTING)

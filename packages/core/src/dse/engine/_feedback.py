@@ -148,7 +148,7 @@ class Feedback:
         state = guard.snapshot(agent)
         self._snapshot_s = time.perf_counter() - began
         if state is not None:
-            batch.agent_snapshot(campaign=campaign_id, state=state, unobserved=self._unobserved)
+            batch.set_agent_snapshot(campaign=campaign_id, state=state, unobserved=self._unobserved)
 
     def deliver(self, agent: Agent, batch: Batch, campaign_id: int) -> None:
         """Tell the agent every waiting result, in proposal order, and log the call."""
@@ -158,8 +158,8 @@ class Feedback:
         self._pending = []
         stops = {p: obs.step for p, obs in pending
                  if obs.status is TrialStatus.STOPPED and obs.step is not None}
-        batch.agent_call(campaign=campaign_id, kind="observe", proposals=[p for p, _ in pending],
-                         stops=stops)
+        batch.add_agent_call(campaign=campaign_id, kind="observe",
+                             proposals=[p for p, _ in pending], stops=stops)
         self._unobserved.difference_update(p for p, _ in pending)
         if not self.withheld:
             self.guard.observe(agent, [obs for _, obs in pending])
@@ -169,7 +169,7 @@ class Feedback:
         params: dict[str, object], reason: str,
     ) -> None:
         """Tell the agent at once that *proposal* was rejected, and log the call."""
-        batch.agent_call(campaign=campaign_id, kind="observe", proposals=[proposal])
+        batch.add_agent_call(campaign=campaign_id, kind="observe", proposals=[proposal])
         self._unobserved.discard(proposal)
         self.guard.observe(agent, [Observation(params=params, status=None, rejected=reason,
                                                proposal=proposal)])

@@ -62,7 +62,7 @@ class Journal:
         now = self._clock.monotonic()
         if self.campaign_id and (self.batch or now - self._run_time_at >= RUN_TIME_EVERY):
             self._run_time_at = now
-            self.batch.run_time(campaign=self.campaign_id, seconds=max(now - started_at, 0.0))
+            self.batch.set_run_time(campaign=self.campaign_id, seconds=max(now - started_at, 0.0))
 
     def event(self, trial_row: int | None, kind: str, data: Mapping[str, Any]) -> None:
         """Record that *kind* happened (to trial *trial_row*, or to the run)."""

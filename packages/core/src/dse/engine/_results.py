@@ -125,7 +125,7 @@ class Results:
         if read is None:
             return
         trial.data_read = read
-        self._journal.batch.trial_data(row=trial.row_id, read=read)
+        self._journal.batch.set_trial_data(row=trial.row_id, read=read)
         if trial.data_version is not None and read != trial.data_version:
             self._journal.event(trial.row_id, "data_version_mismatch", {
                 "trial": trial.number, "expected": trial.data_version, "read": read,

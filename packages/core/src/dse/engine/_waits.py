@@ -40,7 +40,7 @@ class Waits:
     def _relink(self, other: LiveTrial, row: int) -> None:
         other.row_id = row
         for waiter in other.waiters:
-            self._parts.journal.batch.relink(row=waiter.row_id, cache_of=row)
+            self._parts.journal.batch.relink_trial(row=waiter.row_id, cache_of=row)
 
     def _reuse(self, other: LiveTrial, result: Trial, now: float) -> None:
         """The config has a reusable result now: the waiters end as cache hits of it."""
@@ -69,7 +69,7 @@ class Waits:
         first.status, first.original_status = TrialStatus.RUNNING, None
         self._dispatcher.launch(first, now)
         for waiter in rest:
-            p.journal.batch.relink(row=waiter.row_id, cache_of=first.row_id)
+            p.journal.batch.relink_trial(row=waiter.row_id, cache_of=first.row_id)
             first.waiters.append(waiter)
         if first.status is not TrialStatus.RUNNING:
             p.results.end_waiters(first, now)  # it could not start: they end with it

@@ -118,7 +118,7 @@ class Batch:
     ) -> None:
         """A new trial (or cache hit: *cache_of* is the trial it reuses; *step*: the step of
         the stopped trial it reuses), with the data version it is dispatched against (as
-        :meth:`trial_data` would record it)."""
+        :meth:`set_trial_data` would record it)."""
         self._trials.append((
             row, campaign, number, proposal, wave, config_hash, params_json, status.value,
             failure.value if failure is not None else None, message,
@@ -126,7 +126,7 @@ class Batch:
             created_at, ended_at, data_version, step, vector(scores),
         ))
 
-    def run_instead(
+    def run_cache_hit(
         self, *, row: int, status: TrialStatus, trial_dir: str, ended_at: float | None = None,
         failure: FailureClass | None = None, message: str | None = None,
     ) -> None:
@@ -135,7 +135,7 @@ class Batch:
         self._reruns.append((status.value, failure.value if failure is not None else None,
                              message, trial_dir, ended_at, row))
 
-    def relink(self, *, row: int, cache_of: int) -> None:
+    def relink_trial(self, *, row: int, cache_of: int) -> None:
         """A cache hit waits on, or reuses, trial *cache_of* instead of the one it named."""
         self._relinks.append((cache_of, row))
 
@@ -158,7 +158,7 @@ class Batch:
             vector(scores), row,
         ))
 
-    def trial_data(
+    def set_trial_data(
         self, *, row: int, expected: str | None = None, read: str | None = None
     ) -> None:
         """The data version a trial was dispatched against (*expected*) or says it *read*."""
@@ -209,21 +209,21 @@ class Batch:
         started_at: float | None = None, work_lost_s: float | None = None,
         spend: Mapping[str, float] | None = None,
     ) -> None:
-        """How an attempt ended (and what it cost, as :meth:`attempt_spend` records it)."""
+        """How an attempt ended (and what it cost, as :meth:`set_attempt_spend` records it)."""
         self._attempt_ends.append((
             job_id, state.value, exit_code, signal, node, reason, peak_rss_kb, started_at,
             ended_at, work_lost_s, None if spend is None else dumps(spend), row,
         ))
 
-    def attempt_usage(self, *, row: int, usage: Mapping[str, float]) -> None:
+    def set_attempt_usage(self, *, row: int, usage: Mapping[str, float]) -> None:
         """What the backend's accounting charged an attempt."""
         self._attempt_usage.append((dumps(dict(usage)), row))
 
-    def attempt_spend(self, *, row: int, spend: Mapping[str, float]) -> None:
+    def set_attempt_spend(self, *, row: int, spend: Mapping[str, float]) -> None:
         """What an attempt cost (wall, compute seconds, money)."""
         self._attempt_spend.append((dumps(spend), row))
 
-    def attempt_expected(self, *, row: int, seconds: float) -> None:
+    def set_attempt_expected(self, *, row: int, seconds: float) -> None:
         """The run time the scheduler expected when it started an attempt."""
         self._attempt_expected.append((seconds, row))
 
@@ -258,19 +258,19 @@ class Batch:
         """A run ended with *status*, for *reason* (:meth:`EndReason.text`)."""
         self._campaign_updates.append((status.value, reason, ended_at, campaign))
 
-    def run_time(self, *, campaign: int, seconds: float) -> None:
+    def set_run_time(self, *, campaign: int, seconds: float) -> None:
         """Run *campaign* has been driven *seconds* in all (its controllers' time, measured on
         each one's monotonic clock): what its wall-clock ceiling counts after a resume."""
         self._run_times.append((seconds, campaign))
 
-    def agent_call(
+    def add_agent_call(
         self, *, campaign: int, kind: str, proposals: Sequence[int], n: int | None = None,
         in_flight: Sequence[int] | None = None, slot: int | None = None,
         stops: Mapping[int, int] | None = None,
     ) -> int:
         """One ``propose`` (asked for *n*, with the proposals *in_flight*) or ``observe``
         call of the agent, replayed to rebuild it after a crash; returns its slot. A call
-        given the *slot* of :meth:`agent_slot` fills it in, keeping its place in order."""
+        given the *slot* of :meth:`reserve_agent_call` fills it in, keeping its place in order."""
         entry = (campaign, kind, n, dumps(list(proposals)),
                  None if in_flight is None else dumps(list(in_flight)),
                  dumps(dict(stops)) if stops else None)
@@ -280,14 +280,14 @@ class Batch:
         self._agent_log.append(entry)
         return len(self._agent_log) - 1
 
-    def agent_snapshot(self, *, campaign: int, state: str, unobserved: Iterable[int]) -> None:
+    def set_agent_snapshot(self, *, campaign: int, state: str, unobserved: Iterable[int]) -> None:
         """The agent's state (JSON) after every agent call logged so far, the run's latest,
         with the proposals numbered by then and not yet told back (*unobserved*)."""
         self._agent_snapshots[campaign] = (len(self._agent_log), state,
                                            dumps(sorted(unobserved)))
 
-    def agent_slot(self) -> int:
-        """Hold the place of an agent call that :meth:`agent_call` fills in later (a
+    def reserve_agent_call(self) -> int:
+        """Hold the place of an agent call that :meth:`add_agent_call` fills in later (a
         ``propose`` whose numbers are known once its proposals were taken, after the calls
         made while taking them)."""
         self._agent_log.append(())
