@@ -1,9 +1,12 @@
 """dse: design-space-exploration campaigns that lose no trial.
 
-The public API is re-exported here; implementation lives in private modules. Names are
-imported on first use (PEP 562), so ``import dse.trial`` inside a trial stays fast. Each name
-is written three times (the imports for type checkers, ``_LAZY``, ``__all__``), since type
-checkers read only literal lists; ``tests/core/api/test_public_api.py`` fails when they disagree.
+The public API is re-exported here; implementation lives in private modules of the
+subpackages. Names are imported on first use (PEP 562), so ``import dse.trial`` inside a trial
+stays fast. Each name is written three times (the imports for type checkers, ``_LAZY``,
+``__all__``), since type checkers read only literal lists; ``tests/core/api/test_public_api.py``
+fails when they disagree. ``_MOVED`` keeps, for one release, the names that moved under their
+package (``dse.Store`` is ``dse.record.sqlite.Store``, ``dse.Engine`` is ``dse.engine.Engine``,
+``dse.Pool`` is ``dse.pool.Pool``...).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ if TYPE_CHECKING:
     from dse.api._api import load, run
     from dse.campaign._campaign import campaign_from_dict, load_campaign
     from dse.campaign._model import Campaign, EnvironmentConfig
-    from dse.engine._engine import Engine, EngineListener
+    from dse.engine._engine import Engine as Engine
+    from dse.engine._engine import EngineListener
     from dse.engine._trialdirs import start_attempt_dir
     from dse.hookspecs import hookimpl
     from dse.launch._build import build_engine
@@ -67,12 +71,16 @@ if TYPE_CHECKING:
     from dse.plugins._plugins import PluginManager, Registered
     from dse.plugins._protocols import Agent, Environment, Runner, StoppingRule, TrialInfo
     from dse.plugins._scoring import Scorer
-    from dse.pool._pool import Pool, drive, run_pool
-    from dse.pool._poolfile import PoolConfig
-    from dse.pool._scheduler import Plan, PoolScheduler, Request
+    from dse.pool._pool import Pool as Pool
+    from dse.pool._pool import drive as drive
+    from dse.pool._pool import run_pool as run_pool
+    from dse.pool._poolfile import PoolConfig as PoolConfig
+    from dse.pool._scheduler import Plan as Plan
+    from dse.pool._scheduler import PoolScheduler as PoolScheduler
+    from dse.pool._scheduler import Request as Request
     from dse.record._lock import CampaignLock, LockHolder
-    from dse.record.sqlite._files import filesystem_type
-    from dse.record.sqlite._store import Store
+    from dse.record.sqlite._files import filesystem_type as filesystem_type
+    from dse.record.sqlite._store import Store as Store
     from dse.report._html import write_html_report
     from dse.report._readback import AttemptRecord, Results, TrialRecord
 
@@ -101,7 +109,6 @@ _LAZY: dict[str, str] = {
     "Deferred": "dse.plugins._deferred",
     "Direction": "dse.model._types",
     "DseError": "dse.model._errors",
-    "Engine": "dse.engine._engine",
     "EngineListener": "dse.engine._engine",
     "Retry": "dse.model._outcome",
     "TrialEnd": "dse.model._outcome",
@@ -127,21 +134,15 @@ _LAZY: dict[str, str] = {
     "Observation": "dse.model._types",
     "ParamError": "dse.model._space",
     "Parameter": "dse.model._space",
-    "Plan": "dse.pool._scheduler",
     "PluginError": "dse.model._errors",
     "PluginManager": "dse.plugins._plugins",
-    "Pool": "dse.pool._pool",
-    "PoolConfig": "dse.pool._poolfile",
-    "PoolScheduler": "dse.pool._scheduler",
     "Registered": "dse.plugins._plugins",
-    "Request": "dse.pool._scheduler",
     "Resources": "dse.model._types",
     "Results": "dse.report._readback",
     "Runner": "dse.plugins._protocols",
     "Scorer": "dse.plugins._scoring",
     "Space": "dse.model._space",
     "Stats": "dse.model._outcome",
-    "Store": "dse.record.sqlite._store",
     "StoreError": "dse.model._errors",
     "SystemClock": "dse.model._clock",
     "TrialInfo": "dse.plugins._protocols",
@@ -152,8 +153,6 @@ _LAZY: dict[str, str] = {
     "campaign_from_dict": "dse.campaign._campaign",
     "canonical_json": "dse.model._hashing",
     "config_hash": "dse.model._hashing",
-    "drive": "dse.pool._pool",
-    "filesystem_type": "dse.record.sqlite._files",
     "hypervolume": "dse.model._pareto",
     "pareto_ranks": "dse.model._pareto",
     "hookimpl": "dse.hookspecs",
@@ -162,9 +161,23 @@ _LAZY: dict[str, str] = {
     "parse_duration": "dse.model._units",
     "reusable": "dse.model._types",
     "run": "dse.api._api",
-    "run_pool": "dse.pool._pool",
     "write_html_report": "dse.report._html",
 }
+
+_MOVED: dict[str, str] = {
+    "Engine": "dse.engine",
+    "Plan": "dse.pool",
+    "Pool": "dse.pool",
+    "PoolConfig": "dse.pool",
+    "PoolScheduler": "dse.pool",
+    "Request": "dse.pool",
+    "Store": "dse.record.sqlite",
+    "drive": "dse.pool",
+    "filesystem_type": "dse.record.sqlite",
+    "run_pool": "dse.pool",
+}
+"""Names that moved under their package (the top level is what a user or plugin author needs):
+kept here for one release, as aliases of the same objects; docs/python-api.md lists them."""
 
 __all__ = [
     "REUSED_FAILURES",
@@ -190,7 +203,6 @@ __all__ = [
     "Direction",
     "DseError",
     "EndReason",
-    "Engine",
     "EngineListener",
     "Environment",
     "EnvironmentConfig",
@@ -209,14 +221,9 @@ __all__ = [
     "Observation",
     "ParamError",
     "Parameter",
-    "Plan",
     "PluginError",
     "PluginManager",
-    "Pool",
-    "PoolConfig",
-    "PoolScheduler",
     "Registered",
-    "Request",
     "Resources",
     "Results",
     "Retry",
@@ -226,7 +233,6 @@ __all__ = [
     "Space",
     "Stats",
     "StoppingRule",
-    "Store",
     "StoreError",
     "SystemClock",
     "TrialEnd",
@@ -240,8 +246,6 @@ __all__ = [
     "canonical_json",
     "config_hash",
     "did_you_mean",
-    "drive",
-    "filesystem_type",
     "hookimpl",
     "hypervolume",
     "load",
@@ -250,7 +254,6 @@ __all__ = [
     "parse_duration",
     "reusable",
     "run",
-    "run_pool",
     "start_attempt_dir",
     "stderr_tail",
     "write_html_report",
@@ -258,7 +261,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module = _LAZY.get(name) or _MOVED.get(name)
     if module is None:
         raise AttributeError(f"module 'dse' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
