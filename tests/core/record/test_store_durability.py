@@ -282,3 +282,42 @@ def test_a_record_from_a_newer_dse_is_refused_with_one_line(tmp_path: Path) -> N
     db.close()
     with pytest.raises(dse.StoreError, match=r"schema version 99, this dse reads \d+"):
         dse.Store(path)
+
+
+def test_a_new_record_appears_whole_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reader polling a workspace while `dse run` starts must never meet an empty file or a
+    # file with no table: the schema is written aside, then linked into place.
+    from dse.record.sqlite import _connection
+
+    path = tmp_path / ".dse" / "dse.sqlite"
+    seen: list[tuple[bool, list[str], str]] = []
+    link = os.link
+
+    def watching(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        db = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+        try:
+            tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            mode = db.execute("PRAGMA journal_mode").fetchone()[0]
+        finally:
+            db.close()
+        seen.append((Path(dst).exists(), tables, mode))
+        link(src, dst)
+
+    monkeypatch.setattr(_connection.os, "link", watching)
+    store = dse.Store(path)
+    try:
+        assert len(seen) == 1
+        existed, tables, mode = seen[0]
+        assert not existed
+        assert mode == "delete"  # no -wal beside the file made aside
+        assert store.journal_mode == "wal"  # set once in place (a local disk)
+        assert {"campaigns", "trials", "attempts", "meta"} <= set(tables)
+        assert sorted(p.name for p in path.parent.iterdir() if ".new-" in p.name) == []
+        assert store.reads.campaigns() == []
+    finally:
+        store.close()
+    again = dse.Store(path)  # an existing record: opened, not made again
+    again.close()
+    assert len(seen) == 1

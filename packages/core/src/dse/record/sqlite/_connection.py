@@ -233,8 +233,10 @@ def open_db(path: Path, *, durable: bool, say: Callable[[str], None] | None
         raise damaged(path, problem)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        existing = path.is_file() and path.stat().st_size > 0
         wanted = journal_mode_for(path)
+        if not path.exists():
+            _create(path, say)
+        existing = path.is_file() and path.stat().st_size > 0
         db = _connect(path, path, say)
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"{path}: cannot open the record ({exc})") from None
@@ -259,6 +261,44 @@ def open_db(path: Path, *, durable: bool, say: Callable[[str], None] | None
             raise StoreError(f"{path}: not a dse record ({exc})") from None
         raise
     return db, str(row[0]).lower(), sync
+
+
+def _create(path: Path, say: Callable[[str], None] | None) -> None:
+    """Make the record at *path* whole or not at all: its schema is written to a file of its
+    own, then linked into place, so that a reader never meets a record being made (an empty
+    file, a file with no table); the journal mode is set once it is in place. Another process
+    that made it first wins; where the file system has no hard links, the record is made in
+    place."""
+    made = path.with_name(f"{path.name}.new-{os.getpid()}")
+    try:
+        db = _connect(made, made, say)  # a rollback journal: the file is whole once closed
+        try:
+            with writing(path):
+                bring_up_to_date(db, made)
+        finally:
+            db.close()
+        try:
+            os.link(made, path)
+        except FileExistsError:
+            pass  # another controller made it first: theirs is the record
+        except OSError:
+            pass  # no hard links here: made in place by the caller
+        else:
+            _sync_dir(path.parent)
+    finally:
+        for left in (made, made.with_name(f"{made.name}-journal")):
+            with contextlib.suppress(OSError):
+                left.unlink()
+
+
+def _sync_dir(directory: Path) -> None:
+    """Make a new name in *directory* durable (where the system allows it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _quick_check(db: _Connection, path: Path) -> None:
