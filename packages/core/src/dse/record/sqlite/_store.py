@@ -83,8 +83,7 @@ class Store:
             self.connect()
 
     def connect(self) -> None:
-        """Open the record, creating the file and its schema if need be (read only: as it
-        is); a damaged one is a :class:`DamagedRecordError`, before anything is written."""
+        """See :meth:`dse.record.Storage.connect`."""
         db = open_read_only(self.path, self.say) if self.read_only else None
         if db is None:
             db, self.journal_mode, self._sync = open_db(self.path, durable=self.durable,
@@ -110,13 +109,13 @@ class Store:
         return int(row[0])
 
     def close(self) -> None:
-        """Close the database connection; the store is not to be used after."""
+        """See :meth:`dse.record.Storage.close`."""
         self._db.close()
 
     # -- ids ------------------------------------------------------------------------------
 
     def new_trial_id(self) -> int:
-        """A trial row id no other Store of this record hands out."""
+        """See :meth:`dse.record.Storage.new_trial_id`."""
         if self._next_trial >= self._end_trial:
             self._next_trial, self._end_trial = self._reserve("trials")
         value = self._next_trial
@@ -124,7 +123,7 @@ class Store:
         return value
 
     def new_attempt_id(self) -> int:
-        """An attempt row id no other Store of this record hands out."""
+        """See :meth:`dse.record.Storage.new_attempt_id`."""
         if self._next_attempt >= self._end_attempt:
             self._next_attempt, self._end_attempt = self._reserve("attempts")
         value = self._next_attempt
@@ -179,9 +178,7 @@ class Store:
         max_parallelism: int,
         now: float,
     ) -> int:
-        """Record a new run (status ``running``, created at *now*) in its own transaction;
-        return its id. *agent* and *backend* are ``"name==version"``; *spec* is the campaign
-        as the record keeps it."""
+        """See :meth:`dse.record.Storage.create_campaign`."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         cursor = db.execute(
@@ -195,7 +192,7 @@ class Store:
 
     @writing_method
     def commit(self, batch: Batch) -> None:
-        """Write every change of *batch* in one transaction, then clear it."""
+        """See :meth:`dse.record.Storage.commit`."""
         if not batch:
             return
         db = self._db
@@ -223,7 +220,7 @@ class Store:
     # -- reads ----------------------------------------------------------------------------
 
     def last_invalidation(self) -> int:
-        """The id of the latest invalidation (0: none); cheap enough to ask every pass."""
+        """See :meth:`dse.record.Storage.last_invalidation`."""
         return self._max_id("invalidations")
 
     # -- changes outside a polling pass -------------------------------------------------
@@ -233,20 +230,7 @@ class Store:
         self, kind: str, target: str, reason: str, now: float, *, trial_row: int | None = None,
         select: TrialSelection | None = None, dry_run: bool = False,
     ) -> tuple[int, int, int] | None:
-        """Flag results invalid, and every comparison that used them; delete nothing.
-
-        *kind* ``trial`` (*target*: the trial as the user named it, *trial_row*: its row)
-        flags that trial and the cache hits that reuse it; ``data_version`` flags every trial
-        that ran against, or read, version *target*; ``scorer_version`` flags the scores given
-        by that scorer version (*target*: ``<version>`` or ``<scorer>==<version>``);
-        ``trials`` flags the trials *select* picks (*target* says which, for the record) and
-        the cache hits that reuse them. The scores of flagged trials, and the scores compared
-        against a flagged trial as their baseline, are flagged too. Something already flagged
-        keeps its first reason. With *dry_run* the counts are the same and nothing is kept.
-
-        Returns (invalidation id, trials newly flagged, scores newly flagged), or ``None``
-        when nothing in the record matches *target* (nothing is written then).
-        """
+        """See :meth:`dse.record.Storage.invalidate`."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -323,9 +307,7 @@ class Store:
         raise ValueError(f"unknown invalidation kind {kind!r}")
 
     def run_controllers(self, name: str) -> list[tuple[int, dict[str, Any]]]:
-        """The runs of campaign *name* left ``running``, each with the controller the record
-        says drives it (the latest ``controller`` event: host, pid, its start): a run's
-        ownership that a deleted lock file does not erase."""
+        """See :meth:`dse.record.Storage.run_controllers`."""
         out = []
         for run, data in self.reads.rows(
             "SELECT c.id, (SELECT e.data FROM events e WHERE e.campaign_id = c.id AND"
@@ -339,7 +321,7 @@ class Store:
 
     @writing_method
     def reopen_campaign(self, campaign_id: int) -> None:
-        """Mark a run as running again (it is being resumed)."""
+        """See :meth:`dse.record.Storage.reopen_campaign`."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         db.execute(
@@ -355,22 +337,7 @@ class Store:
               reuse: bool = True, run: int | None = None,
               orphan: Orphan | None = None) -> dict[str, Claim]:
         # Only a run claims: the commands that read the record never import the lock module.
-        """Claim each config hash of *wanted* for the trial row it maps to, on behalf of
-        *campaign*, in one short transaction; what the record says of each.
-
-        A config with a reusable finished result (:data:`REUSABLE_ROW`; when not *reuse*, only
-        a result of run *run*, the claimant's own) is not claimed: its :class:`Claim` names
-        that result. A config claimed by the trial of a
-        live controller of another campaign (its lock is held, see
-        :func:`dse.record._lock.lock_held`)
-        names that trial, to wait on. Otherwise the claim is this one's — taken over from a
-        controller that is gone, from a trial whose result has been invalidated, or from a trial
-        of *campaign* itself (whose own table knows better: that trial has ended) — until the
-        transaction that records the trial's end (or :meth:`Batch.release_claim`). A claim of
-        a controller that is gone is still waited on while *orphan* says its trial's last
-        attempt runs on (``orphan(job_id, trial_dir, attempt)``:
-        :meth:`dse.Backend.still_running`).
-        """
+        """See :meth:`dse.record.Storage.claim`."""
         from dse.record._lock import lock_held
 
         self._claiming = True
@@ -422,9 +389,7 @@ class Store:
                     and orphan(job_id, Path(path), int(attempt)))
 
     def reset_claims(self, campaign: str, live: Mapping[str, int], now: float) -> None:
-        """Drop every claim of *campaign* (its controller, this one, holds its lock: they are
-        left by a run that is gone) and claim again, where nobody else has, the configs of
-        its *live* trials (config hash → trial row)."""
+        """See :meth:`dse.record.Storage.reset_claims`."""
         self._claiming = True
         with self._light_write():
             self._db.execute("DELETE FROM claims WHERE campaign = ?", (campaign,))
