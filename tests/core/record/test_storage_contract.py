@@ -6,6 +6,8 @@ pytest process)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -13,16 +15,20 @@ import pytest
 from dse.record.sqlite import Store
 from dse.testing.contracts import StorageContract
 from support.contracts import failed, run_suite
+from support.older import schema_8
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
 
 class TestSQLiteStore(StorageContract):
     @pytest.fixture
     def storage_factory(self, tmp_path: Path) -> Callable[[], Store]:
         return lambda: Store(tmp_path / ".dse" / "dse.sqlite")
+
+    @pytest.fixture
+    def older_record(self, tmp_path: Path) -> Callable[[], tuple[int, list[int]]]:
+        return lambda: schema_8(tmp_path / ".dse" / "dse.sqlite")
 
 
 _BROKEN = '''
@@ -32,6 +38,7 @@ import pytest
 
 from dse.record.sqlite import Store
 from dse.testing.contracts import StorageContract
+from support.older import schema_8
 
 
 class PassByPieces(Store):
@@ -75,19 +82,25 @@ def factory(cls, tmp_path):
     return lambda: cls(tmp_path / ".dse" / "dse.sqlite")
 
 
-class TestPassByPieces(StorageContract):
+class Contract(StorageContract):
+    @pytest.fixture
+    def older_record(self, tmp_path):
+        return lambda: schema_8(tmp_path / ".dse" / "dse.sqlite")
+
+
+class TestPassByPieces(Contract):
     @pytest.fixture
     def storage_factory(self, tmp_path):
         return factory(PassByPieces, tmp_path)
 
 
-class TestOwnCount(StorageContract):
+class TestOwnCount(Contract):
     @pytest.fixture
     def storage_factory(self, tmp_path):
         return factory(OwnCount, tmp_path)
 
 
-class TestGreedyClaims(StorageContract):
+class TestGreedyClaims(Contract):
     @pytest.fixture
     def storage_factory(self, tmp_path):
         return factory(GreedyClaims, tmp_path)
@@ -96,11 +109,14 @@ class TestGreedyClaims(StorageContract):
 
 @pytest.mark.slow
 def test_each_broken_storage_fails_the_test_named_for_its_mistake(tmp_path: Path) -> None:
-    outcome = run_suite(tmp_path, "test_broken_storages", _BROKEN)
+    tests = Path(__file__).resolve().parents[2]  # support.older, as this process has it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tests), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    outcome = run_suite(tmp_path, "test_broken_storages", _BROKEN, env=env)
     found = failed(outcome)
     assert {
         "TestPassByPieces::test_a_commit_that_fails_writes_nothing",
         "TestOwnCount::test_two_writers_never_hand_out_one_id",
         "TestGreedyClaims::test_a_config_runs_under_one_writer_and_its_result_is_reused",
     } <= found, outcome[-3000:]
-    assert "19 passed" in outcome, outcome[-3000:]  # what each copy does right still passes
+    assert "21 passed" in outcome, outcome[-3000:]  # what each copy does right still passes

@@ -1,6 +1,7 @@
-"""``StorageContract``: the suite every storage of the record passes (``record._base.Storage``).
+"""``StorageContract``: the suite every storage of the record passes (``dse.record.Storage``).
 
-Subclass it in your test module and override the one fixture ``storage_factory``::
+Subclass it in your test module and override the fixtures ``storage_factory`` and
+``older_record``::
 
     from dse.testing import StorageContract
 
@@ -9,10 +10,16 @@ Subclass it in your test module and override the one fixture ``storage_factory``
         def storage_factory(self, tmp_path):
             return lambda: MyStorage(tmp_path / "record")
 
+        @pytest.fixture
+        def older_record(self, tmp_path):
+            return lambda: write_a_version_1_record(tmp_path / "record")
+
 ``storage_factory`` returns a callable that opens the record: each call is another writer
 of the same record (another controller), so ids, claims and transactions are checked between
-two of them. Override :meth:`StorageContract.alive` when your storage tells a live
-controller otherwise than by the campaign locks of its workspace.
+two of them. Override ``older_record`` too: it makes, where ``storage_factory`` opens, a
+record an earlier version wrote (an older schema), for the migration test. Override
+:meth:`StorageContract.alive` when your storage tells a live controller otherwise than by the
+campaign locks of its workspace.
 """
 
 from __future__ import annotations
@@ -55,6 +62,12 @@ class StorageContract:
     def storage_factory(self) -> Callable[[], Storage]:
         """Override: a callable opening one record, another writer at each call."""
         raise NotImplementedError("override the storage_factory fixture")
+
+    @pytest.fixture
+    def older_record(self) -> Callable[[], tuple[int, list[int]]]:
+        """Override: a callable that writes, where ``storage_factory`` opens, a record of an
+        older schema holding one run of trials; it returns the run's id and the trials' ids."""
+        raise NotImplementedError("override the older_record fixture")
 
     @pytest.fixture
     def storage(self, storage_factory: Callable[[], Storage]) -> Iterator[Storage]:
@@ -206,3 +219,26 @@ class StorageContract:
             assert again.new_trial_id() not in rows
         finally:
             again.close()
+
+    def test_an_older_record_is_brought_up_to_date_once(
+        self, storage_factory: Callable[[], Storage],
+        older_record: Callable[[], tuple[int, list[int]]],
+    ) -> None:
+        """A record an earlier version wrote is brought up to date by the first writer that
+        opens it, a second one opening it too: its rows read as they were, new ids come
+        after them, and a pass commits."""
+        run, rows = older_record()
+        first, second = storage_factory(), storage_factory()
+        try:
+            assert [t.id for t in first.reads.trials(run)] == rows
+            assert [t.id for t in second.reads.trials(run)] == rows
+            fresh = {first.new_trial_id(), second.new_trial_id()}
+            assert len(fresh) == 2
+            assert min(fresh) > max(rows)
+            batch = Batch()
+            _trial(batch, first, run, len(rows) + 1, "after")
+            first.commit(batch)
+            assert len(second.reads.trials(run)) == len(rows) + 1
+        finally:
+            first.close()
+            second.close()
