@@ -18,6 +18,7 @@ import dse
 from dse import TrialStatus
 from dse.record import sqlite
 from dse.record._batch import Batch
+from support.older import as_schema_8
 
 
 def new_run(store: dse.Store, name: str) -> int:
@@ -118,13 +119,7 @@ def test_a_record_of_schema_8_is_migrated_and_its_ids_continue_past_its_rows(
     run = new_run(store, "old")
     rows = add_trials(store, run, 1, 10)
     store.close()
-    # What dse wrote with schema 8: ids counted by each controller, no claims.
-    db = sqlite3.connect(path)
-    db.execute("DROP TABLE counters")
-    db.execute("DROP TABLE claims")
-    db.execute("UPDATE meta SET value='8' WHERE key='schema_version'")
-    db.commit()
-    db.close()
+    as_schema_8(path)
 
     first, second = dse.Store(path), dse.Store(path)  # the first migrates it in place
     try:
