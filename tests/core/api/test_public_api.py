@@ -31,7 +31,8 @@ def _lists() -> tuple[dict[str, str], dict[str, str], list[str]]:
                     imports[alias.asname or alias.name] = item.module
         elif isinstance(node, ast.AnnAssign | ast.Assign):
             target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
-            assert isinstance(target, ast.Name)
+            if not isinstance(target, ast.Name):  # `__getattr__, __dir__ = lazy_names(...)`
+                continue
             if target.id == "_LAZY":
                 lazy = ast.literal_eval(node.value)  # type: ignore[arg-type]
             elif target.id == "_MOVED":

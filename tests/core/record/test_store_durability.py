@@ -291,6 +291,7 @@ def test_a_new_record_appears_whole_or_not_at_all(
     # file with no table: the schema is written aside, then linked into place.
     from dse.record.sqlite import _connection
 
+    monkeypatch.delenv(sqlite.JOURNAL_ENV, raising=False)
     path = tmp_path / ".dse" / "dse.sqlite"
     seen: list[tuple[bool, list[str], str]] = []
     link = os.link

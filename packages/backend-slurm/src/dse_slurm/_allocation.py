@@ -545,14 +545,14 @@ class SlurmAllocationBackend(Backend):
         doc = _read_json(task.file(".exit.json"))
         if doc is not None and not task.cancel and _lost_to_ending(doc, run, pilot):
             return _to_next_pilot(task, pilot)
-        now = self.clock.time()
-        if doc is not None and not task.cancel and _fate_unknown(doc, run, pilot, now):
+        if doc is not None and not task.cancel and _fate_unknown(doc, run, pilot,
+                                                                 self.clock.time()):
             # Cancelled outside dse: the step alone, or the whole allocation? The pilot's next
             # heartbeat (it lives on) or its end says which; until then the attempt runs.
             return JobStatus(task.job_id, JobState.RUNNING, node=task.node,
                              started_at=task.started_at)
         if doc is not None:
-            status = _ended(task, doc, run, now)
+            status = _ended(task, doc, run, self.clock.time())
             if status is None:  # declined: waits for the next pilot
                 pilot.drain()
                 pilot.tasks.discard(task.job_id)
@@ -560,7 +560,7 @@ class SlurmAllocationBackend(Backend):
                 task.pilot = None
             return status
         if pilot.ended is not None:
-            return _interrupted(task, pilot, now)
+            return _interrupted(task, pilot, self.clock.time())
         if run is not None:
             return JobStatus(task.job_id, JobState.RUNNING, node=task.node,
                              started_at=task.started_at)
@@ -683,7 +683,7 @@ def _ended(task: _Task, doc: Mapping[str, Any], run: Mapping[str, Any] | None,
     state, code, sig, ambiguous, reason = _step_end(
         doc, started=run is not None, spec=task.spec, pilot_job=pilot.job_id
     )
-    if _cancelled_outside(doc, run) and pilot.ended is not None:
+    if state is JobState.CANCELLED and not doc.get("cancelled") and pilot.ended is not None:
         reason = f"allocation {pilot.job_id} ended {pilot.ended} while the attempt ran"
     task.ended_at = float(doc.get("ended_at") or now)
     node, where = _where(task, doc)

@@ -11,8 +11,9 @@ package (``dse.Store`` is ``dse.record.sqlite.Store``, ``dse.Engine`` is ``dse.e
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dse.model._lazy import lazy_names
 
 if TYPE_CHECKING:
     from dse._version import __version__
@@ -260,14 +261,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name) or _MOVED.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dse' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, {**_LAZY, **_MOVED}, __all__)
