@@ -11,7 +11,7 @@ import nox
 nox.options.sessions = ["tests", "isolation", "lint", "types"]
 nox.options.reuse_existing_virtualenvs = True
 
-PACKAGES = ["packages/core[report]", "packages/agents", "packages/backend-local",
+PACKAGES = ["packages/core[report,postgres]", "packages/agents", "packages/backend-local",
             "packages/backend-slurm"]
 TEST_DEPS = ["pytest>=8,<9.2", "pytest-xdist>=3", "hypothesis>=6.100"]
 """pytest 9.2 ignores the group pytest-xdist 3.8 gives an ``xdist_group`` test (it sets a node
@@ -36,7 +36,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def isolation(session: nox.Session) -> None:
     """Install only dse-core and run its tests: core must not need the other packages."""
-    session.install(*TEST_DEPS, "-epackages/core[testing]")
+    session.install(*TEST_DEPS, "-epackages/core[testing,postgres]")
     session.run("python", "-c", "import importlib.util as u, sys;"
                 " sys.exit(u.find_spec('dse_agents') is not None)")
     session.run("pytest", "-n", "auto", "tests/core", *session.posargs)

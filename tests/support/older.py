@@ -13,11 +13,21 @@ from dse.record.sqlite import Store
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from dse.record import Storage
+
 
 def schema_8(path: Path) -> tuple[int, list[int]]:
     """A record as dse wrote it with schema 8 (ids counted by each controller, no claims):
     one run of three trials; the run's id and the trials' ids."""
     store = Store(path)
+    run, rows = _three_trials(store)
+    store.close()
+    as_schema_8(path)
+    return run, rows
+
+
+def _three_trials(store: Storage) -> tuple[int, list[int]]:
+    """One run of three completed trials written to *store*."""
     run = store.create_campaign(name="old", source=None, spec={}, agent="list==1",
                                 backend="probe==1", mode="rolling", max_parallelism=1, now=1.0)
     batch, rows = Batch(), []
@@ -28,8 +38,6 @@ def schema_8(path: Path) -> tuple[int, list[int]]:
                         status=TrialStatus.COMPLETED, created_at=1.0, ended_at=2.0,
                         metrics={"value": 1.0}, score=1.0)
     store.commit(batch)
-    store.close()
-    as_schema_8(path)
     return run, rows
 
 
@@ -44,3 +52,19 @@ def as_schema_8(path: Path) -> None:
         db.commit()
     finally:
         db.close()
+
+
+def postgres_schema_17(url: str, workspace: Path) -> tuple[int, list[int]]:
+    """A PostgreSQL record as dse wrote it with schema 17 (no leases): one run of three
+    trials; the run's id and the trials' ids."""
+    import psycopg
+
+    from dse.record.postgres import PostgresStore
+
+    store = PostgresStore(url, workspace)
+    run, rows = _three_trials(store)
+    store.close()
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute("DROP TABLE leases")
+        db.execute("UPDATE meta SET value='17' WHERE key='schema_version'")
+    return run, rows

@@ -6,19 +6,24 @@ pytest process)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from dse.record.postgres import PostgresStore
 from dse.record.sqlite import Store
 from dse.testing.contracts import StorageContract
 from support.contracts import failed, run_suite
-from support.older import schema_8
+from support.older import postgres_schema_17, schema_8
+from support.postgres import drop_database, new_database
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
+
+    from dse.record import Storage
 
 
 class TestSQLiteStore(StorageContract):
@@ -29,6 +34,35 @@ class TestSQLiteStore(StorageContract):
     @pytest.fixture
     def older_record(self, tmp_path: Path) -> Callable[[], tuple[int, list[int]]]:
         return lambda: schema_8(tmp_path / ".dse" / "dse.sqlite")
+
+
+class TestPostgresStore(StorageContract):
+    """The contract on a real PostgreSQL server (``support.postgres``)."""
+
+    @pytest.fixture
+    def postgres_url(self) -> Iterator[str]:
+        url = new_database()
+        yield url
+        drop_database(url)
+
+    @pytest.fixture
+    def storage_factory(self, postgres_url: str, tmp_path: Path
+                        ) -> Callable[[], PostgresStore]:
+        return lambda: PostgresStore(postgres_url, tmp_path / ".dse")
+
+    @pytest.fixture
+    def older_record(self, postgres_url: str, tmp_path: Path
+                     ) -> Callable[[], tuple[int, list[int]]]:
+        return lambda: postgres_schema_17(postgres_url, tmp_path / ".dse")
+
+    @contextlib.contextmanager
+    def alive(self, storage: Storage, campaign: str) -> Iterator[None]:
+        """A live controller of another campaign holds its lease (the record says)."""
+        storage.take_lease(campaign, {"host": "elsewhere", "pid": 1}, 60.0)
+        try:
+            yield
+        finally:
+            storage.release_lease(campaign)
 
 
 _BROKEN = '''
@@ -119,4 +153,4 @@ def test_each_broken_storage_fails_the_test_named_for_its_mistake(tmp_path: Path
         "TestOwnCount::test_two_writers_never_hand_out_one_id",
         "TestGreedyClaims::test_a_config_runs_under_one_writer_and_its_result_is_reused",
     } <= found, outcome[-3000:]
-    assert "21 passed" in outcome, outcome[-3000:]  # what each copy does right still passes
+    assert "24 passed" in outcome, outcome[-3000:]  # what each copy does right still passes

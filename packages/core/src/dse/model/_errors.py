@@ -64,6 +64,11 @@ class LockedError(DseError, RuntimeError):
     """The campaign is held by another controller (the message names its host and pid)."""
 
 
+class LeaseLostError(LockedError):
+    """Another controller took over the campaign: this one's lease expired (it was stopped
+    or stalled past it). Its commit that found out failed whole; it stops writing."""
+
+
 class BackendError(DseError, RuntimeError):
     """A backend could not do what it was asked (for example, a submission was refused)."""
 

@@ -362,7 +362,11 @@ class Storage(Protocol):
     """
 
     path: Path
-    """Where the record is (a file, for SQLite)."""
+    """Where the record is: its file, for SQLite; the workspace, for a database server."""
+    where: str
+    """The record as messages name it: its file, or its URL without a password."""
+    workspace: Path
+    """Where this controller's trial directories and campaign lock files are."""
     read_only: bool
     """Opened to read only: every write is refused."""
 
@@ -472,6 +476,23 @@ class Storage(Protocol):
         attempt runs on (``orphan(job_id, trial_dir, attempt)``:
         :meth:`dse.Backend.still_running`).
         """
+        ...
+
+    def take_lease(self, campaign: str, holder: Mapping[str, Any], ttl_s: float) -> None:
+        """Take *campaign*'s lease for this store's controller (*holder*: its host, pid and
+        start, as messages name it): the record's word that it drives the campaign, on any
+        host. A lease renewed within its TTL by another controller is a
+        :class:`~dse.model._errors.LockedError` naming it; an expired one is taken over.
+        From then each :meth:`commit` renews it when a quarter of *ttl_s* has passed, in
+        the same transaction, and fails whole (:class:`~dse.model._errors.LeaseLostError`)
+        once another controller took it: a controller stalled past its lease writes nothing
+        more. Claims of a campaign whose lease expired are taken over like those of a
+        controller that is gone."""
+        ...
+
+    def release_lease(self, campaign: str) -> None:
+        """Give up *campaign*'s lease (the run ended); one this store does not hold is left
+        as it is."""
         ...
 
     def reset_claims(self, campaign: str, live: Mapping[str, int], now: float) -> None:

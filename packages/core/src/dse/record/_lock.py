@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from dse.model._errors import LockedError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
     from types import TracebackType
 
 _BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
@@ -415,16 +415,18 @@ def _named_holder(path: Path) -> LockHolder | None:
         return None
 
 
-def lock_held(workspace: str | Path, name: str) -> bool:
+def lock_held(workspace: str | Path, name: str, *,
+              remote: Callable[[], bool] | None = None, missing: bool = False) -> bool:
     """Whether a live controller holds campaign *name*'s lock in *workspace* (this process
     included), judged as :class:`CampaignLock` judges a lock it finds: the ``flock`` says so
     where there is one; without, the holder named in the file must be running on this host,
-    and a holder on another host is taken to be alive. No lock file: nobody holds it."""
+    and a holder on another host is alive if *remote* says so (its lease in the record; by
+    default it is taken to be alive). No lock file: *missing* (by default, nobody holds it)."""
     path = Path(workspace) / f"{name}.lock"
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)  # NFS flock needs write access
     except FileNotFoundError:
-        return False
+        return missing
     except OSError:
         return True  # cannot look: never judge a lock gone without seeing it
     try:
@@ -435,6 +437,8 @@ def lock_held(workspace: str | Path, name: str) -> bool:
         holder = LockHolder.from_json(_read_all(fd))
         if holder is None:
             return True  # maybe being written
-        return holder.host != socket.gethostname() or holder.is_running()
+        if holder.host != socket.gethostname():
+            return remote is None or remote()
+        return holder.is_running()
     finally:
         os.close(fd)  # drops the flock just taken, if any

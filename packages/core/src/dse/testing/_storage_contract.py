@@ -25,10 +25,12 @@ campaign locks of its workspace.
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import TYPE_CHECKING
 
 import pytest
 
+from dse.model._errors import LeaseLostError, LockedError
 from dse.model._states import AttemptState, FailureClass, TrialStatus
 from dse.record._batch import Batch
 
@@ -82,7 +84,7 @@ class StorageContract:
         campaign lock in the storage's workspace, as ``dse run`` does)."""
         from dse.record._lock import CampaignLock
 
-        with CampaignLock(storage.path.parent, campaign):
+        with CampaignLock(storage.workspace, campaign):
             yield
 
     def test_a_new_record_has_no_runs(self, storage: Storage) -> None:
@@ -180,6 +182,52 @@ class StorageContract:
             assert reused["same"].result.id == row_a
             free = two.claim({"other": row_b}, "b", _T0 + 6)
             assert free["other"].mine
+        finally:
+            one.close()
+            two.close()
+
+    def test_a_lease_is_held_against_another_writer(
+        self, storage_factory: Callable[[], Storage]
+    ) -> None:
+        """A campaign's lease, renewed, is refused to another controller (the message names
+        its holder); released, it is the other's."""
+        one, two = storage_factory(), storage_factory()
+        try:
+            one.take_lease("a", {"host": "one", "pid": 11}, 60.0)
+            with pytest.raises(LockedError, match="pid 11 on one"):
+                two.take_lease("a", {"host": "two", "pid": 22}, 60.0)
+            two.take_lease("b", {"host": "two", "pid": 22}, 60.0)  # another campaign's
+            one.release_lease("a")
+            two.take_lease("a", {"host": "two", "pid": 22}, 60.0)
+        finally:
+            one.close()
+            two.close()
+
+    def test_an_expired_lease_is_taken_over_and_its_holder_fenced(
+        self, storage_factory: Callable[[], Storage]
+    ) -> None:
+        """A lease not renewed within its TTL is taken over by another controller, and its
+        first holder's next commit fails whole (it writes nothing more); a claim of the
+        first holder's campaign is taken over too."""
+        one, two = storage_factory(), storage_factory()
+        try:
+            run = _run(one, "a")
+            one.take_lease("a", {"host": "one", "pid": 11}, 0.5)
+            batch = Batch()
+            row = _trial(batch, one, run, 1, "same")
+            one.claim({"same": row}, "a", _T0)
+            one.commit(batch)
+            other, deadline = two.new_trial_id(), time.monotonic() + 30
+            # The claim waits on a's trial until the TTL passes on the record's clock.
+            while not two.claim({"same": other}, "b", _T0)["same"].mine:
+                assert time.monotonic() < deadline, "an expired lease's claim was never freed"
+                time.sleep(0.1)
+            two.take_lease("a", {"host": "two", "pid": 22}, 60.0)
+            late = Batch()
+            _trial(late, one, run, 2, "late")
+            with pytest.raises(LeaseLostError):
+                one.commit(late)
+            assert [t.number for t in two.reads.trials(run)] == [1]
         finally:
             one.close()
             two.close()

@@ -1,12 +1,13 @@
 """The SQLite record: one file per workspace (``<workspace>/dse.sqlite``), the default storage.
 
 :class:`Store` implements the storage interface of :mod:`dse.record` by composition: its
-reads (:class:`~dse.record.sqlite._reads.Reads`, ``Summaries``, ``Stops``) each take the
+reads (:class:`~dse.record.sql._reads.Reads`, ``Summaries``, ``Stops``) each take the
 connection; the schema, the migrations and the statements of a pass's writes are modules of
 their own.
 """
 
 from dse.record._records import TrialSelection
+from dse.record.sql._schema import OLDEST_SCHEMA, SCHEMA_VERSION
 from dse.record.sqlite._connection import check_writable, header_damage
 from dse.record.sqlite._files import (
     DB_NAME,
@@ -16,8 +17,6 @@ from dse.record.sqlite._files import (
     mount_of,
     workspace_db,
 )
-from dse.record.sqlite._migrations import OLDEST_SCHEMA
-from dse.record.sqlite._schema import SCHEMA_VERSION
 from dse.record.sqlite._store import Store, open_existing, rebuild_summaries
 
 __all__ = [

@@ -7,14 +7,15 @@ import contextlib
 import functools
 import os
 import sqlite3
+import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from dse.model._errors import DamagedRecordError, StorageError, StoreError
 from dse.record._busy import BusyWait
+from dse.record.sql._schema import MIGRATIONS, SCHEMA_VERSION
 from dse.record.sqlite._files import journal_mode_for
-from dse.record.sqlite._migrations import MIGRATIONS, bring_up_to_date, schema_version
-from dse.record.sqlite._schema import SCHEMA_VERSION
+from dse.record.sqlite._migrations import bring_up_to_date, schema_version
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -170,6 +171,8 @@ def _connect(target: str | Path, path: Path, say: Callable[[str], None] | None, 
                          factory=_Connection)
     db.path = path
     db.wait = BusyWait(path, say)
+    # The record's clock (leases): this host's, as every controller of the file shares it.
+    db.create_function("dse_now", 0, time.time)
     return db
 
 

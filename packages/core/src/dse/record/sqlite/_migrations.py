@@ -8,17 +8,8 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 from dse.model._errors import StoreError
-from dse.record.sqlite._schema import (
-    BACKFILL_11,
-    BACKFILL_12,
-    BACKFILL_15,
-    NEW_COLUMNS_16,
-    NEW_COLUMNS_17,
-    NEW_TABLES_7,
-    NEW_TABLES_9,
-    NEW_TABLES_10,
-    NEW_TABLES_13,
-    NEW_TABLES_14,
+from dse.record.sql._schema import (
+    MIGRATIONS,
     SCHEMA,
     SCHEMA_VERSION,
     SUMMARIES,
@@ -83,45 +74,3 @@ def _has_column(db: sqlite3.Connection, statement: str) -> bool:
     added = _ADD_COLUMN.match(statement.strip())
     return added is not None and added["column"] in {
         row[1] for row in db.execute(f"PRAGMA table_info({added['table']})")}
-
-
-MIGRATIONS: dict[int, tuple[str, ...]] = {
-    3: ("ALTER TABLE attempts ADD COLUMN usage TEXT",),
-    4: ("ALTER TABLE attempts ADD COLUMN spend TEXT",),
-    5: ("ALTER TABLE trials ADD COLUMN data_version TEXT",
-        "ALTER TABLE trials ADD COLUMN data_version_read TEXT"),
-    6: ("ALTER TABLE trials ADD COLUMN dependencies TEXT",
-        "ALTER TABLE trials ADD COLUMN replaces INTEGER REFERENCES trials(id)",
-        "ALTER TABLE trials ADD COLUMN invalidation INTEGER REFERENCES invalidations(id)",
-        *NEW_TABLES_7.split(";")),
-    7: ("ALTER TABLE attempts ADD COLUMN expected_s REAL",),
-    8: (*NEW_TABLES_9.split(";"),
-        "INSERT OR IGNORE INTO counters(name, next)"
-        " SELECT 'trials', COALESCE(MAX(id), 0) + 1 FROM trials",
-        "INSERT OR IGNORE INTO counters(name, next)"
-        " SELECT 'attempts', COALESCE(MAX(id), 0) + 1 FROM attempts"),
-    9: tuple(NEW_TABLES_10.split(";")),
-    10: (*SUMMARIES, *BACKFILL_11),
-    11: (*SUMMARIES_12, *BACKFILL_12),
-    12: tuple(NEW_TABLES_13.split(";")),
-    13: tuple(NEW_TABLES_14.split(";")),
-    14: (*SUMMARIES_15, *BACKFILL_15),
-    15: tuple(NEW_COLUMNS_16.split(";")),
-    16: NEW_COLUMNS_17,
-}
-
-
-"""Statements that take a record from schema version *key* to *key* + 1."""
-
-
-OLDEST_SCHEMA = min(MIGRATIONS)
-
-
-"""The oldest schema version this dse migrates. Every step leaves what a record has already
-as it is (a column there, a table there, a summary rebuilt whole), so a record whose version
-cannot be read (``dse doctor --salvage``) is migrated from here."""
-
-
-REBUILD = (*BACKFILL_11, *BACKFILL_12, *BACKFILL_15)
-"""Every summary SQLite keeps as rows are written, built again from the rows (a summary of a
-new schema adds its backfill here)."""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from dse.model._spend import Earlier, Spend
 from dse.model._states import TrialStatus
 from dse.record._records import VersionTally
-from dse.record.sqlite._rows import (
+from dse.record.sql._rows import (
     OPEN,
     SCORE,
     SPEND_KEYS,
@@ -100,7 +100,7 @@ class Summaries(Queries):
 
     def mismatched_numbers(self, campaign_id: int) -> list[int]:
         ((some,),) = self.rows("SELECT COUNT(*) FROM run_tallies WHERE campaign_id = ? AND"
-                                " mismatched AND trials > 0", (campaign_id,))
+                                " mismatched <> 0 AND trials > 0", (campaign_id,))
         if not some:
             return []
         return [int(n) for (n,) in self.rows(
@@ -120,7 +120,8 @@ class Summaries(Queries):
         return [
             VersionTally(v or None, int(n), int(done) - int(flagged.get(v, 0)), int(odd))
             for v, n, done, odd in self.rows(
-                "SELECT version, SUM(trials), TOTAL(trials * (status = ? AND scored)),"
+                "SELECT version, SUM(trials), TOTAL(CASE WHEN status = ? AND scored <> 0"
+                " THEN trials ELSE 0 END),"
                 " TOTAL(trials * mismatched) FROM run_tallies WHERE campaign_id = ?"
                 " GROUP BY version HAVING SUM(trials) > 0 ORDER BY MIN(first)",
                 (TrialStatus.COMPLETED.value, campaign_id),

@@ -1,11 +1,13 @@
-"""The record's schema: its tables, the summaries triggers keep up to date, and what each
-schema version added (:mod:`dse.record.sqlite._migrations` applies those to an older record)."""
+"""The record's schema, in SQLite's dialect: its tables, the summaries triggers keep up to
+date, and what each schema version added (:data:`MIGRATIONS`: SQLite's
+:mod:`dse.record.sqlite._migrations` applies them to an older record; PostgreSQL's schema is
+translated from these, :mod:`dse.record.postgres._schema`)."""
 
 from __future__ import annotations
 
-from dse.record.sqlite._rows import ENDED, OPEN, SPEND_KEYS
+from dse.record.sql._rows import ENDED, OPEN, SPEND_KEYS
 
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 18
 
 
 NEW_TABLES_7 = """
@@ -114,6 +116,23 @@ each controller's monotonic clock, kept at every pass that writes and at least e
 resume and the campaign's runs."""
 
 
+NEW_TABLES_18 = """
+CREATE TABLE IF NOT EXISTS leases (
+    campaign TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    token TEXT NOT NULL,
+    renewed_at REAL NOT NULL,
+    ttl_s REAL NOT NULL
+)
+"""
+
+
+"""Schema 18: each campaign's lease (``leases``): the controller that holds it (JSON: host,
+pid, its start), a token only it knows, when it last renewed it (on the record's clock) and
+for how long a renewal holds. A lease not renewed within its TTL is taken over, on any host;
+a controller whose lease was taken fails its next commit and stops."""
+
+
 NEW_TABLES_14 = """
 ALTER TABLE trials ADD COLUMN stop_step INTEGER;
 ALTER TABLE agent_log ADD COLUMN stops TEXT;
@@ -173,13 +192,13 @@ _UPSERT_STOP = (" ON CONFLICT (campaign_id, kind, rung, step) DO UPDATE SET tria
 _STOP_COLUMNS = "campaign_id, kind, rung, step, trials, wall_s, cpu_s, gpu_s, node_s, money"
 
 
-def _end_delta(sign: str, campaign: str, trial: str, key: str, when: str = "1") -> str:
+def _end_delta(sign: str, campaign: str, trial: str, key: str, when: str = "1 = 1") -> str:
     """Add (*sign* ``+``) or take away (``-``) trial *trial*'s count and its attempts' spend
     at ``stop_totals`` *key* (kind, rung, step), when *when* holds."""
     spend = ", ".join(f"TOTAL(json_extract(spend, '$.{k}')) AS {k}" for k in SPEND_KEYS)
     return (f"INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT {campaign}, {key}, {sign}1, "
             + ", ".join(f"{sign}{k}" for k in SPEND_KEYS)
-            + f" FROM (SELECT {spend} FROM attempts WHERE trial_id = {trial}) WHERE {when}"
+            + f" FROM (SELECT {spend} FROM attempts WHERE trial_id = {trial}) AS s WHERE {when}"
             + _UPSERT_STOP)
 
 
@@ -273,11 +292,11 @@ BACKFILL_15: tuple[str, ...] = (
 def _tally_key(row: str) -> str:
     """The ``run_tallies`` key columns of trial *row* (``NEW`` or ``OLD`` in a trigger)."""
     version = f"IFNULL(COALESCE(NULLIF({row}.data_version_read, ''), {row}.data_version), '')"
-    mismatch = (f"IFNULL({row}.data_version_read IS NOT NULL AND {row}.data_version_read <> ''"
-                f" AND {row}.data_version IS NOT NULL AND {row}.data_version <> '' AND"
-                f" {row}.data_version_read <> {row}.data_version, 0)")
+    mismatch = (f"CASE WHEN {row}.data_version_read IS NOT NULL AND {row}.data_version_read"
+                f" <> '' AND {row}.data_version IS NOT NULL AND {row}.data_version <> '' AND"
+                f" {row}.data_version_read <> {row}.data_version THEN 1 ELSE 0 END")
     return (f"{row}.campaign_id, {version}, {row}.status, IFNULL({row}.failure, ''),"
-            f" {row}.score IS NOT NULL, {mismatch}")
+            f" CASE WHEN {row}.score IS NOT NULL THEN 1 ELSE 0 END, {mismatch}")
 
 
 _TALLY_COLUMNS = "campaign_id, version, status, failure, scored, mismatched"
@@ -343,7 +362,8 @@ BACKFILL_11: tuple[str, ...] = (
     f"INSERT INTO run_tallies SELECT {_tally_key('trials')}, COUNT(*), MIN(number)"
     " FROM trials GROUP BY 1, 2, 3, 4, 5, 6",
     f"INSERT INTO run_totals(campaign_id, dispatched, {', '.join(SPEND_KEYS)})"
-    " SELECT t.campaign_id, SUM(a.attempt = 1 AND t.cache_of IS NULL), "
+    " SELECT t.campaign_id, SUM(CASE WHEN a.attempt = 1 AND t.cache_of IS NULL THEN 1 ELSE 0"
+    " END), "
     + ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in SPEND_KEYS)
     + " FROM attempts a JOIN trials t ON t.id = a.trial_id GROUP BY t.campaign_id",
 )
@@ -358,7 +378,8 @@ def _seconds(row: str) -> str:
 
 def _made_dir(row: str) -> str:
     """Whether trial *row* (``NEW`` or ``OLD``) was given a directory (not a cache hit)."""
-    return f"({row}.cache_of IS NULL AND IFNULL({row}.trial_dir, '') != '')"
+    return (f"(CASE WHEN {row}.cache_of IS NULL AND IFNULL({row}.trial_dir, '') != ''"
+            " THEN 1 ELSE 0 END)")
 
 
 SUMMARIES_12: tuple[str, ...] = (
@@ -399,7 +420,7 @@ SUMMARIES_12: tuple[str, ...] = (
 BACKFILL_12: tuple[str, ...] = (
     "INSERT OR IGNORE INTO run_totals(campaign_id) SELECT DISTINCT campaign_id FROM trials",
     f"UPDATE run_totals SET trial_dirs = (SELECT COUNT(*) FROM trials t WHERE"
-    f" t.campaign_id = run_totals.campaign_id AND {_made_dir('t')}),"
+    f" t.campaign_id = run_totals.campaign_id AND {_made_dir('t')} = 1),"
     " wave = (SELECT COALESCE(MAX(wave), 0) FROM trials t"
     " WHERE t.campaign_id = run_totals.campaign_id),"
     f" attempt_s = (SELECT TOTAL({_seconds('a')}) FROM attempts a JOIN trials t"
@@ -494,4 +515,47 @@ CREATE TABLE IF NOT EXISTS agent_log (
 );
 CREATE INDEX IF NOT EXISTS agent_log_campaign ON agent_log(campaign_id, id);
 """ + ";".join((NEW_TABLES_7, NEW_TABLES_9, NEW_TABLES_10, NEW_TABLES_13, NEW_TABLES_14,
-                NEW_COLUMNS_16))
+                NEW_COLUMNS_16, NEW_TABLES_18))
+
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    3: ("ALTER TABLE attempts ADD COLUMN usage TEXT",),
+    4: ("ALTER TABLE attempts ADD COLUMN spend TEXT",),
+    5: ("ALTER TABLE trials ADD COLUMN data_version TEXT",
+        "ALTER TABLE trials ADD COLUMN data_version_read TEXT"),
+    6: ("ALTER TABLE trials ADD COLUMN dependencies TEXT",
+        "ALTER TABLE trials ADD COLUMN replaces INTEGER REFERENCES trials(id)",
+        "ALTER TABLE trials ADD COLUMN invalidation INTEGER REFERENCES invalidations(id)",
+        *NEW_TABLES_7.split(";")),
+    7: ("ALTER TABLE attempts ADD COLUMN expected_s REAL",),
+    8: (*NEW_TABLES_9.split(";"),
+        "INSERT OR IGNORE INTO counters(name, next)"
+        " SELECT 'trials', COALESCE(MAX(id), 0) + 1 FROM trials",
+        "INSERT OR IGNORE INTO counters(name, next)"
+        " SELECT 'attempts', COALESCE(MAX(id), 0) + 1 FROM attempts"),
+    9: tuple(NEW_TABLES_10.split(";")),
+    10: (*SUMMARIES, *BACKFILL_11),
+    11: (*SUMMARIES_12, *BACKFILL_12),
+    12: tuple(NEW_TABLES_13.split(";")),
+    13: tuple(NEW_TABLES_14.split(";")),
+    14: (*SUMMARIES_15, *BACKFILL_15),
+    15: tuple(NEW_COLUMNS_16.split(";")),
+    16: NEW_COLUMNS_17,
+    17: tuple(NEW_TABLES_18.split(";")),
+}
+
+
+"""Statements that take a record from schema version *key* to *key* + 1."""
+
+
+OLDEST_SCHEMA = min(MIGRATIONS)
+
+
+"""The oldest schema version this dse migrates. Every step leaves what a record has already
+as it is (a column there, a table there, a summary rebuilt whole), so a record whose version
+cannot be read (``dse doctor --salvage``) is migrated from here."""
+
+
+REBUILD = (*BACKFILL_11, *BACKFILL_12, *BACKFILL_15)
+"""Every summary SQLite keeps as rows are written, built again from the rows (a summary of a
+new schema adds its backfill here)."""

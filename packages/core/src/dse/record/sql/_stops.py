@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from dse.model._spend import Spend
 from dse.record._records import DecisionRow, ProgressRow, StopTally, Trial
-from dse.record.sqlite._rows import SPEND_KEYS, TRIAL, Queries, as_trial, loads
-from dse.record.sqlite._writes import DECISION
+from dse.record.sql._rows import SPEND_KEYS, TRIAL, Queries, as_trial, loads
+from dse.record.sql._writes import DECISION
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence

@@ -23,7 +23,7 @@ from dse.record._records import (
     Trial,
     TrialRef,
 )
-from dse.record.sqlite._rows import (
+from dse.record.sql._rows import (
     ATTEMPT_A,
     ATTEMPT_STATE,
     CAMPAIGN,
@@ -275,9 +275,12 @@ class Reads(Queries):
         out: dict[int, tuple[int, ProgressRow]] = {}
         for chunk in chunks(list(trial_rows)):
             for row, n, _, attempt, step, metrics, at in self.rows(
-                "SELECT trial_id, COUNT(*), MAX((attempt << 40) | step), attempt, step, metrics,"
-                f" at FROM progress WHERE trial_id IN ({','.join('?' * len(chunk))})"
-                " GROUP BY trial_id", tuple(chunk)):
+                # The last point (highest step of the latest attempt) by its key, then read.
+                "SELECT p.trial_id, l.n, l.k, p.attempt, p.step, p.metrics, p.at FROM"
+                " (SELECT trial_id, COUNT(*) AS n, MAX((attempt << 40) | step) AS k FROM"
+                f" progress WHERE trial_id IN ({','.join('?' * len(chunk))}) GROUP BY trial_id)"
+                " AS l JOIN progress p ON p.trial_id = l.trial_id AND p.attempt = l.k >> 40"
+                " AND p.step = l.k & 1099511627775", tuple(chunk)):
                 out[row] = (n, ProgressRow(attempt, step, loads(metrics), at))
         return out
 

@@ -69,8 +69,9 @@ INSERT_AGENT_CALL = (
 )
 
 SNAPSHOT = (
-    "INSERT OR REPLACE INTO agent_snapshots(campaign_id, log_id, state, unobserved)"
-    " VALUES (?,?,?,?)"
+    "INSERT INTO agent_snapshots(campaign_id, log_id, state, unobserved) VALUES (?,?,?,?)"
+    " ON CONFLICT (campaign_id) DO UPDATE SET log_id = excluded.log_id,"
+    " state = excluded.state, unobserved = excluded.unobserved"
 )
 
 END_CAMPAIGN = "UPDATE campaigns SET status=?, end_reason=?, ended_at=? WHERE id=?"
@@ -85,7 +86,14 @@ RELINK = "UPDATE trials SET cache_of=? WHERE id=?"
 RELEASE = "DELETE FROM claims WHERE trial_id=?"
 
 CLAIM = (
-    "INSERT OR REPLACE INTO claims(config_hash, trial_id, campaign, claimed_at) VALUES (?,?,?,?)"
+    "INSERT INTO claims(config_hash, trial_id, campaign, claimed_at) VALUES (?,?,?,?)"
+    " ON CONFLICT (config_hash) DO UPDATE SET trial_id = excluded.trial_id,"
+    " campaign = excluded.campaign, claimed_at = excluded.claimed_at"
+)
+
+INSERT_CAMPAIGN = (
+    "INSERT INTO campaigns(name, source, spec, agent, backend, mode, max_parallelism,"
+    " status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)"
 )
 
 RESERVE = (

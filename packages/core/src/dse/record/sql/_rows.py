@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from dse.model._spend import Spend
 from dse.model._states import (
@@ -19,8 +19,7 @@ from dse.model._states import (
 from dse.record._records import Attempt, CampaignRun, Score, Trial, TrialRef
 
 if TYPE_CHECKING:
-    import sqlite3
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
     from pathlib import Path
 
 
@@ -110,17 +109,18 @@ def as_campaign(r: tuple[Any, ...]) -> CampaignRun:
                        _CAMPAIGN_STATUS[r[8]], r[9], r[10], r[11])
 
 
-def as_trial(r: tuple[Any, ...], root: Path) -> Trial:
+def as_trial(r: tuple[Any, ...], root: Path | None) -> Trial:
     return Trial(r[0], r[1], r[2], r[3], r[4], r[5], r[6], TRIAL_STATUS[r[7]], _FAILURE[r[8]],
                  r[9], r[10], r[11], r[12], absolute_dir(r[13], root), r[14], r[15], r[16], r[17],
                  r[18], r[19], r[20], r[21], r[22])
 
 
-def absolute_dir(stored: str | None, root: Path) -> str | None:
+def absolute_dir(stored: str | None, root: Path | None) -> str | None:
     """A trial directory the record keeps, as a path of this machine: one recorded where the
     workspace *root* lay before it moved (or was copied) whole is read where it is now, since
     every run puts its trials in ``<campaign>/run-<run>/<number>`` of its workspace."""
-    if not stored or stored.startswith(f"{root}{os.sep}") or not os.path.isabs(stored):
+    if (not stored or root is None or stored.startswith(f"{root}{os.sep}")
+            or not os.path.isabs(stored)):
         return stored
     head, number = os.path.split(stored)
     head, run = os.path.split(head)
@@ -174,19 +174,45 @@ _T = TypeVar("_T")
 SPEND_KEYS = ("wall_s", "cpu_s", "gpu_s", "node_s", "money")
 
 
+class Cursor(Protocol):
+    """What a statement run on a :class:`Connection` gives back (a DB-API cursor)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def close(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Connection(Protocol):
+    """The connection :class:`Queries` read through: SQLite's, or one that takes the same SQL
+    (``?`` marks, SQLite's functions) to another database
+    (:class:`dse.record.postgres._dialect.Translating`)."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Cursor: ...
+
+    def executemany(self, sql: str, rows: Any, /) -> Cursor: ...
+
+
 class Queries:
     """Reads on one connection of the record: rows in, values of :mod:`dse.record._records`
-    out. :class:`~dse.record.sqlite._reads.Reads`, ``Summaries`` and ``Stops`` are its kinds;
+    out. :class:`~dse.record.sql._reads.Reads`, ``Summaries`` and ``Stops`` are its kinds;
     a :class:`~dse.record.sqlite._store.Store` holds one of each."""
 
     __slots__ = ("db", "path", "root")
 
-    def __init__(self, db: sqlite3.Connection, path: Path, root: Path) -> None:
+    def __init__(self, db: Connection, path: Path, root: Path | None) -> None:
         self.db = db
         self.path = path
-        """The record's file."""
+        """Where the record is (its file; for a database server, its workspace)."""
         self.root = root
-        """The workspace where it is now (its trial directories are read there)."""
+        """The workspace where a record file is now (its trial directories are read there);
+        ``None`` for a database server's record, whose trial directories are as recorded."""
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Every row *sql* reads."""

@@ -1,0 +1,7 @@
+"""The PostgreSQL record (``pip install 'dse-core[postgres]'``): one database that controllers
+on many hosts share, named by a URL. The same rows, summaries and reads as the SQLite
+workspace (:mod:`dse.record.sql`), translated (:mod:`dse.record.postgres._dialect`)."""
+
+from dse.record.postgres._store import SCHEMES, PostgresStore, is_url, shown
+
+__all__ = ["SCHEMES", "PostgresStore", "is_url", "shown"]

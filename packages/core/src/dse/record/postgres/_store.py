@@ -1,0 +1,186 @@
+"""The record in a PostgreSQL database, for a team: controllers on many hosts write one record.
+
+Chosen by a URL (``--record postgresql://host/db``, ``DSE_RECORD``, ``[campaign] record``);
+credentials come the usual libpq ways (``PGPASSWORD``, ``~/.pgpass``, a service file) and are
+never recorded or printed: :func:`shown` is the URL without its password. The workspace
+keeps the trial directories (and each controller's logs); the record keeps every row.
+
+Every write is one transaction (a pass, a claim, a reserved block of ids) and is run again
+when PostgreSQL aborts it for a deadlock or a serialization failure; a claim runs
+``SERIALIZABLE``, so two controllers never both take one configuration. Reads run outside
+transactions, each statement its own snapshot: they never hold back a writer.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import urllib.parse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from dse.model._errors import StorageError, StoreError
+from dse.record.postgres._dialect import Translating
+from dse.record.postgres._schema import bring_up_to_date, schema_version
+from dse.record.sql._reads import Reads
+from dse.record.sql._schema import SCHEMA_VERSION
+from dse.record.sql._stops import Stops
+from dse.record.sql._store import SqlStore
+from dse.record.sql._summaries import Summaries
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+_T = TypeVar("_T")
+
+
+SCHEMES = ("postgresql://", "postgres://")
+
+
+"""The record URLs a PostgreSQL record is named by (libpq's)."""
+
+
+RETRIES = 50
+
+
+"""How many times a transaction PostgreSQL aborted (deadlock, serialization failure) is run
+again before its error is raised."""
+
+
+def is_url(text: str | Path | None) -> bool:
+    """Whether *text* names a PostgreSQL record (a URL) rather than a workspace."""
+    return isinstance(text, str) and text.startswith(SCHEMES)
+
+
+def shown(url: str) -> str:
+    """*url* as it may be printed and recorded: without its password."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}@" if parts.username else ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=user + host))
+
+
+class PostgresStore(SqlStore):
+    """Implements :class:`dse.record._base.Storage` (each method's documentation is there) in
+    the PostgreSQL database *url* names; *workspace* is where this controller's trial
+    directories are."""
+
+    _db: Translating
+
+    def __init__(self, url: str, workspace: str | Path, *, connect: bool = True,
+                 read_only: bool = False, say: Callable[[str], None] | None = None) -> None:
+        self.url = url
+        self.where = shown(url)
+        """The record, as messages name it (no password)."""
+        self.workspace = Path(workspace)
+        self.path = self.workspace
+        self.read_only = read_only
+        self.say = say
+        self._root = None
+        if connect:
+            self.connect()
+
+    def connect(self) -> None:
+        """See :meth:`dse.record.Storage.connect`."""
+        try:
+            import psycopg
+        except ImportError:
+            raise StoreError(f"{self.where}: a PostgreSQL record needs psycopg: pip install"
+                             " 'dse-core[postgres]'") from None
+        try:
+            connection = psycopg.connect(self.url, autocommit=True,
+                                         application_name="dse")
+        except psycopg.Error as exc:
+            raise StoreError(f"{self.where}: cannot open the record"
+                             f" ({_first_line(exc)})") from None
+        connection.adapters.register_loader("numeric", _number_loader())
+        try:
+            if self.read_only:
+                found = schema_version(connection)
+                if found is None:
+                    raise StoreError(f"{self.where}: no dse record here (run `dse run"
+                                     " CAMPAIGN.toml --record URL` first)")
+                if found != str(SCHEMA_VERSION):
+                    raise StoreError(f"{self.where}: schema version {found}, this dse reads"
+                                     f" {SCHEMA_VERSION} (a `dse run` migrates it)")
+                connection.execute("SET default_transaction_read_only = on")
+            else:
+                bring_up_to_date(connection, self.where)
+        except BaseException:
+            connection.close()
+            raise
+        self._connection = connection
+        self._db = db = Translating(connection)
+        self.reads = Reads(db, self.path, None)
+        """The record's rows: runs, trials, attempts, events, scores, agent calls."""
+        self.summaries = Summaries(db, self.path, None)
+        """Aggregates whose cost does not grow with what they print."""
+        self.stops = Stops(db, self.path, None)
+        """What a stopping rule decided, and the learning curves it read."""
+        self._forget()
+
+    def close(self) -> None:
+        """See :meth:`dse.record.Storage.close`."""
+        self._connection.close()
+
+    # -- what SqlStore asks of a database --------------------------------------------------
+
+    def _transaction(self, body: Callable[[], _T], *, light: bool = False,
+                     serializable: bool = False) -> _T:
+        import psycopg
+        from psycopg import errors
+
+        for attempt in range(RETRIES + 1):
+            try:
+                with self._connection.transaction():
+                    if serializable:
+                        self._connection.execute(
+                            "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+                    if light:
+                        self._connection.execute("SET LOCAL synchronous_commit = off")
+                    return body()
+            except (errors.SerializationFailure, errors.DeadlockDetected):
+                if attempt == RETRIES:
+                    raise
+                time.sleep(random.uniform(0, 0.002 * 2 ** min(attempt, 8)))
+            except (errors.DiskFull, errors.ReadOnlySqlTransaction,
+                    errors.InsufficientPrivilege) as exc:
+                raise StorageError(f"{self.where}: cannot write the record"
+                                   f" ({_first_line(exc)}); nothing already recorded is lost"
+                                   ) from None
+            except psycopg.OperationalError as exc:
+                raise StorageError(f"{self.where}: the record is unreachable"
+                                   f" ({_first_line(exc)}); nothing already recorded is lost"
+                                   ) from None
+        raise AssertionError("unreachable")
+
+    def _inserted_id(self, sql: str, params: Sequence[Any]) -> int:
+        (row,) = self._db.execute(f"{sql} RETURNING id", params).fetchall()
+        return int(row[0])
+
+    def _inserted_ids(self, sql: str, rows: list[tuple[Any, ...]]) -> list[int]:
+        return [int(r[0]) for r in self._db.returning(f"{sql} RETURNING id", rows)]
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _number_loader() -> type:
+    """A loader of ``numeric`` values (what ``SUM`` of integers gives) as Python numbers: an
+    ``int`` when whole, as SQLite gives them."""
+    from psycopg.adapt import Loader
+
+    class NumberLoader(Loader):
+        def load(self, data: Any) -> int | float:
+            text = bytes(data)
+            try:
+                return int(text)
+            except ValueError:
+                return float(text)
+
+    return NumberLoader

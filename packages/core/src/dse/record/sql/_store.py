@@ -1,0 +1,472 @@
+"""What a record on a SQL database writes, whatever database: ids from reserved blocks, a
+pass in one transaction, invalidations, claims of configurations and the campaigns' leases.
+
+:class:`SqlStore` implements those of :class:`dse.record.Storage`; a database's store
+(:class:`dse.record.sqlite.Store`, :class:`dse.record.postgres.PostgresStore`) says how a
+transaction is run (and retried), how a new row's id is read back and whether a campaign's
+controller lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from dse.model._errors import LeaseLostError, LockedError
+from dse.model._numbers import is_int64
+from dse.record._batch import dumps
+from dse.record._records import Claim
+from dse.record.sql._rows import REUSABLE_ROW, TRIAL, absolute_dir, as_trial, chunks, loads
+from dse.record.sql._writes import (
+    CLAIM,
+    FIRST_BLOCK,
+    INSERT_CAMPAIGN,
+    LAST_BLOCK,
+    RELEASE,
+    RESERVE,
+    SNAPSHOT,
+    STATEMENTS,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from dse.record._base import Orphan
+    from dse.record._batch import Batch
+    from dse.record._records import TrialSelection
+    from dse.record.sql._reads import Reads
+    from dse.record.sql._rows import Connection
+    from dse.record.sql._stops import Stops
+    from dse.record.sql._summaries import Summaries
+
+_T = TypeVar("_T")
+
+
+LEASE_FLOOR_S = 15.0
+
+
+"""The shortest lease a campaign's controller holds: a controller stalled longer than this
+(a machine swapping, a process stopped) loses its campaign to another."""
+
+
+class SqlStore:
+    """The writes of :class:`dse.record.Storage` on a SQL database (each method's
+    documentation is there). A subclass connects and provides :meth:`_transaction`,
+    :meth:`_inserted_id`, :meth:`_inserted_ids` and :meth:`_alive`."""
+
+    path: Path
+    read_only: bool
+    workspace: Path
+    """Where the campaigns' trial directories and lock files are."""
+    reads: Reads
+    summaries: Summaries
+    stops: Stops
+    _db: Connection
+    _root: Path | None
+
+    def _forget(self) -> None:
+        """Forget the ids, claims and leases of an earlier connection."""
+        # Ids are handed out from blocks the record reserved for this Store: [next, end).
+        self._next_trial = self._end_trial = self._next_attempt = self._end_attempt = 0
+        self._blocks = {"trials": FIRST_BLOCK, "attempts": FIRST_BLOCK}
+        self._claiming = False
+        """Whether this Store claimed configs (its trials' ends then release them)."""
+        self._leases: dict[str, tuple[str, float, float]] = {}
+        """Campaign -> (token, TTL, when it was last renewed on this process's clock)."""
+
+    # -- what a database provides ------------------------------------------------------
+
+    def _transaction(self, body: Callable[[], _T], *, light: bool = False,
+                     serializable: bool = False) -> _T:
+        """*body*'s statements in one write transaction, committed; rolled back if it raises.
+        *light*: the commit need not reach the disk on its own (reserved ids, claims);
+        *serializable*: what *body* read stays true until the commit (else it is run again)."""
+        raise NotImplementedError
+
+    def _inserted_id(self, sql: str, params: Sequence[Any]) -> int:
+        """Run the ``INSERT`` *sql* and return the id of the row it made."""
+        raise NotImplementedError
+
+    def _inserted_ids(self, sql: str, rows: list[tuple[Any, ...]]) -> list[int]:
+        """Run the ``INSERT`` *sql* once per row of *rows*; the ids of the rows made, in
+        order."""
+        raise NotImplementedError
+
+    def _alive(self, campaign: str) -> bool:
+        """Whether a controller of *campaign* lives (holds its lock or a fresh lease)."""
+        return self._lease_fresh(campaign)
+
+    # -- ids ------------------------------------------------------------------------------
+
+    def new_trial_id(self) -> int:
+        """See :meth:`dse.record.Storage.new_trial_id`."""
+        if self._next_trial >= self._end_trial:
+            self._next_trial, self._end_trial = self._reserve("trials")
+        value = self._next_trial
+        self._next_trial += 1
+        return value
+
+    def new_attempt_id(self) -> int:
+        """See :meth:`dse.record.Storage.new_attempt_id`."""
+        if self._next_attempt >= self._end_attempt:
+            self._next_attempt, self._end_attempt = self._reserve("attempts")
+        value = self._next_attempt
+        self._next_attempt += 1
+        return value
+
+    def _reserve(self, table: str) -> tuple[int, int]:
+        """Reserve the next block of ids of *table* in the record: ``[first, end)``. Blocks
+        double up to a limit, so a long run asks rarely and a short one wastes little."""
+        size = self._blocks[table]
+        self._blocks[table] = min(size * 2, LAST_BLOCK)
+        # Past every row, too: rows written without the counter (a test's SQL) are skipped.
+        (end,) = self._transaction(lambda: self._db.execute(
+            RESERVE.format(table=table), (size, table)).fetchone(), light=True)
+        return int(end) - size, int(end)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def create_campaign(
+        self,
+        *,
+        name: str,
+        source: str | None,
+        spec: dict[str, Any],
+        agent: str,
+        backend: str,
+        mode: str,
+        max_parallelism: int,
+        now: float,
+    ) -> int:
+        """See :meth:`dse.record.Storage.create_campaign`."""
+        params = (name, source, dumps(spec), agent, backend, mode, max_parallelism, now)
+        return self._transaction(lambda: self._inserted_id(INSERT_CAMPAIGN, params))
+
+    def commit(self, batch: Batch) -> None:
+        """See :meth:`dse.record.Storage.commit`. Every lease this store holds is renewed in
+        the same transaction (and checked: a lease another controller took fails it)."""
+        renew = self._leases_due()
+        if not batch and not renew:
+            return
+        self._transaction(lambda: self._write(batch, renew))
+        now = time.monotonic()
+        for campaign in renew:
+            token, ttl, _ = self._leases[campaign]
+            self._leases[campaign] = (token, ttl, now)
+        batch.clear()
+
+    def _write(self, batch: Batch, renew: list[str]) -> None:
+        db = self._db
+        self._renew(renew)
+        snapshots = batch.snapshots()
+        for kind, rows in batch.changes():
+            if kind == "agent_log":
+                ids = self._inserted_ids(STATEMENTS[kind], rows) if rows else []
+                # The snapshot names the last call it covers: the k-th of this batch's.
+                db.executemany(SNAPSHOT, [
+                    (c, ids[k - 1] if k else self._last_call(c), state, unobserved)
+                    for c, (k, state, unobserved) in snapshots.items()])
+            elif rows:
+                db.executemany(STATEMENTS[kind], rows)
+        if self._claiming:
+            db.executemany(RELEASE, list(batch.released()))
+
+    def _last_call(self, campaign: int) -> int:
+        (last,) = self._db.execute("SELECT COALESCE(MAX(id), 0) FROM agent_log"
+                                   " WHERE campaign_id = ?", (campaign,)).fetchone()
+        return int(last)
+
+    def last_invalidation(self) -> int:
+        """See :meth:`dse.record.Storage.last_invalidation`."""
+        (last,) = self._db.execute("SELECT COALESCE(MAX(id), 0) FROM invalidations").fetchone()
+        return int(last)
+
+    # -- changes outside a polling pass -------------------------------------------------
+
+    def invalidate(
+        self, kind: str, target: str, reason: str, now: float, *, trial_row: int | None = None,
+        select: TrialSelection | None = None, dry_run: bool = False,
+    ) -> tuple[int, int, int] | None:
+        """See :meth:`dse.record.Storage.invalidate`."""
+
+        def body() -> tuple[int, int, int] | None:
+            score_ids: list[int]
+            if select is not None:
+                trial_ids, score_ids = self._selected(select), []
+            else:
+                trial_ids, score_ids = self._matching(kind, target, trial_row)
+            if not trial_ids and not score_ids:
+                return None
+            done = self._flag(trial_ids, score_ids, kind, target, reason, now)
+            if dry_run:
+                raise _DryRun(done)
+            return done
+
+        try:
+            return self._transaction(body)
+        except _DryRun as dry:
+            return dry.result
+
+    def _flag(self, trial_ids: list[int], score_ids: list[int], kind: str, target: str,
+              reason: str, now: float) -> tuple[int, int, int]:
+        db = self._db
+        mark = self._inserted_id(
+            "INSERT INTO invalidations(at, kind, target, reason, trials, scores)"
+            " VALUES (?, ?, ?, ?, 0, 0)", (now, kind, target, reason))
+        flagged_trials = 0
+        for chunk in chunks(trial_ids):
+            marks = ",".join("?" * len(chunk))
+            flagged_trials += db.execute(
+                f"UPDATE trials SET invalidation = ? WHERE id IN ({marks})"
+                " AND invalidation IS NULL", (mark, *chunk),
+            ).rowcount
+            # Their own scores, and every comparison that used one of them as baseline.
+            db.execute(
+                f"UPDATE scores SET invalidation = ? WHERE invalidation IS NULL AND"
+                f" (trial_id IN ({marks}) OR baseline_trial IN ({marks}))",
+                (mark, *chunk, *chunk),
+            )
+        for chunk in chunks(score_ids):
+            marks = ",".join("?" * len(chunk))
+            db.execute(
+                f"UPDATE scores SET invalidation = ? WHERE id IN ({marks})"
+                " AND invalidation IS NULL", (mark, *chunk),
+            )
+        (flagged_scores,) = db.execute(
+            "SELECT COUNT(*) FROM scores WHERE invalidation = ?", (mark,)).fetchone()
+        db.execute("UPDATE invalidations SET trials = ?, scores = ? WHERE id = ?",
+                   (flagged_trials, flagged_scores, mark))
+        return mark, flagged_trials, int(flagged_scores)
+
+    def _matching(
+        self, kind: str, target: str, trial_row: int | None
+    ) -> tuple[list[int], list[int]]:
+        """The trial rows and the score rows an invalidation of *kind* flags directly."""
+        db = self._db
+        if kind == "trial":
+            rows = db.execute(
+                "SELECT id FROM trials WHERE id = ? OR cache_of = ?", (trial_row, trial_row)
+            ).fetchall()
+            return [int(r[0]) for r in rows], []
+        if kind == "data_version":
+            # The trials of that version, and the cache hits that reuse one of them.
+            rows = db.execute(
+                "WITH v AS (SELECT id FROM trials WHERE data_version = ?1"
+                " OR data_version_read = ?1)"
+                " SELECT id FROM v UNION SELECT id FROM trials WHERE cache_of IN"
+                " (SELECT id FROM v)", (target,),
+            ).fetchall()
+            return sorted(int(r[0]) for r in rows), []
+        if kind == "scorer_version":
+            rows = db.execute(
+                "SELECT id FROM scores WHERE scorer_version = ?"
+                " OR scorer || '==' || scorer_version = ?", (target, target),
+            ).fetchall()
+            return [], [int(r[0]) for r in rows]
+        raise ValueError(f"unknown invalidation kind {kind!r}")
+
+    def _selected(self, select: TrialSelection) -> list[int]:
+        """The trial rows *select* picks, and the cache hits that reuse one of them."""
+        where: list[str] = ["1 = 1"]
+        args: list[str | int] = []
+        if select.failed is not None:
+            where.append("status = 'failed'")
+            if select.failed:
+                where.append("failure = ?")
+                args.append(select.failed)
+        if select.run is not None:
+            where.append("campaign_id = ?")
+            args.append(select.run if is_int64(select.run) else -1)  # past 64 bits: no run
+        if select.campaign is not None:
+            where.append("campaign_id IN (SELECT id FROM campaigns WHERE name = ?)")
+            args.append(select.campaign)
+        rows = self._db.execute(
+            f"WITH v AS (SELECT id FROM trials WHERE {' AND '.join(where)})"
+            " SELECT id FROM v UNION SELECT id FROM trials WHERE cache_of IN"
+            " (SELECT id FROM v)", args,
+        ).fetchall()
+        return sorted(int(r[0]) for r in rows)
+
+    def run_controllers(self, name: str) -> list[tuple[int, dict[str, Any]]]:
+        """See :meth:`dse.record.Storage.run_controllers`."""
+        out = []
+        for run, data in self.reads.rows(
+            "SELECT c.id, (SELECT e.data FROM events e WHERE e.campaign_id = c.id AND"
+            " e.kind = 'controller' ORDER BY e.id DESC LIMIT 1) FROM campaigns c"
+            " WHERE c.name = ? AND c.status = 'running'", (name,),
+        ):
+            owner = loads(data) if data else None
+            if isinstance(owner, dict):
+                out.append((int(run), owner))
+        return out
+
+    def reopen_campaign(self, campaign_id: int) -> None:
+        """See :meth:`dse.record.Storage.reopen_campaign`."""
+        self._transaction(lambda: self._db.execute(
+            "UPDATE campaigns SET status='running', end_reason=NULL, ended_at=NULL"
+            " WHERE id=?", (campaign_id,)))
+
+    # -- configurations shared with other controllers --------------------------------------
+
+    def claim(self, wanted: Mapping[str, int], campaign: str, now: float, *,
+              reuse: bool = True, run: int | None = None,
+              orphan: Orphan | None = None) -> dict[str, Claim]:
+        """See :meth:`dse.record.Storage.claim`."""
+        self._claiming = True
+        return self._transaction(lambda: self._claim(wanted, campaign, now, reuse, run, orphan),
+                                 light=True, serializable=True)
+
+    def _claim(self, wanted: Mapping[str, int], campaign: str, now: float, reuse: bool,
+               run: int | None, orphan: Orphan | None) -> dict[str, Claim]:
+        out: dict[str, Claim] = {}
+        db = self._db
+        digests = list(wanted)
+        own = "" if reuse else " AND campaign_id = ?"
+        for chunk in chunks(digests if reuse or run is not None else []):
+            marks = ",".join("?" * len(chunk))
+            for found in db.execute(
+                f"SELECT {TRIAL} FROM trials WHERE config_hash IN ({marks}) AND"
+                f" {REUSABLE_ROW}{own} ORDER BY id DESC",
+                chunk if reuse else [*chunk, run],
+            ):
+                out[found[5]] = Claim(found[0], mine=False, result=as_trial(found, self._root))
+        free = [d for d in digests if d not in out]
+        held: dict[str, tuple[Any, ...]] = {}
+        for chunk in chunks(free):
+            marks = ",".join("?" * len(chunk))
+            held.update((r[0], r[1:]) for r in db.execute(
+                "SELECT c.config_hash, c.trial_id, c.campaign, t.invalidation, a.job_id,"
+                " t.trial_dir, a.attempt FROM claims c LEFT JOIN trials t ON t.id ="
+                " c.trial_id LEFT JOIN attempts a ON a.id = (SELECT MAX(id) FROM attempts"
+                " WHERE trial_id = c.trial_id)"
+                f" WHERE c.config_hash IN ({marks})", chunk,
+            ))
+        alive: dict[str, bool] = {campaign: False}  # our own claims: our table knows
+        for digest in free:
+            row, other = wanted[digest], held.get(digest)
+            if other is not None and other[1] not in alive:
+                alive[other[1]] = self._alive(other[1])
+            if (other is not None and other[0] != row and other[2] is None
+                    and (alive[other[1]] or (other[1] != campaign
+                                             and self._orphan(orphan, *other[3:])))):
+                out[digest] = Claim(int(other[0]), mine=False)
+                continue
+            out[digest] = Claim(row, mine=True)
+        db.executemany(CLAIM, [(d, wanted[d], campaign, now) for d in free if out[d].mine])
+        return out
+
+    def _orphan(self, orphan: Orphan | None, job_id: str | None, trial_dir: str | None,
+                attempt: int | None) -> bool:
+        """Whether the last attempt of a gone controller's trial still runs (*orphan*
+        asked)."""
+        path = absolute_dir(trial_dir, self._root)
+        return bool(orphan and path and attempt
+                    and orphan(job_id, Path(path), int(attempt)))
+
+    def reset_claims(self, campaign: str, live: Mapping[str, int], now: float) -> None:
+        """See :meth:`dse.record.Storage.reset_claims`."""
+        self._claiming = True
+
+        def body() -> None:
+            self._db.execute("DELETE FROM claims WHERE campaign = ?", (campaign,))
+            self._db.executemany(
+                "INSERT OR IGNORE INTO claims(config_hash, trial_id, campaign, claimed_at)"
+                " VALUES (?, ?, ?, ?)",
+                [(digest, row, campaign, now) for digest, row in live.items()])
+
+        self._transaction(body, light=True)
+
+    # -- leases -----------------------------------------------------------------------------
+
+    def take_lease(self, campaign: str, holder: Mapping[str, Any], ttl_s: float) -> None:
+        """See :meth:`dse.record.Storage.take_lease`."""
+        ttl = max(float(ttl_s), 0.1)
+        token = secrets.token_hex(16)
+
+        def body() -> None:
+            found = self._db.execute(
+                "SELECT holder, token, renewed_at, ttl_s, dse_now() FROM leases"
+                " WHERE campaign = ?", (campaign,)).fetchone()
+            if found is not None and found[1] in self._tokens(campaign):
+                pass  # ours already
+            elif found is not None and float(found[2]) + float(found[3]) >= float(found[4]):
+                raise LockedError(
+                    f"campaign {campaign!r} is running: its controller {_holder(found[0])}"
+                    f" renewed its lease {max(float(found[4]) - float(found[2]), 0):.1f} s ago"
+                    f" (it is taken over {float(found[3]):.0f} s after its last renewal)")
+            self._db.execute(
+                "INSERT INTO leases(campaign, holder, token, renewed_at, ttl_s)"
+                " VALUES (?, ?, ?, dse_now(), ?) ON CONFLICT (campaign) DO UPDATE SET"
+                " holder = excluded.holder, token = excluded.token,"
+                " renewed_at = excluded.renewed_at, ttl_s = excluded.ttl_s",
+                (campaign, dumps(dict(holder)), token, ttl))
+
+        self._transaction(body, serializable=True)
+        self._leases[campaign] = (token, ttl, time.monotonic())
+
+    def _tokens(self, campaign: str) -> set[str]:
+        held = self._leases.get(campaign)
+        return {held[0]} if held else set()
+
+    def release_lease(self, campaign: str) -> None:
+        """See :meth:`dse.record.Storage.release_lease`."""
+        held = self._leases.pop(campaign, None)
+        if held is None or self.read_only:
+            return
+        with contextlib.suppress(Exception):  # the record gone: the lease expires
+            self._transaction(lambda: self._db.execute(
+                "DELETE FROM leases WHERE campaign = ? AND token = ?", (campaign, held[0])),
+                light=True)
+
+    def _leases_due(self) -> list[str]:
+        """The leases this store holds that are due a renewal (a quarter of their TTL old)."""
+        now = time.monotonic()
+        return [c for c, (_, ttl, at) in self._leases.items() if now - at >= ttl / 4]
+
+    def _renew(self, campaigns: list[str]) -> None:
+        """Renew each lease of *campaigns* in the transaction under way; a lease another
+        controller took fails it (:class:`LeaseLostError`): this one stops writing."""
+        for campaign in campaigns:
+            token = self._leases[campaign][0]
+            changed = self._db.execute(
+                "UPDATE leases SET renewed_at = dse_now() WHERE campaign = ? AND token = ?",
+                (campaign, token)).rowcount
+            if changed != 1:
+                raise LeaseLostError(
+                    f"{self.path}: campaign {campaign!r} was taken over by another controller"
+                    " (this one's lease expired: it was stopped or stalled longer than its"
+                    " lease); this controller stops and writes nothing more")
+
+    def _lease_fresh(self, campaign: str) -> bool:
+        return self._lease(campaign) is True
+
+    def _lease(self, campaign: str) -> bool | None:
+        """Whether *campaign*'s lease is fresh (renewed within its TTL); ``None``: it has
+        none."""
+        row = self._db.execute(
+            "SELECT renewed_at + ttl_s >= dse_now() FROM leases WHERE campaign = ?",
+            (campaign,)).fetchone()
+        return None if row is None else bool(row[0])
+
+
+class _DryRun(Exception):
+    """A dry-run invalidation's counts, raised to roll its transaction back."""
+
+    def __init__(self, result: tuple[int, int, int]) -> None:
+        super().__init__()
+        self.result = result
+
+
+def _holder(text: str | None) -> str:
+    """A lease's holder (JSON: host, pid, started) as a message says it."""
+    try:
+        holder = loads(text) if text else {}
+    except ValueError:
+        holder = {}
+    if not isinstance(holder, dict):
+        return "(unknown)"
+    return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
+
