@@ -221,7 +221,7 @@ def test_the_record_of_a_campaign_file_is_found_as_load_campaign_finds_it(
     # `dse status/report/export FILE.toml` read only the name and the workspace.
     path = write(tmp_path, GOOD.replace('name = "tiles"\n', keys))
     c = load_campaign(path, workspace=override)
-    assert campaign_place(path, workspace=override) == (c.name, c.workspace)
+    assert campaign_place(path, workspace=override) == (c.name, c.workspace, None)
 
 
 @pytest.mark.parametrize("text", [
@@ -249,4 +249,4 @@ def test_the_record_of_a_campaign_file_is_found_whatever_its_other_keys(tmp_path
     path = write(tmp_path, GOOD.replace('a = { type = "int", low = 1, high = 4 }', "a = 7"))
     with pytest.raises(ConfigError):
         load_campaign(path)
-    assert campaign_place(path) == ("tiles", tmp_path / ".dse")
+    assert campaign_place(path) == ("tiles", tmp_path / ".dse", None)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from dse.engine._spec import RunChoice
     from dse.model._outcome import CampaignResult
     from dse.plugins._plugins import PluginManager
-    from dse.record.sqlite import Store
+    from dse.record._base import Storage
     from dse.report._readback import Results
 
 __all__ = ["load", "run"]
@@ -46,6 +46,7 @@ def run(
     fresh: bool = False,
     quiet: bool = False,
     listener: EngineListener | None = None,
+    record: str | None = None,
 ) -> Results:
     """Run a campaign to its end, as ``dse run`` does, and return its :class:`Results`.
 
@@ -66,6 +67,8 @@ def run(
         (what ``dse run`` prints as ``dse: warning:``) are issued as :class:`dse.RunWarning` either
         way, for the ``warnings`` module's filters.
     :param listener: told of the run's progress too (:class:`dse.EngineListener`).
+    :param record: the record, when not the workspace's ``dse.sqlite``: a
+        ``postgresql://`` URL (default: ``DSE_RECORD``, else the campaign's ``record``).
     :raises ConfigError: the campaign or the objective is refused (nothing is written).
     :raises NoResultError: the run ended with no completed trial (every trial failed, or the
         campaign stopped after failures in a row): its message says how it ended and what
@@ -82,7 +85,7 @@ def run(
     from dse.launch._console import LineView
     from dse.plugins._plugins import PluginManager
     from dse.record._lock import CampaignLock
-    from dse.record.sqlite import Store, workspace_db
+    from dse.record._open import record_url, writer
     from dse.report._readback import no_result_message, read_results
     from dse.report._render import outcome_lines
     from dse.report._report import run_detail
@@ -91,7 +94,7 @@ def run(
     built, ref = _campaign(campaign, objective, workspace)
     plugins, console, warn = PluginManager(), Console(), _warner(sys._getframe(1))
     # Everything that can refuse the campaign is built before the workspace is touched.
-    store = Store(workspace_db(built.workspace), connect=False, say=warn)
+    store = writer(built.workspace, record_url(record, built.record), connect=False, say=warn)
     view: EngineListener = Warnings(warn) if quiet else LineView(console, warn)
     engine = build_engine(built, store=store, plugins=plugins,
                           listener=view if listener is None else Both(view, listener))
@@ -189,7 +192,8 @@ def _run_engine(engine: Engine, resume: int | None) -> CampaignResult:
 
 
 def load(
-    where: str | os.PathLike[str], *, campaign: str | None = None, run: int | None = None,
+    where: str | os.PathLike[str] = ".dse", *, campaign: str | None = None,
+    run: int | None = None, record: str | None = None,
 ) -> Results:
     """Read a run back from the record, finished or still running.
 
@@ -197,20 +201,23 @@ def load(
         (its workspace, and its campaign's runs).
     :param campaign: the campaign's name, when the workspace holds several.
     :param run: the run's id (``dse status`` lists them); default: the campaign's latest.
+    :param record: the record, when not the workspace's ``dse.sqlite``: a ``postgresql://``
+        URL (default: ``DSE_RECORD``, else the campaign file's ``record``); *where* is then
+        where the trial directories are.
     :raises ConfigError: no such campaign or run; the workspace holds several campaigns and
         none is named.
     :raises StoreError: *where* holds no record.
     """
     from dse.campaign._campaignfile import campaign_place
-    from dse.record.sqlite import open_existing
+    from dse.record._open import reader, record_url
     from dse.report._readback import read_results
 
     path = Path(os.fspath(where))
-    workspace = path
+    workspace, url = path, None
     if path.suffix == ".toml" and not path.is_dir():
-        name, workspace = campaign_place(path)
+        name, workspace, url = campaign_place(path)
         campaign = campaign or name
-    store = open_existing(workspace, say=_load_warning)  # read only
+    store = reader(workspace, record_url(record, url), say=_load_warning)  # read only
     try:
         row = _chosen_run(store, campaign, run)
         return read_results(store, row, workspace.resolve())
@@ -223,26 +230,26 @@ def _load_warning(message: str) -> None:
     warnings.warn(message, RunWarning, stacklevel=2)
 
 
-def _chosen_run(store: Store, campaign: str | None, run: int | None) -> Any:
+def _chosen_run(store: Storage, campaign: str | None, run: int | None) -> Any:
     if run is not None:
         row = store.reads.campaign(run)
         if row is None or (campaign is not None and row.name != campaign):
             what = f"run {run}" + (f" of campaign {campaign}" if campaign else "")
-            raise ConfigError(f"{store.path}: no {what} in the record")
+            raise ConfigError(f"{store.where}: no {what} in the record")
         return row
     rows = store.reads.campaigns()
     if campaign is None:
         names = sorted({r.name for r in rows})
         if len(names) > 1:
-            raise ConfigError(f"{store.path}: the record holds campaigns {', '.join(names)};"
+            raise ConfigError(f"{store.where}: the record holds campaigns {', '.join(names)};"
                               " name one (campaign=...)")
         if not names:
-            raise ConfigError(f"{store.path}: no campaign run in the record")
+            raise ConfigError(f"{store.where}: no campaign run in the record")
         campaign = names[0]
     # By name only (a campaign may be named "7": never read as a run id here).
     named = [r for r in rows if r.name == campaign]
     if not named:
-        raise ConfigError(f"{store.path}: no campaign run named {campaign!r}")
+        raise ConfigError(f"{store.where}: no campaign run named {campaign!r}")
     return max(named, key=lambda r: r.id)
 
 
@@ -298,7 +305,7 @@ def _metric_of(objectives: Any) -> str | None:
     return None
 
 
-def _resumable(store: Store, campaign: Campaign, *, fresh: bool) -> RunChoice:
+def _resumable(store: Storage, campaign: Campaign, *, fresh: bool) -> RunChoice:
     """What to do with *campaign*'s latest run: continue it, if it did not finish and the
     campaign is the same (what ``dse run`` continues), or close it first."""
     from dse.engine._spec import resumable_run

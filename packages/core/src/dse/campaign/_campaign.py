@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -424,6 +425,8 @@ def campaign_from_dict(
         every, top.where("checkpoint_every")
     )
     ws = top.get("workspace", str, "a directory path", ".dse")
+    record = _record_url(top.get("record", str, "a postgresql:// URL", None),
+                         top.where("record"))
     # Absolute: trials run in other directories and must still find their files.
     workspace_path = (Path(workspace) if workspace is not None else base_dir / ws).resolve()
     environment = _campaign_environment(
@@ -451,9 +454,24 @@ def campaign_from_dict(
         stopping=stopping,
         baseline=baseline,
         workspace=workspace_path,
+        record=record,
         source=source,
         **settings,
     )
+
+
+def _record_url(url: str | None, where: str) -> str | None:
+    """``[campaign] record``: a PostgreSQL URL with no password in it (the campaign file is
+    kept in the record; credentials come from ``PGPASSWORD`` or ``~/.pgpass``)."""
+    if url is None:
+        return None
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"{where}: {url!r} is not a record URL (postgresql://[user@]host"
+                          "[:port]/database)")
+    if urllib.parse.urlsplit(url).password is not None:
+        raise ConfigError(f"{where}: the record URL holds a password; the campaign file is"
+                          " kept in the record: give it through PGPASSWORD or ~/.pgpass")
+    return url
 
 
 def _campaign_objectives(

@@ -141,12 +141,13 @@ def _toml_value(text: str) -> Any:
         return text
 
 
-def campaign_place(path: str | Path, *, workspace: str | Path | None = None) -> tuple[str, Path]:
-    """The campaign name and the workspace of the campaign file *path*, as
-    :func:`dse.campaign._campaign.load_campaign` resolves them (the name defaults to the file's
-    stem,
-    the workspace to ``.dse`` beside the file; *workspace* overrides it), with the same
-    errors about those keys; the rest of the file is not read."""
+def campaign_place(path: str | Path, *, workspace: str | Path | None = None
+                   ) -> tuple[str, Path, str | None]:
+    """The campaign name, the workspace and the record URL (``None``: the workspace's
+    file) of the campaign file *path*, as :func:`dse.campaign._campaign.load_campaign`
+    resolves them (the name defaults to the file's stem, the workspace to ``.dse`` beside the
+    file; *workspace* overrides it), with the same errors about those keys; the rest of the
+    file is not read."""
     path = Path(path)
     data = read_campaign_file(path)
     top = _entry(data, "campaign", dict, "a table", {}, f"{path}: ")
@@ -154,8 +155,10 @@ def campaign_place(path: str | Path, *, workspace: str | Path | None = None) -> 
     name = _entry(top, "name", str, "a campaign name", path.stem, where)
     check_name(name, f"{path}: campaign.name")
     ws = _entry(top, "workspace", str, "a directory path", ".dse", where)
+    record = _entry(top, "record", str, "a postgresql:// URL", "", where) or None
     # Absolute, as load_campaign makes it.
-    return name, (Path(workspace) if workspace is not None else path.parent / ws).resolve()
+    return (name, (Path(workspace) if workspace is not None else path.parent / ws).resolve(),
+            record)
 
 
 def _entry(table: dict[str, Any], key: str, kind: type, expected: str, default: Any,

@@ -153,6 +153,9 @@ class Campaign:
     """What scores are compared against (the ``[baseline]`` table), or ``None``."""
     workspace: Path = Path(".dse")
     """Directory holding ``dse.sqlite`` and the trial directories."""
+    record: str | None = None
+    """The record, when not the workspace's SQLite file: a ``postgresql://`` URL (the
+    ``[campaign] record`` key; ``--record`` and ``DSE_RECORD`` come first)."""
     source: Path | None = None
     """The campaign file, when loaded from one."""
     overrides: tuple[str, ...] = ()

@@ -60,6 +60,9 @@ def _run_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
                      help="campaign files, or one pool file")
     run.add_argument("--workspace", type=Path, help="record directory (default: .dse beside"
                      " the campaign file)")
+    run.add_argument("--record", metavar="URL",
+                     help="the record: a postgresql:// URL (default: $DSE_RECORD, else the"
+                          " workspace's dse.sqlite)")
     run.add_argument("--json", action="store_true", help="print the outcome as JSON")
     run.add_argument("--fresh", action="store_true",
                      help="start a new run (even if the last one did not finish) that reuses"
@@ -99,6 +102,9 @@ def _status_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
                         help="a campaign file, name or run id (default: every run)")
     status.add_argument("--workspace", type=Path,
                         help="record directory (default: .dse, or the campaign file's)")
+    status.add_argument("--record", metavar="URL",
+                     help="the record: a postgresql:// URL (default: $DSE_RECORD, else the"
+                          " workspace's dse.sqlite)")
     status.add_argument("--json", action="store_true", help="print one JSON list of runs")
 
 
@@ -115,6 +121,9 @@ def _report_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
                         help="a campaign file, name or run id (default: every campaign)")
     report.add_argument("--workspace", type=Path,
                         help="record directory (default: .dse, or the campaign file's)")
+    report.add_argument("--record", metavar="URL",
+                     help="the record: a postgresql:// URL (default: $DSE_RECORD, else the"
+                          " workspace's dse.sqlite)")
     report.add_argument("--json", action="store_true",
                         help="print one JSON object (keys below)")
     report.add_argument("--html", type=Path, metavar="OUT.html",
@@ -153,6 +162,9 @@ def _show_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     )
     show.add_argument("trial", metavar="TRIAL", help="the trial (forms below)")
     show.add_argument("--workspace", type=Path, help="record directory (default: .dse)")
+    show.add_argument("--record", metavar="URL",
+                     help="the record: a postgresql:// URL (default: $DSE_RECORD, else the"
+                          " workspace's dse.sqlite)")
     show.add_argument("--json", action="store_true", help="print the record as one JSON object")
 
 
@@ -184,6 +196,9 @@ def _invalidate_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     invalidate.add_argument("--reason", help="why (kept with the flag; required unless"
                                              " --dry-run)")
     invalidate.add_argument("--workspace", type=Path, help="record directory (default: .dse)")
+    invalidate.add_argument("--record", metavar="URL",
+                     help="the record: a postgresql:// URL (default: $DSE_RECORD, else the"
+                          " workspace's dse.sqlite)")
     invalidate.add_argument("--json", action="store_true",
                             help="print what was flagged as one JSON object")
 
@@ -205,6 +220,9 @@ def _export_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
                              " trajectory columns)")
     export.add_argument("--workspace", type=Path,
                         help="record directory (default: .dse, or the campaign file's)")
+    export.add_argument("--record", metavar="URL",
+                     help="the record: a postgresql:// URL (default: $DSE_RECORD, else the"
+                          " workspace's dse.sqlite)")
     export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
 
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from dse.model._errors import ConfigError, ExitCode, PluginError
 from dse.model._states import FailureClass
-from dse.record.sqlite import Store, TrialSelection, check_writable, open_existing, workspace_db
+from dse.record._open import reader, record_url, writer
+from dse.record.sqlite import TrialSelection, check_writable, workspace_db
 from dse.report._listings import plugin_rows, plugins_table, status_entry, status_table
 from dse.report._render import (
     detail_lines,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from dse.engine._spec import RunChoice
     from dse.model._outcome import CampaignResult
     from dse.pool._poolfile import PoolConfig
+    from dse.record._base import Storage
     from dse.record._records import CampaignRun
     from dse.report._report import RunDetail
     from dse.report._terminal import Console
@@ -114,10 +116,11 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     plugins = PluginManager()
     # Everything that can refuse the campaign is built before the workspace is touched: a
     # campaign refused at configuration time writes nothing.
-    stores = {c.workspace: Store(workspace_db(c.workspace), connect=False, say=console.warning)
-              for c in campaigns}
-    for store in stores.values():
-        check_writable(store.path)  # before the lock files: one line, exit 3
+    urls = {c.workspace: record_url(args.record, c.record) for c in campaigns}
+    stores = {w: writer(w, url, connect=False, say=console.warning) for w, url in urls.items()}
+    for w, url in urls.items():
+        if url is None:
+            check_writable(stores[w].path)  # before the lock files: one line, exit 3
     listener = LiveView(console)
     engines = []
     backend = None
@@ -172,7 +175,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.OK
 
 
-def _details(stores: Mapping[Path, Store], campaigns: Sequence[Campaign],
+def _details(stores: Mapping[Path, Storage], campaigns: Sequence[Campaign],
              results: Sequence[CampaignResult]) -> list[RunDetail]:
     """What ``dse report`` says of each run just ended."""
     from dse.report._report import run_detail
@@ -234,7 +237,7 @@ def _pool_outcome(
 
 
 def _run_choice(
-    store: Store, campaign: Campaign, console: Console, *, fresh: bool
+    store: Storage, campaign: Campaign, console: Console, *, fresh: bool
 ) -> RunChoice:
     """What to do with *campaign*'s latest run (:func:`dse.engine._spec.resumable_run`), said."""
     from dse.engine._spec import resumable_run
@@ -245,30 +248,30 @@ def _run_choice(
     return choice
 
 
-def _open_target(target: str | None, workspace: Path | None, console: Console
-                 ) -> tuple[Store, str | None]:
+def _open_target(args: argparse.Namespace, console: Console) -> tuple[Storage, str | None]:
+    target, workspace = args.target, args.workspace
     if target is not None and target.endswith(".toml"):
-        # Only its name and workspace: the record says the rest, as it ran.
+        # Only its name, workspace and record: the record says the rest, as it ran.
         from dse.campaign._campaignfile import campaign_place
 
-        name, where = campaign_place(target, workspace=workspace)
-        return open_existing(where, say=console.warning), name
-    return open_existing(workspace or Path(".dse"), say=console.warning), target
+        name, where, url = campaign_place(target, workspace=workspace)
+        return reader(where, record_url(args.record, url), say=console.warning), name
+    return reader(workspace, record_url(args.record), say=console.warning), target
 
 
-def _selected_runs(store: Store, name: str | None) -> list[int]:
+def _selected_runs(store: Storage, name: str | None) -> list[int]:
     rows = store.reads.campaigns()
     if name is not None:
         rows = [r for r in rows if r.name == name or str(r.id) == name]
         if not rows:
-            raise ConfigError(f"{store.path}: no campaign run named {name!r}")
+            raise ConfigError(f"{store.where}: no campaign run named {name!r}")
     return [r.id for r in rows]
 
 
 def _status(args: argparse.Namespace, console: Console) -> int:
     from dse.report._summary import summarize
 
-    store, name = _open_target(args.target, args.workspace, console)
+    store, name = _open_target(args, console)
     runs = {r.id: r for r in store.reads.campaigns()}
     now = time.time()
     out = [
@@ -290,7 +293,7 @@ def _status(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.OK
 
 
-def _status_best(store: Store, run: CampaignRun) -> tuple[int, str, float] | None:
+def _status_best(store: Storage, run: CampaignRun) -> tuple[int, str, float] | None:
     """The best trial of *run* about its latest data version: (number, metric, score)."""
     from dse.report._summary import primary_objective
 
@@ -317,7 +320,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
         from dse.report._html import check_matplotlib
 
         check_matplotlib()  # before anything is printed: the one line, not a report first
-    store, name = _open_target(args.target, args.workspace, console)
+    store, name = _open_target(args, console)
     now = time.time()
     every = {r.id: run_detail(store, r.id, now=now) for r in store.reads.campaigns()}
     chosen = [every[i] for i in _selected_runs(store, name)]
@@ -325,7 +328,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
     rollups = [r for r in rollup_by_objective(d.summary for d in every.values())
                if r.label in labels]
     if args.json:
-        console.data(report_json(str(store.path), chosen, rollups))
+        console.data(report_json(store.where, chosen, rollups))
     else:
         for detail in chosen:
             for line in detail_lines(detail):
@@ -335,7 +338,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
             console.result(rollup_line(rollup))
     if args.html is not None:  # with --json too: the JSON on stdout, the page in its file
         if not chosen:
-            raise ConfigError(f"{store.path}: no campaign run to report")
+            raise ConfigError(f"{store.where}: no campaign run to report")
         detail = chosen[-1]
         from dse.report._html import watch_html_report, write_html_report
 
@@ -369,7 +372,7 @@ def _show(args: argparse.Namespace, console: Console) -> int:
     from dse.report._show import explain_reuse, trial_records
     from dse.report._showtext import record_lines
 
-    store = open_existing(args.workspace or Path(".dse"), say=console.warning)
+    store = reader(args.workspace, record_url(args.record), say=console.warning)
     try:
         run, trial = store.reads.find_trial(args.trial)
         (record,) = trial_records(store, run, [trial])
@@ -389,7 +392,7 @@ def _invalidate(args: argparse.Namespace, console: Console) -> int:
     if not reason and not args.dry_run:
         raise ConfigError("dse invalidate: --reason must say why")
     kind, target, select = _invalidation_target(args)
-    store = open_existing(args.workspace or Path(".dse"), write=True, say=console.warning)
+    store = reader(args.workspace, record_url(args.record), write=True, say=console.warning)
     try:
         trial_row = store.reads.find_trial(target)[1].id if kind == "trial" else None
         done = store.invalidate(kind, target, reason or "(dry run)", time.time(),
@@ -444,11 +447,11 @@ def _invalidation_target(args: argparse.Namespace) -> tuple[str, str, TrialSelec
 def _export(args: argparse.Namespace, console: Console) -> int:
     from dse.report._export import export_text
 
-    store, name = _open_target(args.target, args.workspace, console)
+    store, name = _open_target(args, console)
     assert name is not None
     run = store.reads.find_campaign(name)
     if run is None:
-        raise ConfigError(f"{store.path}: no campaign run named {name!r}")
+        raise ConfigError(f"{store.where}: no campaign run named {name!r}")
     pieces = export_text(store, run, args.format)
     if not args.output:
         for piece in pieces:

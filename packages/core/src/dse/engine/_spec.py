@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -142,6 +143,32 @@ def record_run(
     )
 
 
+LEASE_ENV = "DSE_LEASE_S"
+
+
+"""Sets the shortest lease a controller holds, in seconds (by default
+:data:`dse.record.sql._store.LEASE_FLOOR_S`)."""
+
+
+def lease_ttl(campaign: Campaign, poll: tuple[float, float] | None) -> float:
+    """How long a renewal of *campaign*'s lease holds: twice the longest wait between two
+    polling passes (the campaign's, else the backend's *poll*), and no less than the floor."""
+    from dse.record.sql._store import LEASE_FLOOR_S
+
+    floor = float(os.environ.get(LEASE_ENV) or LEASE_FLOOR_S)
+    longest = (campaign.poll_interval or poll or (0.0, 0.0))[1]
+    return max(2.0 * float(longest), floor)
+
+
+def hold_campaign(store: Storage, campaign: Campaign, poll: tuple[float, float] | None) -> None:
+    """Take (or keep) *campaign*'s lease in the record for this process: a controller on any
+    host that holds it, renewed, is a :class:`~dse.LockedError` naming it."""
+    from dse.record._lock import LockHolder
+
+    store.take_lease(campaign.name, LockHolder.current().as_record(),
+                     lease_ttl(campaign, poll))
+
+
 def open_run(
     store: Storage, batch: Batch, campaign: Campaign, *, resume: int | None, reuse: bool,
     scorer: Scorer, agent: object, runner: Runner, now: float,
@@ -155,6 +182,7 @@ def open_run(
     ``controller`` event, in *batch*)."""
     from dse.record._lock import LockHolder, check_controllers  # a run's alone: reads never lock
 
+    hold_campaign(store, campaign, runner.default_poll_interval)
     check_controllers(campaign.workspace, campaign.name, store.run_controllers(campaign.name))
     if resume is not None:
         run = resume
@@ -188,6 +216,7 @@ def resumable_run(store: Storage, campaign: Campaign, *, fresh: bool) -> RunChoi
     from dse.record._lock import check_controllers  # a run's alone: the reads never lock
 
     # Before anything is said or decided: another controller may drive a run of it.
+    hold_campaign(store, campaign, None)
     check_controllers(campaign.workspace, campaign.name, store.run_controllers(campaign.name))
     row = store.reads.find_campaign(campaign.name)
     if row is None or row.status not in (CampaignStatus.RUNNING, CampaignStatus.CANCELLED):

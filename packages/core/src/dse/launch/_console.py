@@ -269,7 +269,7 @@ class LiveView(EngineListener):
             parallelism = engine.pool.parallelism.get(c.name, parallelism)
         self.console.status(
             f"campaign {c.name} (run {engine.campaign_id}): agent {c.agent}, backend"
-            f" {c.backend}, {c.mode} x{parallelism}, record {engine.store.path}"
+            f" {c.backend}, {c.mode} x{parallelism}, record {engine.store.where}"
         )
         self._open()
 

@@ -391,7 +391,8 @@ class Storage(Protocol):
         ...
 
     def close(self) -> None:
-        """Close the database connection; the store is not to be used after."""
+        """Give up the leases this store holds and close the database connection; the store
+        is not to be used after."""
         ...
 
     def new_trial_id(self) -> int:
@@ -476,6 +477,11 @@ class Storage(Protocol):
         attempt runs on (``orphan(job_id, trial_dir, attempt)``:
         :meth:`dse.Backend.still_running`).
         """
+        ...
+
+    def alive(self, campaign: str) -> bool:
+        """Whether a live controller drives *campaign*: it holds the campaign's lease,
+        renewed (or, in a SQLite workspace, its lock file on this host)."""
         ...
 
     def take_lease(self, campaign: str, holder: Mapping[str, Any], ttl_s: float) -> None:

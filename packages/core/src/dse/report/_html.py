@@ -49,7 +49,6 @@ import html
 import json
 import re
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse.model._errors import DseError
@@ -66,6 +65,7 @@ from dse.report._report import rollup_by_objective, run_detail
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
+    from pathlib import Path
 
     from dse.record._base import Storage
     from dse.report._drawn import Drawn
@@ -377,11 +377,9 @@ _LIVE = re.compile(r'<p id="live" class="live">.*?</p>', re.DOTALL)
 
 
 def _controlled(store: Storage, campaign_id: int) -> bool:
-    """Whether a live controller holds run *campaign_id*'s campaign (its lock)."""
-    from dse.record._lock import lock_held
-
+    """Whether a live controller holds run *campaign_id*'s campaign (its lock, its lease)."""
     row = store.reads.campaign(campaign_id)
-    return row is None or lock_held(Path(store.path).parent, row.name)
+    return row is None or store.alive(row.name)
 
 
 def _unwatch(out: Path, why: str = "the run still running") -> None:

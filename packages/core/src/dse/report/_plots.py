@@ -79,7 +79,7 @@ def load_run(store: Storage, campaign_id: int) -> RunData:
     """Run *campaign_id* as the figures read it."""
     row = store.reads.campaign(campaign_id)
     if row is None:
-        raise DseError(f"{store.path}: no campaign run {campaign_id}")
+        raise DseError(f"{store.where}: no campaign run {campaign_id}")
     spec = row.spec
     objective = (spec.get("objectives") or [{}])[0]
     resolved = spec.get(RESOLVED_SCORER) or {}

@@ -182,7 +182,7 @@ def campaign_run(store: Storage, campaign_id: int) -> CampaignRun:
     """Run *campaign_id* of *store*, or :class:`DseError` when it has none so numbered."""
     run = store.reads.campaign(campaign_id)
     if run is None:
-        raise DseError(f"{store.path}: no campaign run {campaign_id}")
+        raise DseError(f"{store.where}: no campaign run {campaign_id}")
     return run
 
 

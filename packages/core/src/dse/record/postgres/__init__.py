@@ -2,6 +2,6 @@
 on many hosts share, named by a URL. The same rows, summaries and reads as the SQLite
 workspace (:mod:`dse.record.sql`), translated (:mod:`dse.record.postgres._dialect`)."""
 
-from dse.record.postgres._store import SCHEMES, PostgresStore, is_url, shown
+from dse.record.postgres._store import PostgresStore, shown
 
-__all__ = ["SCHEMES", "PostgresStore", "is_url", "shown"]
+__all__ = ["PostgresStore", "shown"]

@@ -34,22 +34,11 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
-SCHEMES = ("postgresql://", "postgres://")
-
-
-"""The record URLs a PostgreSQL record is named by (libpq's)."""
-
-
 RETRIES = 50
 
 
 """How many times a transaction PostgreSQL aborted (deadlock, serialization failure) is run
 again before its error is raised."""
-
-
-def is_url(text: str | Path | None) -> bool:
-    """Whether *text* names a PostgreSQL record (a URL) rather than a workspace."""
-    return isinstance(text, str) and text.startswith(SCHEMES)
 
 
 def shown(url: str) -> str:
@@ -125,6 +114,7 @@ class PostgresStore(SqlStore):
 
     def close(self) -> None:
         """See :meth:`dse.record.Storage.close`."""
+        self.release_leases()
         self._connection.close()
 
     # -- what SqlStore asks of a database --------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -94,6 +95,10 @@ class SqlStore:
         """Run the ``INSERT`` *sql* once per row of *rows*; the ids of the rows made, in
         order."""
         raise NotImplementedError
+
+    def alive(self, campaign: str) -> bool:
+        """See :meth:`dse.record.Storage.alive`."""
+        return self._alive(campaign)
 
     def _alive(self, campaign: str) -> bool:
         """Whether a controller of *campaign* lives (holds its lock or a fresh lease)."""
@@ -392,7 +397,8 @@ class SqlStore:
                 " WHERE campaign = ?", (campaign,)).fetchone()
             if found is not None and found[1] in self._tokens(campaign):
                 pass  # ours already
-            elif found is not None and float(found[2]) + float(found[3]) >= float(found[4]):
+            elif (found is not None and float(found[2]) + float(found[3]) >= float(found[4])
+                  and not _gone_here(found[0], me_too=True)):
                 raise LockedError(
                     f"campaign {campaign!r} is running: its controller {_holder(found[0])}"
                     f" renewed its lease {max(float(found[4]) - float(found[2]), 0):.1f} s ago"
@@ -406,6 +412,11 @@ class SqlStore:
 
         self._transaction(body, serializable=True)
         self._leases[campaign] = (token, ttl, time.monotonic())
+
+    def release_leases(self) -> None:
+        """Give up every lease this store holds (it is being closed)."""
+        for campaign in list(self._leases):
+            self.release_lease(campaign)
 
     def _tokens(self, campaign: str) -> set[str]:
         held = self._leases.get(campaign)
@@ -444,12 +455,12 @@ class SqlStore:
         return self._lease(campaign) is True
 
     def _lease(self, campaign: str) -> bool | None:
-        """Whether *campaign*'s lease is fresh (renewed within its TTL); ``None``: it has
-        none."""
+        """Whether *campaign*'s lease is fresh (renewed within its TTL, by a controller not
+        known to be gone); ``None``: it has none."""
         row = self._db.execute(
-            "SELECT renewed_at + ttl_s >= dse_now() FROM leases WHERE campaign = ?",
+            "SELECT renewed_at + ttl_s >= dse_now(), holder FROM leases WHERE campaign = ?",
             (campaign,)).fetchone()
-        return None if row is None else bool(row[0])
+        return None if row is None else bool(row[0]) and not _gone_here(row[1])
 
 
 class _DryRun(Exception):
@@ -458,6 +469,21 @@ class _DryRun(Exception):
     def __init__(self, result: tuple[int, int, int]) -> None:
         super().__init__()
         self.result = result
+
+
+def _gone_here(text: str | None, *, me_too: bool = False) -> bool:
+    """Whether a lease's holder (JSON) is a controller of this host that is gone (its pid
+    ended, or names another process now): this host's fast path, before its lease expires.
+    With *me_too*, this very process too (another of its stores, which it left: a new one
+    takes the campaign over)."""
+    from dse.record._lock import LockHolder
+
+    holder = LockHolder.from_json(text) if text else None
+    if holder is None or holder.host != socket.gethostname():
+        return False
+    me = LockHolder.current()
+    return ((me_too and (holder.pid, holder.start_ticks) == (me.pid, me.start_ticks))
+            or not holder.is_running())
 
 
 def _holder(text: str | None) -> str:

@@ -97,6 +97,7 @@ class Store(SqlStore):
 
     def close(self) -> None:
         """See :meth:`dse.record.Storage.close`."""
+        self.release_leases()
         self._db.close()
 
     # -- what SqlStore asks of a database --------------------------------------------------
