@@ -2,15 +2,22 @@
 rows addressed by column name, values as stored (a status's text, a JSON column's text).
 
 Tests that check what a run wrote read it here, independently of :class:`dse.Store`'s typed
-reads (``tests/core/record/test_store_reads.py`` checks those against the same file)."""
+reads (``tests/core/record/test_store_reads.py`` checks those against the same file); and
+:func:`live`, a campaign's controller as the record and the workspace see it."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dse
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from dse.record import Storage
 
 
 class RecordFile:
@@ -55,3 +62,17 @@ class RecordFile:
 def record(store: dse.Store) -> RecordFile:
     """The file *store* writes."""
     return RecordFile(store.path)
+
+
+@contextlib.contextmanager
+def live(store: Storage, campaign: str) -> Iterator[None]:
+    """*campaign*'s controller lives while the block runs: it holds the campaign's lock file
+    and its lease, as ``dse run`` does."""
+    from dse.record._lock import CampaignLock
+
+    with CampaignLock(store.workspace, campaign):
+        store.take_lease(campaign, {"host": "elsewhere", "pid": 1}, 60.0)
+        try:
+            yield
+        finally:
+            store.release_lease(campaign)

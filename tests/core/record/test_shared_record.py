@@ -1,7 +1,8 @@
 """Several controllers on one record: row ids come from the record, configs are claimed in it.
 
-Two (or more) :class:`dse.Store` objects open the same SQLite file, as the controllers of two
-campaigns of one workspace do; some tests use separate processes.
+Two (or more) stores open the same record, as the controllers of two campaigns do — the
+workspace's SQLite file, or a PostgreSQL database (the tests taking ``opener`` run on both);
+some tests use separate processes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,7 +20,15 @@ import dse
 from dse import TrialStatus
 from dse.record import sqlite
 from dse.record._batch import Batch
+from dse.record._open import writer
 from support.older import as_schema_8
+from support.postgres import drop_database, new_database
+from support.record import live
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from dse.record import Storage
 
 
 def new_run(store: dse.Store, name: str) -> int:
@@ -43,9 +53,10 @@ def add_trials(store: dse.Store, run: int, first: int, count: int, *,
     return rows
 
 
-def test_two_stores_on_one_file_hand_out_disjoint_ids_and_both_commit(tmp_path: Path) -> None:
-    path = tmp_path / "dse.sqlite"
-    first, second = dse.Store(path), dse.Store(path)
+def test_two_stores_on_one_file_hand_out_disjoint_ids_and_both_commit(
+    tmp_path: Path, opener: Callable[[Path], Storage]
+) -> None:
+    first, second = opener(tmp_path), opener(tmp_path)
     try:
         a, b = new_run(first, "a"), new_run(second, "b")
         rows: list[int] = []
@@ -55,33 +66,36 @@ def test_two_stores_on_one_file_hand_out_disjoint_ids_and_both_commit(tmp_path: 
             rows += add_trials(second, b, number, 50)
         assert len(rows) == len(set(rows)) == 800
         assert {len(first.reads.trials(a)), len(second.reads.trials(b))} == {400}
+        assert len({a.id for a in first.reads.attempts(a)} | {a.id for a in
+                   first.reads.attempts(b)}) == 800
     finally:
         first.close()
         second.close()
-    db = sqlite3.connect(path)
+    if not isinstance(first, dse.Store):
+        return
+    db = sqlite3.connect(tmp_path / "dse.sqlite")
     try:
         assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-        (attempts,) = db.execute("SELECT COUNT(DISTINCT id) FROM attempts").fetchone()
     finally:
         db.close()
-    assert attempts == 800
 
 
 RESERVER = r"""
 import sys
-import dse
-store = dse.Store(sys.argv[1])
+from dse.record._open import writer
+store = writer(sys.argv[1], sys.argv[3] or None)
 ids = [store.new_trial_id() for _ in range(int(sys.argv[2]))]
 ids += [-store.new_attempt_id() for _ in range(int(sys.argv[2]))]
 print(" ".join(map(str, ids)))
 """
 
 
-def test_processes_reserving_ids_at_once_never_share_one(tmp_path: Path) -> None:
-    path = tmp_path / "dse.sqlite"
-    dse.Store(path).close()
+def test_processes_reserving_ids_at_once_never_share_one(
+    tmp_path: Path, opener: Callable[[Path], Storage], record: str | None
+) -> None:
+    opener(tmp_path).close()
     procs = [
-        subprocess.Popen([sys.executable, "-c", RESERVER, str(path), "3000"],
+        subprocess.Popen([sys.executable, "-c", RESERVER, str(tmp_path), "3000", record or ""],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(4)
     ]
@@ -139,12 +153,11 @@ def test_a_record_of_schema_8_is_migrated_and_its_ids_continue_past_its_rows(
 
 
 def test_a_config_claimed_by_a_live_controller_is_waited_on_then_taken_over(
-    tmp_path: Path,
+    tmp_path: Path, opener: Callable[[Path], Storage]
 ) -> None:
-    path = tmp_path / "dse.sqlite"
-    first, second = dse.Store(path), dse.Store(path)
+    first, second = opener(tmp_path), opener(tmp_path)
     try:
-        with dse.CampaignLock(tmp_path, "a"):
+        with live(first, "a"):
             a_row = first.new_trial_id()
             assert first.claim({"h1": a_row}, "a", 0.0)["h1"].mine
             b_row = second.new_trial_id()
@@ -160,11 +173,12 @@ def test_a_config_claimed_by_a_live_controller_is_waited_on_then_taken_over(
         second.close()
 
 
-def test_a_claim_ends_with_its_trial_and_its_result_is_reused(tmp_path: Path) -> None:
-    path = tmp_path / "dse.sqlite"
-    first, second = dse.Store(path), dse.Store(path)
+def test_a_claim_ends_with_its_trial_and_its_result_is_reused(
+    tmp_path: Path, opener: Callable[[Path], Storage]
+) -> None:
+    first, second = opener(tmp_path), opener(tmp_path)
     try:
-        with dse.CampaignLock(tmp_path, "a"):
+        with live(first, "a"):
             run = new_run(first, "a")
             (row,) = add_trials(first, run, 1, 1)
             assert first.claim({f"h-{run}-1": row}, "a", 0.0)[f"h-{run}-1"].mine
@@ -177,11 +191,7 @@ def test_a_claim_ends_with_its_trial_and_its_result_is_reused(tmp_path: Path) ->
         assert reused.row == row
         assert reused.result is not None
         assert reused.result.metrics == {"value": 2.0}
-        db = sqlite3.connect(path)
-        try:
-            assert db.execute("SELECT COUNT(*) FROM claims").fetchone() == (0,)
-        finally:
-            db.close()
+        assert second.reads.rows("SELECT COUNT(*) FROM claims") == [(0,)]
     finally:
         first.close()
         second.close()
@@ -189,12 +199,11 @@ def test_a_claim_ends_with_its_trial_and_its_result_is_reused(tmp_path: Path) ->
 
 @pytest.mark.parametrize("outcome", [TrialStatus.CANCELLED, TrialStatus.INTERRUPTED])
 def test_a_config_whose_trial_ended_without_a_reusable_result_is_claimed_anew(
-    tmp_path: Path, outcome: TrialStatus
+    tmp_path: Path, outcome: TrialStatus, opener: Callable[[Path], Storage]
 ) -> None:
-    path = tmp_path / "dse.sqlite"
-    first, second = dse.Store(path), dse.Store(path)
+    first, second = opener(tmp_path), opener(tmp_path)
     try:
-        with dse.CampaignLock(tmp_path, "a"):
+        with live(first, "a"):
             run = new_run(first, "a")
             (row,) = add_trials(first, run, 1, 1)
             digest = f"h-{run}-1"
@@ -211,28 +220,32 @@ def test_a_config_whose_trial_ended_without_a_reusable_result_is_claimed_anew(
 
 OPEN_AT_ONCE = """
 import os, sys, time
-import dse
-path, start = sys.argv[1], float(sys.argv[2])
+from dse.record._open import writer
+where, start, url = sys.argv[1], float(sys.argv[2]), sys.argv[3] or None
 time.sleep(max(start - time.time(), 0.0))
-dse.Store(path).close()
+writer(where, url).close()
 """
 
 
 def test_controllers_that_make_a_new_record_at_once_all_open_it(tmp_path: Path) -> None:
     """Two `dse run`s started together in a new workspace both make the record: the one that
-    waited for the other's write lock finds the tables made (and adds no column twice)."""
+    waited for the other's write lock finds the tables made (and adds no column twice); on
+    PostgreSQL, the one that waited for the other's advisory lock."""
     for round_ in range(6):
-        path = tmp_path / f"dse-{round_}.sqlite"
+        url = new_database() if round_ % 2 else None
+        workspace = tmp_path / f"ws-{round_}"
         start = time.time() + 1.0  # every process imported dse by then, even under load
-        procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, str(path), str(start)],
+        procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, str(workspace),
+                                   str(start), url or ""],
                                   stderr=subprocess.PIPE, text=True) for _ in range(4)]
         errors = [proc.communicate(timeout=60)[1] for proc in procs]
         assert all(proc.returncode == 0 for proc in procs), errors
-        store = dse.Store(path)
+        store = writer(workspace, url)
         try:
             assert store.reads.campaigns() == []
-            assert int(
-                store._db.execute("SELECT value FROM meta WHERE key='schema_version'")
-                .fetchone()[0]) == sqlite.SCHEMA_VERSION
+            assert store.reads.rows("SELECT value FROM meta WHERE key='schema_version'") == [
+                (str(sqlite.SCHEMA_VERSION),)]
         finally:
             store.close()
+            if url is not None:
+                drop_database(url)

@@ -14,8 +14,10 @@ from dse.model._types import AttemptState, CampaignStatus
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from pathlib import Path
+
+    from dse.record import Storage
 
 
 def script(params: Mapping[str, Any]) -> ProbeScript:
@@ -24,7 +26,8 @@ def script(params: Mapping[str, Any]) -> ProbeScript:
     return ProbeScript(seconds=float(params["x"]), metrics={"t": float(params["x"])})
 
 
-def run(tmp_path: Path, points: list[dict[str, Any]]) -> tuple[dse.CampaignResult, dse.Store]:
+def run(tmp_path: Path, points: list[dict[str, Any]], opener: Callable[[Path], Storage]
+        ) -> tuple[dse.CampaignResult, Storage]:
     camp = dse.campaign_from_dict({
         "campaign": {"name": "rd", "max_parallelism": 2},
         "space": {"x": {"type": "int", "low": 0, "high": 9}},
@@ -33,14 +36,16 @@ def run(tmp_path: Path, points: list[dict[str, Any]]) -> tuple[dse.CampaignResul
         "backend": {"probe": {"price": {"cpu_hour": 36}}},
     }, workspace=tmp_path / "ws")
     clock = FakeClock(100.0)
-    store = dse.Store(tmp_path / "ws" / "dse.sqlite")
+    store = opener(tmp_path / "ws")
     result = dse.Engine(camp, agent=ScriptedAgent(points), store=store, clock=clock,
                         backend=ProbeBackend(script, clock=clock)).run()
     return result, store
 
 
-def test_rows_are_frozen_values_with_enums_and_decoded_json(tmp_path: Path) -> None:
-    result, store = run(tmp_path, [{"x": 2}, {"x": 3}])
+def test_rows_are_frozen_values_with_enums_and_decoded_json(
+    tmp_path: Path, opener: Callable[[Path], Storage]
+) -> None:
+    result, store = run(tmp_path, [{"x": 2}, {"x": 3}], opener)
     (campaign,) = store.reads.campaigns()
     assert campaign.status is CampaignStatus.COMPLETED
     assert campaign.spec["space"][0]["name"] == "x"
@@ -78,11 +83,11 @@ def test_rows_are_frozen_values_with_enums_and_decoded_json(tmp_path: Path) -> N
 
 
 def test_trials_are_found_by_every_name_a_user_types_and_refs_cross_runs(
-    tmp_path: Path,
+    tmp_path: Path, opener: Callable[[Path], Storage],
 ) -> None:
-    first, store = run(tmp_path, [{"x": 2}, {"x": 3}])
+    first, store = run(tmp_path, [{"x": 2}, {"x": 3}], opener)
     store.close()
-    second, store = run(tmp_path, [{"x": 2}, {"x": 4}])
+    second, store = run(tmp_path, [{"x": 2}, {"x": 4}], opener)
     for text in (f"rd-{second.campaign_id}-1", "rd:1", f"{second.campaign_id}:1"):
         found_run, trial = store.reads.find_trial(text)
         assert (found_run.id, trial.number) == (second.campaign_id, 1)
@@ -102,8 +107,10 @@ def test_trials_are_found_by_every_name_a_user_types_and_refs_cross_runs(
     store.close()
 
 
-def test_flags_are_read_back_with_their_reasons(tmp_path: Path) -> None:
-    result, store = run(tmp_path, [{"x": 2}, {"x": 4}])
+def test_flags_are_read_back_with_their_reasons(
+    tmp_path: Path, opener: Callable[[Path], Storage]
+) -> None:
+    result, store = run(tmp_path, [{"x": 2}, {"x": 4}], opener)
     _, trial = store.reads.find_trial("rd:2")
     done = store.invalidate("trial", "rd:2", "bad node", 7.0, trial_row=trial.id)
     assert done is not None
