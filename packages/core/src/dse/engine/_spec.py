@@ -176,14 +176,13 @@ def open_run(
     """Record a new run of *campaign* (or reopen run *resume*) as driven by this process;
     return its id and the line :func:`record_identity` says (empty when none).
 
-    Whoever drives a run of the campaign, as the record says, is asked first
-    (:func:`dse.record._lock.check_controllers`): a deleted lock file must not let a second
+    The campaign's lease is taken first (:func:`hold_campaign`): a controller that holds it,
+    renewed, on any host, refuses this one — a deleted lock file does not let a second
     controller drive it too. This process is then recorded as the run's controller (its
     ``controller`` event, in *batch*)."""
-    from dse.record._lock import LockHolder, check_controllers  # a run's alone: reads never lock
+    from dse.record._lock import LockHolder  # a run's alone: reads never lock
 
     hold_campaign(store, campaign, runner.default_poll_interval)
-    check_controllers(campaign.workspace, campaign.name, store.run_controllers(campaign.name))
     if resume is not None:
         run = resume
         store.reopen_campaign(resume)
@@ -213,11 +212,9 @@ def resumable_run(store: Storage, campaign: Campaign, *, fresh: bool) -> RunChoi
     its controller died, or cancelled) and the campaign is the same (its file and ``--set``
     overrides give the same spec) — or the one to close before a new run starts: what
     ``dse run`` and :func:`dse.run` both decide."""
-    from dse.record._lock import check_controllers  # a run's alone: the reads never lock
-
-    # Before anything is said or decided: another controller may drive a run of it.
+    # Before anything is said or decided: another controller may drive a run of it. Its
+    # lease says so on any host (a deleted lock file does not take it away).
     hold_campaign(store, campaign, None)
-    check_controllers(campaign.workspace, campaign.name, store.run_controllers(campaign.name))
     row = store.reads.find_campaign(campaign.name)
     if row is None or row.status not in (CampaignStatus.RUNNING, CampaignStatus.CANCELLED):
         return RunChoice()

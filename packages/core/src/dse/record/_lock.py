@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from dse.model._errors import LockedError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable
     from types import TracebackType
 
 _BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
@@ -379,40 +379,6 @@ class CampaignLock:
     def held(self) -> bool:
         """Whether this object holds the lock."""
         return self._fd is not None
-
-
-def check_controllers(workspace: str | Path, name: str,
-                      controllers: Iterable[tuple[int, Mapping[str, Any]]]) -> None:
-    """Refuse (:class:`~dse.LockedError`) to drive campaign *name* when one of its runs
-    left running is driven, as the record says (*controllers*: run id and holder, from
-    :meth:`dse.Store.run_controllers`), by another controller that lives: on this host, the
-    process named (its pid and start time); on another, one the lock file still names (only
-    its owner, or the user, can say that it is gone). The lock file alone is not enough: it
-    can be deleted while its holder runs."""
-    me = LockHolder.current()
-    for run, data in controllers:
-        holder = LockHolder.from_json(json.dumps(dict(data)))
-        if holder is None or (holder.host, holder.pid, holder.start_ticks) == (
-                me.host, me.pid, me.start_ticks):
-            continue
-        if holder.host == me.host:
-            alive = holder.is_running()
-        else:
-            named = _named_holder(Path(workspace) / f"{name}.lock")
-            alive = named is not None and (named.host, named.pid) == (holder.host, holder.pid)
-        if alive:
-            raise LockedError(
-                f"campaign {name!r} is already running: run {run} is driven by"
-                f" {holder.describe()}, as the record says (its lock file"
-                f" {Path(workspace) / f'{name}.lock'} was deleted or replaced)"
-            )
-
-
-def _named_holder(path: Path) -> LockHolder | None:
-    try:
-        return LockHolder.from_json(path.read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        return None
 
 
 def lock_held(workspace: str | Path, name: str, *,

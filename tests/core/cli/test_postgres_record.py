@@ -1,0 +1,140 @@
+"""`dse` on a PostgreSQL record (a real server, ``support.postgres``): a run killed and resumed
+takes the same path as on the SQLite workspace, every reading command reads it, and a
+controller stopped past its lease is fenced while another takes the campaign over."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from dse.record._open import reader
+from support.cli import run_dse, start_dse, trajectory, write_plugin
+from support.postgres import drop_database, new_database
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+CAMPAIGN = """
+[campaign]
+name = "demo"
+agent = "list"
+backend = "probe"
+max_parallelism = 2
+poll_interval = "1ms"
+
+[agent.list]
+points = [{points}]
+
+[[objectives]]
+metric = "value"
+
+[space]
+x = {{ type = "int", low = 0, high = 10 }}
+passes = {{ type = "int", low = 0, high = 999 }}
+"""
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    found = new_database()
+    yield found
+    drop_database(found)
+
+
+def campaign(project: Path, passes: int) -> Path:
+    write_plugin(project)
+    points = ", ".join(f"{{x = {i % 7}, passes = {passes + i % 3 * 20}}}" for i in range(12))
+    path = project / "campaign.toml"
+    path.write_text(CAMPAIGN.format(points=points))
+    return path
+
+
+def recorded(url: str, workspace: Path) -> list[tuple[object, ...]]:
+    store = reader(workspace, url)
+    try:
+        return store.reads.rows("SELECT number, params, status, score FROM trials"
+                                " ORDER BY number")
+    finally:
+        store.close()
+
+
+def wait_for(url: str, workspace: Path, sql: str, count: int, timeout: float = 60) -> None:
+    """Wait (bounded) until *sql* counts at least *count* in the record."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            store = reader(workspace, url)
+        except Exception:  # noqa: BLE001 - not made yet
+            time.sleep(0.05)
+            continue
+        try:
+            if int(store.reads.rows(sql)[0][0]) >= count:
+                return
+        finally:
+            store.close()
+        time.sleep(0.05)
+    raise AssertionError(f"{sql} never counted {count} within {timeout} s")
+
+
+def test_a_killed_controller_resumes_on_postgres_as_on_sqlite(tmp_path: Path, url: str) -> None:
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    ref = run_dse(reference, "run", str(campaign(reference, 0)), "--json")
+    assert ref.returncode == 0, ref.stderr
+    project = tmp_path / "project"
+    project.mkdir()
+    path = campaign(project, 0)
+    proc = start_dse(project, "run", str(path), "--record", url)
+    wait_for(url, project / ".dse", "SELECT COUNT(*) FROM trials WHERE status = 'running'", 1)
+    proc.kill()
+    proc.communicate(timeout=30)
+    resumed = run_dse(project, "run", str(path), "--json", "--record", url)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming it" in resumed.stderr
+    assert recorded(url, project / ".dse") == trajectory(reference)
+    assert json.loads(resumed.stdout)["best"] == json.loads(ref.stdout)["best"]
+    assert not (project / ".dse" / "dse.sqlite").exists()  # the record is the database
+    for args in (["status"], ["report"], ["show", "demo:1"],
+                 ["export", "demo", "--output", str(tmp_path / "out.csv")]):
+        done = run_dse(project, *args, "--record", url)
+        assert done.returncode == 0, (args, done.stderr)
+    assert (tmp_path / "out.csv").read_text().count("\n") == 13  # header + 12 trials
+    # DSE_RECORD names it too; a second run of the finished campaign runs nothing new.
+    status = run_dse(project, "status", "--json", "--record", url)
+    assert json.loads(status.stdout)[0]["trials"] == 12
+
+
+def test_a_controller_stopped_past_its_lease_is_fenced_and_another_finishes(
+    tmp_path: Path, url: str
+) -> None:
+    """Controller A (SIGSTOP past its lease) never writes again and exits with one line once
+    continued; controller B, on another workspace as on another host, takes the campaign
+    over and finishes it."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    env = {"DSE_LEASE_S": "2"}
+    a = start_dse(first, "run", str(campaign(first, 300)), "--record", url, env=env)
+    wait_for(url, first / ".dse", "SELECT COUNT(*) FROM trials WHERE status = 'running'", 1)
+    a.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(3.0)  # past A's lease (2 s)
+        b = run_dse(second, "run", str(campaign(second, 300)), "--record", url, timeout=120)
+        assert b.returncode == 0, b.stderr
+        assert "resuming it" in b.stderr
+    finally:
+        a.send_signal(signal.SIGCONT)
+    _, err = a.communicate(timeout=60)
+    assert a.returncode != 0
+    errors = [line for line in err.splitlines() if line.startswith("dse: error: ")]
+    assert len(errors) == 1, err
+    assert "taken over by another controller" in errors[0]
+    assert "Traceback" not in err
+    rows = recorded(url, second / ".dse")
+    assert [r[0] for r in rows] == list(range(1, 13))
+    assert {r[2] for r in rows} == {"completed"}
