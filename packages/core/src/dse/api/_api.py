@@ -67,19 +67,15 @@ def run(
         (what ``dse run`` prints as ``dse: warning:``) are issued as :class:`dse.RunWarning` either
         way, for the ``warnings`` module's filters.
     :param listener: told of the run's progress too (:class:`dse.EngineListener`).
-    :param record: the record, when not the workspace's ``dse.sqlite``: a
-        ``postgresql://`` URL (default: ``DSE_RECORD``, else the campaign's ``record``).
+    :param record: a ``postgresql://`` URL, the record (else ``DSE_RECORD``, else ``dse.sqlite``).
     :raises ConfigError: the campaign or the objective is refused (nothing is written).
     :raises NoResultError: the run ended with no completed trial (every trial failed, or the
         campaign stopped after failures in a row): its message says how it ended and what
         the first failure's error was; its ``results`` attribute is the run's
         :class:`Results`, every trial recorded as it is when one completed.
-    :raises KeyboardInterrupt: Ctrl+C: running trials were cancelled and recorded; running
-        the campaign again continues it.
+    :raises KeyboardInterrupt: Ctrl+C: running trials cancelled, recorded; a rerun continues.
     """
-    # A worker importing a script that calls this at its top level stops here, before the
-    # imports below (the rest of the module imports little: every worker pays for it).
-    stop_if_importing()
+    stop_if_importing()  # a worker importing a script that calls this: before the imports
     from dse.api._listeners import Both, Warnings
     from dse.launch._build import build_engine
     from dse.launch._console import LineView

@@ -147,13 +147,13 @@ LEASE_ENV = "DSE_LEASE_S"
 
 
 """Sets the shortest lease a controller holds, in seconds (by default
-:data:`dse.record.sql._store.LEASE_FLOOR_S`)."""
+:data:`dse.record.sql._leases.LEASE_FLOOR_S`)."""
 
 
 def lease_ttl(campaign: Campaign, poll: tuple[float, float] | None) -> float:
     """How long a renewal of *campaign*'s lease holds: twice the longest wait between two
     polling passes (the campaign's, else the backend's *poll*), and no less than the floor."""
-    from dse.record.sql._store import LEASE_FLOOR_S
+    from dse.record.sql._leases import LEASE_FLOOR_S
 
     floor = float(os.environ.get(LEASE_ENV) or LEASE_FLOOR_S)
     longest = (campaign.poll_interval or poll or (0.0, 0.0))[1]

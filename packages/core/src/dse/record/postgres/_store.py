@@ -43,14 +43,12 @@ again before its error is raised."""
 
 def shown(url: str) -> str:
     """*url* as it may be printed and recorded: without its password."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
+    scheme, netloc, path, query, fragment = urllib.parse.urlsplit(url)
+    if ":" not in netloc.rpartition("@")[0]:
         return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}@" if parts.username else ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=user + host))
+    user, _, host = netloc.rpartition("@")
+    return urllib.parse.urlunsplit((scheme, f"{user.partition(':')[0]}@{host}", path, query,
+                                    fragment))
 
 
 class PostgresStore(SqlStore):
@@ -110,7 +108,7 @@ class PostgresStore(SqlStore):
         """Aggregates whose cost does not grow with what they print."""
         self.stops = Stops(db, self.path, None)
         """What a stopping rule decided, and the learning curves it read."""
-        self._forget()
+        self.begin_session()
 
     def close(self) -> None:
         """See :meth:`dse.record.Storage.close`."""

@@ -10,16 +10,13 @@ controller lives.
 from __future__ import annotations
 
 import contextlib
-import secrets
-import socket
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dse.model._errors import LeaseLostError, LockedError
 from dse.model._numbers import is_int64
 from dse.record._batch import dumps
 from dse.record._records import Claim
+from dse.record.sql._leases import Leases
 from dse.record.sql._rows import REUSABLE_ROW, TRIAL, absolute_dir, as_trial, chunks, loads
 from dse.record.sql._writes import (
     CLAIM,
@@ -46,13 +43,6 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
-LEASE_FLOOR_S = 15.0
-
-
-"""The shortest lease a campaign's controller holds: a controller stalled longer than this
-(a machine swapping, a process stopped) loses its campaign to another."""
-
-
 class SqlStore:
     """The writes of :class:`dse.record.Storage` on a SQL database (each method's
     documentation is there). A subclass connects and provides :meth:`_transaction`,
@@ -62,21 +52,23 @@ class SqlStore:
     read_only: bool
     workspace: Path
     """Where the campaigns' trial directories and lock files are."""
+    where: str
+    """The record as messages name it."""
     reads: Reads
     summaries: Summaries
     stops: Stops
     _db: Connection
     _root: Path | None
 
-    def _forget(self) -> None:
+    def begin_session(self) -> None:
         """Forget the ids, claims and leases of an earlier connection."""
         # Ids are handed out from blocks the record reserved for this Store: [next, end).
         self._next_trial = self._end_trial = self._next_attempt = self._end_attempt = 0
         self._blocks = {"trials": FIRST_BLOCK, "attempts": FIRST_BLOCK}
         self._claiming = False
         """Whether this Store claimed configs (its trials' ends then release them)."""
-        self._leases: dict[str, tuple[str, float, float]] = {}
-        """Campaign -> (token, TTL, when it was last renewed on this process's clock)."""
+        self.leases = Leases()
+        """The campaigns' leases this store holds."""
 
     # -- what a database provides ------------------------------------------------------
 
@@ -100,9 +92,29 @@ class SqlStore:
         """See :meth:`dse.record.Storage.alive`."""
         return self._alive(campaign)
 
+    def take_lease(self, campaign: str, holder: Mapping[str, Any], ttl_s: float) -> None:
+        """See :meth:`dse.record.Storage.take_lease`."""
+        ttl = max(float(ttl_s), 0.1)
+        token = self._transaction(lambda: self.leases.take(self._db, campaign, holder, ttl),
+                                  serializable=True)
+        self.leases.taken(campaign, token, ttl)
+
+    def release_lease(self, campaign: str) -> None:
+        """See :meth:`dse.record.Storage.release_lease`."""
+        token = self.leases.drop(campaign)
+        if token is None or self.read_only:
+            return
+        with contextlib.suppress(Exception):  # the record gone: the lease expires
+            self._transaction(lambda: self.leases.delete(self._db, campaign, token), light=True)
+
+    def release_leases(self) -> None:
+        """Give up every lease this store holds (it is being closed)."""
+        for campaign in self.leases.campaigns():
+            self.release_lease(campaign)
+
     def _alive(self, campaign: str) -> bool:
         """Whether a controller of *campaign* lives (holds its lock or a fresh lease)."""
-        return self._lease_fresh(campaign)
+        return self.leases.state(self._db, campaign) is True
 
     # -- ids ------------------------------------------------------------------------------
 
@@ -153,19 +165,16 @@ class SqlStore:
     def commit(self, batch: Batch) -> None:
         """See :meth:`dse.record.Storage.commit`. Every lease this store holds is renewed in
         the same transaction (and checked: a lease another controller took fails it)."""
-        renew = self._leases_due()
+        renew = self.leases.due()
         if not batch and not renew:
             return
         self._transaction(lambda: self._write(batch, renew))
-        now = time.monotonic()
-        for campaign in renew:
-            token, ttl, _ = self._leases[campaign]
-            self._leases[campaign] = (token, ttl, now)
+        self.leases.renewed(renew)
         batch.clear()
 
     def _write(self, batch: Batch, renew: list[str]) -> None:
         db = self._db
-        self._renew(renew)
+        self.leases.renew(self._db, renew, self.where)
         snapshots = batch.snapshots()
         for kind, rows in batch.changes():
             if kind == "agent_log":
@@ -384,84 +393,6 @@ class SqlStore:
 
         self._transaction(body, light=True)
 
-    # -- leases -----------------------------------------------------------------------------
-
-    def take_lease(self, campaign: str, holder: Mapping[str, Any], ttl_s: float) -> None:
-        """See :meth:`dse.record.Storage.take_lease`."""
-        ttl = max(float(ttl_s), 0.1)
-        token = secrets.token_hex(16)
-
-        def body() -> None:
-            found = self._db.execute(
-                "SELECT holder, token, renewed_at, ttl_s, dse_now() FROM leases"
-                " WHERE campaign = ?", (campaign,)).fetchone()
-            if found is not None and found[1] in self._tokens(campaign):
-                pass  # ours already
-            elif (found is not None and float(found[2]) + float(found[3]) >= float(found[4])
-                  and not _gone_here(found[0], me_too=True)):
-                raise LockedError(
-                    f"campaign {campaign!r} is running: its controller {_holder(found[0])}"
-                    f" renewed its lease {max(float(found[4]) - float(found[2]), 0):.1f} s ago"
-                    f" (it is taken over {float(found[3]):.0f} s after its last renewal)")
-            self._db.execute(
-                "INSERT INTO leases(campaign, holder, token, renewed_at, ttl_s)"
-                " VALUES (?, ?, ?, dse_now(), ?) ON CONFLICT (campaign) DO UPDATE SET"
-                " holder = excluded.holder, token = excluded.token,"
-                " renewed_at = excluded.renewed_at, ttl_s = excluded.ttl_s",
-                (campaign, dumps(dict(holder)), token, ttl))
-
-        self._transaction(body, serializable=True)
-        self._leases[campaign] = (token, ttl, time.monotonic())
-
-    def release_leases(self) -> None:
-        """Give up every lease this store holds (it is being closed)."""
-        for campaign in list(self._leases):
-            self.release_lease(campaign)
-
-    def _tokens(self, campaign: str) -> set[str]:
-        held = self._leases.get(campaign)
-        return {held[0]} if held else set()
-
-    def release_lease(self, campaign: str) -> None:
-        """See :meth:`dse.record.Storage.release_lease`."""
-        held = self._leases.pop(campaign, None)
-        if held is None or self.read_only:
-            return
-        with contextlib.suppress(Exception):  # the record gone: the lease expires
-            self._transaction(lambda: self._db.execute(
-                "DELETE FROM leases WHERE campaign = ? AND token = ?", (campaign, held[0])),
-                light=True)
-
-    def _leases_due(self) -> list[str]:
-        """The leases this store holds that are due a renewal (a quarter of their TTL old)."""
-        now = time.monotonic()
-        return [c for c, (_, ttl, at) in self._leases.items() if now - at >= ttl / 4]
-
-    def _renew(self, campaigns: list[str]) -> None:
-        """Renew each lease of *campaigns* in the transaction under way; a lease another
-        controller took fails it (:class:`LeaseLostError`): this one stops writing."""
-        for campaign in campaigns:
-            token = self._leases[campaign][0]
-            changed = self._db.execute(
-                "UPDATE leases SET renewed_at = dse_now() WHERE campaign = ? AND token = ?",
-                (campaign, token)).rowcount
-            if changed != 1:
-                raise LeaseLostError(
-                    f"{self.path}: campaign {campaign!r} was taken over by another controller"
-                    " (this one's lease expired: it was stopped or stalled longer than its"
-                    " lease); this controller stops and writes nothing more")
-
-    def _lease_fresh(self, campaign: str) -> bool:
-        return self._lease(campaign) is True
-
-    def _lease(self, campaign: str) -> bool | None:
-        """Whether *campaign*'s lease is fresh (renewed within its TTL, by a controller not
-        known to be gone); ``None``: it has none."""
-        row = self._db.execute(
-            "SELECT renewed_at + ttl_s >= dse_now(), holder FROM leases WHERE campaign = ?",
-            (campaign,)).fetchone()
-        return None if row is None else bool(row[0]) and not _gone_here(row[1])
-
 
 class _DryRun(Exception):
     """A dry-run invalidation's counts, raised to roll its transaction back."""
@@ -469,30 +400,3 @@ class _DryRun(Exception):
     def __init__(self, result: tuple[int, int, int]) -> None:
         super().__init__()
         self.result = result
-
-
-def _gone_here(text: str | None, *, me_too: bool = False) -> bool:
-    """Whether a lease's holder (JSON) is a controller of this host that is gone (its pid
-    ended, or names another process now): this host's fast path, before its lease expires.
-    With *me_too*, this very process too (another of its stores, which it left: a new one
-    takes the campaign over)."""
-    from dse.record._lock import LockHolder
-
-    holder = LockHolder.from_json(text) if text else None
-    if holder is None or holder.host != socket.gethostname():
-        return False
-    me = LockHolder.current()
-    return ((me_too and (holder.pid, holder.start_ticks) == (me.pid, me.start_ticks))
-            or not holder.is_running())
-
-
-def _holder(text: str | None) -> str:
-    """A lease's holder (JSON: host, pid, started) as a message says it."""
-    try:
-        holder = loads(text) if text else {}
-    except ValueError:
-        holder = {}
-    if not isinstance(holder, dict):
-        return "(unknown)"
-    return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
-

@@ -87,20 +87,20 @@ def damaged(path: Path, why: str) -> DamagedRecordError:
         f" --workspace {path.parent}` says what can be saved")
 
 
-class _Cursor(sqlite3.Cursor):
-    """A cursor of a :class:`_Connection`: its statements wait out a busy record, and a
+class SqliteCursor(sqlite3.Cursor):
+    """A cursor of a :class:`SqliteConnection`: its statements wait out a busy record, and a
     damaged page met while reading rows is a :class:`DamagedRecordError`."""
 
-    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
-        cast("_Connection", self.connection).attempt(sql, super().execute, sql, parameters)
+    def execute(self, sql: str, parameters: Any = (), /) -> SqliteCursor:
+        cast("SqliteConnection", self.connection).attempt(sql, super().execute, sql, parameters)
         return self
 
-    def executemany(self, sql: str, seq: Any, /) -> _Cursor:
-        cast("_Connection", self.connection).attempt(sql, super().executemany, sql, seq)
+    def executemany(self, sql: str, seq: Any, /) -> SqliteCursor:
+        cast("SqliteConnection", self.connection).attempt(sql, super().executemany, sql, seq)
         return self
 
     def _named(self, exc: sqlite3.DatabaseError) -> Exception:
-        return cast("_Connection", self.connection).named(exc)
+        return cast("SqliteConnection", self.connection).named(exc)
 
     def fetchone(self) -> Any:
         try:
@@ -121,7 +121,7 @@ class _Cursor(sqlite3.Cursor):
             raise self._named(exc) from None
 
 
-class _Connection(sqlite3.Connection):
+class SqliteConnection(sqlite3.Connection):
     """The record's connection (every statement of the store runs through it).
 
     A statement that finds the record held by another process (SQLITE_BUSY after
@@ -135,14 +135,14 @@ class _Connection(sqlite3.Connection):
     path: Path
     wait: BusyWait
 
-    def cursor(self, factory: Any = _Cursor) -> Any:  # ours by default
+    def cursor(self, factory: Any = SqliteCursor) -> Any:  # ours by default
         return super().cursor(factory)
 
-    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
-        return cast("_Cursor", self.cursor()).execute(sql, parameters)
+    def execute(self, sql: str, parameters: Any = (), /) -> SqliteCursor:
+        return cast("SqliteCursor", self.cursor()).execute(sql, parameters)
 
-    def executemany(self, sql: str, seq: Any, /) -> _Cursor:
-        return cast("_Cursor", self.cursor()).executemany(sql, seq)
+    def executemany(self, sql: str, seq: Any, /) -> SqliteCursor:
+        return cast("SqliteCursor", self.cursor()).executemany(sql, seq)
 
     def named(self, exc: sqlite3.DatabaseError) -> Exception:
         """*exc*, or the :class:`DamagedRecordError` it means."""
@@ -166,9 +166,9 @@ class _Connection(sqlite3.Connection):
 
 
 def _connect(target: str | Path, path: Path, say: Callable[[str], None] | None, *,
-             uri: bool = False) -> _Connection:
+             uri: bool = False) -> SqliteConnection:
     db = sqlite3.connect(target, isolation_level=None, timeout=TRY_S, uri=uri,
-                         factory=_Connection)
+                         factory=SqliteConnection)
     db.path = path
     db.wait = BusyWait(path, say)
     # The record's clock (leases): this host's, as every controller of the file shares it.
@@ -227,7 +227,7 @@ def check_writable(path: Path) -> None:
 
 
 def open_db(path: Path, *, durable: bool, say: Callable[[str], None] | None
-          ) -> tuple[_Connection, str, str]:
+          ) -> tuple[SqliteConnection, str, str]:
     """The record at *path* opened for writing, made or migrated, with its journal mode and
     ``synchronous`` setting; a damaged file refused before anything is written."""
     check_writable(path)
@@ -304,7 +304,7 @@ def _sync_dir(directory: Path) -> None:
             os.close(fd)
 
 
-def _quick_check(db: _Connection, path: Path) -> None:
+def _quick_check(db: SqliteConnection, path: Path) -> None:
     """SQLite's ``quick_check`` of every page (about 0.2 s for 50 MB; not the indexes'
     contents, which ``dse doctor`` checks): a damaged record is refused before a write."""
     found = [str(r[0]) for r in db.execute("PRAGMA quick_check(3)").fetchall()]
@@ -312,7 +312,7 @@ def _quick_check(db: _Connection, path: Path) -> None:
         raise damaged(path, "; ".join(found))
 
 
-def open_read_only(path: Path, say: Callable[[str], None] | None) -> _Connection | None:
+def open_read_only(path: Path, say: Callable[[str], None] | None) -> SqliteConnection | None:
     """The record at *path* opened read only (``mode=ro``; where SQLite cannot make the
     ``-wal`` and ``-shm`` beside it, ``immutable=1``, said), writing nothing: no journal
     mode, no migration. ``None`` when the record is of an older schema and can be written:

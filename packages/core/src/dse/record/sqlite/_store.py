@@ -35,7 +35,7 @@ from dse.record.sql._stops import Stops
 from dse.record.sql._store import SqlStore
 from dse.record.sql._summaries import Summaries
 from dse.record.sqlite._connection import (
-    _Connection,
+    SqliteConnection,
     open_db,
     open_read_only,
     writing,
@@ -57,7 +57,7 @@ class Store(SqlStore):
     (a rollback journal) on a network file system or when ``DSE_SQLITE_JOURNAL`` says so.
     """
 
-    _db: _Connection
+    _db: SqliteConnection
 
     def __init__(self, path: str | Path, *, durable: bool = True, connect: bool = True,
                  read_only: bool = False, say: Callable[[str], None] | None = None) -> None:
@@ -93,7 +93,7 @@ class Store(SqlStore):
         """Aggregates whose cost does not grow with what they print."""
         self.stops = Stops(db, self.path, self._root)
         """What a stopping rule decided, and the learning curves it read."""
-        self._forget()
+        self.begin_session()
 
     def close(self) -> None:
         """See :meth:`dse.record.Storage.close`."""
@@ -149,7 +149,7 @@ class Store(SqlStore):
         # Only a run claims: the commands that read the record never import the lock module.
         from dse.record._lock import lock_held
 
-        lease = self._lease(campaign)
+        lease = self.leases.state(self._db, campaign)
         if lease is False:
             return False  # its lease expired: gone, or stalled past it (it stops writing)
         # A lock file on this host says at once whether its holder is gone (its flock).
