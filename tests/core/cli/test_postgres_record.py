@@ -1,16 +1,18 @@
 """`dse` on a PostgreSQL record (a real server, ``support.postgres``): a run killed and resumed
-takes the same path as on the SQLite workspace, every reading command reads it, and a
-controller stopped past its lease is fenced while another takes the campaign over."""
+takes the same path as on the SQLite workspace, every reading command reads it; and on both
+records a controller stopped past its lease is fenced while another takes the campaign over."""
 
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from typing import TYPE_CHECKING
 
 import pytest
 
+from dse.record._busy import lock_pids
 from dse.record._open import reader
 from support.cli import run_dse, start_dse, trajectory, write_plugin
 from support.postgres import drop_database, new_database
@@ -54,7 +56,7 @@ def campaign(project: Path, passes: int) -> Path:
     return path
 
 
-def recorded(url: str, workspace: Path) -> list[tuple[object, ...]]:
+def recorded(url: str | None, workspace: Path) -> list[tuple[object, ...]]:
     store = reader(workspace, url)
     try:
         return store.reads.rows("SELECT number, params, status, score FROM trials"
@@ -63,7 +65,7 @@ def recorded(url: str, workspace: Path) -> list[tuple[object, ...]]:
         store.close()
 
 
-def wait_for(url: str, workspace: Path, sql: str, count: int, timeout: float = 60) -> None:
+def wait_for(url: str | None, workspace: Path, sql: str, count: int, timeout: float = 60) -> None:
     """Wait (bounded) until *sql* counts at least *count* in the record."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -109,22 +111,41 @@ def test_a_killed_controller_resumes_on_postgres_as_on_sqlite(tmp_path: Path, ur
     assert json.loads(status.stdout)[0]["trials"] == 12
 
 
+def stop_outside_a_write(proc: subprocess.Popen[str], record: Path | None) -> None:
+    """SIGSTOP *proc* between two of its transactions (stopped inside one, it would hold a
+    SQLite record's write lock until continued: what ``record/_busy`` says, not a lease's
+    matter)."""
+    deadline = time.monotonic() + 30
+    while True:
+        proc.send_signal(signal.SIGSTOP)
+        if record is None or proc.pid not in lock_pids(record)[0]:
+            return
+        proc.send_signal(signal.SIGCONT)
+        assert time.monotonic() < deadline, "the controller never left its transaction"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_controller_stopped_past_its_lease_is_fenced_and_another_finishes(
-    tmp_path: Path, url: str
+    tmp_path: Path, url: str, kind: str
 ) -> None:
     """Controller A (SIGSTOP past its lease) never writes again and exits with one line once
-    continued; controller B, on another workspace as on another host, takes the campaign
-    over and finishes it."""
-    first, second = tmp_path / "a", tmp_path / "b"
-    first.mkdir()
-    second.mkdir()
+    continued; controller B takes the campaign over and finishes it — on PostgreSQL from
+    another workspace, as on another host; on SQLite in the same workspace (its record), where
+    A still holds the lock file's flock: the expired lease makes it stale."""
+    first = tmp_path / "a"
+    second = tmp_path / "b" if kind == "postgres" else first
+    record = ["--record", url] if kind == "postgres" else []
+    for project in {first, second}:
+        project.mkdir(exist_ok=True)
     env = {"DSE_LEASE_S": "2"}
-    a = start_dse(first, "run", str(campaign(first, 300)), "--record", url, env=env)
-    wait_for(url, first / ".dse", "SELECT COUNT(*) FROM trials WHERE status = 'running'", 1)
-    a.send_signal(signal.SIGSTOP)
+    a = start_dse(first, "run", str(campaign(first, 300)), *record, env=env)
+    where = url if kind == "postgres" else None
+    wait_for(where, first / ".dse", "SELECT COUNT(*) FROM trials WHERE status = 'running'", 1)
+    stop_outside_a_write(a, None if where else first / ".dse" / "dse.sqlite")
     try:
         time.sleep(3.0)  # past A's lease (2 s)
-        b = run_dse(second, "run", str(campaign(second, 300)), "--record", url, timeout=120)
+        b = run_dse(second, "run", str(campaign(second, 300)), *record, timeout=120)
         assert b.returncode == 0, b.stderr
         assert "resuming it" in b.stderr
     finally:
@@ -135,6 +156,6 @@ def test_a_controller_stopped_past_its_lease_is_fenced_and_another_finishes(
     assert len(errors) == 1, err
     assert "taken over by another controller" in errors[0]
     assert "Traceback" not in err
-    rows = recorded(url, second / ".dse")
+    rows = recorded(where, second / ".dse")
     assert [r[0] for r in rows] == list(range(1, 13))
     assert {r[2] for r in rows} == {"completed"}

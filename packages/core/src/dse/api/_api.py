@@ -10,6 +10,7 @@ its own: both functions answer from the record (:mod:`dse.report._readback`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -81,7 +82,7 @@ def run(
     from dse.launch._console import LineView
     from dse.plugins._plugins import PluginManager
     from dse.record._lock import CampaignLock
-    from dse.record._open import record_url, writer
+    from dse.record._open import lease_state, record_url, writer
     from dse.report._readback import no_result_message, read_results
     from dse.report._render import outcome_lines
     from dse.report._report import run_detail
@@ -96,22 +97,21 @@ def run(
                           listener=view if listener is None else Both(view, listener))
     engine.reuse = not fresh
     try:
-        with CampaignLock(built.workspace, built.name) as lock:
+        url = record_url(record, built.record)
+        with CampaignLock(built.workspace, built.name, lease=lambda: lease_state(
+                built.workspace, url, built.name)) as lock, contextlib.closing(store):
             if lock.notice is not None:
                 log.warning("%s", lock.notice)
             if ref is not None:
                 ref.write_source()
             store.connect()
-            try:
-                result = _run_choice(engine, _resumable(store, built, fresh=fresh), plugins)
-                row = store.reads.campaign(result.campaign_id)
-                assert row is not None  # the engine recorded it
-                results = read_results(store, row, built.workspace)
-                for line in [] if quiet else outcome_lines(  # the lines dse run ends with
-                        result, run_detail(store, result.campaign_id), built):
-                    console.status(line)
-            finally:
-                store.close()
+            result = _run_choice(engine, _resumable(store, built, fresh=fresh), plugins)
+            row = store.reads.campaign(result.campaign_id)
+            assert row is not None  # the engine recorded it
+            results = read_results(store, row, built.workspace)
+            for line in [] if quiet else outcome_lines(  # the lines dse run ends with
+                    result, run_detail(store, result.campaign_id), built):
+                console.status(line)
     finally:
         engine.backend.shutdown(wait=not engine.abandoned)
     if result.no_result:  # what dse run exits 4 for

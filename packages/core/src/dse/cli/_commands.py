@@ -11,6 +11,7 @@ alone imports).
 from __future__ import annotations
 
 import contextlib
+import functools
 import textwrap
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from dse.model._errors import ConfigError, ExitCode, PluginError
 from dse.model._states import FailureClass
-from dse.record._open import reader, record_url, writer
+from dse.record._open import lease_state, reader, record_url, writer
 from dse.record.sqlite import TrialSelection, check_writable, workspace_db
 from dse.report._listings import plugin_rows, plugins_table, status_entry, status_table
 from dse.report._render import (
@@ -132,7 +133,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         engines.append(engine)
     with contextlib.ExitStack() as stack:
         for c in campaigns:
-            lock = stack.enter_context(CampaignLock(c.workspace, c.name))
+            lock = stack.enter_context(CampaignLock(c.workspace, c.name, lease=functools.partial(
+                lease_state, c.workspace, urls[c.workspace], c.name)))
             if lock.notice is not None:
                 console.status(lock.notice)
         for store in stores.values():

@@ -484,6 +484,11 @@ class Storage(Protocol):
         renewed (or, in a SQLite workspace, its lock file on this host)."""
         ...
 
+    def lease_state(self, campaign: str) -> bool | None:
+        """Whether *campaign*'s lease is fresh (``True``: renewed within its TTL by a
+        controller not known to be gone), expired (``False``), or missing (``None``)."""
+        ...
+
     def take_lease(self, campaign: str, holder: Mapping[str, Any], ttl_s: float) -> None:
         """Take *campaign*'s lease for this store's controller (*holder*: its host, pid and
         start, as messages name it): the record's word that it drives the campaign, on any

@@ -11,8 +11,9 @@ hard-linked into place (``link`` fails when the name exists, the classic exclusi
 that also holds on NFS). A lock held on this host by a process that is gone (dead pid, a
 pid from before a reboot, a reused pid, or nobody holding the ``flock``) is stale and is
 taken over by replacing the file while holding the old file's ``flock``, so two runs that
-find the same stale lock cannot both take it. A lock held on another host is never taken
-over: only its owner, or the user, can say that it is gone.
+find the same stale lock cannot both take it. A lock held on another host (or by a process
+that lives here but stopped renewing) is taken over once the campaign's lease in the record
+expires (``lease``): the record, which every host shares, says that it is gone.
 """
 
 from __future__ import annotations
@@ -184,11 +185,20 @@ class CampaignLock:
     :param name: the campaign name.
     :param settle: seconds to wait for a lock that is being written or taken over by
         another process before deciding about it.
+    :param lease: says whether the campaign's lease in the record is fresh (``True``),
+        expired (``False``) or missing (``None``). A lock whose holder's lease expired is
+        stale whatever host holds it and whatever its ``flock`` says (a controller stopped
+        past its lease, a host gone): it is taken over, and the record's lease decides
+        between two controllers that took it over at once.
     """
 
-    def __init__(self, workspace: str | Path, name: str, *, settle: float = 1.0) -> None:
+    def __init__(self, workspace: str | Path, name: str, *, settle: float = 1.0,
+                 lease: Callable[[], bool | None] | None = None) -> None:
         self.workspace = Path(workspace)
         self.name = name
+        self.lease = lease
+        """The campaign's lease in the record (fresh, expired, or ``None``: none), asked of a
+        lock whose holder lives or is on another host: an expired lease makes it stale."""
         self.path = self.workspace / f"{name}.lock"
         self.settle = settle
         self.holder: LockHolder | None = None
@@ -306,7 +316,9 @@ class CampaignLock:
             if not _same_file(fd, self.path):
                 return False  # released or replaced meanwhile
             holder = LockHolder.from_json(_read_all(fd))
-            if holder is None:
+            if holder is not None and self.lease is not None and self.lease() is False:
+                why = f"was held by {holder.describe()}, whose lease in the record expired"
+            elif holder is None:
                 if not settled:
                     return False  # maybe being written (a file system without hard links)
                 if flocked is False:
@@ -319,8 +331,8 @@ class CampaignLock:
             elif holder.host != me.host:
                 raise LockedError(
                     f"campaign {self.name!r} is already running: held by {holder.describe()}"
-                    f" (lock file {self.path}); a lock held on another host is never taken"
-                    " over: if that run is gone, delete the lock file and run again"
+                    f" (lock file {self.path}); a lock held on another host is taken over"
+                    " once its lease in the record expires"
                 )
             else:
                 running = holder.is_running()

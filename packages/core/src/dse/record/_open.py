@@ -52,6 +52,22 @@ def writer(workspace: str | Path, url: str | None, *, connect: bool = True,
     return Store(workspace_db(workspace), connect=connect, say=say)
 
 
+def lease_state(workspace: str | Path, url: str | None, campaign: str) -> bool | None:
+    """*campaign*'s lease in the record (:meth:`Storage.lease_state`), read without making a
+    record: ``None`` when there is none yet. What a campaign lock asks of a holder that lives
+    or is on another host."""
+    from dse.model._errors import StoreError
+
+    try:
+        store = reader(workspace, url)
+    except StoreError:
+        return None
+    try:
+        return store.lease_state(campaign)
+    finally:
+        store.close()
+
+
 def reader(workspace: str | Path | None, url: str | None, *, write: bool = False,
            say: Callable[[str], None] | None = None) -> Storage:
     """The existing record a command reads (read only; with *write*, ``dse invalidate``)."""

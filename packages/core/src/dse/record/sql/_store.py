@@ -112,6 +112,10 @@ class SqlStore:
         for campaign in self.leases.campaigns():
             self.release_lease(campaign)
 
+    def lease_state(self, campaign: str) -> bool | None:
+        """See :meth:`dse.record.Storage.lease_state`."""
+        return self.leases.state(self._db, campaign)
+
     def _alive(self, campaign: str) -> bool:
         """Whether a controller of *campaign* lives (holds its lock or a fresh lease)."""
         return self.leases.state(self._db, campaign) is True
