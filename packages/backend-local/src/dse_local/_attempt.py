@@ -174,6 +174,16 @@ def orphan_runs(attempt_path: Path) -> bool:
     return find_wrapper((here.st_dev, here.st_ino), hint) is not None
 
 
+def ended_lately(attempt_path: Path, within: float) -> bool:
+    """Whether the wrapper of the attempt in *attempt_path* wrote its exit file less than
+    *within* seconds ago: an orphan that just ended, whose result its controller (killed, being
+    restarted) has not recorded yet."""
+    try:
+        return time.time() - os.stat(attempt_path / EXIT_FILE).st_mtime < within
+    except OSError:
+        return False
+
+
 def reattach(job: Job) -> int | None:
     """Find the wrapper of *job* again (a controller that restarted) and watch it; return its
     start ticks while it runs, ``None`` when it is gone or never started (the next poll

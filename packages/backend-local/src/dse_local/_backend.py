@@ -35,6 +35,7 @@ from dse_local._attempt import (
     LIMIT_MARGIN,
     Job,
     ended,
+    ended_lately,
     enforce_cancel,
     enforce_limit,
     gone,
@@ -59,6 +60,11 @@ AHEAD_ROUNDS = 3
 """Attempts the backend queues, in rounds of the attempts it runs at once."""
 MAX_SPARES = 4
 """Most wrappers the wrapper server keeps forked ahead (one per slot up to this)."""
+UNRECORDED_GRACE_S = 120.0
+"""How long another campaign keeps waiting on a gone controller's trial whose attempt ended
+(its exit file written) but was not recorded: its controller, restarted meanwhile, records
+the result, and the configuration is not run a second time. Past it, the configuration is
+taken over (run again)."""
 _HOST = socket.gethostname()
 """This machine's name: every task's DSE_NODE and DSE_NODES."""
 
@@ -168,7 +174,8 @@ class LocalBackend(Backend):
         return f"{job.trial_id}.{job.attempt}"
 
     def still_running(self, job_id: str | None, trial_dir: Path, attempt: int) -> bool:
-        return orphan_runs(trial_dir / f"attempt-{attempt}")
+        path = trial_dir / f"attempt-{attempt}"
+        return orphan_runs(path) or ended_lately(path, UNRECORDED_GRACE_S)
 
     def refuse(self, resources: Resources) -> str | None:
         refused = super().refuse(resources)

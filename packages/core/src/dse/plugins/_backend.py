@@ -154,10 +154,11 @@ class Backend(ABC):
     def still_running(self, job_id: str | None, trial_dir: Path, attempt: int) -> bool:
         """Whether attempt *attempt* (job *job_id*, when it was recorded) of the trial in
         *trial_dir*, started by a controller that is gone (killed), still runs on this
-        backend: its orphan. Another campaign's
-        controller asks before it takes over the configuration that trial claimed, and waits
-        for the orphan to end rather than run the configuration beside it. ``False`` (the
-        default): cannot tell, the claim is taken over at once."""
+        backend — its orphan — or ended a moment ago, its result not recorded yet (its
+        controller, restarted, records it). Another campaign's controller asks before it
+        takes over the configuration that trial claimed, and waits rather than run the
+        configuration beside it or again. ``False`` (the default): cannot tell, the claim is
+        taken over at once."""
         return False
 
     def placement(self) -> Mapping[str, Any]:
