@@ -241,6 +241,20 @@ def _doctor_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     doctor.add_argument("--json", action="store_true", help="print what was found as JSON")
 
 
+def _record_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
+    record = add(
+        "record", help="copy a record: a workspace's SQLite file into PostgreSQL, or back",
+        description="dse record copy SRC DST: copy the record SRC (a workspace, a .sqlite\n"
+        "file or a postgresql:// URL) into DST (a new record, or a copy of SRC stopped part\n"
+        "way: it goes on), then check both, table by table (rows counted, every row\n"
+        "digested). Exit 0: identical; 2: refused or different.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    record.add_argument("action", choices=["copy"], help="what to do: copy")
+    record.add_argument("source", metavar="SRC", help="the record to copy")
+    record.add_argument("target", metavar="DST", help="where to copy it")
+
+
 def _completion_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     from dse.cli._completion import SHELLS
 
@@ -261,7 +275,8 @@ _SUBCOMMANDS: dict[str, Callable[[Callable[..., argparse.ArgumentParser]], None]
     "report": _report_arguments,
     "plugins": _plugins_arguments, "show": _show_arguments,
     "invalidate": _invalidate_arguments, "export": _export_arguments,
-    "doctor": _doctor_arguments, "completion": _completion_arguments,
+    "doctor": _doctor_arguments, "record": _record_arguments,
+    "completion": _completion_arguments,
 }
 """Each subcommand's arguments, in the order ``dse --help`` lists them."""
 

@@ -467,6 +467,32 @@ def _export(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.OK
 
 
+def _record(args: argparse.Namespace, console: Console) -> int:
+    from dse.record._open import named
+    from dse.record.sql._copy import copy_record
+
+    source = named(args.source, write=False, say=console.warning)
+    try:
+        target = named(args.target, write=True, say=console.warning)
+        try:
+            if source.where == target.where:
+                raise ConfigError(f"{source.where}: the source and the target are one record")
+            checks = copy_record(source, target, console.status)
+        finally:
+            target.close()
+    finally:
+        source.close()
+    differ = [c for c in checks if not c.same]
+    for c in checks:
+        said = "identical" if c.same else f"DIFFERENT ({c.target_rows:,} rows in the target)"
+        console.result(f"{c.table}: {c.rows:,} rows, {said}")
+    if differ:
+        raise ConfigError(f"{target.where}: the copy differs from {source.where} in"
+                          f" {', '.join(c.table for c in differ)}")
+    console.status(f"copied {source.where} into {target.where}: every table identical")
+    return ExitCode.OK
+
+
 def _doctor(args: argparse.Namespace, console: Console) -> int:
     from dse.record._doctor import examine, salvage
     from dse.report._listings import doctor_json, doctor_lines, salvage_line
@@ -492,6 +518,7 @@ def _doctor(args: argparse.Namespace, console: Console) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "init": _init, "run": _run, "status": _status, "plugins": _plugins, "export": _export,
     "report": _report, "show": _show, "invalidate": _invalidate, "doctor": _doctor,
+    "record": _record,
 }
 """Each subcommand's handler: it takes the parsed arguments and the console, and returns the
 exit code."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dse.model._errors import ConfigError, DamagedRecordError
-from dse.record.sqlite import OLDEST_SCHEMA, Store, header_damage, rebuild_summaries
+from dse.record.sqlite import OLDEST_SCHEMA, Store, header_damage
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -291,7 +291,7 @@ def salvage(path: Path, out: Path) -> Checkup:
     try:
         store = Store(partial)  # migrated where it is older
         try:
-            rebuild_summaries(store)
+            store.rebuild_summaries()
         finally:
             store.close()
     except BaseException:

@@ -8,12 +8,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dse.model._errors import ConfigError
+from dse.model._errors import ConfigError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from dse.record._base import Storage
+    from dse.record.sql._store import SqlStore
 
 RECORD_ENV = "DSE_RECORD"
 
@@ -52,12 +53,27 @@ def writer(workspace: str | Path, url: str | None, *, connect: bool = True,
     return Store(workspace_db(workspace), connect=connect, say=say)
 
 
+def named(where: str, *, write: bool, say: Callable[[str], None] | None = None) -> SqlStore:
+    """The record *where* names: a ``postgresql://`` URL, a ``.sqlite`` file or a workspace
+    (its ``dse.sqlite``); an existing one read only, or with *write* opened (made if new)."""
+    if where.startswith(SCHEMES):
+        from dse.record.postgres import PostgresStore
+
+        return PostgresStore(where, Path(".dse"), read_only=not write, say=say)
+    from dse.record.sqlite import Store, open_existing, workspace_db
+
+    path = Path(where)
+    if path.suffix == ".sqlite":
+        if not write and not path.is_file():
+            raise StoreError(f"{path}: no dse record here")
+        return Store(path, read_only=not write, say=say)
+    return Store(workspace_db(path), say=say) if write else open_existing(path, say=say)
+
+
 def lease_state(workspace: str | Path, url: str | None, campaign: str) -> bool | None:
     """*campaign*'s lease in the record (:meth:`Storage.lease_state`), read without making a
     record: ``None`` when there is none yet. What a campaign lock asks of a holder that lives
     or is on another host."""
-    from dse.model._errors import StoreError
-
     try:
         store = reader(workspace, url)
     except StoreError:

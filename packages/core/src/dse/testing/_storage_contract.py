@@ -194,7 +194,7 @@ class StorageContract:
         one, two = storage_factory(), storage_factory()
         try:
             one.take_lease("a", {"host": "one", "pid": 11}, 60.0)
-            with pytest.raises(LockedError, match="pid 11 on one"):
+            with pytest.raises(LockedError, match="pid 11 on host one"):
                 two.take_lease("a", {"host": "two", "pid": 22}, 60.0)
             two.take_lease("b", {"host": "two", "pid": 22}, 60.0)  # another campaign's
             one.release_lease("a")

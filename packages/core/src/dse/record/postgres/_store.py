@@ -34,6 +34,13 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
+IDENTITY_TABLES = ("campaigns", "trials", "attempts", "events", "agent_log", "scores",
+                   "invalidations", "decisions")
+
+
+"""The tables whose ``id`` is an identity column (SQLite's ``INTEGER PRIMARY KEY``)."""
+
+
 RETRIES = 50
 
 
@@ -145,6 +152,16 @@ class PostgresStore(SqlStore):
                                    f" ({_first_line(exc)}); nothing already recorded is lost"
                                    ) from None
         raise AssertionError("unreachable")
+
+    def after_copy(self) -> None:
+        """Each identity column's sequence past the rows copied with their ids."""
+        def body() -> None:
+            for table in IDENTITY_TABLES:
+                self._connection.execute(
+                    f"SELECT setval(pg_get_serial_sequence('{table}', 'id'),"
+                    f" GREATEST((SELECT COALESCE(MAX(id), 0) FROM {table}), 1))")
+
+        self._transaction(body)
 
     def _inserted_id(self, sql: str, params: Sequence[Any]) -> int:
         (row,) = self._db.execute(f"{sql} RETURNING id", params).fetchall()

@@ -51,9 +51,10 @@ class Leases:
                 and float(found[2]) + float(found[3]) >= float(found[4])
                 and not gone_here(found[0], me_too=True)):
             raise LockedError(
-                f"campaign {campaign!r} is running: its controller {_holder(found[0])}"
-                f" renewed its lease {max(float(found[4]) - float(found[2]), 0):.1f} s ago"
-                f" (it is taken over {float(found[3]):.0f} s after its last renewal)")
+                f"campaign {campaign!r} is already running: driven by {_holder(found[0])}, as"
+                " the record says (its lease, renewed"
+                f" {max(float(found[4]) - float(found[2]), 0):.1f} s ago; taken over once not"
+                f" renewed for {float(found[3]):.0f} s)")
         db.execute(
             "INSERT INTO leases(campaign, holder, token, renewed_at, ttl_s)"
             " VALUES (?, ?, ?, dse_now(), ?) ON CONFLICT (campaign) DO UPDATE SET"
@@ -134,4 +135,4 @@ def _holder(text: str | None) -> str:
         holder = {}
     if not isinstance(holder, dict):
         return "(unknown)"
-    return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
+    return f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}"

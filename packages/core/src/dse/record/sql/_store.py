@@ -18,6 +18,7 @@ from dse.record._batch import dumps
 from dse.record._records import Claim
 from dse.record.sql._leases import Leases
 from dse.record.sql._rows import REUSABLE_ROW, TRIAL, absolute_dir, as_trial, chunks, loads
+from dse.record.sql._schema import REBUILD
 from dse.record.sql._writes import (
     CLAIM,
     FIRST_BLOCK,
@@ -59,6 +60,10 @@ class SqlStore:
     stops: Stops
     _db: Connection
     _root: Path | None
+
+    def close(self) -> None:
+        """See :meth:`dse.record.Storage.close`."""
+        raise NotImplementedError
 
     def begin_session(self) -> None:
         """Forget the ids, claims and leases of an earlier connection."""
@@ -111,6 +116,31 @@ class SqlStore:
         """Give up every lease this store holds (it is being closed)."""
         for campaign in self.leases.campaigns():
             self.release_lease(campaign)
+
+    def rebuild_summaries(self) -> None:
+        """Build the summaries (``run_tallies``, ``run_totals``, ``stop_totals``) again from
+        the rows, in one transaction: ``dse doctor --salvage`` keeps the rows of a damaged
+        record that read; ``dse record copy`` copies rows, then builds their summaries."""
+        def body() -> None:
+            for statement in REBUILD:
+                self._db.execute(statement)
+
+        self._transaction(body)
+
+    def write(self, body: Callable[[Connection], _T]) -> _T:
+        """Run *body* on the record's connection in one write transaction (``dse record
+        copy``: rows written as they are)."""
+        return self._transaction(lambda: body(self._db))
+
+    @property
+    def connection(self) -> Connection:
+        """The record's connection, for reads outside the storage interface (``dse record
+        copy``, a record's digests); SQLite's SQL, as :mod:`dse.record.sql` writes it."""
+        return self._db
+
+    def after_copy(self) -> None:
+        """Rows were written with their ids (``dse record copy``): what makes new ids follow
+        them (nothing for SQLite, whose next id is past the largest)."""
 
     def lease_state(self, campaign: str) -> bool | None:
         """See :meth:`dse.record.Storage.lease_state`."""

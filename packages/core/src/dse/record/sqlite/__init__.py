@@ -17,7 +17,7 @@ from dse.record.sqlite._files import (
     mount_of,
     workspace_db,
 )
-from dse.record.sqlite._store import Store, open_existing, rebuild_summaries
+from dse.record.sqlite._store import Store, open_existing
 
 __all__ = [
     "DB_NAME",
@@ -32,6 +32,5 @@ __all__ = [
     "header_damage",
     "mount_of",
     "open_existing",
-    "rebuild_summaries",
     "workspace_db",
 ]

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from dse.model._errors import StoreError
 from dse.record.sql._reads import Reads
-from dse.record.sql._schema import REBUILD
 from dse.record.sql._stops import Stops
 from dse.record.sql._store import SqlStore
 from dse.record.sql._summaries import Summaries
@@ -39,7 +38,6 @@ from dse.record.sqlite._connection import (
     open_db,
     open_read_only,
     writing,
-    writing_method,
 )
 from dse.record.sqlite._files import workspace_db
 
@@ -170,15 +168,3 @@ def open_existing(workspace: str | Path, *, write: bool = False,
     if path.stat().st_size == 0:
         raise StoreError(f"{path}: the record is empty (0 bytes): no run is recorded in it")
     return Store(path, read_only=not write, say=say)
-
-
-@writing_method
-def rebuild_summaries(store: Store) -> None:
-    """Build the summaries (``run_tallies``, ``run_totals``, ``stop_totals``) of *store*
-    again from its rows, in one transaction: ``dse doctor --salvage`` keeps the rows of a
-    damaged record that read, and its summaries counted the rows that did not too."""
-    def body() -> None:
-        for statement in REBUILD:
-            store._db.execute(statement)
-
-    store._transaction(body)

@@ -1,0 +1,132 @@
+"""`dse record copy SRC DST`: a workspace's SQLite record into PostgreSQL and back (a real
+server), checked table by table; the round trip exports what the original did; a copy
+stopped part way goes on; a copy into a record that holds other runs, or of a record a live
+controller writes, is refused in one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from dse.record._open import writer
+from support.cli import run_dse, write_plugin
+from support.postgres import drop_database, new_database
+from support.stopping import build
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+CAMPAIGN = """
+[campaign]
+name = "demo"
+agent = "random"
+backend = "probe"
+max_parallelism = 4
+max_trials = {trials}
+poll_interval = "1ms"
+
+[[objectives]]
+metric = "value"
+
+[space]
+x = {{ type = "int", low = 0, high = 1000000 }}
+y = {{ type = "float", low = 0.0, high = 1.0 }}
+"""
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    found = new_database()
+    yield found
+    drop_database(found)
+
+
+def recorded(project: Path, trials: int) -> None:
+    write_plugin(project)
+    (project / "campaign.toml").write_text(CAMPAIGN.format(trials=trials))
+    done = run_dse(project, "run", "campaign.toml", timeout=300)
+    assert done.returncode == 0, done.stderr
+    flagged = run_dse(project, "invalidate", "--trial", "demo:2", "--reason", "a bad node")
+    assert flagged.returncode == 0, flagged.stderr
+    build(project / ".dse")  # a run with learning curves and a stopping rule's decisions
+
+
+def export(project: Path, *record: str) -> str:
+    out = project / "out.jsonl"
+    done = run_dse(project, "export", "demo", "--format", "jsonl", "-o", str(out), *record)
+    assert done.returncode == 0, done.stderr
+    return out.read_text()
+
+
+def test_a_record_goes_to_postgres_and_back_and_exports_the_same(
+    tmp_path: Path, url: str
+) -> None:
+    recorded(tmp_path, 300)
+    before = export(tmp_path)
+    there = run_dse(tmp_path, "record", "copy", ".dse", url, timeout=300)
+    assert there.returncode == 0, there.stderr
+    assert "trials: 300 rows, identical" not in there.stdout  # and the other run's
+    assert "progress: 0 rows" not in there.stdout
+    assert "decisions: 0 rows" not in there.stdout
+    assert "DIFFERENT" not in there.stdout
+    assert "every table identical" in there.stderr
+    assert export(tmp_path, "--record", url) == before
+    # Back, where the record was (its trial directories where they are).
+    (tmp_path / ".dse" / "dse.sqlite").rename(tmp_path / "original.sqlite")
+    for left in (tmp_path / ".dse").glob("dse.sqlite-*"):
+        left.unlink()
+    back = run_dse(tmp_path, "record", "copy", url, ".dse", timeout=300)
+    assert back.returncode == 0, back.stderr
+    assert export(tmp_path) == before
+    # The copy is a record like any other: a run goes on in it, past the copied ids.
+    again = run_dse(tmp_path, "run", "campaign.toml", "--set", "max_trials=310", "--record",
+                    url, timeout=300)
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_copy_stopped_part_way_goes_on(tmp_path: Path, url: str) -> None:
+    recorded(tmp_path, 200)
+    # Pages of 7 rows: the copy is killed in the middle of a table.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    slow = (f"import dse.record.sql._copy as c; c.PAGE = 7; import dse.cli._cli as m;"
+            f" import sys; sys.exit(m.main(['record', 'copy', '.dse', {url!r}]))")
+    proc = subprocess.Popen([sys.executable, "-c", slow], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = writer(tmp_path / "elsewhere", url)
+    try:
+        deadline = time.monotonic() + 120
+        while not store.reads.rows("SELECT COUNT(*) FROM trials")[0][0]:
+            assert time.monotonic() < deadline, "the copy never reached the trials"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.01)
+    finally:
+        store.close()
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    resumed = run_dse(tmp_path, "record", "copy", ".dse", url, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "DIFFERENT" not in resumed.stdout
+    assert export(tmp_path, "--record", url) == export(tmp_path)
+
+
+def test_a_copy_into_a_record_of_other_runs_is_refused(tmp_path: Path, url: str) -> None:
+    recorded(tmp_path, 20)
+    other = tmp_path / "other"
+    other.mkdir()
+    recorded(other, 10)
+    first = run_dse(other, "record", "copy", ".dse", url)
+    assert first.returncode == 0, first.stderr
+    refused = run_dse(tmp_path, "record", "copy", ".dse", url)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"dse: error: {url}: the target is a copy of another record")
+    same = run_dse(tmp_path, "record", "copy", ".dse", ".dse")
+    assert same.returncode == 2
+    assert "the source and the target are one record" in same.stderr
