@@ -108,11 +108,12 @@ def _random_agent_class() -> Any:
     return RandomAgent
 
 
-def _campaign(mode: Mode, trials: int, workspace: Path) -> dse.Campaign:
+def _campaign(mode: Mode, trials: int, workspace: Path, name: str | None = None
+              ) -> dse.Campaign:
     return dse.campaign_from_dict(
         {
             "campaign": {
-                "name": f"overhead-{mode}",
+                "name": name or f"overhead-{mode}",
                 "agent": "random",
                 "backend": "probe",
                 "mode": mode,
@@ -309,6 +310,77 @@ def _bench_optuna_once(kind: Literal["memory", "journal", "sqlite"], trials: int
     return Measurement(label, trials, seconds)
 
 
+# -- a PostgreSQL record (--record URL) ------------------------------------------------------
+
+PG_RATIO_TARGET = 20.0
+"""dse waves on PostgreSQL against Optuna's RDBStorage on the same server (issue 40)."""
+CONCURRENT_TARGET = 4.0
+"""8 concurrent controllers' total trials/s against one controller's (issue 40)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Postgres:
+    rows: tuple[Measurement, ...]
+    one: Any
+    many: Any
+
+    def line(self) -> str:
+        dse_pg, optuna_pg = self.rows
+        ratio, scale = dse_pg.rate / optuna_pg.rate, self.many.rate / self.one.rate
+        return (f"PostgreSQL: dse {dse_pg.rate:,.0f} trials/s, Optuna RDBStorage"
+                f" {optuna_pg.rate:,.0f}: {ratio:.1f}x (target {PG_RATIO_TARGET:.0f}x:"
+                f" {'met' if ratio >= PG_RATIO_TARGET else 'NOT met'}); {self.many.controllers}"
+                f" controllers at once {self.many.rate:,.0f} trials/s in all, one alone"
+                f" {self.one.rate:,.0f}: {scale:.2f}x (target {CONCURRENT_TARGET:.0f}x:"
+                f" {'met' if scale >= CONCURRENT_TARGET else 'NOT met'}; {os.cpu_count()}"
+                " cores, server included)")
+
+    def summary(self) -> dict[str, Any]:
+        dse_pg, optuna_pg = self.rows
+        return {
+            "dse_trials_per_s": round(dse_pg.rate, 1),
+            "optuna_rdb_trials_per_s": round(optuna_pg.rate, 1),
+            "ratio_to_optuna_rdb": round(dse_pg.rate / optuna_pg.rate, 2),
+            "one_controller_trials_per_s": round(self.one.rate, 1),
+            "controllers": self.many.controllers,
+            "concurrent_trials_per_s": round(self.many.rate, 1),
+            "concurrent_ratio": round(self.many.rate / self.one.rate, 2),
+            "trials_per_controller": self.many.trials,
+            "ratio_target": PG_RATIO_TARGET,
+            "concurrent_target": CONCURRENT_TARGET,
+        }
+
+
+def bench_postgres(url: str, counts: Counts, dse_trials: int, repeat: int) -> Postgres:
+    """dse waves and Optuna's RDBStorage on the PostgreSQL server of *url*; then one and
+    :data:`_pg_record.CONTROLLERS` controllers at once."""
+    from _pg_record import CONTROLLERS, Schema, concurrent, optuna_postgres, run_dse
+
+    best = math.inf
+    for _ in range(max(repeat, 1)):
+        print("running dse waves on PostgreSQL ...", file=sys.stderr, flush=True)
+        with (Schema(url, "dse") as record,
+              tempfile.TemporaryDirectory(prefix="dse-overhead-pg-", dir=WORK_DIR) as tmp):
+            campaign = _campaign("waves", dse_trials, Path(tmp))
+            seconds, _, done = run_dse(campaign, record, Path(tmp),
+                                       _random_agent_class()(campaign.space, seed=0))
+            if done != dse_trials:
+                raise BenchmarkError(f"dse on PostgreSQL: {done} trials completed, expected"
+                                     f" {dse_trials}")
+        best = min(best, seconds)
+    print("running optuna RDBStorage on PostgreSQL ...", file=sys.stderr, flush=True)
+    with Schema(url, "optuna") as record:
+        optuna_s = optuna_postgres(_import_optuna(), record, counts.sqlite, _ask_tell)
+    each = max(dse_trials // 4, 500)
+    print(f"running 1, then {CONTROLLERS} controllers at once on PostgreSQL ...",
+          file=sys.stderr, flush=True)
+    one = concurrent(url, 1, each, WORK_DIR)
+    many = concurrent(url, CONTROLLERS, each, WORK_DIR)
+    return Postgres((Measurement("dse waves (P=64, PostgreSQL)", dse_trials, best),
+                     Measurement("optuna RDBStorage (PostgreSQL)", counts.sqlite, optuna_s)),
+                    one, many)
+
+
 # -- report --------------------------------------------------------------------------------
 
 
@@ -340,6 +412,12 @@ def main(argv: list[str] | None = None) -> int:
         " (default 1)",
     )
     parser.add_argument(
+        "--record", metavar="URL",
+        help="also: dse waves on a PostgreSQL record at URL (a database the role may create"
+        " schemas in) against Optuna's RDBStorage on the same server, and 8 concurrent dse"
+        " controllers on one record against one",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="also cProfile one (untimed) dse waves run and print the top 25 by tottime",
@@ -360,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, step in steps:
             print(f"running {name} ...", file=sys.stderr, flush=True)
             results.append(step())
+        postgres = None if args.record is None else bench_postgres(
+            args.record, counts, dse_trials, args.repeat)
         print("running dse waves, its directories and commits timed ...", file=sys.stderr)
         split = split_dse("waves", dse_trials)
         profile = profile_dse("waves", dse_trials) if args.profile else None
@@ -394,6 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if profile is not None:
         print(profile)
+    if postgres is not None:
+        print(_table(list(postgres.rows), waves.rate))
+        print(postgres.line())
     summary = {
         "dse_trials_per_s": round(waves.rate, 1),
         "dse_rolling_trials_per_s": round(rolling.rate, 1),
@@ -423,6 +506,8 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_target_met": met_ratio,
         "targets_met": met_rate and met_ratio,
     }
+    if postgres is not None:
+        summary["postgres"] = postgres.summary()
     print(json.dumps(summary))
     return 0
 

@@ -1,0 +1,145 @@
+"""engine_overhead.py --record postgresql://…: dse's engine on a PostgreSQL record, beside
+Optuna's RDBStorage on the same server, and several controllers writing one record at once.
+
+Each measurement gets a schema of its own in the database the URL names (created, then
+dropped: the role needs CREATE on the database), so dse's tables and Optuna's never meet and
+every run starts from an empty record. Run as a program (``--controller``), this module is one
+controller of the concurrent measurement: it waits for the start time it is given, runs its
+campaign, and prints when it started and ended.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CONTROLLERS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Concurrent:
+    """N controllers, each running its own campaign of *trials* on one record at once."""
+
+    controllers: int
+    trials: int
+    seconds: float
+    """From the first controller's start to the last one's end."""
+
+    @property
+    def rate(self) -> float:
+        return self.controllers * self.trials / self.seconds
+
+
+def in_schema(url: str, schema: str) -> str:
+    """*url* with *schema* first on the search path (libpq's ``options``)."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query)
+    query.append(("options", f"-csearch_path={schema}"))
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+
+
+class Schema:
+    """A schema of its own in the database of *url*, dropped on exit."""
+
+    count = 0
+
+    def __init__(self, url: str, label: str) -> None:
+        import os
+
+        Schema.count += 1
+        self.url = url
+        self.name = f"bench_{label}_{os.getpid()}_{Schema.count}"
+
+    def __enter__(self) -> str:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as db:
+            db.execute(f"CREATE SCHEMA {self.name}")
+        return in_schema(self.url, self.name)
+
+    def __exit__(self, *exc: object) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as db:
+            db.execute(f"DROP SCHEMA IF EXISTS {self.name} CASCADE")
+
+
+def run_dse(campaign: Any, url: str, workspace: Path, agent: Any) -> tuple[float, int, int]:
+    """Run *campaign* on the PostgreSQL record *url*: seconds, its run id, and how many of its
+    trials the record holds completed (read back by a store of its own)."""
+    from dse.engine import Engine
+    from dse.record.postgres import PostgresStore
+    from dse.testing import ProbeBackend
+
+    start = time.perf_counter()
+    store = PostgresStore(url, workspace)
+    try:
+        result = Engine(campaign, agent=agent, backend=ProbeBackend(), store=store).run()
+        seconds = time.perf_counter() - start
+    finally:
+        store.close()
+    check = PostgresStore(url, workspace, read_only=True)
+    try:
+        done = {s.value: n for s, n in check.reads.trial_counts(result.campaign_id).items()}
+    finally:
+        check.close()
+    return seconds, result.campaign_id, int(done.get("completed", 0))
+
+
+def optuna_postgres(optuna: Any, url: str, trials: int, ask_tell: Any) -> float:
+    """Seconds of Optuna's ask/tell loop of *trials* on RDBStorage at *url* (psycopg 3 through
+    SQLAlchemy)."""
+    parts = urllib.parse.urlsplit(url)
+    storage_url = urllib.parse.urlunsplit(parts._replace(scheme="postgresql+psycopg"))
+    start = time.perf_counter()
+    storage = optuna.storages.RDBStorage(storage_url)
+    ask_tell(optuna, storage, trials)
+    seconds = time.perf_counter() - start
+    storage.engine.dispose()
+    return seconds
+
+
+def concurrent(url: str, controllers: int, trials: int, workdir: Path) -> Concurrent:
+    """*controllers* processes, each a dse campaign of *trials* (names of their own) on one
+    PostgreSQL record, started together."""
+    from dse.record.postgres import PostgresStore
+
+    with Schema(url, "many") as record:
+        PostgresStore(record, workdir).close()  # the tables, made once before the clock
+        begin = time.time() + 3.0  # every process has imported everything by then
+        procs = [subprocess.Popen(
+            [sys.executable, __file__, "--controller", record, f"c{k}", str(trials),
+             str(begin), str(workdir / f"c{k}")], stdout=subprocess.PIPE, text=True)
+            for k in range(controllers)]
+        outs = [json.loads(p.communicate(timeout=3600)[0]) for p in procs]
+        if any(p.returncode for p in procs) or any(o["completed"] != trials for o in outs):
+            raise RuntimeError(f"a controller failed: {outs}")
+    return Concurrent(controllers, trials,
+                      max(o["end"] for o in outs) - min(o["start"] for o in outs))
+
+
+def _controller(argv: list[str]) -> None:
+    record, name, trials, begin, workspace = argv
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from engine_overhead import _campaign, _random_agent_class
+
+    campaign = _campaign("waves", int(trials), Path(workspace), name=name)
+    # A seed of its own: the same proposals would be cache hits of another controller's.
+    agent = _random_agent_class()(campaign.space, seed=int(name[1:]))
+    from dse.engine import Engine  # noqa: F401 - imported before the clock, as the rest
+
+    time.sleep(max(float(begin) - time.time(), 0.0))
+    start = time.time()
+    seconds, _, completed = run_dse(campaign, record, Path(workspace), agent)
+    print(json.dumps({"start": start, "end": start + seconds, "completed": completed}))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--controller"]:
+        _controller(sys.argv[2:])
