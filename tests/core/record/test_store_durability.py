@@ -33,7 +33,11 @@ from dse import TrialStatus
 from dse.record._batch import Batch
 
 path, acks, batch_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
-store = dse.Store(path)
+if path.startswith("postgresql://"):
+    from dse.record.postgres import PostgresStore
+    store = PostgresStore(path, ".dse")
+else:
+    store = dse.Store(path)
 run = store.create_campaign(
     name="durability", source=None, spec={}, agent="none", backend="none", mode="waves",
     max_parallelism=1, now=0.0,
@@ -322,3 +326,51 @@ def test_a_new_record_appears_whole_or_not_at_all(
     again = dse.Store(path)  # an existing record: opened, not made again
     again.close()
     assert len(seen) == 1
+
+
+def test_a_kill_during_a_commit_leaves_postgres_whole(tmp_path: Path) -> None:
+    """The same writer on a PostgreSQL record (a real server), killed at random moments:
+    every pass it saw committed is there, and every pass is all or nothing."""
+    from dse.record._open import reader
+    from support.postgres import drop_database, new_database
+
+    url = new_database()
+    rng = random.Random("durability-postgres")
+    rows = 0
+    try:
+        for kill in range(KILLS):
+            acks = tmp_path / f"acks-{kill}"
+            writer = subprocess.Popen(
+                [sys.executable, "-c", WRITER, url, str(acks), str(BATCH)],
+                env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                cwd=tmp_path,
+            )
+            deadline = time.monotonic() + 60
+            while (last_ack(acks) is None and writer.poll() is None
+                   and time.monotonic() < deadline):
+                time.sleep(0.005)
+            assert writer.poll() is None, writer.stderr.read() if writer.stderr else ""
+            time.sleep(rng.uniform(0.0, 0.06))
+            writer.send_signal(signal.SIGKILL)
+            writer.wait(timeout=30)
+            assert writer.stderr is not None
+            writer.stderr.close()
+            acked = last_ack(acks)
+            assert acked is not None
+            store = reader(tmp_path, url)
+            try:
+                (now,) = store.reads.rows("SELECT COUNT(*) FROM trials")[0]
+                per_run = store.reads.rows(
+                    "SELECT campaign_id, COUNT(*), SUM(CASE WHEN status = 'running' THEN 1"
+                    " ELSE 0 END) FROM trials GROUP BY campaign_id")
+            finally:
+                store.close()
+            assert acked <= now <= acked + BATCH, (kill, acked, now)
+            assert now >= rows
+            rows = now
+            for run, n, running in per_run:
+                assert n % BATCH == 0, (run, n)
+                assert running == BATCH, (run, running)
+        assert rows >= KILLS * BATCH
+    finally:
+        drop_database(url)
