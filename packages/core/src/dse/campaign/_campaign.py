@@ -468,7 +468,8 @@ def _record_url(url: str | None, where: str) -> str | None:
     if not url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(f"{where}: {url!r} is not a record URL (postgresql://[user@]host"
                           "[:port]/database)")
-    if urllib.parse.urlsplit(url).password is not None:
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is not None or "password" in urllib.parse.parse_qs(parts.query):
         raise ConfigError(f"{where}: the record URL holds a password; the campaign file is"
                           " kept in the record: give it through PGPASSWORD or ~/.pgpass")
     return url

@@ -51,11 +51,13 @@ again before its error is raised."""
 def shown(url: str) -> str:
     """*url* as it may be printed and recorded: without its password."""
     scheme, netloc, path, query, fragment = urllib.parse.urlsplit(url)
-    if ":" not in netloc.rpartition("@")[0]:
-        return url
-    user, _, host = netloc.rpartition("@")
-    return urllib.parse.urlunsplit((scheme, f"{user.partition(':')[0]}@{host}", path, query,
-                                    fragment))
+    user, at, host = netloc.rpartition("@")
+    netloc = f"{user.partition(':')[0]}{at}{host}"
+    kept = [(k, v) for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True)
+            if k != "password"]
+    if len(kept) != len(urllib.parse.parse_qsl(query, keep_blank_values=True)):
+        query = urllib.parse.urlencode(kept)
+    return urllib.parse.urlunsplit((scheme, netloc, path, query, fragment))
 
 
 class PostgresStore(SqlStore):
