@@ -113,13 +113,14 @@ def plan() -> dict[str, list[int]]:
     return {f"c{k}": [(6 * k + i) % CONFIGS for i in range(PER_CAMPAIGN)] for k in range(4)}
 
 
-def start(path: Path, slot: Slot, record: str | None) -> None:
+def start(path: Path, slot: Slot, record: str | None,
+          env: dict[str, str] | None = None) -> None:
     args = ["run", f"{slot.name}.toml", *(["--record", record] if record else [])]
     with (path / f"{slot.name}.{slot.host}.err").open("ab") as err:
         slot.proc = subprocess.Popen(
             ["unshare", "--uts", "sh", "-c", 'hostname "$1" && shift && exec "$@"', "sh",
              slot.host, sys.executable, "-m", "dse", *args],
-            cwd=path, env=dse_env(path, {"DSE_LEASE_S": str(LEASE_S)}),
+            cwd=path, env=dse_env(path, env or {"DSE_LEASE_S": str(LEASE_S)}),
             stdout=subprocess.DEVNULL, stderr=err)
     slot.starts += 1
     slot.kill_at = time.monotonic() + random.uniform(0.8, 3.0)
@@ -213,3 +214,70 @@ def test_eight_controllers_on_two_hosts_killed_at_random_run_each_config_once(
             assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         finally:
             db.close()
+
+
+HELD = '''
+import os, sys, time
+import dse.trial
+x = dse.trial.params()["x"]
+with open(f"pid-{os.getpid()}", "w") as out:
+    out.write(str(x))
+with open("runs.log", "a") as log:
+    log.write(f"start {x} {time.time()}\\n")
+while os.path.exists("hold"):
+    time.sleep(0.05)
+with open("runs.log", "a") as log:
+    log.write(f"done {x} {time.time()}\\n")
+dse.trial.report({"value": float(x)})
+'''
+
+
+def started_at(path: Path, x: int) -> list[float]:
+    log = path / "runs.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [float(t) for kind, y, t in (line.split() for line in lines)
+            if kind == "start" and int(y) == x]
+
+
+def test_a_killed_controllers_claim_is_taken_over_within_its_lease(
+    tmp_path: Path, record: str | None
+) -> None:
+    """Campaign a (host-a) runs configuration 7; b (host-b) proposes it too and waits on a's
+    trial. a and its trial are killed: b runs 7 itself within a's lease's TTL — on
+    PostgreSQL once that lease expires, not before (a's host is not b's: nothing else says a
+    is gone)."""
+    write_plugin(tmp_path)
+    (tmp_path / "work.py").write_text(HELD)
+    (tmp_path / "hold").touch()
+    for name in ("a", "b"):
+        text = campaign(name, [7]).replace('"work.py", "0.6"', '"work.py"')
+        (tmp_path / f"{name}.toml").write_text(text)
+    a, b = Slot("a", "host-a"), Slot("b", "host-b")
+    ttl = 4.0
+    env = {"DSE_LEASE_S": str(ttl)}
+    start(tmp_path, a, record, env)
+    deadline = time.monotonic() + 60
+    while not started_at(tmp_path, 7):
+        assert time.monotonic() < deadline
+        assert a.proc is not None
+        assert a.proc.poll() is None
+        time.sleep(0.05)
+    start(tmp_path, b, record, env)
+    time.sleep(3.0)  # b is waiting on a's trial of 7
+    assert len(started_at(tmp_path, 7)) == 1
+    assert a.proc is not None
+    a.proc.send_signal(signal.SIGKILL)
+    killed = time.time()
+    a.proc.wait()
+    (pid,) = [int(p.name[4:]) for p in tmp_path.glob("pid-*")]
+    os.kill(pid, signal.SIGKILL)  # its trial too: nothing is left that holds 7
+    (tmp_path / "hold").unlink()
+    assert b.proc is not None
+    _, err = b.proc.communicate(timeout=120)
+    assert b.proc.returncode == 0, err
+    took = started_at(tmp_path, 7)[1] - killed
+    assert took <= ttl + 5.0, took
+    if record is not None:
+        assert took >= 0.5 * ttl, took  # a's lease, not its pid (another host's), said so
+    # (In a shared SQLite workspace the lock file's flock, free once a died, says so at once:
+    # the kernel that holds it is the same for both "hosts" here, as NFS's lock server is.)

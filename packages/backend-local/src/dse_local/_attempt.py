@@ -175,13 +175,18 @@ def orphan_runs(attempt_path: Path) -> bool:
 
 
 def ended_lately(attempt_path: Path, within: float) -> bool:
-    """Whether the wrapper of the attempt in *attempt_path* wrote its exit file less than
-    *within* seconds ago: an orphan that just ended, whose result its controller (killed, being
-    restarted) has not recorded yet."""
+    """Whether the wrapper of the attempt in *attempt_path* wrote, less than *within* seconds
+    ago, an exit file saying its command exited 0: an orphan that just ended with a result
+    its controller (killed, being restarted) has not recorded yet. One that failed, was
+    killed or cancelled holds nothing worth waiting for."""
+    path = attempt_path / EXIT_FILE
     try:
-        return time.time() - os.stat(attempt_path / EXIT_FILE).st_mtime < within
-    except OSError:
+        if time.time() - os.stat(path).st_mtime >= within:
+            return False
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return False
+    return isinstance(doc, dict) and doc.get("exit_code") == 0 and not doc.get("cancelled")
 
 
 def reattach(job: Job) -> int | None:
