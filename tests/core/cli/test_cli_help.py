@@ -196,7 +196,7 @@ def test_bash_completes_subcommands_options_choices_and_campaign_files(tmp_path:
     (tmp_path / "study.toml").write_text("")
     (tmp_path / "notes.txt").write_text("")
     (tmp_path / "ws").mkdir()
-    assert complete(tmp_path, ["dse", "r"]) == ["report", "run"]
+    assert complete(tmp_path, ["dse", "r"]) == ["record", "report", "run"]
     assert complete(tmp_path, ["dse", "run", "--f"]) == ["--fresh"]
     assert complete(tmp_path, ["dse", "run", "--s"]) == ["--set"]
     assert complete(tmp_path, ["dse", "export", "x", "--format", "j"]) == ["json", "jsonl"]

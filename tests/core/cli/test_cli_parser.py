@@ -21,7 +21,7 @@ BAD = {
     "init": ["--nope"], "run": ["--nope"], "status": ["a", "b"], "report": ["--html"],
     "plugins": ["x"],
     "show": [], "invalidate": ["--trial", "x", "--failed"], "export": ["x", "--format", "y"],
-    "doctor": ["--salvage"],
+    "doctor": ["--salvage"], "record": ["move", "a", "b"],
 }
 """Arguments each subcommand refuses."""
 
@@ -49,8 +49,9 @@ def test_every_command_has_arguments_and_a_handler() -> None:
 @pytest.mark.parametrize("kind", ["help", "refused", "ok"])
 def test_one_subparser_parses_as_the_whole_parser(name: str, kind: str) -> None:
     argv = {"help": [name, "--help"], "refused": [name, *BAD[name]],
-            "ok": [name, *{"run": ["c.toml"], "show": ["demo:1"], "export": ["demo"]}.get(
-                name, [])]}[kind]
+            "ok": [name, *{"run": ["c.toml"], "show": ["demo:1"], "export": ["demo"],
+                           "record": ["copy", ".dse", "postgresql://db/dse"]}.get(name, [])]
+            }[kind]
     alone = parsed(_parser(name), argv)
     assert alone == parsed(_parser(), argv)
     assert alone[0] == {"help": 0, "refused": 2}.get(kind, alone[0])
