@@ -30,10 +30,48 @@ class Concurrent:
     trials: int
     seconds: float
     """From the first controller's start to the last one's end."""
+    client_cpu_s: float
+    """The controllers' CPU seconds (user and system), summed."""
+    server_cpu_s: float | None
+    """The PostgreSQL server's CPU seconds meanwhile (``None``: not on this machine)."""
 
     @property
     def rate(self) -> float:
         return self.controllers * self.trials / self.seconds
+
+    @property
+    def cpu_ms_per_trial(self) -> float | None:
+        """CPU per trial, controllers and server together (ms)."""
+        if self.server_cpu_s is None:
+            return None
+        return 1000 * (self.client_cpu_s + self.server_cpu_s) / (self.controllers * self.trials)
+
+    @property
+    def cores_busy(self) -> float | None:
+        """Cores the run kept busy on average."""
+        if self.server_cpu_s is None:
+            return None
+        return (self.client_cpu_s + self.server_cpu_s) / self.seconds
+
+
+def server_cpu_s() -> float | None:
+    """CPU seconds of this machine's ``postgres`` processes so far (``None``: none here)."""
+    import os
+
+    total, found = 0.0, False
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                text = stat.read()
+        except OSError:
+            continue
+        if "(postgres)" in text:
+            fields = text.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            found = True
+    return total if found else None
 
 
 def in_schema(url: str, schema: str) -> str:
@@ -113,15 +151,20 @@ def concurrent(url: str, controllers: int, trials: int, workdir: Path) -> Concur
     with Schema(url, "many") as record:
         PostgresStore(record, workdir).close()  # the tables, made once before the clock
         begin = time.time() + 3.0  # every process has imported everything by then
+        server_before = server_cpu_s()
         procs = [subprocess.Popen(
             [sys.executable, __file__, "--controller", record, f"c{k}", str(trials),
              str(begin), str(workdir / f"c{k}")], stdout=subprocess.PIPE, text=True)
             for k in range(controllers)]
         outs = [json.loads(p.communicate(timeout=3600)[0]) for p in procs]
+        server_after = server_cpu_s()
         if any(p.returncode for p in procs) or any(o["completed"] != trials for o in outs):
             raise RuntimeError(f"a controller failed: {outs}")
+    server = (None if server_before is None or server_after is None
+              else server_after - server_before)
     return Concurrent(controllers, trials,
-                      max(o["end"] for o in outs) - min(o["start"] for o in outs))
+                      max(o["end"] for o in outs) - min(o["start"] for o in outs),
+                      sum(o["cpu_s"] for o in outs), server)
 
 
 def _controller(argv: list[str]) -> None:
@@ -132,12 +175,18 @@ def _controller(argv: list[str]) -> None:
     campaign = _campaign("waves", int(trials), Path(workspace), name=name)
     # A seed of its own: the same proposals would be cache hits of another controller's.
     agent = _random_agent_class()(campaign.space, seed=int(name[1:]))
+    import resource
+
     from dse.engine import Engine  # noqa: F401 - imported before the clock, as the rest
 
     time.sleep(max(float(begin) - time.time(), 0.0))
     start = time.time()
+    before = resource.getrusage(resource.RUSAGE_SELF)
     seconds, _, completed = run_dse(campaign, record, Path(workspace), agent)
-    print(json.dumps({"start": start, "end": start + seconds, "completed": completed}))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    print(json.dumps({"start": start, "end": start + seconds, "completed": completed,
+                      "cpu_s": cpu}))
 
 
 if __name__ == "__main__":

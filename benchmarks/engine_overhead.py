@@ -333,7 +333,19 @@ class Postgres:
                 f" controllers at once {self.many.rate:,.0f} trials/s in all, one alone"
                 f" {self.one.rate:,.0f}: {scale:.2f}x (target {CONCURRENT_TARGET:.0f}x:"
                 f" {'met' if scale >= CONCURRENT_TARGET else 'NOT met'}; {os.cpu_count()}"
-                " cores, server included)")
+                " cores, server included)" + self._cpu())
+
+    def _cpu(self) -> str:
+        """What bounds the controllers' scaling: CPU per trial alone and at once, and the
+        cores each run kept busy (the server's CPU read where it runs here)."""
+        if self.one.cpu_ms_per_trial is None or self.many.cpu_ms_per_trial is None:
+            return ""
+        bound = (os.cpu_count() or 1) / self.one.cores_busy
+        return (f"; CPU per trial (controllers and server) {self.one.cpu_ms_per_trial:.3f} ms"
+                f" alone, {self.many.cpu_ms_per_trial:.3f} ms at once; one controller keeps"
+                f" {self.one.cores_busy:.2f} cores busy, {self.many.controllers} kept"
+                f" {self.many.cores_busy:.2f}: on {os.cpu_count()} cores, at once can reach at"
+                f" most {bound:.2f}x one")
 
     def summary(self) -> dict[str, Any]:
         dse_pg, optuna_pg = self.rows
@@ -346,6 +358,10 @@ class Postgres:
             "concurrent_trials_per_s": round(self.many.rate, 1),
             "concurrent_ratio": round(self.many.rate / self.one.rate, 2),
             "trials_per_controller": self.many.trials,
+            "cpu_ms_per_trial_one": self.one.cpu_ms_per_trial,
+            "cpu_ms_per_trial_concurrent": self.many.cpu_ms_per_trial,
+            "cores_busy_one": self.one.cores_busy,
+            "cores_busy_concurrent": self.many.cores_busy,
             "ratio_target": PG_RATIO_TARGET,
             "concurrent_target": CONCURRENT_TARGET,
         }

@@ -13,9 +13,12 @@ run every read on both.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from typing import TYPE_CHECKING, Any
+
+from dse.model._errors import StorageError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -143,18 +146,37 @@ class Translating:
     on. Outside a transaction each statement commits on its own (autocommit): a read is its
     own short snapshot and never holds back a writer."""
 
-    def __init__(self, connection: psycopg.Connection[Any]) -> None:
+    def __init__(self, connection: psycopg.Connection[Any], where: str) -> None:
         self.connection = connection
+        self.where = where
+        """The record, as messages name it."""
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> psycopg.Cursor[Any]:
         text, order = translate(sql)
-        return self.connection.execute(text, bound(order, parameters))
+        with self._reached():
+            return self.connection.execute(text, bound(order, parameters))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]], /) -> psycopg.Cursor[Any]:
         text, order = translate(sql)
         cursor = self.connection.cursor()
-        cursor.executemany(text, [bound(order, r) for r in rows])
+        with self._reached():
+            cursor.executemany(text, [bound(order, r) for r in rows])
         return cursor
+
+    @contextlib.contextmanager
+    def _reached(self) -> Iterator[None]:
+        """A server gone (restarted, unreachable) as one :class:`StorageError` naming the
+        record; an aborted transaction (deadlock, serialization) as it is: it is retried."""
+        from psycopg import OperationalError, errors
+
+        try:
+            yield
+        except errors.TransactionRollback:
+            raise
+        except OperationalError as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise StorageError(f"{self.where}: the record is unreachable ({first}); nothing"
+                               " already recorded is lost") from None
 
     def returning(self, sql: str, rows: Iterable[Sequence[Any]]) -> Iterator[Any]:
         """Run the ``INSERT … RETURNING`` *sql* once per row of *rows*; each row returned."""

@@ -31,6 +31,8 @@ from dse.record.sql._summaries import Summaries
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    import psycopg
+
 _T = TypeVar("_T")
 
 
@@ -95,22 +97,16 @@ class PostgresStore(SqlStore):
                              f" ({_first_line(exc)})") from None
         connection.adapters.register_loader("numeric", _number_loader())
         try:
-            if self.read_only:
-                found = schema_version(connection)
-                if found is None:
-                    raise StoreError(f"{self.where}: no dse record here (run `dse run"
-                                     " CAMPAIGN.toml --record URL` first)")
-                if found != str(SCHEMA_VERSION):
-                    raise StoreError(f"{self.where}: schema version {found}, this dse reads"
-                                     f" {SCHEMA_VERSION} (a `dse run` migrates it)")
-                connection.execute("SET default_transaction_read_only = on")
-            else:
-                bring_up_to_date(connection, self.where)
+            self._prepare(connection)
+        except psycopg.Error as exc:
+            connection.close()
+            raise StoreError(f"{self.where}: cannot open the record"
+                             f" ({_first_line(exc)})") from None
         except BaseException:
             connection.close()
             raise
         self._connection = connection
-        self._db = db = Translating(connection)
+        self._db = db = Translating(connection, self.where)
         self.reads = Reads(db, self.path, None)
         """The record's rows: runs, trials, attempts, events, scores, agent calls."""
         self.summaries = Summaries(db, self.path, None)
@@ -118,6 +114,20 @@ class PostgresStore(SqlStore):
         self.stops = Stops(db, self.path, None)
         """What a stopping rule decided, and the learning curves it read."""
         self.begin_session()
+
+    def _prepare(self, connection: psycopg.Connection[Any]) -> None:
+        """Check the record's schema (read only), or make or migrate it."""
+        if self.read_only:
+            found = schema_version(connection)
+            if found is None:
+                raise StoreError(f"{self.where}: no dse record here (run `dse run"
+                                 " CAMPAIGN.toml --record URL` first)")
+            if found != str(SCHEMA_VERSION):
+                raise StoreError(f"{self.where}: schema version {found}, this dse reads"
+                                 f" {SCHEMA_VERSION} (a `dse run` migrates it)")
+            connection.execute("SET default_transaction_read_only = on")
+        else:
+            bring_up_to_date(connection, self.where)
 
     def close(self) -> None:
         """See :meth:`dse.record.Storage.close`."""
