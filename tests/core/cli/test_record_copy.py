@@ -26,11 +26,14 @@ if TYPE_CHECKING:
 CAMPAIGN = """
 [campaign]
 name = "demo"
-agent = "random"
+agent = "list"
 backend = "probe"
 max_parallelism = 4
 max_trials = {trials}
 poll_interval = "1ms"
+
+[agent.list]
+points = [{points}]
 
 [[objectives]]
 metric = "value"
@@ -50,7 +53,9 @@ def url() -> Iterator[str]:
 
 def recorded(project: Path, trials: int) -> None:
     write_plugin(project)
-    (project / "campaign.toml").write_text(CAMPAIGN.format(trials=trials))
+    points = ", ".join(f"{{x = {i * 7919 % 1000003}, y = {i / (trials + 50):.6f}}}"
+                       for i in range(trials + 20))  # more than the trials: a rerun has some
+    (project / "campaign.toml").write_text(CAMPAIGN.format(trials=trials, points=points))
     done = run_dse(project, "run", "campaign.toml", timeout=300)
     assert done.returncode == 0, done.stderr
     flagged = run_dse(project, "invalidate", "--trial", "demo:2", "--reason", "a bad node")
