@@ -165,15 +165,17 @@ class Translating:
 
     @contextlib.contextmanager
     def _reached(self) -> Iterator[None]:
-        """A server gone (restarted, unreachable) as one :class:`StorageError` naming the
-        record; an aborted transaction (deadlock, serialization) as it is: it is retried."""
-        from psycopg import OperationalError, errors
+        """A server gone (restarted, shut down, unreachable: no SQLSTATE, or class 08 or 57P)
+        as one :class:`StorageError` naming the record; any other error as it is (an aborted
+        transaction, 40001 or 40P01, is retried)."""
+        from psycopg import OperationalError
 
         try:
             yield
-        except errors.TransactionRollback:
-            raise
         except OperationalError as exc:
+            state = exc.sqlstate
+            if state is not None and not state.startswith(("08", "57P")):
+                raise
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise StorageError(f"{self.where}: the record is unreachable ({first}); nothing"
                                " already recorded is lost") from None

@@ -13,6 +13,7 @@ transactions, each statement its own snapshot: they never hold back a writer.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 import urllib.parse
@@ -96,6 +97,9 @@ class PostgresStore(SqlStore):
             raise StoreError(f"{self.where}: cannot open the record"
                              f" ({_first_line(exc)})") from None
         connection.adapters.register_loader("numeric", _number_loader())
+        # psycopg warns of a pipeline it ends after an aborted transaction, which this store
+        # runs again (a serialization failure of a claim): not the user's concern.
+        logging.getLogger("psycopg").setLevel(logging.ERROR)
         try:
             self._prepare(connection)
         except psycopg.Error as exc:
