@@ -55,7 +55,9 @@ class Concurrent:
 
 
 def server_cpu_s() -> float | None:
-    """CPU seconds of this machine's ``postgres`` processes so far (``None``: none here)."""
+    """CPU seconds of this machine's ``postgres`` processes so far, those that ended included
+    (a connection's backend ends with it: its time is the server's children's), ``None``:
+    none here."""
     import os
 
     total, found = 0.0, False
@@ -69,7 +71,7 @@ def server_cpu_s() -> float | None:
             continue
         if "(postgres)" in text:
             fields = text.rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            total += sum(map(int, fields[11:15])) / os.sysconf("SC_CLK_TCK")
             found = True
     return total if found else None
 

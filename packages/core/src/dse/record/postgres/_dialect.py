@@ -183,8 +183,12 @@ class Translating:
     def returning(self, sql: str, rows: Iterable[Sequence[Any]]) -> Iterator[Any]:
         """Run the ``INSERT … RETURNING`` *sql* once per row of *rows*; each row returned."""
         text, order = translate(sql)
+        rows = list(rows)
+        if not rows:
+            return
         cursor = self.connection.cursor()
-        cursor.executemany(text, [bound(order, r) for r in rows], returning=True)
+        with self._reached():
+            cursor.executemany(text, [bound(order, r) for r in rows], returning=True)
         while True:
             yield cursor.fetchone()
             if not cursor.nextset():

@@ -83,7 +83,12 @@ NEW_RECORD: list[str] = [DSE_NOW, *_statements([*SCHEMA.split(";"), *SUMMARIES, 
 
 def schema_version(db: psycopg.Connection[Any]) -> str | None:
     """The record's schema version, or ``None`` when it has none yet (a new database)."""
-    exists = db.execute("SELECT to_regclass('meta') IS NOT NULL").fetchone()
+    # A scan of the catalog, not to_regclass: its cache may still say "no such table" after
+    # another controller made it (a name looked up without a lock reads no invalidations).
+    exists = db.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
+        " ON n.oid = c.relnamespace WHERE c.relname = 'meta' AND n.nspname = current_schema())"
+    ).fetchone()
     if not exists or not exists[0]:
         return None
     row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()

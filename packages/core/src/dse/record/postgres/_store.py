@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dse.model._errors import StorageError, StoreError
+from dse.record._records import Claim
 from dse.record.postgres._dialect import Translating
 from dse.record.postgres._schema import bring_up_to_date, schema_version
 from dse.record.sql._reads import Reads
@@ -28,11 +29,14 @@ from dse.record.sql._schema import SCHEMA_VERSION
 from dse.record.sql._stops import Stops
 from dse.record.sql._store import SqlStore
 from dse.record.sql._summaries import Summaries
+from dse.record.sql._writes import CLAIM
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     import psycopg
+
+    from dse.record._base import Orphan
 
 _T = TypeVar("_T")
 
@@ -168,6 +172,45 @@ class PostgresStore(SqlStore):
                                    f" ({_first_line(exc)}); nothing already recorded is lost"
                                    ) from None
         raise AssertionError("unreachable")
+
+    def claim(self, wanted: Mapping[str, int], campaign: str, now: float, *,
+              reuse: bool = True, run: int | None = None,
+              orphan: Orphan | None = None) -> dict[str, Claim]:
+        """See :meth:`dse.record.Storage.claim`. Row locks, not a serializable transaction
+        (whose predicate locks made concurrent controllers' claims abort one another): the
+        free configs are taken with ``INSERT … ON CONFLICT DO NOTHING``, the held ones locked
+        (``FOR UPDATE``, in order) and judged, and those taken are looked up again for a
+        result another controller committed meanwhile (its claim's release and its result
+        are one transaction: either the insert waited for it, or the look again sees it)."""
+        self._claiming = True
+        return self._transaction(
+            lambda: self._claim_rows(wanted, campaign, now, reuse, run, orphan), light=True)
+
+    def _claim_rows(self, wanted: Mapping[str, int], campaign: str, now: float, reuse: bool,
+                    run: int | None, orphan: Orphan | None) -> dict[str, Claim]:
+        digests = sorted(wanted)
+        out = self._reusable(digests, reuse, run)
+        free = [d for d in digests if d not in out]
+        taken = {r[0] for r in self._db.returning(
+            "INSERT INTO claims(config_hash, trial_id, campaign, claimed_at) VALUES (?,?,?,?)"
+            " ON CONFLICT (config_hash) DO NOTHING RETURNING config_hash",
+            [(d, wanted[d], campaign, now) for d in free]) if r is not None}
+        rest = [d for d in free if d not in taken]
+        held = self._held(rest, lock=" ORDER BY c.config_hash FOR UPDATE OF c")
+        alive: dict[str, bool] = {campaign: False}
+        for digest in free:
+            out[digest] = (Claim(wanted[digest], mine=True) if digest in taken else
+                           self._judged(wanted[digest], held.get(digest), campaign, alive,
+                                        orphan))
+        self._db.executemany(CLAIM, [(d, wanted[d], campaign, now)
+                                     for d in rest if out[d].mine])
+        mine = [d for d in free if out[d].mine]
+        again = self._reusable(mine, reuse, run)
+        if again:  # recorded by another controller since the first look: reused
+            self._db.executemany("DELETE FROM claims WHERE config_hash = ? AND trial_id = ?",
+                                 [(d, wanted[d]) for d in again])
+            out.update(again)
+        return out
 
     def after_copy(self) -> None:
         """Each identity column's sequence past the rows copied with their ids."""

@@ -369,42 +369,60 @@ class SqlStore:
 
     def _claim(self, wanted: Mapping[str, int], campaign: str, now: float, reuse: bool,
                run: int | None, orphan: Orphan | None) -> dict[str, Claim]:
+        out = self._reusable(list(wanted), reuse, run)
+        free = [d for d in wanted if d not in out]
+        held = self._held(free)
+        alive: dict[str, bool] = {campaign: False}  # our own claims: our table knows
+        for digest in free:
+            out[digest] = self._judged(wanted[digest], held.get(digest), campaign, alive,
+                                       orphan)
+        self._db.executemany(CLAIM, [(d, wanted[d], campaign, now)
+                                     for d in free if out[d].mine])
+        return out
+
+    def _reusable(self, digests: Sequence[str], reuse: bool, run: int | None
+                  ) -> dict[str, Claim]:
+        """The configs of *digests* with a reusable finished result (when not *reuse*, only
+        one of run *run*), each named by the earliest of them."""
         out: dict[str, Claim] = {}
-        db = self._db
-        digests = list(wanted)
         own = "" if reuse else " AND campaign_id = ?"
         for chunk in chunks(digests if reuse or run is not None else []):
             marks = ",".join("?" * len(chunk))
-            for found in db.execute(
+            for found in self._db.execute(
                 f"SELECT {TRIAL} FROM trials WHERE config_hash IN ({marks}) AND"
                 f" {REUSABLE_ROW}{own} ORDER BY id DESC",
                 chunk if reuse else [*chunk, run],
             ):
                 out[found[5]] = Claim(found[0], mine=False, result=as_trial(found, self._root))
-        free = [d for d in digests if d not in out]
+        return out
+
+    def _held(self, digests: Sequence[str], *, lock: str = "") -> dict[str, tuple[Any, ...]]:
+        """The claims of *digests*: config hash -> (trial row, campaign, the trial's
+        invalidation, its last attempt's job id, trial directory, attempt number); *lock*
+        ends the query (``FOR UPDATE OF c``, where the database has it)."""
         held: dict[str, tuple[Any, ...]] = {}
-        for chunk in chunks(free):
+        for chunk in chunks(digests):
             marks = ",".join("?" * len(chunk))
-            held.update((r[0], r[1:]) for r in db.execute(
+            held.update((r[0], r[1:]) for r in self._db.execute(
                 "SELECT c.config_hash, c.trial_id, c.campaign, t.invalidation, a.job_id,"
                 " t.trial_dir, a.attempt FROM claims c LEFT JOIN trials t ON t.id ="
                 " c.trial_id LEFT JOIN attempts a ON a.id = (SELECT MAX(id) FROM attempts"
-                " WHERE trial_id = c.trial_id)"
-                f" WHERE c.config_hash IN ({marks})", chunk,
+                f" WHERE trial_id = c.trial_id) WHERE c.config_hash IN ({marks}){lock}", chunk,
             ))
-        alive: dict[str, bool] = {campaign: False}  # our own claims: our table knows
-        for digest in free:
-            row, other = wanted[digest], held.get(digest)
-            if other is not None and other[1] not in alive:
-                alive[other[1]] = self._alive(other[1])
-            if (other is not None and other[0] != row and other[2] is None
-                    and (alive[other[1]] or (other[1] != campaign
-                                             and self._orphan(orphan, *other[3:])))):
-                out[digest] = Claim(int(other[0]), mine=False)
-                continue
-            out[digest] = Claim(row, mine=True)
-        db.executemany(CLAIM, [(d, wanted[d], campaign, now) for d in free if out[d].mine])
-        return out
+        return held
+
+    def _judged(self, row: int, other: tuple[Any, ...] | None, campaign: str,
+                alive: dict[str, bool], orphan: Orphan | None) -> Claim:
+        """The claim of trial *row* (of *campaign*) on a config held by *other* (see
+        :meth:`_held`; ``None``: nobody): the holder's trial to wait on while its controller
+        lives (or its orphan runs), else this trial's. *alive* caches who lives."""
+        if other is not None and other[1] not in alive:
+            alive[other[1]] = self._alive(other[1])
+        if (other is not None and other[0] != row and other[2] is None
+                and (alive[other[1]] or (other[1] != campaign
+                                         and self._orphan(orphan, *other[3:])))):
+            return Claim(int(other[0]), mine=False)
+        return Claim(row, mine=True)
 
     def _orphan(self, orphan: Orphan | None, job_id: str | None, trial_dir: str | None,
                 attempt: int | None) -> bool:
