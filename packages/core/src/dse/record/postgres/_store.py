@@ -6,9 +6,10 @@ never recorded or printed: :func:`shown` is the URL without its password. The wo
 keeps the trial directories (and each controller's logs); the record keeps every row.
 
 Every write is one transaction (a pass, a claim, a reserved block of ids) and is run again
-when PostgreSQL aborts it for a deadlock or a serialization failure; a claim runs
-``SERIALIZABLE``, so two controllers never both take one configuration. Reads run outside
-transactions, each statement its own snapshot: they never hold back a writer.
+when PostgreSQL aborts it for a deadlock or a serialization failure; a claim takes row locks
+(:meth:`PostgresStore.claim`), so two controllers never both take one configuration, and a
+lease is taken ``SERIALIZABLE``. Reads run outside transactions, each statement its own
+snapshot: they never hold back a writer.
 """
 
 from __future__ import annotations
