@@ -190,23 +190,23 @@ class PostgresStore(SqlStore):
     def _claim_rows(self, wanted: Mapping[str, int], campaign: str, now: float, reuse: bool,
                     run: int | None, orphan: Orphan | None) -> dict[str, Claim]:
         digests = sorted(wanted)
-        out = self._reusable(digests, reuse, run)
+        out = self.reusable_results(digests, reuse, run)
         free = [d for d in digests if d not in out]
         taken = {r[0] for r in self._db.returning(
             "INSERT INTO claims(config_hash, trial_id, campaign, claimed_at) VALUES (?,?,?,?)"
             " ON CONFLICT (config_hash) DO NOTHING RETURNING config_hash",
             [(d, wanted[d], campaign, now) for d in free]) if r is not None}
         rest = [d for d in free if d not in taken]
-        held = self._held(rest, lock=" ORDER BY c.config_hash FOR UPDATE OF c")
+        held = self.claims_held(rest, lock=" ORDER BY c.config_hash FOR UPDATE OF c")
         alive: dict[str, bool] = {campaign: False}
         for digest in free:
             out[digest] = (Claim(wanted[digest], mine=True) if digest in taken else
-                           self._judged(wanted[digest], held.get(digest), campaign, alive,
+                           self.judged_claim(wanted[digest], held.get(digest), campaign, alive,
                                         orphan))
         self._db.executemany(CLAIM, [(d, wanted[d], campaign, now)
                                      for d in rest if out[d].mine])
         mine = [d for d in free if out[d].mine]
-        again = self._reusable(mine, reuse, run)
+        again = self.reusable_results(mine, reuse, run)
         if again:  # recorded by another controller since the first look: reused
             self._db.executemany("DELETE FROM claims WHERE config_hash = ? AND trial_id = ?",
                                  [(d, wanted[d]) for d in again])

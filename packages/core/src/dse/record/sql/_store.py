@@ -369,18 +369,18 @@ class SqlStore:
 
     def _claim(self, wanted: Mapping[str, int], campaign: str, now: float, reuse: bool,
                run: int | None, orphan: Orphan | None) -> dict[str, Claim]:
-        out = self._reusable(list(wanted), reuse, run)
+        out = self.reusable_results(list(wanted), reuse, run)
         free = [d for d in wanted if d not in out]
-        held = self._held(free)
+        held = self.claims_held(free)
         alive: dict[str, bool] = {campaign: False}  # our own claims: our table knows
         for digest in free:
-            out[digest] = self._judged(wanted[digest], held.get(digest), campaign, alive,
+            out[digest] = self.judged_claim(wanted[digest], held.get(digest), campaign, alive,
                                        orphan)
         self._db.executemany(CLAIM, [(d, wanted[d], campaign, now)
                                      for d in free if out[d].mine])
         return out
 
-    def _reusable(self, digests: Sequence[str], reuse: bool, run: int | None
+    def reusable_results(self, digests: Sequence[str], reuse: bool, run: int | None
                   ) -> dict[str, Claim]:
         """The configs of *digests* with a reusable finished result (when not *reuse*, only
         one of run *run*), each named by the earliest of them."""
@@ -396,7 +396,7 @@ class SqlStore:
                 out[found[5]] = Claim(found[0], mine=False, result=as_trial(found, self._root))
         return out
 
-    def _held(self, digests: Sequence[str], *, lock: str = "") -> dict[str, tuple[Any, ...]]:
+    def claims_held(self, digests: Sequence[str], *, lock: str = "") -> dict[str, tuple[Any, ...]]:
         """The claims of *digests*: config hash -> (trial row, campaign, the trial's
         invalidation, its last attempt's job id, trial directory, attempt number); *lock*
         ends the query (``FOR UPDATE OF c``, where the database has it)."""
@@ -411,10 +411,10 @@ class SqlStore:
             ))
         return held
 
-    def _judged(self, row: int, other: tuple[Any, ...] | None, campaign: str,
+    def judged_claim(self, row: int, other: tuple[Any, ...] | None, campaign: str,
                 alive: dict[str, bool], orphan: Orphan | None) -> Claim:
         """The claim of trial *row* (of *campaign*) on a config held by *other* (see
-        :meth:`_held`; ``None``: nobody): the holder's trial to wait on while its controller
+        :meth:`claims_held`; ``None``: nobody): the holder's trial to wait on while its controller
         lives (or its orphan runs), else this trial's. *alive* caches who lives."""
         if other is not None and other[1] not in alive:
             alive[other[1]] = self._alive(other[1])
