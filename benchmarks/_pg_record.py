@@ -11,6 +11,7 @@ campaign, and prints when it started and ended.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -58,8 +59,6 @@ def server_cpu_s() -> float | None:
     """CPU seconds of this machine's ``postgres`` processes so far, those that ended included
     (a connection's backend ends with it: its time is the server's children's), ``None``:
     none here."""
-    import os
-
     total, found = 0.0, False
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -90,8 +89,6 @@ class Schema:
     count = 0
 
     def __init__(self, url: str, label: str) -> None:
-        import os
-
         Schema.count += 1
         self.url = url
         self.name = f"bench_{label}_{os.getpid()}_{Schema.count}"

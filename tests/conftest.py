@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 settings.register_profile("dse", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("dse")
 
+# The record and the lease a test uses are the test's to choose: a developer's own (a team
+# record in DSE_RECORD, a lease floor) never reaches the suite or the controllers it starts.
+for _name in ("DSE_RECORD", "DSE_LEASE_S"):
+    os.environ.pop(_name, None)
+
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
@@ -49,6 +54,25 @@ def _fail_a_skip_in_ci(report: pytest.TestReport | pytest.CollectReport) -> None
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where every test must run: {reason}"
+
+
+@pytest.fixture
+def postgres_url() -> Generator[str, None, None]:
+    """A database of its own on the tests' PostgreSQL server (``support.postgres``), dropped
+    after the test."""
+    from support.postgres import database
+
+    with database() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def record(request: pytest.FixtureRequest) -> str | None:
+    """The record of a test that runs on both: ``None`` (the workspace's SQLite file) or a
+    PostgreSQL URL (``postgres_url``)."""
+    if request.param == "sqlite":
+        return None
+    return str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,8 @@
 otherwise each test process starts its own — ``initdb`` into a temporary directory, then
 ``pg_ctl start`` on a free loopback port (as the ``postgres`` user when the tests run as
 root: the server refuses root) — and stops it when the process ends. Each test gets a
-database of its own (:func:`new_database`).
+database of its own (:func:`database`; the fixtures ``postgres_url`` and ``record`` of the
+suite's conftest).
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ENV = "DSE_TEST_POSTGRES"
 
@@ -102,6 +107,16 @@ def new_database() -> str:
     with psycopg.connect(base, autocommit=True) as db:
         db.execute(f'CREATE DATABASE "{name}"')
     return base.rsplit("/", 1)[0] + f"/{name}"
+
+
+@contextlib.contextmanager
+def database() -> Iterator[str]:
+    """A new, empty database on the tests' server (its URL), dropped after the block."""
+    url = new_database()
+    try:
+        yield url
+    finally:
+        drop_database(url)
 
 
 def drop_database(url: str) -> None:

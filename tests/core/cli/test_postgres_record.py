@@ -15,10 +15,8 @@ import pytest
 from dse.record._busy import lock_pids
 from dse.record._open import reader
 from support.cli import run_dse, start_dse, trajectory, write_plugin
-from support.postgres import drop_database, new_database
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
 CAMPAIGN = """
@@ -41,19 +39,15 @@ passes = {{ type = "int", low = 0, high = 999 }}
 """
 
 
-@pytest.fixture
-def url() -> Iterator[str]:
-    found = new_database()
-    yield found
-    drop_database(found)
-
-
 def campaign(project: Path, passes: int) -> Path:
     write_plugin(project)
     points = ", ".join(f"{{x = {i % 7}, passes = {passes + i % 3 * 20}}}" for i in range(12))
     path = project / "campaign.toml"
     path.write_text(CAMPAIGN.format(points=points))
     return path
+
+
+RUNNING = "SELECT COUNT(*) FROM trials WHERE status = 'running'"
 
 
 def recorded(url: str | None, workspace: Path) -> list[tuple[object, ...]]:
@@ -83,7 +77,9 @@ def wait_for(url: str | None, workspace: Path, sql: str, count: int, timeout: fl
     raise AssertionError(f"{sql} never counted {count} within {timeout} s")
 
 
-def test_a_killed_controller_resumes_on_postgres_as_on_sqlite(tmp_path: Path, url: str) -> None:
+def test_a_killed_controller_resumes_on_postgres_as_on_sqlite(
+    tmp_path: Path, postgres_url: str
+) -> None:
     reference = tmp_path / "reference"
     reference.mkdir()
     ref = run_dse(reference, "run", str(campaign(reference, 0)), "--json")
@@ -91,24 +87,26 @@ def test_a_killed_controller_resumes_on_postgres_as_on_sqlite(tmp_path: Path, ur
     project = tmp_path / "project"
     project.mkdir()
     path = campaign(project, 0)
-    proc = start_dse(project, "run", str(path), "--record", url)
-    wait_for(url, project / ".dse", "SELECT COUNT(*) FROM trials WHERE status = 'running'", 1)
+    proc = start_dse(project, "run", str(path), "--record", postgres_url)
+    wait_for(postgres_url, project / ".dse", RUNNING, 1)
     proc.kill()
     proc.communicate(timeout=30)
-    resumed = run_dse(project, "run", str(path), "--json", "--record", url)
+    resumed = run_dse(project, "run", str(path), "--json", "--record", postgres_url)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming it" in resumed.stderr
-    assert recorded(url, project / ".dse") == trajectory(reference)
+    assert recorded(postgres_url, project / ".dse") == trajectory(reference)
     assert json.loads(resumed.stdout)["best"] == json.loads(ref.stdout)["best"]
     assert not (project / ".dse" / "dse.sqlite").exists()  # the record is the database
     for args in (["status"], ["report"], ["show", "demo:1"],
                  ["export", "demo", "--output", str(tmp_path / "out.csv")]):
-        done = run_dse(project, *args, "--record", url)
+        done = run_dse(project, *args, "--record", postgres_url)
         assert done.returncode == 0, (args, done.stderr)
     assert (tmp_path / "out.csv").read_text().count("\n") == 13  # header + 12 trials
-    # DSE_RECORD names it too; a second run of the finished campaign runs nothing new.
-    status = run_dse(project, "status", "--json", "--record", url)
-    assert json.loads(status.stdout)[0]["trials"] == 12
+    # DSE_RECORD names it too.
+    status = start_dse(project, "status", "--json", env={"DSE_RECORD": postgres_url})
+    out, err = status.communicate(timeout=60)
+    assert status.returncode == 0, err
+    assert json.loads(out)[0]["trials"] == 12
 
 
 def stop_outside_a_write(proc: subprocess.Popen[str], record: Path | None) -> None:
@@ -127,7 +125,7 @@ def stop_outside_a_write(proc: subprocess.Popen[str], record: Path | None) -> No
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_controller_stopped_past_its_lease_is_fenced_and_another_finishes(
-    tmp_path: Path, url: str, kind: str
+    tmp_path: Path, postgres_url: str, kind: str
 ) -> None:
     """Controller A (SIGSTOP past its lease) never writes again and exits with one line once
     continued; controller B takes the campaign over and finishes it — on PostgreSQL from
@@ -135,13 +133,13 @@ def test_a_controller_stopped_past_its_lease_is_fenced_and_another_finishes(
     A still holds the lock file's flock: the expired lease makes it stale."""
     first = tmp_path / "a"
     second = tmp_path / "b" if kind == "postgres" else first
-    record = ["--record", url] if kind == "postgres" else []
+    record = ["--record", postgres_url] if kind == "postgres" else []
     for project in {first, second}:
         project.mkdir(exist_ok=True)
     env = {"DSE_LEASE_S": "2"}
     a = start_dse(first, "run", str(campaign(first, 300)), *record, env=env)
-    where = url if kind == "postgres" else None
-    wait_for(where, first / ".dse", "SELECT COUNT(*) FROM trials WHERE status = 'running'", 1)
+    where = postgres_url if kind == "postgres" else None
+    wait_for(where, first / ".dse", RUNNING, 1)
     stop_outside_a_write(a, None if where else first / ".dse" / "dse.sqlite")
     try:
         time.sleep(3.0)  # past A's lease (2 s)

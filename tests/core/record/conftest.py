@@ -1,5 +1,5 @@
-"""Record tests run on both records: the workspace's SQLite file and a PostgreSQL database on
-a real server (``support.postgres``)."""
+"""Record tests run on both records (the suite's ``record`` fixture): the workspace's SQLite
+file and a PostgreSQL database on a real server (``support.postgres``)."""
 
 from __future__ import annotations
 
@@ -8,25 +8,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dse.record._open import writer
-from support.postgres import drop_database, new_database
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from pathlib import Path
 
     from dse.record import Storage
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def record(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """The record of the test: ``None`` (the workspace's SQLite file) or a PostgreSQL URL (a
-    database of its own)."""
-    if request.param == "sqlite":
-        yield None
-        return
-    url = new_database()
-    yield url
-    drop_database(url)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ some tests use separate processes.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from dse.record import sqlite
 from dse.record._batch import Batch
 from dse.record._open import writer
 from support.older import as_schema_8
-from support.postgres import drop_database, new_database
+from support.postgres import database
 from support.record import live
 
 if TYPE_CHECKING:
@@ -232,20 +233,24 @@ def test_controllers_that_make_a_new_record_at_once_all_open_it(tmp_path: Path) 
     waited for the other's write lock finds the tables made (and adds no column twice); on
     PostgreSQL, the one that waited for the other's advisory lock."""
     for round_ in range(6):
-        url = new_database() if round_ % 2 else None
-        workspace = tmp_path / f"ws-{round_}"
-        start = time.time() + 1.0  # every process imported dse by then, even under load
-        procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, str(workspace),
-                                   str(start), url or ""],
-                                  stderr=subprocess.PIPE, text=True) for _ in range(4)]
-        errors = [proc.communicate(timeout=60)[1] for proc in procs]
-        assert all(proc.returncode == 0 for proc in procs), errors
-        store = writer(workspace, url)
-        try:
-            assert store.reads.campaigns() == []
-            assert store.reads.rows("SELECT value FROM meta WHERE key='schema_version'") == [
-                (str(sqlite.SCHEMA_VERSION),)]
-        finally:
-            store.close()
-            if url is not None:
-                drop_database(url)
+        with contextlib.ExitStack() as stack:
+            url = stack.enter_context(database()) if round_ % 2 else None
+            opened_at_once(tmp_path / f"ws-{round_}", url)
+
+
+def opened_at_once(workspace: Path, url: str | None) -> None:
+    """Four processes open the new record of *workspace* (or *url*) at once: all do, and
+    it is made once."""
+    start = time.time() + 1.0  # every process imported dse by then, even under load
+    procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, str(workspace),
+                               str(start), url or ""],
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    errors = [proc.communicate(timeout=60)[1] for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), errors
+    store = writer(workspace, url)
+    try:
+        assert store.reads.campaigns() == []
+        assert store.reads.rows("SELECT value FROM meta WHERE key='schema_version'") == [
+            (str(sqlite.SCHEMA_VERSION),)]
+    finally:
+        store.close()

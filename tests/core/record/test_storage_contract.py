@@ -18,7 +18,6 @@ from dse.record.sqlite import Store
 from dse.testing.contracts import StorageContract
 from support.contracts import failed, run_suite
 from support.older import postgres_schema_17, schema_8
-from support.postgres import drop_database, new_database
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -38,12 +37,6 @@ class TestSQLiteStore(StorageContract):
 
 class TestPostgresStore(StorageContract):
     """The contract on a real PostgreSQL server (``support.postgres``)."""
-
-    @pytest.fixture
-    def postgres_url(self) -> Iterator[str]:
-        url = new_database()
-        yield url
-        drop_database(url)
 
     @pytest.fixture
     def storage_factory(self, postgres_url: str, tmp_path: Path

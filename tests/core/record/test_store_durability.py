@@ -77,6 +77,27 @@ def last_ack(path: Path) -> int | None:
     return int(lines[-1]) if lines else None
 
 
+def killed_writer(target: str, acks: Path, rng: random.Random, cwd: Path) -> int:
+    """Start the writer on the record *target*, kill it at a random moment once it has
+    committed a pass; the last count it acked (in *acks*)."""
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, target, str(acks), str(BATCH)],
+        env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd,
+    )
+    deadline = time.monotonic() + 60
+    while last_ack(acks) is None and writer.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert writer.poll() is None, writer.stderr.read() if writer.stderr else ""
+    time.sleep(rng.uniform(0.0, 0.06))
+    writer.send_signal(signal.SIGKILL)
+    writer.wait(timeout=30)
+    assert writer.stderr is not None
+    writer.stderr.close()
+    acked = last_ack(acks)
+    assert acked is not None
+    return acked
+
+
 @pytest.mark.parametrize("mode", ["wal", "delete"])
 def test_a_kill_during_a_transaction_leaves_a_sound_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
@@ -87,22 +108,7 @@ def test_a_kill_during_a_transaction_leaves_a_sound_record(
     rows = 0
     hot_journals = 0
     for kill in range(KILLS):
-        acks = tmp_path / f"acks-{kill}"
-        writer = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(db), str(acks), str(BATCH)],
-            env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 30
-        while last_ack(acks) is None and writer.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert writer.poll() is None, writer.stderr.read() if writer.stderr else ""
-        time.sleep(rng.uniform(0.0, 0.06))
-        writer.send_signal(signal.SIGKILL)
-        writer.wait(timeout=30)
-        assert writer.stderr is not None
-        writer.stderr.close()
-        acked = last_ack(acks)
-        assert acked is not None
+        acked = killed_writer(str(db), tmp_path / f"acks-{kill}", rng, tmp_path)
         if (tmp_path / "dse.sqlite-journal").exists():
             hot_journals += 1
 
@@ -328,49 +334,27 @@ def test_a_new_record_appears_whole_or_not_at_all(
     assert len(seen) == 1
 
 
-def test_a_kill_during_a_commit_leaves_postgres_whole(tmp_path: Path) -> None:
+def test_a_kill_during_a_commit_leaves_postgres_whole(tmp_path: Path, postgres_url: str) -> None:
     """The same writer on a PostgreSQL record (a real server), killed at random moments:
     every pass it saw committed is there, and every pass is all or nothing."""
     from dse.record._open import reader
-    from support.postgres import drop_database, new_database
 
-    url = new_database()
     rng = random.Random("durability-postgres")
     rows = 0
-    try:
-        for kill in range(KILLS):
-            acks = tmp_path / f"acks-{kill}"
-            writer = subprocess.Popen(
-                [sys.executable, "-c", WRITER, url, str(acks), str(BATCH)],
-                env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                cwd=tmp_path,
-            )
-            deadline = time.monotonic() + 60
-            while (last_ack(acks) is None and writer.poll() is None
-                   and time.monotonic() < deadline):
-                time.sleep(0.005)
-            assert writer.poll() is None, writer.stderr.read() if writer.stderr else ""
-            time.sleep(rng.uniform(0.0, 0.06))
-            writer.send_signal(signal.SIGKILL)
-            writer.wait(timeout=30)
-            assert writer.stderr is not None
-            writer.stderr.close()
-            acked = last_ack(acks)
-            assert acked is not None
-            store = reader(tmp_path, url)
-            try:
-                (now,) = store.reads.rows("SELECT COUNT(*) FROM trials")[0]
-                per_run = store.reads.rows(
-                    "SELECT campaign_id, COUNT(*), SUM(CASE WHEN status = 'running' THEN 1"
-                    " ELSE 0 END) FROM trials GROUP BY campaign_id")
-            finally:
-                store.close()
-            assert acked <= now <= acked + BATCH, (kill, acked, now)
-            assert now >= rows
-            rows = now
-            for run, n, running in per_run:
-                assert n % BATCH == 0, (run, n)
-                assert running == BATCH, (run, running)
-        assert rows >= KILLS * BATCH
-    finally:
-        drop_database(url)
+    for kill in range(KILLS):
+        acked = killed_writer(postgres_url, tmp_path / f"acks-{kill}", rng, tmp_path)
+        store = reader(tmp_path, postgres_url)
+        try:
+            (now,) = store.reads.rows("SELECT COUNT(*) FROM trials")[0]
+            per_run = store.reads.rows(
+                "SELECT campaign_id, COUNT(*), SUM(CASE WHEN status = 'running' THEN 1"
+                " ELSE 0 END) FROM trials GROUP BY campaign_id")
+        finally:
+            store.close()
+        assert acked <= now <= acked + BATCH, (kill, acked, now)
+        assert now >= rows
+        rows = now
+        for run, n, running in per_run:
+            assert n % BATCH == 0, (run, n)
+            assert running == BATCH, (run, running)
+    assert rows >= KILLS * BATCH

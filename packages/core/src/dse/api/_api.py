@@ -91,13 +91,13 @@ def run(
     built, ref = _campaign(campaign, objective, workspace)
     plugins, console, warn = PluginManager(), Console(), _warner(sys._getframe(1))
     # Everything that can refuse the campaign is built before the workspace is touched.
-    store = writer(built.workspace, record_url(record, built.record), connect=False, say=warn)
+    url = record_url(record, built.record)
+    store = writer(built.workspace, url, connect=False, say=warn)
     view: EngineListener = Warnings(warn) if quiet else LineView(console, warn)
     engine = build_engine(built, store=store, plugins=plugins,
                           listener=view if listener is None else Both(view, listener))
     engine.reuse = not fresh
     try:
-        url = record_url(record, built.record)
         with CampaignLock(built.workspace, built.name, lease=lambda: lease_state(
                 built.workspace, url, built.name)) as lock, contextlib.closing(store):
             if lock.notice is not None:

@@ -22,7 +22,14 @@ from dse.campaign._campaignfile import (
 from dse.campaign._code import CodeScan, CodeSpec, detect_code_version
 from dse.campaign._data import DataSpec, parse_data
 from dse.campaign._deps import Dependencies, detect_dependencies
-from dse.campaign._model import Baseline, Campaign, EnvironmentConfig, ScorerSpec, StoppingSpec
+from dse.campaign._model import (
+    RECORD_SCHEMES,
+    Baseline,
+    Campaign,
+    EnvironmentConfig,
+    ScorerSpec,
+    StoppingSpec,
+)
 from dse.model._budget import Price, parse_budget
 from dse.model._constraints import (
     Constraint,
@@ -465,7 +472,7 @@ def _record_url(url: str | None, where: str) -> str | None:
     kept in the record; credentials come from ``PGPASSWORD`` or ``~/.pgpass``)."""
     if url is None:
         return None
-    if not url.startswith(("postgresql://", "postgres://")):
+    if not url.startswith(RECORD_SCHEMES):
         raise ConfigError(f"{where}: {url!r} is not a record URL (postgresql://[user@]host"
                           "[:port]/database)")
     parts = urllib.parse.urlsplit(url)

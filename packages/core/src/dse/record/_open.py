@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dse.campaign._model import RECORD_SCHEMES
 from dse.model._errors import ConfigError, StoreError
 
 if TYPE_CHECKING:
@@ -22,9 +23,6 @@ RECORD_ENV = "DSE_RECORD"
 """The record every command uses when ``--record`` is not given: a ``postgresql://`` URL."""
 
 
-SCHEMES = ("postgresql://", "postgres://")
-
-
 def record_url(given: str | None = None, campaign: str | None = None) -> str | None:
     """The record URL a command uses: *given* (``--record``), else ``DSE_RECORD``, else the
     campaign file's *campaign*; ``None`` for the workspace's SQLite file. One that names no
@@ -32,7 +30,7 @@ def record_url(given: str | None = None, campaign: str | None = None) -> str | N
     for value, where in ((given, "--record"), (os.environ.get(RECORD_ENV), RECORD_ENV),
                          (campaign, "[campaign] record")):
         if value:
-            if not value.startswith(SCHEMES):
+            if not value.startswith(RECORD_SCHEMES):
                 raise ConfigError(f"{where}: {value!r} is not a record URL (postgresql://"
                                   "[user@]host[:port]/database; without it, the workspace's"
                                   " SQLite file is the record)")
@@ -56,7 +54,7 @@ def writer(workspace: str | Path, url: str | None, *, connect: bool = True,
 def named(where: str, *, write: bool, say: Callable[[str], None] | None = None) -> SqlStore:
     """The record *where* names: a ``postgresql://`` URL, a ``.sqlite`` file or a workspace
     (its ``dse.sqlite``); an existing one read only, or with *write* opened (made if new)."""
-    if where.startswith(SCHEMES):
+    if where.startswith(RECORD_SCHEMES):
         from dse.record.postgres import PostgresStore
 
         return PostgresStore(where, Path(".dse"), read_only=not write, say=say)
