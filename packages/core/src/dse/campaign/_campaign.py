@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dse.campaign._campaignfile import (
+    RECORD_SCHEMES,
     apply_overrides,
     check_name,
     check_numbers,
@@ -23,7 +24,6 @@ from dse.campaign._code import CodeScan, CodeSpec, detect_code_version
 from dse.campaign._data import DataSpec, parse_data
 from dse.campaign._deps import Dependencies, detect_dependencies
 from dse.campaign._model import (
-    RECORD_SCHEMES,
     Baseline,
     Campaign,
     EnvironmentConfig,

@@ -20,8 +20,11 @@ from dse.model._numbers import INT64_MAX, out_of_range
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["apply_overrides", "campaign_place", "check_name", "check_numbers",
+__all__ = ["RECORD_SCHEMES", "apply_overrides", "campaign_place", "check_name", "check_numbers",
            "read_campaign_file"]
+
+RECORD_SCHEMES = ("postgresql://", "postgres://")
+"""The URLs that name a record other than the workspace's SQLite file."""
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 

@@ -27,9 +27,6 @@ if TYPE_CHECKING:
 Mode = Literal["waves", "rolling"]
 
 
-RECORD_SCHEMES = ("postgresql://", "postgres://")
-
-
 """How a record URL begins (``[campaign] record``, ``--record``, ``DSE_RECORD``): a
 PostgreSQL database, libpq's forms."""
 
@@ -161,7 +158,7 @@ class Campaign:
     workspace: Path = Path(".dse")
     """Directory holding ``dse.sqlite`` and the trial directories."""
     record: str | None = None
-    """The record, when not the workspace's SQLite file: a URL of :data:`RECORD_SCHEMES` (the
+    """The record, when not the workspace's SQLite file: a ``postgresql://`` URL (the
     ``[campaign] record`` key; ``--record`` and ``DSE_RECORD`` come first)."""
     source: Path | None = None
     """The campaign file, when loaded from one."""

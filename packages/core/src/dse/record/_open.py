@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dse.campaign._model import RECORD_SCHEMES
+from dse.campaign._campaignfile import RECORD_SCHEMES
 from dse.model._errors import ConfigError, StoreError
 
 if TYPE_CHECKING:
