@@ -10,6 +10,7 @@ campaign, and prints when it started and ended.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -21,6 +22,12 @@ from pathlib import Path
 from typing import Any
 
 CONTROLLERS = 8
+TIMED_S = 0.1
+"""The duration of each trial in the timed measurement (seconds of the real clock)."""
+TIMED_PARALLELISM = 8
+"""Each controller's parallelism in the timed measurement: one alone runs at most
+``TIMED_PARALLELISM / TIMED_S`` trials/s, and 8 at once keep well under this machine's cores
+busy, so what bounds their total is the record, not the CPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,17 +114,27 @@ class Schema:
             db.execute(f"DROP SCHEMA IF EXISTS {self.name} CASCADE")
 
 
-def run_dse(campaign: Any, url: str, workspace: Path, agent: Any) -> tuple[float, int, int]:
+def timed_script(params: Any) -> Any:
+    """A probe trial that runs :data:`TIMED_S` seconds of the real clock."""
+    from dse.testing import default_script
+
+    return dataclasses.replace(default_script(params), seconds=TIMED_S)
+
+
+def run_dse(campaign: Any, url: str, workspace: Path, agent: Any, *, timed: bool = False
+            ) -> tuple[float, int, int]:
     """Run *campaign* on the PostgreSQL record *url*: seconds, its run id, and how many of its
-    trials the record holds completed (read back by a store of its own)."""
+    trials the record holds completed (read back by a store of its own). *timed*: each trial
+    runs :data:`TIMED_S` seconds, else it ends at the first poll."""
     from dse.engine import Engine
     from dse.record.postgres import PostgresStore
     from dse.testing import ProbeBackend
 
     start = time.perf_counter()
     store = PostgresStore(url, workspace)
+    backend = ProbeBackend(timed_script if timed else None)
     try:
-        result = Engine(campaign, agent=agent, backend=ProbeBackend(), store=store).run()
+        result = Engine(campaign, agent=agent, backend=backend, store=store).run()
         seconds = time.perf_counter() - start
     finally:
         store.close()
@@ -142,9 +159,12 @@ def optuna_postgres(optuna: Any, url: str, trials: int, ask_tell: Any) -> float:
     return seconds
 
 
-def concurrent(url: str, controllers: int, trials: int, workdir: Path) -> Concurrent:
+def concurrent(url: str, controllers: int, trials: int, workdir: Path, *, timed: bool = False
+               ) -> Concurrent:
     """*controllers* processes, each a dse campaign of *trials* (names of their own) on one
-    PostgreSQL record, started together."""
+    PostgreSQL record, started together. *timed*: trials of :data:`TIMED_S` seconds,
+    :data:`TIMED_PARALLELISM` at once per controller; else trials that end at once, 64 at
+    once."""
     from dse.record.postgres import PostgresStore
 
     with Schema(url, "many") as record:
@@ -153,7 +173,8 @@ def concurrent(url: str, controllers: int, trials: int, workdir: Path) -> Concur
         server_before = server_cpu_s()
         procs = [subprocess.Popen(
             [sys.executable, __file__, "--controller", record, f"c{k}", str(trials),
-             str(begin), str(workdir / f"c{k}")], stdout=subprocess.PIPE, text=True)
+             str(begin), str(workdir / f"c{k}"), "timed" if timed else "instant"],
+            stdout=subprocess.PIPE, text=True)
             for k in range(controllers)]
         outs = [json.loads(p.communicate(timeout=3600)[0]) for p in procs]
         server_after = server_cpu_s()
@@ -167,11 +188,13 @@ def concurrent(url: str, controllers: int, trials: int, workdir: Path) -> Concur
 
 
 def _controller(argv: list[str]) -> None:
-    record, name, trials, begin, workspace = argv
+    record, name, trials, begin, workspace, kind = argv
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from engine_overhead import _campaign, _random_agent_class
 
-    campaign = _campaign("waves", int(trials), Path(workspace), name=name)
+    timed = kind == "timed"
+    campaign = _campaign("rolling" if timed else "waves", int(trials), Path(workspace),
+                         name=name, parallelism=TIMED_PARALLELISM if timed else None)
     # A seed of its own: the same proposals would be cache hits of another controller's.
     agent = _random_agent_class()(campaign.space, seed=int(name[1:]))
     import resource
@@ -181,7 +204,7 @@ def _controller(argv: list[str]) -> None:
     time.sleep(max(float(begin) - time.time(), 0.0))
     start = time.time()
     before = resource.getrusage(resource.RUSAGE_SELF)
-    seconds, _, completed = run_dse(campaign, record, Path(workspace), agent)
+    seconds, _, completed = run_dse(campaign, record, Path(workspace), agent, timed=timed)
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     print(json.dumps({"start": start, "end": start + seconds, "completed": completed,

@@ -108,8 +108,8 @@ def _random_agent_class() -> Any:
     return RandomAgent
 
 
-def _campaign(mode: Mode, trials: int, workspace: Path, name: str | None = None
-              ) -> dse.Campaign:
+def _campaign(mode: Mode, trials: int, workspace: Path, name: str | None = None,
+              parallelism: int | None = None) -> dse.Campaign:
     return dse.campaign_from_dict(
         {
             "campaign": {
@@ -117,7 +117,7 @@ def _campaign(mode: Mode, trials: int, workspace: Path, name: str | None = None
                 "agent": "random",
                 "backend": "probe",
                 "mode": mode,
-                "max_parallelism": PARALLELISM,
+                "max_parallelism": parallelism or PARALLELISM,
                 "max_trials": trials,
                 "seed": 0,
             },
@@ -323,6 +323,10 @@ class Postgres:
     rows: tuple[Measurement, ...]
     one: Any
     many: Any
+    timed_one: Any
+    """One controller whose trials take time (``_pg_record.TIMED_S``) ..."""
+    timed_many: Any
+    """... and 8 at once: the record's own scaling, the CPU left over."""
 
     def line(self) -> str:
         dse_pg, optuna_pg = self.rows
@@ -333,7 +337,17 @@ class Postgres:
                 f" controllers at once {self.many.rate:,.0f} trials/s in all, one alone"
                 f" {self.one.rate:,.0f}: {scale:.2f}x (target {CONCURRENT_TARGET:.0f}x:"
                 f" {'met' if scale >= CONCURRENT_TARGET else 'NOT met'}; {os.cpu_count()}"
-                " cores, server included)" + self._cpu())
+                " cores, server included)" + self._cpu() + self._timed())
+
+    def _timed(self) -> str:
+        from _pg_record import TIMED_PARALLELISM, TIMED_S
+
+        one, many = self.timed_one, self.timed_many
+        busy = "" if many.cores_busy is None else f", {many.cores_busy:.2f} cores busy"
+        return (f". Trials of {TIMED_S * 1000:.0f} ms, {TIMED_PARALLELISM} at once per"
+                f" controller: {many.controllers} controllers at once {many.rate:,.0f}"
+                f" trials/s in all, one alone {one.rate:,.0f}: {many.rate / one.rate:.2f}x"
+                f" (at most {many.controllers}x{busy})")
 
     def _cpu(self) -> str:
         """What bounds the controllers' scaling: CPU per trial alone and at once, and the
@@ -362,6 +376,11 @@ class Postgres:
             "cpu_ms_per_trial_concurrent": self.many.cpu_ms_per_trial,
             "cores_busy_one": self.one.cores_busy,
             "cores_busy_concurrent": self.many.cores_busy,
+            "timed_one_controller_trials_per_s": round(self.timed_one.rate, 1),
+            "timed_concurrent_trials_per_s": round(self.timed_many.rate, 1),
+            "timed_concurrent_ratio": round(self.timed_many.rate / self.timed_one.rate, 2),
+            "timed_trials_per_controller": self.timed_many.trials,
+            "timed_cores_busy_concurrent": self.timed_many.cores_busy,
             "ratio_target": PG_RATIO_TARGET,
             "concurrent_target": CONCURRENT_TARGET,
         }
@@ -392,9 +411,14 @@ def bench_postgres(url: str, counts: Counts, dse_trials: int, repeat: int) -> Po
           file=sys.stderr, flush=True)
     one = concurrent(url, 1, each, WORK_DIR)
     many = concurrent(url, CONTROLLERS, each, WORK_DIR)
+    timed = 200 if dse_trials <= 2000 else 400
+    print(f"running 1, then {CONTROLLERS} controllers at once, trials that take time ...",
+          file=sys.stderr, flush=True)
+    timed_one = concurrent(url, 1, timed, WORK_DIR, timed=True)
+    timed_many = concurrent(url, CONTROLLERS, timed, WORK_DIR, timed=True)
     return Postgres((Measurement("dse waves (P=64, PostgreSQL)", dse_trials, best),
                      Measurement("optuna RDBStorage (PostgreSQL)", counts.sqlite, optuna_s)),
-                    one, many)
+                    one, many, timed_one, timed_many)
 
 
 # -- report --------------------------------------------------------------------------------

@@ -123,24 +123,53 @@ def stop_outside_a_write(proc: subprocess.Popen[str], record: Path | None) -> No
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def stop_inside_a_transaction(proc: subprocess.Popen[str], url: str) -> None:
+    """SIGSTOP *proc* while its PostgreSQL session is inside a transaction (``idle in
+    transaction``: what it took, row locks included, stays taken while it is stopped)."""
+    import psycopg
+
+    deadline = time.monotonic() + 60
+    with psycopg.connect(url, autocommit=True) as db:
+        while True:
+            proc.send_signal(signal.SIGSTOP)
+            for _ in range(20):  # the server may still be running its last statement
+                states = {row[0] for row in db.execute(
+                    "SELECT state FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name = 'dse' AND pid <> pg_backend_pid()")}
+                if "idle in transaction" in states:
+                    return
+                if "active" not in states:
+                    break
+                time.sleep(0.005)
+            proc.send_signal(signal.SIGCONT)
+            assert time.monotonic() < deadline, "the controller was never stopped in a transaction"
+            time.sleep(0.003)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "postgres-in-a-transaction"])
 def test_a_controller_stopped_past_its_lease_is_fenced_and_another_finishes(
     tmp_path: Path, postgres_url: str, kind: str
 ) -> None:
     """Controller A (SIGSTOP past its lease) never writes again and exits with one line once
     continued; controller B takes the campaign over and finishes it — on PostgreSQL from
-    another workspace, as on another host; on SQLite in the same workspace (its record), where
-    A still holds the lock file's flock: the expired lease makes it stale."""
+    another workspace, as on another host, A stopped between two transactions or inside one
+    (the server ends it once idle past the lease, freeing its row locks); on SQLite in the
+    same workspace (its record), where A still holds the lock file's flock: the expired lease
+    makes it stale."""
+    postgres = kind.startswith("postgres")
     first = tmp_path / "a"
-    second = tmp_path / "b" if kind == "postgres" else first
-    record = ["--record", postgres_url] if kind == "postgres" else []
+    second = tmp_path / "b" if postgres else first
+    record = ["--record", postgres_url] if postgres else []
     for project in {first, second}:
         project.mkdir(exist_ok=True)
     env = {"DSE_LEASE_S": "2"}
     a = start_dse(first, "run", str(campaign(first, 300)), *record, env=env)
-    where = postgres_url if kind == "postgres" else None
+    where = postgres_url if postgres else None
     wait_for(where, first / ".dse", RUNNING, 1)
-    stop_outside_a_write(a, None if where else first / ".dse" / "dse.sqlite")
+    if kind == "postgres-in-a-transaction":
+        stop_inside_a_transaction(a, postgres_url)
+    else:
+        stop_outside_a_write(a, None if where else first / ".dse" / "dse.sqlite")
     try:
         time.sleep(3.0)  # past A's lease (2 s)
         b = run_dse(second, "run", str(campaign(second, 300)), *record, timeout=120)

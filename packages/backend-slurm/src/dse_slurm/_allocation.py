@@ -547,10 +547,12 @@ class SlurmAllocationBackend(Backend):
             return _to_next_pilot(task, pilot)
         if doc is not None and not task.cancel and _fate_unknown(doc, run, pilot,
                                                                  self.clock.time()):
-            # Cancelled outside dse: the step alone, or the whole allocation? The pilot's next
-            # heartbeat (it lives on) or its end says which; until then the attempt runs.
-            return JobStatus(task.job_id, JobState.RUNNING, node=task.node,
-                             started_at=task.started_at)
+            # Cancelled outside dse, or never started: the step alone, or the whole
+            # allocation? The pilot's next heartbeat (it lives on) or its end says which;
+            # until then the attempt runs (or waits, if it never started).
+            return JobStatus(task.job_id,
+                             JobState.RUNNING if run is not None else JobState.PENDING,
+                             node=task.node, started_at=task.started_at)
         if doc is not None:
             status = _ended(task, doc, run, self.clock.time())
             if status is None:  # declined: waits for the next pilot
@@ -745,10 +747,12 @@ def _cancelled_outside(doc: Mapping[str, Any], run: Mapping[str, Any] | None) ->
 
 def _fate_unknown(doc: Mapping[str, Any], run: Mapping[str, Any] | None, pilot: _Pilot,
                   now: float) -> bool:
-    """Whether a step cancelled outside dse cannot yet tell a cancel of its own from one of
-    its allocation: the pilot has neither ended nor beaten since the step ended (a cancelled
-    allocation's pilot may write its step's end before Slurm's signal ends it)."""
-    if pilot.ended is not None or not _cancelled_outside(doc, run):
+    """Whether a step cancelled outside dse, or one ``srun`` could not start, cannot yet tell
+    its own end from its allocation's: the pilot has neither ended nor beaten since the step
+    ended (a cancelled allocation's pilot may write its step's end before Slurm's signal ends
+    it, and ``srun`` in an allocation being cancelled fails in words of its own)."""
+    if pilot.ended is not None or not (_cancelled_outside(doc, run)
+                                       or _not_started(doc, run)):
         return False
     ended_at = float(doc.get("ended_at") or 0.0)
     if now - ended_at >= FATE_WAIT_S:
@@ -758,6 +762,13 @@ def _fate_unknown(doc: Mapping[str, Any], run: Mapping[str, Any] | None, pilot: 
     except OSError:
         beat = 0.0
     return beat <= ended_at + FATE_BEAT_S
+
+
+def _not_started(doc: Mapping[str, Any], run: Mapping[str, Any] | None) -> bool:
+    """Whether ``srun`` failed before the step of *doc* started (no note of the launcher's,
+    no decline): its allocation ending, or a launch error of its own."""
+    return (run is None and doc.get("rc") not in (0, None) and not doc.get("cancelled")
+            and not any(key in doc for key in ("invalid", "launch_error", "declined")))
 
 
 def _where(task: _Task, doc: Mapping[str, Any]) -> tuple[str | None, str]:
@@ -791,9 +802,7 @@ def _lost_to_ending(
     failed) because its pilot's allocation was ending: Slurm or dse already ended the pilot,
     or ``srun`` says the job is completing, cancelled or out of time. Such an attempt was
     never run; any other step that failed to start is a launch error."""
-    if run is not None or doc.get("rc") in (0, None) or doc.get("cancelled"):
-        return False
-    if any(key in doc for key in ("invalid", "launch_error", "declined")):
+    if not _not_started(doc, run):
         return False
     if pilot.ended is not None or pilot.cancelled:
         return True

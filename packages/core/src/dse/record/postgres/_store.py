@@ -14,18 +14,21 @@ snapshot: they never hold back a writer.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import random
 import time
 import urllib.parse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from dse.model._errors import StorageError, StoreError
 from dse.record._records import Claim
 from dse.record.postgres._dialect import Translating
 from dse.record.postgres._schema import bring_up_to_date, schema_version
 from dse.record.sql._reads import Reads
+from dse.record.sql._rows import loads
 from dse.record.sql._schema import SCHEMA_VERSION
 from dse.record.sql._stops import Stops
 from dse.record.sql._store import SqlStore
@@ -168,11 +171,70 @@ class PostgresStore(SqlStore):
                 raise StorageError(f"{self.where}: cannot write the record"
                                    f" ({_first_line(exc)}); nothing already recorded is lost"
                                    ) from None
-            except psycopg.OperationalError as exc:
-                raise StorageError(f"{self.where}: the record is unreachable"
-                                   f" ({_first_line(exc)}); nothing already recorded is lost"
-                                   ) from None
+            except (psycopg.Error, StorageError) as exc:
+                if not self._connection.broken and not isinstance(exc, psycopg.OperationalError):
+                    raise
+                self._lost(exc)
         raise AssertionError("unreachable")
+
+    def _lost(self, exc: BaseException) -> NoReturn:
+        """The connection was lost inside a transaction (the server ended it, or is gone):
+        :class:`LeaseLostError` if another controller took a lease this store held meanwhile
+        (read on a connection of its own), else the record is unreachable."""
+        import psycopg
+        from psycopg import errors
+
+        if self.leases.campaigns():
+            with (contextlib.suppress(psycopg.Error),
+                  psycopg.connect(self.url, autocommit=True, application_name="dse",
+                                  connect_timeout=10) as check):
+                self.leases.check(Translating(check, self.where), self.where)
+        if isinstance(exc, errors.IdleInTransactionSessionTimeout):
+            raise StorageError(f"{self.where}: the record ended a transaction of this controller"
+                               " that stood still longer than its lease (the process was"
+                               " stopped or stalled); nothing already recorded is lost"
+                               ) from None
+        if isinstance(exc, StorageError):
+            raise exc
+        raise StorageError(f"{self.where}: the record is unreachable ({_first_line(exc)});"
+                           " nothing already recorded is lost") from None
+
+    def take_lease(self, campaign: str, holder: Mapping[str, Any], ttl_s: float) -> None:
+        """See :meth:`dse.record.Storage.take_lease`. The server then ends a transaction of
+        this connection left open longer than the shortest lease it holds (a controller
+        stopped inside one): the row locks it took are free for the controller that takes
+        the campaign over, and this one's next statement fails."""
+        started = self._connection.execute(
+            "SELECT backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        ).fetchone()
+        session = [self._connection.info.backend_pid, started and started[0]]
+        self._end_stalled(campaign, session)
+        super().take_lease(campaign, {**holder, "session": session}, ttl_s)
+        shortest = self.leases.shortest()
+        if shortest is not None:
+            self._connection.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                (str(math.ceil(shortest * 1000)),))
+
+    def _end_stalled(self, campaign: str, mine: list[Any]) -> None:
+        """End the database session of *campaign*'s previous controller when its lease has
+        expired (it was stopped or stalled past it), so that the row locks of a transaction
+        it was stopped inside are free for this one; a session this role may not end is left
+        to the server's ``idle_in_transaction_session_timeout``."""
+        import psycopg
+
+        row = self._db.execute("SELECT holder FROM leases WHERE campaign = ? AND"
+                               " renewed_at + ttl_s < dse_now()", (campaign,)).fetchone()
+        try:
+            session = loads(row[0]).get("session") if row is not None else None
+        except (ValueError, AttributeError):
+            return
+        if not isinstance(session, list) or len(session) != 2 or session == mine:
+            return
+        with contextlib.suppress(psycopg.Error):
+            self._connection.execute(
+                "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+                " WHERE pid = %s AND backend_start::text = %s", session)
 
     def claim(self, wanted: Mapping[str, int], campaign: str, now: float, *,
               reuse: bool = True, run: int | None = None,

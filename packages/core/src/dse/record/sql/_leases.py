@@ -90,10 +90,20 @@ class Leases:
                 "UPDATE leases SET renewed_at = dse_now() WHERE campaign = ? AND token = ?",
                 (campaign, self._held[campaign][0])).rowcount
             if changed != 1:
-                raise LeaseLostError(
-                    f"{where}: campaign {campaign!r} was taken over by another controller"
-                    " (this one's lease expired: it was stopped or stalled longer than its"
-                    " lease); this controller stops and writes nothing more")
+                raise _lost(where, campaign)
+
+    def check(self, db: Connection, where: str) -> None:
+        """Raise :class:`LeaseLostError` if another controller took a lease this store held
+        (read on a connection of its own, after this store's was lost)."""
+        for campaign, (token, _, _) in self._held.items():
+            row = db.execute("SELECT token FROM leases WHERE campaign = ?",
+                             (campaign,)).fetchone()
+            if row is None or row[0] != token:
+                raise _lost(where, campaign)
+
+    def shortest(self) -> float | None:
+        """The shortest TTL of the leases held (seconds; ``None``: none held)."""
+        return min((ttl for _, ttl, _ in self._held.values()), default=None)
 
     def renewed(self, campaigns: list[str]) -> None:
         """The renewals of *campaigns* committed."""
@@ -110,6 +120,13 @@ class Leases:
             "SELECT renewed_at + ttl_s >= dse_now(), holder FROM leases WHERE campaign = ?",
             (campaign,)).fetchone()
         return None if row is None else bool(row[0]) and not gone_here(row[1])
+
+
+def _lost(where: str, campaign: str) -> LeaseLostError:
+    return LeaseLostError(
+        f"{where}: campaign {campaign!r} was taken over by another controller (this one's"
+        " lease expired: it was stopped or stalled longer than its lease); this controller"
+        " stops and writes nothing more")
 
 
 def gone_here(text: str | None, *, me_too: bool = False) -> bool:
