@@ -21,7 +21,7 @@ BAD = {
     "init": ["--nope"], "run": ["--nope"], "status": ["a", "b"], "report": ["--html"],
     "plugins": ["x"],
     "show": [], "invalidate": ["--trial", "x", "--failed"], "export": ["x", "--format", "y"],
-    "doctor": ["--salvage"], "record": ["move", "a", "b"],
+    "doctor": ["--salvage"], "record": ["move", "a", "b"], "dashboard": ["--port", "x"],
 }
 """Arguments each subcommand refuses."""
 

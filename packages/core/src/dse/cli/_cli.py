@@ -168,6 +168,29 @@ def _show_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     show.add_argument("--json", action="store_true", help="print the record as one JSON object")
 
 
+def _dashboard_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
+    dashboard = add(
+        "dashboard", help="a live web view of the record: runs, trials, figures",
+        description="Serve a local web page over the record (read only): every run with its\n"
+        "numbers and budgets, a trial table to sort and filter, each trial's record, and\n"
+        "interactive figures, updated as the record changes. Stop it with Ctrl-C.",
+        epilog="TARGET: a workspace (default: .dse) or a postgresql:// URL. Bound to an address\n"
+        "beyond loopback, the page asks the token printed with its address.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    dashboard.add_argument("target", metavar="TARGET", nargs="?",
+                           help="the workspace or a record URL (default: .dse)")
+    dashboard.add_argument("--record", metavar="URL",
+                           help="the record: a postgresql:// URL (default: $DSE_RECORD, else"
+                                " the workspace's dse.sqlite)")
+    dashboard.add_argument("--host", default="127.0.0.1",
+                           help="address to bind (default: 127.0.0.1, this machine only)")
+    dashboard.add_argument("--port", type=int, default=8765,
+                           help="port (default: 8765; 0: any free port)")
+    dashboard.add_argument("--token", help="the token the page asks (default: a new one, only"
+                                           " when bound beyond loopback)")
+
+
 def _invalidate_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     invalidate = add(
         "invalidate", help="flag results invalid (and every comparison that used them)",
@@ -274,6 +297,7 @@ _SUBCOMMANDS: dict[str, Callable[[Callable[..., argparse.ArgumentParser]], None]
     "init": _init_arguments, "run": _run_arguments, "status": _status_arguments,
     "report": _report_arguments,
     "plugins": _plugins_arguments, "show": _show_arguments,
+    "dashboard": _dashboard_arguments,
     "invalidate": _invalidate_arguments, "export": _export_arguments,
     "doctor": _doctor_arguments, "record": _record_arguments,
     "completion": _completion_arguments,

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from dse.model._outcome import CampaignResult
     from dse.pool._poolfile import PoolConfig
     from dse.record._base import Storage
-    from dse.record._records import CampaignRun
     from dse.report._report import RunDetail
     from dse.report._terminal import Console
 
@@ -271,14 +270,14 @@ def _selected_runs(store: Storage, name: str | None) -> list[int]:
 
 
 def _status(args: argparse.Namespace, console: Console) -> int:
-    from dse.report._summary import summarize
+    from dse.report._summary import run_best, summarize
 
     store, name = _open_target(args, console)
     runs = {r.id: r for r in store.reads.campaigns()}
     now = time.time()
     out = [
         status_entry(runs[run], summarize(store, run, now=now), store.reads.trial_counts(run),
-                     _status_best(store, runs[run]))
+                     run_best(store, runs[run]))
         for run in _selected_runs(store, name)
     ]
     if args.json:
@@ -293,23 +292,6 @@ def _status(args: argparse.Namespace, console: Console) -> int:
         for line in textwrap.wrap(note, max(width - 1, 40), break_on_hyphens=False):
             console.status(line)
     return ExitCode.OK
-
-
-def _status_best(store: Storage, run: CampaignRun) -> tuple[int, str, float] | None:
-    """The best trial of *run* about its latest data version: (number, metric, score)."""
-    from dse.report._summary import primary_objective
-
-    if run.spec.get("pareto"):
-        return None  # a front, not one best (dse report lists it)
-    tallies = store.summaries.version_tallies(run.id)
-    if not tallies:
-        return None
-    metric, direction = primary_objective(run.spec)
-    row = store.summaries.best_of_version(run.id, tallies[-1].version,
-                                          maximize=direction == "maximize")
-    if row is None or row.score is None:
-        return None
-    return row.number, metric, float(row.score)
 
 
 def _report(args: argparse.Namespace, console: Console) -> int:
@@ -386,6 +368,25 @@ def _show(args: argparse.Namespace, console: Console) -> int:
         return ExitCode.OK
     for line in record_lines(record):
         console.result(line)
+    return ExitCode.OK
+
+
+def _dashboard(args: argparse.Namespace, console: Console) -> int:
+    from dse.campaign._campaignfile import RECORD_SCHEMES
+    from dse.dashboard._server import open_dashboard
+
+    target = args.target
+    url = target if target is not None and target.startswith(RECORD_SCHEMES) else None
+    workspace = Path(target) if target is not None and url is None else None
+    try:
+        server = open_dashboard(workspace, record_url(args.record or url), host=args.host,
+                                port=args.port, token=args.token)
+    except OSError as exc:
+        raise ConfigError(f"dse dashboard: cannot listen on {args.host}:{args.port}"
+                          f" ({exc.strerror or exc})") from None
+    console.status(f"dse dashboard: {server.url}  (Ctrl-C stops it)")
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve()
     return ExitCode.OK
 
 
@@ -518,6 +519,7 @@ def _doctor(args: argparse.Namespace, console: Console) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "init": _init, "run": _run, "status": _status, "plugins": _plugins, "export": _export,
     "report": _report, "show": _show, "invalidate": _invalidate, "doctor": _doctor,
+    "dashboard": _dashboard,
     "record": _record,
 }
 """Each subcommand's handler: it takes the parsed arguments and the console, and returns the

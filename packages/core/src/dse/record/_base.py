@@ -34,6 +34,8 @@ if TYPE_CHECKING:
         Score,
         StopTally,
         Trial,
+        TrialPage,
+        TrialQuery,
         TrialRef,
         TrialSelection,
         VersionTally,
@@ -350,6 +352,21 @@ class RecordStops(Protocol):
         ...
 
 
+class RecordPages(Protocol):
+    """Reads for a live view of the record (``dse dashboard``): a page of a run's trials, and
+    a stamp that changes whenever a trial, an attempt or a run does."""
+
+    def trial_page(self, campaign_id: int, query: TrialQuery) -> TrialPage:
+        """The page *query* asks of run *campaign_id*'s trials; a sort or filter on a name no
+        trial could have (not a plain identifier) is a :class:`~dse.ConfigError`."""
+        ...
+
+    def stamp(self) -> tuple[Any, ...]:
+        """A value that changes whenever the record's trials, attempts or runs change (cheap:
+        a few index lookups, whatever the record's size)."""
+        ...
+
+
 class Storage(Protocol):
     """A record of campaigns: what the engine writes and every reader reads. The SQLite
     workspace (:class:`dse.record.sqlite.Store`) is the one dse ships;
@@ -383,6 +400,11 @@ class Storage(Protocol):
     @property
     def stops(self) -> RecordStops:
         """The stopping rule's decisions."""
+        ...
+
+    @property
+    def pages(self) -> RecordPages:
+        """Pages of trials and the record's change stamp, for a live view."""
         ...
 
     def connect(self) -> None:

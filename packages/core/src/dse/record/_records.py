@@ -473,3 +473,32 @@ class TrialSelection:
         if self.campaign is not None:
             parts.append(f"campaign={self.campaign}")
         return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class TrialQuery:
+    """One page of a run's trials, sorted and filtered (the dashboard's trial table): every
+    set filter must hold."""
+
+    sort: str = "number"
+    """``number``, ``status``, ``score``, ``created_at``, ``ended_at``, ``data_version``, or
+    ``param:NAME`` / ``metric:NAME`` (a number of the params or metrics, by its name)."""
+    descending: bool = False
+    offset: int = 0
+    limit: int = 50
+    statuses: tuple[str, ...] = ()
+    """Only trials in one of these states (:class:`~dse.model._states.TrialStatus` values)."""
+    failures: tuple[str, ...] = ()
+    """Only trials that failed in one of these classes."""
+    data_version: str | None = None
+    """Only trials that read this data version."""
+    ranges: tuple[tuple[str, float | None, float | None], ...] = ()
+    """Only trials whose param NAME lies in ``[low, high]`` (``None``: unbounded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrialPage:
+    """A page of trials (:class:`TrialQuery`) and how many trials the filters kept."""
+
+    total: int
+    trials: list[Trial]

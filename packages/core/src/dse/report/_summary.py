@@ -201,3 +201,18 @@ def primary_objective(spec: Mapping[str, Any]) -> tuple[str, str]:
     if resolved.get("name", "default") != "default":
         metric = f"score ({resolved['name']})"
     return metric, str(resolved.get("direction") or objectives[0].get("direction", "minimize"))
+
+
+def run_best(store: Storage, run: CampaignRun) -> tuple[int, str, float] | None:
+    """The best trial of *run* about its latest data version: (number, metric, score)."""
+    if run.spec.get("pareto"):
+        return None  # a front, not one best (dse report lists it)
+    tallies = store.summaries.version_tallies(run.id)
+    if not tallies:
+        return None
+    metric, direction = primary_objective(run.spec)
+    row = store.summaries.best_of_version(run.id, tallies[-1].version,
+                                          maximize=direction == "maximize")
+    if row is None or row.score is None:
+        return None
+    return row.number, metric, float(row.score)

@@ -27,6 +27,7 @@ from dse.model._errors import StorageError, StoreError
 from dse.record._records import Claim
 from dse.record.postgres._dialect import Translating
 from dse.record.postgres._schema import bring_up_to_date, schema_version
+from dse.record.sql._pages import Pages
 from dse.record.sql._reads import Reads
 from dse.record.sql._rows import loads
 from dse.record.sql._schema import SCHEMA_VERSION
@@ -134,6 +135,8 @@ class PostgresStore(SqlStore):
         """Aggregates whose cost does not grow with what they print."""
         self.stops = Stops(db, self.path, None)
         """What a stopping rule decided, and the learning curves it read."""
+        self.pages = Pages(db, self.path, None)
+        """Pages of trials and the record's change stamp, for a live view."""
         self.begin_session()
 
     def _prepare(self, connection: psycopg.Connection[Any]) -> None:

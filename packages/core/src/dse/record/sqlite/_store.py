@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dse.model._errors import StoreError
+from dse.record.sql._pages import Pages
 from dse.record.sql._reads import Reads
 from dse.record.sql._stops import Stops
 from dse.record.sql._store import SqlStore
@@ -91,6 +92,8 @@ class Store(SqlStore):
         """Aggregates whose cost does not grow with what they print."""
         self.stops = Stops(db, self.path, self._root)
         """What a stopping rule decided, and the learning curves it read."""
+        self.pages = Pages(db, self.path, self._root)
+        """Pages of trials and the record's change stamp, for a live view."""
         self.begin_session()
 
     def close(self) -> None:

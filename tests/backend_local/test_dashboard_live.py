@@ -1,0 +1,198 @@
+"""`dse dashboard` in a real browser (Debian's Chromium driven by Playwright, support.browser)
+against a real `dse dashboard` process while a real local-backend campaign runs.
+
+Each trial of the campaign waits for a file of its own (``gate-X``), so the test decides when
+each ends: the trial table grows while the page is open, without a reload. Every wait polls
+(bounded, generous): a loaded 2-core machine passes.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from support.browser import browser_page, keep_screenshot, overlapping
+from support.cli import start_dse, wait_for_running, write_plugin
+from support.dashboard import dashboard
+
+if TYPE_CHECKING:
+    import subprocess
+    from pathlib import Path
+
+WORK = '''
+import pathlib, sys, time
+import dse.trial
+p = dse.trial.params()
+gate = pathlib.Path({gates!r}) / f"gate-{{p['x']}}"
+deadline = time.monotonic() + 600
+while not gate.exists() and time.monotonic() < deadline:
+    time.sleep(0.02)
+dse.trial.report({{"loss": (p["x"] - 2.5) ** 2 + p["y"], "y": p["y"]}})
+'''
+
+CAMPAIGN = f'''
+[campaign]
+name = "board"
+agent = "list"
+backend = "local"
+mode = "rolling"
+max_parallelism = 2
+max_trials = 6
+
+[agent.list]
+points = [{{x = 0, y = 0.5}}, {{x = 1, y = 0.1}}, {{x = 2, y = 0.9}}, {{x = 3, y = 0.3}},
+          {{x = 4, y = 0.7}}, {{x = 5, y = 0.2}}]
+
+[environment]
+command = ["{sys.executable}", "work.py"]
+time_limit = "900s"
+
+[[objectives]]
+metric = "loss"
+
+[space]
+x = {{ type = "int", low = 0, high = 9 }}
+y = {{ type = "float", low = 0.0, high = 1.0 }}
+'''
+
+def poll(page: Any, script: str, arg: Any = None, timeout: float = 60.0) -> Any:
+    """What *script* (a function of the page, given *arg*) returns once truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = page.evaluate(script, arg)
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"never true within {timeout} s: {script}")
+
+
+ROWS = ("() => [...document.querySelectorAll('#trials tbody tr')]"
+        ".map(r => [...r.cells].map(c => c.textContent))")
+
+
+def rows(page: Any) -> list[list[str]]:
+    return list(page.evaluate(ROWS))
+
+
+def figure_texts(page: Any, key: str) -> list[list[Any]]:
+    """Every text the figure *key* drew (its SVG), as ``[text, left, top, right, bottom]``."""
+    return list(page.evaluate("""key => [...document.querySelectorAll(
+        `#chart-${key} svg text`)].filter(t => t.textContent.trim() && t.getBBox().width > 0)
+        .map(t => { const r = t.getBoundingClientRect();
+                    return [t.textContent, r.left, r.top, r.right, r.bottom]; })""", key))
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> tuple[Path, subprocess.Popen[str]]:
+    write_plugin(tmp_path)
+    (tmp_path / "work.py").write_text(WORK.format(gates=str(tmp_path)))
+    (tmp_path / "campaign.toml").write_text(CAMPAIGN)
+    run = start_dse(tmp_path, "run", "campaign.toml")
+    wait_for_running(tmp_path / ".dse" / "dse.sqlite", 2, timeout=180)
+    return tmp_path, run
+
+
+def test_the_trial_table_grows_live_and_sorts_filters_and_opens_a_trial(running: Any) -> None:
+    project, run = running
+    board, url = dashboard(project)
+    errors: list[str] = []
+    requests: list[str] = []
+    with browser_page(errors, requests) as page:
+        page.goto(url + "#/run/1")
+        page.evaluate("() => { window.loadedOnce = true; }")
+        poll(page, "() => document.querySelectorAll('#trials tbody tr').length >= 2")
+        assert {r[1] for r in rows(page)} == {"running"}
+        # Each trial ended (its gate opened) shows on the open page, pushed, not reloaded.
+        latencies = []
+        for x in range(6):
+            start = time.monotonic()
+            (project / f"gate-{x}").touch()
+            poll(page, """n => [...document.querySelectorAll('#trials tbody tr')]
+                .filter(r => r.cells[1].textContent === 'completed').length >= n""", x + 1)
+            latencies.append(time.monotonic() - start)
+        print(f"trial ended -> shown on the page: {', '.join(f'{s:.2f}' for s in latencies)} s")
+        assert page.evaluate("() => window.loadedOnce === true")  # never reloaded
+        assert run.wait(timeout=180) == 0
+        assert len(rows(page)) == 6
+        keep_screenshot(page, project, "dashboard-trials.png")
+
+        # Sort by the score: ascending, then descending.
+        page.click("th[data-sort=score]")
+        poll(page, "() => document.querySelector('th[data-sort=score].sorted')")
+        scores = [float(r[3]) for r in rows(page)]
+        assert scores == sorted(scores)
+        page.click("th[data-sort=score]")
+        poll(page, "() => document.querySelector('th[data-sort=score].desc')")
+        scores = [float(r[3]) for r in rows(page)]
+        assert scores == sorted(scores, reverse=True)
+
+        # Filter: x from 2 to 4 (a param range), then the status.
+        page.select_option("select[name=range-param]", "x")
+        page.fill("input[name=range-low]", "2")
+        page.press("input[name=range-low]", "Enter")
+        page.fill("input[name=range-high]", "4")
+        page.press("input[name=range-high]", "Enter")
+        poll(page, "() => document.querySelector('#shown').dataset.total === '3'")
+        assert sorted(int(r[4]) for r in rows(page)) == [2, 3, 4]
+        page.check("input[name=status][value=failed]")
+        poll(page, "() => document.querySelector('#shown').dataset.total === '0'")
+
+        # A trial's page: the five answers, its attempt, its log's tail.
+        page.goto(url + "#/run/1/trial/4")
+        poll(page, "() => document.querySelector('#outcome')")
+        assert page.inner_text("#outcome") == "completed"
+        answers = page.eval_on_selector_all("dl[data-answer]", "d => d.map(x => x.dataset.answer)")
+        assert answers == ["run", "data", "ended", "cost", "concluded"]
+        assert page.eval_on_selector_all("#attempts tbody tr", "r => r.length") == 1
+    board.terminate()
+    board.wait(timeout=30)
+    assert not errors, errors
+    assert all(r.startswith(url.split("#")[0].rstrip("/")) for r in requests), requests
+
+
+def test_figures_have_labelled_axes_no_overlapping_text_and_brushing_lists_trials(
+    running: Any,
+) -> None:
+    project, run = running
+    for x in range(6):
+        (project / f"gate-{x}").touch()
+    assert run.wait(timeout=180) == 0
+    board, url = dashboard(project)
+    errors: list[str] = []
+    with browser_page(errors, []) as page:
+        page.goto(url + "#/run/1/figures")
+        for key in ("convergence", "parallel", "timeline"):
+            poll(page, "k => document.querySelector(`#chart-${k}`)?.dataset.ready", key)
+        names = {key: page.evaluate("""k => { const o = echarts.getInstanceByDom(
+            document.querySelector(`#chart-${k}`)).getOption();
+            return [...(o.xAxis || []), ...(o.yAxis || []), ...(o.parallelAxis || [])]
+                .map(a => a.name); }""", key) for key in ("convergence", "parallel", "timeline")}
+        assert names["convergence"] == ["trial", "loss (minimize)"]
+        assert names["parallel"] == ["x", "y", "loss"]
+        assert names["timeline"] == ["time since the run started (s)", "slot"]
+        for key in names:
+            texts = figure_texts(page, key)
+            assert texts, key
+            assert not overlapping(texts), (key, overlapping(texts))
+        keep_screenshot(page, project, "dashboard-figures.png")
+
+        # Brushing: drag along the first axis (x: it spans the data, 0 to 5, bottom to top)
+        # over its upper part; the trials there are listed, each a link to its page.
+        left, top, height = page.eval_on_selector("#chart-parallel", """n => {
+            const r = n.getBoundingClientRect(); return [r.left, r.top, r.height]; }""")
+        axis_x = left + 60
+        page.mouse.move(axis_x, top + 40 - 2)
+        page.mouse.down()
+        page.mouse.move(axis_x, top + 40 + (height - 70) * 0.45, steps=8)
+        page.mouse.up()
+        selected = poll(page, "() => document.querySelector('#brushed').dataset.selected")
+        numbers = sorted(int(n) for n in selected.split(","))
+        assert 0 < len(numbers) < 6
+        xs = {1: 0, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5}
+        assert min(xs[n] for n in numbers) >= 2  # the top of the x axis: its largest values
+    board.terminate()
+    board.wait(timeout=30)
+    assert not errors, errors

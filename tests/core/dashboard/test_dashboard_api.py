@@ -1,0 +1,82 @@
+"""`dse dashboard`'s JSON API over HTTP, on both records (the workspace's SQLite file and a
+PostgreSQL database): the runs, a page of trials, a trial's record, a run's figures; the token
+asked beyond loopback; one line and a non-zero exit for a record that is not there."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Any
+
+from support.cli import run_dse, write_plugin
+from support.dashboard import dashboard
+from support.probe import probe_campaign
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def get(url: str, path: str, cookie: str | None = None) -> tuple[int, Any]:
+    request = urllib.request.Request(url.split("?")[0].rstrip("/") + path)
+    if cookie:
+        request.add_header("Cookie", cookie)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_api_reads_either_record(tmp_path: Path, record: str | None) -> None:
+    write_plugin(tmp_path)
+    (tmp_path / "campaign.toml").write_text(probe_campaign("{x = 4}, {x = 1}, {x = 7}"))
+    extra = ["--record", record] if record else []
+    done = run_dse(tmp_path, "run", "campaign.toml", *extra)
+    assert done.returncode == 0, done.stderr
+    board, url = dashboard(tmp_path, *([record] if record else []))
+    status, body = get(url, "/api/runs")
+    assert status == 200
+    (run,) = body["runs"]
+    assert (run["name"], run["status"], run["trials"], run["completed"]) == (
+        "demo", "completed", 3, 3)
+    status, page = get(url, "/api/runs/1/trials?sort=param:x&desc=1")
+    assert status == 200
+    assert [t["params"]["x"] for t in page["trials"]] == [7, 4, 1]
+    status, trial = get(url, "/api/runs/1/trials/2")
+    assert status == 200
+    assert trial["record"]["trial"]["id"] == "demo-1-2"
+    status, figures = get(url, "/api/runs/1/figures")
+    assert status == 200
+    assert len(figures["points"]) == 3
+    status, error = get(url, "/api/runs/1/trials?sort=nope")
+    assert status == 400
+    assert "cannot sort trials by 'nope'" in error
+    status, _ = get(url, "/api/runs/1/trials/99")
+    assert status == 404
+    board.terminate()
+    board.wait(timeout=30)
+
+
+def test_beyond_loopback_the_page_asks_its_token(tmp_path: Path) -> None:
+    write_plugin(tmp_path)
+    (tmp_path / "campaign.toml").write_text(probe_campaign())
+    assert run_dse(tmp_path, "run", "campaign.toml").returncode == 0
+    board, url = dashboard(tmp_path, "--host", "0.0.0.0")
+    token = url.split("token=")[1]
+    local = url.replace("0.0.0.0", "127.0.0.1")
+    assert get(local, "/api/runs")[0] == 403
+    assert get(local, "/api/runs", cookie="dse_dashboard_token=wrong")[0] == 403
+    assert get(local, "/api/runs", cookie=f"dse_dashboard_token={token}")[0] == 200
+    with urllib.request.urlopen(local, timeout=30) as resp:
+        assert resp.status == 200
+        assert f"dse_dashboard_token={token}" in resp.headers["Set-Cookie"]
+    board.terminate()
+    board.wait(timeout=30)
+
+
+def test_no_record_is_one_line_and_a_non_zero_exit(tmp_path: Path) -> None:
+    done = run_dse(tmp_path, "dashboard", str(tmp_path / "nowhere"))
+    assert done.returncode != 0
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "no dse record here" in done.stderr
