@@ -3,11 +3,12 @@ Optuna's matplotlib plots of a study of the same trials, in the same run.
 
 The campaign is a real record: the engine runs 100,000 trials (quick: 10,000) of a
 four-parameter space on the probe backend in virtual time (64 at a time, one in ten failing),
-into a SQLite file. dse then renders the whole HTML report: the console report and its five
+into a SQLite file. dse then renders the whole HTML report: the console report and its eight
 plots (convergence against trials and spend, the timeline of every attempt per slot, parallel
-coordinates, cost per effective result, outcomes). Optuna gets the same trials as an in-memory
-study (values, params, start and end times) and draws its three matplotlib counterparts:
-optimisation history, timeline and parallel coordinates, each saved to PNG.
+coordinates, parameter importance, slices, contour, cost per effective result, outcomes).
+Optuna gets the same trials as an in-memory study (values, params, start and end times) and
+draws its three matplotlib counterparts: optimisation history, timeline and parallel
+coordinates, each saved to PNG.
 
 Usage::
 
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"report rendering: {count:,} trials (record built by the engine in {built:.0f} s)")
     print(table(("method", "plots", "seconds", "ratio"), [
-        ("dse report --html (whole page)", "5 + report", f"{dse_s:.1f}", "1.00"),
+        ("dse report --html (whole page)", "8 + report", f"{dse_s:.1f}", "1.00"),
         ("optuna.visualization.matplotlib", "3", f"{optuna_s:.1f}", f"{optuna_s / dse_s:.2f}"),
     ]))
     print(f"HTML page: {size / 1e6:.2f} MB, self-contained")

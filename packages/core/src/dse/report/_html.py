@@ -9,6 +9,10 @@ kilobytes whatever the number of trials (:mod:`dse.report._plots`, :mod:`dse.rep
 * **timeline**: every attempt as a bar on the slot it held (waves and backfill visible);
 * **parameters**: parallel coordinates of the trials' params on their own axes, coloured by
   score, the best emphasised;
+* **importance**, **slices**, **contour** (:mod:`dse.report._landscapeplot`, from the data
+  :mod:`dse.report._landscape` reads): each param's share of the importance by PED-ANOVA, the
+  objective against each param (the most important first), and the mean objective over a
+  grid of the two most important;
 * **cost**: what the run had spent and its effective results over its time;
 * **outcomes**: trials by outcome and failure class;
 * **curves** (a run with a stopping rule or learning curves, :mod:`dse.report._curves`): the trials'
@@ -57,6 +61,15 @@ from dse.report._curves import CURVES, draw_curves, learning_curves
 from dse.report._drawn import draw_png
 from dse.report._front import pareto_fronts, pareto_objectives
 from dse.report._frontplot import FRONT, HYPERVOLUME, draw_front, draw_hypervolume
+from dse.report._landscape import landscape
+from dse.report._landscapeplot import (
+    CONTOUR,
+    IMPORTANCE,
+    SLICES,
+    draw_contour,
+    draw_importance,
+    draw_slices,
+)
 from dse.report._palette import better_label
 from dse.report._parallel import draw_parameters
 from dse.report._plots import convergence, cost, load_run, outcomes, scored, timeline
@@ -76,12 +89,16 @@ if TYPE_CHECKING:
 __all__ = ["BEST_LISTED", "PLOTS", "best_table", "check_matplotlib", "render_html",
            "watch_html_report", "write_html_report"]
 
-PLOTS = ("convergence", "timeline", "parameters", "cost", "outcomes")
+PLOTS = ("convergence", "timeline", "parameters", IMPORTANCE, SLICES, CONTOUR, "cost",
+         "outcomes")
 """The figures every report has, in page order (each an ``<img id="plot-NAME">``)."""
 
 _TITLES = {
     "convergence": "Convergence", "timeline": "Timeline of attempts per slot",
     "parameters": "Parameters (parallel coordinates)",
+    IMPORTANCE: "Parameter importance (PED-ANOVA)",
+    SLICES: "Slices: the objective against each param",
+    CONTOUR: "Contour: the mean objective over a pair of params",
     "cost": "Spend and effective results over time", "outcomes": "Outcomes and failure classes",
     FRONT: "Pareto front", HYPERVOLUME: "Hypervolume",
     CURVES: "Learning curves, stops and promotions",
@@ -97,8 +114,13 @@ def _drawers(store: Storage, run: RunData, fronts: Sequence[Front] | None
         drawers[FRONT] = lambda fig, _: draw_front(fig, read)
         drawers[HYPERVOLUME] = lambda fig, r: draw_hypervolume(fig, read, r.attempts,
                                                               r.currency)
-    drawers.update({"convergence": convergence, "timeline": timeline,
-                    "parameters": draw_parameters, "cost": cost, "outcomes": outcomes})
+    view = landscape(run)  # read once for the three figures
+    drawers.update({
+        "convergence": convergence, "timeline": timeline, "parameters": draw_parameters,
+        IMPORTANCE: lambda fig, r: draw_importance(fig, r, view),
+        SLICES: lambda fig, r: draw_slices(fig, r, view),
+        CONTOUR: lambda fig, r: draw_contour(fig, r, view),
+        "cost": cost, "outcomes": outcomes})
     curves = learning_curves(store, run.run, run.spec, run.trials)
     if curves is not None:
         drawers[CURVES] = lambda fig, _: draw_curves(fig, curves)
