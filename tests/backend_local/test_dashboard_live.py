@@ -153,33 +153,72 @@ def test_the_trial_table_grows_live_and_sorts_filters_and_opens_a_trial(running:
     assert all(r.startswith(url.split("#")[0].rstrip("/")) for r in requests), requests
 
 
+PROBED = """
+[campaign]
+name = "figs"
+agent = "list"
+backend = "probe"
+max_parallelism = 4
+poll_interval = "1ms"
+
+[agent.list]
+points = [{points}]
+
+[[objectives]]
+metric = "value"
+
+[space]
+x = {{ type = "int", low = 0, high = 9 }}
+rate = {{ type = "float", low = 0.001, high = 1.0, log = true }}
+kind = {{ type = "categorical", choices = ["a", "b", "c"] }}
+"""
+
+
 def test_figures_have_labelled_axes_no_overlapping_text_and_brushing_lists_trials(
-    running: Any,
+    tmp_path: Path,
 ) -> None:
-    project, run = running
-    for x in range(6):
-        (project / f"gate-{x}").touch()
-    assert run.wait(timeout=180) == 0
-    board, url = dashboard(project)
+    write_plugin(tmp_path)
+    points = ", ".join(f'{{x = {i % 10}, rate = {0.001 * 1.25 ** i:.6f}, kind = "{"abc"[i % 3]}"}}'
+                       for i in range(30))
+    (tmp_path / "campaign.toml").write_text(PROBED.format(points=points))
+    done = start_dse(tmp_path, "run", "campaign.toml")
+    assert done.wait(timeout=180) == 0
+    board, url = dashboard(tmp_path)
     errors: list[str] = []
+    figures = ("convergence", "parallel", "importance", "contour", "slice-x", "slice-rate",
+               "slice-kind", "timeline")
     with browser_page(errors, []) as page:
         page.goto(url + "#/run/1/figures")
-        for key in ("convergence", "parallel", "timeline"):
+        for key in figures:
             poll(page, "k => document.querySelector(`#chart-${k}`)?.dataset.ready", key)
         names = {key: page.evaluate("""k => { const o = echarts.getInstanceByDom(
             document.querySelector(`#chart-${k}`)).getOption();
             return [...(o.xAxis || []), ...(o.yAxis || []), ...(o.parallelAxis || [])]
-                .map(a => a.name); }""", key) for key in ("convergence", "parallel", "timeline")}
-        assert names["convergence"] == ["trial", "loss (minimize)"]
-        assert names["parallel"] == ["x", "y", "loss"]
+                .map(a => a.name || null); }""", key) for key in figures}
+        assert names["convergence"] == ["trial", "value (minimize)"]
+        assert names["parallel"] == ["x", "rate", "kind", "value"]
+        assert names["importance"] == ["share of the importance (PED-ANOVA)", None]
+        assert names["contour"][0] in ("x", "rate", "kind")
+        assert names["contour"][1] in ("x", "rate", "kind")
+        assert names["slice-rate"] == ["rate", "value"]
         assert names["timeline"] == ["time since the run started (s)", "slot"]
-        for key in names:
+        # The importance bars name every param, and its shares sum to one.
+        option = page.evaluate("""() => echarts.getInstanceByDom(
+            document.querySelector('#chart-importance')).getOption()""")
+        assert sorted(option["yAxis"][0]["data"]) == ["kind", "rate", "x"]
+        assert abs(sum(option["series"][0]["data"]) - 1.0) < 1e-6
+        # The contour's cells are coloured by their mean: as many colours as distinct means.
+        fills = page.evaluate("""() => new Set([...document.querySelectorAll(
+            '#chart-contour svg path')].map(p => p.getAttribute('fill'))
+            .filter(f => f && f !== 'none' && f !== 'transparent')).size""")
+        assert fills >= 10, fills
+        for key in figures:
             texts = figure_texts(page, key)
             assert texts, key
             assert not overlapping(texts), (key, overlapping(texts))
-        keep_screenshot(page, project, "dashboard-figures.png")
+        keep_screenshot(page, tmp_path, "dashboard-figures.png")
 
-        # Brushing: drag along the first axis (x: it spans the data, 0 to 5, bottom to top)
+        # Brushing: drag along the first axis (x: it spans the data, 0 to 9, bottom to top)
         # over its upper part; the trials there are listed, each a link to its page.
         left, top, height = page.eval_on_selector("#chart-parallel", """n => {
             const r = n.getBoundingClientRect(); return [r.left, r.top, r.height]; }""")
@@ -190,9 +229,8 @@ def test_figures_have_labelled_axes_no_overlapping_text_and_brushing_lists_trial
         page.mouse.up()
         selected = poll(page, "() => document.querySelector('#brushed').dataset.selected")
         numbers = sorted(int(n) for n in selected.split(","))
-        assert 0 < len(numbers) < 6
-        xs = {1: 0, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5}
-        assert min(xs[n] for n in numbers) >= 2  # the top of the x axis: its largest values
+        assert 0 < len(numbers) < 30
+        assert min((n - 1) % 10 for n in numbers) >= 4  # the top of the x axis: its largest
     board.terminate()
     board.wait(timeout=30)
     assert not errors, errors

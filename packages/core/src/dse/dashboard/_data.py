@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from dse.record._base import Storage
     from dse.record._records import Trial
+    from dse.report._plots import RunData
 
 _T = TypeVar("_T")
 
@@ -153,14 +154,38 @@ def log_tails(trial: Trial, most: int = 6) -> list[dict[str, str]]:
     return out
 
 
+SLICES = 8
+"""The most slices drawn: the most important params'."""
+
+
+def _landscape(run: RunData) -> dict[str, Any]:
+    """The importance of the params (PED-ANOVA), the slices of the most important and the
+    contour of the top two, as ``dse report --html`` computes them."""
+    from dse.report._landscape import contour, landscape, slices, top_pair
+
+    land = landscape(run)
+    if land.space is None:
+        return {"importance": None, "slices": [], "contour": None}
+    pair = top_pair(land.space, land.importances)
+    found = None if pair is None else contour(land.space, land.observed, pair,
+                                              direction=land.direction)
+    return {
+        "importance": None if land.importances is None else land.importances.as_dict(),
+        "slices": [s.as_dict() for s in slices(land.space, land.observed,
+                                               land.ranked()[:SLICES])],
+        "contour": None if found is None else found.as_dict(),
+    }
+
+
 def figures(store: Storage, run_id: int) -> dict[str, Any]:
     """The data of run *run_id*'s figures: its scored trials (number, when each ended after
     the run's start, the spend so far, the score, the best so far: convergence), their
-    params (parallel coordinates: one axis per param of the space), and its attempts
-    (the timeline)."""
+    params (parallel coordinates: one axis per param of the space), its attempts (the
+    timeline), and the params' importance, slices and contour (:func:`_landscape`)."""
     from dse.report._plots import load_run, scored
 
     run = load_run(store, run_id)
+    land = _landscape(run)
     maximize = run.direction == "maximize"
     spent, spent_at = 0.0, []
     for attempt in sorted(run.attempts, key=lambda a: a["end"] or math.inf):
@@ -178,7 +203,7 @@ def figures(store: Storage, run_id: int) -> dict[str, Any]:
     return plain({
         "run": run_id, "name": run.name, "metric": run.metric, "direction": run.direction,
         "status": run.status, "spend_unit": run.currency if run.priced else "CPU s",
-        "space": run.space, "points": points,
+        "space": run.space, "points": points, **land,
         "attempts": [{"number": a["number"], "state": a["state"],
                       "start": None if a["start"] is None else a["start"] - run.created,
                       "end": None if a["end"] is None else a["end"] - run.created}

@@ -220,6 +220,12 @@ function axis(name, type = "value", extra = {}) {
   return Object.assign({type, name, nameLocation: "middle", nameGap: 30, scale: true}, extra);
 }
 
+function xaxis(name, type = "value", extra = {}) {
+  // The end labels kept inside the axis's span: the first does not run into the y axis's
+  // lowest label at the corner.
+  return axis(name, type, Object.assign({axisLabel: {alignMinLabel: "left", alignMaxLabel: "right"}}, extra));
+}
+
 function convergence(node, data, xKey) {
   const xName = {number: "trial", at: "time since the run started (s)", spent: `spend (${data.spend_unit})`}[xKey];
   const pts = data.points;
@@ -227,7 +233,7 @@ function convergence(node, data, xKey) {
     grid: {left: 70, right: 20, top: 30, bottom: 50},
     legend: {data: [data.metric, "best so far"], top: 0},
     tooltip: {trigger: "item", formatter: p => `trial ${p.data[2]}: ${fmt(p.data[1])}`},
-    xAxis: axis(xName), yAxis: axis(`${data.metric} (${data.direction})`, "value", {nameGap: 50}),
+    xAxis: xaxis(xName), yAxis: axis(`${data.metric} (${data.direction})`, "value", {nameGap: 50}),
     series: [
       {name: data.metric, type: "scatter", symbolSize: 6, itemStyle: {color: COLOURS[0]},
         data: pts.map(p => [p[xKey], p.score, p.number])},
@@ -272,7 +278,7 @@ function timeline(node, data) {
   chart(node, {
     grid: {left: 60, right: 20, top: 20, bottom: 50},
     tooltip: {formatter: p => `trial ${p.data[3]}: ${p.data[4]}, ${fmt(p.data[0])}–${fmt(p.data[1])} s`},
-    xAxis: axis("time since the run started (s)"),
+    xAxis: xaxis("time since the run started (s)"),
     yAxis: {type: "category", name: "slot", nameLocation: "middle", nameGap: 35,
       data: lanes.map((_, i) => String(i + 1))},
     series: [{type: "custom", data: items, encode: {x: [0, 1], y: 2},
@@ -282,6 +288,61 @@ function timeline(node, data) {
         return {type: "rect", shape: {x: start[0], y: start[1] - h / 2, width: Math.max(1, end[0] - start[0]), height: h},
           style: {fill: colour[api.value(4)] || COLOURS[1]}};
       }}],
+  });
+}
+
+function importance(node, data) {
+  const shares = Object.entries(data.importance.importance).reverse(); // the largest on top
+  chart(node, {
+    grid: {left: 110, right: 30, top: 10, bottom: 50},
+    tooltip: {formatter: p => `${p.name}: ${(100 * p.value).toFixed(1)}%`},
+    xAxis: xaxis("share of the importance (PED-ANOVA)", "value", {max: 1, scale: false}),
+    yAxis: {type: "category", data: shares.map(([n]) => n)},
+    series: [{type: "bar", data: shares.map(([, v]) => v), itemStyle: {color: COLOURS[0]}}],
+  });
+}
+
+function slicesOf(holder, data) {
+  // One small chart per param, the most important first.
+  const nodes = [];
+  for (const sl of data.slices) {
+    const node = el("div", {class: "chart", id: `chart-slice-${sl.param}`, style: "height: 240px"});
+    holder.append(el("div", {class: "slice"}, node));
+    nodes.push([node, sl]);
+  }
+  for (const [node, sl] of nodes) {
+    const categorical = sl.scale === "categorical";
+    chart(node, {
+      grid: {left: 60, right: 15, top: 15, bottom: 45},
+      tooltip: {formatter: p => `trial ${p.data[2]}: ${sl.param} ${fmt(p.data[0])}, ${fmt(p.data[1])}`},
+      xAxis: categorical ? {type: "category", name: sl.param, nameLocation: "middle", nameGap: 28, data: sl.levels.map(String)}
+        : xaxis(sl.param, sl.scale === "log" ? "log" : "value", {min: sl.low, max: sl.high, nameGap: 28}),
+      yAxis: axis(data.metric, "value", {nameGap: 42}),
+      series: [{type: "scatter", symbolSize: 6, itemStyle: {color: COLOURS[0], opacity: 0.7},
+        data: sl.values.map((v, i) => [categorical ? String(v) : v, sl.objectives[i], sl.trials[i]])}],
+    });
+  }
+}
+
+function contourOf(node, data) {
+  const c = data.contour;
+  const label = a => (a.scale === "categorical" ? a.levels : a.centres).map(v => fmt(v, 3));
+  const cells = [];
+  let low = Infinity, high = -Infinity;
+  c.means.forEach((row, j) => row.forEach((m, i) => {
+    if (m === null) return;
+    cells.push([i, j, m, c.counts[j][i]]);
+    low = Math.min(low, m); high = Math.max(high, m);
+  }));
+  chart(node, {
+    grid: {left: 80, right: 90, top: 15, bottom: 50},
+    tooltip: {formatter: p => `${c.x.param} ${label(c.x)[p.data[0]]}, ${c.y.param} ${label(c.y)[p.data[1]]}: mean ${fmt(p.data[2])} of ${p.data[3]} trial(s)`},
+    xAxis: {type: "category", name: c.x.param, nameLocation: "middle", nameGap: 30, data: label(c.x)},
+    yAxis: {type: "category", name: c.y.param, nameLocation: "middle", nameGap: 60, data: label(c.y)},
+    visualMap: {dimension: 2, min: low, max: high === low ? low + 1 : high, calculable: false, orient: "vertical", right: 0, top: "middle",
+      itemHeight: 120, text: [fmt(high, 3), fmt(low, 3)],
+      inRange: {color: data.direction === "maximize" ? ["#fde4cf", "#0072b2"] : ["#0072b2", "#fde4cf"]}},
+    series: [{type: "heatmap", data: cells}],
   });
 }
 
@@ -297,8 +358,20 @@ async function figuresView(id) {
   const brushedNote = el("div", {class: "caption", id: "brushed", text: "Drag along an axis to select a range; the trials inside are listed here."});
   const [par, parNode] = figure("parallel", "Parallel coordinates", "One line per scored trial, coloured by its score.", brushedNote);
   const [tl, tlNode] = figure("timeline", "Timeline", "Each attempt on its slot, from start to end.");
+  const imp = data.importance || {reason: "no importance for this run"};
+  const [impSection, impNode] = figure("importance", "Parameter importance",
+    imp.reason ? imp.reason : `PED-ANOVA (Watanabe et al., 2023): how much each param's values among the best ${Math.round(100 * imp.target_quantile)}% of the ${imp.trials} scored trials differ from all of them, as shares.`);
+  const sliceHolder = el("div", {class: "slices", id: "chart-slices"});
+  const slicesSection = el("section", {class: "figure", "data-figure": "slices"}, el("h2", {text: "Slices"}), sliceHolder,
+    el("div", {class: "caption", text: `Each scored trial's ${data.metric} against one param, the most important first.`}));
+  const [conSection, conNode] = data.contour ? figure("contour", `Contour: ${data.contour.x.param} and ${data.contour.y.param}`,
+    `The mean ${data.metric} of the trials in each cell (the two most important params; an empty cell: no trial there).`) : [null, null];
   view.replaceChildren(...runHeader(run, "figures"),
-    ...(data.points.length ? [] : [el("p", {class: "muted", text: "No scored trial yet."})]), conv, par, tl);
+    ...(data.points.length ? [] : [el("p", {class: "muted", text: "No scored trial yet."})]), conv, par,
+    impSection, slicesSection, ...(conSection ? [conSection] : []), tl);
+  if (!imp.reason) importance(impNode, data);
+  if (data.points.length) slicesOf(sliceHolder, data);
+  if (conNode && data.points.length) contourOf(conNode, data);
   if (data.points.length) {
     convergence(convNode, data, xKey);
     parallel(parNode, data, numbers => {
@@ -354,7 +427,7 @@ async function trialView(id, number) {
   if (curveNode) {
     const metric = ((run.objectives || [])[0] || {}).metric || Object.keys(data.curve[0].metrics)[0];
     chart(curveNode, {grid: {left: 70, right: 20, top: 20, bottom: 50}, tooltip: {trigger: "axis"},
-      xAxis: axis("step"), yAxis: axis(metric, "value", {nameGap: 50}),
+      xAxis: xaxis("step"), yAxis: axis(metric, "value", {nameGap: 50}),
       series: [{type: "line", data: data.curve.map(p => [p.step, p.metrics[metric]]), itemStyle: {color: COLOURS[0]}}]});
   }
 }
