@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 COLUMNS = ("number", "status", "score", "created_at", "ended_at", "data_version")
 """The trial columns a page sorts by (besides a param's or a metric's number)."""
 
+NEVER_NULL = ("number", "status", "created_at")
+"""The columns every trial has."""
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 
 STAMP = ("SELECT (SELECT MAX(id) FROM trials), (SELECT MAX(id) FROM attempts),"
@@ -50,10 +53,12 @@ class Pages(Queries):
             raise ConfigError(f"dashboard: cannot sort trials by {query.sort!r}; by one of"
                               f" {', '.join(COLUMNS)}, param:NAME or metric:NAME")
         order = "DESC" if query.descending else "ASC"
-        # NULLs last either way: a trial without the value is not the best nor the worst.
+        # NULLs last either way: a trial without the value is not the best nor the worst. A
+        # number is never NULL: its order alone reads the (campaign_id, number) index, so a
+        # page of a run of a million trials is a page's worth of rows read.
+        nulls = "" if key in NEVER_NULL else f"CASE WHEN {key} IS NULL THEN 1 ELSE 0 END, "
         sql = (f"SELECT {TRIAL} FROM trials WHERE {where}"
-               f" ORDER BY CASE WHEN {key} IS NULL THEN 1 ELSE 0 END, {key} {order},"
-               f" number {order} LIMIT ? OFFSET ?")
+               f" ORDER BY {nulls}{key} {order}, number {order} LIMIT ? OFFSET ?")
         rows = self.rows(sql, (*params, max(int(query.limit), 0), max(int(query.offset), 0)))
         (total,) = self.db.execute(f"SELECT COUNT(*) FROM trials WHERE {where}",
                                    params).fetchone()
