@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -248,6 +248,40 @@ class StorageContract:
         assert counts[TrialStatus.COMPLETED] == 2
         assert counts[TrialStatus.FAILED] == 2
         assert storage.summaries.failure_counts(run) == {"nonzero_exit": 1, "time_limit": 1}
+
+    def test_a_page_of_trials_and_the_stamp_follow_the_rows(self, storage: Storage) -> None:
+        """A page of a run's trials is sorted, filtered and cut as asked (``dse dashboard``'s
+        table); the stamp moves with a commit and stays put without one."""
+        from dse.record._records import TrialQuery
+
+        run, batch = _run(storage), Batch()
+        before = storage.pages.stamp()
+        rows = [_trial(batch, storage, run, n, f"h{n}") for n in range(1, 6)]
+        storage.commit(batch)
+        moved = storage.pages.stamp()
+        assert moved != before
+        assert storage.pages.stamp() == moved
+        for row, n in zip(rows, range(1, 6), strict=True):
+            failed = n == 4
+            batch.end_trial(row=row, status=TrialStatus.FAILED if failed else
+                            TrialStatus.COMPLETED,
+                            failure=FailureClass.NONZERO_EXIT if failed else None,
+                            ended_at=_T0 + 9, metrics=None if failed else {"loss": -n},
+                            score=None if failed else float((n - 3) ** 2))
+        storage.commit(batch)
+        assert storage.pages.stamp() != moved
+
+        def numbers(**query: Any) -> tuple[int, list[int]]:
+            page = storage.pages.trial_page(run, TrialQuery(**query))
+            return page.total, [t.number for t in page.trials]
+
+        assert numbers(limit=2, offset=1) == (5, [2, 3])
+        assert numbers(sort="score", limit=5) == (5, [3, 2, 1, 5, 4])  # no score: last
+        assert numbers(sort="param:x", descending=True, limit=2) == (5, [5, 4])
+        assert numbers(sort="metric:loss", limit=1) == (5, [5])
+        assert numbers(statuses=("failed",)) == (1, [4])
+        assert numbers(failures=("nonzero_exit",)) == (1, [4])
+        assert numbers(ranges=(("x", 2.0, 3.0),)) == (2, [2, 3])
 
     def test_a_reopened_record_reads_the_same(
         self, storage_factory: Callable[[], Storage]
