@@ -80,3 +80,19 @@ def test_no_record_is_one_line_and_a_non_zero_exit(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert done.stderr.count("\n") == 1, done.stderr
     assert "no dse record here" in done.stderr
+
+
+def test_the_vendored_charting_library_is_the_one_its_note_names() -> None:
+    import hashlib
+    import re
+    from importlib import resources
+
+    static = resources.files("dse.dashboard") / "static"
+    note = (static / "VENDORED.md").read_text(encoding="utf-8")
+    digest = re.search(r"sha256 `([0-9a-f]{64})`", note)
+    assert digest is not None, note
+    assert hashlib.sha256((static / "echarts.min.js").read_bytes()).hexdigest() == digest[1]
+    assert "Apache License" in (static / "echarts-LICENSE.txt").read_text(encoding="utf-8")
+    # The page loads it from the package, never from the network.
+    page = (static / "index.html").read_text(encoding="utf-8")
+    assert re.findall(r'src="([^"]+)"', page) == ["echarts.min.js", "app.js"]
