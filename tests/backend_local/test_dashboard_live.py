@@ -234,3 +234,76 @@ def test_figures_have_labelled_axes_no_overlapping_text_and_brushing_lists_trial
     board.terminate()
     board.wait(timeout=30)
     assert not errors, errors
+
+
+PARETO = """
+[campaign]
+name = "mo"
+agent = "list"
+backend = "probe"
+objectives = "pareto"
+max_parallelism = 2
+poll_interval = "1ms"
+
+[agent.list]
+points = [{{x = 1}}, {{x = 2}}, {{x = 3}}, {{x = 4}}, {{x = 5}}]
+
+[backend.probe]
+script = "mo_script:scored"
+
+[[objectives]]
+metric = "time"
+
+[[objectives]]
+metric = "acc"
+direction = "maximize"
+
+[space]
+x = {{ type = "int", low = 0, high = 9 }}
+"""
+
+MO_SCRIPT = '''
+from dse.testing import ProbeScript
+
+ACC = {1: 50.0, 2: 80.0, 3: 60.0, 4: 70.0, 5: 90.0}
+
+
+def scored(p):
+    x = p["x"]
+    time = {1: 1.0, 2: 2.0, 3: 3.0, 4: 3.5, 5: 5.0}[x]
+    return ProbeScript(metrics={"time": time, "acc": ACC[x]})
+'''
+
+
+def test_a_pareto_runs_front_names_its_trials_and_a_click_opens_one(tmp_path: Path) -> None:
+    write_plugin(tmp_path)
+    (tmp_path / "mo_script.py").write_text(MO_SCRIPT)
+    (tmp_path / "campaign.toml").write_text(PARETO.format())
+    done = start_dse(tmp_path, "run", "campaign.toml")
+    _, err = done.communicate(timeout=180)
+    assert done.returncode == 0, err
+    board, url = dashboard(tmp_path)
+    errors: list[str] = []
+    with browser_page(errors, []) as page:
+        page.goto(url + "#/run/1/figures")
+        poll(page, "() => document.querySelector('#chart-front')?.dataset.ready")
+        option = page.evaluate("""() => echarts.getInstanceByDom(
+            document.querySelector('#chart-front')).getOption()""")
+        assert [a["name"] for a in option["xAxis"] + option["yAxis"]] == [
+            "time (minimize)", "acc (maximize)"]
+        dominated, front = option["series"]
+        # Trials 3 (time 3, acc 60) and 4 (3.5, 70) are dominated by trial 2 (2, 80).
+        assert sorted(p[2] for p in front["data"]) == [1, 2, 5]
+        assert sorted(p[2] for p in dominated["data"]) == [3, 4]
+        assert not overlapping(figure_texts(page, "front"))
+        x, y = page.evaluate("""() => { const n = document.querySelector('#chart-front');
+            const r = n.getBoundingClientRect();
+            const [px, py] = echarts.getInstanceByDom(n).convertToPixel(
+                {seriesIndex: 1}, [5.0, 90.0]);
+            return [r.left + px, r.top + py]; }""")
+        page.mouse.click(x, y)
+        poll(page, "() => location.hash === '#/run/1/trial/5'")
+        poll(page, "() => document.querySelector('#outcome')")
+    board.terminate()
+    board.wait(timeout=30)
+    assert not errors, errors

@@ -177,6 +177,22 @@ def _landscape(run: RunData) -> dict[str, Any]:
     }
 
 
+def _front(store: Storage, run_id: int, spec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A Pareto run's front about its latest data version: its objectives, every valid
+    scored trial (number, scores, rank: 1 on the front) and the hypervolume (``None``: a run
+    of one objective, or none scored yet)."""
+    from dse.report._front import pareto_fronts
+
+    fronts = pareto_fronts(store, run_id, spec)
+    if not fronts:
+        return None
+    front = fronts[-1]
+    return {"version": front.version, "hypervolume": front.hypervolume,
+            "objectives": [list(o) for o in front.objectives],
+            "trials": [{"number": t.number, "scores": list(t.scores), "rank": t.rank}
+                       for t in front.trials]}
+
+
 def figures(store: Storage, run_id: int) -> dict[str, Any]:
     """The data of run *run_id*'s figures: its scored trials (number, when each ended after
     the run's start, the spend so far, the score, the best so far: convergence), their
@@ -186,6 +202,7 @@ def figures(store: Storage, run_id: int) -> dict[str, Any]:
 
     run = load_run(store, run_id)
     land = _landscape(run)
+    front = _front(store, run_id, run.spec)
     maximize = run.direction == "maximize"
     spent, spent_at = 0.0, []
     for attempt in sorted(run.attempts, key=lambda a: a["end"] or math.inf):
@@ -203,7 +220,7 @@ def figures(store: Storage, run_id: int) -> dict[str, Any]:
     return plain({
         "run": run_id, "name": run.name, "metric": run.metric, "direction": run.direction,
         "status": run.status, "spend_unit": run.currency if run.priced else "CPU s",
-        "space": run.space, "points": points, **land,
+        "space": run.space, "points": points, **land, "front": front,
         "attempts": [{"number": a["number"], "state": a["state"],
                       "start": None if a["start"] is None else a["start"] - run.created,
                       "end": None if a["end"] is None else a["end"] - run.created}

@@ -346,6 +346,27 @@ function contourOf(node, data) {
   });
 }
 
+function frontOf(node, data, id) {
+  // The first two objectives: every scored trial, the front's members joined by a step line.
+  const f = data.front;
+  const [[mx, dx], [my, dy]] = f.objectives;
+  const off = f.trials.filter(t => t.rank > 1), on = f.trials.filter(t => t.rank === 1)
+    .sort((a, b) => a.scores[0] - b.scores[0]);
+  const c = chart(node, {
+    grid: {left: 70, right: 20, top: 30, bottom: 50},
+    legend: {data: ["on the front", "dominated"], top: 0},
+    tooltip: {formatter: p => `trial ${p.data[2]}: ${mx} ${fmt(p.data[0])}, ${my} ${fmt(p.data[1])}`},
+    xAxis: xaxis(`${mx} (${dx})`), yAxis: axis(`${my} (${dy})`, "value", {nameGap: 50}),
+    series: [
+      {name: "dominated", type: "scatter", symbolSize: 6, itemStyle: {color: "#9aa5b1"},
+        data: off.map(t => [t.scores[0], t.scores[1], t.number])},
+      {name: "on the front", type: "line", step: dx === dy ? "end" : "start", symbolSize: 9,
+        itemStyle: {color: COLOURS[3]}, data: on.map(t => [t.scores[0], t.scores[1], t.number])},
+    ],
+  });
+  c.on("click", p => { if (p.data) location.hash = `#/run/${id}/trial/${p.data[2]}`; });
+}
+
 async function figuresView(id) {
   const run = await findRun(id);
   const data = await api(`runs/${id}/figures`);
@@ -366,9 +387,13 @@ async function figuresView(id) {
     el("div", {class: "caption", text: `Each scored trial's ${data.metric} against one param, the most important first.`}));
   const [conSection, conNode] = data.contour ? figure("contour", `Contour: ${data.contour.x.param} and ${data.contour.y.param}`,
     `The mean ${data.metric} of the trials in each cell (the two most important params; an empty cell: no trial there).`) : [null, null];
+  const [frontSection, frontNode] = data.front && data.front.objectives.length >= 2 ? figure("front", "Pareto front",
+    `Each scored trial's ${data.front.objectives[0][0]} and ${data.front.objectives[1][0]}; the front's trials joined (hypervolume ${fmt(data.front.hypervolume)}). Click a point for its trial.`) : [null, null];
   view.replaceChildren(...runHeader(run, "figures"),
-    ...(data.points.length ? [] : [el("p", {class: "muted", text: "No scored trial yet."})]), conv, par,
+    ...(data.points.length ? [] : [el("p", {class: "muted", text: "No scored trial yet."})]),
+    ...(frontSection ? [frontSection] : []), conv, par,
     impSection, slicesSection, ...(conSection ? [conSection] : []), tl);
+  if (frontNode) frontOf(frontNode, data, id);
   if (!imp.reason) importance(impNode, data);
   if (data.points.length) slicesOf(sliceHolder, data);
   if (conNode && data.points.length) contourOf(conNode, data);
