@@ -30,6 +30,8 @@ gate = pathlib.Path({gates!r}) / f"gate-{{p['x']}}"
 deadline = time.monotonic() + 600
 while not gate.exists() and time.monotonic() < deadline:
     time.sleep(0.02)
+for step in range(1, 4):
+    dse.trial.report_progress(step, {{"loss": (p["x"] - 2.5) ** 2 + p["y"] + 3 - step}})
 dse.trial.report({{"loss": (p["x"] - 2.5) ** 2 + p["y"], "y": p["y"]}})
 '''
 
@@ -147,6 +149,20 @@ def test_the_trial_table_grows_live_and_sorts_filters_and_opens_a_trial(running:
         answers = page.eval_on_selector_all("dl[data-answer]", "d => d.map(x => x.dataset.answer)")
         assert answers == ["run", "data", "ended", "cost", "concluded"]
         assert page.eval_on_selector_all("#attempts tbody tr", "r => r.length") == 1
+        poll(page, "() => document.querySelector('#chart-curve')?.dataset.ready")
+        assert not overlapping(figure_texts(page, "curve"))
+
+        # The run's learning curves: every trial's three points, a click opens one.
+        page.goto(url + "#/run/1/figures")
+        poll(page, "() => document.querySelector('#chart-curves')?.dataset.ready")
+        option = page.evaluate("""() => echarts.getInstanceByDom(
+            document.querySelector('#chart-curves')).getOption()""")
+        lines = [s for s in option["series"] if s["type"] == "line"]
+        assert sorted(int(s["name"].split()[1]) for s in lines) == [1, 2, 3, 4, 5, 6]
+        assert {len(s["data"]) for s in lines} == {3}
+        assert [a["name"] for a in option["xAxis"] + option["yAxis"]] == [
+            "step", "loss (minimize)"]
+        assert not overlapping(figure_texts(page, "curves"))
     board.terminate()
     board.wait(timeout=30)
     assert not errors, errors

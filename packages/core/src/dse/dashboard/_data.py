@@ -193,6 +193,22 @@ def _front(store: Storage, run_id: int, spec: Mapping[str, Any]) -> dict[str, An
                        for t in front.trials]}
 
 
+def _curves(store: Storage, run: RunData) -> dict[str, Any] | None:
+    """The run's learning curves as ``dse report --html`` samples them (at most 200 trials:
+    the promoted, the best, a seeded sample of the rest), with the stopping rule's marks;
+    ``None``: no trial reported a point and no rule ran."""
+    from dse.report._curves import learning_curves
+
+    found = learning_curves(store, run.run, run.spec, run.trials)
+    if found is None:
+        return None
+    return {"metric": found.metric, "direction": found.direction, "rungs": found.rungs,
+            "ran": found.ran, "chosen": found.chosen,
+            "curves": [{"number": c.number, "status": c.status, "points": c.points,
+                        "stops": c.stops, "promotions": c.promotions}
+                       for c in found.curves]}
+
+
 def figures(store: Storage, run_id: int) -> dict[str, Any]:
     """The data of run *run_id*'s figures: its scored trials (number, when each ended after
     the run's start, the spend so far, the score, the best so far: convergence), their
@@ -203,6 +219,7 @@ def figures(store: Storage, run_id: int) -> dict[str, Any]:
     run = load_run(store, run_id)
     land = _landscape(run)
     front = _front(store, run_id, run.spec)
+    curves = _curves(store, run)
     maximize = run.direction == "maximize"
     spent, spent_at = 0.0, []
     for attempt in sorted(run.attempts, key=lambda a: a["end"] or math.inf):
@@ -220,7 +237,7 @@ def figures(store: Storage, run_id: int) -> dict[str, Any]:
     return plain({
         "run": run_id, "name": run.name, "metric": run.metric, "direction": run.direction,
         "status": run.status, "spend_unit": run.currency if run.priced else "CPU s",
-        "space": run.space, "points": points, **land, "front": front,
+        "space": run.space, "points": points, **land, "front": front, "curves": curves,
         "attempts": [{"number": a["number"], "state": a["state"],
                       "start": None if a["start"] is None else a["start"] - run.created,
                       "end": None if a["end"] is None else a["end"] - run.created}

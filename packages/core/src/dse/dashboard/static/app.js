@@ -367,6 +367,29 @@ function frontOf(node, data, id) {
   c.on("click", p => { if (p.data) location.hash = `#/run/${id}/trial/${p.data[2]}`; });
 }
 
+function curvesOf(node, data, id) {
+  // Every sampled trial's curve; where the stopping rule stopped one (a cross) and
+  // promoted one (a triangle); the rungs as guides.
+  const cv = data.curves;
+  const series = cv.curves.map(c => ({type: "line", name: `trial ${c.number}`, showSymbol: false,
+    lineStyle: {width: 1, opacity: 0.6, color: c.status === "stopped" ? "#9aa5b1" : COLOURS[0]},
+    data: c.points.map(([step, v]) => [step, v, c.number])}));
+  series.push({type: "scatter", name: "stopped", symbol: "path://M0,0L10,10M10,0L0,10", symbolSize: 8,
+    itemStyle: {color: COLOURS[3], borderColor: COLOURS[3], borderWidth: 2},
+    data: cv.curves.flatMap(c => c.stops.map(([step, v]) => [step, v, c.number]))});
+  series.push({type: "scatter", name: "promoted", symbol: "triangle", symbolSize: 9, itemStyle: {color: COLOURS[2]},
+    data: cv.curves.flatMap(c => c.promotions.map(([step, v]) => [step, v, c.number]))});
+  if (cv.rungs.length) series[0].markLine = {symbol: "none", silent: true, label: {show: false},
+    lineStyle: {type: "dashed", color: "#c0c7ce"}, data: cv.rungs.map(r => ({xAxis: r}))};
+  const c = chart(node, {
+    grid: {left: 70, right: 20, top: 20, bottom: 50},
+    tooltip: {formatter: p => `trial ${p.data[2]}: step ${p.data[0]}, ${cv.metric} ${fmt(p.data[1])}`},
+    xAxis: xaxis("step"), yAxis: axis(`${cv.metric} (${cv.direction})`, "value", {nameGap: 50}),
+    series,
+  });
+  c.on("click", p => { if (p.data) location.hash = `#/run/${id}/trial/${p.data[2]}`; });
+}
+
 async function figuresView(id) {
   const run = await findRun(id);
   const data = await api(`runs/${id}/figures`);
@@ -389,11 +412,14 @@ async function figuresView(id) {
     `The mean ${data.metric} of the trials in each cell (the two most important params; an empty cell: no trial there).`) : [null, null];
   const [frontSection, frontNode] = data.front && data.front.objectives.length >= 2 ? figure("front", "Pareto front",
     `Each scored trial's ${data.front.objectives[0][0]} and ${data.front.objectives[1][0]}; the front's trials joined (hypervolume ${fmt(data.front.hypervolume)}). Click a point for its trial.`) : [null, null];
+  const [curvesSection, curvesNode] = data.curves && data.curves.curves.length ? figure("curves", "Learning curves",
+    `The ${data.curves.metric} each trial reported by step: ${data.curves.chosen}. Stopped trials in grey, a cross where the rule stopped one, a triangle where it promoted one; a click opens the trial.`) : [null, null];
   view.replaceChildren(...runHeader(run, "figures"),
     ...(data.points.length ? [] : [el("p", {class: "muted", text: "No scored trial yet."})]),
-    ...(frontSection ? [frontSection] : []), conv, par,
+    ...(frontSection ? [frontSection] : []), conv, ...(curvesSection ? [curvesSection] : []), par,
     impSection, slicesSection, ...(conSection ? [conSection] : []), tl);
   if (frontNode) frontOf(frontNode, data, id);
+  if (curvesNode) curvesOf(curvesNode, data, id);
   if (!imp.reason) importance(impNode, data);
   if (data.points.length) slicesOf(sliceHolder, data);
   if (conNode && data.points.length) contourOf(conNode, data);
