@@ -96,3 +96,28 @@ def test_the_vendored_charting_library_is_the_one_its_note_names() -> None:
     # The page loads it from the package, never from the network.
     page = (static / "index.html").read_text(encoding="utf-8")
     assert re.findall(r'src="([^"]+)"', page) == ["echarts.min.js", "app.js"]
+
+
+def test_the_figures_of_a_run_larger_than_they_read_are_drawn_from_a_sample(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from dse.dashboard import _data
+    from dse.record._open import reader
+
+    write_plugin(tmp_path)
+    points = ", ".join(f"{{x = {x}}}" for x in range(30))
+    (tmp_path / "campaign.toml").write_text(probe_campaign(points, high=40))
+    assert run_dse(tmp_path, "run", "campaign.toml").returncode == 0
+    store = reader(tmp_path / ".dse", None)
+    try:
+        whole = _data.figures(store, 1)
+        assert (whole["trials"], whole["sampled"], len(whole["points"])) == (30, None, 30)
+        monkeypatch.setattr(_data, "FIGURE_TRIALS", 10)
+        part = _data.figures(store, 1)
+    finally:
+        store.close()
+    assert part["trials"] == 30
+    assert 5 <= part["sampled"] <= 12
+    best = min(whole["points"], key=lambda p: p["score"])
+    assert best["number"] in {p["number"] for p in part["points"]}  # the best is kept
+    assert {p["number"] for p in part["points"]} < {p["number"] for p in whole["points"]}

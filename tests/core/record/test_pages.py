@@ -95,3 +95,18 @@ def test_the_stamp_moves_with_every_change_and_only_then(
         assert store.pages.stamp() != first
     finally:
         store.close()
+
+
+def test_a_sample_holds_the_best_and_spreads_the_rest_over_the_run(
+    tmp_path: Path, opener: Callable[[Path], Storage]
+) -> None:
+    run, store = campaign_of(tmp_path, opener, POINTS)
+    try:
+        # The best two by score (t lowest: x = 5, 4, i.e. numbers 6 and 5), then every 4th
+        # number (12 trials over the 3 places left).
+        assert [t.number for t in store.pages.sample(run, 5, best=2)] == [4, 5, 6, 8, 12]
+        assert [t.number for t in store.pages.sample(run, 5, best=2, maximize=True)] == [
+            1, 4, 8, 11, 12]  # t highest: x = 10 (number 11), x = 0 (number 1)
+        assert len(store.pages.sample(run, 100)) == 12  # a small run: every trial
+    finally:
+        store.close()

@@ -154,8 +154,22 @@ def log_tails(trial: Trial, most: int = 6) -> list[dict[str, str]]:
     return out
 
 
+FIGURE_TRIALS = 20_000
+"""The most trials a run's figures read: a larger run's are drawn from a sample (its best
+hundred by score and every k-th trial), so the page and the server's memory stay small."""
+
 SLICES = 8
 """The most slices drawn: the most important params'."""
+
+
+def _maximize(spec: Mapping[str, Any]) -> bool:
+    """Whether the run's score is better higher (its resolved scorer's word, else its first
+    objective's)."""
+    from dse.model._types import RESOLVED_SCORER
+
+    resolved = spec.get(RESOLVED_SCORER) or {}
+    objective = (spec.get("objectives") or [{}])[0]
+    return str(resolved.get("direction") or objective.get("direction")) == "maximize"
 
 
 def _landscape(run: RunData) -> dict[str, Any]:
@@ -216,7 +230,14 @@ def figures(store: Storage, run_id: int) -> dict[str, Any]:
     timeline), and the params' importance, slices and contour (:func:`_landscape`)."""
     from dse.report._plots import load_run, scored
 
-    run = load_run(store, run_id)
+    total = sum(store.reads.trial_counts(run_id).values())
+    sampled = None
+    if total > FIGURE_TRIALS:
+        found = store.reads.campaign(run_id)
+        maximize = found is not None and _maximize(found.spec)
+        sampled = store.pages.sample(run_id, FIGURE_TRIALS, best=min(100, FIGURE_TRIALS // 10),
+                                     maximize=maximize)
+    run = load_run(store, run_id, sampled)
     land = _landscape(run)
     front = _front(store, run_id, run.spec)
     curves = _curves(store, run)
@@ -238,6 +259,7 @@ def figures(store: Storage, run_id: int) -> dict[str, Any]:
         "run": run_id, "name": run.name, "metric": run.metric, "direction": run.direction,
         "status": run.status, "spend_unit": run.currency if run.priced else "CPU s",
         "space": run.space, "points": points, **land, "front": front, "curves": curves,
+        "trials": total, "sampled": None if sampled is None else len(sampled),
         "attempts": [{"number": a["number"], "state": a["state"],
                       "start": None if a["start"] is None else a["start"] - run.created,
                       "end": None if a["end"] is None else a["end"] - run.created}

@@ -366,6 +366,13 @@ class RecordPages(Protocol):
         a few index lookups, whatever the record's size)."""
         ...
 
+    def sample(self, campaign_id: int, limit: int, *, best: int = 100,
+               maximize: bool = False) -> list[Trial]:
+        """About *limit* trials of run *campaign_id*, in number order: its *best* by score
+        (highest with *maximize*) and every k-th by number, k spreading the rest over the
+        run (the figures of a run too large to read whole)."""
+        ...
+
 
 class Storage(Protocol):
     """A record of campaigns: what the engine writes and every reader reads. The SQLite

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from dse.record._base import Storage
+    from dse.record._records import Trial
 
 __all__ = ["RunData", "convergence", "cost", "load_run", "log_ticks", "outcomes",
            "reused_note", "scored", "timeline", "wide_spread"]
@@ -75,8 +76,11 @@ class RunData:
         return float(attempt["money"]) if self.priced else attempt["cpu_s"] / scale
 
 
-def load_run(store: Storage, campaign_id: int) -> RunData:
-    """Run *campaign_id* as the figures read it."""
+def load_run(store: Storage, campaign_id: int, trials: Sequence[Trial] | None = None
+             ) -> RunData:
+    """Run *campaign_id* as the figures read it: all its trials, or *trials* of it (a
+    sample of a large run, :meth:`dse.record._base.RecordPages.sample`) and their
+    attempts."""
     row = store.reads.campaign(campaign_id)
     if row is None:
         raise DseError(f"{store.where}: no campaign run {campaign_id}")
@@ -93,7 +97,7 @@ def load_run(store: Storage, campaign_id: int) -> RunData:
     )
     invalid = invalid_trials(store, campaign_id)
     number_of: dict[int, int] = {}
-    for t in store.reads.trials(campaign_id):
+    for t in store.reads.trials(campaign_id) if trials is None else trials:
         number_of[t.id] = t.number
         run.trials.append({
             "row": t.id, "number": t.number, "status": t.status.value,
@@ -102,7 +106,8 @@ def load_run(store: Storage, campaign_id: int) -> RunData:
             "valid": t.id not in invalid, "ended": t.ended_at,
             "cached": t.cache_of is not None, "metrics": t.metrics or {},
         })
-    attempts = store.reads.attempts(campaign_id)
+    attempts = store.reads.attempts(campaign_id, trials=None if trials is None
+                                    else [t.id for t in trials])
     # By start (an attempt that never started first, as SQL orders NULL).
     attempts.sort(key=lambda a: (a.started_at is not None, a.started_at or 0.0))
     for a in attempts:

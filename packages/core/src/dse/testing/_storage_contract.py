@@ -251,7 +251,8 @@ class StorageContract:
 
     def test_a_page_of_trials_and_the_stamp_follow_the_rows(self, storage: Storage) -> None:
         """A page of a run's trials is sorted, filtered and cut as asked (``dse dashboard``'s
-        table); the stamp moves with a commit and stays put without one."""
+        table), a sample holds the best and spreads the rest; the stamp moves with a commit
+        and stays put without one."""
         from dse.record._records import TrialQuery
 
         run, batch = _run(storage), Batch()
@@ -282,6 +283,9 @@ class StorageContract:
         assert numbers(statuses=("failed",)) == (1, [4])
         assert numbers(failures=("nonzero_exit",)) == (1, [4])
         assert numbers(ranges=(("x", 2.0, 3.0),)) == (2, [2, 3])
+        # A sample: the best by score (trial 3), then every 2nd trial by number.
+        assert [t.number for t in storage.pages.sample(run, 4, best=1)] == [2, 3, 4]
+        assert len(storage.pages.sample(run, 10)) == 5
 
     def test_a_reopened_record_reads_the_same(
         self, storage_factory: Callable[[], Storage]

@@ -398,7 +398,8 @@ async function figuresView(id) {
   const select = el("select", {name: "convergence-x", on: {change: e => {
     (tableState[id] = tableState[id] || {}).xKey = e.target.value; current.render().catch(showError); }}},
     [["number", "trials"], ["at", "time"], ["spent", "spend"]].map(([v, t]) => el("option", {value: v, text: `against ${t}`, selected: v === xKey})));
-  const [conv, convNode] = figure("convergence", "Convergence", `Each scored trial's ${data.metric}, and the best so far.`, el("div", {class: "controls"}, select));
+  const sample = data.sampled ? ` Drawn from ${data.sampled.toLocaleString("en")} of the run's ${data.trials.toLocaleString("en")} trials: its best hundred and every k-th.` : "";
+  const [conv, convNode] = figure("convergence", "Convergence", `Each scored trial's ${data.metric}, and the best so far.${sample}`, el("div", {class: "controls"}, select));
   const brushedNote = el("div", {class: "caption", id: "brushed", text: "Drag along an axis to select a range; the trials inside are listed here."});
   const [par, parNode] = figure("parallel", "Parallel coordinates", "One line per scored trial, coloured by its score.", brushedNote);
   const [tl, tlNode] = figure("timeline", "Timeline", "Each attempt on its slot, from start to end.");

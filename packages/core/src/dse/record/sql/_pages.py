@@ -11,7 +11,7 @@ from dse.record._records import TrialPage
 from dse.record.sql._rows import TRIAL, Queries, as_trial
 
 if TYPE_CHECKING:
-    from dse.record._records import TrialQuery
+    from dse.record._records import Trial, TrialQuery
 
 COLUMNS = ("number", "status", "score", "created_at", "ended_at", "data_version")
 """The trial columns a page sorts by (besides a param's or a metric's number)."""
@@ -83,6 +83,20 @@ class Pages(Queries):
                 parts.append(f"{value} <= ?")
                 params.append(float(high))
         return " AND ".join(parts), params
+
+    def sample(self, campaign_id: int, limit: int, *, best: int = 100,
+               maximize: bool = False) -> list[Trial]:
+        total = self.db.execute("SELECT COUNT(*) FROM trials WHERE campaign_id = ?",
+                                (campaign_id,)).fetchone()[0]
+        # Every trial of a run no larger than *limit*; else every k-th besides the best.
+        step = 1 if total <= limit else max(-(-int(total) // max(limit - best, 1)), 1)
+        order = "DESC" if maximize else "ASC"
+        rows = self.rows(f"SELECT {TRIAL} FROM trials WHERE campaign_id = ? AND score IS NOT"
+                         f" NULL ORDER BY score {order}, number LIMIT ?", (campaign_id, best))
+        rows += self.rows(f"SELECT {TRIAL} FROM trials WHERE campaign_id = ? AND number % ? = 0"
+                          " ORDER BY number", (campaign_id, step))
+        found = {r[0]: r for r in rows}
+        return sorted((as_trial(r, self.root) for r in found.values()), key=lambda t: t.number)
 
     def stamp(self) -> tuple[Any, ...]:
         return tuple(self.db.execute(STAMP).fetchone())
