@@ -11,6 +11,8 @@ What is measured (one run, one machine, one after the other):
   the median of five loads after one untimed; the server's peak RSS after them (dse: its own
   process; optuna-dashboard runs in this process beside its study: its RSS is this
   process's, less what it was before the server started).
+* **figures**: the run's figures' data (``/api/runs/1/figures``; a run over 20,000 trials
+  is drawn from a sample), its time and the server's peak RSS after it.
 * **throughput with a dashboard open**: a probe campaign of M trials alone, then again with
   ``dse dashboard`` serving its record and a page's worth of reads (the runs and a page of
   trials) each time the record changes (the event stream), as an open page does: the ratio
@@ -125,7 +127,10 @@ def bench_dse(workspace: Path) -> dict[str, float]:
     board, base = start_dashboard(workspace)
     try:
         seconds = first_page(base, DSE_PAGE)
-        return {"first_page_s": seconds, "rss_mb": peak_rss_mb(board.pid)}
+        rss = peak_rss_mb(board.pid)
+        figures = first_page(base, ["/api/runs/1/figures"], repeat=1)
+        return {"first_page_s": seconds, "rss_mb": rss, "figures_s": figures,
+                "figures_rss_mb": peak_rss_mb(board.pid)}
     finally:
         board.terminate()
         board.wait(timeout=30)
@@ -239,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{peer['first_page_s'] * 1000:,.0f}", f"{peer['rss_mb']:.0f}"])
     print(f"first page of a run of {trials:,} trials")
     print(table(["server", "first page ms", "peak RSS MB"], rows))
+    print(f"dse dashboard's figures of that run: {dse['figures_s'] * 1000:,.0f} ms, peak RSS"
+          f" then {dse['figures_rss_mb']:.0f} MB")
     slowdown = 1 - beside / alone
     print(f"a campaign of {each:,} trials: {alone:,.0f} trials/s alone, {beside:,.0f} with a"
           f" page open ({reads} page reads): {100 * slowdown:+.1f}% (target at most"
@@ -246,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at end: {os.getloadavg()}", file=sys.stderr)
     print(json.dumps({
         "trials": trials, "first_page_s": round(dse["first_page_s"], 4),
-        "rss_mb": round(dse["rss_mb"], 1),
+        "rss_mb": round(dse["rss_mb"], 1), "figures_s": round(dse["figures_s"], 3),
+        "figures_rss_mb": round(dse["figures_rss_mb"], 1),
         "optuna_dashboard_trials": peer_trials,
         "optuna_dashboard_first_page_s": None if peer is None else round(peer["first_page_s"], 4),
         "optuna_dashboard_rss_mb": None if peer is None else round(peer["rss_mb"], 1),
