@@ -9,6 +9,7 @@ matplotlib.
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from pathlib import Path
@@ -242,16 +243,19 @@ def figures(store: Storage, run_id: int) -> dict[str, Any]:
     front = _front(store, run_id, run.spec)
     curves = _curves(store, run)
     maximize = run.direction == "maximize"
-    spent, spent_at = 0.0, []
+    # The spend so far at each attempt's end, in end order: a trial's is read by bisection.
+    spent, ends, spent_at = 0.0, [], []
     for attempt in sorted(run.attempts, key=lambda a: a["end"] or math.inf):
         spent += run.spent(attempt, 1.0)
-        spent_at.append((attempt["end"] or math.inf, spent))
+        ends.append(attempt["end"] or math.inf)
+        spent_at.append(spent)
     points, best = [], None
     for trial in sorted(scored(run), key=lambda t: t["ended"] or math.inf):
         score = float(trial["score"])
         best = score if best is None else (max(best, score) if maximize else min(best, score))
         ended = trial["ended"] or run.now
-        cost = max((s for at, s in spent_at if at <= ended), default=0.0)
+        before = bisect.bisect_right(ends, ended)
+        cost = spent_at[before - 1] if before else 0.0
         points.append({"number": trial["number"], "at": ended - run.created, "spent": cost,
                        "score": score, "best": best, "params": trial["params"],
                        "cached": trial["cached"]})
