@@ -73,10 +73,11 @@ def bench(session: nox.Session) -> None:
     # torch is for Optuna's GPSampler and Ax/BoTorch (search_quality); pinned to the CPU-only
     # wheel the machines have, and installed first, alone: an unpinned install (or one that
     # lets ax-platform choose torch) may fetch a multi-GB CUDA build.
-    # scikit-learn only for the digits early_stopping.py trains on (its trials need numpy).
+    # scikit-learn only for the digits early_stopping.py trains on (its trials need numpy),
+    # and for Optuna's fANOVA in importance.py; optuna-dashboard is dashboard.py's peer.
     session.install("torch==2.13.0")
     session.install("optuna", "numpy", "scipy", "torch==2.13.0", "ax-platform>=1.3,<1.4",
-                    "scikit-learn", *(f"-e{p}" for p in PACKAGES))
+                    "scikit-learn", "optuna-dashboard", *(f"-e{p}" for p in PACKAGES))
     quick = [] if "--full" in session.posargs else ["--quick"]
     session.run("python", "benchmarks/engine_overhead.py", *quick)
     session.run("python", "benchmarks/local_overhead.py", *quick)
@@ -85,3 +86,5 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/report_render.py", *quick)
     session.run("python", "benchmarks/scale.py", *quick)
     session.run("python", "benchmarks/early_stopping.py", *quick)
+    session.run("python", "benchmarks/importance.py", *quick)
+    session.run("python", "benchmarks/dashboard.py", *quick)
