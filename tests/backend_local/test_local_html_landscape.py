@@ -7,30 +7,15 @@ from __future__ import annotations
 
 import html
 import json
-import random
 import re
 from typing import TYPE_CHECKING, Any
 
-import dse
 from dse.report._landscapeplot import LANDSCAPE_PLOTS
 from support.cli import run_dse, write_plugin
+from support.landscape import points
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-SPACE = {
-    "x": {"type": "int", "low": 0, "high": 15},
-    "lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
-    "layout": ["row", "col", "tile"],
-    "noise": {"type": "float", "low": 0.0, "high": 1.0},
-}
-
-
-def points(count: int, seed: int = 0) -> list[dict[str, Any]]:
-    space = dse.Space.from_dict(SPACE)
-    rng = random.Random(seed)
-    return [space.sample(rng) for _ in range(count)]
-
 
 def figures(page: str) -> dict[str, dict[str, Any]]:
     """Each figure of a report page: its caption and what its image says (axes, texts,

@@ -121,3 +121,31 @@ def test_the_figures_of_a_run_larger_than_they_read_are_drawn_from_a_sample(
     best = min(whole["points"], key=lambda p: p["score"])
     assert best["number"] in {p["number"] for p in part["points"]}  # the best is kept
     assert {p["number"] for p in part["points"]} < {p["number"] for p in whole["points"]}
+    # A sample's attempts are not the run's: no spend so far, rather than a wrong one.
+    assert all(p["spent"] is not None for p in whole["points"])
+    assert all(p["spent"] is None for p in part["points"])
+
+
+def test_each_connection_closes_the_reader_it_opened(tmp_path: Path) -> None:
+    import os
+    import time
+
+    write_plugin(tmp_path)
+    (tmp_path / "campaign.toml").write_text(probe_campaign())
+    assert run_dse(tmp_path, "run", "campaign.toml").returncode == 0
+    board, url = dashboard(tmp_path)
+    record = str((tmp_path / ".dse" / "dse.sqlite").resolve())
+
+    def open_record() -> int:
+        fds = f"/proc/{board.pid}/fd"
+        return sum(1 for fd in os.listdir(fds)
+                   if os.path.realpath(os.path.join(fds, fd)) == record)
+
+    for _ in range(30):  # each request a connection of its own (urllib closes it)
+        assert get(url, "/api/runs/1/trials")[0] == 200
+    deadline = time.monotonic() + 30
+    while open_record() > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert open_record() <= 1  # at most the watcher's reader, not one per connection
+    board.terminate()
+    board.wait(timeout=30)

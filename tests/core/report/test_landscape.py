@@ -15,28 +15,10 @@ import dse
 from dse.report import Observed, contour, landscape, slices, space_of, top_pair
 from dse.report._plots import load_run
 from dse.testing import FakeClock, ProbeBackend, ProbeScript, ScriptedAgent
+from support.landscape import SPACE, loss, points
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-SPACE = {
-    "x": {"type": "int", "low": 0, "high": 15},
-    "lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
-    "layout": ["row", "col", "tile"],
-    "noise": {"type": "float", "low": 0.0, "high": 1.0},
-}
-
-
-def loss(p: dict[str, Any]) -> float:
-    """x matters most (best at 7), then lr (best at 0.01); layout and noise do not."""
-    return (p["x"] - 7) ** 2 + 20 * abs(math.log10(p["lr"]) + 2)
-
-
-def points(count: int, seed: int = 0) -> list[dict[str, Any]]:
-    space = dse.Space.from_dict(SPACE)
-    rng = random.Random(seed)
-    return [space.sample(rng) for _ in range(count)]
-
 
 @pytest.fixture
 def run(tmp_path: Path) -> Any:

@@ -27,10 +27,6 @@ if TYPE_CHECKING:
 Mode = Literal["waves", "rolling"]
 
 
-"""How a record URL begins (``[campaign] record``, ``--record``, ``DSE_RECORD``): a
-PostgreSQL database, libpq's forms."""
-
-
 @dataclass(frozen=True, slots=True)
 class ScorerSpec:
     """The campaign's ``[scorer]`` table."""

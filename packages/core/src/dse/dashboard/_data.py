@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from dse.model._errors import ConfigError
 from dse.record._records import TrialQuery
 from dse.report._listings import status_entry
-from dse.report._summary import run_best, summarize
+from dse.report._summary import primary_objective, run_best, summarize
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -163,16 +163,6 @@ SLICES = 8
 """The most slices drawn: the most important params'."""
 
 
-def _maximize(spec: Mapping[str, Any]) -> bool:
-    """Whether the run's score is better higher (its resolved scorer's word, else its first
-    objective's)."""
-    from dse.model._types import RESOLVED_SCORER
-
-    resolved = spec.get(RESOLVED_SCORER) or {}
-    objective = (spec.get("objectives") or [{}])[0]
-    return str(resolved.get("direction") or objective.get("direction")) == "maximize"
-
-
 def _landscape(run: RunData) -> dict[str, Any]:
     """The importance of the params (PED-ANOVA), the slices of the most important and the
     contour of the top two, as ``dse report --html`` computes them."""
@@ -235,7 +225,7 @@ def figures(store: Storage, run_id: int) -> dict[str, Any]:
     sampled = None
     if total > FIGURE_TRIALS:
         found = store.reads.campaign(run_id)
-        maximize = found is not None and _maximize(found.spec)
+        maximize = found is not None and primary_objective(found.spec)[1] == "maximize"
         sampled = store.pages.sample(run_id, FIGURE_TRIALS, best=min(100, FIGURE_TRIALS // 10),
                                      maximize=maximize)
     run = load_run(store, run_id, sampled)
@@ -255,7 +245,8 @@ def figures(store: Storage, run_id: int) -> dict[str, Any]:
         best = score if best is None else (max(best, score) if maximize else min(best, score))
         ended = trial["ended"] or run.now
         before = bisect.bisect_right(ends, ended)
-        cost = spent_at[before - 1] if before else 0.0
+        # A sample's attempts are not the run's: the spend so far is the run's, or none.
+        cost = None if sampled is not None else spent_at[before - 1] if before else 0.0
         points.append({"number": trial["number"], "at": ended - run.created, "spent": cost,
                        "score": score, "best": best, "params": trial["params"],
                        "cached": trial["cached"]})

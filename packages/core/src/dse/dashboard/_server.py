@@ -128,15 +128,25 @@ class Dashboard(http.server.ThreadingHTTPServer):
         query = f"/?token={self.token}" if self.token else "/"
         return f"http://{shown}:{port}{query}"
 
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """Serve one connection in its thread (a browser keeps one open for many requests),
+        then close the reader it opened: a reader is the thread's (SQLite's connections are
+        their thread's), and the thread ends with the connection."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.forget_store()
+
     def store(self) -> Storage:
-        """This request thread's reader of the record."""
+        """This connection's thread's reader of the record, opened at its first read."""
         store = getattr(self._local, "store", None)
         if store is None:
             store = self._local.store = self.opener()
         return store
 
     def forget_store(self) -> None:
-        """Drop this thread's reader (its connection failed): the next request opens one."""
+        """Close this thread's reader (its connection failed, or the thread ends): the next
+        request opens one."""
         store = getattr(self._local, "store", None)
         self._local.store = None
         if store is not None:

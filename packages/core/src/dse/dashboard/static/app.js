@@ -394,10 +394,13 @@ async function figuresView(id) {
   const run = await findRun(id);
   const data = await api(`runs/${id}/figures`);
   clearCharts();
-  const xKey = (tableState[id] && tableState[id].xKey) || "number";
+  const chosen = (tableState[id] && tableState[id].xKey) || "number";
+  const xKey = chosen === "spent" && data.sampled ? "number" : chosen;
   const select = el("select", {name: "convergence-x", on: {change: e => {
     (tableState[id] = tableState[id] || {}).xKey = e.target.value; current.render().catch(showError); }}},
-    [["number", "trials"], ["at", "time"], ["spent", "spend"]].map(([v, t]) => el("option", {value: v, text: `against ${t}`, selected: v === xKey})));
+    // A sample's spend so far is not the run's: against spend only when the run is whole.
+    [["number", "trials"], ["at", "time"], ...(data.sampled ? [] : [["spent", "spend"]])]
+      .map(([v, t]) => el("option", {value: v, text: `against ${t}`, selected: v === xKey})));
   const sample = data.sampled ? ` Drawn from ${data.sampled.toLocaleString("en")} of the run's ${data.trials.toLocaleString("en")} trials: its best hundred and every k-th.` : "";
   const [conv, convNode] = figure("convergence", "Convergence", `Each scored trial's ${data.metric}, and the best so far.${sample}`, el("div", {class: "controls"}, select));
   const brushedNote = el("div", {class: "caption", id: "brushed", text: "Drag along an axis to select a range; the trials inside are listed here."});

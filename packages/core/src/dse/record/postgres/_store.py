@@ -128,6 +128,7 @@ class PostgresStore(SqlStore):
             connection.close()
             raise
         self._connection = connection
+        self._session_of: list[Any] | None = None
         self._db = db = Translating(connection, self.where)
         self.reads = Reads(db, self.path, None)
         """The record's rows: runs, trials, attempts, events, scores, agent calls."""
@@ -216,10 +217,7 @@ class PostgresStore(SqlStore):
         this connection left open longer than the shortest lease it holds (a controller
         stopped inside one): the row locks it took are free for the controller that takes
         the campaign over, and this one's next statement fails."""
-        started = self._connection.execute(
-            "SELECT backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()"
-        ).fetchone()
-        session = [self._connection.info.backend_pid, started and started[0]]
+        session = self._session()
         self._end_stalled(campaign, session)
         super().take_lease(campaign, {**holder, "session": session}, ttl_s)
         shortest = self.leases.shortest()
@@ -227,6 +225,16 @@ class PostgresStore(SqlStore):
             self._connection.execute(
                 "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
                 (str(math.ceil(shortest * 1000)),))
+
+    def _session(self) -> list[Any]:
+        """This connection's database session, as a lease records it: its backend pid and
+        when that backend started (a pid the server reuses names another session)."""
+        if self._session_of is None:
+            started = self._connection.execute(
+                "SELECT backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+            ).fetchone()
+            self._session_of = [self._connection.info.backend_pid, started and started[0]]
+        return self._session_of
 
     def _end_stalled(self, campaign: str, mine: list[Any]) -> None:
         """End the database session of *campaign*'s previous controller when its lease has
