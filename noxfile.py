@@ -21,6 +21,10 @@ WORKERS = (os.cpu_count() or 1) + 2
 """Two workers more than cores: the ``slurm`` and ``slurm-aside`` groups each hold a worker that
 mostly waits on the cluster (about 190 s of the suite on a 2-core machine), and the other tests
 keep every core busy beside them."""
+INTEGRATIONS = "packages/core[report,postgres,integrations]"
+"""dse-core as the tests install it: with MLflow, TensorBoard and W&B, which tests/integrations
+writes to and reads back (the types session leaves them out: mypy checks dse's calls to them as
+``Any``, the same with or without them installed)."""
 BROWSER_DEPS = ["playwright>=1.40"]
 """Drives Debian's Chromium (installed by .ci/run) to open the HTML report; never downloads
 a browser of its own."""
@@ -29,7 +33,8 @@ a browser of its own."""
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """Run every package's tests in parallel with all four distributions installed."""
-    session.install(*TEST_DEPS, *BROWSER_DEPS, "pandas", *(f"-e{p}" for p in PACKAGES))
+    packages = [INTEGRATIONS, *PACKAGES[1:]]
+    session.install(*TEST_DEPS, *BROWSER_DEPS, "pandas", *(f"-e{p}" for p in packages))
     session.run("pytest", "-n", str(WORKERS), "--dist", "loadgroup", *session.posargs)
 
 

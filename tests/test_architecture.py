@@ -255,7 +255,7 @@ def import_cycles(modules: dict[str, Module]) -> list[str]:
 # -- the direction of dse-core's packages ---------------------------------------------------
 
 LAYERS = ("model", "trial", "campaign", "plugins", "record", "report", "dashboard", "pool",
-          "engine", "launch",
+          "engine", "integrations", "launch",
           "api", "cli", "top")
 """dse-core's packages from the ground up: a module imports only from its own package and
 those below it (annotation-only imports too). Modules at the top of ``dse`` sit where

@@ -22,6 +22,7 @@ BAD = {
     "plugins": ["x"],
     "show": [], "invalidate": ["--trial", "x", "--failed"], "export": ["x", "--format", "y"],
     "doctor": ["--salvage"], "record": ["move", "a", "b"], "dashboard": ["--port", "x"],
+    "sync": [],
 }
 """Arguments each subcommand refuses."""
 

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from dse.plugins._classify import stderr_tail
     from dse.plugins._deferred import Deferred
     from dse.plugins._environment import CommandEnvironment
+    from dse.plugins._integration import CampaignExport, Integration, TrialExport
     from dse.plugins._plugins import PluginManager, Registered
     from dse.plugins._protocols import Agent, Environment, Runner, StoppingRule, TrialInfo
     from dse.plugins._scoring import Scorer
@@ -108,6 +109,9 @@ _LAZY: dict[str, str] = {
     "Constraint": "dse.model._constraints",
     "ConstraintError": "dse.model._errors",
     "Deferred": "dse.plugins._deferred",
+    "Integration": "dse.plugins._integration",
+    "CampaignExport": "dse.plugins._integration",
+    "TrialExport": "dse.plugins._integration",
     "Direction": "dse.model._types",
     "DseError": "dse.model._errors",
     "EngineListener": "dse.engine._engine",
@@ -190,6 +194,7 @@ __all__ = [
     "BackendError",
     "BestTrial",
     "Campaign",
+    "CampaignExport",
     "CampaignLock",
     "CampaignResult",
     "CampaignStatus",
@@ -212,6 +217,7 @@ __all__ = [
     "FailureClass",
     "FloatRange",
     "IntRange",
+    "Integration",
     "JobSpec",
     "JobState",
     "JobStatus",
@@ -237,6 +243,7 @@ __all__ = [
     "StoreError",
     "SystemClock",
     "TrialEnd",
+    "TrialExport",
     "TrialInfo",
     "TrialRecord",
     "TrialStatus",

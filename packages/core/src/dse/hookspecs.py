@@ -21,6 +21,7 @@ import pluggy
 if TYPE_CHECKING:
     from dse.plugins._backend import Backend
     from dse.plugins._deferred import Deferred
+    from dse.plugins._integration import Integration
     from dse.plugins._protocols import Agent, StoppingRule
     from dse.plugins._scoring import Scorer
 
@@ -98,4 +99,21 @@ def dse_register_stopping_rules() -> list[type[StoppingRule]]:  # type: ignore[e
     returning the same name is an error naming both distributions.
 
     :return: a list of stopping-rule classes (possibly empty).
+    """
+
+
+@hookspec
+def dse_register_integrations() -> list[type[Integration] | Deferred]:  # type: ignore[empty-body]
+    """Return the integration classes this plugin provides: places a campaign's trials are
+    also written to as they end (an experiment tracker, a dashboard's files).
+
+    Called once per process, when a campaign names one. Every plugin's result is collected.
+    Each class subclasses :class:`dse.Integration` and sets ``name``; the campaign file
+    enables it with an ``[integrations.<name>]`` table, and it is built with
+    :meth:`dse.Integration.from_options` from that table. dse-core registers ``mlflow``,
+    ``tensorboard`` and ``wandb`` (as :class:`dse.Deferred`: their libraries are imported only
+    when a campaign asks for them). Two plugins returning the same name is an error naming
+    both distributions.
+
+    :return: a list of integration classes or :class:`dse.Deferred` (possibly empty).
     """

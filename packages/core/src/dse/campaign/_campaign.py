@@ -411,7 +411,8 @@ def campaign_from_dict(
     objectives = _campaign_objectives(root, data, where)
     agent, agent_options = _plugin_choice(top, root.table("agent"), "agent", "random")
     backend, backend_options, price = _campaign_backend(top, root, data, where)
-    root.used.update(("data", "scorer", "baseline", "budget", "stopping"))
+    root.used.update(("data", "scorer", "baseline", "budget", "stopping", "integrations"))
+    integrations = _integrations(data.get("integrations"), where)
     data_spec = parse_data(data.get("data"), f"{where}: data", base_dir.resolve())
     scorer = _scorer(root.table("scorer"), where)
     stopping = _stopping(data.get("stopping"), where, objectives)
@@ -460,11 +461,31 @@ def campaign_from_dict(
         scorer=scorer,
         stopping=stopping,
         baseline=baseline,
+        integrations=integrations,
         workspace=workspace_path,
         record=record,
         source=source,
         **settings,
     )
+
+
+def _integrations(raw: Any, where: str) -> dict[str, dict[str, Any]]:
+    """The ``[integrations]`` table: each ``[integrations.<name>]`` table its options (``name =
+    true`` for none); which names exist is the plugins' to say, when the engine is built."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: integrations: expected a table, got {raw!r:.40}")
+    chosen: dict[str, dict[str, Any]] = {}
+    for name, options in raw.items():
+        if options is True:
+            chosen[name] = {}
+        elif isinstance(options, Mapping):
+            chosen[name] = dict(options)
+        elif options is not False:
+            raise ConfigError(f"{where}: integrations.{name}: expected a table of options or"
+                              f" true, got {options!r:.40}")
+    return chosen
 
 
 def _record_url(url: str | None, where: str) -> str | None:

@@ -151,6 +151,9 @@ class Campaign:
     """The rule that stops hopeless trials early (the ``[stopping]`` table), or ``None``."""
     baseline: Baseline | None = None
     """What scores are compared against (the ``[baseline]`` table), or ``None``."""
+    integrations: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Where its trials are also written as they end: each ``[integrations.<name>]`` table's
+    options, by name (``mlflow``, ``tensorboard``, ``wandb`` or a plugin's)."""
     workspace: Path = Path(".dse")
     """Directory holding ``dse.sqlite`` and the trial directories."""
     record: str | None = None

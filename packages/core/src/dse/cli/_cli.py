@@ -278,6 +278,26 @@ def _record_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     record.add_argument("target", metavar="DST", help="where to copy it")
 
 
+def _sync_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
+    sync = add(
+        "sync", help="write a campaign's trials to its [integrations] (MLflow, W&B...)",
+        description="Write every ended trial of the campaign's runs that its integrations\n"
+        "(the [integrations.<name>] tables: mlflow, tensorboard, wandb...) do not hold yet;\n"
+        "`dse run` writes them as they end, this catches up after a failure. Nothing\n"
+        "already written is written again.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sync.add_argument("campaign", type=Path, metavar="CAMPAIGN.toml", help="the campaign file")
+    sync.add_argument("--workspace", type=Path, help="record directory (default: .dse beside"
+                      " the campaign file)")
+    sync.add_argument("--record", metavar="URL",
+                      help="the record: a postgresql:// URL (default: $DSE_RECORD, else the"
+                           " workspace's dse.sqlite)")
+    sync.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      dest="overrides", help="override a key of the campaign file, as dse run"
+                      " --set (integrations.mlflow.tracking_uri=...)")
+
+
 def _completion_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     from dse.cli._completion import SHELLS
 
@@ -297,7 +317,7 @@ _SUBCOMMANDS: dict[str, Callable[[Callable[..., argparse.ArgumentParser]], None]
     "init": _init_arguments, "run": _run_arguments, "status": _status_arguments,
     "report": _report_arguments,
     "plugins": _plugins_arguments, "show": _show_arguments,
-    "dashboard": _dashboard_arguments,
+    "dashboard": _dashboard_arguments, "sync": _sync_arguments,
     "invalidate": _invalidate_arguments, "export": _export_arguments,
     "doctor": _doctor_arguments, "record": _record_arguments,
     "completion": _completion_arguments,

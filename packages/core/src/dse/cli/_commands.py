@@ -390,6 +390,25 @@ def _dashboard(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.OK
 
 
+def _sync(args: argparse.Namespace, console: Console) -> int:
+    from dse.campaign._campaign import load_campaign
+    from dse.integrations._exporter import sync_integrations
+    from dse.plugins._plugins import PluginManager
+
+    campaign = load_campaign(args.campaign, workspace=args.workspace, overrides=args.overrides)
+    if not campaign.integrations:
+        raise ConfigError(f"{args.campaign}: no [integrations.<name>] table: nothing to write to")
+    store = reader(campaign.workspace, record_url(args.record, campaign.record),
+                   say=console.warning)
+    with contextlib.closing(store):
+        written, failed = sync_integrations(campaign, store, PluginManager().integration_class)
+    for line in failed:
+        console.error(line)
+    console.status(f"dse sync: {written} trial(s) of {campaign.name} written to"
+                   f" {', '.join(campaign.integrations)}")
+    return ExitCode.ENVIRONMENT_ERROR if failed else ExitCode.OK
+
+
 def _invalidate(args: argparse.Namespace, console: Console) -> int:
     reason = " ".join(str(args.reason or "").split())
     if not reason and not args.dry_run:
@@ -520,6 +539,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "init": _init, "run": _run, "status": _status, "plugins": _plugins, "export": _export,
     "report": _report, "show": _show, "invalidate": _invalidate, "doctor": _doctor,
     "dashboard": _dashboard,
+    "sync": _sync,
     "record": _record,
 }
 """Each subcommand's handler: it takes the parsed arguments and the console, and returns the

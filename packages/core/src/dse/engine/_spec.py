@@ -13,6 +13,7 @@ from dse.plugins._environment import workdir_identity
 
 if TYPE_CHECKING:
     from dse.campaign._model import Campaign, EnvironmentConfig
+    from dse.model._space import Parameter
     from dse.plugins._protocols import Environment, Runner
     from dse.plugins._scoring import Scorer
     from dse.record._base import Storage
@@ -21,14 +22,7 @@ if TYPE_CHECKING:
 
 def campaign_spec(campaign: Campaign) -> dict[str, Any]:
     """A JSON-able description of a campaign, stored with each run."""
-    space = []
-    for param in campaign.space:
-        entry: dict[str, Any] = {"name": param.name, "type": param.kind}
-        for key in ("choices", "low", "high", "step", "log"):
-            if hasattr(param, key):
-                value = getattr(param, key)
-                entry[key] = list(value) if isinstance(value, tuple) else value
-        space.append(entry)
+    space = [_param_spec(param) for param in campaign.space]
     env = campaign.environment
     spec: dict[str, Any] = {
         "name": campaign.name,
@@ -98,7 +92,18 @@ def campaign_spec(campaign: Campaign) -> dict[str, Any]:
             "direction": stopping.direction.value, "promote": stopping.promote,
             "options": dict(stopping.options),
         }
+    if campaign.integrations:  # where its trials were also written (names; no secrets)
+        spec["integrations"] = sorted(campaign.integrations)
     return spec
+
+
+def _param_spec(param: Parameter) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": param.name, "type": param.kind}
+    for key in ("choices", "low", "high", "step", "log"):
+        if hasattr(param, key):
+            value = getattr(param, key)
+            entry[key] = list(value) if isinstance(value, tuple) else value
+    return entry
 
 
 CODE_FILES_KEPT = 1000

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from dse.engine._closing import ClosingEngine
-from dse.engine._engine import Engine
+from dse.engine._engine import Engine, EngineListener
+from dse.integrations._exporter import Exporting, build_targets
 from dse.model._errors import PluginError
 from dse.plugins._campaign_scorer import build_scorer
 from dse.plugins._guard import AgentGuard
 from dse.plugins._plugins import PluginManager
+from dse.record._open import read_twin
 
 if TYPE_CHECKING:
     from dse.campaign._model import Campaign
-    from dse.engine._engine import EngineListener
     from dse.model._clock import Clock
     from dse.plugins._backend import Backend
     from dse.plugins._protocols import Runner
@@ -59,6 +61,10 @@ def build_engine(
 
     agent = make_agent()
     scorer = build_scorer(campaign, plugins)
+    if campaign.integrations:
+        targets = build_targets(campaign, plugins.integration_class)
+        listener = Exporting(listener or EngineListener(), campaign, targets,
+                             functools.partial(read_twin, store))
     return engine_class(
         campaign, agent=agent, backend=backend, store=store, listener=listener, clock=clock,
         scorer=scorer, agent_factory=make_agent, plugins=plugins,

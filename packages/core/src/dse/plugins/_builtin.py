@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dse.hookspecs import hookimpl
+from dse.plugins._deferred import Deferred
 
 if TYPE_CHECKING:
     from dse.plugins._backend import Backend
@@ -32,3 +33,11 @@ def dse_register_stopping_rules() -> list[type[StoppingRule]]:
     from dse.plugins._stopping_rules import AshaRule, HyperbandRule, MedianRule
 
     return [MedianRule, AshaRule, HyperbandRule]
+
+
+@hookimpl
+def dse_register_integrations() -> list[Deferred]:
+    # Deferred: MLflow, TensorBoard and W&B are imported only by a campaign that names them.
+    return [Deferred("mlflow", "dse.integrations._mlflow:MlflowIntegration", "1"),
+            Deferred("tensorboard", "dse.integrations._tensorboard:TensorBoardIntegration", "1"),
+            Deferred("wandb", "dse.integrations._wandb:WandbIntegration", "1")]

@@ -114,12 +114,14 @@ class PluginManager:
         self._agents: dict[str, Registered] | None = None
         self._scorers: dict[str, Registered] | None = None
         self._rules: dict[str, Registered] | None = None
+        self._integrations: dict[str, Registered] | None = None
 
     def register(self, plugin: object, *, name: str, distribution: tuple[str, str]) -> None:
         """Register *plugin* (a module or object with hook implementations)."""
         self.pm.register(plugin, name=name)
         self._dist[name] = distribution
         self._backends = self._agents = self._scorers = self._rules = None
+        self._integrations = None
 
     def _load_entry_points(self) -> None:
         seen: set[str] = set()
@@ -211,6 +213,14 @@ class PluginManager:
             self._rules = self._collect("dse_register_stopping_rules", "stopping rule")
         return self._rules
 
+    @property
+    def integrations(self) -> dict[str, Registered]:
+        """The registered integrations, by name
+        (:func:`~dse.hookspecs.dse_register_integrations`)."""
+        if self._integrations is None:
+            self._integrations = self._collect("dse_register_integrations", "integration")
+        return self._integrations
+
     def backend_class(self, name: str) -> type:
         """The backend class registered as *name*; a :class:`~dse.PluginError` listing the
         installed ones (and the distribution to install, for dse's own) when there is none."""
@@ -231,6 +241,11 @@ class PluginManager:
         """The stopping-rule class registered as *name*; a :class:`~dse.PluginError` listing
         the installed ones when there is none."""
         return self._lookup(self.stopping_rules, name, "stopping rule")
+
+    def integration_class(self, name: str) -> type:
+        """The integration class registered as *name* (a deferred one imported now); a
+        :class:`~dse.PluginError` listing the installed ones when there is none."""
+        return self._lookup(self.integrations, name, "integration")
 
     @staticmethod
     def _lookup(registry: dict[str, Registered], name: str, kind: str) -> type:

@@ -93,3 +93,8 @@ def reader(workspace: str | Path | None, url: str | None, *, write: bool = False
     from dse.record.sqlite import open_existing
 
     return open_existing(where, write=write, say=say)
+
+
+def read_twin(store: Storage) -> Storage:
+    """A reader of the record *store* writes, for another thread (a connection of its own)."""
+    return reader(store.workspace, getattr(store, "url", None), say=None)

@@ -165,10 +165,12 @@ def _wrap(text: str, width: int) -> str:
 
 
 def plugin_rows(plugins: PluginManager) -> list[dict[str, Any]]:
-    """``dse plugins --json``: every backend, agent, scorer and stopping rule installed, with
-    the version the record stamps (the class's ``version``, else its distribution's)."""
+    """``dse plugins --json``: every backend, agent, scorer, stopping rule and integration
+    installed, with the version the record stamps (the class's ``version``, else its
+    distribution's)."""
     entries = [*plugins.backends.values(), *plugins.agents.values(),
-               *plugins.scorers.values(), *plugins.stopping_rules.values()]
+               *plugins.scorers.values(), *plugins.stopping_rules.values(),
+               *plugins.integrations.values()]
     return [
         {
             "name": e.name, "kind": e.kind,
