@@ -323,3 +323,57 @@ def test_a_pareto_runs_front_names_its_trials_and_a_click_opens_one(tmp_path: Pa
     board.terminate()
     board.wait(timeout=30)
     assert not errors, errors
+
+
+MO3_SCRIPT = '''
+from dse.testing import ProbeScript
+
+# (time, acc, mem): 3 is dominated on time and acc by 2, but uses the least memory.
+SCORES = {1: (1.0, 50.0, 9.0), 2: (2.0, 80.0, 8.0), 3: (3.0, 60.0, 1.0), 4: (3.5, 70.0, 8.5),
+          5: (5.0, 90.0, 9.5)}
+
+
+def scored(p):
+    time, acc, mem = SCORES[p["x"]]
+    return ProbeScript(metrics={"time": time, "acc": acc, "mem": mem}, node=f"node{p['x'] % 2}")
+'''
+
+
+def test_three_objectives_front_plots_the_two_chosen_and_the_timeline_has_each_nodes_slots(
+    tmp_path: Path,
+) -> None:
+    write_plugin(tmp_path)
+    (tmp_path / "mo_script.py").write_text(MO3_SCRIPT)
+    (tmp_path / "campaign.toml").write_text(PARETO.format().replace(
+        "[space]", '[[objectives]]\nmetric = "mem"\n\n[space]'))
+    done = start_dse(tmp_path, "run", "campaign.toml")
+    _, err = done.communicate(timeout=180)
+    assert done.returncode == 0, err
+    board, url = dashboard(tmp_path)
+    errors: list[str] = []
+    with browser_page(errors, []) as page:
+        page.goto(url + "#/run/1/figures")
+        poll(page, "() => document.querySelector('#chart-front')?.dataset.ready")
+        option = page.evaluate("""() => echarts.getInstanceByDom(
+            document.querySelector('#chart-front')).getOption()""")
+        assert [a["name"] for a in option["xAxis"] + option["yAxis"]] == [
+            "time (minimize)", "acc (maximize)"]
+        dominated, front = option["series"]
+        # On all three objectives only trial 4 is dominated (by 2); 3 is on the front for
+        # its memory, though 2 beats it on the two plotted.
+        assert sorted(p[2] for p in front["data"]) == [1, 2, 3, 5]
+        assert [p[2] for p in dominated["data"]] == [4]
+        assert front["type"] == "scatter"  # a projection: no staircase
+        page.select_option("select[data-axis='y']", "2")
+        poll(page, """() => echarts.getInstanceByDom(document.querySelector('#chart-front'))
+            ?.getOption().yAxis[0].name === 'mem (minimize)'""")
+        assert not overlapping(figure_texts(page, "front"))
+        timeline = page.evaluate("""() => echarts.getInstanceByDom(
+            document.querySelector('#chart-timeline')).getOption()""")
+        assert timeline["yAxis"][0]["name"] == "node · slot"
+        labels = timeline["yAxis"][0]["data"]
+        assert {label.split(" · ")[0] for label in labels} == {"node0", "node1"}
+        assert not overlapping(figure_texts(page, "timeline"))
+    board.terminate()
+    board.wait(timeout=30)
+    assert not errors, errors

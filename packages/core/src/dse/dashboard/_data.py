@@ -255,7 +255,7 @@ def figures(store: Storage, run_id: int) -> dict[str, Any]:
         "status": run.status, "spend_unit": run.currency if run.priced else "CPU s",
         "space": run.space, "points": points, **land, "front": front, "curves": curves,
         "trials": total, "sampled": None if sampled is None else len(sampled),
-        "attempts": [{"number": a["number"], "state": a["state"],
+        "attempts": [{"number": a["number"], "state": a["state"], "node": a["node"],
                       "start": None if a["start"] is None else a["start"] - run.created,
                       "end": None if a["end"] is None else a["end"] - run.created}
                      for a in run.attempts],

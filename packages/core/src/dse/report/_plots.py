@@ -115,7 +115,7 @@ def load_run(store: Storage, campaign_id: int, trials: Sequence[Trial] | None = 
         run.attempts.append({
             "number": number_of[a.trial_id], "state": a.state.value, "start": a.started_at,
             "end": a.ended_at, "money": float(spend.money) if spend is not None else 0.0,
-            "cpu_s": float(spend.cpu_s) if spend is not None else 0.0,
+            "cpu_s": float(spend.cpu_s) if spend is not None else 0.0, "node": a.node,
         })
     run.priced = any(a["money"] > 0 for a in run.attempts)
     return run

@@ -267,20 +267,31 @@ function parallel(node, data, brushed) {
 }
 
 function timeline(node, data) {
-  const lanes = [];
-  const items = data.attempts.filter(a => a.start !== null).sort((a, b) => a.start - b.start).map(a => {
+  // Each node its own lanes (a lane: one attempt at a time, as a slot runs them); with one
+  // node (or none said) the lanes are numbered slots.
+  const nodes = [...new Set(data.attempts.map(a => a.node || ""))].sort();
+  const lanesOf = new Map(nodes.map(n => [n, []]));
+  const placed = data.attempts.filter(a => a.start !== null).sort((a, b) => a.start - b.start).map(a => {
+    const lanes = lanesOf.get(a.node || "");
     let lane = lanes.findIndex(end => end <= a.start);
     const end = a.end === null ? Infinity : a.end;
     if (lane < 0) { lanes.push(end); lane = lanes.length - 1; } else lanes[lane] = end;
-    return [a.start, a.end === null ? a.start : a.end, lane, a.number, a.state];
+    return [a, lane];
   });
+  const labels = [], first = new Map();
+  for (const n of nodes) {
+    first.set(n, labels.length);
+    lanesOf.get(n).forEach((_, i) => labels.push(nodes.length > 1 ? `${n} · ${i + 1}` : String(i + 1)));
+  }
+  const items = placed.map(([a, lane]) => [a.start, a.end === null ? a.start : a.end,
+    first.get(a.node || "") + lane, a.number, a.state, a.node || ""]);
   const colour = {succeeded: COLOURS[2], failed: COLOURS[3], running: COLOURS[0]};
   chart(node, {
-    grid: {left: 60, right: 20, top: 20, bottom: 50},
-    tooltip: {formatter: p => `trial ${p.data[3]}: ${p.data[4]}, ${fmt(p.data[0])}–${fmt(p.data[1])} s`},
+    grid: {left: nodes.length > 1 ? 110 : 60, right: 20, top: 20, bottom: 50},
+    tooltip: {formatter: p => `trial ${p.data[3]}: ${p.data[4]}${p.data[5] ? " on " + p.data[5] : ""}, ${fmt(p.data[0])}–${fmt(p.data[1])} s`},
     xAxis: xaxis("time since the run started (s)"),
-    yAxis: {type: "category", name: "slot", nameLocation: "middle", nameGap: 35,
-      data: lanes.map((_, i) => String(i + 1))},
+    yAxis: {type: "category", name: nodes.length > 1 ? "node · slot" : "slot", nameLocation: "middle",
+      nameGap: nodes.length > 1 ? 95 : 35, data: labels},
     series: [{type: "custom", data: items, encode: {x: [0, 1], y: 2},
       renderItem: (params, api) => {
         const start = api.coord([api.value(0), api.value(2)]), end = api.coord([api.value(1), api.value(2)]);
@@ -346,25 +357,45 @@ function contourOf(node, data) {
   });
 }
 
-function frontOf(node, data, id) {
-  // The first two objectives: every scored trial, the front's members joined by a step line.
-  const f = data.front;
-  const [[mx, dx], [my, dy]] = f.objectives;
+function frontOf(node, data, id, xi = 0, yi = 1) {
+  // Two objectives: every scored trial, the front's members joined by a step line. Three or
+  // more: the two chosen above the figure, the front's members (of all the objectives) in
+  // colour, unjoined (a projection of the front is no staircase).
+  const f = data.front, many = f.objectives.length > 2;
+  const [[mx, dx], [my, dy]] = [f.objectives[xi], f.objectives[yi]];
   const off = f.trials.filter(t => t.rank > 1), on = f.trials.filter(t => t.rank === 1)
-    .sort((a, b) => a.scores[0] - b.scores[0]);
+    .sort((a, b) => a.scores[xi] - b.scores[xi]);
+  const point = t => [t.scores[xi], t.scores[yi], t.number, t.scores];
+  const all = s => f.objectives.map(([m], i) => `${m} ${fmt(s[i])}`).join(", ");
+  const old = echarts.getInstanceByDom(node);
+  if (old) { charts.splice(charts.indexOf(old), 1); old.dispose(); }
   const c = chart(node, {
     grid: {left: 70, right: 20, top: 30, bottom: 50},
     legend: {data: ["on the front", "dominated"], top: 0},
-    tooltip: {formatter: p => `trial ${p.data[2]}: ${mx} ${fmt(p.data[0])}, ${my} ${fmt(p.data[1])}`},
+    tooltip: {formatter: p => `trial ${p.data[2]}: ${all(p.data[3])}`},
     xAxis: xaxis(`${mx} (${dx})`), yAxis: axis(`${my} (${dy})`, "value", {nameGap: 50}),
     series: [
-      {name: "dominated", type: "scatter", symbolSize: 6, itemStyle: {color: "#9aa5b1"},
-        data: off.map(t => [t.scores[0], t.scores[1], t.number])},
-      {name: "on the front", type: "line", step: dx === dy ? "end" : "start", symbolSize: 9,
-        itemStyle: {color: COLOURS[3]}, data: on.map(t => [t.scores[0], t.scores[1], t.number])},
+      {name: "dominated", type: "scatter", symbolSize: 6, itemStyle: {color: "#9aa5b1"}, data: off.map(point)},
+      many ? {name: "on the front", type: "scatter", symbolSize: 9, itemStyle: {color: COLOURS[3]}, data: on.map(point)}
+        : {name: "on the front", type: "line", step: dx === dy ? "end" : "start", symbolSize: 9,
+          itemStyle: {color: COLOURS[3]}, data: on.map(point)},
     ],
   });
   c.on("click", p => { if (p.data) location.hash = `#/run/${id}/trial/${p.data[2]}`; });
+}
+
+function frontAxes(data, id, node) {
+  // With three objectives or more: which two the front's figure plots.
+  const f = data.front;
+  if (f.objectives.length <= 2) return null;
+  const pick = (label, chosen) => el("label", {}, `${label} `, el("select", {"data-axis": label},
+    f.objectives.map(([m], i) => el("option", {value: String(i), selected: i === chosen, text: m}))));
+  const box = el("div", {class: "axes"}, pick("x", 0), " ", pick("y", 1));
+  box.addEventListener("change", () => {
+    const [x, y] = [...box.querySelectorAll("select")].map(s => Number(s.value));
+    frontOf(node(), data, id, x, y);
+  });
+  return box;
 }
 
 function curvesOf(node, data, id) {
@@ -405,7 +436,7 @@ async function figuresView(id) {
   const [conv, convNode] = figure("convergence", "Convergence", `Each scored trial's ${data.metric}, and the best so far.${sample}`, el("div", {class: "controls"}, select));
   const brushedNote = el("div", {class: "caption", id: "brushed", text: "Drag along an axis to select a range; the trials inside are listed here."});
   const [par, parNode] = figure("parallel", "Parallel coordinates", "One line per scored trial, coloured by its score.", brushedNote);
-  const [tl, tlNode] = figure("timeline", "Timeline", "Each attempt on its slot, from start to end.");
+  const [tl, tlNode] = figure("timeline", "Timeline", "Each attempt on its node's slot, from start to end.");
   const imp = data.importance || {reason: "no importance for this run"};
   const [impSection, impNode] = figure("importance", "Parameter importance",
     imp.reason ? imp.reason : `PED-ANOVA (Watanabe et al., 2023): how much each param's values among the best ${Math.round(100 * imp.target_quantile)}% of the ${imp.trials} scored trials differ from all of them, as shares.`);
@@ -414,8 +445,11 @@ async function figuresView(id) {
     el("div", {class: "caption", text: `Each scored trial's ${data.metric} against one param, the most important first.`}));
   const [conSection, conNode] = data.contour ? figure("contour", `Contour: ${data.contour.x.param} and ${data.contour.y.param}`,
     `The mean ${data.metric} of the trials in each cell (the two most important params; an empty cell: no trial there).`) : [null, null];
+  const many = data.front && data.front.objectives.length > 2;
   const [frontSection, frontNode] = data.front && data.front.objectives.length >= 2 ? figure("front", "Pareto front",
-    `Each scored trial's ${data.front.objectives[0][0]} and ${data.front.objectives[1][0]}; the front's trials joined (hypervolume ${fmt(data.front.hypervolume)}). Click a point for its trial.`) : [null, null];
+    many ? `Each scored trial on two of the ${data.front.objectives.length} objectives (chosen above); the front's trials (on all of them) in colour (hypervolume ${fmt(data.front.hypervolume)}). Click a point for its trial.`
+      : `Each scored trial's ${data.front.objectives[0][0]} and ${data.front.objectives[1][0]}; the front's trials joined (hypervolume ${fmt(data.front.hypervolume)}). Click a point for its trial.`,
+    data.front ? frontAxes(data, id, () => document.getElementById("chart-front")) : null) : [null, null];
   const [curvesSection, curvesNode] = data.curves && data.curves.curves.length ? figure("curves", "Learning curves",
     `The ${data.curves.metric} each trial reported by step: ${data.curves.chosen}. Stopped trials in grey, a cross where the rule stopped one, a triangle where it promoted one; a click opens the trial.`) : [null, null];
   view.replaceChildren(...runHeader(run, "figures"),
