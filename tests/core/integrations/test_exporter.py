@@ -234,3 +234,25 @@ def test_the_run_records_which_integrations_it_wrote_to(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / ".dse" / "dse.sqlite")
     (spec,) = db.execute("SELECT spec FROM campaigns").fetchone()
     assert '"integrations":["ledger"]' in spec.replace(" ", "")
+
+
+def test_sync_beside_the_campaigns_controller_is_refused(tmp_path: Path) -> None:
+    # The running controller writes its trials itself: a second writer of the same place
+    # could take its half-written trial for a killed writer's and remove it.
+    _project(tmp_path, trials=40, seconds=0.5)
+    env = _env(tmp_path)
+    controller = subprocess.Popen([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        ledger = tmp_path / ".dse" / "ledger.jsonl"
+        wait_until(functools.partial(_written_or_ended, ledger, 1, controller), 120,
+                   "a trial written")
+        assert controller.poll() is None
+        refused = _dse(tmp_path, "sync", "c.toml")
+        assert refused.returncode != 0
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1, refused.stderr
+        assert f"pid {controller.pid}" in lines[0]
+    finally:
+        controller.send_signal(signal.SIGKILL)
+        controller.wait()

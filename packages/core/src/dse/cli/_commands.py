@@ -394,13 +394,17 @@ def _sync(args: argparse.Namespace, console: Console) -> int:
     from dse.campaign._campaign import load_campaign
     from dse.integrations._exporter import sync_integrations
     from dse.plugins._plugins import PluginManager
+    from dse.record._lock import CampaignLock
 
     campaign = load_campaign(args.campaign, workspace=args.workspace, overrides=args.overrides)
     if not campaign.integrations:
         raise ConfigError(f"{args.campaign}: no [integrations.<name>] table: nothing to write to")
-    store = reader(campaign.workspace, record_url(args.record, campaign.record),
-                   say=console.warning)
-    with contextlib.closing(store):
+    url = record_url(args.record, campaign.record)
+    store = reader(campaign.workspace, url, say=console.warning)
+    # The campaign's lock: a controller running it writes its trials itself (two writers of
+    # one place could each take the other's half-written trial for a killed one's).
+    lease = functools.partial(lease_state, campaign.workspace, url, campaign.name)
+    with contextlib.closing(store), CampaignLock(campaign.workspace, campaign.name, lease=lease):
         written, failed = sync_integrations(campaign, store, PluginManager().integration_class)
     for line in failed:
         console.error(line)
