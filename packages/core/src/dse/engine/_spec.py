@@ -106,6 +106,18 @@ def _param_spec(param: Parameter) -> dict[str, Any]:
     return entry
 
 
+def agent_stamp(agent: object, named: str) -> str:
+    """``name==version`` of *agent* (the campaign's ``agent`` is *named*), as the record keeps
+    it: a ``module:Class`` agent without them is named so, and versioned by its code (its
+    distribution's version, or its module's source digest: an edited file is a new agent)."""
+    from dse.plugins._scoring import source_version
+
+    cls = type(agent)
+    name = getattr(agent, "name", None) or (named if ":" in named else cls.__name__)
+    version = getattr(agent, "version", None) or source_version(cls)
+    return f"{name}=={version}"
+
+
 CODE_FILES_KEPT = 1000
 """The most files of a ``files:`` code version a run's record lists (beyond, their count)."""
 
@@ -139,8 +151,7 @@ def record_run(
         name=campaign.name,
         source=str(campaign.source) if campaign.source else None,
         spec=spec,
-        agent=f"{getattr(agent, 'name', type(agent).__name__)}"
-        f"=={getattr(agent, 'version', '?')}",
+        agent=agent_stamp(agent, campaign.agent),
         backend=f"{runner.name}=={runner.version}",
         mode=campaign.mode,
         max_parallelism=campaign.max_parallelism,

@@ -10,7 +10,7 @@ from dse.engine._engine import Engine, EngineListener
 from dse.integrations._exporter import Exporting, build_targets
 from dse.model._errors import PluginError
 from dse.plugins._campaign_scorer import build_scorer
-from dse.plugins._guard import AgentGuard
+from dse.plugins._guard import AgentGuard, agent_class_at
 from dse.plugins._plugins import PluginManager
 from dse.record._open import read_twin
 
@@ -44,7 +44,11 @@ def build_engine(
     """
     plugins = plugins or PluginManager()
     source = str(campaign.source or "<campaign>")
-    agent_cls = _resolve(plugins.agent_class, campaign.agent, source, "agent")
+    if ":" in campaign.agent:  # a class of the user's own, or of another library
+        base_dir = campaign.source.parent if campaign.source else None
+        agent_cls = agent_class_at(campaign.agent, base_dir, f"{source}: campaign.agent")
+    else:
+        agent_cls = _resolve(plugins.agent_class, campaign.agent, source, "agent")
     if backend is None:
         backend_cls = _resolve(plugins.backend_class, campaign.backend, source, "backend")
         built: Backend = backend_cls.from_options(campaign.backend_options, source=source)

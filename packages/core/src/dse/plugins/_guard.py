@@ -22,6 +22,7 @@ from dse.model._errors import AgentError, ConfigError, DseError, PluginError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from pathlib import Path
 
     from dse.model._types import Observation
     from dse.plugins._plugins import PluginManager, Registered
@@ -177,3 +178,29 @@ def _kind(value: object) -> str:
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{type(value).__name__} {text}"
+
+
+AGENT_METHODS = ("propose", "observe")
+"""What a class named ``module:Class`` must have to be an agent (and ``exhausted``)."""
+
+
+def agent_class_at(text: str, base_dir: Path | None, where: str) -> type:
+    """The agent class ``agent = "module:Class"`` names (imported beside the campaign file
+    first): a class with the :class:`~dse.Agent` protocol's ``propose``, ``observe`` and
+    ``exhausted``; a :class:`~dse.ConfigError` in one line naming what it lacks otherwise.
+    Its behaviour is what :class:`dse.testing.AgentContract` checks, in its author's tests."""
+    from dse.model._constraints import is_callable_ref, load_callable
+
+    if not is_callable_ref(text):
+        raise ConfigError(f"{where}: expected a registered agent name or 'module:Class', got"
+                          f" {text!r}")
+    found = load_callable(text, base_dir, where)
+    if not isinstance(found, type):
+        raise ConfigError(f"{where}: {text} is not a class (an agent is a class built as"
+                          " cls(space, seed=seed, **options))")
+    lacks = [m for m in AGENT_METHODS if not callable(getattr(found, m, None))]
+    lacks += [] if hasattr(found, "exhausted") else ["exhausted"]
+    if lacks:
+        raise ConfigError(f"{where}: {text} is not a dse.Agent: it has no {', '.join(lacks)}"
+                          " (docs/plugins.md, \"Writing an agent\")")
+    return found
