@@ -256,3 +256,42 @@ def test_sync_beside_the_campaigns_controller_is_refused(tmp_path: Path) -> None
     finally:
         controller.send_signal(signal.SIGKILL)
         controller.wait()
+
+
+def test_on_a_postgresql_record_a_killed_controller_leaves_each_trial_written_once(
+    tmp_path: Path, postgres_url: str,
+) -> None:
+    # The copier reads the trials back through a reader of its own: the record's server
+    # here, not the workspace's file.
+    _project(tmp_path, trials=16, seconds=0.3)
+    env = _env(tmp_path, LEDGER_SLOW_S="0.02", DSE_RECORD=postgres_url)
+    ledger = tmp_path / ".dse" / "ledger.jsonl"
+    log = tmp_path / "controller.log"
+    with log.open("w") as out:
+        controller = subprocess.Popen([sys.executable, "-m", "dse", "run", "c.toml"],
+                                      cwd=tmp_path, env=env, stdout=out, stderr=out)
+    try:
+        wait_until(functools.partial(_written_or_ended, ledger, 4, controller), 120,
+                   "4 trials written")
+        assert controller.poll() is None, log.read_text()
+    finally:
+        controller.send_signal(signal.SIGKILL)
+        controller.wait()
+    done = subprocess.run([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = read_ledger(ledger)
+    names = [line["name"] for line in lines]
+    assert len(names) == len(set(names))
+    from dse.model._types import TrialStatus
+    from dse.record._open import reader
+
+    store = reader(tmp_path / ".dse", postgres_url)
+    try:
+        (run,) = store.reads.campaigns()
+        ended = {f"ex-{run.id}-{t.number}" for t in store.reads.trials(run.id)
+                 if t.status is not TrialStatus.CANCELLED}
+    finally:
+        store.close()
+    assert set(names) == ended
+    assert len(ended) == 16
