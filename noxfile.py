@@ -33,7 +33,7 @@ a browser of its own."""
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """Run every package's tests in parallel with all four distributions installed."""
-    packages = [INTEGRATIONS, *PACKAGES[1:]]
+    packages = [INTEGRATIONS, "packages/agents[optuna]", *PACKAGES[2:]]
     session.install(*TEST_DEPS, *BROWSER_DEPS, "pandas", *(f"-e{p}" for p in packages))
     session.run("pytest", "-n", str(WORKERS), "--dist", "loadgroup", *session.posargs)
 
