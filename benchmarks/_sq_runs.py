@@ -78,10 +78,28 @@ class RunResult:
 
 # -- dse -----------------------------------------------------------------------------------
 
+ADAPTED = {"optuna TPE": ("TPESampler", {"multivariate": True}),
+           "optuna TPE indep": ("TPESampler", {"multivariate": False}),
+           "optuna random": ("RandomSampler", {})}
+"""Optuna's samplers run through dse (``agent = "optuna"``, dse-agents[optuna]) as the peer of
+the same name runs them natively: the same sampler and options (``constant_liar`` at P > 1)
+and seed; what dse adds or loses shows as the difference between the two."""
+
+
 def _campaign(task: Task, agent: str, problem: Problem, workspace: Path) -> dse.Campaign:
+    table = campaign_table(task, agent)
+    options: dict[str, Any] = {}
+    if agent in ADAPTED:
+        sampler, kwargs = ADAPTED[agent]
+        if sampler == "TPESampler":
+            kwargs = {**kwargs, "constant_liar": SETTINGS[task.setting].parallelism > 1}
+        table["agent"] = "optuna"
+        table["name"] = f"{task.problem}-optuna"
+        options = {"optuna": {"sampler": sampler, "options": kwargs}}
     return dse.campaign_from_dict(
         {
-            "campaign": campaign_table(task, agent),
+            "campaign": table,
+            "agent": options,
             "space": dict(problem.space),
             "objectives": [{"metric": "value", "direction": "minimize"}],
         },

@@ -47,7 +47,10 @@ What is measured (one process run; every method sees the same problems, budgets 
 * **Methods**: dse ``bayesian`` and dse ``random`` run through dse's real engine
   (``dse.build_engine`` + ``Engine.run()``) on the probe backend with a fake clock, a fresh
   workspace and durable SQLite record per run; results are read back from the record.
-  The peers run ask/tell (``_sq_peers.py``): Optuna's ``GPSampler``, ``TPESampler``
+  ``dse optuna TPE``, ``dse optuna TPE indep`` and ``dse optuna random`` run Optuna's samplers
+  through dse (``agent = "optuna"``, dse-agents[optuna]) with the peer's sampler, options and
+  seed: the same numbers as the peer of the same name are what "the adapter adds nothing and
+  loses nothing" looks like. The peers run ask/tell (``_sq_peers.py``): Optuna's ``GPSampler``, ``TPESampler``
   multivariate and independent (``multivariate=False``), both with ``constant_liar`` at
   P > 1, and ``RandomSampler``; and Ax (``ax-platform`` 1.3, ``ax.api.client.Client(
   random_seed=seed)`` with its default generation strategy: a centre point and Sobol, then
@@ -189,7 +192,8 @@ import dse
 if TYPE_CHECKING:
     from pathlib import Path
 
-DSE_METHODS = ("dse bayesian", "dse random")
+DSE_METHODS = ("dse bayesian", "dse random", "dse optuna TPE", "dse optuna TPE indep",
+               "dse optuna random")
 PEER_METHODS = (*OPTUNA_SAMPLERS, AX_METHOD)
 ALL_METHODS = (*DSE_METHODS, *PEER_METHODS)
 SEEDS = 10
@@ -216,6 +220,9 @@ COST_LOAD = "4-6"
 COST_PER_TRIAL: dict[str, tuple[float, float, float]] = {
     "dse bayesian": (0.15, 0.13, 0.15),
     "dse random": (0.01, 0.01, 0.01),
+    "dse optuna TPE": (0.03, 0.03, 0.03),
+    "dse optuna TPE indep": (0.06, 0.06, 0.06),
+    "dse optuna random": (0.01, 0.01, 0.01),
     "optuna GP": (0.56, 0.44, 0.56),
     "optuna TPE": (0.016, 0.016, 0.017),
     "optuna TPE indep": (0.045, 0.046, 0.044),
