@@ -50,11 +50,12 @@ What is measured (one process run; every method sees the same problems, budgets 
   ``dse optuna TPE``, ``dse optuna TPE indep`` and ``dse optuna random`` run Optuna's samplers
   through dse (``agent = "optuna"``, dse-agents[optuna]) with the peer's sampler, options and
   seed: the same numbers as the peer of the same name are what "the adapter adds nothing and
-  loses nothing" looks like. The peers run ask/tell (``_sq_peers.py``): Optuna's ``GPSampler``, ``TPESampler``
-  multivariate and independent (``multivariate=False``), both with ``constant_liar`` at
-  P > 1, and ``RandomSampler``; and Ax (``ax-platform`` 1.3, ``ax.api.client.Client(
-  random_seed=seed)`` with its default generation strategy: a centre point and Sobol, then
-  BoTorch's GP with qLogNEI; ``get_next_trials``, ``complete_trial``, ``mark_trial_failed``).
+  loses nothing" looks like. The peers run ask/tell (``_sq_peers.py``): Optuna's
+  ``GPSampler``, ``TPESampler`` multivariate and independent (``multivariate=False``), both
+  with ``constant_liar`` at P > 1, and ``RandomSampler``; and Ax (``ax-platform`` 1.3,
+  ``ax.api.client.Client( random_seed=seed)`` with its default generation strategy: a centre
+  point and Sobol, then BoTorch's GP with qLogNEI; ``get_next_trials``, ``complete_trial``,
+  ``mark_trial_failed``).
 
 * **Settings**: P = 1; P = 4 ``waves`` (ask 4, evaluate, tell 4); P = 4 ``rolling`` (4
   workers; a worker asks as soon as its trial ends, the trials running pending). Every
