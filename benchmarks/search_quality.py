@@ -53,7 +53,7 @@ What is measured (one process run; every method sees the same problems, budgets 
   loses nothing" looks like. The peers run ask/tell (``_sq_peers.py``): Optuna's
   ``GPSampler``, ``TPESampler`` multivariate and independent (``multivariate=False``), both
   with ``constant_liar`` at P > 1, and ``RandomSampler``; and Ax (``ax-platform`` 1.3,
-  ``ax.api.client.Client( random_seed=seed)`` with its default generation strategy: a centre
+  ``ax.api.client.Client(random_seed=seed)`` with its default generation strategy: a centre
   point and Sobol, then BoTorch's GP with qLogNEI; ``get_next_trials``, ``complete_trial``,
   ``mark_trial_failed``).
 
