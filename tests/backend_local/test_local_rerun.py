@@ -19,7 +19,7 @@ import pytest
 import dse
 from support.cli import run_dse, write_plugin
 
-AGENTS = ("bayesian", "grid", "random")
+AGENTS = ("bayesian", "grid", "optuna", "random")
 TRIALS = 8
 
 TRIAL = r"""
