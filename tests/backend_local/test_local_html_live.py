@@ -14,7 +14,7 @@ import re
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -107,22 +107,41 @@ def finish(run: subprocess.Popen[str], project: Path) -> None:
     assert run.returncode == 0, err
 
 
-def read_between_reloads(browser: Any) -> tuple[str, str, dict[str, Any]]:
-    """The live note, the refresh interval and the timeline's figure data of a page that
-    reloads itself every second: read between two of its loads (a reload that destroys the
-    page while it is read — on a fast machine, within the second — is waited out and the
-    page read again, for a bounded minute)."""
+T = TypeVar("T")
+
+RELOAD_RACES = ("context was destroyed", "Cannot find context with specified id",
+                "frame was detached")
+"""What Chromium answers a read of a page that reloaded under it: the old page's JavaScript
+context gone (destroyed while the read ran, or before the read found it: DOM.describeNode),
+or its frame detached."""
+
+
+def reloaded_while_read(exc: Exception) -> bool:
+    """Whether *exc* says the page reloaded while it was read (:data:`RELOAD_RACES`)."""
+    return any(race in str(exc) for race in RELOAD_RACES)
+
+
+def between_reloads(browser: Any, read: Callable[[], T]) -> T:
+    """What *read* reads of a page that reloads itself every second, read between two of its
+    loads (a reload that destroys the page while it is read — on a fast machine, within the
+    second — is waited out and the page read again, for a bounded minute)."""
     error = pytest.importorskip("playwright.sync_api").Error
     deadline = time.monotonic() + 60
     while True:
         try:
-            return (browser.inner_text("#live"),
-                    browser.get_attribute('meta[http-equiv="refresh"]', "content"),
-                    figure_data(browser, "timeline"))
+            return read()
         except error as exc:
-            if "context was destroyed" not in str(exc) or time.monotonic() > deadline:
+            if not reloaded_while_read(exc) or time.monotonic() > deadline:
                 raise
             browser.wait_for_load_state("load")
+
+
+def read_between_reloads(browser: Any) -> tuple[str, str, dict[str, Any]]:
+    """The live note, the refresh interval and the timeline's figure data of the page."""
+    return between_reloads(browser, lambda: (
+        browser.inner_text("#live"),
+        browser.get_attribute('meta[http-equiv="refresh"]', "content"),
+        figure_data(browser, "timeline")))
 
 
 def test_the_page_refreshes_while_the_run_runs_and_stops_once_it_ended(tmp_path: Path) -> None:
@@ -157,7 +176,8 @@ def test_the_page_refreshes_while_the_run_runs_and_stops_once_it_ended(tmp_path:
             # The browser reloads the page by itself.
             with browser.expect_event("load", timeout=60_000):
                 pass
-            assert browser.inner_text("#report").startswith("campaign live run 1: running")
+            report = between_reloads(browser, lambda: browser.inner_text("#report"))
+            assert report.startswith("campaign live run 1: running")
         assert errors == []
         assert re.fullmatch(r"live: refreshed at \d\d:\d\d:\d\d, every 1 s, while the run is"
                             r" running \(dse report --watch\)\.", note), note
