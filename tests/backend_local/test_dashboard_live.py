@@ -71,6 +71,30 @@ def poll(page: Any, script: str, arg: Any = None, timeout: float = 60.0) -> Any:
     pytest.fail(f"never true within {timeout} s: {script}")
 
 
+def click_point(page: Any, chart: str, series: int, value: list[float], done: str) -> None:
+    """Click the point of *chart*'s series *series* at *value* as a user would, until *done*
+    (a function of the page) holds: the chart scrolled into view, the point's pixel read
+    afresh before each click, a click again after 2 s when the first found the page still
+    laying itself out (a figure drawn after the point was read moves it), for a bounded
+    minute."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        x, y = page.evaluate("""([chart, series, value]) => {
+            const n = document.querySelector(chart);
+            n.scrollIntoView({block: "center"});
+            const r = n.getBoundingClientRect();
+            const [px, py] = echarts.getInstanceByDom(n).convertToPixel({seriesIndex: series},
+                                                                         value);
+            return [r.left + px, r.top + py]; }""", [chart, series, value])
+        page.mouse.click(x, y)
+        settle = time.monotonic() + 2
+        while time.monotonic() < settle:
+            if page.evaluate(done):
+                return
+            time.sleep(0.05)
+    pytest.fail(f"clicking {chart}'s point {value} never made {done} true within 60 s")
+
+
 ROWS = ("() => [...document.querySelectorAll('#trials tbody tr')]"
         ".map(r => [...r.cells].map(c => c.textContent))")
 
@@ -312,13 +336,8 @@ def test_a_pareto_runs_front_names_its_trials_and_a_click_opens_one(tmp_path: Pa
         assert sorted(p[2] for p in front["data"]) == [1, 2, 5]
         assert sorted(p[2] for p in dominated["data"]) == [3, 4]
         assert not overlapping(figure_texts(page, "front"))
-        x, y = page.evaluate("""() => { const n = document.querySelector('#chart-front');
-            const r = n.getBoundingClientRect();
-            const [px, py] = echarts.getInstanceByDom(n).convertToPixel(
-                {seriesIndex: 1}, [5.0, 90.0]);
-            return [r.left + px, r.top + py]; }""")
-        page.mouse.click(x, y)
-        poll(page, "() => location.hash === '#/run/1/trial/5'")
+        click_point(page, "#chart-front", 1, [5.0, 90.0],
+                    "() => location.hash === '#/run/1/trial/5'")
         poll(page, "() => document.querySelector('#outcome')")
     board.terminate()
     board.wait(timeout=30)
