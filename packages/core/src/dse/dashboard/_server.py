@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 POLL_S = 0.5
 """How often :class:`Watch` reads the record's change stamp."""
+PRIMED_WAIT_S = 5.0
+"""How long an API read waits for the watch's first stamp (the record slow to open)."""
 KEEPALIVE_S = 15.0
 """How often a quiet event stream sends a comment (proxies close silent connections)."""
 COOKIE = "dse_dashboard_token"
@@ -69,20 +71,29 @@ class Watch(threading.Thread):
         self._changed = threading.Condition()
         self.generation = 0
         self._stop = threading.Event()
+        self.primed = threading.Event()
+        """Set once the record's first stamp is read: what generation 0 stands for (a page
+        read before it could not tell whether a change came between)."""
 
     def run(self) -> None:
         store, last = None, None
-        while not self._stop.wait(POLL_S):
+        first = True
+        while first or not self._stop.wait(POLL_S):
             try:
                 store = store or self._opener()
                 stamp = store.pages.stamp()
             except Exception:  # noqa: BLE001 - the record away a moment: read again
+                if first and self._stop.wait(POLL_S):
+                    break
                 if store is not None:
                     with contextlib.suppress(Exception):
                         store.close()
                 store = None
                 continue
-            if stamp != last:
+            if first:  # the record as it is: generation 0, no change
+                first, last = False, stamp
+                self.primed.set()
+            elif stamp != last:
                 last = stamp
                 with self._changed:
                     self.generation += 1
@@ -205,6 +216,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         name, found = route
         ids = [int(g) for g in found.groups()]
+        # Read before the record: the answer holds at least what that generation saw, so a
+        # page drawn from it redraws on a later generation's event only (none missed).
+        self.server.watch.primed.wait(PRIMED_WAIT_S)
+        generation = self.server.watch.generation
         try:
             store = self.server.store()
             body = self._read(store, name, ids, args)
@@ -215,7 +230,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.server.forget_store()
             self._json(503, {"error": f"{type(exc).__name__}: {exc}"})
             return
-        self._json(200, body)
+        self._json(200, body, generation=generation)
 
     @staticmethod
     def _read(store: Storage, name: str, ids: list[int], args: dict[str, str]) -> Any:
@@ -266,17 +281,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._send(200, target.read_bytes(), kind, cookie=cookie,
                    cache="max-age=3600" if name.endswith(".min.js") else "no-cache")
 
-    def _json(self, code: int, body: Any) -> None:
+    def _json(self, code: int, body: Any, *, generation: int | None = None) -> None:
         self._send(code, json.dumps(body, allow_nan=False).encode(),
-                   "application/json; charset=utf-8")
+                   "application/json; charset=utf-8", generation=generation)
 
     def _send(self, code: int, data: bytes, kind: str, *, cookie: str | None = None,
-              cache: str = "no-store") -> None:
+              cache: str = "no-store", generation: int | None = None) -> None:
         self.send_response(code)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", cache)
         self.send_header("X-Content-Type-Options", "nosniff")
+        if generation is not None:
+            self.send_header("X-Dse-Generation", str(generation))
         if cookie:
             self.send_header("Set-Cookie", cookie)
         self.end_headers()

@@ -24,8 +24,15 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// The record's generation (its changes the server has seen) each answer was read at: a view
+// is redrawn only for an event of a later generation than the oldest it was drawn from, so a
+// page opened on a finished run is drawn once, and a change during a redraw is not lost.
+let drawnGen = -1, latestGen = -1, readGen = Infinity;
+
 async function api(path) {
   const resp = await fetch("api/" + path, {cache: "no-store"});
+  const gen = Number(resp.headers.get("X-Dse-Generation"));
+  if (resp.headers.has("X-Dse-Generation") && !Number.isNaN(gen)) readGen = Math.min(readGen, gen);
   const body = await resp.json();
   if (!resp.ok) throw new Error(body.error || resp.statusText);
   return body;
@@ -536,20 +543,32 @@ function route() {
     else if (parts[2] === "trial" && parts[3]) current = {render: () => trialView(id, Number(parts[3]))};
     else current = {render: () => trialsView(id)};
   } else current = {render: runsView};
-  return current.render().catch(showError);
+  return draw(current).catch(showError);
+}
+
+async function draw(view) {
+  // Render *view*, then note the generation of the oldest answer it was drawn from.
+  readGen = Infinity;
+  await view.render();
+  drawnGen = readGen === Infinity ? latestGen : readGen;
 }
 
 async function refresh() {
   if (pending || !current || current.paused) return;
   pending = true;
-  try { await current.render(); } catch (err) { showError(err); } finally { pending = false; }
+  try { await draw(current); } catch (err) { showError(err); } finally { pending = false; }
   document.body.dataset.generation = (Number(document.body.dataset.generation || 0) + 1).toString();
+  if (latestGen > drawnGen) refresh(); // the record changed while it drew
 }
 
 function listen() {
   const live = document.getElementById("live");
   const source = new EventSource("api/events");
-  source.addEventListener("change", () => { live.className = "live on"; live.textContent = "live"; refresh(); });
+  source.addEventListener("change", e => {
+    live.className = "live on"; live.textContent = "live";
+    latestGen = Math.max(latestGen, Number(e.data));
+    if (latestGen > drawnGen) refresh();
+  });
   source.onerror = () => { live.className = "live off"; live.textContent = "reconnecting"; };
 }
 
