@@ -336,6 +336,11 @@ def test_a_pareto_runs_front_names_its_trials_and_a_click_opens_one(tmp_path: Pa
         assert sorted(p[2] for p in front["data"]) == [1, 2, 5]
         assert sorted(p[2] for p in dominated["data"]) == [3, 4]
         assert not overlapping(figure_texts(page, "front"))
+        # A finished run's page is drawn once: the event stream's first event (and three of
+        # the watch's reads after it) finds nothing newer than what the page was drawn from.
+        poll(page, "() => document.getElementById('live').className === 'live on'")
+        time.sleep(1.5)
+        assert page.evaluate("() => document.body.dataset.generation") is None
         click_point(page, "#chart-front", 1, [5.0, 90.0],
                     "() => location.hash === '#/run/1/trial/5'")
         poll(page, "() => document.querySelector('#outcome')")
