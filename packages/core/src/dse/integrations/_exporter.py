@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 from dse.engine._engine import EngineListener
 from dse.model._errors import ConfigError, PluginError
 from dse.model._space import Categorical
-from dse.model._types import TrialStatus
+from dse.model._types import CampaignStatus, TrialStatus
 from dse.plugins._integration import CampaignExport, TrialExport, export_key, numeric
 
 if TYPE_CHECKING:
@@ -36,13 +36,18 @@ if TYPE_CHECKING:
 
 FINAL = frozenset({TrialStatus.COMPLETED, TrialStatus.FAILED, TrialStatus.STOPPED,
                    TrialStatus.CACHED, TrialStatus.INTERRUPTED, TrialStatus.BUDGET_EXHAUSTED})
-"""The outcomes written: a cancelled trial is not one (a later run resumes it)."""
+"""The outcomes written: a cancelled trial is not one (a later run resumes it), and a trial
+stopped early is one only once its run can promote it no more (:func:`written_now`)."""
 
-LATER_S = 0.2
-"""How long the copier waits for a new trial before asking again about one the record did not
-show ended yet."""
-LATER_TRIES = 25
-"""How often it asks about one trial before leaving it to the next controller's catch-up."""
+RESUMABLE = frozenset({CampaignStatus.RUNNING, CampaignStatus.CANCELLED})
+"""A run in these may go on (``dse run`` continues it) and promote a trial it stopped."""
+
+RUN_END = 0
+"""The number handed over with a run's id when the run ended (no trial has it): its trials
+stopped early are then written."""
+
+CATCH_UP = "`dse sync` (or the campaign's next `dse run`)"
+"""What writes the trials a controller did not, as its messages say."""
 
 FINISH_WAIT_S = 60.0
 """How long the end of a run waits for the trials not yet written (then says how many)."""
@@ -69,10 +74,10 @@ def trial_exports(store: Storage, run: CampaignRun, trials: Sequence[Trial]) -> 
     originals = store.reads.trial_refs([t.cache_of for t in trials if t.cache_of is not None])
     out = []
     for t in trials:
-        # A step an attempt reported again (after a retry from a checkpoint): its latest.
-        points = sorted({p.step: p for p in sorted(
-            curves.get(t.id, []), key=lambda p: (p.attempt, p.at))}.values(),
-            key=lambda p: p.step)
+        # The record gives a curve by attempt and step: a step a later attempt reported again
+        # (a retry from a checkpoint) keeps its latest point.
+        latest = {p.step: p for p in curves.get(t.id, [])}
+        points = [latest[step] for step in sorted(latest)]
         original = originals.get(t.cache_of) if t.cache_of is not None else None
         out.append(TrialExport(
             key=export_key(run.name, run.id, run.created_at, t.number),
@@ -85,6 +90,16 @@ def trial_exports(store: Storage, run: CampaignRun, trials: Sequence[Trial]) -> 
             data_version=t.data_version_read or t.data_version,
             cache_of=original.trial_id if original is not None else None))
     return out
+
+
+def written_now(run: CampaignRun, trial: Trial, latest: int) -> bool:
+    """Whether *trial* of *run* is to be written now: it reached its outcome, and if it was
+    stopped early, its run can promote it no more (ended for good, or not the campaign's
+    latest run, *latest*): a trial written stopped and promoted after would be held twice."""
+    if trial.status not in FINAL:
+        return False
+    return (trial.status is not TrialStatus.STOPPED or run.status not in RESUMABLE
+            or run.id != latest)
 
 
 @dataclass(slots=True)
@@ -110,12 +125,8 @@ class Copier:
         self.targets = list(targets)
         self._reopen = reopen
         self._todo: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
-        self._later: list[tuple[int, int]] = []
-        """Trials given that the record did not show ended yet: asked again."""
-        self._tries: dict[tuple[int, int], int] = {}
-        self._ending = False
         self._given = self._settled = 0
-        """Trials given; trials written or left to the next controller."""
+        """Trials given; trials written (or left to the next controller's catch-up)."""
         self._notices: list[str] = []
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._main, name="dse-integrations", daemon=True)
@@ -129,9 +140,10 @@ class Copier:
         self._thread.start()
 
     def give(self, trials: Iterable[tuple[int, int]]) -> None:
-        """Write these trials (run, number), recorded and committed."""
+        """Write these trials (run, number), recorded and committed; (run, :data:`RUN_END`):
+        the run ended, write its trials stopped early."""
         for item in trials:
-            self._given += 1
+            self._given += item[1] != RUN_END
             self._todo.put(item)
 
     def sync(self) -> int:
@@ -162,37 +174,17 @@ class Copier:
             store = self._reopen()
             self._open()
             self._catch_up(store)
-            while (item := self._next()) is not None:
-                self._write_given(store, item)
+            while (item := self._todo.get()) is not None:
+                self._write_given(store, *item)
+                self._settled += item[1] != RUN_END
         except Exception as exc:  # noqa: BLE001 - the run goes on; the next one catches up
-            self._say(f"integrations: stopped writing ({type(exc).__name__}: {exc}); the next"
-                      " `dse run` of the campaign writes what is missing")
+            self._say(f"integrations: stopped writing ({type(exc).__name__}: {exc});"
+                      f" {CATCH_UP} writes what is missing")
         finally:
             for target in self.targets:
                 self._call(target, target.integration.close)
             if store is not None and not self.keep_store:
                 store.close()
-
-    def _next(self) -> tuple[int, int] | None:
-        """The next trial given, or ``None`` at the end; trials the record did not show
-        ended yet are asked again between (and, at the end, until they are or the tries are
-        spent)."""
-        while True:
-            if self._ending:
-                try:
-                    return self._todo.get_nowait()
-                except queue.Empty:
-                    if not self._later:
-                        return None
-                    time.sleep(LATER_S)
-                    return self._later.pop(0)
-            try:
-                item = self._todo.get(timeout=LATER_S if self._later else None)
-            except queue.Empty:
-                return self._later.pop(0)
-            if item is not None:
-                return item
-            self._ending = True
 
     def _open(self) -> None:
         for target in self.targets:
@@ -201,38 +193,39 @@ class Copier:
                 target.held = set(cast("Iterable[str]", held))
 
     def _catch_up(self, store: Storage) -> None:
-        """Write every ended trial of the campaign's runs that an integration lacks."""
+        """Write every trial of the campaign's runs to be written now that an integration
+        lacks."""
+        runs = [r for r in store.reads.campaigns() if r.name == self.campaign.name]
+        latest = max((r.id for r in runs), default=0)
+        for run in runs:
+            self._write_run(store, run, latest)
+
+    def _write_run(self, store: Storage, run: CampaignRun, latest: int) -> None:
+        """Write the trials of *run* to be written now that an integration lacks."""
         if not any(t.broken is None for t in self.targets):
             return
-        for run in store.reads.campaigns():
-            if run.name != self.campaign.name:
-                continue
-            for page in store.summaries.trial_pages(run.id):
-                missing = [t for t in page if t.status in FINAL and any(
-                    export_key(run.name, run.id, run.created_at, t.number) not in g.held
-                    for g in self.targets if g.broken is None)]
-                if missing:
-                    self._write(trial_exports(store, run, missing))
+        for page in store.summaries.trial_pages(run.id):
+            missing = [t for t in page if written_now(run, t, latest) and any(
+                export_key(run.name, run.id, run.created_at, t.number) not in g.held
+                for g in self.targets if g.broken is None)]
+            if missing:
+                self._write(trial_exports(store, run, missing))
 
-    def _write_given(self, store: Storage, item: tuple[int, int]) -> None:
-        """Write trial *item* (run, number), or ask again later if the record does not show
-        it ended yet (its pass not committed; at most :data:`LATER_TRIES` times)."""
-        run = store.reads.campaign(item[0])
-        trial = None
-        if run is not None:
-            with contextlib.suppress(ConfigError):  # not recorded yet
-                trial = store.reads.find_trial(f"{run.name}-{run.id}-{item[1]}")[1]
-        if run is None or trial is None or trial.status not in FINAL:
-            tries = self._tries.pop(item, 0) + 1
-            if tries < LATER_TRIES:
-                self._tries[item] = tries
-                self._later.append(item)
-            else:
-                self._settled += 1
+    def _write_given(self, store: Storage, run_id: int, number: int) -> None:
+        """Write trial *number* of run *run_id* (the controller's own run: its latest), or,
+        for :data:`RUN_END`, the run's trials it has not written (its trials stopped early,
+        once it can promote them no more)."""
+        run = store.reads.campaign(run_id)
+        if run is None:
             return
-        self._tries.pop(item, None)
-        self._write(trial_exports(store, run, [trial]))
-        self._settled += 1
+        if number == RUN_END:
+            self._write_run(store, run, run.id)
+            return
+        trial = None
+        with contextlib.suppress(ConfigError):  # not in the record: the next catch-up's
+            trial = store.reads.find_trial(f"{run.name}-{run.id}-{number}")[1]
+        if trial is not None and written_now(run, trial, run.id):
+            self._write(trial_exports(store, run, [trial]))
 
     def _write(self, exports: Iterable[TrialExport]) -> None:
         for export in exports:
@@ -254,8 +247,7 @@ class Copier:
         except Exception as exc:  # noqa: BLE001 - one integration failing stops only itself
             target.broken = f"{type(exc).__name__}: {exc}"
             self._say(f"integrations.{target.name}: {target.broken}; nothing more is written"
-                      " to it by this controller (the next `dse run` of the campaign writes"
-                      " what it lacks)")
+                      f" to it by this controller ({CATCH_UP} writes what it lacks)")
             return None
 
     def _say(self, message: str) -> None:
@@ -305,6 +297,7 @@ class Exporting(EngineListener):
 
     def on_finish(self, engine: Engine, result: CampaignResult) -> None:
         if self.copier is not None:
+            self._ended.append((engine.campaign_id, RUN_END))
             self._hand_over(engine)
             started = time.monotonic()
             left = self.copier.finish(self.wait)
@@ -313,7 +306,7 @@ class Exporting(EngineListener):
                 waited = time.monotonic() - started
                 self.inner.on_alert(engine, (
                     f"integrations: {left} trial(s) not written after waiting {waited:.0f} s;"
-                    " the next `dse run` of the campaign writes them"))
+                    f" {CATCH_UP} writes them"))
         self.inner.on_finish(engine, result)
 
     def _hand_over(self, engine: Engine) -> None:
