@@ -315,20 +315,31 @@ def scored(p):
 '''
 
 
-def test_a_pareto_runs_front_names_its_trials_and_a_click_opens_one(tmp_path: Path) -> None:
+def pareto_dashboard(tmp_path: Path, script: str,
+                     campaign: str) -> tuple[subprocess.Popen[str], str]:
+    """A dashboard of the finished Pareto run of *campaign* (its probe script *script*)."""
     write_plugin(tmp_path)
-    (tmp_path / "mo_script.py").write_text(MO_SCRIPT)
-    (tmp_path / "campaign.toml").write_text(PARETO.format())
+    (tmp_path / "mo_script.py").write_text(script)
+    (tmp_path / "campaign.toml").write_text(campaign)
     done = start_dse(tmp_path, "run", "campaign.toml")
     _, err = done.communicate(timeout=180)
     assert done.returncode == 0, err
-    board, url = dashboard(tmp_path)
+    return dashboard(tmp_path)
+
+
+def front_option(page: Any, url: str) -> Any:
+    """The front figure's options, once the run's figures page drew it."""
+    page.goto(url + "#/run/1/figures")
+    poll(page, "() => document.querySelector('#chart-front')?.dataset.ready")
+    return page.evaluate("""() => echarts.getInstanceByDom(
+        document.querySelector('#chart-front')).getOption()""")
+
+
+def test_a_pareto_runs_front_names_its_trials_and_a_click_opens_one(tmp_path: Path) -> None:
+    board, url = pareto_dashboard(tmp_path, MO_SCRIPT, PARETO.format())
     errors: list[str] = []
     with browser_page(errors, []) as page:
-        page.goto(url + "#/run/1/figures")
-        poll(page, "() => document.querySelector('#chart-front')?.dataset.ready")
-        option = page.evaluate("""() => echarts.getInstanceByDom(
-            document.querySelector('#chart-front')).getOption()""")
+        option = front_option(page, url)
         assert [a["name"] for a in option["xAxis"] + option["yAxis"]] == [
             "time (minimize)", "acc (maximize)"]
         dominated, front = option["series"]
@@ -366,20 +377,11 @@ def scored(p):
 def test_three_objectives_front_plots_the_two_chosen_and_the_timeline_has_each_nodes_slots(
     tmp_path: Path,
 ) -> None:
-    write_plugin(tmp_path)
-    (tmp_path / "mo_script.py").write_text(MO3_SCRIPT)
-    (tmp_path / "campaign.toml").write_text(PARETO.format().replace(
+    board, url = pareto_dashboard(tmp_path, MO3_SCRIPT, PARETO.format().replace(
         "[space]", '[[objectives]]\nmetric = "mem"\n\n[space]'))
-    done = start_dse(tmp_path, "run", "campaign.toml")
-    _, err = done.communicate(timeout=180)
-    assert done.returncode == 0, err
-    board, url = dashboard(tmp_path)
     errors: list[str] = []
     with browser_page(errors, []) as page:
-        page.goto(url + "#/run/1/figures")
-        poll(page, "() => document.querySelector('#chart-front')?.dataset.ready")
-        option = page.evaluate("""() => echarts.getInstanceByDom(
-            document.querySelector('#chart-front')).getOption()""")
+        option = front_option(page, url)
         assert [a["name"] for a in option["xAxis"] + option["yAxis"]] == [
             "time (minimize)", "acc (maximize)"]
         dominated, front = option["series"]

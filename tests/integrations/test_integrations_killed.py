@@ -8,14 +8,15 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import dse
 from support.procs import live_pids_mentioning
+from support.record import ended_trials
 from support.waiting import wait_until
 from support.wandb_files import read_run
 
@@ -73,20 +74,6 @@ def _env(tmp_path: Path) -> dict[str, str]:
                 WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"))
 
 
-def _ended(tmp_path: Path) -> dict[str, str]:
-    """The record's ended trials (cancelled ones are not: a later run resumes them), by name,
-    with their status."""
-    db = sqlite3.connect(tmp_path / ".dse" / "dse.sqlite")
-    try:
-        rows = db.execute(
-            "SELECT c.name, c.id, t.number, t.status FROM trials t JOIN campaigns c"
-            " ON c.id = t.campaign_id WHERE t.status NOT IN ('pending', 'running',"
-            " 'cancelled')").fetchall()
-    finally:
-        db.close()
-    return {f"{name}-{run}-{number}": status for name, run, number, status in rows}
-
-
 def _mlflow(tmp_path: Path) -> dict[str, list[int]]:
     """Each trial MLflow holds (its run's ``dse.trial`` tag), with the steps of its loss."""
     from mlflow.tracking import MlflowClient
@@ -142,8 +129,8 @@ def _ended_count(tmp_path: Path, floor: int, controller: subprocess.Popen[bytes]
     if controller.poll() is not None:
         return True
     try:
-        return len(_ended(tmp_path)) >= floor
-    except sqlite3.Error:  # the record not made yet
+        return len(ended_trials(tmp_path / ".dse")) >= floor
+    except dse.StoreError:  # the record not made yet
         return False
 
 
@@ -172,7 +159,7 @@ def test_three_kills_and_a_resume_leave_every_trial_once_in_each_library(
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "integrations" not in done.stderr, done.stderr  # nothing failed, nothing left
-    ended = _ended(tmp_path)
+    ended = {name: status for name, (status, _) in ended_trials(tmp_path / ".dse").items()}
     assert len([s for s in ended.values() if s == "completed"]) >= 14
     completed = {name for name, status in ended.items() if status == "completed"}
     for library, held in (("MLflow", _mlflow(tmp_path)), ("TensorBoard", _tensorboard(tmp_path)),

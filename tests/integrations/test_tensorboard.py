@@ -6,13 +6,8 @@ trial ends up in the log directory exactly once."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import random
-import signal
 import subprocess
-import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +27,7 @@ from tensorboard.plugins.hparams import (
 from dse import CampaignExport, ConfigError, TrialExport
 from dse.integrations._tensorboard import TensorBoardIntegration
 from dse.plugins._integration import export_key
-from support.waiting import wait_until
+from support.writers import Writers, kill
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -251,12 +246,10 @@ def test_options_are_checked_when_the_campaign_is_built(monkeypatch: pytest.Monk
 # -- killed writers ----------------------------------------------------------------------
 
 WRITER = r"""
-import json, sys, time
-from dse import CampaignExport, TrialExport
 import dse.integrations._tensorboard as module
+from support.writers import write_missing
 from tensorboard.summary.writer import record_writer
 
-spec = json.loads(sys.argv[1])
 if spec["hang"] is not None:  # the trial whose file is written but never put in place
     publish = module.publish
     def hanging(source, target):
@@ -271,63 +264,15 @@ if spec["slow"]:  # each record a little slower: a kill lands inside a file
         time.sleep(0.002)
         write(self, data)
     record_writer.RecordWriter.write = slow
-from pathlib import Path
-camp = CampaignExport(**{**spec["campaign"], "workspace": Path(spec["campaign"]["workspace"]),
-    "params": tuple(
-    (n, k, tuple(v)) for n, k, v in spec["campaign"]["params"]), "objectives": tuple(
-    tuple(o) for o in spec["campaign"]["objectives"])})
-tb = module.TensorBoardIntegration()
-held = set(tb.open(camp))
-print("open", json.dumps(sorted(held)), flush=True)
-for t in spec["trials"]:
-    if t["key"] not in held:
-        tb.write(TrialExport(**{**t, "curve": tuple(tuple(p) for p in t["curve"])}))
-        print("wrote", t["key"], flush=True)
-tb.close()
-print("done", flush=True)
+write_missing(module.TensorBoardIntegration(), spec)
 """
-
-
-class Writers:
-    """Processes that open the campaign and write those of the trials they are given that
-    it does not hold, each printing to a file the test reads as it goes; any still running
-    when the test ends is killed."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self.started: list[subprocess.Popen[bytes]] = []
-
-    def start(self, trials: list[TrialExport], *, hang: str | None = None,
-              slow: bool = False) -> tuple[subprocess.Popen[bytes], Path]:
-        spec = {"campaign": {**asdict(campaign(self.tmp_path)),
-                             "workspace": str(self.tmp_path)},
-                "trials": [asdict(t) for t in trials], "hang": hang, "slow": slow}
-        out = self.tmp_path / f"writer-{len(self.started)}.out"
-        with out.open("wb") as handle:
-            proc = subprocess.Popen([sys.executable, "-c", WRITER, json.dumps(spec)],
-                                    stdout=handle, stderr=subprocess.STDOUT)
-        self.started.append(proc)
-        return proc, out
-
-    def await_line(self, proc: subprocess.Popen[bytes], out: Path, line: bytes) -> None:
-        """Wait until *proc* printed *line* (failing at once if it ended first)."""
-        wait_until(lambda: line in out.read_bytes() or proc.poll() is not None, 60,
-                   f"the writer to print {line!r}", seen=out.read_text)
-        assert line in out.read_bytes(), out.read_text()
-
-
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
 
 
 @pytest.fixture
 def writers(tmp_path: Path) -> Iterator[Writers]:
-    started = Writers(tmp_path)
+    started = Writers(tmp_path, campaign(tmp_path), WRITER)
     yield started
-    for proc in started.started:
-        if proc.poll() is None:
-            kill(proc)
+    started.kill_all()
 
 
 def held_once(root: Path, trials: list[TrialExport]) -> dict[str, int]:
@@ -346,7 +291,7 @@ def test_a_trial_killed_mid_write_is_removed_then_written_once(
     sees three runs; the next open removes the file, says three, and the fourth is written
     once."""
     trials = [trial(n) for n in range(4)]
-    proc, out = writers.start(trials, hang=trials[3].key)
+    proc, out = writers.start(trials, hang=trials[3].key, slow=False)
     writers.await_line(proc, out, b"hanging")
     kill(proc)
     root = tmp_path / "tensorboard" / "camp"
@@ -372,7 +317,7 @@ def test_writers_killed_at_random_moments_leave_each_trial_once(
     rng = random.Random(7)
     kills, cut = 0, 0
     for _ in range(8):
-        proc, out = writers.start(trials, slow=True)
+        proc, out = writers.start(trials, hang=None, slow=True)
         writers.await_line(proc, out, b"open")
         try:
             proc.wait(timeout=rng.uniform(0.0, 0.25))
@@ -385,7 +330,7 @@ def test_writers_killed_at_random_moments_leave_each_trial_once(
         assert b"done" in out.read_bytes()
         break
     else:
-        proc, out = writers.start(trials)
+        proc, out = writers.start(trials, hang=None, slow=False)
         assert proc.wait(timeout=60) == 0, out.read_text()
     assert kills >= 2, "each round writes 5 trials at most: 12 take 3 rounds"
     assert cut >= 1, f"none of {kills} writers was killed inside a file"

@@ -6,15 +6,12 @@ exactly one run; no W&B service process outlives the writer, closed or killed.""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import threading
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +24,7 @@ from dse.plugins._integration import export_key
 from support.procs import alive
 from support.waiting import wait_until
 from support.wandb_files import read_run
+from support.writers import Writers, kill
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -251,13 +249,10 @@ def test_where_the_runs_go(tmp_path: Path) -> None:
 # -- killed writers ----------------------------------------------------------------------
 
 WRITER = r"""
-import json, sys, time
-from pathlib import Path
-from dse import CampaignExport, TrialExport
 from dse.integrations._wandb import WandbIntegration
+from support.writers import write_missing
 from wandb.sdk import wandb_run
 
-spec = json.loads(sys.argv[1])
 if spec["hang"] is not None:  # the trial whose run is logged but never finished
     finish = wandb_run.Run.finish
     def hanging(self, *args, **kwargs):
@@ -266,61 +261,15 @@ if spec["hang"] is not None:  # the trial whose run is logged but never finished
             time.sleep(600)
         finish(self, *args, **kwargs)
     wandb_run.Run.finish = hanging
-camp = CampaignExport(**{**spec["campaign"], "workspace": Path(spec["campaign"]["workspace"]),
-    "params": tuple((n, k, tuple(v)) for n, k, v in spec["campaign"]["params"]),
-    "objectives": tuple(tuple(o) for o in spec["campaign"]["objectives"])})
-wb = WandbIntegration(mode="offline")
-held = set(wb.open(camp))
-print("open", json.dumps(sorted(held)), flush=True)
-for t in spec["trials"]:
-    if t["key"] not in held:
-        wb.write(TrialExport(**{**t, "curve": tuple(tuple(p) for p in t["curve"])}))
-        print("wrote", t["key"], flush=True)
-wb.close()
-print("done", flush=True)
+write_missing(WandbIntegration(mode="offline"), spec)
 """
-
-
-class Writers:
-    """Processes that open the campaign and write those of the trials they are given that
-    it does not hold, each printing to a file the test reads as it goes; any still running
-    when the test ends is killed."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self.started: list[subprocess.Popen[bytes]] = []
-
-    def start(self, trials: list[TrialExport], *,
-              hang: str | None = None) -> tuple[subprocess.Popen[bytes], Path]:
-        spec = {"campaign": {**asdict(campaign(self.tmp_path)),
-                             "workspace": str(self.tmp_path)},
-                "trials": [asdict(t) for t in trials], "hang": hang}
-        out = self.tmp_path / f"writer-{len(self.started)}.out"
-        with out.open("wb") as handle:
-            proc = subprocess.Popen([sys.executable, "-c", WRITER, json.dumps(spec)],
-                                    stdout=handle, stderr=subprocess.STDOUT)
-        self.started.append(proc)
-        return proc, out
-
-    def await_line(self, proc: subprocess.Popen[bytes], out: Path, line: bytes) -> None:
-        """Wait until *proc* printed *line* (failing at once if it ended first)."""
-        wait_until(lambda: line in out.read_bytes() or proc.poll() is not None, 60,
-                   f"the writer to print {line!r}", seen=out.read_text)
-        assert line in out.read_bytes(), out.read_text()
-
-
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
 
 
 @pytest.fixture
 def writers(tmp_path: Path) -> Iterator[Writers]:
-    started = Writers(tmp_path)
+    started = Writers(tmp_path, campaign(tmp_path), WRITER)
     yield started
-    for proc in started.started:
-        if proc.poll() is None:
-            kill(proc)
+    started.kill_all()
 
 
 def test_a_trial_killed_mid_run_is_removed_then_written_once(
@@ -359,7 +308,7 @@ def test_writers_killed_at_random_moments_leave_each_trial_once(
     rng = random.Random(11)
     kills = 0
     for _ in range(2):
-        proc, out = writers.start(trials)
+        proc, out = writers.start(trials, hang=None)
         writers.await_line(proc, out, b"open")
         try:
             proc.wait(timeout=rng.uniform(0.1, 0.5))
@@ -370,7 +319,7 @@ def test_writers_killed_at_random_moments_leave_each_trial_once(
         assert proc.returncode == 0, out.read_text()
         break
     else:
-        proc, out = writers.start(trials)
+        proc, out = writers.start(trials, hang=None)
         assert proc.wait(timeout=120) == 0, out.read_text()
     assert kills >= 1, "8 trials take longer than a round lasts"
     published = runs(tmp_path)

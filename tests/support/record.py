@@ -76,3 +76,27 @@ def live(store: Storage, campaign: str) -> Iterator[None]:
             yield
         finally:
             store.release_lease(campaign)
+
+
+UNENDED = frozenset({dse.TrialStatus.PENDING, dse.TrialStatus.RUNNING, dse.TrialStatus.CANCELLED})
+"""Where a trial is before its outcome (a cancelled one too: a later run resumes it)."""
+
+
+def ended_trials(workspace: Path, url: str | None = None) -> dict[str, tuple[str, list[int]]]:
+    """The trials of the record of *workspace* (or of the database *url*) that reached an
+    outcome, by name (``<campaign>-<run>-<number>``), each with its status and the steps of
+    its learning curve (a step reported again by a later attempt, once)."""
+    from dse.record._open import reader
+
+    store = reader(workspace, url)
+    try:
+        out = {}
+        for run in store.reads.campaigns():
+            trials = [t for t in store.reads.trials(run.id) if t.status not in UNENDED]
+            curves = store.stops.trial_progress([t.id for t in trials])
+            for t in trials:
+                steps = sorted({p.step for p in curves.get(t.id, [])})
+                out[f"{run.name}-{run.id}-{t.number}"] = (t.status.value, steps)
+        return out
+    finally:
+        store.close()

@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dse.model._durable import sync_directory
 from dse.model._errors import DseError
 from dse.model._numbers import INT64_MAX, is_int64
 
@@ -313,7 +314,7 @@ def report(
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
-    _sync_directory(directory)
+    sync_directory(directory)
     return target
 
 
@@ -388,19 +389,3 @@ def _plain(value: Any) -> Any:
         return float(value)
     msg = f"dse.trial.report(): a value of type {type(value).__name__} cannot be written as JSON"
     raise TypeError(msg)
-
-
-def _sync_directory(directory: Path) -> None:
-    """Make the rename durable: fsync the directory entry (POSIX only)."""
-    if os.name != "posix":
-        return
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems (NFS, some FUSE mounts) refuse fsync on a directory
-    finally:
-        os.close(fd)

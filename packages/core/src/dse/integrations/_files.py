@@ -11,14 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-
-def fsync_dir(path: Path) -> None:
-    """Make the entries of directory *path* (a rename into it, a file made) durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from dse.model._durable import sync_directory
 
 
 def sync_tree(path: Path) -> None:
@@ -32,7 +25,7 @@ def sync_tree(path: Path) -> None:
         return
     for child in path.iterdir():
         sync_tree(child)
-    fsync_dir(path)
+    sync_directory(path)
 
 
 def publish(source: Path, target: Path) -> None:
@@ -41,9 +34,9 @@ def publish(source: Path, target: Path) -> None:
     synced too. *target* must not exist (a directory cannot replace a full one)."""
     sync_tree(source)
     os.replace(source, target)
-    fsync_dir(target.parent)
+    sync_directory(target.parent)
     if source.parent != target.parent:
-        fsync_dir(source.parent)
+        sync_directory(source.parent)
 
 
 def remove(path: Path) -> None:

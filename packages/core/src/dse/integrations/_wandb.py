@@ -30,7 +30,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dse.integrations._files import fsync_dir, place, publish, remove, text_option
+from dse.integrations._files import place, publish, remove, text_option
+from dse.model._durable import sync_directory
 from dse.plugins._integration import Integration, numeric
 
 if TYPE_CHECKING:
@@ -210,4 +211,4 @@ class WandbIntegration(Integration):
             handle.write(key + "\n")
             handle.flush()
             os.fsync(handle.fileno())
-        fsync_dir(self._runs)
+        sync_directory(self._runs)

@@ -86,8 +86,9 @@ class Pages(Queries):
 
     def sample(self, campaign_id: int, limit: int, *, best: int = 100,
                maximize: bool = False) -> list[Trial]:
-        total = self.db.execute("SELECT COUNT(*) FROM trials WHERE campaign_id = ?",
-                                (campaign_id,)).fetchone()[0]
+        # The run's tallies (kept as it is recorded), not a count of its trial rows.
+        total = self.db.execute("SELECT COALESCE(SUM(trials), 0) FROM run_tallies"
+                                " WHERE campaign_id = ?", (campaign_id,)).fetchone()[0]
         # Every trial of a run no larger than *limit*; else every k-th besides the best.
         step = 1 if total <= limit else max(-(-int(total) // max(limit - best, 1)), 1)
         order = "DESC" if maximize else "ASC"

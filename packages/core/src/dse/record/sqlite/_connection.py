@@ -11,6 +11,7 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from dse.model._durable import sync_directory
 from dse.model._errors import DamagedRecordError, StorageError, StoreError
 from dse.record._busy import BusyWait
 from dse.record.sql._schema import MIGRATIONS, SCHEMA_VERSION
@@ -287,21 +288,11 @@ def _create(path: Path, say: Callable[[str], None] | None) -> None:
         except OSError:
             pass  # no hard links here: made in place by the caller
         else:
-            _sync_dir(path.parent)
+            sync_directory(path.parent)
     finally:
         for left in (made, made.with_name(f"{made.name}-journal")):
             with contextlib.suppress(OSError):
                 left.unlink()
-
-
-def _sync_dir(directory: Path) -> None:
-    """Make a new name in *directory* durable (where the system allows it)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _quick_check(db: SqliteConnection, path: Path) -> None:
