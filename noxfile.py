@@ -25,6 +25,8 @@ INTEGRATIONS = "packages/core[report,postgres,integrations]"
 """dse-core as the tests install it: with MLflow, TensorBoard and W&B, which tests/integrations
 writes to and reads back (the types session leaves them out: mypy checks dse's calls to them as
 ``Any``, the same with or without them installed)."""
+TORCH = "torch==2.13.0"
+"""The CPU-only build the machines have on disk (Ax's and Optuna's GP need torch)."""
 BROWSER_DEPS = ["playwright>=1.40"]
 """Drives Debian's Chromium (installed by .ci/run) to open the HTML report; never downloads
 a browser of its own."""
@@ -33,8 +35,11 @@ a browser of its own."""
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """Run every package's tests in parallel with all four distributions installed."""
-    packages = [INTEGRATIONS, "packages/agents[optuna]", *PACKAGES[2:]]
-    session.install(*TEST_DEPS, *BROWSER_DEPS, "pandas", *(f"-e{p}" for p in packages))
+    # torch first, alone, pinned to the CPU-only wheel the machines have, and pinned again
+    # beside ax-platform (the ax agent's tests): left to it, pip fetches a multi-GB CUDA build.
+    session.install(TORCH)
+    packages = [INTEGRATIONS, "packages/agents[optuna,optunahub,ax]", *PACKAGES[2:]]
+    session.install(*TEST_DEPS, *BROWSER_DEPS, "pandas", TORCH, *(f"-e{p}" for p in packages))
     session.run("pytest", "-n", str(WORKERS), "--dist", "loadgroup", *session.posargs)
 
 

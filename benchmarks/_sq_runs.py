@@ -83,7 +83,9 @@ ADAPTED = {"optuna TPE": ("TPESampler", {"multivariate": True}),
            "optuna random": ("RandomSampler", {})}
 """Optuna's samplers run through dse (``agent = "optuna"``, dse-agents[optuna]) as the peer of
 the same name runs them natively: the same sampler and options (``constant_liar`` at P > 1)
-and seed; what dse adds or loses shows as the difference between the two."""
+and seed; what dse adds or loses shows as the difference between the two. ``dse ax`` (``agent =
+"ax"``, dse-agents[ax]) needs no options: Ax's defaults and the seed, as the ``ax botorch``
+peer runs it."""
 
 
 def _campaign(task: Task, agent: str, problem: Problem, workspace: Path) -> dse.Campaign:
@@ -271,5 +273,5 @@ def measure_latency(agent: str, problem: Problem, batches: int = 3) -> Latency:
 
 def sanity_check(methods: list[str]) -> None:
     """Fail before the runs when a method's package is missing."""
-    if AX_METHOD in methods:
+    if AX_METHOD in methods or "dse ax" in methods:
         import_ax()

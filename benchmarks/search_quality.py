@@ -50,7 +50,9 @@ What is measured (one process run; every method sees the same problems, budgets 
   ``dse optuna TPE``, ``dse optuna TPE indep`` and ``dse optuna random`` run Optuna's samplers
   through dse (``agent = "optuna"``, dse-agents[optuna]) with the peer's sampler, options and
   seed: the same numbers as the peer of the same name are what "the adapter adds nothing and
-  loses nothing" looks like. The peers run ask/tell (``_sq_peers.py``): Optuna's
+  loses nothing" looks like; so does ``dse ax`` (``agent = "ax"``, dse-agents[ax], with Ax's
+  defaults) for the ``ax botorch`` peer (left out, as it is, by ``--no-ax`` and ``--quick``,
+  and at P = 1 without ``--ax-p1``). The peers run ask/tell (``_sq_peers.py``): Optuna's
   ``GPSampler``, ``TPESampler`` multivariate and independent (``multivariate=False``), both
   with ``constant_liar`` at P > 1, and ``RandomSampler``; and Ax (``ax-platform`` 1.3,
   ``ax.api.client.Client(random_seed=seed)`` with its default generation strategy: a centre
@@ -194,7 +196,10 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 DSE_METHODS = ("dse bayesian", "dse random", "dse optuna TPE", "dse optuna TPE indep",
-               "dse optuna random")
+               "dse optuna random", "dse ax")
+AX_METHODS = (AX_METHOD, "dse ax")
+"""Ax natively and through dse: left out by ``--no-ax`` and ``--quick``, run at P=1 only with
+``--ax-p1``."""
 PEER_METHODS = (*OPTUNA_SAMPLERS, AX_METHOD)
 ALL_METHODS = (*DSE_METHODS, *PEER_METHODS)
 SEEDS = 10
@@ -229,13 +234,14 @@ COST_PER_TRIAL: dict[str, tuple[float, float, float]] = {
     "optuna TPE indep": (0.045, 0.046, 0.044),
     "optuna random": (0.002, 0.002, 0.002),
     AX_METHOD: (4.0, 2.2, 4.0),
+    "dse ax": (4.0, 2.2, 4.0),
 }
 """Seconds per trial (P=1, P=4 waves, P=4 rolling) of a run of 100 trials on 7 float
 parameters (levy7), measured on 2026-12-02 at load :data:`COST_LOAD` in the pilot run (P=1
 taken as rolling: one ask per trial)."""
-MODEL_BASED = ("dse bayesian", "optuna GP", AX_METHOD)
+MODEL_BASED = ("dse bayesian", "optuna GP", *AX_METHODS)
 """Their time per trial grows with the trials observed (a model refitted on them)."""
-CATEGORICAL_FACTOR = {AX_METHOD: 2.4, "optuna GP": 9.0}
+CATEGORICAL_FACTOR = {AX_METHOD: 2.4, "dse ax": 2.4, "optuna GP": 9.0}
 """How much more Ax and GPSampler spend per trial on a space with categoricals (they optimise
 the acquisition over each combination): measured on training against the float model."""
 
@@ -313,7 +319,7 @@ def make_tasks(
         for key in args.functions
         for label in settings
         for method in methods
-        if not (method == AX_METHOD and label == "P=1" and not args.ax_p1)
+        if not (method in AX_METHODS and label == "P=1" and not args.ax_p1)
         for seed in range(seeds[key])
     ]
     return tasks, seeds, budgets, settings
@@ -610,12 +616,12 @@ def main(argv: list[str] | None = None) -> int:
     prepare_process()
     WORK_DIR.mkdir(exist_ok=True)
     methods, skipped = choose_methods(
-        args, ALL_METHODS, {"optuna GP": "--no-gp", AX_METHOD: "--no-ax"}
+        args, ALL_METHODS, {"optuna GP": "--no-gp", **dict.fromkeys(AX_METHODS, "--no-ax")}
     )
     tasks, seeds, budgets, settings = make_tasks(args, methods)
     if args.estimate:
         hours = sum(estimate_seconds(t) for t in tasks) / max(args.jobs, 1) / 3600
-        ax = sum(estimate_seconds(t) for t in tasks if t.method == AX_METHOD)
+        ax = sum(estimate_seconds(t) for t in tasks if t.method in AX_METHODS)
         print(f"{len(tasks)} runs of {', '.join(methods)}: about {hours:.1f} h on {args.jobs}"
               f" worker(s) at load {COST_LOAD}, {ax / 3600 / max(args.jobs, 1):.1f} h of it Ax")
         return 0
@@ -635,7 +641,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         results = run_all(tasks, log, args.jobs, run_task, init_worker,
-                          ("optuna GP" in methods, AX_METHOD in methods), order)
+                          ("optuna GP" in methods, any(m in methods for m in AX_METHODS)),
+                          order)
         latencies: list[Latency] = []
         if "dse bayesian" in methods and not args.no_latency:
             print("timing bayesian propose after 1,000 observations ...", file=sys.stderr)
@@ -649,8 +656,9 @@ def main(argv: list[str] | None = None) -> int:
     head = run_head(optuna, wall)
     for method, why in skipped.items():
         print(f"{method}: {why}")
-    if AX_METHOD in methods and "P=1" in settings and not args.ax_p1:
-        print(f"{AX_METHOD}: P=1 not run (--ax-p1 runs it)")
+    for method in (m for m in AX_METHODS if m in methods):
+        if "P=1" in settings and not args.ax_p1:
+            print(f"{method}: P=1 not run (--ax-p1 runs it)")
     summary = print_report(results, methods, settings, args.functions, latencies, head)
     summary.update({"budgets": budgets, "seeds": seeds,
                     **run_fields(args, skipped, optuna, log.path, wall)})

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -370,3 +371,20 @@ def test_a_campaign_file_runs_with_a_function_as_its_objective(tmp_path: Path) -
     assert [dict(t.metrics) for t in results.trials] == [{"loss": 10.0, "extra": 1.5},
                                                         {"loss": 20.0, "extra": 1.5}]
     assert results.direction == "maximize"
+
+
+def test_the_warm_start_example_runs_the_enqueued_guess_first_then_exploits(
+    tmp_path: Path,
+) -> None:
+    out = run_script(tmp_path, doc_block("# warm.py"))
+    first, best = out.split("best ")
+    assert first.strip() == "[1.25]"  # the enqueued guess ran first
+    assert float(best) < 0.0625  # the guess's own (1.25 - 1.5)**2: the agent did better
+    db = tmp_path / ".dse" / "dse.sqlite"
+    conn = sqlite3.connect(db)
+    try:
+        kinds = [k for (k,) in conn.execute(
+            "SELECT kind FROM agent_log WHERE campaign_id = 2 ORDER BY id")]
+        assert kinds[:2] == ["warm", "enqueue"]
+    finally:
+        conn.close()

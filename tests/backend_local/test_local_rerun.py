@@ -19,7 +19,7 @@ import pytest
 import dse
 from support.cli import run_dse, write_plugin
 
-AGENTS = ("bayesian", "grid", "optuna", "random")
+AGENTS = ("ax", "bayesian", "grid", "optuna", "random")
 TRIALS = 8
 
 TRIAL = r"""

@@ -33,6 +33,7 @@ import dse
 from dse import ConfigError, load_campaign
 from dse.campaign import _campaign
 from dse.campaign._data import DATA_KEYS
+from dse.campaign._seeding import WARM_KEYS
 from dse.model._budget import BUDGET_KEYS, PRICE_KEYS, TRIAL_CEILING_KEYS
 from dse.model._space import PARAM_KEYS
 from dse.pool._poolfile import POOL_CAMPAIGN_KEYS, POOL_FILE_KEYS, POOL_KEYS, load_pool
@@ -53,8 +54,17 @@ name = "every"
 backend = "probe"
 agent = "random"
 
+[agent]
+warm_start = ["every"]
+warm_start_data = "any"
+warm_start_fill = { x = 1 }
+
 [agent.random]
 sampler = "sobol"
+
+[[enqueue]]
+x = 3
+kind = "b"
 
 [backend.probe.price]
 cpu_hour = 1.0
@@ -256,6 +266,7 @@ def campaign_keys(reads: list[_Read]) -> dict[str, frozenset[str]]:
         "[budget.trial]": TRIAL_CEILING_KEYS,
         "[backend.<name>.price]": PRICE_KEYS,
         "[data]": DATA_KEYS,
+        "[agent]": WARM_KEYS,
         SPACE: frozenset().union(*PARAM_KEYS.values()),
     }
     accepted |= {variant_section(kind): keys for kind, keys in PARAM_KEYS.items()}

@@ -22,7 +22,7 @@ BAD = {
     "plugins": ["x"],
     "show": [], "invalidate": ["--trial", "x", "--failed"], "export": ["x", "--format", "y"],
     "doctor": ["--salvage"], "record": ["move", "a", "b"], "dashboard": ["--port", "x"],
-    "sync": [],
+    "sync": [], "enqueue": [],
 }
 """Arguments each subcommand refuses."""
 
@@ -51,7 +51,7 @@ def test_every_command_has_arguments_and_a_handler() -> None:
 def test_one_subparser_parses_as_the_whole_parser(name: str, kind: str) -> None:
     argv = {"help": [name, "--help"], "refused": [name, *BAD[name]],
             "ok": [name, *{"run": ["c.toml"], "show": ["demo:1"], "export": ["demo"],
-                           "sync": ["c.toml"],
+                           "sync": ["c.toml"], "enqueue": ["c.toml"],
                            "record": ["copy", ".dse", "postgresql://db/dse"]}.get(name, [])]
             }[kind]
     alone = parsed(_parser(name), argv)

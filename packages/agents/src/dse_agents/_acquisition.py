@@ -5,7 +5,9 @@ trial has failed, the log probability that the point succeeds
 (:class:`dse_agents._feasibility.SuccessModel`). :class:`Maximiser` finds its best points:
 random candidates over the whole space and perturbations of the best points seen, the best of
 each climbed by rounds of shrinking random steps, then polished together by L-BFGS-B on the
-analytic gradient.
+analytic gradient. In a conditional space every candidate is scored as the point it stands
+for (:meth:`dse_agents._encoding.Encoding.canonical`: its inactive columns as encoding sets
+them), and the gradient moves its active columns only.
 """
 
 from __future__ import annotations
@@ -155,6 +157,28 @@ class Acquisition:
         return value, grad
 
 
+class _AsEncoded:
+    """*acq* of the points candidates stand for in a conditional space (their inactive
+    columns as encoding sets them), its gradient on their active columns only."""
+
+    def __init__(self, acq: Surface, enc: Encoding) -> None:
+        self._acq = acq
+        self._enc = enc
+
+    @property
+    def length_scales(self) -> NDArray[np.float64]:
+        return self._acq.length_scales
+
+    def __call__(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        return self._acq(self._enc.canonical(x))
+
+    def with_gradient(
+        self, x: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        value, grad = self._acq.with_gradient(self._enc.canonical(x))
+        return value, np.where(self._enc.free(x), grad, 0.0)
+
+
 class Maximiser:
     """Finds the points of highest acquisition in the unit cube of *enc* (seeded by *rng*)."""
 
@@ -180,6 +204,8 @@ class Maximiser:
         numeric = ~enc.categorical
         cols = int(numeric.sum())
         self._lo, self._hi = box if box is not None else (np.zeros(cols), np.ones(cols))
+        if enc.conditional:
+            acq = _AsEncoded(acq, enc)
         count = self._candidates
         spread = enc.from_unit(rng.random((count, dims)))
         spread[:, numeric] = self._lo + spread[:, numeric] * (self._hi - self._lo)
@@ -190,6 +216,8 @@ class Maximiser:
         per = max(count // (2 * len(top)), 8)
         for centre in top:
             moved = np.repeat(centre[None, :], per, axis=0)
+            if enc.conditional:  # the params of a branch the centre is not in: anywhere
+                moved = np.where(enc.free(moved), moved, enc.from_unit(rng.random((per, dims))))
             step = rng.normal(0.0, 1.0, (per, width)) * scales * rng.choice(
                 [0.05, 0.2, 0.5], size=(per, 1))
             moved[:, numeric] = np.clip(moved[:, numeric] + step[:, numeric],
@@ -198,7 +226,7 @@ class Maximiser:
             flip = rng.random((per, 1)) < 0.2
             moved[:, ~numeric] = np.where(flip, flips[:, ~numeric], moved[:, ~numeric])
             cands.append(moved)
-        pool = np.vstack(cands)
+        pool = enc.canonical(np.vstack(cands))
         score = acq(pool)
         # Polish from the best random candidates (peaks anywhere in the space) and from the
         # best near the observed optimum: the far peaks are how the model leaves a basin.
@@ -211,6 +239,7 @@ class Maximiser:
         climbed, values = self._climb(acq, starts)
         polished, finals = (self._polish(acq, climbed, values) if polish
                             else (climbed, values))
+        polished = enc.canonical(polished)
         ranked = [polished[i] for i in np.argsort(-finals, kind="stable")]
         order = np.argsort(-score, kind="stable")
         return ranked + [pool[i] for i in order[: 4 * width + 64]]

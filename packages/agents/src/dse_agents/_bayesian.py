@@ -236,7 +236,7 @@ class BayesianAgent:
         model: tuple[NDArray[np.float64], NDArray[np.float64], float] | None = None
         pareto = self._multi.active
         while len(out) < n and not self.exhausted:
-            if self._proposed < self._initial or self._successes() < 2:
+            if self._proposed + self._told_unasked() < self._initial or self._successes() < 2:
                 params = self._from_design()
             elif pareto:
                 if model is None:
@@ -259,6 +259,11 @@ class BayesianAgent:
                 else:
                     self._believe([point])
         return out
+
+    def _told_unasked(self) -> int:
+        """How many results it was told that answer none of its proposals (a warm start's):
+        they stand for as many points of the initial design."""
+        return sum(1 for place in self._order if place[0] == _UNNUMBERED)
 
     def observe(self, observations: Sequence[Observation]) -> None:
         enc = self._enc
@@ -498,8 +503,9 @@ class BayesianAgent:
             return None
         numeric = ~self._enc.categorical
         length = trust_length(self._y, self._initial, int(numeric.sum()))
-        centre = x[int(np.argmin(y))][numeric]
-        return trust_box(centre, self._model.length_scales[numeric], length)
+        best = x[int(np.argmin(y))]  # a param inactive there: the box spans its whole range
+        return trust_box(best[numeric], self._model.length_scales[numeric], length,
+                         self._enc.free(best)[numeric])
 
     def _from_model(
         self, model: tuple[NDArray[np.float64], NDArray[np.float64], float], *, polish: bool

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dse_agents._options import need_int, reject_unknown
-from dse_agents._points import PointIndex
+from dse_agents._points import PointIndex, TreeIndex
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -20,7 +20,9 @@ class GridAgent:
     parameter varying fastest: categorical choices as declared, every value of an integer
     range, every step of a stepped float, and *points* evenly spaced values (log-spaced on a
     log scale, both ends included) of a float declared without a step. Points are numbered
-    and decoded on demand, so a huge grid costs nothing until it is walked.
+    and decoded on demand, so a huge grid costs nothing until it is walked. A conditional
+    space's grid is its tree: each point holds its active parameters only, in the same order
+    (declared order, the last active parameter fastest), no point twice.
 
     The grid needs no feedback: it hands out as many points as asked for, ignores
     observations and what is in flight, and is :attr:`exhausted` as soon as its last point
@@ -36,7 +38,9 @@ class GridAgent:
 
     def __init__(self, space: Space, *, seed: int = 0, points: int = 5, **options: Any) -> None:
         reject_unknown(self.name, options, ["points"])
-        self._index = PointIndex(space, need_int(self.name, "points", points, minimum=2))
+        count = need_int(self.name, "points", points, minimum=2)
+        self._index: PointIndex | TreeIndex = (
+            TreeIndex(space, count) if space.conditional else PointIndex(space, count))
         self._next = 0
 
     @property

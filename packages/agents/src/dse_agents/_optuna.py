@@ -4,7 +4,9 @@ campaign's trials as it would a study's and handles a batch in flight its own wa
 
 Each proposal is an Optuna trial asked of an in-memory study over the campaign's space (an
 ``IntRange`` an ``IntDistribution``, a ``FloatRange`` a ``FloatDistribution``, a
-``Categorical`` a ``CategoricalDistribution``); each observation is told to the trial of its
+``Categorical`` a ``CategoricalDistribution``; in a conditional space the trial is asked
+define-by-run, each active param suggested in declared order, the inactive ones never);
+each observation is told to the trial of its
 params: a completed trial its loss (the score oriented so lower is better, or each objective's
 in a Pareto campaign), a trial stopped early ``PRUNED`` after its loss at its step, every other
 outcome and a rejection ``FAIL`` (which samplers leave out). A result told without a trial of
@@ -27,12 +29,13 @@ import warnings
 from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dse import Categorical, FloatRange, IntRange, TrialStatus
+from dse import Categorical, ConfigError, FloatRange, IntRange, TrialStatus
+from dse_agents._hub import PREFIX, hub_sampler_class
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from dse import Observation, Space
+    from dse import Observation, Parameter, Space
 
 DUPLICATE_TRIES = 50
 """Samplings per proposal before a call gives up finding a point not already taken."""
@@ -52,8 +55,14 @@ def distributions(space: Space) -> dict[str, Any]:
     return out
 
 
-def sampler_class(name: str) -> type:
-    """``TPESampler`` (any of ``optuna.samplers``) or ``package.module:Class``."""
+def sampler_class(name: str, hub: Mapping[str, Any] | None = None) -> type:
+    """``TPESampler`` (any of ``optuna.samplers``), ``package.module:Class``, or
+    ``hub:samplers/<package>`` (a package of OptunaHub, loaded as *hub* says: ``_hub.py``)."""
+    if name.startswith(PREFIX):
+        return hub_sampler_class(name.removeprefix(PREFIX), hub or {})
+    if hub is not None:
+        msg = f"agent.optuna.hub: only for a sampler of OptunaHub ('hub:...'), not {name!r}"
+        raise ConfigError(msg)
     if ":" in name:
         module, _, attr = name.partition(":")
         found = getattr(importlib.import_module(module), attr, None)
@@ -76,16 +85,21 @@ class OptunaAgent:
         ``seed``, when it takes one, is the campaign's.
     :param objectives: how many losses each trial has: 1, or a Pareto campaign's objective
         count (the study's directions, all minimised: dse orients every loss so).
+    :param hub: where a sampler of OptunaHub (``sampler = "hub:samplers/<package>"``) is
+        loaded from: ``optunahub.load_module``'s keywords (``ref``, ``repo_owner``,
+        ``repo_name``, ``base_url``, ``force_reload``), or ``registry_root``, a registry on
+        this machine (``optunahub.load_local_module``).
     """
 
     name: ClassVar[str] = "optuna"
     version: ClassVar[str] = "1"
 
     def __init__(self, space: Space, seed: int = 0, *, sampler: str = "TPESampler",
-                 options: Mapping[str, Any] | None = None, objectives: int = 1) -> None:
+                 options: Mapping[str, Any] | None = None, objectives: int = 1,
+                 hub: Mapping[str, Any] | None = None) -> None:
         optuna: Any = importlib.import_module("optuna")
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        cls = sampler_class(sampler)
+        cls = sampler_class(sampler, hub)
         kwargs = dict(options or {})
         if "seed" in inspect.signature(cls).parameters:
             kwargs.setdefault("seed", seed)
@@ -135,7 +149,7 @@ class OptunaAgent:
                 return None
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", self._optuna.exceptions.ExperimentalWarning)
-                trial = self._study.ask(self._dists)
+                trial = self._asked()
             params = dict(self.space.coerce(trial.params))
             key = _key(params)
             if key in taken:
@@ -150,6 +164,20 @@ class OptunaAgent:
                 self._flying.setdefault(key, deque()).append(trial)
                 return params
         return None
+
+    def _asked(self) -> Any:
+        """A new trial of the study with the space's params suggested: all at once (fixed
+        distributions), or in a conditional space define-by-run, each active param in
+        declared order once its parents are (the sampler sees the tree, as in a study whose
+        objective asks only for the params a branch uses)."""
+        if not self.space.conditional:
+            return self._study.ask(self._dists)
+        trial = self._study.ask()
+        values: dict[str, Any] = {}
+        for param in self.space:
+            if param.name in self.space.active(values):
+                values[param.name] = _suggest(trial, param)
+        return trial
 
     def observe(self, observations: Sequence[Observation]) -> None:
         for obs in observations:
@@ -194,12 +222,24 @@ class OptunaAgent:
         if losses is None or obs.status is not TrialStatus.COMPLETED:
             return
         dists = {k: v for k, v in self._dists.items() if k in obs.params}
-        if len(dists) != len(self._dists):
+        if set(dists) != set(self.space.active(obs.params)):
             return
         values = losses if self._objectives > 1 else None
         value = None if self._objectives > 1 else losses[0]
         self._study.add_trial(self._optuna.trial.create_trial(
             params=dict(obs.params), distributions=dists, value=value, values=values))
+
+
+def _suggest(trial: Any, param: Parameter) -> Any:
+    """*param*'s value suggested by Optuna *trial* (its distribution as :func:`distributions`
+    makes it)."""
+    if isinstance(param, Categorical):
+        return trial.suggest_categorical(param.name, list(param.choices))
+    if isinstance(param, IntRange):
+        return trial.suggest_int(param.name, param.low, param.high, step=param.step,
+                                 log=param.log)
+    return trial.suggest_float(param.name, param.low, param.high, step=param.step,
+                               log=param.log)
 
 
 def _key(params: Mapping[str, Any]) -> str:

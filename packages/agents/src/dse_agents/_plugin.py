@@ -18,4 +18,6 @@ def dse_register_agents() -> list[type[Agent] | dse.Deferred]:
     bayesian = dse.Deferred("bayesian", "dse_agents._bayesian:BayesianAgent", version="0.2.1")
     # Optuna's samplers (dse-agents[optuna]): imported only by a campaign that names them.
     optuna = dse.Deferred("optuna", "dse_agents._optuna:OptunaAgent", version="1")
-    return [bayesian, optuna, GridAgent, RandomAgent]
+    # Ax's Client (dse-agents[ax]): torch and Ax take seconds to import.
+    ax = dse.Deferred("ax", "dse_agents._ax:AxAgent", version="1")
+    return [ax, bayesian, optuna, GridAgent, RandomAgent]

@@ -8,6 +8,7 @@ declared order. Value sequences stay lazy where a parameter is huge (an integer 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, overload
@@ -97,3 +98,150 @@ class PointIndex:
     def point(self, number: int) -> dict[str, Any]:
         """The params of point *number* (``0 <= number < size``)."""
         return {name: vals[number // stride % size] for name, vals, stride, size in self._digits}
+
+
+class TreeIndex:
+    """Numbers the points of a conditional space (:attr:`dse.Space.conditional`: each point
+    holds its active parameters only) in grid order — declared order, the last active
+    parameter varying fastest, no point twice — and decodes a number into params.
+
+    A parent's values fall in runs: consecutive values under which the same of its
+    children's conditions hold (a value some condition names, or a stretch of values none
+    names). The points below a run are counted once per state of the parents above (and
+    remembered), so a number decodes in one pass over the parameters, whatever the size.
+    """
+
+    __slots__ = ("_conditions", "_counts", "_names", "_runs", "size", "sizes", "values")
+
+    def __init__(self, space: Space, points: int) -> None:
+        params = space.params
+        self.values: tuple[Sequence[Value], ...] = tuple(
+            value_sequence(p, points) for p in params)
+        """Each parameter's values, in declared order."""
+        self.sizes: tuple[int, ...] = tuple(
+            p.size if p.size is not None else len(v)
+            for p, v in zip(params, self.values, strict=True))
+        """Number of values of each parameter."""
+        self._names = space.names
+        at = {name: i for i, name in enumerate(self._names)}
+        allowed: dict[int, list[frozenset[int]]] = {}
+        conditions: list[tuple[tuple[int, int], ...]] = []
+        for param in params:
+            own = []
+            for parent, values in param.when:
+                tests = allowed.setdefault(at[parent], [])
+                own.append((at[parent], len(tests)))
+                tests.append(frozenset(_value_index(space[parent], v) for v in values))
+            conditions.append(tuple(own))
+        self._conditions = tuple(conditions)
+        """Each parameter's conditions: (its parent's position, the condition's place among
+        the parent's)."""
+        self._runs: tuple[tuple[tuple[int, int, tuple[bool, ...]], ...] | None, ...] = tuple(
+            _runs(allowed[i], self.sizes[i]) if i in allowed else None
+            for i in range(len(params)))
+        """A parent's runs of values: (start, stop, which of its conditions hold there)."""
+        self._counts: dict[tuple[int, tuple[Any, ...]], int] = {}
+        self.size: int = self._count(0, (None,) * len(params))
+        """Number of points."""
+
+    def _on(self, i: int, state: tuple[Any, ...]) -> bool:
+        """Whether parameter *i* is active under *state* (the run each active parent above
+        it is in: the conditions that hold there; ``None`` for an inactive one)."""
+        for parent, place in self._conditions[i]:
+            run = state[parent]
+            if run is None or not run[place]:
+                return False
+        return True
+
+    def _count(self, start: int, state: tuple[Any, ...]) -> int:
+        """The points of the parameters from *start* on, under *state*."""
+        key = (start, state)
+        known = self._counts.get(key)
+        if known is not None:
+            return known
+        product = 1
+        for i in range(start, len(self.sizes)):
+            if not self._on(i, state):
+                continue
+            runs = self._runs[i]
+            if runs is not None:
+                product *= sum((stop - first) * self._count(i + 1, _set(state, i, holds))
+                               for first, stop, holds in runs)
+                break
+            product *= self.sizes[i]
+        self._counts[key] = product
+        return product
+
+    def point(self, number: int) -> dict[str, Any]:
+        """The params of point *number* (``0 <= number < size``): its active ones."""
+        out: dict[str, Any] = {}
+        state: tuple[Any, ...] = (None,) * len(self.sizes)
+        for i, name in enumerate(self._names):
+            if not self._on(i, state):
+                continue
+            runs = self._runs[i]
+            index = 0
+            if runs is None:
+                index, number = divmod(number, self._count(i + 1, state))
+            else:
+                for first, stop, holds in runs:
+                    below = _set(state, i, holds)
+                    each = self._count(i + 1, below)
+                    if number < (stop - first) * each:
+                        offset, number = divmod(number, each)
+                        index, state = first + offset, below
+                        break
+                    number -= (stop - first) * each
+            out[name] = self.values[i][index]
+        return out
+
+    def number(self, indices: Sequence[int]) -> int:
+        """The number of the point whose parameters take value *indices* (one per parameter,
+        in declared order; those of inactive parameters ignored)."""
+        number = 0
+        state: tuple[Any, ...] = (None,) * len(self.sizes)
+        for i, index in enumerate(indices):
+            if not self._on(i, state):
+                continue
+            runs = self._runs[i]
+            if runs is None:
+                number += index * self._count(i + 1, state)
+                continue
+            for first, stop, holds in runs:
+                below = _set(state, i, holds)
+                each = self._count(i + 1, below)
+                if first <= index < stop:
+                    number += (index - first) * each
+                    state = below
+                    break
+                number += (stop - first) * each
+        return number
+
+
+def _set(state: tuple[Any, ...], i: int, value: Any) -> tuple[Any, ...]:
+    return (*state[:i], value, *state[i + 1:])
+
+
+def _value_index(param: Parameter, value: Value) -> int:
+    """The position of *value* (coerced) among a categorical's choices or an int range's
+    values."""
+    if isinstance(param, IntRange):
+        return (int(value) - param.low) // param.step
+    choices = param.values()
+    return next(i for i, c in enumerate(choices) if c == value and type(c) is type(value))
+
+
+def _runs(tests: Sequence[frozenset[int]], size: int
+          ) -> tuple[tuple[int, int, tuple[bool, ...]], ...]:
+    """The runs of a parent of *size* values whose conditions allow the value indices of
+    *tests*: consecutive values under which the same conditions hold, in order."""
+    named = sorted(set().union(*tests))
+    cuts = sorted({0, size, *named, *(i + 1 for i in named)})
+    runs: list[tuple[int, int, tuple[bool, ...]]] = []
+    for first, stop in itertools.pairwise(cuts):
+        holds = tuple(first in allowed for allowed in tests)
+        if runs and runs[-1][2] == holds:
+            runs[-1] = (runs[-1][0], stop, holds)
+        else:
+            runs.append((first, stop, holds))
+    return tuple(runs)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dse import Categorical, ConfigError, FloatRange, IntRange
 from dse_agents._options import reject_unknown
-from dse_agents._points import PointIndex, value_sequence
+from dse_agents._points import PointIndex, TreeIndex, value_sequence
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +33,11 @@ class RandomAgent:
       parameters a draw first tries a few log-distributed points and takes one that was
       not drawn yet, else any remaining point.
     * **Infinite space**: independent draws (a repeat is practically impossible).
+    * **Conditional space** (:attr:`dse.Space.conditional`): the same draws of the points of
+      its tree, each holding its active parameters only: on a finite space every point of
+      the tree equally likely, without repeats; on an infinite one each active parameter
+      drawn as above (a value is drawn for every parameter, and the inactive ones left out,
+      so each point costs the generator the same).
 
     The sequence of proposals depends only on the seed, never on how the engine batches its
     calls (``propose(4)`` gives what four ``propose(1)`` give), so a campaign's trajectory
@@ -60,6 +65,7 @@ class RandomAgent:
             _SobolDraws(space, seed) if sampler == "sobol" else None
         )
         self._rng = random.Random(seed)
+        self._space = space
         self._names = space.names
         cardinality = space.cardinality
         self._finite = cardinality is not None
@@ -69,18 +75,17 @@ class RandomAgent:
         # ``_where`` maps a moved number to its position (kept only to find log-drawn points).
         self._at: dict[int, int] = {}
         self._where: dict[int, int] = {}
-        self._index: PointIndex | None = None
+        self._index: PointIndex | TreeIndex | None = None
         self._size = 0
-        self._preferred: tuple[tuple[int, Callable[[random.Random], int]], ...] | None = None
+        self._preferred: Callable[[random.Random], int] | None = None
+        """Draws the number of a point log-distributed (with log-scaled parameters)."""
         self._samplers: tuple[Callable[[random.Random], Value], ...] = ()
         if self._finite:
-            self._index = PointIndex(space, 0)
-            self._size = self._index.size
+            index = TreeIndex(space, 0) if space.conditional else PointIndex(space, 0)
+            self._index = index
+            self._size = index.size
             if any(_is_log(p) for p in space.params):
-                self._preferred = tuple(
-                    (size, _index_sampler(p))
-                    for size, p in zip(self._index.sizes, space.params, strict=True)
-                )
+                self._preferred = _log_draw(index, space)
         else:
             self._samplers = tuple(_value_sampler(p) for p in space.params)
 
@@ -97,10 +102,14 @@ class RandomAgent:
         index = self._index
         if index is None:
             names, samplers = self._names, self._samplers
-            return [
+            drawn = [
                 dict(zip(names, [s(rng) for s in samplers]))  # noqa: B905 - equal lengths
                 for _ in range(max(n, 0))
             ]
+            if self._space.conditional:
+                active = self._space.active
+                return [{name: params[name] for name in active(params)} for params in drawn]
+            return drawn
         point, draw = index.point, self._draw
         return [point(draw(rng)) for _ in range(min(max(n, 0), self._size - self._drawn))]
 
@@ -131,9 +140,7 @@ class RandomAgent:
         if preferred is not None:
             where = self._where
             for _ in range(_PREFERRED_TRIES):
-                number = 0
-                for size, sample in preferred:
-                    number = number * size + sample(rng)
+                number = preferred(rng)
                 position = where.get(number, number)
                 if position >= drawn:
                     return self._take(position)
@@ -167,6 +174,28 @@ class RandomAgent:
 
 def _is_log(param: Parameter) -> bool:
     return not isinstance(param, Categorical) and param.log
+
+
+def _log_draw(index: PointIndex | TreeIndex, space: Space) -> Callable[[random.Random], int]:
+    """Draws the number of a point, each parameter's value log-uniformly on a log scale
+    (uniformly on another): mixed radix over the grid, or a tree's number of the point."""
+    samplers = tuple(_index_sampler(p) for p in space.params)
+    if isinstance(index, TreeIndex):
+        number = index.number
+
+        def draw_tree(rng: random.Random) -> int:
+            return number([sample(rng) for sample in samplers])
+
+        return draw_tree
+    radix = tuple(zip(index.sizes, samplers, strict=True))
+
+    def draw(rng: random.Random) -> int:
+        point = 0
+        for size, sample in radix:
+            point = point * size + sample(rng)
+        return point
+
+    return draw
 
 
 def _index_sampler(param: Parameter) -> Callable[[random.Random], int]:
@@ -230,7 +259,9 @@ class _SobolDraws:
         self._sobol = qmc.Sobol(d=max(self._enc.dims, 1), scramble=True, seed=seed)
         self._buffer: list[Any] = []
         self._size = space.cardinality
-        self._index = PointIndex(space, 0) if self._size is not None else None
+        self._index: PointIndex | TreeIndex | None = None
+        if self._size is not None:
+            self._index = TreeIndex(space, 0) if space.conditional else PointIndex(space, 0)
         self._drawn: set[tuple[Any, ...]] = set()
         self._scan = 0
 
@@ -250,7 +281,9 @@ class _SobolDraws:
         enc = self._enc
         for _ in range(64):
             if not self._buffer:
-                self._buffer = list(self._sobol.random_base2(6))
+                # random(64), not random_base2(6): the same points, and past 128 of them
+                # random_base2 refuses (the total is no longer a power of 2).
+                self._buffer = list(self._sobol.random(64))
             params = enc.decode(enc.from_unit(self._buffer.pop(0))[0])
             if self._size is None or enc.key(params) not in self._drawn:
                 return params

@@ -69,11 +69,16 @@ def trust_length(losses: Sequence[float | None], start: int, columns: int) -> fl
 
 
 def trust_box(
-    centre: NDArray[np.float64], length_scales: NDArray[np.float64], length: float
+    centre: NDArray[np.float64], length_scales: NDArray[np.float64], length: float,
+    free: NDArray[np.bool_] | None = None,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """The box of side *length* (geometric mean) around *centre*, each side proportional to
-    its length scale (at most ``_SCALE_CAP``), clipped to the unit cube."""
+    its length scale (at most ``_SCALE_CAP``), clipped to the unit cube; a column not *free*
+    (its param inactive at the centre, of a conditional space) spans the whole cube."""
     scales = np.minimum(length_scales, _SCALE_CAP)
     weights = scales / np.exp(np.mean(np.log(scales)))
     half = 0.5 * length * weights
-    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+    low, high = np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+    if free is not None:
+        low[~free], high[~free] = 0.0, 1.0
+    return low, high

@@ -18,6 +18,8 @@ from dse.model._lazy import lazy_names
 if TYPE_CHECKING:
     from dse._version import __version__
     from dse.api._api import load, run
+    from dse.api._asktell import AskedTrial, AskTell, ask_tell
+    from dse.api._enqueue import enqueue
     from dse.campaign._campaign import campaign_from_dict, load_campaign
     from dse.campaign._model import Campaign, EnvironmentConfig
     from dse.engine._engine import Engine as Engine
@@ -89,6 +91,9 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "Agent": "dse.plugins._protocols",
     "AgentError": "dse.model._errors",
+    "AskTell": "dse.api._asktell",
+    "AskedTrial": "dse.api._asktell",
+    "ask_tell": "dse.api._asktell",
     "AttemptRecord": "dse.report._readback",
     "AttemptState": "dse.model._types",
     "CampaignStatus": "dse.model._types",
@@ -160,6 +165,7 @@ _LAZY: dict[str, str] = {
     "config_hash": "dse.model._hashing",
     "hypervolume": "dse.model._pareto",
     "pareto_ranks": "dse.model._pareto",
+    "enqueue": "dse.api._enqueue",
     "hookimpl": "dse.hookspecs",
     "load": "dse.api._api",
     "load_campaign": "dse.campaign._campaign",
@@ -188,6 +194,8 @@ __all__ = [
     "REUSED_FAILURES",
     "Agent",
     "AgentError",
+    "AskTell",
+    "AskedTrial",
     "AttemptRecord",
     "AttemptState",
     "Backend",
@@ -249,11 +257,13 @@ __all__ = [
     "TrialStatus",
     "Verdict",
     "__version__",
+    "ask_tell",
     "build_engine",
     "campaign_from_dict",
     "canonical_json",
     "config_hash",
     "did_you_mean",
+    "enqueue",
     "hookimpl",
     "hypervolume",
     "load",

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RESULT_FILE",
     "TrialContextError",
+    "append_progress",
     "attempt",
     "checkpoint_dir",
     "checkpoint_every",
@@ -77,6 +78,7 @@ __all__ = [
     "trial_dir",
     "trial_id",
     "world_size",
+    "write_result",
 ]
 
 RESULT_FILE = "result.json"
@@ -291,18 +293,49 @@ def report(
     path the first rank writes, so every rank may run the same code.
     """
     directory = trial_dir()
+    # Serialise first: a value JSON cannot hold raises before any file is touched.
+    text = _result_text(metrics, data_version or os.environ.get("DSE_DATA_VERSION") or None,
+                        complete, extra)
+    if not is_first():
+        return directory / RESULT_FILE
+    return _replace_result(directory, text)
+
+
+def write_result(
+    directory: Path,
+    metrics: Mapping[str, float],
+    *,
+    data_version: str | None = None,
+    complete: bool = True,
+    **extra: Any,
+) -> Path:
+    """Write ``result.json`` in the trial directory *directory*, as :func:`report` writes it
+    (the same document, replaced atomically), for code that is handed a trial's directory
+    rather than run inside it: ``dse.ask_tell``'s ``tell``. Returns its path.
+
+    :param data_version: the data version the trial read (``null`` when ``None``).
+    :raises TypeError: a value cannot be written as JSON (nothing is written then).
+    """
+    return _replace_result(directory, _result_text(metrics, data_version, complete, extra))
+
+
+def _result_text(metrics: Mapping[str, float], data_version: str | None, complete: bool,
+                 extra: Mapping[str, Any]) -> str:
+    """The JSON of a result document (what :func:`report` writes)."""
     document: dict[str, Any] = {
         "complete": complete,
         "metrics": dict(metrics),
-        "data_version": data_version or os.environ.get("DSE_DATA_VERSION") or None,
+        "data_version": data_version,
         "environment": environment(),
     }
     document.update(extra)
-    # Serialise first: a value JSON cannot hold raises before any file is touched.
-    text = json.dumps(document, allow_nan=True, default=_plain)
+    return json.dumps(document, allow_nan=True, default=_plain)
+
+
+def _replace_result(directory: Path, text: str) -> Path:
+    """Replace ``result.json`` in *directory* with *text*: a temporary file, fsynced, renamed
+    over it, the directory synced; its path."""
     target = directory / RESULT_FILE
-    if not is_first():
-        return target
     temporary = directory / f".{RESULT_FILE}.{os.getpid()}.{next(_temp_names)}.tmp"
     try:
         with open(temporary, "w", encoding="utf-8") as handle:
@@ -341,18 +374,42 @@ def report_progress(step: int, metrics: Mapping[str, float]) -> Path:
         keeps).
     :raises TypeError: a value cannot be written as JSON (nothing is written then).
     """
-    if not is_int64(step) or step < 0:
-        raise ValueError(f"dse.trial.report_progress(): step must be a whole number from 0 to"
-                         f" {INT64_MAX}, not {step!r:.40}")
-    target = trial_dir() / PROGRESS_FILE
-    line = json.dumps({"step": step, "metrics": dict(metrics), "attempt": attempt(),
-                       "at": time.time()}, allow_nan=True, default=_plain) + "\n"
+    directory = trial_dir()
+    line = _progress_line("report_progress", step, metrics, attempt())
     if not is_first():
-        return target
+        return directory / PROGRESS_FILE
+    return _append_progress(directory, line)
+
+
+def append_progress(directory: Path, step: int, metrics: Mapping[str, float], *,
+                    attempt: int) -> Path:
+    """Add a point to the learning curve of the trial whose directory is *directory* (attempt
+    *attempt*), as :func:`report_progress` adds it inside a trial: for code handed a trial's
+    directory (``dse.ask_tell``'s trials). Returns the progress file's path.
+
+    :raises ValueError: *step* is not a whole number from 0 to 2**63 - 1.
+    :raises TypeError: a value cannot be written as JSON (nothing is written then).
+    """
+    return _append_progress(directory, _progress_line("append_progress", step, metrics,
+                                                      attempt))
+
+
+def _progress_line(caller: str, step: int, metrics: Mapping[str, float], number: int) -> bytes:
+    """One line of ``progress.jsonl`` (checked and serialised before any file is touched)."""
+    if not is_int64(step) or step < 0:
+        raise ValueError(f"dse.trial.{caller}(): step must be a whole number from 0 to"
+                         f" {INT64_MAX}, not {step!r:.40}")
+    return (json.dumps({"step": step, "metrics": dict(metrics), "attempt": number,
+                        "at": time.time()}, allow_nan=True, default=_plain) + "\n").encode()
+
+
+def _append_progress(directory: Path, line: bytes) -> Path:
+    """Append *line* to ``progress.jsonl`` in *directory* in one ``write``; its path."""
+    target = directory / PROGRESS_FILE
     fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
                  | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
-        data = line.encode()
+        data = line
         while data:
             data = data[os.write(fd, data):]
     finally:

@@ -22,7 +22,7 @@ from dse.campaign._objective import reference, stop_if_importing
 from dse.model._errors import ConfigError, NoResultError, RunWarning
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from types import FrameType
 
     from dse.campaign._model import Campaign
@@ -48,6 +48,7 @@ def run(
     quiet: bool = False,
     listener: EngineListener | None = None,
     record: str | None = None,
+    warm_start: Sequence[str | int] | None = None,
 ) -> Results:
     """Run a campaign to its end, as ``dse run`` does, and return its :class:`Results`.
 
@@ -69,6 +70,7 @@ def run(
         way, for the ``warnings`` module's filters.
     :param listener: told of the run's progress too (:class:`dse.EngineListener`).
     :param record: a ``postgresql://`` URL, the record (else ``DSE_RECORD``, else ``dse.sqlite``).
+    :param warm_start: runs whose results the agent is told first (``[agent] warm_start``).
     :raises ConfigError: the campaign or the objective is refused (nothing is written).
     :raises NoResultError: the run ended with no completed trial (every trial failed, or the
         campaign stopped after failures in a row): its message says how it ended and what
@@ -88,7 +90,7 @@ def run(
     from dse.report._report import run_detail
     from dse.report._terminal import Console
 
-    built, ref = _campaign(campaign, objective, workspace)
+    built, ref = _campaign(campaign, objective, workspace, warm_start)
     plugins, console, warn = PluginManager(), Console(), _warner(sys._getframe(1))
     # Everything that can refuse the campaign is built before the workspace is touched.
     url = record_url(record, built.record)
@@ -123,9 +125,10 @@ def _campaign(
     campaign: Mapping[str, Any] | str | os.PathLike[str],
     objective: Callable[[dict[str, Any]], Any] | None,
     workspace: str | os.PathLike[str] | None,
+    warm_start: Sequence[str | int] | None = None,
 ) -> tuple[Campaign, ObjectiveRef | None]:
     """The campaign :func:`run` is given, checked, with the objective's worker as its command
-    (and the objective's reference)."""
+    (and the objective's reference), warm started from *warm_start* if given."""
     from dse.campaign._campaign import campaign_from_dict
     from dse.campaign._campaignfile import read_campaign_file
 
@@ -141,7 +144,23 @@ def _campaign(
     # part of every result's identity (docs/record.md).
     built = campaign_from_dict(data, source=source, detect=True,
                                workspace=None if workspace is None else Path(workspace))
+    if warm_start is not None:
+        built = _warm_started(built, warm_start)
     return built, ref
+
+
+def _warm_started(campaign: Campaign, sources: Sequence[str | int]) -> Campaign:
+    """*campaign* warm started from *sources* (``dse.run(..., warm_start=)``)."""
+    import dataclasses
+
+    from dse.campaign._seeding import parse_warm_start
+
+    table: dict[str, Any] = {"warm_start": list(sources)}
+    if campaign.warm_start is not None:
+        table.update(warm_start_data=campaign.warm_start.data,
+                     warm_start_fill=dict(campaign.warm_start.fill))
+    warm = parse_warm_start(table, "dse.run(warm_start=...)", campaign.space)
+    return dataclasses.replace(campaign, warm_start=warm)
 
 
 def _warner(caller: FrameType) -> Callable[[str], None]:

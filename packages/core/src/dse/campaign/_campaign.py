@@ -20,9 +20,9 @@ from dse.campaign._campaignfile import (
     check_numbers,
     read_campaign_file,
 )
-from dse.campaign._code import CodeScan, CodeSpec, detect_code_version
+from dse.campaign._code import CodeSpec
 from dse.campaign._data import DataSpec, parse_data
-from dse.campaign._deps import Dependencies, detect_dependencies
+from dse.campaign._deps import Dependencies
 from dse.campaign._model import (
     Baseline,
     Campaign,
@@ -30,6 +30,8 @@ from dse.campaign._model import (
     ScorerSpec,
     StoppingSpec,
 )
+from dse.campaign._seeding import parse_enqueue, parse_warm_start
+from dse.campaign._workload import detect_workload
 from dse.model._budget import Price, parse_budget
 from dse.model._constraints import (
     Constraint,
@@ -411,7 +413,8 @@ def campaign_from_dict(
     objectives = _campaign_objectives(root, data, where)
     agent, agent_options = _plugin_choice(top, root.table("agent"), "agent", "random")
     backend, backend_options, price = _campaign_backend(top, root, data, where)
-    root.used.update(("data", "scorer", "baseline", "budget", "stopping", "integrations"))
+    root.used.update(("data", "scorer", "baseline", "budget", "stopping", "integrations",
+                      "enqueue"))
     integrations = _integrations(data.get("integrations"), where)
     data_spec = parse_data(data.get("data"), f"{where}: data", base_dir.resolve())
     scorer = _scorer(root.table("scorer"), where)
@@ -428,13 +431,9 @@ def campaign_from_dict(
     settings = _dispatch_settings(top)
     constraints = _campaign_constraints(top, space, base_dir, where)
     settings.update(_poll_and_interruptions(top, where))
-    every = top.get("checkpoint_every", (int, float, str), "a duration", None)
-    checkpoint_every = None if every is None else parse_duration(
-        every, top.where("checkpoint_every")
-    )
+    checkpoint_every = _checkpoint_every(top)
     ws = top.get("workspace", str, "a directory path", ".dse")
-    record = _record_url(top.get("record", str, "a postgresql:// URL", None),
-                         top.where("record"))
+    record = _record_url(top)
     # Absolute: trials run in other directories and must still find their files.
     workspace_path = (Path(workspace) if workspace is not None else base_dir / ws).resolve()
     environment = _campaign_environment(
@@ -450,6 +449,8 @@ def campaign_from_dict(
         pareto=pareto,
         agent=agent,
         agent_options=agent_options,
+        warm_start=parse_warm_start(root.table("agent"), where, space),
+        enqueue=parse_enqueue(data.get("enqueue"), where, space, constraints),
         backend=backend,
         backend_options=backend_options,
         environment=environment,
@@ -488,9 +489,16 @@ def _integrations(raw: Any, where: str) -> dict[str, dict[str, Any]]:
     return chosen
 
 
-def _record_url(url: str | None, where: str) -> str | None:
+def _checkpoint_every(top: _Table) -> float | None:
+    every = top.get("checkpoint_every", (int, float, str), "a duration", None)
+    return None if every is None else parse_duration(every, top.where("checkpoint_every"))
+
+
+def _record_url(top: _Table) -> str | None:
     """``[campaign] record``: a PostgreSQL URL with no password in it (the campaign file is
     kept in the record; credentials come from ``PGPASSWORD`` or ``~/.pgpass``)."""
+    url: str | None = top.get("record", str, "a postgresql:// URL", None)
+    where = top.where("record")
     if url is None:
         return None
     if not url.startswith(RECORD_SCHEMES):
@@ -638,6 +646,11 @@ def _campaign_environment(
     checkpoint_every: float | None, data: DataSpec | None,
 ) -> EnvironmentConfig:
     environment = _environment(root.table("environment"), where, base_dir.resolve())
+    for at, name in environment.params_read() if space.conditional else ():
+        if name in space.names and space[name].when:  # absent where it is inactive
+            raise ConfigError(f"{where}: {at}: parameter {name!r} is conditional (absent where"
+                              " its `when` does not hold); a trial reads it from its params"
+                              " file (DSE_PARAMS_FILE, dse.trial.params())")
     if environment.resource_params or environment.time_limit_param:
         environment = _sized_by_params(environment, space, where)
     if detect and environment.workdir:
@@ -647,35 +660,3 @@ def _campaign_environment(
     if checkpoint_every is not None:
         environment = dataclasses.replace(environment, checkpoint_every=checkpoint_every)
     return environment
-
-
-def detect_workload(environment: EnvironmentConfig, *, workspace: Path,
-                    data: Sequence[Path] = (), where: str = "environment") -> EnvironmentConfig:
-    """*environment* with what it does not declare found: the code version (the working
-    directory's git state; outside git, or with ``code`` declared, the digest of the files
-    that are its code) and the dependencies (docs/record.md, "The identity of a result").
-
-    :param workspace: the dse workspace: never code, and where file digests are cached.
-    :param data: the ``[data]`` paths: data, never code.
-    """
-    workdir = environment.workdir
-    assert workdir is not None
-    scan = CodeScan(workdir, spec=environment.code, never=(workspace, *data),
-                    cache_dir=workspace, where=where)
-    changes: dict[str, Any] = {}
-    if environment.code_version is None:
-        # A campaign file names its workload's directory: its git state is the code version.
-        version = detect_code_version(workdir, exclude=workspace)
-        if version is None or environment.code.include:
-            files = scan.command(environment.command, shell=environment.shell,
-                                 env=environment.env)
-            if files is not None:
-                version = files.version if version is None else f"{version}+{files.version}"
-                changes["code_files"] = files.files
-        changes["code_version"] = version
-    if environment.dependencies is None and environment.command:
-        changes["dependencies"] = detect_dependencies(
-            environment.command, shell=environment.shell, env=environment.env,
-            workdir=workdir, digests=scan.digests)
-        scan.digests.save()
-    return dataclasses.replace(environment, **changes)

@@ -14,6 +14,7 @@ from dse.campaign._code import CodeSpec
 from dse.model._budget import Budget, Price
 from dse.model._errors import ConfigError
 from dse.model._numbers import is_int64
+from dse.model._template import PLACEHOLDER
 from dse.model._types import Direction, Objective, Resources
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
     from dse.campaign._data import DataSpec
     from dse.campaign._deps import Dependencies
+    from dse.campaign._seeding import WarmStart
     from dse.model._constraints import Constraint
     from dse.model._space import Space
 
@@ -83,6 +85,16 @@ class EnvironmentConfig:
                   if name in params}
         return dataclasses.replace(self.resources, **chosen) if chosen else self.resources
 
+    def params_read(self) -> list[tuple[str, str]]:
+        """The params every trial's command needs a value of, each with where it is read
+        (``environment.command: {x}``, ``environment.cpus``, ``environment.time_limit``)."""
+        read = [(f"environment.command: {{{name}}}", name)
+                for item in self.command for name in PLACEHOLDER.findall(item)]
+        read += [(f"environment.{key}", name) for key, name in self.resource_params.items()]
+        if self.time_limit_param:
+            read.append(("environment.time_limit", self.time_limit_param))
+        return read
+
 
 @dataclass(frozen=True, slots=True)
 class Campaign:
@@ -101,6 +113,11 @@ class Campaign:
     """Registered agent name."""
     agent_options: Mapping[str, Any] = field(default_factory=dict)
     """The ``[agent.<name>]`` table."""
+    warm_start: WarmStart | None = None
+    """The earlier runs whose results the agent is told before it proposes (``[agent]
+    warm_start``), or ``None``."""
+    enqueue: tuple[dict[str, Any], ...] = ()
+    """Configurations run before the agent's proposals (``[[enqueue]]``), coerced."""
     backend: str = "probe"
     """Registered backend name."""
     backend_options: Mapping[str, Any] = field(default_factory=dict)

@@ -298,6 +298,30 @@ def _sync_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
                       " --set (integrations.mlflow.tracking_uri=...)")
 
 
+def _enqueue_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
+    enqueue = add(
+        "enqueue", help="add configurations a campaign runs before its agent's proposals",
+        description="Put configurations in the campaign's queue in the record: its running\n"
+        "controller takes them within a second (else its next `dse run`), each run before\n"
+        "the agent's proposals, deduplicated and within the budget like any proposal; the\n"
+        "agent is told their results. Each is checked against the space and the\n"
+        "constraints first: a bad one enqueues nothing.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    enqueue.add_argument("campaign", type=Path, metavar="CAMPAIGN.toml",
+                         help="the campaign file")
+    enqueue.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
+                         dest="params", help="a parameter's value (repeat for each parameter)")
+    enqueue.add_argument("--json", dest="configs", metavar="JSON",
+                         help='configurations as JSON: an object, or a list of them'
+                              ' (\'[{"x": 1}, {"x": 2}]\')')
+    enqueue.add_argument("--workspace", type=Path, help="record directory (default: .dse"
+                         " beside the campaign file)")
+    enqueue.add_argument("--record", metavar="URL",
+                         help="the record: a postgresql:// URL (default: $DSE_RECORD, else the"
+                              " workspace's dse.sqlite)")
+
+
 def _completion_arguments(add: Callable[..., argparse.ArgumentParser]) -> None:
     from dse.cli._completion import SHELLS
 
@@ -318,6 +342,7 @@ _SUBCOMMANDS: dict[str, Callable[[Callable[..., argparse.ArgumentParser]], None]
     "report": _report_arguments,
     "plugins": _plugins_arguments, "show": _show_arguments,
     "dashboard": _dashboard_arguments, "sync": _sync_arguments,
+    "enqueue": _enqueue_arguments,
     "invalidate": _invalidate_arguments, "export": _export_arguments,
     "doctor": _doctor_arguments, "record": _record_arguments,
     "completion": _completion_arguments,

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import textwrap
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dse.model._errors import ConfigError, ExitCode, PluginError
 from dse.model._states import FailureClass
@@ -413,6 +414,31 @@ def _sync(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.ENVIRONMENT_ERROR if failed else ExitCode.OK
 
 
+def _enqueue(args: argparse.Namespace, console: Console) -> int:
+    from dse.api._enqueue import enqueue_named
+
+    if bool(args.params) == bool(args.configs):
+        raise ConfigError("dse enqueue: give the configuration as --set PARAM=VALUE options"
+                          " or as --json, one of them")
+    configs: Any = {}
+    for item in args.params:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"dse enqueue: --set {item!r}: expected PARAM=VALUE")
+        configs[name.strip()] = value
+    if args.configs:
+        try:
+            configs = json.loads(args.configs)
+        except ValueError as exc:
+            raise ConfigError(f"dse enqueue: --json: not JSON ({exc})") from None
+    count = 1 if isinstance(configs, dict) else len(configs)
+    name, waiting = enqueue_named(args.campaign, configs, workspace=args.workspace,
+                                  record=args.record, source="dse enqueue")
+    console.result(f"enqueued {count} configuration{'s' if count != 1 else ''} for campaign"
+                   f" {name} ({waiting} waiting)")
+    return ExitCode.OK
+
+
 def _invalidate(args: argparse.Namespace, console: Console) -> int:
     reason = " ".join(str(args.reason or "").split())
     if not reason and not args.dry_run:
@@ -542,6 +568,7 @@ def _doctor(args: argparse.Namespace, console: Console) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "init": _init, "run": _run, "status": _status, "plugins": _plugins, "export": _export,
     "report": _report, "show": _show, "invalidate": _invalidate, "doctor": _doctor,
+    "enqueue": _enqueue,
     "dashboard": _dashboard,
     "sync": _sync,
     "record": _record,

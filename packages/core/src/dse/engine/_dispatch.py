@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse.engine._live import LiveTrial
 from dse.engine._parts import reusable
+from dse.engine._proposals import ProposalSource
 from dse.engine._trialdirs import TrialDirs
 from dse.model._outcome import Retry
 from dse.model._space import ParamError
@@ -20,14 +21,14 @@ from dse.model._types import AttemptState, EndReason, FailureClass, TrialStatus
 from dse.plugins._protocols import TrialInfo
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from dse.engine._parts import Hashed, Parts
     from dse.model._types import JobSpec
     from dse.plugins._protocols import Agent
 
 
-def claim_configs(p: Parts, proposals: list[Mapping[str, Any]]) -> list[Hashed | None]:
+def claim_configs(p: Parts, proposals: Sequence[Mapping[str, Any]]) -> list[Hashed | None]:
     """Claim in the record, in one transaction, the configs of *proposals* the run's table
     cannot reuse; return each one's coerced params, their canonical JSON and config hash
     (``None``: outside the space, or no config hash)."""
@@ -67,8 +68,8 @@ class Dispatcher:
         resources (``submitting`` once granted), ``submitting`` when every queued attempt
         starts at once."""
         self.dirs = TrialDirs(parts.journal.event, parts.journal.alert)
-        self.overproposed = False
-        """The agent was warned of for answering more than it was asked."""
+        self.source = ProposalSource(parts)
+        """Where the next proposals come from (the queue, then the agent)."""
 
     # -- pulling proposals ------------------------------------------------------------------
 
@@ -100,54 +101,34 @@ class Dispatcher:
         return started
 
     def _pull(self, agent: Agent, want: int) -> int | None:
-        """Ask the agent for *want* proposals and take them; how many took a slot (``None``:
-        it proposed nothing, and the fill ends)."""
+        """Take up to *want* proposals (:class:`ProposalSource`) until the run ends or the
+        budget blocks; how many took a slot (``None``: the agent proposed nothing)."""
         p = self.parts
-        flying = p.feedback.in_flight(p.table.in_flight())
-        guard = p.feedback.guard
-        proposals = guard.propose(agent, want, [params for _, params in flying])
-        if len(proposals) > want:
-            self._overproposed(agent, want, len(proposals))
-            proposals = proposals[:want]
-        first = p.stats.proposals + 1
-        batch, campaign_id = p.journal.batch, p.journal.campaign_id
-        in_flight = [proposal for proposal, _ in flying]
-        # Filled in below; it must precede the observe calls taking the proposals logs.
-        slot = batch.reserve_agent_call()
-        if not proposals:
-            batch.add_agent_call(campaign=campaign_id, kind="propose", n=want, proposals=[],
-                                 in_flight=in_flight, slot=slot)
-            if guard.exhausted(agent):
-                p.end.done = EndReason.AGENT_EXHAUSTED
-            elif not (p.table.running or p.table.queued or p.table.remote
-                      or p.feedback.pending()):
-                p.end.done = EndReason.AGENT_STALLED
+        pulled = self.source.pull(agent, want)
+        if pulled is None:
             return None
-        took = 0
+        batch, campaign_id, rows = p.journal.batch, p.journal.campaign_id, pulled.rows
+        proposals = pulled.proposals
+        first = p.stats.proposals + 1
+        took = taken = 0
         try:
             for raw, hashed in zip(proposals, claim_configs(p, proposals), strict=True):
                 took += self._take(agent, raw, hashed)
+                if rows:
+                    batch.take_enqueued(row=rows[taken], run=campaign_id,
+                                        proposal=p.stats.proposals)
+                taken += 1
                 if p.end.ending() or self.blocked:
                     break
         finally:
+            if rows:  # the enqueued configurations not taken wait again
+                p.queue.give_back(list(zip(rows[taken:], proposals[taken:], strict=True)))
             # Only the proposals the engine took get numbers; a replay compares those.
-            batch.add_agent_call(campaign=campaign_id, kind="propose", n=want,
-                                 proposals=range(first, p.stats.proposals + 1),
-                                 in_flight=in_flight, slot=slot)
+            batch.add_agent_call(campaign=campaign_id, kind=pulled.kind, n=pulled.n,
+                                 in_flight=pulled.in_flight, slot=pulled.slot,
+                                 proposals=range(first, p.stats.proposals + 1))
             p.claims.release_unused(batch)
         return took
-
-    def _overproposed(self, agent: Agent, asked: int, got: int) -> None:
-        """The agent answered more than it was asked: the extra proposals are dropped (never
-        numbered, never run, never told back), recorded each time and said once a run."""
-        p = self.parts
-        p.journal.event(None, "agent_overproposed", {"asked": asked, "got": got})
-        if not self.overproposed:
-            self.overproposed = True
-            who = p.feedback.guard.describe(agent)
-            p.journal.alert(f"{who} answered propose() with {got} proposals when asked for"
-                            f" at most {asked}; the extra {got - asked} are dropped (said once;"
-                            " every time is an agent_overproposed event)")
 
     def _take(self, agent: Agent, raw: Mapping[str, Any], hashed: Hashed | None) -> int:
         """Turn one proposal (*hashed*: coerced and hashed, if it could be) into a trial, a

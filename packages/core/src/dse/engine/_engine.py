@@ -45,6 +45,7 @@ from dse.engine._progress import ProgressReader
 from dse.engine._results import Results
 from dse.engine._resume import Resume
 from dse.engine._retry import RetryPolicy
+from dse.engine._seeding import Seeds
 from dse.engine._spec import open_run, result_identity
 from dse.engine._stopping import stopping_for
 from dse.engine._waits import Waits
@@ -184,6 +185,7 @@ class Engine:
         self.data = CurrentData(self.identity(), data_version)
         ranking = Objective(campaign.objectives[0].metric, self.scorer.direction)
         self.feedback, self.baselines = _judges(campaign, self.scorer, self.plugins, self._guard)
+        self.seeds = Seeds(campaign, self.feedback, self.baselines)
         self.invalid = InvalidationView(0)  # its run id is set when the run is recorded
         policy = RetryPolicy(campaign.max_interruptions)
         self.results = Results(
@@ -258,8 +260,8 @@ class Engine:
         """Record the run (or reopen *resume*) and rebuild its state, ready for the loop."""
         campaign = self.campaign
         now = self.clock.time()
-        # Before the run is recorded: a bad baseline records nothing.
-        self.baselines.resolve(campaign, self.store)
+        self.baselines.resolve(campaign, self.store)  # a bad one: nothing recorded
+        self.seeds.resolve(self.store, new=resume is None)
         self.campaign_id, line = open_run(
             self.store, self.journal.batch, campaign, resume=resume, reuse=self.reuse,
             scorer=self.scorer, agent=self.agent, runner=self.backend, now=now)
@@ -289,6 +291,8 @@ class Engine:
         _watch_progress(self, resumed=resume is not None)  # and stop trials early, if asked
         if resume is not None:
             self._restore()
+        else:
+            self.seeds.plant(self.agent, self.store, self.journal, self.data.version, now)
         self.dispatcher.parts.claims.reset(now, self.campaign_id)
         self.listener.on_start(self)
 

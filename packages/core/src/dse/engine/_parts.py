@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dse.engine._seeding import EnqueuedQueue
+
 if TYPE_CHECKING:
     from dse.campaign._model import Campaign
     from dse.engine._baseline import Baselines
@@ -48,6 +50,8 @@ class Parts:
     claims: Claims
     backend: str
     """The backend's name, recorded with each attempt."""
+    queue: EnqueuedQueue = dataclasses.field(default_factory=EnqueuedQueue)
+    """The configurations enqueued for the campaign that the run has not taken yet."""
     stopping: Promoter | None = None
     """Promotes stopped trials into free room before retries are admitted and new
     proposals pulled (``[stopping]``: :class:`dse.engine._stopping.EarlyStopping`)."""

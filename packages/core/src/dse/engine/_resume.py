@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from dse.engine._live import LiveTrial, recorded_trial
 from dse.engine._retry import controller_lost
+from dse.engine._seeding import WARM_EVENT, Seeds
 from dse.engine._stopping import as_stopped
 from dse.model._space import ParamError
 from dse.model._types import (
@@ -183,7 +184,7 @@ class Resume:
         entries = store.reads.agent_log(cid, after=snapshot.log_id)
         unobserved = set(snapshot.unobserved)
         for entry in entries:
-            if entry.kind == "propose":
+            if entry.kind in ("propose", "enqueue"):
                 unobserved.update(entry.proposals)
             else:
                 unobserved.difference_update(entry.proposals)
@@ -406,6 +407,11 @@ class Resume:
                 got = self._replay_propose(agent, entry, numbers, recorded)
                 diverged = diverged or got
                 continue
+            if entry.kind == "enqueue":
+                continue  # proposals the queue gave: the agent made none of them
+            if entry.kind == "warm":
+                p.feedback.guard.observe(agent, self._warm_told(cid))
+                continue
             observations = []
             for proposal in numbers:
                 if proposal in recorded.rejected:
@@ -428,6 +434,13 @@ class Resume:
                 " so its state after the restart may differ"
             )
         return observed
+
+    def _warm_told(self, run: int) -> list[Observation]:
+        """What the run's warm start told its agent (its ``warm_start`` event)."""
+        p = self._parts
+        warm = Seeds(p.campaign, p.feedback, p.baselines)
+        return [obs for event in p.store.reads.events(run, WARM_EVENT)
+                for obs in warm.observations((event.data or {}).get("told", ()))]
 
     def _replay_propose(
         self, agent: Agent, entry: AgentCall, numbers: list[int], recorded: Recorded

@@ -103,6 +103,8 @@ def _param_spec(param: Parameter) -> dict[str, Any]:
         if hasattr(param, key):
             value = getattr(param, key)
             entry[key] = list(value) if isinstance(value, tuple) else value
+    if param.when:  # a conditional param: `dse show` and the reports draw the tree
+        entry["when"] = {parent: list(values) for parent, values in param.when}
     return entry
 
 

@@ -271,6 +271,8 @@ class LiveView(EngineListener):
             f"campaign {c.name} (run {engine.campaign_id}): agent {c.agent}, backend"
             f" {c.backend}, {c.mode} x{parallelism}, record {engine.store.where}"
         )
+        if engine.seeds.note is not None:
+            self.console.status(engine.seeds.note)
         self._open()
 
     def _open(self) -> None:

@@ -10,6 +10,9 @@ They are evaluated for every proposal, so their cost is bounded: an integer may 
 memory there is), an expression at most :data:`MAX_NODES` syntax nodes nested at most
 :data:`MAX_DEPTH` deep. Parts without a param are evaluated once when the campaign is loaded,
 so a constant that is too costly is refused before anything runs.
+
+An expression that reads a conditional param where it is inactive (absent from the params)
+holds there: ``momentum < 0.9`` binds only the points where ``momentum`` is active.
 """
 
 from __future__ import annotations
@@ -148,6 +151,8 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Constant):
         return _bounded(node.value, node)
     if isinstance(node, ast.Name):
+        if node.id not in env:
+            raise _Inactive(node.id)
         return env[node.id]
     if isinstance(node, ast.BinOp):
         return _binop(node, _eval(node.left, env), _eval(node.right, env))
@@ -263,7 +268,20 @@ def expression_constraint(text: str, names: frozenset[str], where: str) -> Const
         ) from None
     _check(tree, names, text, where)
     _check_cost(tree, text, where)
-    return Constraint(text, lambda params: _eval(tree, params), where)
+    return Constraint(text, lambda params: _holds(tree, params), where)
+
+
+class _Inactive(LookupError):
+    """The params lack a name the expression reads: a conditional param, inactive there."""
+
+
+def _holds(tree: ast.Expression, params: Mapping[str, Any]) -> Any:
+    """*tree* evaluated over *params*; true where it reads a param they lack (a conditional
+    param its ``when`` leaves out: a rule about a param binds only where it is active)."""
+    try:
+        return _eval(tree, params)
+    except _Inactive:
+        return True
 
 
 def callable_constraint(text: str, base_dir: Path | None, where: str) -> Constraint:

@@ -11,16 +11,27 @@ values (together, :data:`Parameter`), each with a ``name``, a ``kind``, a ``size
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
+from dse.model._conditions import (
+    checked_when,
+    holds,
+    parse_when,
+    tests_of,
+    tree_size,
+)
 from dse.model._errors import ConfigError, DseError, did_you_mean
 from dse.model._numbers import finite_float, is_int64, out_of_range
 
 if TYPE_CHECKING:
     import random
+
+    from dse.model._conditions import Conditions, Tests
 
 Value: TypeAlias = "int | float | str | bool"
 """One parameter value, as coerced."""
@@ -55,7 +66,9 @@ else:
         * ``coerce(value)`` — *value* as the parameter's own type, or :class:`ParamError`;
         * ``values(points)`` — its values in grid order (a continuous float range gives
           *points* of them);
-        * ``sample(rng)`` — one value drawn with a :class:`random.Random`.
+        * ``sample(rng)`` — one value drawn with a :class:`random.Random`;
+        * ``when`` — the conditions under which it is active (:data:`Conditions`; empty:
+          always), as :meth:`Space.active` reads them.
 
         They are frozen, slotted dataclasses: equal when their fields are, and hashable.
         """
@@ -74,6 +87,9 @@ class Categorical(_Base):
     """Parameter name, as used in params and command templates."""
     choices: tuple[Value, ...]
     """The allowed values, in declared order (the grid order)."""
+    when: Conditions = ()
+    """When the parameter is active (``when`` in ``[space]``): each condition a parent's name
+    and the values it must take, every condition holding; empty: always active."""
     kind: ClassVar[str] = "categorical"
     """The parameter type, as ``type`` in ``[space]``."""
 
@@ -137,6 +153,9 @@ class IntRange(_Base):
     """Spacing of allowed values, counted from ``low``."""
     log: bool = False
     """Sample on a log scale (``low`` must then be positive)."""
+    when: Conditions = ()
+    """When the parameter is active (``when`` in ``[space]``): each condition a parent's name
+    and the values it must take, every condition holding; empty: always active."""
     kind: ClassVar[str] = "int"
     """The parameter type, as ``type`` in ``[space]``."""
 
@@ -207,6 +226,9 @@ class FloatRange(_Base):
     """The natural scale is logarithmic (``low`` must be positive)."""
     step: float | None = None
     """Optional spacing of allowed values, counted from ``low``; makes the parameter finite."""
+    when: Conditions = ()
+    """When the parameter is active (``when`` in ``[space]``): each condition a parent's name
+    and the values it must take, every condition holding; empty: always active."""
     kind: ClassVar[str] = "float"
     """The parameter type, as ``type`` in ``[space]``."""
 
@@ -296,24 +318,51 @@ class Space:
     (``space["lr"]``); :meth:`coerce` checks a proposal the way the engine will, and
     :attr:`cardinality` says whether the space is finite. Spaces are frozen: equal when their
     parameters are.
+
+    A space is :attr:`conditional` when a parameter has a ``when``: it is then a tree, each
+    such parameter active only where its parents (declared before it) take given values.
+    A point holds its active parameters only: :meth:`active` names them, :meth:`coerce`
+    drops the others, :meth:`sample` draws only them.
     """
 
     params: tuple[Parameter, ...]
     """The parameters, in declared order."""
     _by_name: dict[str, Parameter] = field(init=False, repr=False, compare=False)
+    _names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _tests: tuple[tuple[Parameter, Tests], ...] | None = field(
+        init=False, repr=False, compare=False)
+    """Each parameter with its conditions as sets of keys; ``None`` when none has any."""
+    _parents: frozenset[str] = field(init=False, repr=False, compare=False)
+    _tree_size: int | None = field(init=False, repr=False, compare=False)
+    """The points of a conditional space's tree (counted once: agents ask often)."""
 
     def __post_init__(self) -> None:
         by_name: dict[str, Parameter] = {}
+        declared = {p.name for p in self.params}
+        params = []
         for param in self.params:
             if param.name in by_name:
                 raise ConfigError(f"space: parameter {param.name!r} is declared twice")
+            if param.when:
+                param = dataclasses.replace(
+                    param, when=checked_when(param, by_name, declared))
             by_name[param.name] = param
+            params.append(param)
+        object.__setattr__(self, "params", tuple(params))
         object.__setattr__(self, "_by_name", by_name)
+        object.__setattr__(self, "_names", tuple(by_name))
+        tests = tuple((p, tests_of(p.when)) for p in params)
+        conditional = any(p.when for p in params)
+        object.__setattr__(self, "_tests", tests if conditional else None)
+        object.__setattr__(self, "_parents", frozenset(
+            parent for p in params for parent, _ in p.when))
+        object.__setattr__(self, "_tree_size",
+                           tree_size(tests, self._parents) if conditional else None)
 
     @property
     def names(self) -> tuple[str, ...]:
         """The parameters' names, in declared order."""
-        return tuple(p.name for p in self.params)
+        return self._names
 
     def __getitem__(self, name: str) -> Parameter:
         """The parameter named *name* (:class:`KeyError` when there is none)."""
@@ -326,9 +375,18 @@ class Space:
         return len(self.params)
 
     @property
+    def conditional(self) -> bool:
+        """Whether a parameter has a ``when`` (the space is a tree, not a product)."""
+        return self._tests is not None
+
+    @property
     def cardinality(self) -> int | None:
-        """Number of distinct points (the product of the parameters' sizes), or ``None`` when
-        a parameter is continuous (a float range without a ``step``)."""
+        """Number of distinct points (the product of the parameters' sizes; of a conditional
+        space, the points of its tree, each holding its active parameters only), or ``None``
+        when a parameter that can be active is continuous (a float range without a
+        ``step``)."""
+        if self._tests is not None:
+            return self._tree_size
         total = 1
         for param in self.params:
             size = param.size
@@ -337,28 +395,74 @@ class Space:
             total *= size
         return total
 
+    def active(self, params: Mapping[str, object]) -> tuple[str, ...]:
+        """The names of the parameters active for *params* (a point, or the start of one), in
+        declared order: a parameter is active when every condition of its ``when`` holds, that
+        is its parent is active, given in *params*, and takes one of the condition's values
+        (coerced as the parent coerces). Every name, for a space that is not conditional."""
+        tests = self._tests
+        if tests is None:
+            return self._names
+        names: list[str] = []
+        values: dict[str, Value] = {}
+        parents = self._parents
+        for param, conditions in tests:
+            if conditions and not holds(conditions, values):
+                continue
+            names.append(param.name)
+            if param.name in parents and param.name in params:
+                # A value the parent does not take makes no condition hold.
+                with contextlib.suppress(ParamError):
+                    values[param.name] = param.coerce(params[param.name])
+        return tuple(names)
+
     def coerce(self, proposal: Mapping[str, object]) -> Params:
         """Return *proposal* with every value coerced to its parameter's type, as a new dict
-        in declared order: what the engine does to every proposal before anything else.
+        in declared order: what the engine does to every proposal before anything else. In a
+        conditional space the active parameters (:meth:`active`) are coerced and the others
+        dropped, given or not: two proposals that differ only in inactive values are one
+        configuration.
 
-        :raises ParamError: for a missing or unknown name, or a value its parameter refuses
-            (the engine rejects such a proposal and tells the agent why).
+        :raises ParamError: for a missing (active) or unknown name, or a value its parameter
+            refuses (the engine rejects such a proposal and tells the agent why).
         """
         by_name = self._by_name
+        tests = self._tests
+        if tests is not None:
+            return self._coerce_tree(proposal, tests)
         if len(proposal) != len(by_name) or any(k not in by_name for k in proposal):
-            missing = [n for n in by_name if n not in proposal]
-            unknown = [k for k in proposal if k not in by_name]
-            parts = []
-            if missing:
-                parts.append(f"missing {missing}")
-            if unknown:
-                parts.append(f"unknown {unknown}")
-            raise ParamError("proposal does not match the space: " + ", ".join(parts))
+            _mismatch([n for n in by_name if n not in proposal],
+                      [k for k in proposal if k not in by_name])
         return {p.name: p.coerce(proposal[p.name]) for p in self.params}
 
+    def _coerce_tree(self, proposal: Mapping[str, object],
+                     tests: tuple[tuple[Parameter, Tests], ...]) -> Params:
+        out: Params = {}
+        missing = []
+        for param, conditions in tests:
+            if conditions and not holds(conditions, out):
+                continue
+            name = param.name
+            if name in proposal:
+                out[name] = param.coerce(proposal[name])
+            else:
+                missing.append(name)
+        unknown = [k for k in proposal if k not in self._by_name]
+        if missing or unknown:
+            _mismatch(missing, unknown)
+        return out
+
     def sample(self, rng: random.Random) -> Params:
-        """Draw one point uniformly (log-uniformly on log parameters)."""
-        return {p.name: p.sample(rng) for p in self.params}
+        """Draw one point uniformly (log-uniformly on log parameters); in a conditional
+        space, its active parameters only, each drawn once its parents are."""
+        tests = self._tests
+        if tests is None:
+            return {p.name: p.sample(rng) for p in self.params}
+        out: Params = {}
+        for param, conditions in tests:
+            if not conditions or holds(conditions, out):
+                out[param.name] = param.sample(rng)
+        return out
 
     @classmethod
     def from_dict(cls, table: Mapping[str, Any], *, source: str = "<space>") -> Space:
@@ -366,17 +470,32 @@ class Space:
 
         Each entry is either a list (a categorical parameter) or a table with ``type`` one of
         ``categorical`` (``choices``), ``int`` (``low``, ``high``, optional ``step``, ``log``)
-        or ``float`` (``low``, ``high``, optional ``log``, ``step``).
+        or ``float`` (``low``, ``high``, optional ``log``, ``step``), each with an optional
+        ``when`` (``{parent = value}`` or ``{parent = [value, ...]}``: the parameter is active
+        only then; the parent, a categorical or int parameter, declared before it).
         """
         if not isinstance(table, Mapping) or not table:
             raise ConfigError(f"{source}: [space] must declare at least one parameter")
-        return cls(tuple(_parse_param(name, spec, source) for name, spec in table.items()))
+        params = tuple(_parse_param(name, spec, source) for name, spec in table.items())
+        try:
+            return cls(params)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+
+
+def _mismatch(missing: list[str], unknown: list[str]) -> None:
+    parts = []
+    if missing:
+        parts.append(f"missing {missing}")
+    if unknown:
+        parts.append(f"unknown {unknown}")
+    raise ParamError("proposal does not match the space: " + ", ".join(parts))
 
 
 PARAM_KEYS: Mapping[str, frozenset[str]] = {
-    "categorical": frozenset({"type", "choices"}),
-    "int": frozenset({"type", "low", "high", "step", "log"}),
-    "float": frozenset({"type", "low", "high", "step", "log"}),
+    "categorical": frozenset({"type", "choices", "when"}),
+    "int": frozenset({"type", "low", "high", "step", "log", "when"}),
+    "float": frozenset({"type", "low", "high", "step", "log", "when"}),
 }
 """The keys of a parameter's table in ``[space]``, by its ``type``."""
 
@@ -404,6 +523,7 @@ def _parse_param(name: str, spec: Any, source: str) -> Parameter:
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown} for a {kind} parameter"
                           + did_you_mean(unknown, PARAM_KEYS[kind]))
+    when = parse_when(spec["when"], where) if "when" in spec else ()
     if kind == "categorical":
         choices = _need(spec, "choices", where, "a non-empty list")
         if not isinstance(choices, list) or not choices:
@@ -419,7 +539,7 @@ def _parse_param(name: str, spec: Any, source: str) -> Parameter:
                 raise ConfigError(f"{where}.choices: {choice!r:.40} is {problem}")
         if len({(type(c), c) for c in choices}) != len(choices):
             raise ConfigError(f"{where}.choices: duplicate values in {choices!r}")
-        return Categorical(name, tuple(choices))
+        return Categorical(name, tuple(choices), when)
     low = _need(spec, "low", where, "a number")
     high = _need(spec, "high", where, "a number")
     log = spec.get("log", False)
@@ -437,7 +557,7 @@ def _parse_param(name: str, spec: Any, source: str) -> Parameter:
             raise ConfigError(f"{where}: empty range, low {low} > high {high}")
         if log and low <= 0:
             raise ConfigError(f"{where}.low: a log-scaled range needs low > 0, got {low}")
-        return IntRange(name, low, high, step, log)
+        return IntRange(name, low, high, step, log, when)
     fstep = spec.get("step")
     for key, value in (("low", low), ("high", high)):
         if finite_float(value) is None:
@@ -448,5 +568,6 @@ def _parse_param(name: str, spec: Any, source: str) -> Parameter:
         raise ConfigError(f"{where}: empty range, low {low!r} must be < high {high!r}")
     if log and low <= 0:
         raise ConfigError(f"{where}.low: a log-scaled range needs low > 0, got {low!r}")
-    return FloatRange(name, float(low), float(high), log, None if fstep is None else float(fstep))
+    return FloatRange(name, float(low), float(high), log,
+                      None if fstep is None else float(fstep), when)
 

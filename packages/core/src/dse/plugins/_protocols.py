@@ -53,12 +53,15 @@ class Agent(Protocol):
 
     The engine numbers the proposals it takes 1, 2, 3... over the run, in the order
     :meth:`propose` returned them; each :class:`~dse.Observation` names its
-    :attr:`~dse.Observation.proposal`. An answer of more than *n* is cut to its first *n*
-    (the rest get no number, never run and are never told; an ``agent_overproposed`` event
-    each time, a warning once a run). A call that raises, or a :meth:`propose` that answers
-    anything but a sequence of mappings, ends the campaign with an :class:`~dse.AgentError`
-    naming the agent, its plugin and the call (the run is recorded ``failed``; trials still
-    running are cancelled).
+    :attr:`~dse.Observation.proposal`. An agent is also told results it did not propose:
+    configurations enqueued for the campaign (``[[enqueue]]``, ``dse enqueue``), numbered like
+    its own proposals, and before its first :meth:`propose` a warm start's results (``[agent]
+    warm_start``), with no proposal number. An answer of more than *n* is cut to its first *n*
+    (the rest get no number, never run and are never told; an ``agent_overproposed`` event each
+    time, a warning once a run). A call that raises, or a :meth:`propose` that answers anything
+    but a sequence of mappings, ends the campaign with an :class:`~dse.AgentError` naming the
+    agent, its plugin and the call (the run is recorded ``failed``; trials still running are
+    cancelled).
 
     A resumed run builds a new agent the same way and replays the logged calls into it (the
     latest :meth:`snapshot`, if the agent gives them, restored first): the same

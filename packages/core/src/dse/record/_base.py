@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         CampaignRun,
         Claim,
         DecisionRow,
+        Enqueued,
         EnvironmentRecord,
         Event,
         Invalidation,
@@ -188,6 +189,11 @@ class RecordReads(Protocol):
 
     def agent_snapshot(self, campaign_id: int) -> AgentSnapshot | None:
         """Run *campaign_id*'s latest agent snapshot; ``None`` when it has none."""
+        ...
+
+    def enqueued(self, campaign: str) -> list[Enqueued]:
+        """The configurations enqueued for campaign *campaign* that no run has taken yet,
+        oldest first."""
         ...
 
     def scores(self, campaign_id: int) -> list[Score]:
@@ -455,6 +461,12 @@ class Storage(Protocol):
 
     def last_invalidation(self) -> int:
         """The id of the latest invalidation (0: none); cheap enough to ask every pass."""
+        ...
+
+    def enqueue(self, campaign: str, configs: Sequence[Mapping[str, Any]], source: str,
+                now: float) -> list[int]:
+        """Enqueue *configs* (coerced params) for campaign *campaign*, in one transaction;
+        their row ids. The campaign's next pass takes them (a run takes each once)."""
         ...
 
     def invalidate(

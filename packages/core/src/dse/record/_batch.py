@@ -26,7 +26,7 @@ def vector(scores: Sequence[float] | None) -> str | None:
 WRITES = ("trials", "reruns", "relinks", "attempts", "attempt_updates", "attempt_ends",
           "attempt_usage", "trial_data", "attempt_spend", "attempt_expected", "trial_ends",
           "environments", "trial_links", "scores", "events", "progress", "decisions",
-          "agent_log", "campaign_updates", "run_times")
+          "agent_log", "campaign_updates", "run_times", "enqueue_takes")
 """The kinds of change a commit writes, in its order (an attempt after its trial, a trial's
 end after its attempts', an agent call's snapshot before the call)."""
 
@@ -45,7 +45,7 @@ class Batch:
         "_attempt_usage", "_trial_data", "_attempt_spend", "_attempt_expected", "_scores",
         "_environments", "_trial_links", "_events", "_campaign_updates", "_agent_log",
         "_agent_snapshots", "_reruns", "_relinks", "_releases", "_progress", "_decisions",
-        "_run_times",
+        "_run_times", "_enqueue_takes",
     )
 
     def __init__(self) -> None:
@@ -71,6 +71,7 @@ class Batch:
         self._progress: list[tuple[Any, ...]] = []
         self._decisions: list[tuple[Any, ...]] = []
         self._run_times: list[tuple[Any, ...]] = []
+        self._enqueue_takes: list[tuple[Any, ...]] = []
 
     def changes(self) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
         """Each kind of change (:data:`WRITES`) with its rows, in the order a commit writes
@@ -279,6 +280,10 @@ class Batch:
             return slot
         self._agent_log.append(entry)
         return len(self._agent_log) - 1
+
+    def take_enqueued(self, *, row: int, run: int, proposal: int) -> None:
+        """Run *run* took the enqueued configuration *row* as its proposal *proposal*."""
+        self._enqueue_takes.append((run, proposal, row))
 
     def set_agent_snapshot(self, *, campaign: int, state: str, unobserved: Iterable[int]) -> None:
         """The agent's state (JSON) after every agent call logged so far, the run's latest,

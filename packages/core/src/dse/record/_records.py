@@ -316,6 +316,21 @@ class AgentCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Enqueued:
+    """A configuration enqueued for a campaign and not taken by a run yet (a row of
+    ``enqueued``)."""
+
+    id: int
+    """The row id (taken in this order)."""
+    params: dict[str, Any]
+    """The params, as enqueued."""
+    source: str
+    """Who enqueued it: ``campaign file``, ``dse enqueue`` or ``python``."""
+    added_at: float
+    """When (epoch seconds)."""
+
+
+@dataclass(frozen=True, slots=True)
 class AgentSnapshot:
     """A run's latest agent snapshot (its row of ``agent_snapshots``)."""
 

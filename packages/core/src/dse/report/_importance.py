@@ -36,6 +36,9 @@ The estimator, per param (the same for both sets):
 
 Trials whose objective is NaN or infinite, or whose params the space refuses, are left out.
 A param with a single value (a one-choice categorical, ``low == high``) has importance 0.
+A conditional param (``when``) is judged within its own subspace: the region and the top set
+are those of their trials where it is active (importance 0 when no top trial has it); how
+much choosing its branch matters is its parents' importance.
 """
 
 from __future__ import annotations
@@ -142,11 +145,12 @@ def _read(space: Space, observations: Iterable[tuple[Mapping[str, Any], float]],
     points: list[dict[str, Value]] = []
     losses: list[float] = []
     excluded = 0
+    names = space.names
     for params, value in observations:
         try:
             loss = sign * float(value)
-            point = {p.name: p.coerce(params[p.name]) for p in space}
-        except (KeyError, ParamError, TypeError, ValueError):
+            point = space.coerce({n: params[n] for n in names if n in params})
+        except (ParamError, TypeError, ValueError):
             excluded += 1
             continue
         if not math.isfinite(loss):
@@ -203,9 +207,16 @@ def ped_anova(
     ratio = (len(top) / len(region)) ** 2
     divergence = {}
     for param in space:
-        values = [points[i][param.name] for i in region]
-        tops = [points[i][param.name] for i in top]
-        divergence[param.name] = 0.0 if _single(param) else ratio * _pearson(
+        name = param.name
+        if param.when:  # over the trials where it is active: its own subspace
+            values = [points[i][name] for i in region if name in points[i]]
+            tops = [points[i][name] for i in top if name in points[i]]
+            divergence[name] = 0.0 if _single(param) or not tops else (
+                len(tops) / len(values)) ** 2 * _pearson(param, tops, values, grid)
+            continue
+        values = [points[i][name] for i in region]
+        tops = [points[i][name] for i in top]
+        divergence[name] = 0.0 if _single(param) else ratio * _pearson(
             param, tops, values, grid)
     return _shared(done, divergence)
 

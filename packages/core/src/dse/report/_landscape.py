@@ -73,14 +73,16 @@ def scale_of(param: Parameter) -> str:
 
 
 def _usable(space: Space, observed: Iterable[Observed]) -> list[tuple[Observed, dict[str, Value]]]:
-    """The trials with a finite value and params the space takes, each with them coerced."""
+    """The trials with a finite value and params the space takes, each with them coerced (a
+    conditional space's: its active params only)."""
     found = []
+    names = space.names
     for o in observed:
         if not math.isfinite(o.value):
             continue
         try:
-            found.append((o, space.coerce({p.name: o.params[p.name] for p in space})))
-        except (KeyError, ParamError):
+            found.append((o, space.coerce({n: o.params[n] for n in names if n in o.params})))
+        except ParamError:
             continue
     return found
 
@@ -116,16 +118,17 @@ def slices(space: Space, observed: Iterable[Observed],
            params: Sequence[str] | None = None) -> list[Slice]:
     """The slice of each of *params* (default: every param of *space*, in its order) over
     the *observed* trials (those with a NaN or infinite value, or params the space refuses,
-    left out), in trial order."""
+    left out; of a conditional param, those where it is active), in trial order."""
     usable = sorted(_usable(space, observed), key=lambda item: item[0].number)
     found = []
     for name in params if params is not None else space.names:
         param = space[name]
         low, high, levels = ((None, None, param.choices) if isinstance(param, Categorical)
                              else (float(param.low), float(param.high), ()))
+        there = [(o, p) for o, p in usable if name in p]
         found.append(Slice(
-            name, scale_of(param), low, high, levels, tuple(o.number for o, _ in usable),
-            tuple(p[name] for _, p in usable), tuple(o.value for o, _ in usable)))
+            name, scale_of(param), low, high, levels, tuple(o.number for o, _ in there),
+            tuple(p[name] for _, p in there), tuple(o.value for o, _ in there)))
     return found
 
 
@@ -234,11 +237,40 @@ def top_pair(space: Space, importances: Importances | None = None) -> tuple[str,
     first two of *space* that take more than one value; ``None`` without two."""
     if importances is not None and not importances.reason:
         ranked = [n for n, share in importances.importance.items() if share > 0]
-        if len(ranked) >= 2:
-            return ranked[0], ranked[1]
+        pair = _first_together(space, ranked)
+        if pair is not None:
+            return pair
     varied = [p.name for p in space if p.size != 1]
-    names = varied if len(varied) >= 2 else list(space.names)
-    return (names[0], names[1]) if len(names) >= 2 else None
+    return _first_together(space, varied if len(varied) >= 2 else list(space.names))
+
+
+def _first_together(space: Space, names: Sequence[str]) -> tuple[str, str] | None:
+    """The first pair of *names* (in their order) that some point of *space* holds both
+    of: of a conditional space, not two params of exclusive branches."""
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            if _together(space, first, second):
+                return first, second
+    return None
+
+
+def _requires(space: Space, name: str) -> dict[str, frozenset[tuple[type, Any]]]:
+    """What a point must hold for param *name* to be active: each ancestor's allowed values
+    (as ``(type, value)`` keys)."""
+    found: dict[str, frozenset[tuple[type, Any]]] = {}
+    for parent, values in space[name].when:
+        own = {parent: frozenset((type(v), v) for v in values), **_requires(space, parent)}
+        for ancestor, allowed in own.items():
+            found[ancestor] = found[ancestor] & allowed if ancestor in found else allowed
+    return found
+
+
+def _together(space: Space, first: str, second: str) -> bool:
+    """Whether a point of *space* can hold both params."""
+    if not space.conditional:
+        return True
+    need, also = _requires(space, first), _requires(space, second)
+    return all(need[k] & also[k] for k in need.keys() & also.keys())
 
 
 def contour(space: Space, observed: Iterable[Observed], pair: tuple[str, str] | None = None,
@@ -246,13 +278,15 @@ def contour(space: Space, observed: Iterable[Observed], pair: tuple[str, str] | 
     """The contour of *pair* of params (default: :func:`top_pair`, by the PED-ANOVA of the
     *observed* trials for *direction*) over the *observed* trials (a NaN or infinite value,
     or params the space refuses, left out): the mean objective in each of the cells of
-    *bins* by *bins* (a categorical: a cell per level). ``None`` for a space of one param."""
+    *bins* by *bins* (a categorical: a cell per level), over the trials where both are
+    active. ``None`` for a space of one param."""
     usable = sorted(_usable(space, observed), key=lambda item: item[0].number)
     if pair is None:
         pair = top_pair(space, ped_anova(space, [(o.params, o.value) for o, _ in usable],
                                          direction=direction))
         if pair is None:
             return None
+    usable = [(o, p) for o, p in usable if pair[0] in p and pair[1] in p]
     x, y = grid_axis(space[pair[0]], bins), grid_axis(space[pair[1]], bins)
     columns, rows = len(x.edges) - 1, len(y.edges) - 1
     sums = [[0.0] * columns for _ in range(rows)]

@@ -158,16 +158,19 @@ def draw_importance(fig: Any, run: RunData, view: Landscape) -> str:
             f"{constant}{excluded}")
 
 
-def _slice(ax: Any, data: Slice, picked: Sequence[int], best: int, label: str,
+def _slice(ax: Any, data: Slice, picked: set[int], best: int, label: str,
            log_y: bool) -> None:
-    """One slice panel: the *picked* trials' points, the *best* in vermillion."""
+    """One slice panel: the points of the *picked* trials (numbers) among its own (a
+    conditional param's: those where it is active), trial *best* in vermillion."""
     categorical = data.scale == "categorical"
     xs = (_positions(data.values, data.levels) if categorical
           else [float(v) for v in data.values])
     ys = data.objectives
-    ax.scatter([xs[i] for i in picked], [ys[i] for i in picked], s=10, color=SKY_BLUE,
+    mine = [i for i, number in enumerate(data.trials) if number in picked]
+    ax.scatter([xs[i] for i in mine], [ys[i] for i in mine], s=10, color=SKY_BLUE,
                edgecolors="none", alpha=0.7, zorder=2)
-    ax.scatter([xs[best]], [ys[best]], s=40, color=VERMILLION, zorder=3)
+    top = [i for i, number in enumerate(data.trials) if number == best]
+    ax.scatter([xs[i] for i in top], [ys[i] for i in top], s=40, color=VERMILLION, zorder=3)
     ax.set_xlabel(label, fontsize="small")
     ax.tick_params(labelsize="small")
     if categorical:
@@ -197,12 +200,15 @@ def draw_slices(fig: Any, run: RunData, view: Landscape) -> str:
         return f"No slices: {why}."
     names = view.ranked()[:SLICES_DRAWN]
     data = slices(view.space, view.observed, names)
-    objectives = data[0].objectives
+    # Every usable trial: the first param is never conditional (a parent comes first).
+    every = slices(view.space, view.observed, view.space.names[:1])[0]
+    objectives = every.objectives
     if not objectives:
         nothing(fig, "no completed trial with params the space takes")
         return "No slices: no completed trial with params the space takes."
     maximize = view.direction == "maximize"
-    picked, best = _picked(objectives, maximize)
+    chosen, first = _picked(objectives, maximize)
+    picked, best = {every.trials[i] for i in chosen}, every.trials[first]
     columns = min(_COLUMNS, len(data))
     rows = math.ceil(len(data) / columns)
     fig.set_size_inches(10, 1.0 + 2.4 * rows)
@@ -221,7 +227,7 @@ def draw_slices(fig: Any, run: RunData, view: Landscape) -> str:
     handles = [Line2D([], [], linestyle="", marker="o", markersize=4, color=SKY_BLUE,
                       label=f"a trial ({len(objectives)})"),
                Line2D([], [], linestyle="", marker="o", markersize=6, color=VERMILLION,
-                      label=f"the best (trial {data[0].trials[best]})")]
+                      label=f"the best (trial {best})")]
     fig.legend(handles=handles, loc="outside upper center", ncols=2, fontsize="small",
                frameon=False)
     drawn = (f"{len(picked)} of the {len(objectives)}" if len(picked) < len(objectives)

@@ -177,6 +177,7 @@ def _what_ran(run: CampaignRun, trial: Trial, trial_id: str, attempts: list[Atte
         dependencies = None
     return {
         "params": params,
+        **_space_tree(run, params),
         "config_hash": trial.config_hash,
         "command": command or None,
         "shell": bool(env.get("shell", False)),
@@ -195,6 +196,15 @@ def _what_ran(run: CampaignRun, trial: Trial, trial_id: str, attempts: list[Atte
         "backend": run.backend,
         "trial_dir": trial.trial_dir,
     }
+
+
+def _space_tree(run: CampaignRun, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"space": ...}`` for a run of a conditional space: each param as the run's record
+    describes it (its ``when`` too) and whether it was active in *params*; else nothing."""
+    space = run.spec.get("space") or []
+    if not any(entry.get("when") for entry in space):
+        return {}
+    return {"space": [{**entry, "active": entry.get("name") in params} for entry in space]}
 
 
 def _dispatched(run: CampaignRun) -> dict[str, Any] | None:

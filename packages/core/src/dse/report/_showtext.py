@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from dse.report._render import duration_text, hours_text, money_text
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
 
 def _resources_text(res: Mapping[str, Any]) -> str:
@@ -64,6 +64,63 @@ def record_lines(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def space_lines(space: Sequence[Mapping[str, Any]],
+                params: Mapping[str, Any] | None = None) -> list[str]:
+    """A conditional space as a tree (each param as a run's record describes it): a param
+    with a ``when`` indented under its parent (the last declared of its parents) with its
+    condition, and with *params*, its value there or ``(inactive)``. Empty for a space
+    without conditions."""
+    if not any(entry.get("when") for entry in space):
+        return []
+    names = [str(entry.get("name")) for entry in space]
+    children: dict[str | None, list[Mapping[str, Any]]] = {}
+    for entry in space:
+        parents = [n for n in names if n in (entry.get("when") or {})]
+        children.setdefault(parents[-1] if parents else None, []).append(entry)
+    shown: list[tuple[str, str]] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for entry in children.get(parent, []):
+            name = str(entry.get("name"))
+            text = _param_text(entry)
+            if params is not None:
+                text += f"  = {_value_text(params[name])}" if name in params else "  (inactive)"
+            shown.append(("  " * depth + name, text))
+            walk(name, depth + 1)
+
+    walk(None, 0)
+    width = max(len(name) for name, _ in shown)
+    return [f"{name:<{width}}  {text}" for name, text in shown]
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return value if isinstance(value, str) else repr(value)
+
+
+def _param_text(entry: Mapping[str, Any]) -> str:
+    """``float [0, 0.99] log  when optimizer = sgd``."""
+    kind = str(entry.get("type"))
+    if entry.get("choices") is not None:
+        text = f"{kind} [{', '.join(_value_text(c) for c in entry['choices'])}]"
+    else:
+        text = f"{kind} [{_value_text(entry.get('low'))}, {_value_text(entry.get('high'))}]"
+        step = entry.get("step")
+        if step is not None and not (kind == "int" and step == 1):
+            text += f" step {_value_text(step)}"
+        if entry.get("log"):
+            text += " log"
+    conditions = []
+    for parent, values in (entry.get("when") or {}).items():
+        values = values if isinstance(values, list) else [values]
+        conditions.append(f"{parent} = {_value_text(values[0])}" if len(values) == 1 else
+                          f"{parent} in [{', '.join(_value_text(v) for v in values)}]")
+    return text + (f"  when {' and '.join(conditions)}" if conditions else "")
+
+
 def _code_text(r: Mapping[str, Any]) -> str:
     version = r["code_version"]
     if not version:
@@ -108,6 +165,8 @@ def _dependency_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _ran_lines(r: Mapping[str, Any], row: Callable[[str, str], None]) -> None:
     """Answer 1 for people."""
     row("params", json.dumps(r["params"]))
+    for i, tree in enumerate(space_lines(r.get("space") or (), r["params"])):
+        row("space" if i == 0 else "", tree)
     row("config hash", r["config_hash"])
     if r["command"]:
         row("command", shlex.join(r["command"]) + (" (through a shell)" if r["shell"] else ""))

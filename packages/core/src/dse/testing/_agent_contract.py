@@ -465,6 +465,28 @@ class AgentContract:
             for proposal in later:
                 mixed_space.coerce(proposal)
 
+    def test_observe_accepts_results_of_proposals_it_did_not_make(
+        self, agent_factory: AgentFactory, mixed_space: Space
+    ) -> None:
+        """``observe`` takes results it never proposed: a warm start's before its first
+        ``propose`` (``proposal`` and ``trial_number`` ``None``) and an enqueued
+        configuration's (numbered like its own proposals, between them)."""
+        agent = agent_factory(mixed_space, 0)
+        rng = _rng()
+        warm = [mixed_space.sample(rng) for _ in range(12)]
+        agent.observe([Observation(params=p, status=TrialStatus.COMPLETED,
+                                   metrics={"loss": _score(p)}, score=_score(p))
+                       for p in warm])
+        agent.observe([Observation(params=warm[0], status=TrialStatus.FAILED,
+                                   failure=FailureClass.NONZERO_EXIT)])
+        enqueued = mixed_space.sample(rng)
+        agent.observe([_completed(enqueued, 1)])  # proposal 1: the queue's, not the agent's
+        batch = [mixed_space.coerce(p) for p in agent.propose(3, [])]
+        assert len(batch) <= 3
+        agent.observe([_completed(p, 2 + i) for i, p in enumerate(batch)])
+        for params in agent.propose(2, []):
+            mixed_space.coerce(params)
+
     # -- the end --------------------------------------------------------------------------
 
     def test_finite_space_is_driven_to_the_end_inside_the_space(

@@ -121,6 +121,23 @@ class StorageContract:
         assert [a.id for a in storage.reads.attempts(run)] == [attempt]
         assert [e.kind for e in storage.reads.events(run, "note")] == ["note"]
 
+    def test_enqueued_configurations_wait_in_order_until_a_run_takes_them(
+        self, storage: Storage
+    ) -> None:
+        """Configurations enqueued for a campaign wait oldest first, apart from another
+        campaign's, until a run's committed pass takes each (``dse enqueue``)."""
+        ids = storage.enqueue("demo", [{"x": 1}, {"x": 2}], "python", _T0)
+        storage.enqueue("other", [{"x": 9}], "dse enqueue", _T0 + 1)
+        waiting = storage.reads.enqueued("demo")
+        assert [(w.id, w.params, w.source) for w in waiting] == [
+            (ids[0], {"x": 1}, "python"), (ids[1], {"x": 2}, "python")]
+        run, batch = _run(storage), Batch()
+        batch.take_enqueued(row=ids[0], run=run, proposal=1)
+        assert len(storage.reads.enqueued("demo")) == 2  # nothing before the commit
+        storage.commit(batch)
+        assert [w.params for w in storage.reads.enqueued("demo")] == [{"x": 2}]
+        assert [w.params for w in storage.reads.enqueued("other")] == [{"x": 9}]
+
     def test_a_commit_that_fails_writes_nothing(self, storage: Storage) -> None:
         """A commit that fails halfway (a row id used twice) leaves nothing of its pass in
         the record, and the record takes the next commit."""

@@ -256,7 +256,8 @@ function parallel(node, data, brushed) {
     ? {dim: i, name: p.name, type: "category", data: (p.values || p.choices || []).map(String)}
     : {dim: i, name: p.name, type: p.log ? "log" : "value", scale: true});
   dims.push({dim: space.length, name: data.metric, type: "value", scale: true});
-  const rows = data.points.map(p => [...space.map(s => s.type === "categorical" ? String(p.params[s.name]) : p.params[s.name]), p.score, p.number]);
+  // A conditional param inactive in a trial has no value there: no point on its axis.
+  const rows = data.points.map(p => [...space.map(s => !(s.name in p.params) ? null : s.type === "categorical" ? String(p.params[s.name]) : p.params[s.name]), p.score, p.number]);
   const c = chart(node, {
     parallelAxis: dims, parallel: {left: 60, right: 80, top: 40, bottom: 30,
       parallelAxisDefault: {nameLocation: "end", nameGap: 12, nameTextStyle: {fontSize: 12}}},

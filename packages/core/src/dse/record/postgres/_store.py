@@ -48,7 +48,7 @@ _T = TypeVar("_T")
 
 
 IDENTITY_TABLES = ("campaigns", "trials", "attempts", "events", "agent_log", "scores",
-                   "invalidations", "decisions")
+                   "invalidations", "decisions", "enqueued")
 
 
 """The tables whose ``id`` is an identity column (SQLite's ``INTEGER PRIMARY KEY``)."""

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("campaigns", ("id",)),
+    ("enqueued", ("id",)),
     ("invalidations", ("id",)),
     ("environments", ("digest",)),
     ("trials", ("id",)),

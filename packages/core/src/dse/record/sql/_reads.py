@@ -14,6 +14,7 @@ from dse.record._records import (
     Attempt,
     AttemptSpend,
     CampaignRun,
+    Enqueued,
     EnvironmentRecord,
     Event,
     Invalidation,
@@ -315,6 +316,12 @@ class Reads(Queries):
                                 " FROM agent_log WHERE campaign_id = ? AND id > ? ORDER BY id",
                                 (campaign_id, after))
         ]
+
+    def enqueued(self, campaign: str) -> list[Enqueued]:
+        return [Enqueued(int(r[0]), loads(r[1]), str(r[2]), float(r[3]))
+                for r in self.rows("SELECT id, params, source, added_at FROM enqueued"
+                                   " WHERE campaign = ? AND run IS NULL ORDER BY id",
+                                   (campaign,))]
 
     def agent_snapshot(self, campaign_id: int) -> AgentSnapshot | None:
         rows = self.rows("SELECT log_id, state, unobserved FROM agent_snapshots"

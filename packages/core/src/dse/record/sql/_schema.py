@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dse.record.sql._rows import ENDED, OPEN, SPEND_KEYS
 
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 
 
 NEW_TABLES_7 = """
@@ -131,6 +131,26 @@ CREATE TABLE IF NOT EXISTS leases (
 pid, its start), a token only it knows, when it last renewed it (on the record's clock) and
 for how long a renewal holds. A lease not renewed within its TTL is taken over, on any host;
 a controller whose lease was taken fails its next commit and stops."""
+
+
+NEW_TABLES_19 = """
+CREATE TABLE IF NOT EXISTS enqueued (
+    id INTEGER PRIMARY KEY,
+    campaign TEXT NOT NULL,
+    params TEXT NOT NULL,
+    source TEXT NOT NULL,
+    added_at REAL NOT NULL,
+    run INTEGER,
+    proposal INTEGER
+);
+CREATE INDEX IF NOT EXISTS enqueued_waiting ON enqueued(campaign, run, id)
+"""
+
+
+"""Schema 19: configurations enqueued for a campaign (``enqueued``: its ``[[enqueue]]`` tables
+as a run starts, ``dse enqueue``, ``dse.enqueue``), each run before the agent's proposals by
+the first run of the campaign that takes it (``run``, ``proposal``: the proposal number it was
+given)."""
 
 
 NEW_TABLES_14 = """
@@ -515,7 +535,7 @@ CREATE TABLE IF NOT EXISTS agent_log (
 );
 CREATE INDEX IF NOT EXISTS agent_log_campaign ON agent_log(campaign_id, id);
 """ + ";".join((NEW_TABLES_7, NEW_TABLES_9, NEW_TABLES_10, NEW_TABLES_13, NEW_TABLES_14,
-                NEW_COLUMNS_16, NEW_TABLES_18))
+                NEW_COLUMNS_16, NEW_TABLES_18, NEW_TABLES_19))
 
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -542,6 +562,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     15: tuple(NEW_COLUMNS_16.split(";")),
     16: NEW_COLUMNS_17,
     17: tuple(NEW_TABLES_18.split(";")),
+    18: tuple(NEW_TABLES_19.split(";")),
 }
 
 

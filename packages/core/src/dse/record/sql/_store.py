@@ -13,9 +13,9 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dse.model._numbers import is_int64
 from dse.record._batch import dumps
 from dse.record._records import Claim
+from dse.record.sql._invalidate import DryRun, flag_rows, matching_rows, selected_rows
 from dse.record.sql._leases import Leases
 from dse.record.sql._rows import REUSABLE_ROW, TRIAL, absolute_dir, as_trial, chunks, loads
 from dse.record.sql._schema import REBUILD
@@ -234,6 +234,13 @@ class SqlStore:
 
     # -- changes outside a polling pass -------------------------------------------------
 
+    def enqueue(self, campaign: str, configs: Sequence[Mapping[str, Any]], source: str,
+                now: float) -> list[int]:
+        """See :meth:`dse.record.Storage.enqueue`."""
+        rows = [(campaign, dumps(dict(params)), source, now) for params in configs]
+        return self._transaction(lambda: self._inserted_ids(
+            "INSERT INTO enqueued(campaign, params, source, added_at) VALUES (?, ?, ?, ?)", rows))
+
     def invalidate(
         self, kind: str, target: str, reason: str, now: float, *, trial_row: int | None = None,
         select: TrialSelection | None = None, dry_run: bool = False,
@@ -243,100 +250,21 @@ class SqlStore:
         def body() -> tuple[int, int, int] | None:
             score_ids: list[int]
             if select is not None:
-                trial_ids, score_ids = self._selected(select), []
+                trial_ids, score_ids = selected_rows(self._db, select), []
             else:
-                trial_ids, score_ids = self._matching(kind, target, trial_row)
+                trial_ids, score_ids = matching_rows(self._db, kind, target, trial_row)
             if not trial_ids and not score_ids:
                 return None
-            done = self._flag(trial_ids, score_ids, kind, target, reason, now)
+            done = flag_rows(self._db, self._inserted_id, trial_ids, score_ids,
+                             (kind, target, reason, now))
             if dry_run:
-                raise _DryRun(done)
+                raise DryRun(done)
             return done
 
         try:
             return self._transaction(body)
-        except _DryRun as dry:
+        except DryRun as dry:
             return dry.result
-
-    def _flag(self, trial_ids: list[int], score_ids: list[int], kind: str, target: str,
-              reason: str, now: float) -> tuple[int, int, int]:
-        db = self._db
-        mark = self._inserted_id(
-            "INSERT INTO invalidations(at, kind, target, reason, trials, scores)"
-            " VALUES (?, ?, ?, ?, 0, 0)", (now, kind, target, reason))
-        flagged_trials = 0
-        for chunk in chunks(trial_ids):
-            marks = ",".join("?" * len(chunk))
-            flagged_trials += db.execute(
-                f"UPDATE trials SET invalidation = ? WHERE id IN ({marks})"
-                " AND invalidation IS NULL", (mark, *chunk),
-            ).rowcount
-            # Their own scores, and every comparison that used one of them as baseline.
-            db.execute(
-                f"UPDATE scores SET invalidation = ? WHERE invalidation IS NULL AND"
-                f" (trial_id IN ({marks}) OR baseline_trial IN ({marks}))",
-                (mark, *chunk, *chunk),
-            )
-        for chunk in chunks(score_ids):
-            marks = ",".join("?" * len(chunk))
-            db.execute(
-                f"UPDATE scores SET invalidation = ? WHERE id IN ({marks})"
-                " AND invalidation IS NULL", (mark, *chunk),
-            )
-        (flagged_scores,) = db.execute(
-            "SELECT COUNT(*) FROM scores WHERE invalidation = ?", (mark,)).fetchone()
-        db.execute("UPDATE invalidations SET trials = ?, scores = ? WHERE id = ?",
-                   (flagged_trials, flagged_scores, mark))
-        return mark, flagged_trials, int(flagged_scores)
-
-    def _matching(
-        self, kind: str, target: str, trial_row: int | None
-    ) -> tuple[list[int], list[int]]:
-        """The trial rows and the score rows an invalidation of *kind* flags directly."""
-        db = self._db
-        if kind == "trial":
-            rows = db.execute(
-                "SELECT id FROM trials WHERE id = ? OR cache_of = ?", (trial_row, trial_row)
-            ).fetchall()
-            return [int(r[0]) for r in rows], []
-        if kind == "data_version":
-            # The trials of that version, and the cache hits that reuse one of them.
-            rows = db.execute(
-                "WITH v AS (SELECT id FROM trials WHERE data_version = ?1"
-                " OR data_version_read = ?1)"
-                " SELECT id FROM v UNION SELECT id FROM trials WHERE cache_of IN"
-                " (SELECT id FROM v)", (target,),
-            ).fetchall()
-            return sorted(int(r[0]) for r in rows), []
-        if kind == "scorer_version":
-            rows = db.execute(
-                "SELECT id FROM scores WHERE scorer_version = ?"
-                " OR scorer || '==' || scorer_version = ?", (target, target),
-            ).fetchall()
-            return [], [int(r[0]) for r in rows]
-        raise ValueError(f"unknown invalidation kind {kind!r}")
-
-    def _selected(self, select: TrialSelection) -> list[int]:
-        """The trial rows *select* picks, and the cache hits that reuse one of them."""
-        where: list[str] = ["1 = 1"]
-        args: list[str | int] = []
-        if select.failed is not None:
-            where.append("status = 'failed'")
-            if select.failed:
-                where.append("failure = ?")
-                args.append(select.failed)
-        if select.run is not None:
-            where.append("campaign_id = ?")
-            args.append(select.run if is_int64(select.run) else -1)  # past 64 bits: no run
-        if select.campaign is not None:
-            where.append("campaign_id IN (SELECT id FROM campaigns WHERE name = ?)")
-            args.append(select.campaign)
-        rows = self._db.execute(
-            f"WITH v AS (SELECT id FROM trials WHERE {' AND '.join(where)})"
-            " SELECT id FROM v UNION SELECT id FROM trials WHERE cache_of IN"
-            " (SELECT id FROM v)", args,
-        ).fetchall()
-        return sorted(int(r[0]) for r in rows)
 
     def run_controllers(self, name: str) -> list[tuple[int, dict[str, Any]]]:
         """See :meth:`dse.record.Storage.run_controllers`."""
@@ -444,11 +372,3 @@ class SqlStore:
                 [(digest, row, campaign, now) for digest, row in live.items()])
 
         self._transaction(body, light=True)
-
-
-class _DryRun(Exception):
-    """A dry-run invalidation's counts, raised to roll its transaction back."""
-
-    def __init__(self, result: tuple[int, int, int]) -> None:
-        super().__init__()
-        self.result = result

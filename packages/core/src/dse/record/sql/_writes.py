@@ -125,5 +125,6 @@ STATEMENTS: dict[str, str] = {
     "agent_log": INSERT_AGENT_CALL,
     "campaign_updates": END_CAMPAIGN,
     "run_times": "UPDATE campaigns SET run_s=? WHERE id=?",
+    "enqueue_takes": "UPDATE enqueued SET run=?, proposal=? WHERE id=? AND run IS NULL",
 }
 """The statement of each kind of change, as :meth:`Batch.changes` names them."""
