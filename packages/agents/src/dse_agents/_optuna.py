@@ -79,8 +79,8 @@ class OptunaAgent:
     """Proposes what an Optuna sampler asks (module docstring).
 
     :param sampler: the sampler: a name of ``optuna.samplers`` (``"TPESampler"``, the default;
-        ``"CmaEsSampler"``, ``"GPSampler"``, ``"NSGAIISampler"``, ``"QMCSampler"``...) or
-        ``"package.module:Class"``.
+        ``"CmaEsSampler"``, ``"GPSampler"``, ``"NSGAIISampler"``, ``"QMCSampler"``...),
+        ``"package.module:Class"``, or ``"hub:samplers/<package>"`` (OptunaHub's registry).
     :param options: keyword arguments of the sampler (``{multivariate = true}``); its
         ``seed``, when it takes one, is the campaign's.
     :param objectives: how many losses each trial has: 1, or a Pareto campaign's objective
