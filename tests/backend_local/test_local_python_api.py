@@ -388,3 +388,10 @@ def test_the_warm_start_example_runs_the_enqueued_guess_first_then_exploits(
         assert kinds[:2] == ["warm", "enqueue"]
     finally:
         conn.close()
+
+
+def test_the_conditional_example_gives_the_objective_the_active_params_only(
+    tmp_path: Path,
+) -> None:
+    out = run_script(tmp_path, doc_block("# tree.py"))
+    assert out.strip() == "[('momentum', 'optimizer'), ('optimizer',)]"
