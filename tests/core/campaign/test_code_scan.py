@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -119,7 +120,13 @@ def test_a_python_programs_dependencies_are_what_its_trial_reports(tmp_path: Pat
                                workdir=tmp_path, digests=digests)
     assert deps is not None
     assert deps.python is not None
-    reported = dse.trial.environment()
+    # What a trial reports, from a trial's own fresh interpreter: this test process may have
+    # more on its sys.path (another test's import of setuptools puts its vendored packages
+    # there, which then count as distributions).
+    report = "import json, dse.trial; print(json.dumps(dse.trial.environment()))"
+    reported = json.loads(subprocess.run([sys.executable, "-c", report], cwd=tmp_path,
+                                         capture_output=True, text=True, timeout=120,
+                                         check=True).stdout)
     assert deps.distributions == reported["distributions"]
     # The digest dse.trial.report() stamps on the trial (dse.engine._results), as the controller
     # saw it.
