@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -327,8 +328,6 @@ def _count(db: Path, sql: str) -> int:
 
 
 def _wait(condition: Any, timeout: float = 60) -> None:
-    import time
-
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"

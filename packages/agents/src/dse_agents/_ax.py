@@ -28,7 +28,6 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import math
 import random
 import warnings
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dse import Categorical, ConfigError, FloatRange, IntRange, TrialStatus
+from dse_agents._losses import finite_losses
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -388,14 +388,7 @@ class AxAgent:
             msg = (f"agent.ax.objectives: the campaign optimises {count} objective(s), the"
                    f" agent {self._objectives}; set objectives = {count} in [agent.ax]")
             raise ConfigError(msg)
-        if obs.status not in RESULTS:
-            return None
-        values = obs.losses if self._objectives > 1 else (
-            None if obs.loss is None else (obs.loss,))
-        if values is None or len(values) != self._objectives or not all(
-                math.isfinite(v) for v in values):
-            return None
-        return list(values)
+        return finite_losses(obs, self._objectives, RESULTS)
 
     def _data(self, losses: list[float]) -> dict[str, float]:
         return dict(zip(self._metrics, losses, strict=True))

@@ -24,13 +24,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-import math
 import warnings
 from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dse import Categorical, ConfigError, FloatRange, IntRange, TrialStatus
 from dse_agents._hub import PREFIX, hub_sampler_class
+from dse_agents._losses import finite_losses
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -197,14 +197,7 @@ class OptunaAgent:
                 self._told.setdefault(key, losses)
 
     def _losses(self, obs: Observation) -> list[float] | None:
-        if obs.status not in (TrialStatus.COMPLETED, TrialStatus.STOPPED):
-            return None
-        values = obs.losses if self._objectives > 1 else (
-            None if obs.loss is None else (obs.loss,))
-        if values is None or len(values) != self._objectives or not all(
-                math.isfinite(v) for v in values):
-            return None
-        return list(values)
+        return finite_losses(obs, self._objectives, (TrialStatus.COMPLETED, TrialStatus.STOPPED))
 
     def _tell(self, trial: Any, obs: Observation, losses: list[float] | None) -> None:
         states: Any = self._optuna.trial.TrialState

@@ -73,9 +73,10 @@ class EnqueuedQueue:
             self._waiting.appendleft((row, dict(params)))
 
 
-def resolve_sources(store: Storage, campaign: Campaign, run: int) -> list[CampaignRun]:
-    """The runs ``[agent] warm_start`` names (each of a named campaign's, but run *run*), or a
-    :class:`ConfigError` naming the first it cannot find."""
+def resolve_sources(store: Storage, campaign: Campaign) -> list[CampaignRun]:
+    """The runs ``[agent] warm_start`` names (each run of a named campaign: asked before the
+    new run is recorded, they are all earlier), or a :class:`ConfigError` naming the first it
+    cannot find."""
     warm = campaign.warm_start
     if warm is None:
         return []
@@ -87,7 +88,7 @@ def resolve_sources(store: Storage, campaign: Campaign, run: int) -> list[Campai
             named = [r for r in runs if r.id == source]
             what = f"run {source}"
         else:
-            named = [r for r in runs if r.name == source and r.id != run]
+            named = [r for r in runs if r.name == source]
             what = f"campaign {source!r}"
         if not named:
             raise ConfigError(f"{where}: no {what} in the record {store.where}")
@@ -111,7 +112,7 @@ class Seeds:
     def resolve(self, store: Storage, *, new: bool) -> None:
         """Find the runs a *new* run is warm started from, before it is recorded (a
         :class:`ConfigError` naming one the record lacks)."""
-        self._sources = resolve_sources(store, self._campaign, 0) if new else []
+        self._sources = resolve_sources(store, self._campaign) if new else []
 
     def plant(self, agent: Agent, store: Storage, journal: Journal, data_version: str | None,
               now: float) -> None:
