@@ -91,7 +91,7 @@ def run(
     from dse.report._terminal import Console
 
     built, ref = _campaign(campaign, objective, workspace, warm_start)
-    plugins, console, warn = PluginManager(), Console(), _warner(sys._getframe(1))
+    plugins, console, warn = PluginManager(), Console(), warner(sys._getframe(1))
     # Everything that can refuse the campaign is built before the workspace is touched.
     url = record_url(record, built.record)
     store = writer(built.workspace, url, connect=False, say=warn)
@@ -134,9 +134,9 @@ def _campaign(
 
     if isinstance(campaign, str | os.PathLike):
         source: Path | None = Path(os.fspath(campaign))
-        data = _as_toml(read_campaign_file(Path(os.fspath(campaign))))
+        data = as_toml(read_campaign_file(Path(os.fspath(campaign))))
     else:
-        source, data = None, _as_toml(campaign)
+        source, data = None, as_toml(campaign)
     ref = None
     if objective is not None:
         ref, data = _with_objective(data, objective, source, workspace)
@@ -163,10 +163,10 @@ def _warm_started(campaign: Campaign, sources: Sequence[str | int]) -> Campaign:
     return dataclasses.replace(campaign, warm_start=warm)
 
 
-def _warner(caller: FrameType) -> Callable[[str], None]:
-    """Issue a :class:`dse.RunWarning` as if from *caller*'s line (the call of
-    :func:`run`): the warnings come from the engine's passes, deep in dse, and a filter or a
-    traceback should point at the user's code."""
+def warner(caller: FrameType) -> Callable[[str], None]:
+    """Issue a :class:`dse.RunWarning` as if from *caller*'s line (the call of :func:`run`,
+    or where an ask/tell loop was made): the warnings come from the engine's passes, deep in
+    dse, and a filter or a traceback should point at the user's code."""
     where = (caller.f_code.co_filename, caller.f_lineno, caller.f_globals)
 
     def warn(message: str) -> None:
@@ -268,12 +268,12 @@ def _chosen_run(store: Storage, campaign: str | None, run: int | None) -> Any:
     return max(named, key=lambda r: r.id)
 
 
-def _as_toml(data: Any) -> Any:
+def as_toml(data: Any) -> Any:
     """A campaign given in Python as TOML would parse it: tuples are lists."""
     if isinstance(data, dict):
-        return {k: _as_toml(v) for k, v in data.items()}
+        return {k: as_toml(v) for k, v in data.items()}
     if isinstance(data, list | tuple):
-        return [_as_toml(v) for v in data]
+        return [as_toml(v) for v in data]
     return data
 
 

@@ -25,15 +25,14 @@ import random
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dse.api._api import load
+from dse.api._api import as_toml, load, warner
 from dse.api._asked import AskBackend, renew, stop_reason
 from dse.api._listeners import Warnings
-from dse.model._errors import ConfigError, LockedError, RunWarning
+from dse.model._errors import ConfigError, LockedError
 from dse.model._types import CampaignStatus, TrialStatus
 from dse.record._lock import CampaignLock, LockHolder
 from dse.trial import append_progress
@@ -181,7 +180,7 @@ class AskTell:
         self._url = record_url(record, self.campaign.record)
         self._fresh = fresh
         self._plugins = PluginManager()
-        self._warn = _warner(_caller())
+        self._warn = warner(_caller())
         self._store: Storage | None = None
         self._engine: Engine | None = None
         self._pool: Pool | None = None
@@ -537,7 +536,7 @@ def ask_campaign(campaign: Mapping[str, Any] | str | os.PathLike[str],
         source = Path(os.fspath(campaign))
         data = read_campaign_file(source)
     else:
-        data = _plain(campaign)
+        data = as_toml(campaign)
     where = str(source) if source is not None else "<campaign>"
     top = dict(data.get("campaign") or {})
     env = data.get("environment")
@@ -587,31 +586,9 @@ def _ask_backend(engine: Engine) -> AskBackend:
     return backend
 
 
-def _plain(data: Any) -> Any:
-    """A campaign given in Python as TOML would parse it: tuples are lists."""
-    if isinstance(data, dict):
-        return {k: _plain(v) for k, v in data.items()}
-    if isinstance(data, list | tuple):
-        return [_plain(v) for v in data]
-    return data
-
-
 def _caller() -> FrameType:
     """The frame of the user's code that made the loop (out of this module)."""
     frame = sys._getframe(1)
     while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
         frame = frame.f_back
     return frame
-
-
-def _warner(caller: FrameType) -> Callable[[str], None]:
-    """Issue a :class:`dse.RunWarning` as if from *caller*'s line (where the loop was made)."""
-    filename, lineno, module_globals = caller.f_code.co_filename, caller.f_lineno, caller.f_globals
-
-    def warn(message: str) -> None:
-        registry = module_globals.setdefault("__warningregistry__", {})
-        warnings.warn_explicit(message, RunWarning, filename, lineno,
-                               module=str(module_globals.get("__name__", "__main__")),
-                               registry=registry, module_globals=module_globals)
-
-    return warn

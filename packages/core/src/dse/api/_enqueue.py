@@ -51,13 +51,14 @@ def enqueue_named(
     source: str = "python",
 ) -> tuple[str, int]:
     """:func:`enqueue`, also answering the campaign's name."""
+    from dse.api._api import as_toml
     from dse.campaign._campaign import campaign_from_dict
     from dse.campaign._campaignfile import read_campaign_file
     from dse.campaign._seeding import enqueued_params
     from dse.record._open import record_url, writer
 
     if isinstance(campaign, Mapping):
-        path, data = None, campaign
+        path, data = None, as_toml(campaign)
     else:
         path = Path(os.fspath(campaign))
         data = read_campaign_file(path)
