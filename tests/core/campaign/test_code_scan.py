@@ -180,3 +180,33 @@ def test_an_interpreters_answer_is_cached_until_its_path_changes(
     after = deps()
     assert after.distributions["fakedep"] == "1.0"
     assert after.digest != before.digest
+
+
+def test_the_interpreters_cache_keeps_the_latest_entries_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every test's temporary PYTHONPATH is another key: the cache must not grow without end
+    # (every dse run reads it whole).
+    monkeypatch.setenv("DSE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("dse.campaign._deps._CACHE_ENTRIES", 2)
+    digests = FileDigests(tmp_path / "d.json")
+
+    def deps(name: str) -> Dependencies:
+        site = tmp_path / name
+        site.mkdir(exist_ok=True)
+        found = detect_dependencies([sys.executable, "x.py"], shell=False,
+                                    env={"PYTHONPATH": str(site)}, workdir=tmp_path,
+                                    digests=digests)
+        assert found is not None
+        return found
+
+    def kept() -> list[str]:
+        cache = json.loads((tmp_path / "cache" / "environments.json").read_text())
+        return [json.loads(k)[4]["PYTHONPATH"] for k in cache]
+
+    deps("a")
+    deps("b")
+    deps("a")
+    assert kept() == [str(tmp_path / "a"), str(tmp_path / "b")]
+    deps("c")
+    assert kept() == [str(tmp_path / "b"), str(tmp_path / "c")]

@@ -48,7 +48,7 @@ from dse_local._attempt import (
 )
 from dse_local._attempt import attempt_dir as attempt_dir  # re-exported by dse_local
 from dse_local._procs import age, kill_session
-from dse_local._server import WrapperServer, compile_wrapper
+from dse_local._server import Servers, compile_wrapper
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -135,8 +135,8 @@ class LocalBackend(Backend):
         # SIGTERM at the limit, SIGKILL one grace later; the wrapper times the run itself.
         self.overrun_s = self.grace + LIMIT_MARGIN
         compile_wrapper()
-        self._server = WrapperServer(os.path.realpath(sys.executable))
-        self._server.spares = min(self.cpus, MAX_SPARES)
+        self._servers = Servers(os.path.realpath(sys.executable), min(self.cpus, MAX_SPARES))
+        self._trial_gpus = 0
         self._bin_dir = os.path.dirname(sys.executable)
         self._jobs: dict[str, Job] = {}
         self._queue: deque[Job] = deque()
@@ -169,6 +169,19 @@ class LocalBackend(Backend):
             return cls(**opts)
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
+
+    def for_trials(
+        self, *, time_limit: float | None, resources: Resources, parallelism: int
+    ) -> Backend:
+        self._trial_gpus = resources.gpus
+        return super().for_trials(time_limit=time_limit, resources=resources,
+                                  parallelism=parallelism)
+
+    def expect_command(self, command: Sequence[str], *, shell: bool) -> None:
+        """A Python function objective's warm server starts now, beside the controller's
+        start (``_warm.py``): by the first attempt it has imported the function."""
+        if not shell and not self._trial_gpus:
+            self._servers.expect(tuple(command))
 
     def job_id_for(self, job: JobSpec) -> str | None:
         return f"{job.trial_id}.{job.attempt}"
@@ -233,7 +246,7 @@ class LocalBackend(Backend):
         self.queue_ahead = AHEAD_ROUNDS * (limit or self.cpus)
         # Called once before anything runs: the server and its spares start now, beside the
         # controller's opening of the run, rather than on the first trial's path.
-        self._server.start(min(limit or self.cpus, MAX_SPARES))
+        self._servers.start(min(limit or self.cpus, MAX_SPARES))
 
     def _running(self) -> int:
         """Attempts launched (or reattached alive) and not yet released."""
@@ -283,7 +296,7 @@ class LocalBackend(Backend):
             return
         # Before the request: the controller's measure of each attempt covers all of it.
         launched = self.clock.monotonic()
-        replies = self._server.spawn(requests)
+        replies = self._servers.spawn(requests, [not job.gpus for job in ready])
         started = self.clock.time()
         for job, reply in zip(ready, replies, strict=True):
             if isinstance(reply, OSError):
@@ -456,4 +469,4 @@ class LocalBackend(Backend):
             for job in live:
                 assert job.pid is not None
                 kill_session(job.pid, job.ticks)
-        self._server.close()
+        self._servers.close()

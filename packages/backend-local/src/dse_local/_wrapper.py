@@ -39,6 +39,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # no `typing` import at run time: the wrapper imports only what starts fast
     from collections.abc import Mapping
 
+    from dse_local._warm import Warm
+
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -387,6 +389,8 @@ def _stub(wrapper: int, go_r: int, err_w: int) -> None:
         os.dup2(err_fd, 2)
         if cwd:
             os.chdir(cwd)
+        if _WARM is not None and argv == _WARM.argv:
+            _WARM.start(env, err_w)  # the function imported already: called, not exec'd
         _execvpe(argv, env)
     except BaseException as exc:  # noqa: BLE001 - report any failure to exec, then die
         try:
@@ -615,6 +619,8 @@ def decode_fields(payload: bytes) -> list[str]:
 
 SPARES = 1
 """Wrappers the server keeps forked ahead (the controller asks for more: ``--serve N``)."""
+_WARM: Warm | None = None
+"""The function this server imported (``_warm.py``): its command's attempts start warm."""
 
 
 class _Spare:
@@ -692,7 +698,7 @@ def _taken(spare: _Spare) -> bytes:
     return ack if ack.endswith(b"\n") else b""
 
 
-def serve(spares: int = SPARES) -> int:
+def serve(spares: int = SPARES, warm: Warm | None = None) -> int:
     """The wrapper server: so no attempt pays Python's start, nor a fork on its path.
 
     It keeps *spares* wrappers forked ahead (:func:`_spare`), each with its workload's first
@@ -704,7 +710,12 @@ def serve(spares: int = SPARES) -> int:
     pid file is written, with the wrapper's pid and start time (``0`` if none could take
     it). The server ends at end of input (its controller is gone), and its idle spares with
     it; wrappers already running live on, each in a session of its own.
+
+    A server started to preload a function (*warm*, ``_launch.py --serve N --preload
+    ARGV...``) first says whether it could: ``1`` or ``0`` and a newline, before any reply.
     """
+    global _WARM
+    _WARM = warm
     # Wrappers must start with these blocked: a cancel sent before a wrapper installed its
     # handlers then waits for them instead of killing it without an exit file.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
@@ -712,6 +723,8 @@ def serve(spares: int = SPARES) -> int:
     _find_prctl()  # once, for every wrapper forked from here
     null = os.open(os.devnull, os.O_RDWR)
     ready: list[_Spare] = []
+    if warm is not None:
+        os.write(1, b"1\n")
     buffer = b""
     try:
         while True:

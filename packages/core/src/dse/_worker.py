@@ -25,16 +25,25 @@ import dse.trial
 from dse.campaign._objective import ObjectiveNotFound, find_function
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
-__all__ = ["main"]
+__all__ = ["main", "prepare"]
 
 USAGE = "usage: python -m dse._worker [--path DIR] [--metric NAME] TARGET:QUALNAME"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one attempt; return the exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    run = prepare(list(sys.argv[1:] if argv is None else argv))
+    return run if isinstance(run, int) else run()
+
+
+def prepare(argv: Sequence[str]) -> Callable[[], int] | int:
+    """Find the function the worker's arguments *argv* name (its module imported); return
+    what runs one attempt of it (its exit code), or the exit code of a failure to find it
+    (said on stderr). The local backend's warm start (``dse_local._warm``) calls this once in
+    a process each attempt is then forked from."""
+    args = list(argv)
     paths: list[str] = []
     metric = None
     while len(args) > 1 and args[0] in ("--path", "--metric"):
@@ -57,13 +66,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 -- the module's own error, told as Python would
         _print_from(exc, skip=0)
         return 1
-    params = dse.trial.params()
-    try:
-        value = fn(params)
-    except Exception as exc:  # noqa: BLE001 -- the objective failed: a result about the design
-        _print_from(exc, skip=1)
-        return 1
-    return _report(value, metric, f"{target}:{qualname}")
+
+    def run() -> int:
+        params = dse.trial.params()
+        try:
+            value = fn(params)
+        except Exception as exc:  # noqa: BLE001 -- the objective failed: about the design
+            _print_from(exc, skip=1)
+            return 1
+        return _report(value, metric, f"{target}:{qualname}")
+
+    return run
 
 
 def _print_from(exc: BaseException, *, skip: int) -> None:

@@ -57,6 +57,8 @@ _PATH_VARIABLES = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTH
                    "PYTHONSAFEPATH", "VIRTUAL_ENV")
 """The variables a trial's environment may set that change what its Python imports."""
 _CACHE = "environments.json"
+_CACHE_ENTRIES = 64
+"""Interpreters (and PATH-like variables) the cache remembers: the latest asked."""
 _PROBE = Path(__file__).resolve().parents[1] / "_envprobe.py"
 """The file the interpreter runs: :mod:`dse._envprobe`, which imports nothing of dse."""
 _PROBE_TIMEOUT_S = 120.0
@@ -207,7 +209,7 @@ def _python_environment(
     key = canonical_json([real, st.st_size, st.st_mtime_ns, st.st_ino,
                           {k: env.get(k) for k in _PATH_VARIABLES},
                           str(workdir) if relative else None])
-    store = JsonCache(_cache_dir() / _CACHE)
+    store = JsonCache(_cache_dir() / _CACHE, limit=_CACHE_ENTRIES)
     cache = store.data
     entry = cache.get(key)
     # A wrapper script (pyenv's shim) picks its Python when it runs: never cached.

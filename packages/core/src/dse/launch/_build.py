@@ -55,6 +55,7 @@ def build_engine(
         env = campaign.environment
         backend = built.for_trials(time_limit=env.time_limit, resources=env.resources,
                                      parallelism=campaign.max_parallelism)
+        backend.expect_command(env.command, shell=env.shell)
 
     guard = AgentGuard.lookup(plugins, campaign.agent)
 

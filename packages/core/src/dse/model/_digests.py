@@ -38,11 +38,15 @@ class JsonCache:
     """A JSON object kept in one file, read once and written back whole, atomically; a
     cache that cannot be read is empty and one that cannot be written only costs work."""
 
-    def __init__(self, path: Path, *, make_dir: bool = True) -> None:
+    def __init__(self, path: Path, *, make_dir: bool = True, limit: int | None = None) -> None:
         self.path = path
         self.make_dir = make_dir
         """Make the file's directory when it is missing (else the cache is not written: a
         workspace is never made just to hold one)."""
+        self.limit = limit
+        """Keep at most this many entries, the latest added (None: all): a cache whose keys
+        change with every test's temporary directory would otherwise grow without end, and
+        every reader pays for reading it whole."""
         self._data: dict[str, Any] | None = None
 
     @property
@@ -62,8 +66,12 @@ class JsonCache:
         try:
             if self.make_dir:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+            data = self.data
+            if self.limit is not None and len(data) > self.limit:
+                for key in list(data)[: len(data) - self.limit]:  # the oldest first
+                    del data[key]
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(self.data))
+            tmp.write_text(json.dumps(data))
             os.replace(tmp, self.path)
         except OSError:
             pass  # the cache only saves work

@@ -126,6 +126,14 @@ class Backend(ABC):
         one that fits. Called once, when the campaign is built, before anything runs."""
         return self
 
+    def expect_command(self, command: Sequence[str], *, shell: bool) -> None:
+        """The command every trial of the campaign runs (``[environment] command``, its
+        ``{param}`` placeholders not yet filled; *shell*: run through ``/bin/sh -c``), told
+        once when the campaign is built, before anything runs, so the backend may prepare
+        what its attempts need beside the controller's start (the local backend starts a
+        Python function objective's warm server). Nothing by default."""
+        del command, shell
+
     def limit_running(self, limit: int | None) -> None:
         """Start at most *limit* jobs at once (``None``: as many as the backend holds room
         for). The pool calls it once before anything runs: with the limit when it will hand
