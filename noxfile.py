@@ -91,6 +91,8 @@ def bench(session: nox.Session) -> None:
     quick = [] if "--full" in session.posargs else ["--quick"]
     session.run("python", "benchmarks/engine_overhead.py", *quick)
     session.run("python", "benchmarks/local_overhead.py", *quick)
+    session.run("python", "benchmarks/python_objective.py", *quick)
+    session.run("python", "benchmarks/many_slots.py", *quick)
     session.run("python", "benchmarks/search_quality.py", *quick)
     session.run("python", "benchmarks/scheduling.py", *quick)
     session.run("python", "benchmarks/report_render.py", *quick)
