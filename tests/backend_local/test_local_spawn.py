@@ -77,6 +77,25 @@ def test_spares_killed_while_they_wait_are_replaced(tmp_path: Path, marker: byte
     assert {status.state for status in final.values()} == {JobState.SUCCEEDED}
 
 
+def test_attempts_queued_ahead_start_on_a_new_server_when_it_died(
+    tmp_path: Path, marker: bytes,
+):
+    # Attempts queued ahead start as slots free without the controller waiting for the
+    # server's answer; a server killed meanwhile is started again, and nothing is lost.
+    with LocalBackend(cpus=1, gpus=0, grace=0.5) as backend:
+        backend.limit_running(1)
+        specs = [_spec(tmp_path, f"q{i}", "sleep 0.2") for i in range(4)]
+        ids = backend.submit(specs)  # one starts, three wait in the backend's queue
+        servers = [pid for pid in live_pids_mentioning(marker)
+                   if b"--serve" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                   and int((stat_fields(pid) or [b"0", b"0"])[1]) == os.getpid()]
+        assert len(servers) == 1
+        os.kill(servers[0], signal.SIGKILL)
+        final = wait_for(backend, ids, timeout=60)
+    assert {status.state for status in final.values()} == {JobState.SUCCEEDED}
+    assert all((attempt_dir(spec) / "exit.json").is_file() for spec in specs)
+
+
 def test_no_spare_outlives_its_backend(tmp_path: Path, marker: bytes):
     with LocalBackend(cpus=2, gpus=0, grace=0.5) as backend:
         ids = backend.submit([_spec(tmp_path, "one", "true")])

@@ -85,6 +85,8 @@ class Job:
     request: tuple[dict[str, str], list[str]] | None = None
     """The wrapper's environment and arguments, made when the job was submitted (its
     directories too), so that starting it when a slot frees is one request to the server."""
+    starting: bool = False
+    """Its wrapper was asked of the server, whose answer (its pid) has not been read yet."""
     gone: bool = False
     """Its wrapper ended before it could be watched (no pidfd): the next poll reads its end,
     so a wait returns at once rather than sleeping the poll interval."""
@@ -230,6 +232,18 @@ def reattach(job: Job) -> int | None:
 def gone(job: Job) -> bool:
     """Whether *job*'s wrapper is gone (no pid watched, or that pid ended or is reused)."""
     return job.pid is None or start_ticks(job.pid) != job.ticks
+
+
+def ask_to_stop(job: Job, now: float) -> None:
+    """Cancel *job*: SIGTERM to its wrapper (once), which ends its workload (SIGTERM, its
+    grace, SIGKILL) and writes its exit file; :func:`enforce_cancel` follows it up."""
+    if job.cancel_at is None and job.pid is not None:
+        job.cancel_at = now
+        with contextlib.suppress(ProcessLookupError):
+            if job.pidfd is not None:  # never a reused pid
+                signal.pidfd_send_signal(job.pidfd, signal.SIGTERM)
+            else:
+                os.kill(job.pid, signal.SIGTERM)
 
 
 def enforce_cancel(job: Job, now: float, grace: float) -> None:

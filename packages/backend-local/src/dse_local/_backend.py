@@ -7,18 +7,16 @@ time limit, its end) is in ``_attempt``; facts about and signals to processes, i
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 
 from dse import (
     Backend,
@@ -34,6 +32,7 @@ from dse import (
 from dse_local._attempt import (
     LIMIT_MARGIN,
     Job,
+    ask_to_stop,
     ended,
     ended_lately,
     enforce_cancel,
@@ -51,7 +50,7 @@ from dse_local._procs import age, kill_session
 from dse_local._server import Servers, compile_wrapper
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Collection, Mapping, Sequence
     from pathlib import Path
 
 log = logging.getLogger("dse.local")
@@ -81,6 +80,48 @@ def detect_gpus() -> int:
     except (OSError, subprocess.SubprocessError):
         return 0
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def local_options(options: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The ``[backend.local]`` table checked, as :class:`LocalBackend`'s arguments."""
+    unknown = sorted(set(options) - {"cpus", "gpus", "grace"})
+    if unknown:
+        raise ConfigError(f"{source}: backend.local: unknown option(s) {unknown}"
+                          + did_you_mean(unknown, ("cpus", "gpus", "grace")))
+    for key in ("cpus", "gpus"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ConfigError(f"{source}: backend.local.{key}: expected an integer")
+    opts = dict(options)
+    if "grace" in opts:
+        opts["grace"] = parse_duration(opts["grace"], f"{source}: backend.local.grace")
+    return opts
+
+
+class Slots:
+    """The CPU slots and GPUs free for the next attempt (the GPUs by number, lowest first)."""
+
+    def __init__(self, cpus: int, gpus: int) -> None:
+        self.cpus = cpus
+        self.gpus = list(range(gpus))
+
+    def fit(self, res: Resources) -> bool:
+        return res.cpus <= self.cpus and res.gpus <= len(self.gpus)
+
+    def take(self, res: Resources) -> tuple[int, ...]:
+        """Hold *res* (it fits); the GPUs it is given."""
+        self.cpus -= res.cpus
+        given = tuple(self.gpus[: res.gpus])
+        del self.gpus[: res.gpus]
+        return given
+
+    def take_cpus(self, cpus: int) -> None:
+        """Hold the CPUs of an attempt found running (it names its GPUs itself)."""
+        self.cpus -= cpus
+
+    def give(self, cpus: int, gpus: tuple[int, ...]) -> None:
+        self.cpus += cpus
+        self.gpus = sorted([*self.gpus, *gpus])
 
 
 class LocalBackend(Backend):
@@ -140,8 +181,7 @@ class LocalBackend(Backend):
         self._bin_dir = os.path.dirname(sys.executable)
         self._jobs: dict[str, Job] = {}
         self._queue: deque[Job] = deque()
-        self._free_cpus = self.cpus
-        self._free_gpus = list(range(self.gpus))
+        self._slots = Slots(self.cpus, self.gpus)
         self._limit: int | None = None
         """At most this many attempts run at once (:meth:`limit_running`)."""
         self._fresh: set[str] = set()
@@ -154,19 +194,8 @@ class LocalBackend(Backend):
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, source: str = "<campaign>") -> Self:
-        unknown = sorted(set(options) - {"cpus", "gpus", "grace"})
-        if unknown:
-            raise ConfigError(f"{source}: backend.local: unknown option(s) {unknown}"
-                              + did_you_mean(unknown, ("cpus", "gpus", "grace")))
-        for key in ("cpus", "gpus"):
-            value = options.get(key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-                raise ConfigError(f"{source}: backend.local.{key}: expected an integer")
-        opts = dict(options)
-        if "grace" in opts:
-            opts["grace"] = parse_duration(opts["grace"], f"{source}: backend.local.grace")
         try:
-            return cls(**opts)
+            return cls(**local_options(options, source))
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
 
@@ -229,6 +258,10 @@ class LocalBackend(Backend):
                 self._queue.append(job)
             ids.append(job_id)
         self._launch_ready()
+        # What starts now has its pid file written when submit returns: a controller that
+        # dies now leaves a wrapper a restarted one finds. Attempts queued ahead start later,
+        # as slots free, without waiting for the server's answer (_ended_fds reads it).
+        self._take_answers(block=True)
         return ids
 
     def _prepare(self, job: Job) -> bool:
@@ -258,14 +291,12 @@ class LocalBackend(Backend):
         while self._queue:
             job = self._queue[0]
             res = job.spec.resources
-            if res.cpus > self._free_cpus or res.gpus > len(self._free_gpus):
+            if not self._slots.fit(res):
                 break
             if self._limit is not None and self._running() >= self._limit:
                 break
             self._queue.popleft()
-            self._free_cpus -= res.cpus
-            job.gpus = tuple(self._free_gpus[: res.gpus])
-            del self._free_gpus[: res.gpus]
+            job.gpus = self._slots.take(res)
             job.launched = True
             ready.append(job)
         if ready:
@@ -275,9 +306,7 @@ class LocalBackend(Backend):
         if not job.launched or job.released:
             return
         job.released = True
-        self._free_cpus += job.spec.resources.cpus
-        self._free_gpus.extend(job.gpus)
-        self._free_gpus.sort()
+        self._slots.give(job.spec.resources.cpus, job.gpus)
 
     def _launch(self, jobs: Sequence[Job]) -> None:
         requests = []
@@ -296,19 +325,33 @@ class LocalBackend(Backend):
             return
         # Before the request: the controller's measure of each attempt covers all of it.
         launched = self.clock.monotonic()
-        replies = self._servers.spawn(requests, [not job.gpus for job in ready])
+        self._servers.send([(job, request, not job.gpus)
+                            for job, request in zip(ready, requests, strict=True)])
         started = self.clock.time()
-        for job, reply in zip(ready, replies, strict=True):
-            if isinstance(reply, OSError):
-                job.final = JobStatus(
-                    job.job_id, JobState.LAUNCH_ERROR, node="localhost",
-                    reason=f"{type(reply).__name__}: {reply}",
-                )
-                self._release(job)
-                continue
+        for job in ready:
             job.started_at = started
             job.launched_mono = launched
-            watch(job, *reply)
+            job.starting = True
+
+    def _take_answers(self, *, block: bool, ready: Collection[int] = ()) -> bool:
+        """Watch each attempt whose wrapper the server started (its answer in), or end it
+        (``LAUNCH_ERROR``) if none could; *block*: every attempt sent. Whether one of them
+        already ended (the next poll reports it)."""
+        ended = False
+        for tag, reply in self._servers.answers(block=block, ready=ready):
+            job = cast("Job", tag)
+            job.starting = False
+            if isinstance(reply, OSError):
+                self._not_started(job, reply)
+            else:
+                watch(job, *reply)
+            ended = ended or job.gone or job.final is not None
+        return ended
+
+    def _not_started(self, job: Job, exc: OSError) -> None:
+        job.final = JobStatus(job.job_id, JobState.LAUNCH_ERROR, node="localhost",
+                              reason=f"{type(exc).__name__}: {exc}")
+        self._release(job)
 
     def _ready(self, job: Job) -> bool:
         """Make *job*'s directories as it starts (:func:`dse.start_attempt_dir`: what other
@@ -320,9 +363,7 @@ class LocalBackend(Backend):
         try:
             moved = start_attempt_dir(spec, first=first)
         except OSError as exc:
-            job.final = JobStatus(job.job_id, JobState.LAUNCH_ERROR, node="localhost",
-                                  reason=f"{type(exc).__name__}: {exc}")
-            self._release(job)
+            self._not_started(job, exc)
             return False
         if moved:
             log.warning("trial %s, attempt %d, as it starts: what was in %s before"
@@ -348,20 +389,36 @@ class LocalBackend(Backend):
         return out
 
     def _ended_fds(self, timeout: float) -> set[int]:
-        """Pidfds of wrappers that ended (one ``poll`` call for all of them)."""
-        fds = [j.pidfd for j in self._jobs.values() if j.pidfd is not None]
-        if not fds:
-            return set()
-        poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN)
-        return {fd for fd, _ in poller.poll(max(timeout, 0.0) * 1000.0)}
+        """Pidfds of wrappers that ended, waiting up to *timeout* seconds for one (one
+        ``poll`` call for all of them); the answers of the wrapper servers are taken in as
+        they come (:meth:`_take_answers`), and an attempt that could not start, or whose
+        wrapper ended before it was watched, ends the wait."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            fds = [j.pidfd for j in self._jobs.values() if j.pidfd is not None]
+            servers = self._servers.fds()
+            if not fds and not servers:
+                return set()
+            poller = select.poll()
+            for fd in (*fds, *servers):
+                poller.register(fd, select.POLLIN)
+            left = max(deadline - time.monotonic(), 0.0)
+            got = {fd for fd, _ in poller.poll(left * 1000.0)}
+            answered = got.intersection(servers)
+            ended = got - answered
+            if answered and self._take_answers(block=False, ready=answered):
+                return ended
+            if ended or time.monotonic() >= deadline:
+                return ended
 
     def _check(self, job: Job, now: float, ready: set[int]) -> JobStatus | None:
         if job.final is not None:
             return job.final
         if not job.launched and not job.reattached:
             return None  # still queued for resources
+        if job.starting:  # its wrapper is being started: the server's answer tells the rest
+            return JobStatus(job.job_id, JobState.RUNNING, node="localhost",
+                             started_at=job.started_at)
         job.gone = False  # looked at: a wait no longer returns early for it
         exited = job.pidfd in ready if job.pidfd is not None else gone(job)
         if not exited:
@@ -387,6 +444,7 @@ class LocalBackend(Backend):
         self._jobs.pop(job.job_id, None)
 
     def _cancel(self, job_ids: Sequence[str]) -> None:
+        self._take_answers(block=True)  # every pid known: each started attempt is signalled
         now = self.clock.monotonic()
         for job_id in job_ids:
             job = self._jobs.get(job_id)
@@ -397,15 +455,10 @@ class LocalBackend(Backend):
                 job.final = JobStatus(job_id, JobState.CANCELLED, node="localhost",
                                       reason="cancelled before it started")
                 continue
-            if job.cancel_at is None and job.pid is not None:
-                job.cancel_at = now
-                with contextlib.suppress(ProcessLookupError):
-                    if job.pidfd is not None:  # never a reused pid
-                        signal.pidfd_send_signal(job.pidfd, signal.SIGTERM)
-                    else:
-                        os.kill(job.pid, signal.SIGTERM)
+            ask_to_stop(job, now)
 
     def _reattach(self, jobs: Mapping[str, JobSpec]) -> None:
+        self._take_answers(block=True)
         for job_id, spec in jobs.items():
             job = Job(job_id, spec, reattached=True)
             self._jobs[job_id] = job
@@ -415,7 +468,7 @@ class LocalBackend(Backend):
             # Still running: it holds its CPUs (not its GPUs, which it names itself) until
             # it ends, so what this backend starts next stays within the limit.
             job.launched = True
-            self._free_cpus -= spec.resources.cpus
+            self._slots.take_cpus(spec.resources.cpus)
             # Started in another controller's time: its age by the kernel's clock (the
             # wrapper's start), which no wall-clock step moves.
             job.launched_mono = self.clock.monotonic() - age(ticks)
@@ -427,7 +480,7 @@ class LocalBackend(Backend):
         attempts in one pass (one commit) while the slots stay busy."""
         if any(j.final is not None or j.gone for j in self._jobs.values()):
             return True
-        if not any(j.pidfd is not None for j in self._jobs.values()):
+        if not any(j.pidfd is not None or j.starting for j in self._jobs.values()):
             return False
         # Woken for the next time limit the controller enforces itself, not a pass later.
         timeout = min(timeout, next_due(self._jobs.values(), self.clock.monotonic(),
@@ -458,6 +511,7 @@ class LocalBackend(Backend):
 
     def _shutdown(self) -> None:
         """Wait (up to the grace period and a margin) for cancelled attempts to end."""
+        self._take_answers(block=True)
         clock = self.clock
         deadline = clock.monotonic() + (self.grace + 5.0 if self.wait_on_shutdown else 0.0)
         live = [j for j in self._jobs.values() if j.cancel_at is not None and j.pid is not None]
