@@ -39,6 +39,11 @@ def objective(params):
         sys.exit(3)
     if kind == "hang":
         time.sleep(600)
+    if kind == "spawn":  # a child that imports the main module afresh, as spawn does
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            assert pool.map(abs, [-params["x"]]) == [params["x"]]
     print("out", params["x"])
     return {
         "loss": float(params["x"]),
@@ -146,3 +151,10 @@ def test_a_trial_given_gpus_starts_its_own_interpreter(tmp_path: Path) -> None:
     assert [t[2] for t in trials] == ["completed"] * 4
     assert sorted(line.split()[1] for line in imports) == [
         "-", "warm-1-1", "warm-1-2", "warm-1-3", "warm-1-4"]
+
+
+def test_multiprocessing_spawn_works_in_a_warm_attempt(tmp_path: Path) -> None:
+    # Its children import the main module: the worker's, as in a cold attempt.
+    trials, imports, _ = run(tmp_path, ["spawn"])
+    assert [t[2] for t in trials] == ["completed"] * 4
+    assert len(imports) == 2, imports

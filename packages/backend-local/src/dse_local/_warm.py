@@ -49,11 +49,13 @@ def is_worker(argv: Sequence[str]) -> bool:
 class Warm:
     """A function imported once, which each attempt forked from here calls (:meth:`start`)."""
 
-    __slots__ = ("argv", "run")
+    __slots__ = ("argv", "module", "run")
 
     def __init__(self, argv: list[str], run: Callable[[], int]) -> None:
         self.argv = argv
         """The command it stands for: an attempt of exactly this command starts warm."""
+        self.module = argv[2]
+        """The worker's module (``python -m`` runs it as the main module)."""
         self.run = run
 
     def start(self, env: dict[str, str], started: int) -> NoReturn:
@@ -63,8 +65,10 @@ class Warm:
         is called, and the process exits as a fresh interpreter would."""
         os.environ.clear()
         os.environ.update(env)
-        # As `python -m` has it: the working directory first on the path.
+        # As `python -m dse._worker` has it: the working directory first on the path, the
+        # worker as the main module (multiprocessing's spawn imports it in its children).
         sys.path[0] = os.getcwd()
+        sys.modules["__main__"] = sys.modules[self.module]
         # As a fresh interpreter starts: Ctrl+C raises, a closed pipe raises.
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
