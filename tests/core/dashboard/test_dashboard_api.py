@@ -144,15 +144,16 @@ def test_each_connection_closes_the_reader_it_opened(tmp_path: Path) -> None:
     # SQLite keeps the descriptor of a connection closed while another of the process holds
     # a lock on the file (the watcher's, in WAL mode), and reuses it for the next one opened:
     # the file stays open at most once per connection alive at once (the watcher, a request's,
-    # the previous request's thread still ending), however many came before.
+    # the previous request's thread still ending, and on a loaded machine the one before
+    # it), however many came before.
     counts = []
     for _ in range(3):
         for _ in range(30):  # each request a connection of its own (urllib closes it)
             assert get(url, "/api/runs/1/trials")[0] == 200
         deadline = time.monotonic() + 30
-        while open_record() > 3 and time.monotonic() < deadline:
+        while open_record() > 4 and time.monotonic() < deadline:
             time.sleep(0.05)
         counts.append(open_record())
-    assert max(counts) <= 3, counts  # not one per connection: 19 after 30 before the fix
+    assert max(counts) <= 4, counts  # not one per connection: 19 after 30 before the fix
     board.terminate()
     board.wait(timeout=30)

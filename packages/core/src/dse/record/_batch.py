@@ -4,6 +4,7 @@ one transaction (:meth:`dse.record.sqlite.Store.commit`)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -29,6 +30,26 @@ WRITES = ("trials", "reruns", "relinks", "attempts", "attempt_updates", "attempt
           "agent_log", "campaign_updates", "run_times", "enqueue_takes")
 """The kinds of change a commit writes, in its order (an attempt after its trial, a trial's
 end after its attempts', an agent call's snapshot before the call)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Touched:
+    """The rows a batch writes that the record's summaries count (:meth:`Batch.touched`)."""
+
+    trials_new: list[int]
+    """The trials it makes."""
+    trial_runs: set[int]
+    """The runs of the trials it makes."""
+    trials_changed: list[int]
+    """The trials it changes (status, failure, score, data versions, directory, reuse)."""
+    attempts_new: list[int]
+    """The attempts it makes."""
+    attempt_trials: list[int]
+    """The trials of the attempts it makes."""
+    attempts_changed: list[int]
+    """The attempts it changes (start, end, spend)."""
+    decided: list[tuple[int, int, tuple[str, int]]]
+    """The stopping decisions it records: (run, trial, (verdict, rung))."""
 
 
 class Batch:
@@ -97,6 +118,22 @@ class Batch:
         for change in self._reruns:
             if change[4] is not None:
                 yield (change[5],)
+
+    def touched(self) -> Touched:
+        """The rows the batch writes that the summaries count (a storage keeps them from
+        these)."""
+        # The row id ends each update's parameters.
+        return Touched(
+            trials_new=[c[0] for c in self._trials],
+            trial_runs={c[1] for c in self._trials},
+            trials_changed=[c[-1] for kind in (self._reruns, self._relinks, self._trial_data,
+                                               self._trial_ends) for c in kind],
+            attempts_new=[c[0] for c in self._attempts],
+            attempt_trials=[c[1] for c in self._attempts],
+            attempts_changed=[c[-1] for kind in (self._attempt_updates, self._attempt_ends,
+                                                 self._attempt_spend) for c in kind],
+            decided=[(c[0], c[1], (c[5], c[6])) for c in self._decisions],
+        )
 
     def __bool__(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)

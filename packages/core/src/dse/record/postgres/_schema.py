@@ -2,7 +2,8 @@
 
 Same tables, columns and indexes (integers are ``bigint``, reals ``double precision``, an
 ``id INTEGER PRIMARY KEY`` an identity column; foreign keys are not enforced, as SQLite does
-not); the summaries kept by the same triggers, each a PL/pgSQL function. A new record is
+not); the summaries kept by each pass's commit, as on SQLite (the triggers an older record's
+migrations make, each a PL/pgSQL function, are dropped by schema 20's). A new record is
 made, or an older one migrated by the same :data:`~dse.record.sql._schema.MIGRATIONS`, in one
 transaction under an advisory lock, so that two controllers starting at once do it once.
 """
@@ -21,6 +22,7 @@ from dse.record.sql._schema import (
     SUMMARIES,
     SUMMARIES_12,
     SUMMARIES_15,
+    SUMMARY_TABLES,
 )
 
 if TYPE_CHECKING:
@@ -49,9 +51,23 @@ DSE_NOW = ("CREATE OR REPLACE FUNCTION dse_now() RETURNS double precision LANGUA
 _LOCK = 0x6473655F7265636F  # "dse_reco": the advisory lock a schema change holds
 
 
+_DROP_TRIGGER = re.compile(r"\s*DROP TRIGGER IF EXISTS (?P<name>\w+)\s*$")
+
+
+_TRIGGER_TABLES = {found["name"]: found["table"] for sql in (*SUMMARIES, *SUMMARIES_12,
+                                                              *SUMMARIES_15)
+                   if (found := _TRIGGER.match(sql)) is not None}
+"""The table of each trigger the older schemas made (PostgreSQL drops a trigger by table)."""
+
+
 def statement(sql: str) -> list[str]:
     """SQLite's DDL statement *sql* as PostgreSQL's statements (a trigger is two: its
-    function, then the trigger)."""
+    function, then the trigger; a trigger dropped drops its function too)."""
+    dropped = _DROP_TRIGGER.match(sql)
+    if dropped is not None:
+        name = dropped["name"]
+        return [f"DROP TRIGGER IF EXISTS {name} ON {_TRIGGER_TABLES[name]}",
+                f"DROP FUNCTION IF EXISTS dse_{name}()"]
     found = _TRIGGER.match(sql)
     if found is None:
         text = sql
@@ -76,8 +92,7 @@ def _statements(sqls: tuple[str, ...] | list[str]) -> list[str]:
     return [t for s in sqls if s.strip() for t in statement(s)]
 
 
-NEW_RECORD: list[str] = [DSE_NOW, *_statements([*SCHEMA.split(";"), *SUMMARIES, *SUMMARIES_12,
-                                                 *SUMMARIES_15])]
+NEW_RECORD: list[str] = [DSE_NOW, *_statements([*SCHEMA.split(";"), *SUMMARY_TABLES])]
 """A new record's schema, in order."""
 
 

@@ -4,11 +4,11 @@ into a PostgreSQL database, or back — resumable, and checked row by row.
 Every table of rows is copied in key order, a page per transaction, with its ids; a copy
 stopped part way (Ctrl+C, a lost connection) goes on from the last page the target holds.
 The summaries (``run_tallies``, ``run_totals``, ``stop_totals``) are then copied as they are,
-in one transaction (what the target's triggers added as rows came is replaced: sums of
-floats added in another order could differ in their last bit). Last, both records are read
-again: every table's row count and a digest of all its rows (each row's SHA-256, summed: any
-order, any database) must agree; a record that differs is said table by table and the
-command fails.
+in one transaction (rows written as they are change no summary: a pass's commit keeps them,
+and a rebuild could differ in the last bit of a sum of floats added in another order). Last,
+both records are read again: every table's row count and a digest of all its rows (each row's
+SHA-256, summed: any order, any database) must agree; a record that differs is said table by
+table and the command fails.
 """
 
 from __future__ import annotations

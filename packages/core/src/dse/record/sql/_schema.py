@@ -1,13 +1,14 @@
-"""The record's schema, in SQLite's dialect: its tables, the summaries triggers keep up to
-date, and what each schema version added (:data:`MIGRATIONS`: SQLite's
-:mod:`dse.record.sqlite._migrations` applies them to an older record; PostgreSQL's schema is
-translated from these, :mod:`dse.record.postgres._schema`)."""
+"""The record's schema, in SQLite's dialect: its tables, the summaries (kept by each pass's
+commit since schema 20, :mod:`dse.record.sql._tallies`; by triggers before, which the older
+migrations still make and schema 20 drops), and what each schema version added
+(:data:`MIGRATIONS`: SQLite's :mod:`dse.record.sqlite._migrations` applies them to an older
+record; PostgreSQL's schema is translated from these, :mod:`dse.record.postgres._schema`)."""
 
 from __future__ import annotations
 
 from dse.record.sql._rows import ENDED, OPEN, SPEND_KEYS
 
-SCHEMA_VERSION = 19
+SCHEMA_VERSION = 20
 
 
 NEW_TABLES_7 = """
@@ -187,7 +188,7 @@ the step a trial stopped at (``trials.stop_step``: its metrics are from that ste
 trial promoted since is replayed as it was told)."""
 
 
-def _last_stop(trial: str, column: str, before: str | None = None) -> str:
+def last_stop(trial: str, column: str, before: str | None = None) -> str:
     """The *column* (``rung`` or ``step``) of the latest stop decision about trial *trial*
     (an SQL expression of its row id; made before decision *before*, if given), else -1."""
     earlier = "" if before is None else f" AND id < {before}"
@@ -195,40 +196,40 @@ def _last_stop(trial: str, column: str, before: str | None = None) -> str:
             f" 'stop'{earlier} ORDER BY id DESC LIMIT 1), -1)")
 
 
-def _end_key(row: str, status: str, id_row: str | None = None) -> str:
+def end_key(row: str, status: str, id_row: str | None = None) -> str:
     """The ``stop_totals`` kind, rung and step of trial *row* (``NEW``, ``OLD``, ``t``: its
     ``stop_step``; its id is *id_row*'s) as ended with *status*: a stopped trial's is its
     latest stop's rung and the step it stopped at (``stop_step``, else that stop's)."""
     trial = f"{id_row or row}.id"
     return (f"'ended_' || {status}, CASE WHEN {status} = 'stopped' THEN"
-            f" {_last_stop(trial, 'rung')} ELSE 0 END, CASE WHEN {status} = 'stopped' THEN"
-            f" COALESCE({row}.stop_step, {_last_stop(trial, 'step')}) ELSE 0 END")
+            f" {last_stop(trial, 'rung')} ELSE 0 END, CASE WHEN {status} = 'stopped' THEN"
+            f" COALESCE({row}.stop_step, {last_stop(trial, 'step')}) ELSE 0 END")
 
 
-_UPSERT_STOP = (" ON CONFLICT (campaign_id, kind, rung, step) DO UPDATE SET trials = trials +"
+UPSERT_STOP = (" ON CONFLICT (campaign_id, kind, rung, step) DO UPDATE SET trials = trials +"
                 " excluded.trials, " + ", ".join(f"{k} = {k} + excluded.{k}" for k in SPEND_KEYS))
 
 
-_STOP_COLUMNS = "campaign_id, kind, rung, step, trials, wall_s, cpu_s, gpu_s, node_s, money"
+STOP_COLUMNS = "campaign_id, kind, rung, step, trials, wall_s, cpu_s, gpu_s, node_s, money"
 
 
 def _end_delta(sign: str, campaign: str, trial: str, key: str, when: str = "1 = 1") -> str:
     """Add (*sign* ``+``) or take away (``-``) trial *trial*'s count and its attempts' spend
     at ``stop_totals`` *key* (kind, rung, step), when *when* holds."""
     spend = ", ".join(f"TOTAL(json_extract(spend, '$.{k}')) AS {k}" for k in SPEND_KEYS)
-    return (f"INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT {campaign}, {key}, {sign}1, "
+    return (f"INSERT INTO stop_totals({STOP_COLUMNS}) SELECT {campaign}, {key}, {sign}1, "
             + ", ".join(f"{sign}{k}" for k in SPEND_KEYS)
             + f" FROM (SELECT {spend} FROM attempts WHERE trial_id = {trial}) AS s WHERE {when}"
-            + _UPSERT_STOP)
+            + UPSERT_STOP)
 
 
-def _ended_trials(runs: str) -> str:
+def ended_trials(runs: str) -> str:
     """Add, whole, the trials that ended stopped or completed of the runs *runs* selects (an
     SQL condition on ``t``), with their attempts' spend (a run's first decision; a
     migration)."""
     spend = ", ".join(f"TOTAL(json_extract(a.spend, '$.{k}'))" for k in SPEND_KEYS)
-    return (f"INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT t.campaign_id,"
-            f" {_end_key('t', 't.status')}, COUNT(DISTINCT t.id), {spend} FROM trials t"
+    return (f"INSERT INTO stop_totals({STOP_COLUMNS}) SELECT t.campaign_id,"
+            f" {end_key('t', 't.status')}, COUNT(DISTINCT t.id), {spend} FROM trials t"
             " LEFT JOIN attempts a ON a.trial_id = t.id WHERE t.status IN ('stopped',"
             f" 'completed') AND {runs} GROUP BY 1, 2, 3, 4")
 
@@ -257,13 +258,13 @@ SUMMARIES_15: tuple[str, ...] = (
     # WHEN clause: a condition in the statement would not spare each decision a scan).
     "CREATE TRIGGER IF NOT EXISTS stop_first BEFORE INSERT ON decisions WHEN NOT "
     + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
-    + _ended_trials("t.campaign_id = NEW.campaign_id") + "; END",
+    + ended_trials("t.campaign_id = NEW.campaign_id") + "; END",
     # A decision: a stopped trial's latest stop moves it, then the decision is counted.
     "CREATE TRIGGER IF NOT EXISTS stop_decided AFTER INSERT ON decisions BEGIN "
     + _end_delta("-", "NEW.campaign_id", "NEW.trial_id",
-                 "'ended_stopped', " + _last_stop("NEW.trial_id", "rung", "NEW.id")
+                 "'ended_stopped', " + last_stop("NEW.trial_id", "rung", "NEW.id")
                  + ", COALESCE((SELECT stop_step FROM trials WHERE id = NEW.trial_id), "
-                 + _last_stop("NEW.trial_id", "step", "NEW.id") + ")",
+                 + last_stop("NEW.trial_id", "step", "NEW.id") + ")",
                  f"NEW.verdict = 'stop' AND {_STOPPED_NOW} AND "
                  + _TRACKED.format(run="NEW.campaign_id")) + "; "
     + _end_delta("+", "NEW.campaign_id", "NEW.trial_id", "'ended_stopped', NEW.rung,"
@@ -277,24 +278,24 @@ SUMMARIES_15: tuple[str, ...] = (
     " OLD.status IN ('stopped', 'completed') AND (NEW.status IS NOT OLD.status OR"
     " NEW.stop_step IS NOT OLD.stop_step) AND "
     + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
-    + _end_delta("-", "NEW.campaign_id", "NEW.id", _end_key("OLD", "OLD.status", "NEW"))
+    + _end_delta("-", "NEW.campaign_id", "NEW.id", end_key("OLD", "OLD.status", "NEW"))
     + "; END",
     "CREATE TRIGGER IF NOT EXISTS stop_entered AFTER UPDATE OF status, stop_step ON trials WHEN"
     " NEW.status IN ('stopped', 'completed') AND (NEW.status IS NOT OLD.status OR"
     " NEW.stop_step IS NOT OLD.stop_step) AND "
     + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
-    + _end_delta("+", "NEW.campaign_id", "NEW.id", _end_key("NEW", "NEW.status")) + "; END",
+    + _end_delta("+", "NEW.campaign_id", "NEW.id", end_key("NEW", "NEW.status")) + "; END",
     "CREATE TRIGGER IF NOT EXISTS stop_inserted AFTER INSERT ON trials WHEN NEW.status IN"
     " ('stopped', 'completed') AND " + _TRACKED.format(run="NEW.campaign_id") + " BEGIN "
-    + _end_delta("+", "NEW.campaign_id", "NEW.id", _end_key("NEW", "NEW.status")) + "; END",
+    + _end_delta("+", "NEW.campaign_id", "NEW.id", end_key("NEW", "NEW.status")) + "; END",
     "CREATE TRIGGER IF NOT EXISTS stop_spend AFTER UPDATE OF spend ON attempts WHEN EXISTS"
     " (SELECT 1 FROM trials t WHERE t.id = NEW.trial_id AND t.status IN ('stopped',"
     " 'completed') AND " + _TRACKED.format(run="t.campaign_id") + ") BEGIN"
-    f" INSERT INTO stop_totals({_STOP_COLUMNS}) SELECT t.campaign_id, {_end_key('t', 't.status')},"
+    f" INSERT INTO stop_totals({STOP_COLUMNS}) SELECT t.campaign_id, {end_key('t', 't.status')},"
     " 0, "
     + ", ".join(f"IFNULL(json_extract(NEW.spend, '$.{k}'), 0) -"
                 f" IFNULL(json_extract(OLD.spend, '$.{k}'), 0)" for k in SPEND_KEYS)
-    + " FROM trials t WHERE t.id = NEW.trial_id" + _UPSERT_STOP + "; END",
+    + " FROM trials t WHERE t.id = NEW.trial_id" + UPSERT_STOP + "; END",
 )
 
 
@@ -305,11 +306,11 @@ BACKFILL_15: tuple[str, ...] = (
     "DELETE FROM stop_totals",
     "INSERT INTO stop_totals(campaign_id, kind, rung, step, trials) SELECT campaign_id,"
     " verdict, rung, 0, COUNT(*) FROM decisions GROUP BY 1, 2, 3",
-    _ended_trials("t.campaign_id IN (SELECT DISTINCT campaign_id FROM decisions)"),
+    ended_trials("t.campaign_id IN (SELECT DISTINCT campaign_id FROM decisions)"),
 )
 
 
-def _tally_key(row: str) -> str:
+def tally_key(row: str) -> str:
     """The ``run_tallies`` key columns of trial *row* (``NEW`` or ``OLD`` in a trigger)."""
     version = f"IFNULL(COALESCE(NULLIF({row}.data_version_read, ''), {row}.data_version), '')"
     mismatch = (f"CASE WHEN {row}.data_version_read IS NOT NULL AND {row}.data_version_read"
@@ -319,7 +320,7 @@ def _tally_key(row: str) -> str:
             f" CASE WHEN {row}.score IS NOT NULL THEN 1 ELSE 0 END, {mismatch}")
 
 
-_TALLY_COLUMNS = "campaign_id, version, status, failure, scored, mismatched"
+TALLY_COLUMNS = "campaign_id, version, status, failure, scored, mismatched"
 
 
 SUMMARIES: tuple[str, ...] = (
@@ -331,21 +332,21 @@ SUMMARIES: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS run_tallies (campaign_id INTEGER NOT NULL, version TEXT NOT"
     " NULL, status TEXT NOT NULL, failure TEXT NOT NULL, scored INTEGER NOT NULL, mismatched"
     " INTEGER NOT NULL, trials INTEGER NOT NULL, first INTEGER NOT NULL,"
-    f" PRIMARY KEY ({_TALLY_COLUMNS})) WITHOUT ROWID",
+    f" PRIMARY KEY ({TALLY_COLUMNS})) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS run_totals (campaign_id INTEGER PRIMARY KEY, dispatched"
     " INTEGER NOT NULL DEFAULT 0, "
     + ", ".join(f"{k} REAL NOT NULL DEFAULT 0" for k in SPEND_KEYS) + ")",
     "CREATE TRIGGER IF NOT EXISTS tally_trial AFTER INSERT ON trials BEGIN"
-    f" INSERT INTO run_tallies VALUES ({_tally_key('NEW')}, 1, NEW.number)"
-    f" ON CONFLICT ({_TALLY_COLUMNS}) DO UPDATE SET trials = trials + 1,"
+    f" INSERT INTO run_tallies VALUES ({tally_key('NEW')}, 1, NEW.number)"
+    f" ON CONFLICT ({TALLY_COLUMNS}) DO UPDATE SET trials = trials + 1,"
     " first = MIN(first, excluded.first); END",
     "CREATE TRIGGER IF NOT EXISTS tally_change AFTER UPDATE OF status, failure, score,"
     " data_version, data_version_read ON trials"
-    f" WHEN ({_tally_key('OLD')}) IS NOT ({_tally_key('NEW')}) BEGIN"
+    f" WHEN ({tally_key('OLD')}) IS NOT ({tally_key('NEW')}) BEGIN"
     " UPDATE run_tallies SET trials = trials - 1"
-    f" WHERE ({_TALLY_COLUMNS}) = ({_tally_key('OLD')});"
-    f" INSERT INTO run_tallies VALUES ({_tally_key('NEW')}, 1, NEW.number)"
-    f" ON CONFLICT ({_TALLY_COLUMNS}) DO UPDATE SET trials = trials + 1,"
+    f" WHERE ({TALLY_COLUMNS}) = ({tally_key('OLD')});"
+    f" INSERT INTO run_tallies VALUES ({tally_key('NEW')}, 1, NEW.number)"
+    f" ON CONFLICT ({TALLY_COLUMNS}) DO UPDATE SET trials = trials + 1,"
     " first = MIN(first, excluded.first); END",
     "CREATE TRIGGER IF NOT EXISTS total_dispatched AFTER INSERT ON attempts"
     " WHEN NEW.attempt = 1 BEGIN"
@@ -379,7 +380,7 @@ SUMMARIES: tuple[str, ...] = (
 BACKFILL_11: tuple[str, ...] = (
     "DELETE FROM run_tallies",  # rebuilt whole from the rows (a record may hold some)
     "DELETE FROM run_totals",
-    f"INSERT INTO run_tallies SELECT {_tally_key('trials')}, COUNT(*), MIN(number)"
+    f"INSERT INTO run_tallies SELECT {tally_key('trials')}, COUNT(*), MIN(number)"
     " FROM trials GROUP BY 1, 2, 3, 4, 5, 6",
     f"INSERT INTO run_totals(campaign_id, dispatched, {', '.join(SPEND_KEYS)})"
     " SELECT t.campaign_id, SUM(CASE WHEN a.attempt = 1 AND t.cache_of IS NULL THEN 1 ELSE 0"
@@ -389,14 +390,14 @@ BACKFILL_11: tuple[str, ...] = (
 )
 
 
-def _seconds(row: str) -> str:
+def attempt_seconds(row: str) -> str:
     """The seconds attempt *row* (``NEW`` or ``OLD`` in a trigger) ran, once started and
     ended; else 0."""
     return (f"(CASE WHEN {row}.started_at IS NOT NULL AND {row}.ended_at IS NOT NULL"
             f" THEN MAX({row}.ended_at - {row}.started_at, 0) ELSE 0 END)")
 
 
-def _made_dir(row: str) -> str:
+def made_dir(row: str) -> str:
     """Whether trial *row* (``NEW`` or ``OLD``) was given a directory (not a cache hit)."""
     return (f"(CASE WHEN {row}.cache_of IS NULL AND IFNULL({row}.trial_dir, '') != ''"
             " THEN 1 ELSE 0 END)")
@@ -413,19 +414,19 @@ SUMMARIES_12: tuple[str, ...] = (
     "ALTER TABLE run_totals ADD COLUMN wave INTEGER NOT NULL DEFAULT 0",
     "CREATE TRIGGER IF NOT EXISTS total_trial AFTER INSERT ON trials BEGIN"
     " INSERT INTO run_totals(campaign_id, trial_dirs, wave)"
-    f" VALUES (NEW.campaign_id, {_made_dir('NEW')}, NEW.wave)"
+    f" VALUES (NEW.campaign_id, {made_dir('NEW')}, NEW.wave)"
     " ON CONFLICT (campaign_id) DO UPDATE SET trial_dirs = trial_dirs + excluded.trial_dirs,"
     " wave = MAX(wave, excluded.wave); END",
     "CREATE TRIGGER IF NOT EXISTS total_dirs AFTER UPDATE OF cache_of, trial_dir ON trials"
-    f" WHEN {_made_dir('OLD')} IS NOT {_made_dir('NEW')} BEGIN"
+    f" WHEN {made_dir('OLD')} IS NOT {made_dir('NEW')} BEGIN"
     " INSERT INTO run_totals(campaign_id, trial_dirs)"
-    f" VALUES (NEW.campaign_id, {_made_dir('NEW')} - {_made_dir('OLD')})"
+    f" VALUES (NEW.campaign_id, {made_dir('NEW')} - {made_dir('OLD')})"
     " ON CONFLICT (campaign_id) DO UPDATE SET trial_dirs = trial_dirs + excluded.trial_dirs;"
     " END",
     "CREATE TRIGGER IF NOT EXISTS total_seconds AFTER UPDATE OF started_at, ended_at"
-    f" ON attempts WHEN {_seconds('OLD')} != {_seconds('NEW')} BEGIN"
+    f" ON attempts WHEN {attempt_seconds('OLD')} != {attempt_seconds('NEW')} BEGIN"
     " INSERT INTO run_totals(campaign_id, attempt_s)"
-    f" SELECT campaign_id, {_seconds('NEW')} - {_seconds('OLD')} FROM trials"
+    f" SELECT campaign_id, {attempt_seconds('NEW')} - {attempt_seconds('OLD')} FROM trials"
     " WHERE id = NEW.trial_id"
     " ON CONFLICT (campaign_id) DO UPDATE SET attempt_s = attempt_s + excluded.attempt_s; END",
     f"CREATE INDEX IF NOT EXISTS trials_open ON trials(campaign_id) WHERE {OPEN}",
@@ -440,12 +441,32 @@ SUMMARIES_12: tuple[str, ...] = (
 BACKFILL_12: tuple[str, ...] = (
     "INSERT OR IGNORE INTO run_totals(campaign_id) SELECT DISTINCT campaign_id FROM trials",
     f"UPDATE run_totals SET trial_dirs = (SELECT COUNT(*) FROM trials t WHERE"
-    f" t.campaign_id = run_totals.campaign_id AND {_made_dir('t')} = 1),"
+    f" t.campaign_id = run_totals.campaign_id AND {made_dir('t')} = 1),"
     " wave = (SELECT COALESCE(MAX(wave), 0) FROM trials t"
     " WHERE t.campaign_id = run_totals.campaign_id),"
-    f" attempt_s = (SELECT TOTAL({_seconds('a')}) FROM attempts a JOIN trials t"
+    f" attempt_s = (SELECT TOTAL({attempt_seconds('a')}) FROM attempts a JOIN trials t"
     " ON t.id = a.trial_id WHERE t.campaign_id = run_totals.campaign_id)",
 )
+
+
+REBUILD = (*BACKFILL_11, *BACKFILL_12, *BACKFILL_15)
+"""Every summary, built again from the rows (a summary of a new schema adds its backfill
+here)."""
+
+
+_SUMMARY_DDL = (*SUMMARIES, *SUMMARIES_12, *SUMMARIES_15)
+
+
+SUMMARY_TABLES = tuple(s for s in _SUMMARY_DDL if not s.startswith("CREATE TRIGGER"))
+"""The summaries' tables, columns and indexes, as a new record makes them (no triggers: each
+pass's commit keeps the summaries, :mod:`dse.record.sql._tallies`)."""
+
+
+DROP_TRIGGERS_20 = tuple(f"DROP TRIGGER IF EXISTS {s.split()[5]}" for s in _SUMMARY_DDL
+                         if s.startswith("CREATE TRIGGER"))
+"""Schema 20: the summaries are kept by each pass's commit, from the rows it changed (one
+upsert per summary and pass instead of several trigger statements per trial); the triggers
+of schemas 11, 12 and 15 go, and the summaries are rebuilt from the rows."""
 
 
 SCHEMA = """
@@ -563,6 +584,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     16: NEW_COLUMNS_17,
     17: tuple(NEW_TABLES_18.split(";")),
     18: tuple(NEW_TABLES_19.split(";")),
+    19: (*DROP_TRIGGERS_20, *REBUILD),
 }
 
 
@@ -576,7 +598,3 @@ OLDEST_SCHEMA = min(MIGRATIONS)
 as it is (a column there, a table there, a summary rebuilt whole), so a record whose version
 cannot be read (``dse doctor --salvage``) is migrated from here."""
 
-
-REBUILD = (*BACKFILL_11, *BACKFILL_12, *BACKFILL_15)
-"""Every summary SQLite keeps as rows are written, built again from the rows (a summary of a
-new schema adds its backfill here)."""

@@ -19,6 +19,7 @@ from dse.record.sql._invalidate import DryRun, flag_rows, matching_rows, selecte
 from dse.record.sql._leases import Leases
 from dse.record.sql._rows import REUSABLE_ROW, TRIAL, absolute_dir, as_trial, chunks, loads
 from dse.record.sql._schema import REBUILD
+from dse.record.sql._tallies import Tallies
 from dse.record.sql._writes import (
     CLAIM,
     FIRST_BLOCK,
@@ -209,6 +210,8 @@ class SqlStore:
     def _write(self, batch: Batch, renew: list[str]) -> None:
         db = self._db
         self.leases.renew(self._db, renew, self.where)
+        tallies = Tallies(db, batch.touched())
+        tallies.before()
         snapshots = batch.snapshots()
         for kind, rows in batch.changes():
             if kind == "agent_log":
@@ -219,6 +222,7 @@ class SqlStore:
                     for c, (k, state, unobserved) in snapshots.items()])
             elif rows:
                 db.executemany(STATEMENTS[kind], rows)
+        tallies.after()
         if self._claiming:
             db.executemany(RELEASE, list(batch.released()))
 

@@ -12,9 +12,7 @@ from dse.record.sql._schema import (
     MIGRATIONS,
     SCHEMA,
     SCHEMA_VERSION,
-    SUMMARIES,
-    SUMMARIES_12,
-    SUMMARIES_15,
+    SUMMARY_TABLES,
 )
 
 if TYPE_CHECKING:
@@ -35,8 +33,7 @@ def bring_up_to_date(db: sqlite3.Connection, path: Path) -> None:
     try:
         found = schema_version(db)
         if found is None:
-            for statement in (*SCHEMA.split(";"), *SUMMARIES, *SUMMARIES_12,
-                              *SUMMARIES_15):
+            for statement in (*SCHEMA.split(";"), *SUMMARY_TABLES):
                 if statement.strip():
                     db.execute(statement)
             db.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
