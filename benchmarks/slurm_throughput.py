@@ -98,7 +98,8 @@ time.sleep(seconds)
 ended = time.time()
 node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 with open(os.path.join(os.environ["DSE_TRIAL_DIR"], "result.json"), "w") as handle:
-    json.dump({"slept": seconds, "started": started, "ended": ended, "node": node}, handle)
+    json.dump({"complete": True, "metrics": {"slept": seconds}, "slept": seconds,
+               "started": started, "ended": ended, "node": node}, handle)
 """
 CAMPAIGN = """\
 [campaign]
