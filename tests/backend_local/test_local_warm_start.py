@@ -26,6 +26,9 @@ import time
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "imports.log"), "a") as f:
     f.write(f"{os.getpid()} {os.environ.get('DSE_TRIAL_ID', '-')}\\n")
+print("imported")  # never into the controller's pipe
+if sys.argv[0] != "script.py":  # a worker's import reads /dev/null, never the controller's
+    assert sys.stdin.read() == ""
 {guard}
 SEEN = []
 

@@ -129,14 +129,18 @@ def _flush() -> None:
 def load(argv: list[str]) -> Warm | None:
     """Import the function the worker command *argv* runs, in this process, which forks every
     attempt of it; None if it cannot be (each attempt then starts cold). The module's own
-    output while it imports is discarded: this process's stdout is the controller's pipe."""
+    output while it imports is discarded, and it reads nothing: this process's stdin and
+    stdout are the controller's pipes."""
     if not is_worker(argv):
         return None
     # `python _launch.py` put the wrapper's directory first on the path, where
     # `python -m` puts the working directory.
     sys.path[0] = os.getcwd()
-    saved = os.dup(1)
-    null = os.open(os.devnull, os.O_WRONLY)
+    # Its stdin and stdout are the controller's pipes: the import sees /dev/null, as an
+    # attempt does.
+    saved = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
     try:
@@ -151,6 +155,7 @@ def load(argv: list[str]) -> Warm | None:
         return None
     finally:
         _flush()  # before any fork: no child writes it again
-        os.dup2(saved, 1)
-        os.close(saved)
+        for fd, kept in enumerate(saved):
+            os.dup2(kept, fd)
+            os.close(kept)
     return Warm(list(argv), run)
