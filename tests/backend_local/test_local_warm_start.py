@@ -161,3 +161,14 @@ def test_multiprocessing_spawn_works_in_a_warm_attempt(tmp_path: Path) -> None:
     trials, imports, _ = run(tmp_path, ["spawn"])
     assert [t[2] for t in trials] == ["completed"] * 4
     assert len(imports) == 2, imports
+
+
+def test_only_a_worker_named_by_its_absolute_interpreter_starts_warm() -> None:
+    # A bare `python` is found on the attempt's PATH (the controller's bin directory first),
+    # which the warm server's may not be: such a command starts cold.
+    from dse_local._warm import is_worker
+
+    assert is_worker([sys.executable, "-m", "dse._worker", "mod:objective"])
+    assert not is_worker(["python", "-m", "dse._worker", "mod:objective"])
+    assert not is_worker([sys.executable, "-m", "other", "mod:objective"])
+    assert not is_worker([sys.executable, "script.py", "-m", "dse._worker"])

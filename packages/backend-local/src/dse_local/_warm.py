@@ -42,8 +42,11 @@ WORKER = ("-m", "dse._worker")
 
 
 def is_worker(argv: Sequence[str]) -> bool:
-    """Whether *argv* runs a Python function objective (``PYTHON -m dse._worker ...``)."""
-    return len(argv) > 3 and tuple(argv[1:3]) == WORKER
+    """Whether *argv* runs a Python function objective (``PYTHON -m dse._worker ...``, as
+    :func:`dse.run` names it: the interpreter by its absolute path, so the warm server runs
+    the very interpreter a cold attempt would find; a bare ``python`` is searched on the
+    attempt's ``PATH``, which the server's may not be)."""
+    return len(argv) > 3 and tuple(argv[1:3]) == WORKER and os.path.isabs(argv[0])
 
 
 class Warm:
