@@ -80,9 +80,9 @@ print(json.dumps([[t.params["x"], t.params["kind"], t.status.value,
 
 
 def run(tmp: Path, kinds: list[str], *, guard: str = "", gpus: int = 0
-        ) -> tuple[list[list[object]], list[str], int]:
-    """Run the campaign in *tmp*; (its trials, the lines of imports.log, the script's pid
-    line count written by the script's own import)."""
+        ) -> tuple[list[list[object]], list[str]]:
+    """Run the campaign in *tmp* (the script must exit 0); its trials and the lines of
+    imports.log (one per run of the module's top level: its pid and trial id)."""
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "objective.py").write_text(OBJECTIVE.replace("{guard}", guard))
     (tmp / "script.py").write_text(textwrap.dedent(SCRIPT.format(kinds=kinds, gpus=gpus)))
@@ -92,7 +92,7 @@ def run(tmp: Path, kinds: list[str], *, guard: str = "", gpus: int = 0
     assert proc.returncode == 0, proc.stderr
     trials = json.loads(proc.stdout.strip().splitlines()[-1])
     lines = (tmp / "imports.log").read_text().splitlines()
-    return trials, lines, proc.returncode
+    return trials, lines
 
 
 def by_kind(trials: list[list[object]], kind: str) -> list[list[object]]:
@@ -102,7 +102,7 @@ def by_kind(trials: list[list[object]], kind: str) -> list[list[object]]:
 def test_the_module_is_imported_once_and_each_attempt_is_a_process_of_its_own(
     tmp_path: Path,
 ) -> None:
-    trials, imports, _ = run(tmp_path, ["ok"])
+    trials, imports = run(tmp_path, ["ok"])
     assert [t[2] for t in trials] == ["completed"] * 4
     # Once by the script itself, once by the warm server: never once per attempt.
     assert len(imports) == 2, imports
@@ -121,7 +121,7 @@ def test_the_module_is_imported_once_and_each_attempt_is_a_process_of_its_own(
 
 
 def test_a_warm_attempt_fails_exits_and_times_out_as_a_cold_one_does(tmp_path: Path) -> None:
-    trials, imports, _ = run(tmp_path, ["ok", "raise", "exit", "hang"])
+    trials, imports = run(tmp_path, ["ok", "raise", "exit", "hang"])
     assert len(imports) == 2, imports  # all of them warm
     for t in by_kind(trials, "ok"):
         assert t[2] == "completed"
@@ -142,7 +142,7 @@ def test_a_module_that_cannot_be_imported_outside_a_trial_starts_each_attempt_co
 ) -> None:
     guard = ('if "DSE_TRIAL_ID" not in os.environ and sys.argv[0] != "script.py":\n'
              '    raise RuntimeError("only in a trial")\n')
-    trials, imports, _ = run(tmp_path, ["ok"], guard=guard)
+    trials, imports = run(tmp_path, ["ok"], guard=guard)
     assert [t[2] for t in trials] == ["completed"] * 4
     # The warm server's import failed (not in a trial): every attempt imported it itself.
     in_trials = [line for line in imports if line.split()[1] != "-"]
@@ -150,7 +150,7 @@ def test_a_module_that_cannot_be_imported_outside_a_trial_starts_each_attempt_co
 
 
 def test_a_trial_given_gpus_starts_its_own_interpreter(tmp_path: Path) -> None:
-    trials, imports, _ = run(tmp_path, ["ok"], gpus=1)
+    trials, imports = run(tmp_path, ["ok"], gpus=1)
     assert [t[2] for t in trials] == ["completed"] * 4
     assert sorted(line.split()[1] for line in imports) == [
         "-", "warm-1-1", "warm-1-2", "warm-1-3", "warm-1-4"]
@@ -158,7 +158,7 @@ def test_a_trial_given_gpus_starts_its_own_interpreter(tmp_path: Path) -> None:
 
 def test_multiprocessing_spawn_works_in_a_warm_attempt(tmp_path: Path) -> None:
     # Its children import the main module: the worker's, as in a cold attempt.
-    trials, imports, _ = run(tmp_path, ["spawn"])
+    trials, imports = run(tmp_path, ["spawn"])
     assert [t[2] for t in trials] == ["completed"] * 4
     assert len(imports) == 2, imports
 
