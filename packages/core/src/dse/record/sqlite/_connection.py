@@ -7,8 +7,10 @@ import contextlib
 import functools
 import os
 import sqlite3
+import threading
 import time
 import urllib.parse
+import weakref
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from dse.model._durable import sync_directory
@@ -136,6 +138,10 @@ class SqliteConnection(sqlite3.Connection):
     path: Path
     wait: BusyWait
 
+    def close(self) -> None:
+        _HELD.forget(self)
+        super().close()
+
     def cursor(self, factory: Any = SqliteCursor) -> Any:  # ours by default
         return super().cursor(factory)
 
@@ -166,11 +172,58 @@ class SqliteConnection(sqlite3.Connection):
             return
 
 
+class _Held:
+    """The record files this process has SQLite connections to, by device and inode (a hard
+    link, a path through a symbolic link: the same file).
+
+    POSIX locks belong to a process and a file, and closing *any* descriptor of the file
+    drops them all: a plain ``open()`` and ``close()`` of a record this process reads or
+    writes through SQLite would silently drop SQLite's locks, and another process closing
+    its own last connection would then checkpoint and delete the ``-wal`` under this one's
+    feet ("database disk image is malformed"; SQLite's "How To Corrupt" 2.2). So the file is
+    opened outside SQLite only when no connection of this process holds it, under a lock
+    that a new connection's registration also takes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._by_file: dict[tuple[int, int], weakref.WeakSet[SqliteConnection]] = {}
+
+    @staticmethod
+    def _key(path: Path) -> tuple[int, int] | None:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        return stat.st_dev, stat.st_ino
+
+    def add(self, db: SqliteConnection) -> None:
+        """Count *db* (a connection just made, before its first statement)."""
+        key = self._key(db.path)
+        if key is not None:
+            with self.lock:
+                self._by_file.setdefault(key, weakref.WeakSet()).add(db)
+
+    def forget(self, db: SqliteConnection) -> None:
+        """*db* is closing (one collected is forgotten by itself)."""
+        with self.lock:
+            for held in self._by_file.values():
+                held.discard(db)
+
+    def holds(self, path: Path) -> bool:
+        """Whether a connection of this process is open on *path* (call with :attr:`lock`)."""
+        key = self._key(path)
+        return key is not None and bool(self._by_file.get(key))
+
+
+_HELD = _Held()
+
+
 def _connect(target: str | Path, path: Path, say: Callable[[str], None] | None, *,
              uri: bool = False) -> SqliteConnection:
     db = sqlite3.connect(target, isolation_level=None, timeout=TRY_S, uri=uri,
                          factory=SqliteConnection)
     db.path = path
+    _HELD.add(db)
     db.wait = BusyWait(path, say)
     # The record's clock (leases): this host's, as every controller of the file shares it.
     db.create_function("dse_now", 0, time.time)
@@ -181,12 +234,19 @@ def header_damage(path: Path) -> str | None:
     """What the first 100 bytes and the size of the file at *path* say is wrong with it as a
     SQLite file (not one, truncated), or ``None`` (a sound header, an empty file, no file):
     a read of 100 bytes, cheap enough for every open. The size is checked against the
-    header's page count only without a ``-wal`` or ``-journal`` (a writer at work)."""
-    try:
-        with path.open("rb") as handle:
-            head, size = handle.read(100), os.fstat(handle.fileno()).st_size
-    except OSError:
-        return None  # SQLite's own open says what is wrong
+    header's page count only without a ``-wal`` or ``-journal`` (a writer at work).
+
+    A file this process already has open through SQLite is not read again (closing another
+    descriptor of it would drop SQLite's locks: :class:`_Held`): it was checked when first
+    opened, and SQLite names what has gone wrong since."""
+    with _HELD.lock:
+        if _HELD.holds(path):
+            return None
+        try:
+            with path.open("rb") as handle:
+                head, size = handle.read(100), os.fstat(handle.fileno()).st_size
+        except OSError:
+            return None  # SQLite's own open says what is wrong
     if size == 0:
         return None
     if not head.startswith(_MAGIC[: len(head)]) or len(head) < len(_MAGIC):
