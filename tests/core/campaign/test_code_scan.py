@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -210,3 +211,29 @@ def test_the_interpreters_cache_keeps_the_latest_entries_only(
     assert kept() == [str(tmp_path / "a"), str(tmp_path / "b")]
     deps("c")
     assert kept() == [str(tmp_path / "b"), str(tmp_path / "c")]
+
+
+def test_the_probe_reads_every_installed_distribution_as_importlib_metadata_does() -> None:
+    import importlib.metadata
+
+    from dse._envprobe import _name_and_version, environment
+
+    expected: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+        assert _name_and_version(text) == (dist.metadata["Name"], dist.version), dist
+        if dist.metadata["Name"]:
+            name = re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower()  # PEP 503
+            expected.setdefault(name, dist.version)
+    assert len(expected) > 10  # dse, pytest, pluggy, rich... and their dependencies
+    assert environment()["distributions"] == dict(sorted(expected.items()))
+
+
+def test_the_probe_reads_the_headers_only() -> None:
+    from dse._envprobe import _name_and_version
+
+    text = ("Metadata-Version: 2.1\nName:  my_pkg \nSummary: a\n  continued: Version: 9\n"
+            "Version: 1.0rc1\nName: other\n\nName: body\nVersion: 2\n")
+    assert _name_and_version(text) == ("my_pkg", "1.0rc1")
+    assert _name_and_version("") == (None, None)
+    assert _name_and_version("Summary: x\n\nName: body\n") == (None, None)

