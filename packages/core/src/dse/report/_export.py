@@ -23,12 +23,13 @@ from dse.report._listings import invalidation_json, trajectory
 from dse.report._show import EXPORT_SCHEMA, trial_records
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     from dse.record._base import Storage
     from dse.record._records import CampaignRun, Trial
 
-__all__ = ["TABLE_HEAD", "TABLE_TAIL", "export_text", "table_columns", "table_rows"]
+__all__ = ["TABLE_HEAD", "TABLE_TAIL", "columns_of", "export_text", "table_columns", "table_pages",
+           "table_rows"]
 
 TRAJECTORY_COLUMNS = ("step", "action", "reward", "observation", "status", "failure", "config_hash",
                "cache_of", "valid")
@@ -155,16 +156,21 @@ def table_columns(store: Storage, run: CampaignRun, page: int = 1000) -> list[st
     """The columns of *run*'s trial table (:data:`TABLE_HEAD`, the scores and Pareto rank of a
     Pareto run, ``param.<name>``, ``metric.<name>``, :data:`TABLE_TAIL`): the param and metric
     names are read from the record first, a page at a time."""
+    return columns_of(run, (t for trials in store.summaries.trial_pages(run.id, page)
+                            for t in trials))
+
+
+def columns_of(run: CampaignRun, trials: Iterable[Trial]) -> list[str]:
+    """:func:`table_columns` of *run* whose trials are *trials* (already read)."""
     params = [p["name"] for p in run.spec.get("space", [])]
     objectives = [metric for metric, _ in pareto_objectives(run.spec) or ()]
     metrics = [o["metric"] for o in run.spec.get("objectives", []) if "metric" in o]
     seen_params, seen_metrics = set(params), set(metrics)
     extra_params: set[str] = set()
     extra_metrics: set[str] = set()
-    for trials in store.summaries.trial_pages(run.id, page):
-        for t in trials:
-            extra_params.update(k for k in t.params if k not in seen_params)
-            extra_metrics.update(k for k in (t.metrics or {}) if k not in seen_metrics)
+    for t in trials:
+        extra_params.update(k for k in t.params if k not in seen_params)
+        extra_metrics.update(k for k in (t.metrics or {}) if k not in seen_metrics)
     params += sorted(extra_params)
     metrics += sorted(extra_metrics)
     pareto = [f"score.{m}" for m in objectives] + (["pareto_rank"] if objectives else [])
@@ -177,14 +183,25 @@ def table_rows(
 ) -> Iterator[list[dict[str, Any]]]:
     """Each page of *run*'s trials as flat rows (a dict per trial: :func:`table_columns`'
     keys that apply to it; a key it lacks is an empty cell), in trial order."""
+    for _, _, rows in table_pages(store, run, page):
+        yield rows
+
+
+def table_pages(
+    store: Storage, run: CampaignRun, page: int = 1000, ranks: dict[int, int] | None = None,
+) -> Iterator[tuple[list[Trial], list[dict[str, Any]], list[dict[str, Any]]]]:
+    """Each page of *run*'s trials, with their records (:func:`dse.report._show.
+    trial_records`) and their flat rows (:func:`table_rows`), read once for both; *ranks*:
+    the run's Pareto ranks when the caller has them."""
     invalid = store.reads.invalid_scores(run.id)
-    ranks = pareto_ranks_by_row(store, run.id, run.spec)
+    if ranks is None:
+        ranks = pareto_ranks_by_row(store, run.id, run.spec)
     objectives = [metric for metric, _ in pareto_objectives(run.spec) or ()]
     for trials in store.summaries.trial_pages(run.id, page):
         steps = trajectory(run, trials, invalid)
         records = trial_records(store, run, trials, ranks)
-        yield [_flat(t, step, record, objectives, ranks)
-               for t, step, record in zip(trials, steps, records, strict=True)]
+        yield trials, records, [_flat(t, step, record, objectives, ranks)
+                                for t, step, record in zip(trials, steps, records, strict=True)]
 
 
 def _flat(trial: Trial, step: dict[str, Any], record: dict[str, Any], objectives: list[str],

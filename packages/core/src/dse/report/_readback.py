@@ -19,16 +19,15 @@ from dse.model._states import (
     FailureClass,
     TrialStatus,
 )
-from dse.report._export import table_columns, table_rows
+from dse.report._export import columns_of, table_pages
 from dse.report._front import pareto_ranks_by_row
-from dse.report._show import trial_records
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
     from dse.record._base import Storage
-    from dse.record._records import CampaignRun
+    from dse.record._records import CampaignRun, Trial
 
 __all__ = ["AttemptRecord", "Results", "TrialRecord", "read_results"]
 
@@ -214,8 +213,14 @@ def read_results(store: Storage, run: CampaignRun, workspace: Path) -> Results:
     ranks = pareto_ranks_by_row(store, run.id, run.spec)
     spec = run.spec
     names = tuple(str(p.get("name")) for p in spec.get("space") or [])
-    trials = tuple(_trial(doc, names) for page in store.summaries.trial_pages(run.id)
-                   for doc in trial_records(store, run, page, ranks))
+    read: list[Trial] = []
+    found: list[TrialRecord] = []
+    flat: list[dict[str, Any]] = []
+    for page, records, rows in table_pages(store, run, ranks=ranks):  # each read once
+        read.extend(page)
+        found.extend(_trial(doc, names) for doc in records)
+        flat.extend(rows)
+    trials = tuple(found)
     objectives = tuple(str(o.get("metric")) for o in spec.get("objectives") or [])
     resolved = spec.get(RESOLVED_SCORER) or {}
     first = (spec.get("objectives") or [{}])[0]
@@ -226,10 +231,8 @@ def read_results(store: Storage, run: CampaignRun, workspace: Path) -> Results:
         row = store.summaries.best_of_version(run.id, tallies[-1].version,
                                     maximize=direction == "maximize")
         best = next((t for t in trials if row is not None and t.number == row.number), None)
-    columns = tuple(table_columns(store, run))
-    rows = tuple(row for page in table_rows(store, run) for row in page)
     return Results(run.name, run.id, run.status, run.end_reason, workspace, names, objectives,
-                   direction, trials, best, columns, rows)
+                   direction, trials, best, tuple(columns_of(run, read)), tuple(flat))
 
 
 def _trial(doc: Mapping[str, Any], names: tuple[str, ...]) -> TrialRecord:
