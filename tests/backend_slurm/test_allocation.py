@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -199,7 +200,8 @@ def spec(root: Path, number: int, code: str, **fields: object) -> JobSpec:
 def poll_until(backend: SlurmAllocationBackend, ids: list[str], timeout: float = 240,
                until: object = None) -> dict[str, JobStatus]:
     """Poll as the engine does until every id in *ids* reported an end (or *until*(seen)
-    holds); fail after *timeout* seconds."""
+    holds); fail after *timeout* seconds. Only this call's polls count: a poll reports what
+    changed, so an id whose end an earlier call saw is never reported again."""
     seen: dict[str, JobStatus] = {}
     deadline = time.monotonic() + timeout
     while not all(seen.get(i) and seen[i].state.is_finished() for i in ids):
@@ -289,29 +291,45 @@ def test_attempts_run_as_steps_of_one_pilot_and_end_as_they_did(allocation_backe
 
 @pytest.mark.xdist_group("slurm")
 def test_a_pilot_cancelled_outside_interrupts_its_running_attempt_and_a_new_pilot_runs_the_rest(
-    allocation_backend, tmp_path
-):
+    allocation_backend: SlurmAllocationBackend, tmp_path: Path
+) -> None:
     backend = allocation_backend
-    specs = [spec(tmp_path, 0, "import time; time.sleep(120)", time_limit=150.0,
-                  resources=Resources(cpus=2)),
-             spec(tmp_path, 1, "print('second')", time_limit=60.0)]
-    ids = backend.submit(specs)
-    seen = poll_until(backend, ids, until=lambda s: ids[0] in s)
-    assert seen[ids[0]].state is JobState.RUNNING
+    go = tmp_path / "go"
+    waiting = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.2)"
+    first = spec(tmp_path, 0, waiting, time_limit=150.0, resources=Resources(cpus=2))
+    [first_id] = backend.submit([first])
+    seen = poll_until(backend, [first_id], until=lambda s: first_id in s)
+    assert seen[first_id].state is JobState.RUNNING
     [(first_pilot, _)] = backend.pilots
+    assert first_pilot is not None
     subprocess.run(["scancel", first_pilot], check=True, timeout=30)
 
-    seen.update(poll_until(backend, ids))
+    # Nothing else is queued, and the attempt still ends, within seconds: the pilot stops
+    # beating and one squeue tells its end (a bound far above that on a loaded machine).
+    ended = poll_until(backend, [first_id], timeout=FATE_WAIT_S)[first_id]
+    assert ended.state is JobState.CANCELLED  # not asked for by dse: the engine retries it
+    assert f"allocation {first_pilot} ended CANCELLED" in (ended.reason or "")
+    assert ended.node in node_names()
+    assert backend.pilots == [(first_pilot, "CANCELLED")]
 
-    first = seen[ids[0]]
-    assert first.state is JobState.CANCELLED  # not asked for by dse: the engine retries it
-    assert f"allocation {first_pilot} ended CANCELLED" in (first.reason or "")
-    assert first.node in node_names()
-    assert seen[ids[1]].state is JobState.SUCCEEDED
+    # The engine's retry (the same command, which now goes on) and a new attempt: a new pilot
+    # runs both. Submitted once the backend knows the first pilot ended, neither is handed to
+    # it (one waiting there while it was cancelled could start in it, in the moment between
+    # its step's end and Slurm's signal to the pilot, and run or be cancelled with it).
+    go.touch()
+    rest = [dataclasses.replace(first, attempt=2), spec(tmp_path, 1, "print('second')",
+                                                        time_limit=60.0)]
+    ids = backend.submit(rest)
+    seen = poll_until(backend, ids)
+
+    assert [seen[i].state for i in ids] == [JobState.SUCCEEDED] * 2
     pilots = dict(backend.pilots)
     assert len(pilots) == 2
     assert pilots[first_pilot] == "CANCELLED"
-    assert (seen[ids[1]].usage or {})["allocation_job"] != float(first_pilot)
+    [second_pilot] = set(pilots) - {first_pilot}
+    assert second_pilot is not None
+    assert [(seen[i].usage or {})["allocation_job"] for i in ids] == [float(second_pilot)] * 2
+    assert (rest[1].trial_dir / "attempt-1" / "stdout.log").read_text() == "second\n"
     backend.shutdown()
 
 
