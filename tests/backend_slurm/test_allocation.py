@@ -306,7 +306,7 @@ def test_a_pilot_cancelled_outside_interrupts_its_running_attempt_and_a_new_pilo
 
     # Nothing else is queued, and the attempt still ends, within seconds: the pilot stops
     # beating and one squeue tells its end (a bound far above that on a loaded machine).
-    ended = poll_until(backend, [first_id], timeout=FATE_WAIT_S)[first_id]
+    ended = poll_until(backend, [first_id], timeout=FATE_WAIT_S + 60)[first_id]
     assert ended.state is JobState.CANCELLED  # not asked for by dse: the engine retries it
     assert f"allocation {first_pilot} ended CANCELLED" in (ended.reason or "")
     assert ended.node in node_names()
