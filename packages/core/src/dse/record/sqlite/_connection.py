@@ -137,6 +137,8 @@ class SqliteConnection(sqlite3.Connection):
 
     path: Path
     wait: BusyWait
+    held: tuple[int, int] | None
+    """The device and inode of its file (:class:`_Held`), ``None`` if it could not be read."""
 
     def close(self) -> None:
         _HELD.forget(self)
@@ -198,16 +200,23 @@ class _Held:
 
     def add(self, db: SqliteConnection) -> None:
         """Count *db* (a connection just made, before its first statement)."""
-        key = self._key(db.path)
+        db.held = key = self._key(db.path)
         if key is not None:
             with self.lock:
                 self._by_file.setdefault(key, weakref.WeakSet()).add(db)
 
     def forget(self, db: SqliteConnection) -> None:
-        """*db* is closing (one collected is forgotten by itself)."""
+        """*db* is closing (one collected is forgotten by itself: its file's set keeps no
+        connection alive)."""
+        key: tuple[int, int] | None = getattr(db, "held", None)
+        if key is None:
+            return
         with self.lock:
-            for held in self._by_file.values():
+            held = self._by_file.get(key)
+            if held is not None:
                 held.discard(db)
+                if not held:
+                    del self._by_file[key]
 
     def holds(self, path: Path) -> bool:
         """Whether a connection of this process is open on *path* (call with :attr:`lock`)."""
