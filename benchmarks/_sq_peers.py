@@ -83,24 +83,23 @@ def _suggest(trial: Any, space: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def sampler_settings(method: str, parallel: int) -> tuple[str, dict[str, Any]]:
+    """The Optuna sampler class of *method* and its options (besides the seed) at
+    parallelism *parallel*: TPE with ``constant_liar`` at P > 1, the others as they come."""
+    kind = OPTUNA_SAMPLERS[method]
+    if kind in ("TPE", "TPE independent"):
+        return "TPESampler", {"multivariate": kind == "TPE", "constant_liar": parallel > 1}
+    return ("GPSampler" if kind == "GP" else "RandomSampler"), {}
+
+
 class OptunaPeer:
     """One study; params are suggested at ask time, so the next ask sees them (constant
     liar, GPSampler's pending trials)."""
 
     def __init__(self, method: str, problem: Problem, seed: int, parallel: int) -> None:
         optuna = quiet_optuna()
-        samplers = optuna.samplers
-        kind = OPTUNA_SAMPLERS[method]
-        if kind == "TPE":
-            sampler = samplers.TPESampler(seed=seed, multivariate=True,
-                                          constant_liar=parallel > 1)
-        elif kind == "TPE independent":
-            sampler = samplers.TPESampler(seed=seed, multivariate=False,
-                                          constant_liar=parallel > 1)
-        elif kind == "GP":
-            sampler = samplers.GPSampler(seed=seed)
-        else:
-            sampler = samplers.RandomSampler(seed=seed)
+        name, options = sampler_settings(method, parallel)
+        sampler = getattr(optuna.samplers, name)(seed=seed, **options)
         self._study = optuna.create_study(sampler=sampler, direction="minimize")
         self._fail = optuna.trial.TrialState.FAIL
         self._space = problem.space

@@ -261,6 +261,26 @@ def edge_objective(p: Params) -> float:
     return _EDGE_BOWL * d_opt**2 - bump
 
 
+def random_point(space: Mapping[str, Any], rng: random.Random) -> dict[str, Any]:
+    """A point drawn uniformly from *space* (a dse ``[space]`` table): log scale where
+    declared, integers on their step, categoricals by choice."""
+    out: dict[str, Any] = {}
+    for name, spec in space.items():
+        if isinstance(spec, list):
+            out[name] = rng.choice(spec)
+            continue
+        low, high = spec["low"], spec["high"]
+        if spec.get("log"):
+            value = math.exp(rng.uniform(math.log(low), math.log(high)))
+        else:
+            value = rng.uniform(low, high)
+        if spec["type"] == "int":
+            step = spec.get("step", 1)
+            value = int(min(max(low + round((value - low) / step) * step, low), high))
+        out[name] = value
+    return out
+
+
 def failed_fraction(problem: Problem, points: int = 200_000, seed: int = 0) -> float:
     """The share of the space where *problem*'s trials fail (Monte Carlo)."""
     rng = random.Random(seed)

@@ -87,7 +87,9 @@ What is measured (one process run; every method sees the same problems, budgets 
   samplers and Ax) in that setting, max(dse, 1e-9) / max(best, 1e-9); below 1 dse is better.
   ``worst_ratio`` is the worst over functions at P = 4 (waves and rolling), ``worst_ratio_all``
   includes P = 1. ``waves_over_rolling`` is dse bayesian's P = 4 waves median over its rolling
-  one per function.
+  one per function. Beside the medians' ratios the report gives, per issue 44, the paired
+  per-seed geometric means of the same ratios, and the waves/rolling ratio, above the
+  function's solved floor (``_sq_report.py``: regrets below 1e-4 of f's range count as equal).
 
 * **Latency**: the ``bayesian`` agent built directly (``cls(space, seed=0)``) on the
   Hartmann-6, mixed and 20-parameter (``embedded20``) spaces proposes 64 points (its start-up
@@ -120,6 +122,14 @@ side: a dse run, by the sources of the benchmark's problems, runs and peers and 
 dse_agents; a peer's run, by the benchmark's sources and the peers' package versions alone. So
 after a change to dse, ``--resume`` reruns dse's runs and keeps the peers' (the hours of Ax),
 and a log of ``--methods "ax botorch"`` made once serves later runs with every method.
+The peers' runs are also kept in the repository, in the peers' log (``_sq_log.py``,
+``benchmarks/peers/search_quality/``: one JSON line per run, per peer and version, with
+digests of the function and of the peer's settings): ``--record-peers [--seeds N] [--peers
+...] [--functions ...]`` records the runs it lacks (seeds 0 to N - 1, default 20), each as it
+ends, so an interrupted recording resumes. Every other run reads the peers' runs of its seeds
+from the log, runs only those missing (``--peers-from-log``: none; ``--no-peer-log``: all),
+says per peer how many came from the log and of which version (one line more when the log
+holds another version, which is never mixed into a cell) and marks their rows ``(log)``.
 Runs are spread over ``--jobs`` processes (default: one per core). BLAS/OpenMP threads are set
 to 1 (unless already set in the environment) so parallel runs do not oversubscribe the cores.
 
@@ -130,6 +140,9 @@ Usage::
     python benchmarks/search_quality.py --seeds 3 --functions levy7 edge4 \
         --settings "P=4 waves" "P=4 rolling"              # a reduced run, with Ax
     python benchmarks/search_quality.py --estimate        # the runs and their hours
+    python benchmarks/search_quality.py --record-peers --peers "optuna TPE" --seeds 20
+    python benchmarks/search_quality.py --seeds 20 --peers-from-log --methods "dse bayesian" \
+        "optuna GP" "optuna TPE" "optuna TPE indep" "optuna random" "ax botorch"
     python benchmarks/search_quality.py --resume benchmarks/.work/search_quality-....jsonl
     python benchmarks/search_quality.py --report benchmarks/.work/search_quality-....jsonl
     python benchmarks/search_quality.py --report PEERS.jsonl DSE.jsonl   # logs merged
@@ -139,14 +152,18 @@ same flat as ``<function>_<setting>_ratio`` (setting as ``p1``, ``p4_waves``,
 ``p4_rolling``), ``worst_ratio``, ``worst_ratio_all``, ``waves_over_rolling`` and its worst,
 ``failed`` (function -> method -> setting -> mean failed trials per run), ``failed_baseline``,
 ``edge_distance``, ``bayesian_latency_1000_s`` (the slowest batch over the three spaces) and
-``bayesian_latency_20d_s``, the medians and the run's parameters.
+``bayesian_latency_20d_s``, the medians and the run's parameters; and issue 44's figures
+(``_sq_report.py``): ``solved_floor`` per function (1e-4 of its range: a regret below it
+counts as solved), ``ratios_geomean`` (dse bayesian over the best peer as a paired per-seed
+geometric mean above that floor) and its worst at P = 4, ``waves_over_rolling_solved`` (the
+medians' ratio above the floor), ``waves_over_rolling_geomean`` (paired per seed) and their
+worst, and ``peer_log`` (per peer: the version read, the runs from the log, the runs run).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -165,7 +182,6 @@ from _bench import (
     open_log,
     prepare_process,
     present,
-    quartiles,
     read_logs,
     require_torch,
     run_all,
@@ -175,8 +191,10 @@ from _bench import (
     significant,
 )
 from _peers import BenchmarkError, table
-from _sq_peers import AX_METHOD, OPTUNA_SAMPLERS, quiet_optuna
+from _sq_log import PEER_LOG_DIR, RECORD_SEEDS, PeerLog, fill, record, record_tasks, sources
+from _sq_peers import AX_METHOD, quiet_optuna
 from _sq_problems import PROBLEMS, Problem
+from _sq_report import PEER_METHODS, Report, fmt, solved_floor
 from _sq_runs import (
     LATENCY_BATCH,
     LATENCY_OBSERVATIONS,
@@ -200,7 +218,6 @@ DSE_METHODS = ("dse bayesian", "dse random", "dse optuna TPE", "dse optuna TPE i
 AX_METHODS = (AX_METHOD, "dse ax")
 """Ax natively and through dse: left out by ``--no-ax`` and ``--quick``, run at P=1 only with
 ``--ax-p1``."""
-PEER_METHODS = (*OPTUNA_SAMPLERS, AX_METHOD)
 ALL_METHODS = (*DSE_METHODS, *PEER_METHODS)
 SEEDS = 10
 NOISY_SEEDS = 20
@@ -210,7 +227,6 @@ QUICK_BUDGET = 20
 QUICK_SETTINGS = ("P=4 waves", "P=4 rolling")
 LATENCY_TARGET_S = 1.0
 LATENCY_PROBLEMS = ("hartmann6", "mixed", "embedded20")
-EPS = 1e-9
 FAILED_BASELINE_DATE = "2026-12-02"
 FAILED_BASELINE: dict[str, dict[str, float]] = {
     "constrained": {"P=1": 12.7, "P=4 waves": 13.5, "P=4 rolling": 11.6},
@@ -288,6 +304,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="functions to run (default: all)",
     )
     add_choices(parser, ALL_METHODS)
+    parser.add_argument(
+        "--record-peers", action="store_true",
+        help=f"record the peers' runs the peers' log lacks (seeds 0 .. --seeds - 1, default"
+        f" {RECORD_SEEDS}; --peers, --functions, --settings, --ax-p1 choose) and exit",
+    )
+    parser.add_argument("--peers", nargs="+", choices=PEER_METHODS, default=list(PEER_METHODS),
+                        help="peers --record-peers records (default: all)")
+    parser.add_argument("--peers-from-log", action="store_true",
+                        help="report only the peers' runs the peers' log holds (run none)")
+    parser.add_argument("--no-peer-log", action="store_true",
+                        help="run every peer's runs, reading nothing from the peers' log")
     parser.add_argument("--no-latency", action="store_true", help="skip the propose timing")
     parser.add_argument(
         "--estimate", action="store_true", help="print the runs and their estimated time; exit"
@@ -334,66 +361,6 @@ def order(task: Task) -> tuple[int, float]:
 # -- report --------------------------------------------------------------------------------
 
 
-def _fmt(value: float | None) -> str:
-    if value is None or math.isnan(value):
-        return "-"
-    if value == 0:
-        return "0"
-    return f"{value:.3g}" if abs(value) >= 1e-3 else f"{value:.2e}"
-
-
-def _ratio(dse_median: float, best: float) -> float:
-    return max(dse_median, EPS) / max(best, EPS)
-
-
-class Report:
-    """The tables and the summary of a set of runs."""
-
-    def __init__(self, results: list[RunResult], methods: list[str], settings: list[str]) -> None:
-        self.methods = methods
-        self.settings = settings
-        self.cells: dict[tuple[str, str, str], list[RunResult]] = {}
-        for r in results:
-            self.cells.setdefault((r.task.problem, r.task.setting, r.task.method), []).append(r)
-
-    def runs(self, key: str, label: str, method: str) -> list[RunResult]:
-        return self.cells.get((key, label, method), [])
-
-    def median(self, key: str, label: str, method: str, field: str = "regret") -> float | None:
-        values = [getattr(r, field) for r in self.runs(key, label, method)]
-        values = [v for v in values if v is not None]
-        return statistics.median(values) if values else None
-
-    def mean(self, key: str, label: str, method: str, field: str) -> float | None:
-        runs = self.runs(key, label, method)
-        return statistics.fmean(getattr(r, field) for r in runs) if runs else None
-
-    def cell(self, key: str, label: str, method: str, field: str = "regret") -> str:
-        values = [getattr(r, field) for r in self.runs(key, label, method)]
-        if not values:
-            return "-"
-        low, high = quartiles(values)
-        return f"{_fmt(statistics.median(values))} ({_fmt(low)}-{_fmt(high)})"
-
-    def best_peer(self, key: str, label: str) -> tuple[str, float] | None:
-        found = [(m, v) for m in PEER_METHODS if (v := self.median(key, label, m)) is not None]
-        return min(found, key=lambda item: item[1]) if found else None
-
-    def ratio(self, key: str, label: str, method: str = "dse bayesian") -> float | None:
-        mine, best = self.median(key, label, method), self.best_peer(key, label)
-        if mine is None or best is None:
-            return None
-        return round(_ratio(mine, best[1]), 4)
-
-    def waves_over_rolling(self, key: str, method: str = "dse bayesian") -> float | None:
-        waves, rolling = self.median(key, "P=4 waves", method), self.median(
-            key, "P=4 rolling", method
-        )
-        if waves is None or rolling is None:
-            return None
-        return round(_ratio(waves, rolling), 4)
-
-
 def print_function(report: Report, problem: Problem, seeds: int, budget: int) -> None:
     key = problem.key
     print()
@@ -403,7 +370,7 @@ def print_function(report: Report, problem: Problem, seeds: int, budget: int) ->
     )
     settings = report.settings
     body = [
-        (m, *(report.cell(key, s, m) for s in settings),
+        (report.label(key, m), *(report.cell(key, s, m) for s in settings),
          f"{sum(r.seconds for s in settings for r in report.runs(key, s, m)):.0f}")
         for m in report.methods
     ]
@@ -411,14 +378,19 @@ def print_function(report: Report, problem: Problem, seeds: int, budget: int) ->
     if problem.noise_sd:
         print(table(
             ("best evaluated, noiseless", *settings),
-            [(m, *(report.cell(key, s, m, "found") for s in settings)) for m in report.methods],
+            [(report.label(key, m), *(report.cell(key, s, m, "found") for s in settings))
+             for m in report.methods],
         ))
+    counts = {f"{m} {s}": n for m in report.methods for s in settings
+              if 0 < (n := len(report.runs(key, s, m))) < seeds}
+    if counts:
+        print("fewer seeds: " + ", ".join(f"{cell} {n}" for cell, n in counts.items()))
     parts = []
     for s in settings:
         best = report.best_peer(key, s)
-        r = report.ratio(key, s)
+        r, g = report.ratio(key, s), report.ratio_geomean(key, s)
         if best is not None and r is not None:
-            parts.append(f"{s} {r:.3g} (best peer {best[0]})")
+            parts.append(f"{s} {r:.3g} (best peer {best[0]}; paired geomean {fmt(g)})")
     if parts:
         print("dse bayesian / best peer: " + ", ".join(parts))
     wor = report.waves_over_rolling(key)
@@ -429,10 +401,24 @@ def print_function(report: Report, problem: Problem, seeds: int, budget: int) ->
             if m != "dse bayesian" and (w := report.waves_over_rolling(key, m)) is not None
         ]
         print(f"waves / rolling: dse bayesian {wor:.3g}; " + ", ".join(others))
+        print_solved(report, key)
     if problem.fails:
         print_failures(report, key)
         if budget != problem.budget or seeds != SEEDS:
             print(f"(the baseline is of {SEEDS} seeds at the default budget {problem.budget})")
+
+
+def print_solved(report: Report, key: str) -> None:
+    """The waves/rolling ratios above the solved floor: of the medians, and the paired
+    per-seed geometric mean."""
+    parts = []
+    for m in report.methods:
+        solved = report.waves_over_rolling(key, m, solved_floor(key))
+        if solved is not None:
+            name = m.removeprefix("optuna ")
+            parts.append(f"{name} {solved:.3g} / {fmt(report.waves_rolling_geomean(key, m))}")
+    print(f"waves / rolling above the solved floor ({fmt(solved_floor(key))}), median /"
+          " paired geomean: " + "; ".join(parts))
 
 
 def print_failures(report: Report, key: str) -> None:
@@ -442,7 +428,7 @@ def print_failures(report: Report, key: str) -> None:
         row = [m]
         for s in settings:
             failed, edge = report.mean(key, s, m, "failed"), report.median(key, s, m, "edge")
-            row.append("-" if failed is None else f"{failed:.1f} / {_fmt(edge)}")
+            row.append("-" if failed is None else f"{failed:.1f} / {fmt(edge)}")
         body.append(tuple(row))
     print(table(("failed per run / edge distance", *settings), body))
     baseline = FAILED_BASELINE.get(key, {})
@@ -488,8 +474,8 @@ def print_costs(report: Report, functions: list[str]) -> None:
             single = [s for lbl in report.settings for r in report.runs(key, lbl, m)
                       for s in r.single_ask_s]
             body.append((f"{key} / {m}",
-                         _fmt(statistics.fmean(batch)) if batch else "-",
-                         _fmt(statistics.fmean(single)) if single else "-"))
+                         fmt(statistics.fmean(batch)) if batch else "-",
+                         fmt(statistics.fmean(single)) if single else "-"))
     print(table(("function / peer", "batch s", "single s"), body))
 
 
@@ -527,6 +513,7 @@ def summarise(report: Report, functions: list[str]) -> dict[str, Any]:
     wor = {k: report.waves_over_rolling(k) for k in functions}
     wor_values = [v for v in wor.values() if v is not None]
     failing = [k for k in functions if PROBLEMS[k].fails]
+    summary.update(paired_summary(report, functions))
     summary.update({
         "ratios": ratios,
         "worst_ratio": max(p4) if p4 else None,
@@ -554,13 +541,37 @@ def summarise(report: Report, functions: list[str]) -> dict[str, Any]:
     return summary
 
 
+def paired_summary(report: Report, functions: list[str]) -> dict[str, Any]:
+    """The JSON of the solved floors and of the ratios above them (issue 44): dse bayesian's
+    paired per-seed geometric mean over the best peer per setting, and its waves/rolling
+    ratio above the floor (medians, and paired geomean), with their worst."""
+    geomeans = {k: {s: report.ratio_geomean(k, s) for s in SETTINGS} for k in functions}
+    solved = {k: report.waves_over_rolling(k, floor=solved_floor(k)) for k in functions}
+    paired = {k: report.waves_rolling_geomean(k) for k in functions}
+    p4 = [g for k in functions for s in ("P=4 waves", "P=4 rolling")
+          if (g := geomeans[k][s]) is not None]
+
+    def worst(values: dict[str, float | None]) -> float | None:
+        return max((v for v in values.values() if v is not None), default=None)
+
+    return {
+        "solved_floor": {k: significant(solved_floor(k)) for k in functions},
+        "ratios_geomean": geomeans,
+        "worst_ratio_geomean": max(p4) if p4 else None,
+        "waves_over_rolling_solved": solved,
+        "worst_waves_over_rolling_solved": worst(solved),
+        "waves_over_rolling_geomean": paired,
+        "worst_waves_over_rolling_geomean": worst(paired),
+    }
+
+
 def print_report(
     results: list[RunResult], methods: list[str], settings: list[str], functions: list[str],
-    latencies: list[Latency], head: str,
+    latencies: list[Latency], head: str, from_log: set[Any] | None = None,
 ) -> dict[str, Any]:
-    """The tables of *results*; returns the summary (the last line's JSON, less the run's
-    parameters)."""
-    report = Report(results, methods, settings)
+    """The tables of *results* (*from_log*: the keys of the peers' runs read from the peers'
+    log); returns the summary (the last line's JSON, less the run's parameters)."""
+    report = Report(results, methods, settings, from_log)
     seeds, budgets = seeds_and_budgets(results, functions)
     print(
         "search quality: median simple regret (quartiles) over "
@@ -614,6 +625,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         return report_log(args.report)
     prepare_process()
+    if args.record_peers:
+        settings = [s for s in SETTINGS if s in (args.settings or SETTINGS)]
+        return record(record_tasks(args.peers, args.functions, settings,
+                                   args.seeds or RECORD_SEEDS, args.budget, args.ax_p1),
+                      args.jobs, order)
     WORK_DIR.mkdir(exist_ok=True)
     methods, skipped = choose_methods(
         args, ALL_METHODS, {"optuna GP": "--no-gp", **dict.fromkeys(AX_METHODS, "--no-ax")}
@@ -634,6 +650,10 @@ def main(argv: list[str] | None = None) -> int:
     except BenchmarkError as exc:
         print(f"search_quality: error: {exc}", file=sys.stderr)
         return 1
+    peer_log = PeerLog(PEER_LOG_DIR if not args.no_peer_log else WORK_DIR / "no-peer-log")
+    kept, taken = fill(tasks, peer_log, log.done, log.add, args.peers_from_log)
+    peer_lines, peer_sources = sources(tasks, kept, taken, peer_log)
+    tasks = kept
     todo = [t for t in tasks if t.key not in log.done]
     estimate = sum(estimate_seconds(t) for t in todo) / max(args.jobs, 1)
     announce(log, tasks, methods, args.jobs,
@@ -659,8 +679,9 @@ def main(argv: list[str] | None = None) -> int:
     for method in (m for m in AX_METHODS if m in methods):
         if "P=1" in settings and not args.ax_p1:
             print(f"{method}: P=1 not run (--ax-p1 runs it)")
-    summary = print_report(results, methods, settings, args.functions, latencies, head)
-    summary.update({"budgets": budgets, "seeds": seeds,
+    print("\n".join(peer_lines))
+    summary = print_report(results, methods, settings, args.functions, latencies, head, taken)
+    summary.update({"budgets": budgets, "seeds": seeds, "peer_log": peer_sources,
                     **run_fields(args, skipped, optuna, log.path, wall)})
     print(json.dumps(summary))
     return 0
