@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from dse.record._base import Storage
     from dse.record._records import CampaignRun, Trial
 
-__all__ = ["TABLE_HEAD", "TABLE_TAIL", "columns_of", "export_text", "table_columns", "table_pages",
+__all__ = ["TABLE_HEAD", "TABLE_TAIL", "ColumnNames", "export_text", "table_columns", "table_pages",
            "table_rows"]
 
 TRAJECTORY_COLUMNS = ("step", "action", "reward", "observation", "status", "failure", "config_hash",
@@ -156,26 +156,37 @@ def table_columns(store: Storage, run: CampaignRun, page: int = 1000) -> list[st
     """The columns of *run*'s trial table (:data:`TABLE_HEAD`, the scores and Pareto rank of a
     Pareto run, ``param.<name>``, ``metric.<name>``, :data:`TABLE_TAIL`): the param and metric
     names are read from the record first, a page at a time."""
-    return columns_of(run, (t for trials in store.summaries.trial_pages(run.id, page)
-                            for t in trials))
+    names = ColumnNames()
+    for trials in store.summaries.trial_pages(run.id, page):
+        names.add(trials)
+    return names.columns(run)
 
 
-def columns_of(run: CampaignRun, trials: Iterable[Trial]) -> list[str]:
-    """:func:`table_columns` of *run* whose trials are *trials* (already read)."""
-    params = [p["name"] for p in run.spec.get("space", [])]
-    objectives = [metric for metric, _ in pareto_objectives(run.spec) or ()]
-    metrics = [o["metric"] for o in run.spec.get("objectives", []) if "metric" in o]
-    seen_params, seen_metrics = set(params), set(metrics)
-    extra_params: set[str] = set()
-    extra_metrics: set[str] = set()
-    for t in trials:
-        extra_params.update(k for k in t.params if k not in seen_params)
-        extra_metrics.update(k for k in (t.metrics or {}) if k not in seen_metrics)
-    params += sorted(extra_params)
-    metrics += sorted(extra_metrics)
-    pareto = [f"score.{m}" for m in objectives] + (["pareto_rank"] if objectives else [])
-    return [*TABLE_HEAD, *pareto, *(f"param.{p}" for p in params),
-            *(f"metric.{m}" for m in metrics), *TABLE_TAIL]
+class ColumnNames:
+    """The param and metric names trials have, gathered page by page (nothing else of the
+    trials kept), and the table's columns they make (:func:`table_columns`)."""
+
+    def __init__(self) -> None:
+        self.params: set[str] = set()
+        self.metrics: set[str] = set()
+
+    def add(self, trials: Iterable[Trial]) -> None:
+        """Take in the names of *trials*."""
+        for t in trials:
+            self.params.update(t.params)
+            self.metrics.update(t.metrics or {})
+
+    def columns(self, run: CampaignRun) -> list[str]:
+        """*run*'s columns: its space's params and objectives' metrics in their order, then
+        the other names seen, sorted."""
+        params = [p["name"] for p in run.spec.get("space", [])]
+        objectives = [metric for metric, _ in pareto_objectives(run.spec) or ()]
+        metrics = [o["metric"] for o in run.spec.get("objectives", []) if "metric" in o]
+        params += sorted(self.params - set(params))
+        metrics += sorted(self.metrics - set(metrics))
+        pareto = [f"score.{m}" for m in objectives] + (["pareto_rank"] if objectives else [])
+        return [*TABLE_HEAD, *pareto, *(f"param.{p}" for p in params),
+                *(f"metric.{m}" for m in metrics), *TABLE_TAIL]
 
 
 def table_rows(

@@ -19,7 +19,7 @@ from dse.model._states import (
     FailureClass,
     TrialStatus,
 )
-from dse.report._export import columns_of, table_pages
+from dse.report._export import ColumnNames, table_pages
 from dse.report._front import pareto_ranks_by_row
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from dse.record._base import Storage
-    from dse.record._records import CampaignRun, Trial
+    from dse.record._records import CampaignRun
 
 __all__ = ["AttemptRecord", "Results", "TrialRecord", "read_results"]
 
@@ -213,11 +213,11 @@ def read_results(store: Storage, run: CampaignRun, workspace: Path) -> Results:
     ranks = pareto_ranks_by_row(store, run.id, run.spec)
     spec = run.spec
     names = tuple(str(p.get("name")) for p in spec.get("space") or [])
-    read: list[Trial] = []
+    columns = ColumnNames()
     found: list[TrialRecord] = []
     flat: list[dict[str, Any]] = []
     for page, records, rows in table_pages(store, run, ranks=ranks):  # each read once
-        read.extend(page)
+        columns.add(page)
         found.extend(_trial(doc, names) for doc in records)
         flat.extend(rows)
     trials = tuple(found)
@@ -232,7 +232,7 @@ def read_results(store: Storage, run: CampaignRun, workspace: Path) -> Results:
                                     maximize=direction == "maximize")
         best = next((t for t in trials if row is not None and t.number == row.number), None)
     return Results(run.name, run.id, run.status, run.end_reason, workspace, names, objectives,
-                   direction, trials, best, tuple(columns_of(run, read)), tuple(flat))
+                   direction, trials, best, tuple(columns.columns(run)), tuple(flat))
 
 
 def _trial(doc: Mapping[str, Any], names: tuple[str, ...]) -> TrialRecord:
