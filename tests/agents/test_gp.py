@@ -128,3 +128,38 @@ def test_a_model_with_a_fidelity_column_is_asked_at_full_fidelity() -> None:
         (m_up, s_up), (m_down, s_down) = view.predict(up), view.predict(down)
         assert dmean[:, col] == pytest.approx((m_up - m_down) / (2 * eps), rel=1e-5, abs=1e-7)
         assert dstd[:, col] == pytest.approx((s_up - s_down) / (2 * eps), rel=1e-5, abs=1e-7)
+
+
+def test_a_pool_scored_again_after_fantasies_matches_a_fresh_model() -> None:
+    # A batch's later picks score the first pick's pool again: the model keeps the pool's
+    # covariance with its data and computes only the rows the fantasies added. Its answers
+    # must be those of a model that never kept anything, and data that changed (not only
+    # grown at the end) or other hyperparameters must not be answered from what it kept.
+    gp, x, y = _fitted(noise=0.05, n=60)
+    rng = np.random.default_rng(11)
+    pool = rng.random((600, x.shape[1]))
+    _, first_std = gp.predict(pool)  # kept: 600 rows
+    fantasies = rng.random((3, x.shape[1]))
+    grown_x = np.vstack([x, fantasies])
+    grown_y = np.concatenate([y, [0.1, -0.2, 0.3]])
+    gp.fit(grown_x, grown_y, optimise=False)
+    fresh = GaussianProcess(x.shape[1])
+    fresh._theta = gp._theta.copy()
+    fresh.fit(grown_x, grown_y, optimise=False)
+    kept = gp._kept
+    assert kept is not None
+    assert kept.rows_for(pool, gp._theta, gp._x, gp._chol) == len(x)
+    for got, expected in zip(gp.predict(pool), fresh.predict(pool), strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+    alphas, offsets = gp.with_last(np.array([[0.0, 0.5, 1.0], [1.0, 0.0, -1.0]]))
+    for got, expected in zip(gp.means(pool, alphas, offsets),
+                             fresh.means(pool, alphas, offsets), strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+    assert not np.allclose(first_std, gp.predict(pool)[1])  # the fantasies did count
+    # A first row replaced: nothing kept applies.
+    changed = grown_x.copy()
+    changed[0] += 0.01
+    assert kept.rows_for(pool, gp._theta, changed, gp._chol) is None
+    other_theta = gp._theta + 0.1
+    assert kept.rows_for(pool, other_theta, gp._x, gp._chol) is None
+    assert kept.rows_for(pool[:-1], gp._theta, gp._x, gp._chol) is None

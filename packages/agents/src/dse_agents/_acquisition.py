@@ -189,6 +189,16 @@ class Maximiser:
         cols = int((~enc.categorical).sum())
         self._lo, self._hi = np.zeros(cols), np.ones(cols)
         """The box the numeric columns are searched in: the cube, or a trust region."""
+        self._pool: NDArray[np.float64] | None = None
+        """The candidates of this batch's first pick, scored again for its later picks: the
+        model keeps their covariance with its data, so a later pick pays only for the rows
+        its fantasies added (see :meth:`new_batch`)."""
+
+    def new_batch(self) -> None:
+        """Start a batch: the next :meth:`ranked` draws new candidates, the later ones of the
+        batch score the same (the data, the best points and the box are those of the first
+        pick; only the fantasies differ)."""
+        self._pool = None
 
     def ranked(
         self, acq: Surface, x: NDArray[np.float64], y: NDArray[np.float64],
@@ -199,13 +209,39 @@ class Maximiser:
         losses *y* (the best of them are where local candidates gather), the numeric
         columns within *box* (low and high corners; default the whole cube). The climbed
         starts are polished by L-BFGS-B unless *polish* is false (a wave's later picks)."""
-        enc, rng = self._enc, self._rng
-        dims, width = enc.dims, enc.width
-        numeric = ~enc.categorical
-        cols = int(numeric.sum())
+        enc = self._enc
+        cols = int((~enc.categorical).sum())
         self._lo, self._hi = box if box is not None else (np.zeros(cols), np.ones(cols))
         if enc.conditional:
             acq = _AsEncoded(acq, enc)
+        count = self._candidates
+        if self._pool is None:
+            self._pool = self._draw(acq, x, y)
+        pool = self._pool
+        score = acq(pool)
+        # Polish from the best random candidates (peaks anywhere in the space) and from the
+        # best near the observed optimum: the far peaks are how the model leaves a basin.
+        randoms = np.argsort(-score[:count], kind="stable")[:_POLISH_FAR]
+        near = count + np.argsort(-score[count:], kind="stable")[:_POLISH_NEAR]
+        # The best observed point too: refining the optimum found is most often best.
+        starts = np.vstack([pool[np.concatenate([randoms, near])], x[np.argmin(y)][None, :]])
+        # Every start climbs by rounds of shrinking random steps (all starts in one
+        # prediction per round), then all are polished together by L-BFGS-B on the gradient.
+        climbed, values = self._climb(acq, starts)
+        polished, finals = (self._polish(acq, climbed, values) if polish
+                            else (climbed, values))
+        polished = enc.canonical(polished)
+        ranked = [polished[i] for i in np.argsort(-finals, kind="stable")]
+        order = np.argsort(-score, kind="stable")
+        return ranked + [pool[i] for i in order[: 4 * enc.width + 64]]
+
+    def _draw(
+        self, acq: Surface, x: NDArray[np.float64], y: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        """Random candidates over the box and perturbations of the best points seen."""
+        enc, rng = self._enc, self._rng
+        dims, width = enc.dims, enc.width
+        numeric = ~enc.categorical
         count = self._candidates
         spread = enc.from_unit(rng.random((count, dims)))
         spread[:, numeric] = self._lo + spread[:, numeric] * (self._hi - self._lo)
@@ -226,23 +262,7 @@ class Maximiser:
             flip = rng.random((per, 1)) < 0.2
             moved[:, ~numeric] = np.where(flip, flips[:, ~numeric], moved[:, ~numeric])
             cands.append(moved)
-        pool = enc.canonical(np.vstack(cands))
-        score = acq(pool)
-        # Polish from the best random candidates (peaks anywhere in the space) and from the
-        # best near the observed optimum: the far peaks are how the model leaves a basin.
-        randoms = np.argsort(-score[:count], kind="stable")[:_POLISH_FAR]
-        near = count + np.argsort(-score[count:], kind="stable")[:_POLISH_NEAR]
-        # The best observed point too: refining the optimum found is most often best.
-        starts = np.vstack([pool[np.concatenate([randoms, near])], x[np.argmin(y)][None, :]])
-        # Every start climbs by rounds of shrinking random steps (all starts in one
-        # prediction per round), then all are polished together by L-BFGS-B on the gradient.
-        climbed, values = self._climb(acq, starts)
-        polished, finals = (self._polish(acq, climbed, values) if polish
-                            else (climbed, values))
-        polished = enc.canonical(polished)
-        ranked = [polished[i] for i in np.argsort(-finals, kind="stable")]
-        order = np.argsort(-score, kind="stable")
-        return ranked + [pool[i] for i in order[: 4 * width + 64]]
+        return enc.canonical(np.vstack(cands))
 
     def _climb(
         self, acq: Surface, starts: NDArray[np.float64]

@@ -35,16 +35,17 @@
   0.64 on a shifted 5-D Ackley, 12 seeds; 0.67 polished). The later picks of a wave are
   climbed only: polished too, they crowded the first (a shifted 7-D Levy's waves 0.44 ->
   0.73).
-* **Batches**: a batch is picked greedily by Monte-Carlo q-EI. The trials in flight and the
-  points already picked join the model's data, so its uncertainty there collapses; their
-  values are not taken as known but drawn jointly from the model without them (32 seeded
-  samples), and a candidate's score is its expected improvement averaged over the samples,
-  each with its own incumbent. A candidate beside a picked point is worth little where that
-  point's sample already improved, and a far candidate keeps its own improvement, so a
-  wave of *P* is as good as *P* picks one after another. (Fixing those values at their mean,
-  the kriging believer used before, kills the whole peak a point was picked from: a wave's
-  later picks went far, and waves lagged a rolling campaign: median regret 2.0 against 0.84
-  on a shifted 5-D Ackley, 6 seeds.) Never a point already proposed.
+* **Batches**: a batch is picked greedily by Monte-Carlo q-EI, its later picks scoring the
+  first pick's candidates again (the model then computes only the rows the batch added). The
+  trials in flight and the points already picked join the model's data, so its uncertainty
+  there collapses; their values are not taken as known but drawn jointly from the model
+  without them (32 seeded samples), and a candidate's score is its expected improvement
+  averaged over the samples, each with its own incumbent. A candidate beside a picked point
+  is worth little where that point's sample already improved, and a far candidate keeps its
+  own improvement, so a wave of *P* is as good as *P* picks one after another. (Fixing those
+  values at their mean, the kriging believer used before, kills the whole peak a point was
+  picked from: a wave's later picks went far, and waves lagged a rolling campaign: median
+  regret 2.0 against 0.84 on a shifted 5-D Ackley, 6 seeds.) Never a point already proposed.
 
 Seeded and deterministic: the same seed and the same calls give the same proposals, and the
 results told between two ``propose`` calls may come in any order and in any number of
@@ -92,6 +93,12 @@ def _one_blas_thread() -> Any:
     return _THREADS[0].limit(limits=1, user_api="blas")
 
 _OPTIONS = ("initial", "candidates", "max_points")
+_MAX_POINTS = 200
+"""Observations the posterior is conditioned on past this many (the best third and a seeded
+draw of the rest): every prediction costs the square of it. After 1,000 observations a batch
+of 4 took 0.56-0.73 s of CPU with 300 (Branin, 20-D embedded Styblinski-Tang; load 3 on 2
+cores), 0.38-0.55 s with 200. No run of ``benchmarks/search_quality.py`` reaches either
+(budgets 40-160)."""
 _FIT_POINTS = 120
 """Most observations the hyperparameters are fitted on (the posterior uses up to
 ``max_points``)."""
@@ -150,13 +157,12 @@ def _exact(value: object) -> bool:
 class BayesianAgent:
     """Gaussian-process Bayesian optimisation with batch proposals (see the module docstring).
 
-    Options (``[agent.bayesian]``): ``initial`` (design points before the model, default
-    ``max(6, 2 * parameters)``), ``candidates`` (random candidates per pick, default 2048),
-    ``max_points`` (observations the model is fitted on, default 300).
+    Options (``[agent.bayesian]``, docs/agents.md): ``initial`` (design points, default
+    ``max(6, 2 * parameters)``), ``candidates`` (per pick, 2048), ``max_points`` (200).
     """
 
     name: ClassVar[str] = "bayesian"
-    version: ClassVar[str] = "0.2.1"
+    version: ClassVar[str] = "0.2.2"
 
     def __init__(self, space: Space, *, seed: int = 0, **options: Any) -> None:
         unknown = {k: v for k, v in options.items() if k not in _OPTIONS}
@@ -167,7 +173,7 @@ class BayesianAgent:
         self._candidates = need_int(self.name, "candidates",
                                     options.get("candidates", 2048), minimum=16)
         self._max_points = need_int(self.name, "max_points",
-                                    options.get("max_points", 300), minimum=10)
+                                    options.get("max_points", _MAX_POINTS), minimum=10)
         self._rng = np.random.default_rng(seed)
         self._design = list(latin_hypercube(self._enc.dims, self._initial, seed))
         self._size = space.cardinality
@@ -230,6 +236,7 @@ class BayesianAgent:
     ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         enc = self._enc
+        self._maximiser.new_batch()
         self._batch = [enc.encode(p) for p in in_flight]
         for p in in_flight:
             self._seen.add(enc.key(p))

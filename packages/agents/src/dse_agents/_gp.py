@@ -61,6 +61,45 @@ def _matern_in_place(sq: NDArray[np.float64]) -> NDArray[np.float64]:
     return r
 
 
+_KEEP_ROWS = 512
+"""Points predicted at once from which their cross-covariance with the data is kept."""
+
+
+class _KeptCross:
+    """The cross-covariance of a set of points with a model's data, and its triangular solve,
+    for scoring the same points again once fantasies are added at the end of the data (a
+    batch's later picks score the pool of the first): the first *rows* of the data and of
+    the Cholesky factor are unchanged then, and so are the first rows of the solve."""
+
+    def __init__(
+        self, points: NDArray[np.float64], theta: NDArray[np.float64],
+        data: NDArray[np.float64], chol: NDArray[np.float64], cross: NDArray[np.float64],
+        v: NDArray[np.float64], explained: NDArray[np.float64],
+    ) -> None:
+        self.points, self.theta = points.copy(), theta.copy()
+        self.data, self.chol = data.copy(), chol.copy()
+        self.rows = int(data.shape[0])
+        self.cross, self.v, self.explained = cross, v, explained
+
+    def rows_for(
+        self, points: NDArray[np.float64], theta: NDArray[np.float64],
+        data: NDArray[np.float64], chol: NDArray[np.float64],
+    ) -> int | None:
+        """The rows of a model's *data* (with hyperparameters *theta* and Cholesky factor
+        *chol*) this holds for *points*, or ``None`` if it holds none: other points, other
+        hyperparameters, or data that do not extend the kept data."""
+        rows: int = self.rows
+        if (points.shape != self.points.shape or data.shape[0] < rows
+                or not np.array_equal(theta, self.theta)
+                or not np.array_equal(points, self.points)
+                or not np.array_equal(data[:rows], self.data)
+                # The factor's first rows are those of the kept data's factor, but for the
+                # last bits of round-off (LAPACK blocks a larger matrix otherwise).
+                or not np.allclose(chol[:rows, :rows], self.chol, rtol=1e-9, atol=1e-12)):
+            return None
+        return rows
+
+
 class GaussianProcess:
     """A GP on points of the unit cube; :meth:`fit` then :meth:`predict`.
 
@@ -93,6 +132,9 @@ class GaussianProcess:
         self._alpha = np.zeros(0)
         self._offset = 0.0
         self._inv_ones = np.zeros(0)
+        self._kept: _KeptCross | None = None
+        """The cross-covariance of the last large set of points predicted (a pool of
+        candidates), reused while the data only grow by rows added at the end."""
 
     # -- fitting --------------------------------------------------------------------------
 
@@ -245,8 +287,9 @@ class GaussianProcess:
         """Posterior mean and standard deviation at *x* (m by width), in the units of *y*."""
         if self._chol is None:
             return self._prior(x)
-        mean, std, _ = self._posterior(self._kernel(x, self._x))
-        return mean, std
+        cross, var = self._cross_variance(x)
+        mean_s = cross @ self._alpha + self._offset
+        return mean_s * self._scale + self._mean, np.sqrt(var) * self._scale
 
     def predict_gradient(
         self, x: NDArray[np.float64]
@@ -315,10 +358,9 @@ class GaussianProcess:
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Posterior means at *x* under each set of values of :meth:`with_last` (m by S) and
         the standard deviation (m), in the units of *y*."""
-        cross = self._kernel(x, self._x)
-        _, std, _ = self._posterior(cross)
+        cross, var = self._cross_variance(x)
         means = (cross @ alphas + offsets[None, :]) * self._scale + self._mean
-        return means, std
+        return means, np.sqrt(var) * self._scale
 
     def means_gradient(
         self, x: NDArray[np.float64], alphas: NDArray[np.float64], offsets: NDArray[np.float64]
@@ -335,6 +377,34 @@ class GaussianProcess:
         signal = math.exp(self._theta[self.width])
         return (np.full(x.shape[0], self._mean),
                 np.full(x.shape[0], math.sqrt(signal) * self._scale))
+
+    def _cross_variance(
+        self, x: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """The cross-covariance of *x* (m by width) with the data (m by n) and the posterior
+        variance at *x* (standardised units). For the points kept by :class:`_KeptCross`
+        (a pool of candidates scored again after fantasies were added to the data) only the
+        added rows are computed."""
+        assert self._chol is not None
+        signal = math.exp(self._theta[self.width])
+        kept = self._kept
+        rows = (None if kept is None
+                else kept.rows_for(x, self._theta, self._x, self._chol))
+        if kept is not None and rows is not None:
+            if rows == self._x.shape[0]:
+                return kept.cross, np.maximum(signal - kept.explained, 1e-12)
+            added = self._kernel(x, self._x[rows:])
+            v_added = linalg.solve_triangular(
+                self._chol[rows:, rows:], added.T - self._chol[rows:, :rows] @ kept.v,
+                lower=True)
+            var = signal - kept.explained - np.sum(v_added**2, axis=0)
+            return np.hstack([kept.cross, added]), np.maximum(var, 1e-12)
+        cross = self._kernel(x, self._x)
+        v = linalg.solve_triangular(self._chol, cross.T, lower=True)
+        explained = np.sum(v**2, axis=0)
+        if x.shape[0] >= _KEEP_ROWS:
+            self._kept = _KeptCross(x, self._theta, self._x, self._chol, cross, v, explained)
+        return cross, np.maximum(signal - explained, 1e-12)
 
     def _posterior(
         self, cross: NDArray[np.float64]
