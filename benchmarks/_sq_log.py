@@ -413,10 +413,21 @@ def record_tasks(methods: Iterable[str], functions: Iterable[str], settings: Ite
     ]
 
 
-def record(tasks: list[Task], jobs: int, order: Callable[[Task], Any]) -> int:
+def record(
+    tasks: list[Task], jobs: int, order: Callable[[Task], Any],
+    estimate: Callable[[Task], float] | None = None,
+) -> int:
     """Run the peers' *tasks* the log lacks (in *order*), each appended to its file as it
-    ends; progress to stderr, and at the end each peer's seconds per seed."""
+    ends; progress to stderr, and at the end each peer's seconds per seed. With *estimate*
+    (a run's estimated seconds), only say how many runs the log lacks and how long they
+    would take, changing nothing."""
     peer_log = PeerLog()
+    if estimate is not None:
+        lacking = [t for t in tasks if peer_log.get(t) is None]
+        hours = sum(estimate(t) for t in lacking) / max(jobs, 1) / 3600
+        print(f"{len(lacking)} peer runs to record ({len(tasks) - len(lacking)} already in the"
+              f" log): about {hours:.1f} h on {jobs} worker(s)")
+        return 0
     dropped = peer_log.prune()
     if dropped:
         print(f"peer log: dropped {dropped} stale entries", file=sys.stderr)

@@ -629,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = [s for s in SETTINGS if s in (args.settings or SETTINGS)]
         return record(record_tasks(args.peers, args.functions, settings,
                                    args.seeds or RECORD_SEEDS, args.budget, args.ax_p1),
-                      args.jobs, order)
+                      args.jobs, order, estimate_seconds if args.estimate else None)
     WORK_DIR.mkdir(exist_ok=True)
     methods, skipped = choose_methods(
         args, ALL_METHODS, {"optuna GP": "--no-gp", **dict.fromkeys(AX_METHODS, "--no-ax")}

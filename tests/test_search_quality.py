@@ -170,3 +170,25 @@ def test_the_peers_digest_does_not_depend_on_dse(
     assert [sq["runs"].side(m) for m in ("dse bayesian", "optuna GP", "ax botorch")] == [
         "dse", "peers", "peers"]
 
+
+
+def test_record_peers_with_estimate_records_nothing(
+    sq: dict[str, ModuleType], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--record-peers --estimate` says what the peers' log lacks and how long recording it
+    # would take; it once started recording instead (on every core).
+    import search_quality
+
+    log = BENCHMARKS / "peers" / "search_quality"
+    before = {path.name: path.read_bytes() for path in log.glob("*.jsonl")}
+    code = search_quality.main(["--record-peers", "--estimate", "--peers", "optuna random",
+                                "--functions", "branin", "--seeds", "2", "--jobs", "1"])
+    assert code == 0
+    out = capsys.readouterr().out
+    # The committed log holds Optuna's random sampler on Branin for seeds 0-19 in every
+    # setting (P=1, waves, rolling), of the installed Optuna's version or not.
+    lacking = int(out.split(" peer runs to record")[0].split()[-1])
+    assert out.rstrip().endswith("worker(s)")
+    assert "already in the log" in out
+    assert lacking in (0, 6), out
+    assert {path.name: path.read_bytes() for path in log.glob("*.jsonl")} == before
