@@ -68,7 +68,7 @@ results = dse.run(
         "campaign": {{"name": "warm", "agent": "grid", "max_parallelism": 2}},
         "space": {{"x": [1, 2, 3, 4], "kind": {kinds!r}}},
         "objectives": [{{"metric": "loss"}}],
-        "environment": {{"time_limit": "3s", "gpus": {gpus}}},
+        "environment": {{"time_limit": {time_limit!r}, "gpus": {gpus}}},
         "backend": {{"local": {{"cpus": 2, "gpus": 1, "grace": "1s"}}}},
     }},
     objective, quiet=True,
@@ -79,13 +79,17 @@ print(json.dumps([[t.params["x"], t.params["kind"], t.status.value,
 """
 
 
-def run(tmp: Path, kinds: list[str], *, guard: str = "", gpus: int = 0
-        ) -> tuple[list[list[object]], list[str]]:
+def run(tmp: Path, kinds: list[str], *, guard: str = "", gpus: int = 0,
+        time_limit: str = "120s") -> tuple[list[list[object]], list[str]]:
     """Run the campaign in *tmp* (the script must exit 0); its trials and the lines of
-    imports.log (one per run of the module's top level: its pid and trial id)."""
+    imports.log (one per run of the module's top level: its pid and trial id).
+
+    *time_limit* is every trial's: short only where a trial is meant to hang, since a spawned
+    child's fresh interpreter can take seconds to start on a loaded machine."""
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "objective.py").write_text(OBJECTIVE.replace("{guard}", guard))
-    (tmp / "script.py").write_text(textwrap.dedent(SCRIPT.format(kinds=kinds, gpus=gpus)))
+    script = SCRIPT.format(kinds=kinds, gpus=gpus, time_limit=time_limit)
+    (tmp / "script.py").write_text(textwrap.dedent(script))
     proc = subprocess.run([sys.executable, "script.py"], cwd=tmp, capture_output=True,
                           text=True, timeout=TIMEOUT, check=False)
     # dse.run raises NoResultError only when nothing completed; every case completes some.
@@ -121,7 +125,7 @@ def test_the_module_is_imported_once_and_each_attempt_is_a_process_of_its_own(
 
 
 def test_a_warm_attempt_fails_exits_and_times_out_as_a_cold_one_does(tmp_path: Path) -> None:
-    trials, imports = run(tmp_path, ["ok", "raise", "exit", "hang"])
+    trials, imports = run(tmp_path, ["ok", "raise", "exit", "hang"], time_limit="4s")
     assert len(imports) == 2, imports  # all of them warm
     for t in by_kind(trials, "ok"):
         assert t[2] == "completed"
