@@ -195,3 +195,27 @@ def test_record_peers_with_estimate_records_nothing(
     assert out.startswith(f"{lacking} peer runs to record ({6 - lacking} already in the log)")
     assert out.rstrip().endswith("worker(s)")
     assert {path.name: path.read_bytes() for path in log.glob("*.jsonl")} == before
+
+
+def test_the_agent_alone_gives_the_engines_run_seed_for_seed(
+    sq: dict[str, ModuleType], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # search_quality_agent.py drives the agent without the engine: the same points, the same
+    # regret and failures as the engine's run of the same task (rolling, with failures).
+    import search_quality_agent as alone
+
+    task = sq["runs"].Task("dse bayesian", "edge4", "P=4 rolling", 60, 0)
+    engine = sq["runs"].run_task(task)
+    run = alone.run_one(("edge4", "P=4 rolling", 0))
+    assert (run["regret"], run["found"], run["failed"]) == (
+        engine.regret, engine.found, engine.failed)
+    assert 0 < run["failed"] < 60
+    # Its log is resumed (nothing run twice) and a log paired with itself gives 1.
+    log = tmp_path / "runs.jsonl"
+    log.write_text(json.dumps(run) + "\n" + '{"function": ')  # an interrupted last line
+    assert alone.main(["--functions", "edge4", "--settings", "P=4 rolling", "--seeds", "1",
+                       "--jobs", "1", "--log", str(log), "--against", str(log)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["edge4 P=4 rolling"]["median"] == engine.regret
+    assert summary["edge4 P=4 rolling"]["against"] == 1.0
+    assert len(log.read_text().splitlines()) == 2  # no run added
