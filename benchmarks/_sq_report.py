@@ -61,6 +61,18 @@ def ratio(mine: float, theirs: float, floor: float = EPS) -> float:
     return max(mine, floor) / max(theirs, floor)
 
 
+def paired_geomean(mine: dict[int, float], theirs: dict[int, float], floor: float
+                   ) -> float | None:
+    """Over the seeds both have, the geometric mean of the per-seed ratios of the regrets
+    *mine* over *theirs* (by seed), each raised to *floor* first; ``None`` with no common
+    seed."""
+    common = sorted(mine.keys() & theirs.keys())
+    if not common:
+        return None
+    logs = [math.log(ratio(mine[s], theirs[s], floor)) for s in common]
+    return round(math.exp(statistics.fmean(logs)), 4)
+
+
 class Report:
     """The runs of a report by cell (function, setting, method), and what the tables say of
     them; *from_log* holds the task keys of the peers' runs read from the peers' log."""
@@ -123,14 +135,9 @@ class Report:
     def paired(self, key: str, mine: tuple[str, str], theirs: tuple[str, str]) -> float | None:
         """The paired per-seed geometric mean of the regrets of cell *mine* (setting, method)
         over cell *theirs*, above the function's solved floor; ``None`` with no common seed."""
-        floor = solved_floor(key)
         a = {r.task.seed: r.regret for r in self.runs(key, *mine)}
         b = {r.task.seed: r.regret for r in self.runs(key, *theirs)}
-        common = sorted(a.keys() & b.keys())
-        if not common:
-            return None
-        logs = [math.log(ratio(a[s], b[s], floor)) for s in common]
-        return round(math.exp(statistics.fmean(logs)), 4)
+        return paired_geomean(a, b, solved_floor(key))
 
     def ratio_geomean(self, key: str, label: str, method: str = "dse bayesian") -> float | None:
         """:meth:`paired` of *method* over the best peer (by median) in setting *label*."""

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -41,7 +40,7 @@ from _bench import SETTINGS, Task
 from _sq_log import PeerLog
 from _sq_peers import drive
 from _sq_problems import PROBLEMS, Evaluator, Outcome, Params, found_regret, simple_regret
-from _sq_report import PEER_METHODS, fmt, ratio, solved_floor
+from _sq_report import PEER_METHODS, fmt, paired_geomean, solved_floor
 
 import dse
 
@@ -111,14 +110,6 @@ def load(path: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
     return runs
 
 
-def paired(mine: dict[int, float], theirs: dict[int, float], floor: float) -> float | None:
-    common = sorted(mine.keys() & theirs.keys())
-    if not common:
-        return None
-    logs = [math.log(ratio(mine[s], theirs[s], floor)) for s in common]
-    return round(math.exp(statistics.fmean(logs)), 4)
-
-
 def cell(function: str, setting: str, runs: dict[int, dict[str, Any]], peers: PeerLog,
          against: dict[int, dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
     """One row of the table and its figures."""
@@ -146,11 +137,11 @@ def cell(function: str, setting: str, runs: dict[int, dict[str, Any]], peers: Pe
         row += ["-", "-"]
     else:
         figures.update(best_peer=best[1], peer_median=best[0],
-                       paired=paired(mine, best[2], floor))
+                       paired=paired_geomean(mine, best[2], floor))
         row += [f"{best[1]} {fmt(best[0])}", fmt(figures["paired"])]
     if against:
         other = {seed: run["regret"] for seed, run in against.items()}
-        figures["against"] = paired(mine, other, floor)
+        figures["against"] = paired_geomean(mine, other, floor)
         row.append(fmt(figures["against"]))
     return row, figures
 
