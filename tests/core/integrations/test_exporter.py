@@ -241,7 +241,9 @@ def test_the_run_records_which_integrations_it_wrote_to(tmp_path: Path) -> None:
 def test_sync_beside_the_campaigns_controller_is_refused(tmp_path: Path) -> None:
     # The running controller writes its trials itself: a second writer of the same place
     # could take its half-written trial for a killed writer's and remove it.
-    _project(tmp_path, trials=40, seconds=0.5)
+    # More trials than it can run before the end (about 2 minutes of them; it is killed):
+    # with 40 it ended on a loaded machine while `dse sync` was still starting.
+    _project(tmp_path, trials=1000, seconds=0.5)
     env = _env(tmp_path)
     controller = subprocess.Popen([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
