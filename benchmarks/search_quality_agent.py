@@ -174,17 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     keys = [(f, s, seed) for f in args.functions for s in args.settings
             for seed in range(args.seeds)]
     todo = [key for key in keys if key not in runs]
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        log = args.log.open("a", encoding="utf-8") if args.log is not None else None
-        try:
-            for run in pool.map(run_one, todo):
-                runs[run["function"], run["setting"], run["seed"]] = run
+    if todo:  # no worker processes for a report of a log that has every run
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            log = args.log.open("a", encoding="utf-8") if args.log is not None else None
+            try:
+                for run in pool.map(run_one, todo):
+                    runs[run["function"], run["setting"], run["seed"]] = run
+                    if log is not None:
+                        log.write(json.dumps(run) + "\n")
+                        log.flush()
+            finally:
                 if log is not None:
-                    log.write(json.dumps(run) + "\n")
-                    log.flush()
-        finally:
-            if log is not None:
-                log.close()
+                    log.close()
     against = load(args.against) if args.against is not None else {}
     peers = PeerLog()
     header = ["function", "setting", "seeds", "median", "failed", f">{FAR}",

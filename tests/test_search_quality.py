@@ -171,7 +171,6 @@ def test_the_peers_digest_does_not_depend_on_dse(
         "dse", "peers", "peers"]
 
 
-
 def test_record_peers_with_estimate_records_nothing(
     sq: dict[str, ModuleType], capsys: pytest.CaptureFixture[str]
 ) -> None:
