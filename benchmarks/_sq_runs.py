@@ -217,6 +217,9 @@ class Latency:
     """Seconds of the one ``observe`` call with the 1,000 observations."""
     propose_s: tuple[float, ...]
     """Seconds of each timed ``propose(4, [])`` batch."""
+    propose_cpu_s: tuple[float, ...] = ()
+    """CPU seconds of each (this process's, all threads): the figure a loaded machine moves
+    least."""
 
 
 def _observation(
@@ -258,17 +261,19 @@ def measure_latency(agent: str, problem: Problem, batches: int = 3) -> Latency:
     instance.observe(history)
     observe_s = time.perf_counter() - start
     timings: list[float] = []
+    cpu: list[float] = []
     number = LATENCY_OBSERVATIONS
     for _ in range(batches):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         proposals = instance.propose(LATENCY_BATCH, [])
         timings.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
         batch = []
         for params in proposals:
             number += 1
             batch.append(_observation(problem, space.coerce(params), number, rng))
         instance.observe(batch)
-    return Latency(problem.key, len(problem.space), observe_s, tuple(timings))
+    return Latency(problem.key, len(problem.space), observe_s, tuple(timings), tuple(cpu))
 
 
 def sanity_check(methods: list[str]) -> None:

@@ -21,8 +21,13 @@ agent, run it again with another ``--log``) the paired geometric mean of the two
     python benchmarks/search_quality_agent.py --functions edge4 --seeds 40 --log b.jsonl \\
         --against a.jsonl
 
-The last line printed is one JSON object: per cell, dse's median, the best peer's and their
-paired geometric mean.
+The cost column is issue 44's "cheaper per batch than Ax": the agent's mean CPU seconds per
+``propose`` in these runs (of a batch of 4 in waves, of one trial rolling) beside Ax's mean
+seconds per ask of the same kind in the peers' log, on the same seeds (Ax's are wall seconds,
+recorded one run at a time), and their ratio.
+
+The last line printed is one JSON object: per cell, dse's median, the best peer's, their
+paired geometric mean, and the seconds per ask.
 """
 
 from __future__ import annotations
@@ -32,13 +37,14 @@ import json
 import os
 import statistics
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from _bench import SETTINGS, Task
 from _sq_log import PeerLog
-from _sq_peers import drive
+from _sq_peers import AX_METHOD, drive
 from _sq_problems import PROBLEMS, Evaluator, Outcome, Params, found_regret, simple_regret
 from _sq_report import PEER_METHODS, fmt, paired_geomean, solved_floor
 
@@ -57,10 +63,15 @@ class AgentAskTell:
         self.space = space
         self.asked = 0
         self.in_flight: dict[int, Params] = {}
+        self.cpu: dict[bool, list[float]] = {True: [], False: []}
+        """CPU seconds of each ``propose``: of a batch (True) and of one trial (False)."""
 
     def ask(self, n: int) -> list[tuple[Any, dict[str, Any]]]:
         out: list[tuple[Any, dict[str, Any]]] = []
-        for params in self.agent.propose(n, list(self.in_flight.values())):
+        start = time.process_time()
+        proposed = self.agent.propose(n, list(self.in_flight.values()))
+        self.cpu[n > 1].append(time.process_time() - start)
+        for params in proposed:
             self.asked += 1
             coerced = self.space.coerce(params)
             self.in_flight[self.asked] = coerced
@@ -95,7 +106,10 @@ def run_one(key: tuple[str, str, int]) -> dict[str, Any]:
     return {"function": function, "setting": setting, "seed": seed,
             "regret": simple_regret(problem, evaluated),
             "found": found_regret(problem, evaluated),
-            "failed": sum(value is None for _, value in evaluated)}
+            "failed": sum(value is None for _, value in evaluated),
+            **{key: round(statistics.fmean(peer.cpu[batch]), 4)
+               for key, batch in (("batch_cpu_s", True), ("single_cpu_s", False))
+               if peer.cpu[batch]}}
 
 
 def load(path: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
@@ -139,11 +153,36 @@ def cell(function: str, setting: str, runs: dict[int, dict[str, Any]], peers: Pe
         figures.update(best_peer=best[1], peer_median=best[0],
                        paired=paired_geomean(mine, best[2], floor))
         row += [f"{best[1]} {fmt(best[0])}", fmt(figures["paired"])]
+    row.append(_cost(function, setting, runs, peers, figures))
     if against:
         other = {seed: run["regret"] for seed, run in against.items()}
         figures["against"] = paired_geomean(mine, other, floor)
         row.append(fmt(figures["against"]))
     return row, figures
+
+
+def _cost(function: str, setting: str, runs: dict[int, dict[str, Any]], peers: PeerLog,
+          figures: dict[str, Any]) -> str:
+    """dse's mean CPU seconds per ask (a batch in waves, one trial rolling) and Ax's logged
+    seconds per ask of the same kind on the same seeds, over dse's: the cell's cost column
+    (``-`` where either is missing); the figures join *figures*."""
+    kind = "batch" if SETTINGS[setting].mode == "waves" else "single"
+    mine = [run[f"{kind}_cpu_s"] for run in runs.values() if f"{kind}_cpu_s" in run]
+    theirs = []
+    for seed in runs:
+        entry = peers.get(Task(AX_METHOD, function, setting, PROBLEMS[function].budget, seed))
+        value = None if entry is None else getattr(entry, f"{kind}_ask_s")
+        if value is not None:
+            theirs.append(value)
+    if not mine:
+        return "-"
+    figures["cpu_per_ask_s"] = statistics.fmean(mine)
+    if not theirs:
+        return fmt(figures["cpu_per_ask_s"])
+    figures["ax_per_ask_s"] = statistics.fmean(theirs)
+    figures["ax_over_dse"] = figures["ax_per_ask_s"] / max(figures["cpu_per_ask_s"], 1e-9)
+    return (f"{fmt(figures['cpu_per_ask_s'])} / Ax {fmt(figures['ax_per_ask_s'])}"
+            f" = {figures['ax_over_dse']:.0f}x")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -188,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                     log.close()
     against = load(args.against) if args.against is not None else {}
     peers = PeerLog()
-    header = ["function", "setting", "seeds", "median", "failed", f">{FAR}",
-              "best logged peer", "paired"] + (["vs --against"] if against else [])
+    header = (["function", "setting", "seeds", "median", "failed", f">{FAR}",
+               "best logged peer", "paired", "s per ask: dse CPU / Ax (log)"]
+              + (["vs --against"] if against else []))
     rows, summary = [header], {}
     for function in args.functions:
         for setting in args.settings:

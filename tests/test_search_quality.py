@@ -218,3 +218,19 @@ def test_the_agent_alone_gives_the_engines_run_seed_for_seed(
     assert summary["edge4 P=4 rolling"]["median"] == engine.regret
     assert summary["edge4 P=4 rolling"]["against"] == 1.0
     assert len(log.read_text().splitlines()) == 2  # no run added
+    # The cost column: the agent's CPU per ask of one trial beside Ax's logged seconds.
+    cell = summary["edge4 P=4 rolling"]
+    assert cell["cpu_per_ask_s"] == run["single_cpu_s"] > 0
+    import _sq_log
+
+    ax = _sq_log.PeerLog().get(sq["runs"].Task("ax botorch", "edge4", "P=4 rolling", 60, 0))
+    assert ax is not None
+    assert cell["ax_per_ask_s"] == ax.single_ask_s
+    assert cell["ax_over_dse"] == pytest.approx(ax.single_ask_s / run["single_cpu_s"])
+
+
+def test_the_latency_is_timed_in_cpu_seconds_too(sq: dict[str, ModuleType]) -> None:
+    # Issue 44's target is CPU seconds of propose(4) after 1,000 observations.
+    latency = sq["runs"].measure_latency("bayesian", sq["problems"].PROBLEMS["mixed"])
+    assert len(latency.propose_s) == len(latency.propose_cpu_s) == 3
+    assert all(cpu > 0 for cpu in latency.propose_cpu_s)

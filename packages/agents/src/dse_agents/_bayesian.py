@@ -180,7 +180,7 @@ class BayesianAgent:
     """
 
     name: ClassVar[str] = "bayesian"
-    version: ClassVar[str] = "0.2.2"
+    version: ClassVar[str] = "0.2.3"
 
     def __init__(self, space: Space, *, seed: int = 0, **options: Any) -> None:
         unknown = {k: v for k, v in options.items() if k not in _OPTIONS}

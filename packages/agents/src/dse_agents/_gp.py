@@ -189,9 +189,10 @@ class GaussianProcess:
         width = self.width
         lengths = np.exp(theta[:width])
         signal, noise = math.exp(theta[width]), math.exp(theta[width + 1])
-        scaled = diff_sq / lengths**2  # n by n by width
-        k, g = _matern(scaled.sum(axis=2))
+        inverse_sq = 1.0 / lengths**2
+        flat = diff_sq.reshape(-1, width)  # n * n by width: one product, no n * n * width temporary
         n = ys.size
+        k, g = _matern((flat @ inverse_sq).reshape(n, n))
         cov = signal * k + (noise + _JITTER) * np.eye(n)
         try:
             chol = linalg.cholesky(cov, lower=True)
@@ -207,7 +208,7 @@ class GaussianProcess:
         grad = np.empty_like(theta)
         # dK/dlog(l_d) = s_f^2 g (delta_d/l_d)^2; d(-log p)/dt = -1/2 tr(inner dK/dt).
         weighted = inner * (signal * g)
-        grad[:width] = -0.5 * (weighted.reshape(-1) @ scaled.reshape(-1, width))
+        grad[:width] = -0.5 * (weighted.reshape(-1) @ flat) * inverse_sq
         grad[width] = -0.5 * float(np.sum(inner * (signal * k)))
         grad[width + 1] = -0.5 * float(np.trace(inner)) * noise
         # Weak priors (those of Optuna's GP): on the inverse squared length scale l^-2 a
