@@ -217,7 +217,7 @@ class Latency:
     """Seconds of the one ``observe`` call with the 1,000 observations."""
     propose_s: tuple[float, ...]
     """Seconds of each timed ``propose(4, [])`` batch."""
-    propose_cpu_s: tuple[float, ...] = ()
+    propose_cpu_s: tuple[float, ...]
     """CPU seconds of each (this process's, all threads): the figure a loaded machine moves
     least."""
 
