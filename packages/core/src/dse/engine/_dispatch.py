@@ -83,7 +83,11 @@ class Dispatcher:
             if campaign.max_trials is not None and stats.steps >= campaign.max_trials:
                 end.done = EndReason.MAX_TRIALS
                 break
-            want = slots
+            left = p.stopping.members_left(stats.steps) if p.stopping is not None else None
+            if left == 0:
+                end.done = EndReason.POPULATION  # the exploits' trials still start
+                break
+            want = slots if left is None else min(slots, left)
             if campaign.max_trials is not None:
                 want = min(want, campaign.max_trials - stats.steps)
             want, why = p.gate.affordable(want, now, campaign.environment)
@@ -165,6 +169,18 @@ class Dispatcher:
                                               "count": self.rejections})
 
     # -- making a trial ---------------------------------------------------------------------
+
+    def number_spawned(self) -> int:
+        """Number a trial of params the agent did not propose (an exploit's, in population-
+        based training) as the next proposal, logged as an ``exploit`` call; its number."""
+        p = self.parts
+        p.stats.proposals += 1
+        p.stats.steps += 1
+        proposal = p.stats.proposals
+        p.feedback.numbered(proposal)
+        p.journal.batch.add_agent_call(campaign=p.journal.campaign_id, kind="exploit",
+                                       proposals=[proposal])
+        return proposal
 
     def new_trial(
         self, params: dict[str, Any], proposal: int, hashed: Hashed | None = None

@@ -75,11 +75,33 @@ class Starter(Protocol):
         ...
 
 
-class Promoter(Protocol):
-    """What promotes stopped trials into free room (a run's early stopping)."""
+class Spawner(Starter, Protocol):
+    """What makes a new trial of params the agent did not propose (the dispatcher): an
+    exploit's, in population-based training."""
 
-    def promote(self, starter: Starter, slots: int, now: float) -> int:
-        """Resume up to *slots* stopped trials; how many were."""
+    def number_spawned(self) -> int:
+        """Number a proposal the agent did not make (logged as an ``exploit`` call, which a
+        replay skips); its number."""
+        ...
+
+    def new_trial(self, params: dict[str, Any], proposal: int,
+                  hashed: Hashed | None = None) -> LiveTrial:
+        """Make *params* a trial (or a cache hit) of proposal *proposal*."""
+        ...
+
+
+class Promoter(Protocol):
+    """What promotes stopped trials into free room, and makes the trials of exploits (a
+    run's early stopping)."""
+
+    def promote(self, starter: Spawner, slots: int, now: float) -> int:
+        """Make the pending exploits trials, then resume up to *slots* stopped trials; how
+        many were resumed."""
+        ...
+
+    def members_left(self, steps: int) -> int | None:
+        """How many more trials the agent may be asked for, *steps* taken (``None``: no
+        population to fill)."""
         ...
 
 

@@ -184,7 +184,7 @@ class Resume:
         entries = store.reads.agent_log(cid, after=snapshot.log_id)
         unobserved = set(snapshot.unobserved)
         for entry in entries:
-            if entry.kind in ("propose", "enqueue"):
+            if entry.kind in ("propose", "enqueue", "exploit"):
                 unobserved.update(entry.proposals)
             else:
                 unobserved.difference_update(entry.proposals)
@@ -407,8 +407,8 @@ class Resume:
                 got = self._replay_propose(agent, entry, numbers, recorded)
                 diverged = diverged or got
                 continue
-            if entry.kind == "enqueue":
-                continue  # proposals the queue gave: the agent made none of them
+            if entry.kind in ("enqueue", "exploit"):
+                continue  # proposals the queue or an exploit gave: not the agent's
             if entry.kind == "warm":
                 p.feedback.guard.observe(agent, self._warm_told(cid))
                 continue

@@ -16,18 +16,19 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dse.engine._exploit import Exploits
 from dse.engine._live import LiveTrial, checkpoint_mark, recorded_trial
 from dse.model._errors import ConfigError, PluginError, did_you_mean
 from dse.model._spend import Spend
 from dse.model._types import Decision, Direction, JobState, TrialStatus, Verdict, finite_float
-from dse.plugins._protocols import TrialInfo
+from dse.plugins._protocols import PopulationRule, TrialInfo
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from dse.campaign._model import Campaign, StoppingSpec
     from dse.engine._journal import Journal
-    from dse.engine._parts import Starter
+    from dse.engine._parts import Spawner, Starter
     from dse.engine._progress import ProgressPoint
     from dse.model._types import JobStatus
     from dse.plugins._plugins import PluginManager
@@ -48,6 +49,10 @@ def as_stopped(store: Storage, trial: LiveTrial, step: int) -> LiveTrial:
     return dataclasses.replace(trial, status=TrialStatus.STOPPED, original_status=None,
                                step=step, metrics=metrics, score=None, failure=None,
                                waiters=[])
+
+
+_STOPS = (Verdict.STOP.value, Verdict.EXPLOIT.value)
+"""The verdicts that stop a trial."""
 
 
 def _finite(value: float) -> float | None:
@@ -93,7 +98,7 @@ def stopping_for(campaign: Campaign, backend: Runner, plugins: PluginManager
     version = registered.class_version if registered is not None else "?"
     objectives = {o.metric for o in campaign.objectives}
     return EarlyStopping(rule, spec, version=version, where=f"{where}.metric",
-                         checked=spec.metric in objectives)
+                         checked=spec.metric in objectives, source=where)
 
 
 def _options_of(cls: type) -> set[str] | None:
@@ -123,9 +128,12 @@ class EarlyStopping:
     """The stopping rule of one run and what it has asked for."""
 
     def __init__(self, rule: StoppingRule, spec: StoppingSpec, *, version: str,
-                 where: str = "stopping.metric", checked: bool = True) -> None:
+                 where: str = "stopping.metric", checked: bool = True,
+                 source: str = "stopping") -> None:
         self.rule = rule
         self.spec = spec
+        self.exploits = Exploits(rule, source) if isinstance(rule, PopulationRule) else None
+        """The exploits of a population rule (``pbt``) and the trials they made."""
         self.where = where
         """Where the stopping metric is set (``campaign.toml: stopping.metric``)."""
         self.checked = checked
@@ -191,22 +199,33 @@ class EarlyStopping:
         stops = self._stop_again(running) if self._store is not None else []
         if not self.checked:
             self._check_metric(new)
-        for trial, points in new:
+        now = journal.now()
+        # In the order the record gives them back to a resumed run's rule: the same decisions.
+        ordered = sorted(((now if pt.at is None else pt.at, trial.number, pt.step, i, trial, pt)
+                          for trial, points in new for i, pt in enumerate(points)),
+                         key=lambda x: x[:4])
+        for *_, trial, point in ordered:
             told = self._replayed.get(trial.number, -1)
-            for point in sorted(points, key=lambda pt: pt.step):
-                if point.attempt not in (None, trial.attempt) or point.step <= told:
-                    continue
-                self._last[trial.row_id] = (point.step, point.metrics)
-                loss = self._loss(point.metrics)
-                if loss is None or trial.proposal <= 0:
-                    continue  # the baseline is the reference, never stopped
-                decision = self._report(trial.number, point.step, loss)
-                if decision is None or trial.job_id in self.requested:
-                    continue
-                self.record(trial, decision, journal)
-                if decision.verdict is Verdict.STOP and trial.job_id is not None:
-                    self.requested[trial.job_id] = decision
-                    stops.append(trial.job_id)
+            if point.attempt not in (None, trial.attempt) or point.step <= told:
+                continue
+            last = self._last.get(trial.row_id)
+            if last is not None and point.step <= last[0]:
+                continue
+            self._last[trial.row_id] = (point.step, point.metrics)
+            loss = self._loss(point.metrics)
+            if loss is None or trial.proposal <= 0:
+                continue  # the baseline is the reference, never stopped
+            if self.exploits is not None:
+                self.exploits.note(trial, point.step)
+            decision = self._report(trial.number, point.step, loss)
+            if decision is None or trial.job_id in self.requested:
+                continue
+            self.record(trial, decision, journal)
+            if decision.verdict in (Verdict.STOP, Verdict.EXPLOIT) and trial.job_id is not None:
+                self.requested[trial.job_id] = decision
+                stops.append(trial.job_id)
+            if decision.verdict is Verdict.EXPLOIT and self.exploits is not None:
+                self.exploits.decided(trial, decision)
         if stops:
             journal.event(None, "stop", {"jobs": len(stops)})
         return stops
@@ -286,9 +305,17 @@ class EarlyStopping:
 
     # -- promotions ----------------------------------------------------------------------
 
-    def promote(self, dispatcher: Starter, slots: int, now: float) -> int:
-        """Resume up to *slots* stopped trials the rule promotes (before new proposals take
-        the room); how many were."""
+    def members_left(self, steps: int) -> int | None:
+        """How many more trials the agent may be asked for, *steps* taken (``None``: as many
+        as the campaign lets it: only a population rule counts them)."""
+        return None if self.exploits is None else self.exploits.members_left(steps)
+
+    def promote(self, dispatcher: Spawner, slots: int, now: float) -> int:
+        """Make the trials of the exploits decided (each in the place of the trial it
+        replaces), then resume up to *slots* stopped trials the rule promotes (before new
+        proposals take the room); how many were resumed."""
+        if self.exploits is not None and self.exploits.pending:
+            self.exploits.spawn(dispatcher, now)
         if slots <= 0 or not self.stopped:
             return 0
         promoted = 0
@@ -366,12 +393,23 @@ class EarlyStopping:
         trials stopped at a rung (before a resumed run replays its agent); the running trials
         it had stopped are asked to stop again at the first pass (once they are reattached)."""
         told = self._replayed
+        exploited: list[tuple[int, Decision]] = []
         for number, proposal, step, text in store.stops.run_progress(cid):
             loss = self._loss(json.loads(text))
             self.checked = self.checked or loss is not None
             if loss is not None and proposal > 0:  # the baseline is never compared
-                self._report(number, step, loss)
+                decision = self._report(number, step, loss)
                 told[number] = max(step, told.get(number, -1))
+                if self.exploits is not None:
+                    self.exploits.latest[number] = told[number]
+                    if decision is not None and decision.verdict is Verdict.EXPLOIT:
+                        exploited.append((number, decision))
+        if self.exploits is not None and exploited:
+            rows = {d.number: d.trial_row for d in store.stops.run_decisions(cid, ("exploit",))}
+            self.exploits.restore(store, cid, [(rows[n], n, d) for n, d in exploited
+                                               if n in rows])
+        elif self.exploits is not None:
+            self.exploits.spawned = len(store.stops.lineage(cid))
         for row in store.stops.stopped_trials(cid) if self.spec.promote else ():
             if row.trial_dir and checkpoint_mark(Path(row.trial_dir)).exists():
                 self.stopped[row.number] = row.id
@@ -390,8 +428,7 @@ class EarlyStopping:
         for job_id, trial in running.items():
             made = store.stops.decisions(trial.row_id)
             last = made[-1] if made else None
-            if last is not None and last.verdict == Verdict.STOP.value and (
-                    last.attempt == trial.attempt):
+            if last is not None and last.verdict in _STOPS and last.attempt == trial.attempt:
                 self.requested[job_id] = Decision(
                     trial.number, Verdict.STOP, last.rung, last.step,
                     math.inf if last.value is None else self._sign * last.value,

@@ -215,7 +215,9 @@ def start_attempt_dir(spec: JobSpec, *, first: bool | None = None) -> list[str]:
       starts in a directory holding nothing but the params file the controller wrote: any
       other entry — a result, a checkpoint, a progress file, an attempt directory — is moved
       aside, and a params file that differs from *spec*'s params is moved aside and
-      written again; then its empty checkpoint directory is made;
+      written again; then its empty checkpoint directory is made — unless *spec* is
+      :attr:`~dse.JobSpec.seeded`: the checkpoint directory the controller filled with a
+      copy of another trial's checkpoint is kept;
     * a later attempt keeps the checkpoint directory (its trial's own, written while
       an earlier attempt ran), and the result file an earlier attempt left is moved aside;
     * ``attempt-<n>`` is made now, never reused: one found there is moved aside.
@@ -250,8 +252,11 @@ def start_attempt_dir(spec: JobSpec, *, first: bool | None = None) -> list[str]:
         os.close(parent)
     try:
         if first:
-            _keep_only_params(fd, params, moved)
-            os.mkdir(CHECKPOINT_DIR, dir_fd=fd)
+            # A seeded checkpoint (a copy of another trial's, put there by the controller
+            # before the trial was recorded: population-based training) is the attempt's own.
+            _keep_only_params(fd, params, moved, keep=CHECKPOINT_DIR if spec.seeded else None)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(CHECKPOINT_DIR, dir_fd=fd)
         else:
             with contextlib.suppress(FileNotFoundError):
                 aside = move_aside_at(fd, RESULT_FILE)
@@ -280,13 +285,18 @@ def _open_made(parent: int, name: str) -> int:
         return os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent)
 
 
-def _keep_only_params(fd: int, params: bytes | None, moved: list[str]) -> None:
+def _keep_only_params(fd: int, params: bytes | None, moved: list[str],
+                      keep: str | None = None) -> None:
     """Move aside every entry of the trial directory *fd* but a params file holding
-    *params*; write the params file if it is missing (and *params* given)."""
+    *params* (and the directory *keep*, when it is one); write the params file if it is
+    missing (and *params* given)."""
     found = os.listdir(fd)
     kept = params is not None and PARAMS_FILE in found and _holds(fd, PARAMS_FILE, params)
     for name in found:
         if name == PARAMS_FILE and kept:
+            continue
+        if name == keep and stat.S_ISDIR(os.stat(name, dir_fd=fd,
+                                                 follow_symlinks=False).st_mode):
             continue
         what = "" if name != PARAMS_FILE else " (not the trial's params)"
         moved.append(f"{name}{what} -> {move_aside_at(fd, name)}")

@@ -79,3 +79,11 @@ def config_hash(
     :param data_version: the version of the data the trial reads, or ``None`` when undeclared.
     """
     return ConfigHasher(workload, data_version)(params)
+
+
+def lineage_hash(config: str, parent: str, step: int) -> str:
+    """The config hash of a trial that starts from a copy of another trial's checkpoint
+    (population-based training): its own params' hash *config*, its parent's config hash
+    *parent* and the parent's *step* when it was copied. It is not the measurement a fresh
+    run of the same params is, nor one from another parent or step."""
+    return hashlib.sha256(f"dse-lineage-v1\n{config}\n{parent}\n{step}".encode()).hexdigest()

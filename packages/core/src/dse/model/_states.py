@@ -193,6 +193,9 @@ class EndReason(enum.StrEnum):
     """The agent had nothing more to propose."""
     MAX_TRIALS = "max_trials"
     """``max_trials`` steps were taken."""
+    POPULATION = "population"
+    """Population-based training (``rule = "pbt"``): the agent gave the whole population and
+    every lineage ran to its end."""
     AGENT_STALLED = "agent_stalled"
     """The agent proposed nothing while nothing ran and nothing was left to tell it."""
     MAX_CONSECUTIVE_REJECTIONS = "max_consecutive_rejections"
@@ -226,6 +229,7 @@ class EndReason(enum.StrEnum):
 _END_STATUS = {
     EndReason.AGENT_EXHAUSTED: CampaignStatus.COMPLETED,
     EndReason.MAX_TRIALS: CampaignStatus.COMPLETED,
+    EndReason.POPULATION: CampaignStatus.COMPLETED,
     EndReason.AGENT_STALLED: CampaignStatus.COMPLETED,
     EndReason.MAX_CONSECUTIVE_REJECTIONS: CampaignStatus.STOPPED,
     EndReason.MAX_CONSECUTIVE_FAILURES: CampaignStatus.STOPPED,

@@ -144,6 +144,10 @@ class JobSpec:
     """Working directory of the command (``None``: the trial directory)."""
     avoid_nodes: tuple[str, ...] = ()
     """Nodes not to run on (they interrupted this trial or many others), where possible."""
+    seeded: bool = False
+    """The controller put a copy of another trial's checkpoint in :attr:`checkpoint_dir`
+    before the first attempt (population-based training): the first attempt keeps it
+    (:func:`dse.start_attempt_dir`) and resumes from it."""
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -304,6 +308,10 @@ class Verdict(enum.StrEnum):
     PROMOTE = "promote"
     """A stopped trial goes on after all (its peers did worse than expected): it resumes
     from its checkpoint as a new attempt."""
+    EXPLOIT = "exploit"
+    """Population-based training: the trial is stopped (it ends :attr:`TrialStatus.STOPPED`)
+    and its place in the population goes to a new trial that starts from a copy of the
+    checkpoint of :attr:`Decision.donor`, with the donor's params perturbed."""
 
 
 MAX_COMPARED = 64
@@ -339,3 +347,5 @@ class Decision:
     """One line saying why (``"0.41 is not in the best 1/3 of 7 trials at step 9"``)."""
     bracket: int | None = None
     """The bracket the trial belongs to (Hyperband), ``None`` for a rule without brackets."""
+    donor: int | None = None
+    """For :attr:`Verdict.EXPLOIT`: the trial whose checkpoint the replacement starts from."""

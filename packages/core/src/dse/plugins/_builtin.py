@@ -30,9 +30,10 @@ def dse_register_scorers() -> list[type[Scorer]]:
 
 @hookimpl
 def dse_register_stopping_rules() -> list[type[StoppingRule]]:
+    from dse.plugins._pbt import PbtRule
     from dse.plugins._stopping_rules import AshaRule, HyperbandRule, MedianRule
 
-    return [MedianRule, AshaRule, HyperbandRule]
+    return [MedianRule, AshaRule, HyperbandRule, PbtRule]
 
 
 @hookimpl

@@ -132,6 +132,26 @@ class StoppingRule(Protocol):
         ...
 
 
+@runtime_checkable
+class PopulationRule(Protocol):
+    """A :class:`StoppingRule` that also starts trials from others' checkpoints: population-
+    based training (dse's ``pbt``). Its :attr:`Verdict.EXPLOIT` decisions stop a trial and
+    name a donor; the engine starts a new trial in its place from a copy of the donor's
+    checkpoint, with the donor's params perturbed by :meth:`explore`."""
+
+    population: int
+    """How many trials the agent is asked for in all (an exploit's trial is not one)."""
+
+    def explore(self, params: Mapping[str, Any], space: Any, key: str) -> dict[str, Any]:
+        """*params* perturbed within *space* (a :class:`dse.Space`), deterministically for
+        *key*."""
+        ...
+
+    def forget(self, trial: int) -> None:
+        """Trial *trial* ended: it is no member any more."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class TrialInfo:
     """What an environment is told about the trial it prepares."""

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         EnvironmentRecord,
         Event,
         Invalidation,
+        LineageRow,
         ProgressRow,
         RunCounts,
         Score,
@@ -320,6 +321,11 @@ class RecordStops(Protocol):
 
     def trial_by_row(self, row: int) -> Trial | None:
         """Trial row *row*, or ``None``."""
+        ...
+
+    def lineage(self, campaign_id: int) -> list[LineageRow]:
+        """The trials of run *campaign_id* that started from a copy of another trial's
+        checkpoint (population-based training), by number."""
         ...
 
     def stopped_trials(self, campaign_id: int) -> list[Trial]:

@@ -27,7 +27,7 @@ def vector(scores: Sequence[float] | None) -> str | None:
 WRITES = ("trials", "reruns", "relinks", "attempts", "attempt_updates", "attempt_ends",
           "attempt_usage", "trial_data", "attempt_spend", "attempt_expected", "trial_ends",
           "environments", "trial_links", "scores", "events", "progress", "decisions",
-          "agent_log", "campaign_updates", "run_times", "enqueue_takes")
+          "agent_log", "campaign_updates", "run_times", "enqueue_takes", "lineage")
 """The kinds of change a commit writes, in its order (an attempt after its trial, a trial's
 end after its attempts', an agent call's snapshot before the call)."""
 
@@ -66,7 +66,7 @@ class Batch:
         "_attempt_usage", "_trial_data", "_attempt_spend", "_attempt_expected", "_scores",
         "_environments", "_trial_links", "_events", "_campaign_updates", "_agent_log",
         "_agent_snapshots", "_reruns", "_relinks", "_releases", "_progress", "_decisions",
-        "_run_times", "_enqueue_takes",
+        "_run_times", "_enqueue_takes", "_lineage",
     )
 
     def __init__(self) -> None:
@@ -93,6 +93,7 @@ class Batch:
         self._decisions: list[tuple[Any, ...]] = []
         self._run_times: list[tuple[Any, ...]] = []
         self._enqueue_takes: list[tuple[Any, ...]] = []
+        self._lineage: list[tuple[Any, ...]] = []
 
     def changes(self) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
         """Each kind of change (:data:`WRITES`) with its rows, in the order a commit writes
@@ -207,6 +208,12 @@ class Batch:
     ) -> None:
         """What a trial ran with (its dependency digest) or the invalidated trial it re-runs."""
         self._trial_links.append((dependencies, replaces, row))
+
+    def add_lineage(self, *, row: int, campaign: int, parent: int, step: int,
+                    member: int | None, at: float) -> None:
+        """Trial *row* started from a copy of trial *parent*'s checkpoint, the parent having
+        reported *step*, in the place of trial *member* (population-based training)."""
+        self._lineage.append((row, campaign, parent, step, member, at))
 
     def add_score(
         self, *, trial: int, scorer: str, version: str, score: float, baseline: int | None,

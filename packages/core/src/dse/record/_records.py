@@ -32,6 +32,7 @@ __all__ = [
     "EnvironmentRecord",
     "Event",
     "Invalidation",
+    "LineageRow",
     "Score",
     "Trial",
     "TrialRef",
@@ -272,6 +273,26 @@ class DecisionRow:
     value that was not a finite number, the worst)."""
     reason: str
     bracket: int | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class LineageRow:
+    """A trial that started from a copy of another's checkpoint (a row of ``lineage``:
+    population-based training)."""
+
+    trial_row: int
+    number: int
+    """The trial's number in its run."""
+    parent_row: int
+    parent: int
+    """The number of the trial whose checkpoint it started from."""
+    parent_step: int
+    """The last step the parent had reported when its checkpoint was copied (the copy holds
+    that step at least: the workload saves a step before it reports it)."""
+    member_row: int | None
+    member: int | None
+    """The number of the trial whose place in the population it took (it was exploited)."""
     at: float
 
 

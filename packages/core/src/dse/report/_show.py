@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         DecisionRow,
         EnvironmentRecord,
         Invalidation,
+        LineageRow,
         ProgressRow,
         Score,
         Trial,
@@ -99,6 +100,15 @@ class _Context:
         }
         self.ranks: Mapping[int, int] = {}
         """A Pareto run's trials' ranks (trial row -> rank)."""
+        lineage = store.stops.lineage(run.id) if any(
+            d.verdict == "exploit" for rows in self.decisions.values() for d in rows) else []
+        self.parents = {row.trial_row: row for row in lineage}
+        """Population-based training: each trial that started from a copy of another's
+        checkpoint -> its lineage row."""
+        self.children: dict[int, list[LineageRow]] = {}
+        for row in lineage:
+            self.children.setdefault(row.parent_row, []).append(row)
+        self.params = {t.id: t.params for t in trials}
 
     def invalid(self, mark: int | None) -> dict[str, Any] | None:
         if mark is None or mark not in self.invalidations:
@@ -146,6 +156,7 @@ def _record(
             "attempts": [_attempt(a) for a in attempts],
             "progress": _progress(context.progress.get(trial.id)),
             "stopping": _stopping(trial, context),
+            "lineage": _lineage(trial, context),
         },
         "cost": {"currency": run.spec.get("currency") or "USD", "attempts": costs,
                  "total": total.as_dict()},
@@ -323,9 +334,26 @@ def _stopping(trial: Trial, context: _Context) -> dict[str, Any] | None:
         return None
     decisions = [_decision(d, context.first_steps.get((trial.id, d.attempt + 1))
                            if d.verdict == "promote" else None) for d in rows]
-    stops = [d for d in decisions if d["verdict"] == "stop"]
+    stops = [d for d in decisions if d["verdict"] in ("stop", "exploit")]
     stopped = stops[-1] if stops and trial.status.value == "stopped" else None
     return {"stopped": stopped, "decisions": decisions}
+
+
+def _lineage(trial: Trial, context: _Context) -> dict[str, Any] | None:
+    """Population-based training: the trial whose checkpoint *trial* started from (and the
+    params before and after), the member it replaced, and the trials started from its own."""
+    parent = context.parents.get(trial.id)
+    children = context.children.get(trial.id, [])
+    if parent is None and not children:
+        return None
+    return {
+        "parent": None if parent is None else {
+            "number": parent.parent, "step": parent.parent_step,
+            "params_before": context.params.get(parent.parent_row),
+            "params_after": trial.params, "replaces": parent.member},
+        "children": [{"number": c.number, "step": c.parent_step, "replaces": c.member}
+                     for c in children],
+    }
 
 
 def _decision(row: DecisionRow, resumed_step: int | None) -> dict[str, Any]:

@@ -220,6 +220,8 @@ def _ended_lines(
             f" attempt {last['attempt']}" + (f" ({metrics})" if metrics else ""))
     if e["stopping"] is not None:
         _stopping_lines(e["stopping"], row)
+    if e.get("lineage") is not None:
+        _lineage_lines(e["lineage"], row)
     if not e["attempts"]:
         row("attempts", "none")
     for a in e["attempts"]:
@@ -233,6 +235,22 @@ def _ended_lines(
             extra.append(f"work lost {duration_text(a['work_lost_s'])}")
         if extra:
             row("", "; ".join(extra))
+
+
+def _lineage_lines(lineage: Mapping[str, Any], row: Callable[[str, str], None]) -> None:
+    """Population-based training: where the trial's checkpoint came from, with the params
+    before and after, and the trials that started from its own."""
+    parent = lineage["parent"]
+    if parent is not None:
+        row("started from", f"a copy of trial {parent['number']}'s checkpoint (it had"
+            f" reported step {parent['step']}), in the place of trial {parent['replaces']}")
+        before = parent["params_before"] or {}
+        changed = [f"{k}: {before.get(k)!r} -> {v!r}" for k, v in parent["params_after"].items()
+                   if before.get(k) != v]
+        row("", "params " + (", ".join(changed) if changed else "unchanged"))
+    for child in lineage["children"]:
+        row("copied by", f"trial {child['number']} at step {child['step']} (in the place of"
+            f" trial {child['replaces']})")
 
 
 def _stopping_lines(stopping: Mapping[str, Any], row: Callable[[str, str], None]) -> None:
@@ -253,6 +271,8 @@ def _stopping_lines(stopping: Mapping[str, Any], row: Callable[[str, str], None]
                     + ("" if d["bracket"] is None else f", bracket {d['bracket']}") + ")")
         if d["verdict"] == "stop":
             row("STOPPED" if d == stopping["stopped"] else "stopped", compared)
+        elif d["verdict"] == "exploit":
+            row("EXPLOITED", compared)
         else:
             resumed = ("not resumed yet" if d["resumed_step"] is None else
                        f"resumed at step {d['resumed_step']} in attempt {d['attempt'] + 1}")

@@ -40,6 +40,7 @@ ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("scores", ("id",)),
     ("progress", ("trial_id", "attempt", "step")),
     ("decisions", ("id",)),
+    ("lineage", ("trial_id",)),
 )
 """The tables of rows, in the order they are copied (what a row names comes first), with
 their keys."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dse.record.sql._rows import ENDED, OPEN, SPEND_KEYS
 
-SCHEMA_VERSION = 20
+SCHEMA_VERSION = 21
 
 
 NEW_TABLES_7 = """
@@ -146,6 +146,21 @@ CREATE TABLE IF NOT EXISTS enqueued (
 );
 CREATE INDEX IF NOT EXISTS enqueued_waiting ON enqueued(campaign, run, id)
 """
+
+NEW_TABLES_21 = """
+CREATE TABLE IF NOT EXISTS lineage (
+    trial_id INTEGER PRIMARY KEY REFERENCES trials(id),
+    campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+    parent_id INTEGER NOT NULL REFERENCES trials(id),
+    parent_step INTEGER NOT NULL,
+    member_id INTEGER REFERENCES trials(id),
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS lineage_campaign ON lineage(campaign_id, trial_id);
+CREATE INDEX IF NOT EXISTS lineage_parent ON lineage(parent_id)
+"""
+"""Population-based training: a trial that started from a copy of another's checkpoint (its
+parent, at the last step the parent had reported), in the place of the member it replaced."""
 
 
 """Schema 19: configurations enqueued for a campaign (``enqueued``: its ``[[enqueue]]`` tables
@@ -556,7 +571,7 @@ CREATE TABLE IF NOT EXISTS agent_log (
 );
 CREATE INDEX IF NOT EXISTS agent_log_campaign ON agent_log(campaign_id, id);
 """ + ";".join((NEW_TABLES_7, NEW_TABLES_9, NEW_TABLES_10, NEW_TABLES_13, NEW_TABLES_14,
-                NEW_COLUMNS_16, NEW_TABLES_18, NEW_TABLES_19))
+                NEW_COLUMNS_16, NEW_TABLES_18, NEW_TABLES_19, NEW_TABLES_21))
 
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -585,6 +600,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     17: tuple(NEW_TABLES_18.split(";")),
     18: tuple(NEW_TABLES_19.split(";")),
     19: (*DROP_TRIGGERS_20, *REBUILD),
+    20: tuple(NEW_TABLES_21.split(";")),
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dse.model._spend import Spend
-from dse.record._records import DecisionRow, ProgressRow, StopTally, Trial
+from dse.record._records import DecisionRow, LineageRow, ProgressRow, StopTally, Trial
 from dse.record.sql._rows import SPEND_KEYS, TRIAL, Queries, as_trial, loads
 from dse.record.sql._writes import DECISION
 
@@ -99,8 +99,15 @@ class Stops(Queries):
         trials, *spend = found[0]
         return int(trials), Spend(*spend)
 
+    def lineage(self, campaign_id: int) -> list[LineageRow]:
+        return [LineageRow(*r) for r in self.rows(
+            "SELECT l.trial_id, t.number, l.parent_id, p.number, l.parent_step, l.member_id,"
+            " m.number, l.created_at FROM lineage l JOIN trials t ON t.id = l.trial_id"
+            " JOIN trials p ON p.id = l.parent_id LEFT JOIN trials m ON m.id = l.member_id"
+            " WHERE l.campaign_id = ? ORDER BY t.number", (campaign_id,))]
+
     def stopping_rule(self, campaign_id: int) -> tuple[str, str] | None:
-        for verdict in ("stop", "promote", "continue"):
+        for verdict in ("stop", "promote", "exploit", "continue"):
             found = self.rows("SELECT rule, rule_version FROM decisions WHERE campaign_id = ?"
                                " AND verdict = ? ORDER BY id DESC LIMIT 1",
                                (campaign_id, verdict))

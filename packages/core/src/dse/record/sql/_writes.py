@@ -126,5 +126,7 @@ STATEMENTS: dict[str, str] = {
     "campaign_updates": END_CAMPAIGN,
     "run_times": "UPDATE campaigns SET run_s=? WHERE id=?",
     "enqueue_takes": "UPDATE enqueued SET run=?, proposal=? WHERE id=? AND run IS NULL",
+    "lineage": "INSERT INTO lineage(trial_id, campaign_id, parent_id, parent_step, member_id,"
+               " created_at) VALUES (?, ?, ?, ?, ?, ?)",
 }
 """The statement of each kind of change, as :meth:`Batch.changes` names them."""
