@@ -73,7 +73,14 @@ if TYPE_CHECKING:
     from dse.plugins._environment import CommandEnvironment
     from dse.plugins._integration import CampaignExport, Integration, TrialExport
     from dse.plugins._plugins import PluginManager, Registered
-    from dse.plugins._protocols import Agent, Environment, Runner, StoppingRule, TrialInfo
+    from dse.plugins._protocols import (
+        Agent,
+        Environment,
+        PopulationRule,
+        Runner,
+        StoppingRule,
+        TrialInfo,
+    )
     from dse.plugins._scoring import Scorer
     from dse.pool._pool import Pool as Pool
     from dse.pool._pool import drive as drive
@@ -99,6 +106,7 @@ _LAZY: dict[str, str] = {
     "CampaignStatus": "dse.model._types",
     "Decision": "dse.model._types",
     "StoppingRule": "dse.plugins._protocols",
+    "PopulationRule": "dse.plugins._protocols",
     "Verdict": "dse.model._types",
     "EndReason": "dse.model._types",
     "Backend": "dse.plugins._backend",
@@ -238,6 +246,7 @@ __all__ = [
     "Parameter",
     "PluginError",
     "PluginManager",
+    "PopulationRule",
     "Registered",
     "Resources",
     "Results",

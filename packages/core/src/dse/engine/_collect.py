@@ -103,7 +103,7 @@ class Collector:
         trial.node = status.node or trial.node
         # Charged before it is concluded: an objective may be what the trial cost.
         charged = self._charge(trial, self._gate.charge(trial.spec, status, ended_at))
-        if self.stopping is None or not self.stopping.ended(trial, status):
+        if self.stopping is None or not self.stopping.ended(trial, status, self._journal):
             self._results.conclude(trial, status)
         if self._on_attempt_end is not None:
             self._on_attempt_end(trial, status, ended_at)

@@ -325,13 +325,15 @@ class Dispatcher:
 
     def avoiding(self, spec: JobSpec, trial: LiveTrial) -> JobSpec:
         """*spec* told to avoid the suspect nodes and those that interrupted *trial*, with the
-        time limit that keeps it within the per-trial ceilings."""
+        time limit that keeps it within the per-trial ceilings (and, for a trial made by an
+        exploit, that its checkpoint directory was seeded)."""
         avoid = self.parts.watch.avoid | trial.history.failed_nodes
         limit = self.parts.gate.time_limit(spec, trial.spent)
-        if not avoid and limit == spec.time_limit:
+        if not avoid and limit == spec.time_limit and spec.seeded == trial.seeded:
             return spec
         return dataclasses.replace(
-            spec, avoid_nodes=tuple(sorted(avoid)) or spec.avoid_nodes, time_limit=limit
+            spec, avoid_nodes=tuple(sorted(avoid)) or spec.avoid_nodes, time_limit=limit,
+            seeded=trial.seeded or spec.seeded,
         )
 
     def next_attempt(

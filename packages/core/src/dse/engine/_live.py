@@ -104,6 +104,10 @@ class LiveTrial:
     """Where its current (or last) attempt runs, once the backend said."""
     running_since: float | None = None
     """When the backend says its current attempt started (``None``: not yet, or unknown)."""
+    seeded: bool = False
+    """Its checkpoint directory was given a copy of another trial's checkpoint before it
+    started (population-based training): every attempt's spec says so (even an attempt
+    started afresh keeps it)."""
 
     @property
     def log_dir(self) -> Path | None:

@@ -307,9 +307,13 @@ class Resume:
         # without waiting): their cancelled ends are dse's own, not someone else's.
         asked = {job for event in p.store.reads.events(p.journal.campaign_id, "cancel")
                  for job in (event.data or {}).get("jobs", ())}
+        # The trials an exploit made (population-based training): each attempt keeps the copy
+        # of another trial's checkpoint its directory was given, even one started afresh.
+        seeded = {row.trial_row for row in p.store.stops.lineage(p.journal.campaign_id)}
         for trial in recorded.by_proposal.values():
             if trial.row_id in recorded.cache_of:
                 continue
+            trial.seeded = trial.row_id in seeded
             if trial.status is TrialStatus.CANCELLED and trial.trial_dir is not None:
                 # A cancelled run is continued: its cancelled trials run again.
                 trial.status = TrialStatus.RUNNING

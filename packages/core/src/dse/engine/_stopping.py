@@ -276,7 +276,7 @@ class EarlyStopping:
                 [n, _finite(sign * v)] for n, v in decision.compared]),
             reason=decision.reason, bracket=decision.bracket, at=journal.now())
 
-    def ended(self, trial: LiveTrial, status: JobStatus) -> bool:
+    def ended(self, trial: LiveTrial, status: JobStatus, journal: Journal) -> bool:
         """*trial*'s attempt ended with *status*: when the rule had stopped it (and it did
         not succeed first), it ends ``stopped`` with its last point; True then."""
         seen = self._reporting.pop(trial.row_id, None)
@@ -288,8 +288,12 @@ class EarlyStopping:
         last = self._last.pop(trial.row_id, None)
         self._replayed.pop(trial.number, None)
         decision = self.requested.pop(status.job_id, None)
-        if decision is None or status.state is JobState.SUCCEEDED:
+        stopped = decision is not None and status.state is not JobState.SUCCEEDED
+        if self.exploits is not None and decision is not None:
+            self.exploits.ended(trial, status.state.value if not stopped else None, journal)
+        if not stopped:
             return False
+        assert decision is not None
         step, metrics = last if last is not None else (decision.step, {
             self.spec.metric: self._sign * decision.value})
         trial.status, trial.failure, trial.score = TrialStatus.STOPPED, None, None

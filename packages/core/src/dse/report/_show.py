@@ -100,15 +100,16 @@ class _Context:
         }
         self.ranks: Mapping[int, int] = {}
         """A Pareto run's trials' ranks (trial row -> rank)."""
-        lineage = store.stops.lineage(run.id) if any(
-            d.verdict == "exploit" for rows in self.decisions.values() for d in rows) else []
+        lineage = store.stops.lineage(run.id)
         self.parents = {row.trial_row: row for row in lineage}
         """Population-based training: each trial that started from a copy of another's
         checkpoint -> its lineage row."""
         self.children: dict[int, list[LineageRow]] = {}
         for row in lineage:
             self.children.setdefault(row.parent_row, []).append(row)
-        self.params = {t.id: t.params for t in trials}
+        self.parent_params = {row: params for row, params in store.reads.trial_params(
+            run.id).items() if row in {p.parent_row for p in lineage}} if self.parents else {}
+        """The params of the parents of the trials shown (read when one has a parent)."""
 
     def invalid(self, mark: int | None) -> dict[str, Any] | None:
         if mark is None or mark not in self.invalidations:
@@ -349,7 +350,7 @@ def _lineage(trial: Trial, context: _Context) -> dict[str, Any] | None:
     return {
         "parent": None if parent is None else {
             "number": parent.parent, "step": parent.parent_step,
-            "params_before": context.params.get(parent.parent_row),
+            "params_before": context.parent_params.get(parent.parent_row),
             "params_after": trial.params, "replaces": parent.member},
         "children": [{"number": c.number, "step": c.parent_step, "replaces": c.member}
                      for c in children],

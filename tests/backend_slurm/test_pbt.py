@@ -1,0 +1,76 @@
+"""Population-based training on the real Slurm cluster: a population of 8 whose poor members
+are replaced by copies of good members' checkpoints in the shared trial directories, each new
+trial a new job; with the controller killed (``kill -9``) part way and the run resumed, no
+lineage is broken, no checkpoint overwritten, no step run twice and the budget charges
+exactly what ran."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from support.cli import run_dse, start_dse, write_plugin
+from support.pbt import CAMPAIGN, MAX_STEP, pbt_workload
+from support.pbt_checks import check_population
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+SLURM = f"""
+[backend.slurm]
+partition = "batch"
+mode = "jobs"
+python = "{sys.executable}"
+
+[budget]
+compute = "10 cpu-hours"
+"""
+
+
+def _lineage_rows(project: Path) -> int:
+    path = project / ".dse" / "dse.sqlite"
+    if not path.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM lineage").fetchone()[0])
+        except sqlite3.OperationalError:  # the record is being made
+            return 0
+
+
+@pytest.mark.xdist_group("slurm")
+def test_pbt_on_slurm_survives_a_controller_killed_mid_population(slurm_cluster,
+                                                                 tmp_path: Path) -> None:
+    project = write_plugin(tmp_path)
+    (project / "trial.py").write_text(pbt_workload())
+    (project / "c.toml").write_text(CAMPAIGN.format(
+        backend="slurm", parallel=8, extra_campaign="", python="python", workload="trial.py",
+        extra_environment="", max_step=MAX_STEP, population=8).replace(
+            'poll_interval = ["10ms", "40ms"]', 'poll_interval = ["0.2s", "1s"]') + SLURM)
+    controller = start_dse(project, "run", "c.toml", env={"STEP_S": "0.3"})
+    try:
+        deadline = time.monotonic() + 300
+        while _lineage_rows(project) < 2:
+            assert controller.poll() is None, controller.communicate()
+            assert time.monotonic() < deadline, "not 2 exploits within 300 s"
+            time.sleep(0.1)
+        controller.send_signal(signal.SIGKILL)  # no cleanup: the jobs keep running
+        controller.wait(timeout=30)
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+        controller.communicate()
+    done = run_dse(project, "run", "c.toml", timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lineage = check_population(project, population=8)
+    assert lineage
+    jobs = subprocess.run(["squeue", "-h", "-n", "pbt-1-1"], capture_output=True, text=True,
+                          timeout=30)
+    assert jobs.stdout.strip() == ""
