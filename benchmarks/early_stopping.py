@@ -1,10 +1,11 @@
 """Early stopping: compute to reach a target regret, dse's stopping rules against Optuna's
-pruners and against no stopping, on real learning curves and on a synthetic family.
+pruners and against no stopping, on real learning curves and on a synthetic family; and dse's
+population based training against Ray Tune's on a workload with a schedule to discover.
 
 What is measured (one process run; every method sees the same configs, in the same order, at
 the same parallelism):
 
-* **Workloads** (both minimise a loss; one step is one unit of work):
+* **Workloads** (all minimise a loss; one step is one unit of work):
 
   - ``mlp``: a one-hidden-layer network trained with numpy on scikit-learn's digits
     (``_es_mlp.py``): learning rate, L2 penalty, hidden width and minibatch size; one step is
@@ -14,6 +15,11 @@ the same parallelism):
     that learn fast plateau higher, so curves cross and the early ranking is imperfect (the
     best config at step 81 is in the median at rank fraction 0.14 at step 1); a dse trial
     sleeps ``--step-ms`` per step as its work (``STEP_MS``, 50).
+  - ``schedule``: the expected loss of SGD on a noisy quadratic (``_es_schedule.py``, whose
+    docstring gives the constants and why), one param ``lr``; a step is 5 updates and sleeps
+    ``--step-ms``. A large ``lr`` gets down fast to a high noise floor, a small one too slowly
+    to a low one: no fixed ``lr`` reaches the best loss at step 40 (the best fixed one ends
+    2.47 times above it), a decaying schedule does. Deterministic.
 
 * **Configs**: per seed, the first N proposals of dse's ``random`` agent with that seed; dse's
   campaigns run that agent with that seed (the record is checked to hold those configs in that
@@ -30,20 +36,37 @@ the same parallelism):
   against dse's). Optuna's P parallel workers are simulated in lockstep: each running trial
   advances one step per tick, and a freed worker takes the next enqueued config at once.
 
+  On ``schedule`` the methods are population based training (PBT) and the fixed rates:
+  ``dse pbt`` (``[stopping] rule = "pbt"``: population 8, interval 4, quantile 0.25, factors
+  0.8 and 1.2, resample probability 0.25, seed = the seed; max_parallelism 8, the population
+  capping the proposals), ``ray tune pbt`` (Ray Tune's ``PopulationBasedTraining`` with the
+  same options over a function trainable of the same workload, the same 8 initial configs all
+  running at once: ``_es_raytune.py``), Optuna's pruners over the fixed rates (Optuna cannot
+  change a rate during a trial: what a schedule buys), and ``no stopping``, the 8 fixed rates
+  run to the end. Both PBTs replace a member judged in the bottom quantile by a copy of a top
+  member's checkpoint with perturbed params: dse as a new trial (a child), Ray by restarting
+  the same trial from the donor's checkpoint (``stopped``: members replaced, ``promoted``:
+  copies started).
+
 * **Compute**: steps actually run, counted alike for both. For dse it is read from the record:
   per attempt, the steps it reported beyond where it resumed from (its first reported step less
   one, or the previous attempt's last step if that is lower: a step checkpointed but not
   reported before a stop counts once, a step redone counts twice), so a promotion neither
   counts the work up to its rung again nor is free. Steps a trial ran after the rule's verdict
   and before its process ended count (a real cost of deciding between polling passes: the
-  ``late`` column). For Optuna it is the number of ``report`` calls.
+  ``late`` column). For Optuna it is the number of ``report`` calls. A PBT copy (dse's child,
+  a Ray trial restarted from a donor's checkpoint) resumed from its first reported step less
+  one: the donor's steps are not counted again (``_es_pbt.py``); for Ray every reported
+  iteration of every trial is one step.
 
 * **Regret** of a run at a moment: the true final value of the config it would pick then (the
   fully evaluated config with the best observed final value), less the best achievable. For the
   synthetic family the true value is noiseless and the best achievable is the family's optimum
   over the whole space (so no stopping has a regret too: the best of N sampled configs); for the
   mlp the best achievable is the best final value of the reference full sweep of the same
-  configs (dse without stopping), so no stopping's regret is 0.
+  configs (dse without stopping), so no stopping's regret is 0. On ``schedule`` a run's pick
+  is the member with the best value at step 40 so far (the value is the truth: no noise), and
+  the best achievable is the loss of the optimal schedule (5.06e-4).
 
 * **Target regret** (per workload and seed): the final regret of no stopping, which saw every
   config to the end, plus 1 % of the best achievable value (about half the synthetic noise's
@@ -55,6 +78,13 @@ the same parallelism):
   reading: over the compute at which no stopping's own pick first reached the target (hindsight
   for both; where the best config falls in the order helps no stopping as much). Ratios are per
   seed, then the median over seeds (never reaching counts as infinitely worse).
+  On ``schedule`` the target is a loss at most 1.75 times the best achievable (regret 0.75
+  times it): no fixed rate reaches it (the best is 41 % above), a schedule does; PBT in a
+  lockstep simulation reaches it in about 3 seeds of 4. The headline is dse's PBT against
+  Ray's, per seed: dse's compute to target over Ray's, read against dse where it cannot be
+  told (over Ray's whole compute when only dse reached the target: Ray would have needed more;
+  infinite when only Ray reached it; left out when neither did), the median over the seeds
+  left (``"inf"`` in the JSON for an infinite one).
 
 * **Best** of dse's rules and of Optuna's pruners, per workload: the least median ``/budget``
   ratio, then the least final regret. ``rule <name> (lockstep)`` rows run dse's
@@ -64,8 +94,10 @@ the same parallelism):
 
 Usage::
 
-    python benchmarks/early_stopping.py           # 5 synthetic seeds, 3 mlp seeds (see below)
+    python benchmarks/early_stopping.py           # 5 synthetic, 3 mlp, 5 schedule seeds
     python benchmarks/early_stopping.py --quick   # 1 seed each, small runs: a smoke test
+    python benchmarks/early_stopping.py --workloads schedule          # PBT: dse against Ray
+    python benchmarks/early_stopping.py --workloads schedule --quick  # 12 steps, interval 2
     python benchmarks/early_stopping.py --workloads synthetic --seeds 3 --rules asha
     python benchmarks/early_stopping.py --quick --keep /tmp/es   # keep the dse workspaces
 
@@ -73,17 +105,20 @@ The full run takes about 30 minutes on 2 cores at a load of 11 to 15 (the synthe
 minutes, most of it no stopping's 81 x 81 steps of 50 ms at P = 4); ``--quick`` about a minute
 at the same load (a smoke test: one seed of 12 and 6 configs decides nothing).
 
-Targets (issue 21): dse's best rule reaches the target regret with at least 3x less compute
-than no stopping (``/budget``; the strict ratio is printed beside it) at equal final regret
-(its median final regret within the median target regret, on every workload run),
-and with no more than Optuna's best pruner (per seed, compute to target over compute to
-target).
+Targets (issue 21, on synthetic and mlp): dse's best rule reaches the target regret with at
+least 3x less compute than no stopping (``/budget``; the strict ratio is printed beside it) at
+equal final regret (its median final regret within the median target regret, on every
+workload run), and with no more than Optuna's best pruner (per seed, compute to target over
+compute to target). Issue 45, on schedule: dse's PBT reaches the target with no more compute
+than Ray Tune's PBT (same population and interval; the median per-seed ratio at most 1).
 
 Needs scikit-learn for the digits (a benchmark-only dependency: ``pip install scikit-learn``;
-the trials themselves import numpy only) and optuna. The last line printed is one JSON
-object: ``dse_compute_ratio_to_full``, ``dse_compute_ratio_to_optuna_best``,
-``regret_ratio_to_full`` (each the worse over the workloads run), and per workload the
-medians, spreads and the rules' decisions.
+the trials themselves import numpy only), optuna, and for ``schedule`` Ray Tune (``pip install
+'ray[tune]==2.40.0'``). The last line printed is one JSON object:
+``dse_compute_ratio_to_full``, ``dse_compute_ratio_to_optuna_best``, ``regret_ratio_to_full``
+(each the worse over synthetic and mlp), ``dse_pbt_compute_ratio_to_ray_pbt`` (schedule) and
+per workload the medians, spreads and the rules' decisions; for schedule also each seed's
+compute to target, total compute, final regret and exploits of both PBTs.
 """
 
 from __future__ import annotations
@@ -105,6 +140,10 @@ from typing import Any
 
 from _es_curve import observed_loss, true_loss
 from _es_mlp import Trainer, load_digits_split, write_digits_split
+from _es_pbt import PbtRun, SeedRatio, read_dse_pbt, read_ray_pbt, schedule_stepper
+from _es_raytune import PbtOptions, import_ray, run_ray_pbt, stop_ray
+from _es_schedule import SPACE as SCHEDULE_SPACE
+from _es_schedule import TARGET_FACTOR, best_achievable, best_fixed
 from _peers import BenchmarkError, import_optuna, plugins, table
 
 import dse
@@ -114,6 +153,9 @@ HERE = Path(__file__).resolve().parent
 WORK_DIR = HERE / ".work"
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 DSE_RULES = ("median", "asha", "hyperband")
+PBT = "pbt"
+"""dse's population based training: the schedule workload's only dse rule (and only there)."""
+RAY_PBT = "ray tune pbt"
 OPTUNA_PRUNERS = ("median", "successive halving", "hyperband")
 FULL = "no stopping"
 REDUCTION = 3
@@ -137,13 +179,27 @@ class Workload:
     max_step: int
     parallelism: int
     step_seconds: float = 0.0
-    """Sleep per step of a synthetic trial (the mlp's steps are its epochs)."""
+    """Sleep per step of a synthetic or schedule trial (the mlp's steps are its epochs)."""
+    interval: int = 0
+    """PBT's interval (the schedule workload; its population is ``configs``)."""
 
     def command(self, data: Path) -> list[str]:
         if self.key == "mlp":
             return [sys.executable, str(HERE / "_es_mlp.py"), str(data), str(self.max_step)]
-        return [sys.executable, str(HERE / "_es_curve.py"), str(self.max_step),
+        script = "_es_schedule.py" if self.key == "schedule" else "_es_curve.py"
+        return [sys.executable, str(HERE / script), str(self.max_step),
                 repr(self.step_seconds)]
+
+    def pbt(self) -> PbtOptions:
+        """PBT's options, the same for dse's rule and Ray Tune's scheduler."""
+        return PbtOptions(population=self.configs, interval=self.interval,
+                          quantile=PBT_QUANTILE, factors=PBT_FACTORS,
+                          resample_probability=PBT_RESAMPLE)
+
+
+PBT_QUANTILE = 0.25
+PBT_FACTORS = (0.8, 1.2)
+PBT_RESAMPLE = 0.25
 
 
 SYNTHETIC_SPACE = {"u": {"type": "float", "low": 0.0, "high": 1.0},
@@ -207,6 +263,9 @@ class RunLog:
     """``"<verdict>@<rung>"`` -> how many decisions (dse's record)."""
     unrecorded: int = 0
     """Steps in the trials' progress files that are not in the record (dse)."""
+    resumed: dict[tuple[int, int], int] = field(default_factory=dict)
+    """``(trial number, attempt)`` -> the step it resumed from, where the number alone does
+    not say it (a PBT copy of a donor: its first step less one)."""
 
     def timeline(self) -> list[tuple[float, int, int | None, float | None]]:
         """``(compute so far, trial number, the step it reached, its value)`` per point, in
@@ -219,7 +278,8 @@ class RunLog:
             key = (p.number, p.attempt)
             # An attempt's first point: it resumed from the step before it, or from where the
             # previous attempt stopped reporting, whichever is lower.
-            before = last[key] if key in last else min(p.step - 1, reached.get(p.number, 0))
+            before = last[key] if key in last else self.resumed.get(
+                key, min(p.step - 1, reached.get(p.number, 0)))
             compute += max(p.step - before, 0)
             last[key] = max(last.get(key, 0), p.step)
             reached[p.number] = max(reached.get(p.number, 0), p.step)
@@ -290,6 +350,9 @@ def campaign_dict(workload: Workload, seed: int, rule: str | None, data: Path) -
         options: dict[str, Any] = {"reduction_factor": REDUCTION}
         if rule == "median":
             options = {"min_peers": MEDIAN_PEERS}
+        elif rule == PBT:  # its population caps the proposals (end reason 'population')
+            options = workload.pbt().table(seed)
+            del doc["campaign"]["max_trials"]
         doc["stopping"] = {"rule": rule, "max_step": workload.max_step, "min_step": 1,
                            "metric": workload.metric, rule: options}
     return doc
@@ -328,7 +391,12 @@ def run_dse(workload: Workload, configs: list[Params], seed: int, rule: str | No
             start = time.perf_counter()
             result = engine.run()
             wall = time.perf_counter() - start
-            log = _read_record(store, result.campaign_id, workload, configs, method, wall)
+            if rule == PBT:
+                log = pbt_log(method, read_dse_pbt(
+                    store, result.campaign_id, workload.metric, configs, workload.max_step,
+                    wall, f"{method} on {workload.key}"))
+            else:
+                log = _read_record(store, result.campaign_id, workload, configs, method, wall)
         finally:
             store.close()
     if result.status != "completed":
@@ -380,6 +448,14 @@ def _file_points(trial_dir: Path) -> int:
         return 0
     with open(path, encoding="utf-8") as handle:
         return sum(1 for line in handle if line.strip())
+
+
+def pbt_log(method: str, run: PbtRun) -> RunLog:
+    """A PBT run (dse's or Ray Tune's) as a log: each copy of a donor counted from the step it
+    resumed at."""
+    return RunLog(method, [Point(*p) for p in run.points], run.finals, run.wall_s,
+                  stopped=run.exploited, promoted=run.children, late=run.late,
+                  rungs=run.rungs, unrecorded=run.unrecorded, resumed=run.resumed)
 
 
 # -- Optuna ---------------------------------------------------------------------------------
@@ -534,6 +610,8 @@ class Seeded:
     runs: dict[str, list[Scored]] = field(default_factory=dict)
     mismatch: float = 0.0
     """Largest difference between a value Optuna's side computed and dse's record (mlp)."""
+    not_run: dict[str, str] = field(default_factory=dict)
+    """Method -> why it did not run (dse's pbt before the rule is installed)."""
 
     def add(self, scored: Scored) -> None:
         self.runs.setdefault(scored.method, []).append(scored)
@@ -541,6 +619,10 @@ class Seeded:
 
 def run_seed(workload: Workload, seed: int, data: Path, out: Seeded,
              rules: Sequence[str], pruners: Sequence[str]) -> None:
+    if workload.key == "schedule":
+        run_schedule_seed(workload, seed, data, out, PBT in rules, pruners)
+        return
+    rules = [r for r in rules if r != PBT]
     configs = sample_configs(workload, seed)
     say(f"{workload.key} seed {seed}: {FULL} (dse, the reference sweep) ...")
     full = run_dse(workload, configs, seed, None, data)
@@ -583,6 +665,48 @@ def run_seed(workload: Workload, seed: int, data: Path, out: Seeded,
         for p in log.points:
             out.mismatch = max(out.mismatch, abs(p.value - curves[(p.number, p.step)]))
         out.add(score(log, seed, workload.max_step, truth, best, target))
+
+
+def run_schedule_seed(workload: Workload, seed: int, data: Path, out: Seeded, with_dse: bool,
+                      pruners: Sequence[str]) -> None:
+    """The schedule workload: no stopping (the fixed rates, each to the end), dse's pbt, Ray
+    Tune's PBT and Optuna's pruners over the same initial configs. A run's pick is its best
+    value at max_step so far, and its regret that value less the best achievable (the curves
+    are deterministic: what a run observes is the truth)."""
+    configs = sample_configs(workload, seed)
+    best = best_achievable(workload.max_step)
+    target = (TARGET_FACTOR - 1.0) * best
+
+    def scored(log: RunLog) -> Scored:
+        return score(log, seed, workload.max_step, lambda n: log.finals[n], best, target)
+
+    say(f"schedule seed {seed}: {FULL} (dse, the fixed rates) ...")
+    full = run_dse(workload, configs, seed, None, data)
+    if len(full.finals) != len(configs):
+        raise BenchmarkError(f"{FULL}: {len(full.finals)} of {len(configs)} trials completed")
+    base = scored(full)
+    if base.compute != len(configs) * workload.max_step:  # the accounting, checked
+        raise BenchmarkError(f"{FULL}: {base.compute:g} steps counted from the record, not"
+                             f" {len(configs)} x {workload.max_step}")
+    out.add(base)
+    if with_dse:
+        say(f"schedule seed {seed}: dse {PBT} ...")
+        try:
+            out.add(scored(run_dse(workload, configs, seed, PBT, data)))
+        except dse.PluginError as exc:  # the rule is not installed: the rest still runs
+            out.not_run[f"dse {PBT}"] = str(exc)
+            say(f"schedule seed {seed}: dse {PBT} not run: {exc}")
+    say(f"schedule seed {seed}: {RAY_PBT} ...")
+    got, wall = run_ray_pbt(configs, seed, workload.max_step, workload.step_seconds,
+                            workload.pbt(), WORK_DIR)
+    out.add(scored(pbt_log(RAY_PBT, read_ray_pbt(got, workload.max_step, wall))))
+    curves = {(p.number, p.step): p.value for p in full.points}
+    for pruner in pruners:
+        say(f"schedule seed {seed}: optuna {pruner} ...")
+        log = run_optuna(workload, configs, pruner, schedule_stepper, seed)
+        for p in log.points:
+            out.mismatch = max(out.mismatch, abs(p.value - curves[(p.number, p.step)]))
+        out.add(scored(log))
 
 
 OPTIMA: dict[int, float] = {}
@@ -733,11 +857,56 @@ def workloads(quick: bool, step_ms: float) -> dict[str, Workload]:
             "synthetic": Workload("synthetic", "loss", SYNTHETIC_SPACE, 12, 9, 4,
                                   step_ms / 1000),
             "mlp": Workload("mlp", "val_loss", MLP_SPACE, 6, 9, 2),
+            "schedule": Workload("schedule", "loss", SCHEDULE_SPACE, POPULATION, 12,
+                                 POPULATION, step_ms / 1000, interval=2),
         }
     return {
         "synthetic": Workload("synthetic", "loss", SYNTHETIC_SPACE, 81, 81, 4, step_ms / 1000),
         "mlp": Workload("mlp", "val_loss", MLP_SPACE, 27, 27, 2),
+        "schedule": Workload("schedule", "loss", SCHEDULE_SPACE, POPULATION, 40, POPULATION,
+                             step_ms / 1000, interval=4),
     }
+
+
+POPULATION = 8
+"""PBT's population on the schedule workload: the configs, all running at once."""
+
+
+def pbt_ratios(seeded: Seeded) -> dict[str, Any]:
+    """The schedule workload's headline: per seed, dse's PBT compute to target over Ray
+    Tune's (:class:`SeedRatio`: over Ray's whole compute when only dse reached it, infinite
+    when only Ray did, left out when neither did), the median over the seeds left; and the
+    figures it rests on."""
+    ray = {s.seed: s for s in seeded.runs.get(RAY_PBT, [])}
+    ours = {s.seed: s for s in seeded.runs.get(f"dse {PBT}", [])}
+    pairs = [SeedRatio(seed, ours[seed].to_target, ray[seed].to_target, ray[seed].compute)
+             for seed in sorted(ours) if seed in ray]
+    told = [p.ratio for p in pairs if p.ratio is not None]
+    median = statistics.median(told) if told else None
+    shown = None if median is None or math.isinf(median) else round(median, 4)
+
+    def figures(runs: dict[int, Scored]) -> dict[str, Any]:
+        return {str(seed): {"to_target": s.to_target, "compute": s.compute,
+                            "final_regret": round(s.regret, 7), "exploited": s.log.stopped,
+                            "wall_s": round(s.log.wall_s, 1)} for seed, s in runs.items()}
+
+    per_seed = ", ".join(f"seed {p.seed} {_fmt(p.dse)}/{_fmt(p.ray)}" for p in pairs)
+    print(f"schedule: dse {PBT} / {RAY_PBT}, compute to target per seed: {per_seed or '-'};"
+          f" median ratio {_fmt(shown)} over {len(told)} seed(s) where one reached it")
+    out: dict[str, Any] = {
+        "dse_pbt_compute_ratio_to_ray_pbt": shown,
+        "per_seed_ratio": {str(p.seed): (None if p.ratio is None else "inf"
+                                         if math.isinf(p.ratio) else round(p.ratio, 4))
+                           for p in pairs},
+        "dse_pbt": figures(ours), "ray_pbt": figures(ray),
+        "best_achievable": best_achievable(seeded.workload.max_step),
+        "target_loss": TARGET_FACTOR * best_achievable(seeded.workload.max_step),
+        "best_fixed_loss": best_fixed(seeded.workload.max_step)[0],
+        "population": seeded.workload.configs, "interval": seeded.workload.interval,
+    }
+    if f"dse {PBT}" in seeded.not_run:
+        out["dse_pbt_not_run"] = seeded.not_run[f"dse {PBT}"]
+    return out
 
 
 def _load() -> str:
@@ -749,17 +918,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true",
                         help="1 seed each, 12 synthetic configs of 9 steps, 6 mlp configs of 9"
-                             " epochs (under a minute; a smoke test, not a measurement)")
+                             " epochs (under a minute; a smoke test, not a measurement); the"
+                             " schedule workload (8 members of 12 steps, interval 2) only when"
+                             " --workloads names it")
     parser.add_argument("--seeds", type=int, help="seeds per workload (default 5 synthetic,"
-                                                  " 3 mlp; quick 1)")
-    parser.add_argument("--workloads", nargs="+", choices=("synthetic", "mlp"),
-                        default=["synthetic", "mlp"])
-    parser.add_argument("--rules", nargs="*", choices=DSE_RULES, default=list(DSE_RULES))
+                                                  " 3 mlp, 5 schedule; quick 1)")
+    parser.add_argument("--workloads", nargs="+", choices=("synthetic", "mlp", "schedule"),
+                        help="default: all three (--quick: synthetic and mlp)")
+    parser.add_argument("--rules", nargs="*", choices=(*DSE_RULES, PBT),
+                        default=[*DSE_RULES, PBT],
+                        help=f"dse's rules (default all; {PBT} runs on the schedule workload"
+                             " only, the others on synthetic and mlp)")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="keep each dse run's workspace in DIR/<workload>-<rule>-seed<n>"
                              " (to read its decisions: dse show <name>:<n> --workspace ...)")
     parser.add_argument("--step-ms", type=float, default=None,
-                        help=f"work per synthetic step, ms (default {STEP_MS:g}; quick 10)")
+                        help=f"work per synthetic or schedule step, ms (default {STEP_MS:g};"
+                             " quick 10)")
     args = parser.parse_args(argv)
     global KEEP
     KEEP = args.keep.resolve() if args.keep else None
@@ -767,13 +942,17 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault(var, "1")
     WORK_DIR.mkdir(exist_ok=True)
     step_ms = args.step_ms or (10.0 if args.quick else STEP_MS)
-    chosen = {k: w for k, w in workloads(args.quick, step_ms).items() if k in args.workloads}
-    seeds = {k: args.seeds or (1 if args.quick else 5 if k == "synthetic" else 3)
-             for k in chosen}
+    named = args.workloads or (["synthetic", "mlp"] if args.quick
+                               else ["synthetic", "mlp", "schedule"])
+    chosen = {k: w for k, w in workloads(args.quick, step_ms).items() if k in named}
+    seeds = {k: args.seeds or (1 if args.quick else 3 if k == "mlp" else 5) for k in chosen}
     load_before = _load()
     started = time.perf_counter()
+    ray_version = None
     try:
         optuna = import_optuna("optuna scikit-learn")
+        if "schedule" in chosen:
+            ray_version = import_ray().__version__
         data = WORK_DIR / "digits.npz"
         if "mlp" in chosen and not data.exists():
             try:
@@ -791,15 +970,19 @@ def main(argv: list[str] | None = None) -> int:
     except BenchmarkError as exc:
         print(f"early_stopping: error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        stop_ray()
     wall = time.perf_counter() - started
-    return report(results, seeds, optuna.__version__, wall, load_before, args.quick)
+    return report(results, seeds, optuna.__version__, wall, load_before, args.quick,
+                  ray_version)
 
 
 def report(results: dict[str, Seeded], seeds: dict[str, int], optuna_version: str,
-           wall: float, load_before: str, quick: bool) -> int:
+           wall: float, load_before: str, quick: bool, ray_version: str | None = None) -> int:
+    ray = f", ray {ray_version}" if ray_version else ""
     print(f"early stopping: {sys.platform}, Python {sys.version.split()[0]}, dse"
-          f" {dse.__version__}, optuna {optuna_version}, {os.cpu_count()} cores, load (1/5/15"
-          f" min) {load_before} before, {_load()} after, {wall:.0f} s")
+          f" {dse.__version__}, optuna {optuna_version}{ray}, {os.cpu_count()} cores, load"
+          f" (1/5/15 min) {load_before} before, {_load()} after, {wall:.0f} s")
     summary: dict[str, Any] = {}
     per: dict[str, Any] = {}
     for key, seeded in results.items():
@@ -807,11 +990,20 @@ def report(results: dict[str, Seeded], seeds: dict[str, int], optuna_version: st
         print()
         print(f"{key}: {w.configs} configs x {w.max_step} steps, P = {w.parallelism},"
               f" {seeds[key]} seed(s); median [min, max] over seeds")
+        if key == "schedule":
+            print(f"PBT: population {w.configs}, interval {w.interval}, quantile"
+                  f" {PBT_QUANTILE:g}, factors {', '.join(f'{f:g}' for f in PBT_FACTORS)},"
+                  f" resample probability {PBT_RESAMPLE:g}; best achievable loss"
+                  f" {best_achievable(w.max_step):.3g}, best fixed lr"
+                  f" {best_fixed(w.max_step)[0]:.3g} (lr {best_fixed(w.max_step)[1]:.3g}),"
+                  f" target loss {TARGET_FACTOR * best_achievable(w.max_step):.3g}")
         summaries, text = summarize(seeded)
         print(text)
-        if key == "mlp":
-            print(f"optuna's in-process training against dse's record: largest difference"
+        if key in ("mlp", "schedule"):
+            print(f"optuna's in-process steps against dse's record: largest difference"
                   f" {seeded.mismatch:.2g}")
+        for method, why in seeded.not_run.items():
+            print(f"{method}: not run ({why})")
         for method, runs in seeded.runs.items():
             counts: dict[str, int] = {}
             for s in runs:
@@ -828,10 +1020,14 @@ def report(results: dict[str, Seeded], seeds: dict[str, int], optuna_version: st
             missing = sum(s.log.unrecorded for s in runs)
             if missing:
                 print(f"{method}: {missing} step(s) in progress files not in the record")
+        medians = {m: {"compute": s.compute, "to_target": s.to_target,
+                       "regret": round(s.regret, 6), "reached": s.reached, "seeds": s.seeds}
+                   for m, s in summaries.items()}
+        if key == "schedule":
+            per[key] = {**pbt_ratios(seeded), "medians": medians}
+            continue
         got = ratios(seeded, summaries)
-        per[key] = {**got, "medians": {
-            m: {"compute": s.compute, "to_target": s.to_target, "regret": round(s.regret, 6),
-                "reached": s.reached, "seeds": s.seeds} for m, s in summaries.items()}}
+        per[key] = {**got, "medians": medians}
         print(f"{key}: best dse rule {got['dse_best']}, best optuna pruner {got['optuna_best']};"
               f" compute to target / no stopping's budget {_fmt(got['dse_compute_ratio_to_full'])}"
               f" (strict {_fmt(got.get('dse_compute_ratio_to_full_strict'))}),"
@@ -839,11 +1035,12 @@ def report(results: dict[str, Seeded], seeds: dict[str, int], optuna_version: st
               f" no stopping {_fmt(got['regret_ratio_to_full'])}")
     keys = ("dse_compute_ratio_to_full", "dse_compute_ratio_to_optuna_best",
             "regret_ratio_to_full")
+    rules = [k for k in per if k != "schedule"]  # issue 21's workloads
     for name in keys:
-        values = [per[k][name] for k in per]
-        summary[name] = None if any(v is None for v in values) else max(values)
+        values = [per[k][name] for k in rules]
+        summary[name] = None if not values or any(v is None for v in values) else max(values)
     # At equal final regret: the best rule's median final regret within the median target.
-    equal = all(per[k].get("dse_final_regret_at_target", False) for k in per)
+    equal = bool(rules) and all(per[k].get("dse_final_regret_at_target", False) for k in rules)
     summary["dse_final_regret_at_target"] = equal
     full_ok = (summary["dse_compute_ratio_to_full"] is not None
                and summary["dse_compute_ratio_to_full"] <= 1 / TARGET_SPEEDUP and equal)
@@ -858,7 +1055,19 @@ def report(results: dict[str, Seeded], seeds: dict[str, int], optuna_version: st
     print(f"target: dse no more compute than Optuna's best pruner (ratio <= 1):"
           f" {'met' if optuna_ok else 'NOT met'}"
           f" ({_fmt(summary['dse_compute_ratio_to_optuna_best'])})")
-    summary.update({"targets_met": full_ok and optuna_ok, "workloads": per, "seeds": seeds,
+    pbt_ok = None
+    if "schedule" in per:
+        ratio = per["schedule"]["dse_pbt_compute_ratio_to_ray_pbt"]
+        pbt_ok = ratio is not None and ratio <= 1.0
+        why = per["schedule"].get("dse_pbt_not_run")
+        print(f"target: dse's PBT no more compute to the target than Ray Tune's PBT (ratio <="
+              f" 1): {'met' if pbt_ok else 'NOT met'} ({_fmt(ratio)}"
+              + (f"; dse {PBT} not run: {why})" if why else ")"))
+    summary["dse_pbt_compute_ratio_to_ray_pbt"] = (per["schedule"][
+        "dse_pbt_compute_ratio_to_ray_pbt"] if "schedule" in per else None)
+    summary["pbt_target_met"] = pbt_ok
+    summary.update({"targets_met": full_ok and optuna_ok if rules else None,
+                    "workloads": per, "seeds": seeds, "ray": ray_version,
                     "quick": quick, "poll_interval_s": POLL_S, "wall_s": round(wall, 1),
                     "load_before": load_before, "load_after": _load()})
     print(json.dumps(summary))
