@@ -14,6 +14,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+import dse
+from dse.report._curves import learning_curves
 from support.pbt import CAMPAIGN, MAX_STEP, pbt_workload
 from support.pbt_checks import check_population
 
@@ -63,6 +65,23 @@ def test_a_population_of_8_exploits_and_explores_with_every_lineage_intact(
                                   cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert "EXPLOITED" in member_shown.stdout, member_shown.stdout
     assert f"replaced by a copy of trial {parent}" in member_shown.stdout
+    # The learning curves join each copy to the point of the trial it started from.
+    store = dse.Store(tmp_path / ".dse" / "dse.sqlite")
+    try:
+        (run,) = store.reads.campaigns()
+        page = [{"row": t.id, "number": t.number, "status": t.status.value, "score": t.score,
+                 "cached": t.cache_of is not None, "valid": True}
+                for t in store.reads.trials(run.id)]
+        curves = learning_curves(store, run.id, run.spec, page)
+        assert curves is not None
+        assert curves.rungs == []
+        drawn = {c.number: c for c in curves.curves}
+        starts = {c.points[0] for n, c in drawn.items() if n in lineage and c.points}
+        assert {b for _, b in curves.links} == starts
+        for (step, value), _ in curves.links:
+            assert any((step, value) in c.points for c in drawn.values())
+    finally:
+        store.close()
 
 
 def _wait_for_exploits(tmp_path: Path, controller: subprocess.Popen[str], n: int) -> None:

@@ -75,6 +75,9 @@ def check_population(workspace: Path, *, population: int) -> dict[int, tuple[int
             assert len(head) >= parent_step
         else:
             assert len(own) == len(history)  # a fresh member started from nothing
+    # Every copy made as an exploit was decided went to a trial's directory (or was removed).
+    staging = run_dir / ".exploits"
+    assert not staging.exists() or not any(staging.iterdir()), list(staging.iterdir())
     store = dse.Store(workspace / ".dse" / "dse.sqlite")
     try:
         (run,) = store.reads.campaigns()

@@ -211,7 +211,8 @@ def _curves(store: Storage, run: RunData) -> dict[str, Any] | None:
             "ran": found.ran, "chosen": found.chosen,
             "curves": [{"number": c.number, "status": c.status, "points": c.points,
                         "stops": c.stops, "promotions": c.promotions}
-                       for c in found.curves]}
+                       for c in found.curves],
+            "links": [[list(a), list(b)] for a, b in found.links]}
 
 
 def figures(store: Storage, run_id: int) -> dict[str, Any]:

@@ -397,7 +397,7 @@ class EarlyStopping:
         trials stopped at a rung (before a resumed run replays its agent); the running trials
         it had stopped are asked to stop again at the first pass (once they are reattached)."""
         told = self._replayed
-        exploited: list[tuple[int, Decision]] = []
+        exploited: list[tuple[int, Decision, int]] = []
         for number, proposal, step, text in store.stops.run_progress(cid):
             loss = self._loss(json.loads(text))
             self.checked = self.checked or loss is not None
@@ -405,12 +405,13 @@ class EarlyStopping:
                 decision = self._report(number, step, loss)
                 told[number] = max(step, told.get(number, -1))
                 if self.exploits is not None:
-                    self.exploits.latest[number] = told[number]
-                    if decision is not None and decision.verdict is Verdict.EXPLOIT:
-                        exploited.append((number, decision))
+                    latest = self.exploits.latest
+                    latest[number] = told[number]
+                    if decision is not None and decision.donor is not None:
+                        exploited.append((number, decision, latest.get(decision.donor, 0)))
         if self.exploits is not None and exploited:
             rows = {d.number: d.trial_row for d in store.stops.run_decisions(cid, ("exploit",))}
-            self.exploits.restore(store, cid, [(rows[n], n, d) for n, d in exploited
+            self.exploits.restore(store, cid, [(rows[n], n, d, at) for n, d, at in exploited
                                                if n in rows])
         elif self.exploits is not None:
             self.exploits.spawned = len(store.stops.lineage(cid))

@@ -62,6 +62,9 @@ class Curves:
     """Trials that ran (not cache hits): what the sample was drawn from."""
     chosen: str
     """How the sample was chosen, in words."""
+    links: list[tuple[tuple[int, float], tuple[int, float]]] = field(default_factory=list)
+    """Population-based training: for each drawn trial made by an exploit, from its parent's
+    point at the step its checkpoint was copied to its own first point (the lineage)."""
 
 
 def choose(trials: Sequence[Mapping[str, Any]], promoted: set[int], *, maximize: bool,
@@ -113,10 +116,30 @@ def learning_curves(store: Storage, campaign_id: int, spec: Mapping[str, Any],
     curves = [c for c in curves if c.points or c.stops]
     rungs = sorted({rung for _, rung in store.stops.decision_counts(campaign_id)}
                    | {d.rung for found in decisions.values() for d in found})
+    if stopping.get("rule") == "pbt":
+        rungs = []  # a member is judged every interval from its own start: no rungs
     if not curves and not stopping:
         return None
     return Curves(metric, direction, curves, rungs, sum(1 for t in trials if not t["cached"]),
-                  how)
+                  how, _links(store, campaign_id, metric, curves))
+
+
+def _links(store: Storage, campaign_id: int, metric: str,
+           curves: Sequence[Curve]) -> list[tuple[tuple[int, float], tuple[int, float]]]:
+    """From each drawn child's parent's point at the copied step to the child's first."""
+    drawn = {c.number: c for c in curves}
+    lineage = [row for row in store.stops.lineage(campaign_id) if row.number in drawn]
+    if not lineage:
+        return []
+    parents = store.stops.trial_progress({row.parent_row for row in lineage})
+    out = []
+    for row in lineage:
+        child = drawn[row.number]
+        at = {p.step: p.metrics.get(metric) for p in parents.get(row.parent_row, [])}
+        value = at.get(row.parent_step)
+        if child.points and isinstance(value, int | float) and math.isfinite(value):
+            out.append(((row.parent_step, float(value)), child.points[0]))
+    return out
 
 
 def _curve(trial: Mapping[str, Any], metric: str, points: Sequence[ProgressRow],
@@ -133,7 +156,7 @@ def _curve(trial: Mapping[str, Any], metric: str, points: Sequence[ProgressRow],
         value = d.value if d.value is not None else at.get(d.step)
         if value is None:
             continue
-        if d.verdict == "stop":
+        if d.verdict in ("stop", "exploit"):
             curve.stops.append((d.step, value))
         elif d.verdict == "promote":
             curve.promotions.append((d.step, value))
@@ -159,6 +182,9 @@ def draw_curves(fig: Any, curves: Curves) -> str:
     if promotions:
         ax.scatter(*zip(*promotions, strict=True), marker="^", facecolors="none",
                    edgecolors=GREEN, zorder=4, s=70, linewidths=1.5)
+    if curves.links:
+        ax.add_collection(LineCollection([list(link) for link in curves.links], colors=GREEN,
+                                         linewidths=1.0, linestyles="dashed", zorder=2))
     steps = [s for c in curves.curves for s, _ in c.points] + curves.rungs
     if steps and min(steps) >= 1 and max(steps) >= 10 * min(steps):
         ax.set_xscale("log")
@@ -175,6 +201,9 @@ def draw_curves(fig: Any, curves: Curves) -> str:
                 Line2D([], [], marker="x", linestyle="", color=VERMILLION, label="stopped here"),
                 Line2D([], [], marker="^", linestyle="", markerfacecolor="none",
                        color=GREEN, label="promoted from here")]
+    if curves.links:
+        handles.append(Line2D([], [], color=GREEN, linestyle="dashed",
+                              label="started from a copy of"))
     # Beside the axes: inside, it could cover a rung's label.
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     drawn = len(curves.curves)
@@ -183,4 +212,6 @@ def draw_curves(fig: Any, curves: Curves) -> str:
             f" how it ended. A cross marks where the stopping rule stopped a trial, a triangle"
             f" a stop it undid later (the trial was promoted and resumed from its checkpoint);"
             f" dotted lines are the rungs ({len(stops)} stops, {len(promotions)} promotions"
-            " drawn).")
+            " drawn)." + (f" A dashed line joins a trial made by population-based training to"
+                          f" the point of the trial whose checkpoint it started from"
+                          f" ({len(curves.links)} drawn)." if curves.links else ""))

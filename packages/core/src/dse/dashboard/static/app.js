@@ -418,6 +418,9 @@ function curvesOf(node, data, id) {
     data: cv.curves.flatMap(c => c.stops.map(([step, v]) => [step, v, c.number]))});
   series.push({type: "scatter", name: "promoted", symbol: "triangle", symbolSize: 9, itemStyle: {color: COLOURS[2]},
     data: cv.curves.flatMap(c => c.promotions.map(([step, v]) => [step, v, c.number]))});
+  // Population-based training: a dashed line from the parent's point to its copy's first.
+  for (const [a, b] of cv.links || []) series.push({type: "line", name: "started from a copy of",
+    showSymbol: false, silent: true, lineStyle: {type: "dashed", width: 1, color: COLOURS[2]}, data: [a, b]});
   if (cv.rungs.length) series[0].markLine = {symbol: "none", silent: true, label: {show: false},
     lineStyle: {type: "dashed", color: "#c0c7ce"}, data: cv.rungs.map(r => ({xAxis: r}))};
   const c = chart(node, {
@@ -514,6 +517,22 @@ async function trialView(id, number) {
   if (data.curve.length) {
     const [section, node] = figure("curve", "Learning curve", "Each point the trial reported, by step; the stopping rule's decisions below.");
     parts.push(section); curveNode = node;
+  }
+  const lineage = rec.ended.lineage;
+  if (lineage) {
+    const rows = [];
+    const link = n => el("a", {href: `#/run/${id}/trial/${n}`, text: `trial ${n}`});
+    if (lineage.parent) {
+      const before = lineage.parent.params_before || {};
+      const changed = Object.entries(lineage.parent.params_after).filter(([k, v]) => before[k] !== v)
+        .map(([k, v]) => `${k}: ${fmt(before[k])} → ${fmt(v)}`).join(", ") || "params unchanged";
+      rows.push(el("li", {}, "started from a copy of ", link(lineage.parent.number),
+        `'s checkpoint (it had reported step ${lineage.parent.step}), in the place of `,
+        link(lineage.parent.replaces), `; ${changed}`));
+    }
+    for (const c of lineage.children) rows.push(el("li", {}, "copied by ", link(c.number),
+      ` at step ${c.step} (in the place of `, link(c.replaces), ")"));
+    parts.push(el("h2", {text: "lineage"}), el("ul", {id: "lineage"}, rows));
   }
   if (data.decisions.length) parts.push(el("h2", {text: "stopping decisions"}), el("table", {id: "decisions"},
     el("thead", {}, el("tr", {}, ["step", "verdict", "rule", "value", "cutoff", "reason"].map(h => el("th", {text: h})))),
