@@ -80,7 +80,8 @@ the same parallelism):
   seed, then the median over seeds (never reaching counts as infinitely worse).
   On ``schedule`` the target is a loss at most 1.75 times the best achievable (regret 0.75
   times it): no fixed rate reaches it (the best is 41 % above), a schedule does; PBT in a
-  lockstep simulation reaches it in about 3 seeds of 4. The headline is dse's PBT against
+  lockstep simulation reaches it in about 3 seeds of 4, both PBTs on real processes in about
+  half (10 seeds at load 10-17: dse 5, Ray 4). The headline is dse's PBT against
   Ray's, per seed: dse's compute to target over Ray's, read against dse where it cannot be
   told (over Ray's whole compute when only dse reached the target: Ray would have needed more;
   infinite when only Ray reached it; left out when neither did), the median over the seeds
@@ -94,16 +95,18 @@ the same parallelism):
 
 Usage::
 
-    python benchmarks/early_stopping.py           # 5 synthetic, 3 mlp, 5 schedule seeds
+    python benchmarks/early_stopping.py           # 5 synthetic, 3 mlp, 10 schedule seeds
     python benchmarks/early_stopping.py --quick   # 1 seed each, small runs: a smoke test
     python benchmarks/early_stopping.py --workloads schedule          # PBT: dse against Ray
     python benchmarks/early_stopping.py --workloads schedule --quick  # 12 steps, interval 2
     python benchmarks/early_stopping.py --workloads synthetic --seeds 3 --rules asha
     python benchmarks/early_stopping.py --quick --keep /tmp/es   # keep the dse workspaces
 
-The full run takes about 30 minutes on 2 cores at a load of 11 to 15 (the synthetic half 19
-minutes, most of it no stopping's 81 x 81 steps of 50 ms at P = 4); ``--quick`` about a minute
-at the same load (a smoke test: one seed of 12 and 6 configs decides nothing).
+The synthetic and mlp workloads take about 30 minutes on 2 cores at a load of 11 to 15 (the
+synthetic half 19 minutes, most of it no stopping's 81 x 81 steps of 50 ms at P = 4); the
+schedule workload's 10 seeds about 10 minutes at a load of 10 to 17 (Ray Tune's PBT 30-70 s a
+seed, dse's 4 s); ``--quick`` about a minute at the same load (a smoke test: one seed of 12 and
+6 configs decides nothing), and ``--quick --workloads schedule`` under a minute.
 
 Targets (issue 21, on synthetic and mlp): dse's best rule reaches the target regret with at
 least 3x less compute than no stopping (``/budget``; the strict ratio is printed beside it) at
@@ -870,6 +873,9 @@ def workloads(quick: bool, step_ms: float) -> dict[str, Workload]:
 
 POPULATION = 8
 """PBT's population on the schedule workload: the configs, all running at once."""
+SEEDS = {"synthetic": 5, "mlp": 3, "schedule": 10}
+"""Seeds per workload by default. The schedule's PBTs reach its target in about half the
+seeds, so a median of per-seed ratios needs more of them."""
 
 
 def pbt_ratios(seeded: Seeded) -> dict[str, Any]:
@@ -922,7 +928,7 @@ def main(argv: list[str] | None = None) -> int:
                              " schedule workload (8 members of 12 steps, interval 2) only when"
                              " --workloads names it")
     parser.add_argument("--seeds", type=int, help="seeds per workload (default 5 synthetic,"
-                                                  " 3 mlp, 5 schedule; quick 1)")
+                                                  " 3 mlp, 10 schedule; quick 1)")
     parser.add_argument("--workloads", nargs="+", choices=("synthetic", "mlp", "schedule"),
                         help="default: all three (--quick: synthetic and mlp)")
     parser.add_argument("--rules", nargs="*", choices=(*DSE_RULES, PBT),
@@ -945,7 +951,7 @@ def main(argv: list[str] | None = None) -> int:
     named = args.workloads or (["synthetic", "mlp"] if args.quick
                                else ["synthetic", "mlp", "schedule"])
     chosen = {k: w for k, w in workloads(args.quick, step_ms).items() if k in named}
-    seeds = {k: args.seeds or (1 if args.quick else 3 if k == "mlp" else 5) for k in chosen}
+    seeds = {k: args.seeds or (1 if args.quick else SEEDS[k]) for k in chosen}
     load_before = _load()
     started = time.perf_counter()
     ray_version = None

@@ -162,11 +162,11 @@ def test_the_per_seed_ratio_to_ray(es: dict[str, ModuleType]) -> None:
 
 
 def test_dse_pbt_campaign_is_the_issues_and_the_rule_takes_it(
-    es: dict[str, ModuleType],
+    es: dict[str, ModuleType], tmp_path: Path,
 ) -> None:
     bench = es["bench"]
     workload = bench.workloads(quick=False, step_ms=50.0)["schedule"]
-    doc: dict[str, Any] = bench.campaign_dict(workload, 3, bench.PBT, Path("unused"))
+    doc: dict[str, Any] = bench.campaign_dict(workload, 3, bench.PBT, tmp_path)
     assert doc["stopping"]["pbt"] == {
         "population": 8, "interval": 4, "quantile": 0.25, "factors": [0.8, 1.2],
         "resample_probability": 0.25, "seed": 3}
@@ -175,6 +175,6 @@ def test_dse_pbt_campaign_is_the_issues_and_the_rule_takes_it(
     assert "max_trials" not in doc["campaign"]  # the population caps the proposals
     import dse
 
-    dse.campaign_from_dict(doc, workspace=Path("unused"))
+    dse.campaign_from_dict(doc, workspace=tmp_path)
     rule = bench.plugins().stopping_rule_class(bench.PBT)
     rule(min_step=1, max_step=40, **doc["stopping"]["pbt"])
