@@ -309,7 +309,7 @@ class RecordStops(Protocol):
         ...
 
     def decision_counts(self, campaign_id: int) -> dict[tuple[str, int], int]:
-        """How many trials of run *campaign_id* were stopped or promoted at each rung:
+        """How many trials of run *campaign_id* were stopped, exploited or promoted at each rung:
         ``(verdict, rung) -> count`` (read from ``stop_totals``, which SQLite keeps as
         decisions are written: a few rows at a million trials as at ten)."""
         ...

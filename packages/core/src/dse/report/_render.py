@@ -401,8 +401,7 @@ def _stopping_json(d: StoppingDetail) -> dict[str, Any]:
         "to_end_spent": _spent_json(d.to_end_spent),
         "stopped_spent": _spent_json(d.stopped_spent),
         "saved_estimate": None if d.saved is None else _spent_json(d.saved),
-        "saved_method": SAVED_METHOD if d.saved is not None else
-        "no estimate: the run's record holds no max_step",
+        "saved_method": SAVED_METHOD if d.saved is not None else d.no_estimate,
     }
 
 
@@ -549,7 +548,7 @@ def _stopping_rows(d: StoppingDetail, currency: str, row: Callable[[str, str], N
             f" here, spent {spent(r.spent)}")
     row("to the end", f"{d.to_end} trials, spent {spent(d.to_end_spent)}")
     if d.saved is None:
-        row("saved", "no estimate: the run's record holds no max_step")
+        row("saved", d.no_estimate)
     else:
         row("saved", f"about {spent(d.saved)}")
         row("", f"({SAVED_METHOD})")

@@ -23,6 +23,9 @@ __all__ = ["SAVED_METHOD", "RungRow", "StoppingDetail", "stopping_detail"]
 SAVED_METHOD = ("an estimate: for each trial that ended stopped at step s, its attempts' spend"
                 " x (max_step / s - 1)")
 """How :attr:`StoppingDetail.saved` is estimated (printed with it)."""
+NO_MAX_STEP = "no estimate: the run's record holds no max_step"
+POPULATION = ("no estimate: population-based training's stopped members go on in the trials"
+              " made in their place")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +65,10 @@ class StoppingDetail:
     """Trials that ran to their end (completed, not cache hits)."""
     to_end_spent: Spend
     saved: Spend | None
-    """The estimate of what stopping saved (:data:`SAVED_METHOD`), or ``None`` without a
-    ``max_step``."""
+    """The estimate of what stopping saved (:data:`SAVED_METHOD`), or ``None``: see
+    :attr:`no_estimate`."""
+    no_estimate: str = NO_MAX_STEP
+    """Why there is no estimate, when there is none."""
 
     @property
     def stopped_spent(self) -> Spend:
@@ -81,6 +86,7 @@ def stopping_detail(store: Storage, run: CampaignRun) -> StoppingDetail | None:
     found = store.stops.stopping_rule(run.id)
     max_step = spec.get("max_step")
     max_step = int(max_step) if isinstance(max_step, int | float) and max_step > 0 else None
+    population = spec.get("rule") == "pbt"
     tallies = store.stops.stop_tallies(run.id)
     ended: dict[int, tuple[int, Spend]] = {}
     saved = Spend()
@@ -91,7 +97,8 @@ def stopping_detail(store: Storage, run: CampaignRun) -> StoppingDetail | None:
             saved = saved + tally.spend * (max_step / tally.step - 1.0)
     steps = sorted({rung for _, rung in counts} | set(ended))
     rungs = tuple(
-        RungRow(rung, counts.get(("stop", rung), 0), counts.get(("promote", rung), 0),
+        RungRow(rung, counts.get(("stop", rung), 0) + counts.get(("exploit", rung), 0),
+                counts.get(("promote", rung), 0),
                 ended.get(rung, (0, Spend()))[0], ended.get(rung, (0, Spend()))[1])
         for rung in steps
     )
@@ -103,5 +110,6 @@ def stopping_detail(store: Storage, run: CampaignRun) -> StoppingDetail | None:
         rungs=rungs, ended_stopped=sum(t.trials for t in tallies),
         promotions=sum(n for (verdict, _), n in counts.items() if verdict == "promote"),
         to_end=to_end, to_end_spent=to_end_spent,
-        saved=saved if max_step is not None else None,
+        saved=saved if max_step is not None and not population else None,
+        no_estimate=POPULATION if population else NO_MAX_STEP,
     )

@@ -207,8 +207,8 @@ def last_stop(trial: str, column: str, before: str | None = None) -> str:
     """The *column* (``rung`` or ``step``) of the latest stop decision about trial *trial*
     (an SQL expression of its row id; made before decision *before*, if given), else -1."""
     earlier = "" if before is None else f" AND id < {before}"
-    return (f"IFNULL((SELECT {column} FROM decisions WHERE trial_id = {trial} AND verdict ="
-            f" 'stop'{earlier} ORDER BY id DESC LIMIT 1), -1)")
+    return (f"IFNULL((SELECT {column} FROM decisions WHERE trial_id = {trial} AND verdict IN"
+            f" ('stop', 'exploit'){earlier} ORDER BY id DESC LIMIT 1), -1)")
 
 
 def end_key(row: str, status: str, id_row: str | None = None) -> str:

@@ -41,7 +41,7 @@ class Stops(Queries):
     def decision_counts(self, campaign_id: int) -> dict[tuple[str, int], int]:
         return {(v, rung): n for v, rung, n in self.rows(
             "SELECT kind, rung, trials FROM stop_totals WHERE campaign_id = ? AND kind"
-            " IN ('stop', 'promote') AND trials > 0", (campaign_id,))}
+            " IN ('stop', 'promote', 'exploit') AND trials > 0", (campaign_id,))}
 
     def run_progress(self, campaign_id: int) -> Iterator[tuple[int, int, int, str]]:
         yield from self.db.execute(
