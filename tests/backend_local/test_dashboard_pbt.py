@@ -37,7 +37,7 @@ def test_the_dashboard_shows_a_trials_lineage_and_joins_copies_on_the_curves(
 ) -> None:
     (tmp_path / "w.py").write_text(pbt_workload())
     (tmp_path / "c.toml").write_text(CAMPAIGN.format(
-        backend="local", parallel=8, extra_campaign="", python=sys.executable,
+        name="pbt", backend="local", parallel=8, extra_campaign="", python=sys.executable,
         workload="w.py", extra_environment="", max_step=MAX_STEP, population=8)
         + "\n[backend.local]\ncpus = 8\n")
     done = subprocess.run([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
@@ -58,7 +58,8 @@ def test_the_dashboard_shows_a_trials_lineage_and_joins_copies_on_the_curves(
             assert (f"started from a copy of trial {parent}'s checkpoint (it had reported step"
                     f" {step}), in the place of trial {member}; lr: ") in text
             page.goto(url + f"#/run/1/trial/{parent}")
-            poll(page, f"() => document.querySelector('h1')?.textContent.includes('trial {parent} ')")
+            poll(page, "() => document.querySelector('h1')?.textContent"
+                       f".includes('trial {parent} ')")
             text = poll(page, "() => document.querySelector('#lineage')?.textContent")
             assert f"copied by trial {child} at step {step}" in text
             page.goto(url + "#/run/1/figures")

@@ -37,7 +37,7 @@ money = "5000 USD"
 def _write(tmp_path: Path) -> None:
     (tmp_path / "w.py").write_text(pbt_workload())
     (tmp_path / "c.toml").write_text(CAMPAIGN.format(
-        backend="local", parallel=8, extra_campaign="", python=sys.executable,
+        name="pbt", backend="local", parallel=8, extra_campaign="", python=sys.executable,
         workload="w.py", extra_environment="", max_step=MAX_STEP, population=8) + LOCAL)
 
 

@@ -7,6 +7,7 @@ exactly what ran."""
 from __future__ import annotations
 
 import contextlib
+import secrets
 import signal
 import sqlite3
 import subprocess
@@ -49,10 +50,11 @@ def _lineage_rows(project: Path) -> int:
 def test_pbt_on_slurm_survives_a_controller_killed_mid_population(slurm_cluster,
                                                                  tmp_path: Path) -> None:
     project = write_plugin(tmp_path)
+    name = f"pbt{secrets.token_hex(3)}"  # its jobs' names: no other test's on the cluster
     (project / "trial.py").write_text(pbt_workload())
     (project / "c.toml").write_text(CAMPAIGN.format(
-        backend="slurm", parallel=8, extra_campaign="", python="python", workload="trial.py",
-        extra_environment="", max_step=MAX_STEP, population=8).replace(
+        name=name, backend="slurm", parallel=8, extra_campaign="", python="python",
+        workload="trial.py", extra_environment="", max_step=MAX_STEP, population=8).replace(
             'poll_interval = ["10ms", "40ms"]', 'poll_interval = ["0.2s", "1s"]') + SLURM)
     controller = start_dse(project, "run", "c.toml", env={"STEP_S": "0.3"})
     try:
@@ -69,8 +71,8 @@ def test_pbt_on_slurm_survives_a_controller_killed_mid_population(slurm_cluster,
         controller.communicate()
     done = run_dse(project, "run", "c.toml", timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    lineage = check_population(project, population=8)
+    lineage = check_population(project, population=8, name=name)
     assert lineage
-    jobs = subprocess.run(["squeue", "-h", "-n", "pbt-1-1"], capture_output=True, text=True,
+    jobs = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True,
                           timeout=30)
-    assert jobs.stdout.strip() == ""
+    assert not [j for j in jobs.stdout.split() if j.startswith(f"{name}-")]

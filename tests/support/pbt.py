@@ -46,7 +46,7 @@ dse.trial.report({"loss": loss})
 
 CAMPAIGN = """
 [campaign]
-name = "pbt"
+name = "{name}"
 agent = "random"
 seed = 3
 backend = "{backend}"

@@ -17,11 +17,12 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-def check_population(workspace: Path, *, population: int) -> dict[int, tuple[int, int, int]]:
-    """Check the run of the campaign ``pbt`` in *workspace*; its lineage as ``child ->
+def check_population(workspace: Path, *, population: int,
+                     name: str = "pbt") -> dict[int, tuple[int, int, int]]:
+    """Check the run of the campaign *name* in *workspace*; its lineage as ``child ->
     (parent, parent's step, member replaced)``."""
     db = sqlite3.connect(workspace / ".dse" / "dse.sqlite")
-    run_dir = workspace / ".dse" / "pbt" / "run-1"
+    run_dir = workspace / ".dse" / name / "run-1"
     ((status, reason),) = db.execute("SELECT status, end_reason FROM campaigns").fetchall()
     assert (status, reason) == ("completed", "population")
     trials = {n: (s, lr) for n, s, lr in db.execute(
@@ -55,7 +56,7 @@ def check_population(workspace: Path, *, population: int) -> dict[int, tuple[int
     for number, history in histories.items():
         if trials[number][0] == "cached":
             continue  # nothing ran: its original's directory holds the steps
-        trial_id = f"pbt-1-{number}"
+        trial_id = f"{name}-1-{number}"
         steps = [s for _, s, _ in history]
         assert steps == list(range(1, len(steps) + 1)), (number, history)  # none twice
         own = [h for h in history if h[0] == trial_id]
@@ -81,8 +82,10 @@ def check_population(workspace: Path, *, population: int) -> dict[int, tuple[int
     store = dse.Store(workspace / ".dse" / "dse.sqlite")
     try:
         (run,) = store.reads.campaigns()
-        spent = [a.spend for a in store.reads.attempts(run.id)]
-        assert all(s is not None for s in spent)
+        attempts = store.reads.attempts(run.id)
+        # Every attempt that ran was charged (one a killed controller never submitted: none).
+        assert all(a.spend is not None or a.started_at is None for a in attempts), attempts
+        spent = [a.spend for a in attempts]
         summary = summarize(store, run.id)
         # Charged exactly what its attempts spent (each trial from its own start).
         for key in ("wall_s", "cpu_s", "money"):
