@@ -7,6 +7,7 @@ charges exactly what ran."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sqlite3
 import subprocess
@@ -125,3 +126,20 @@ def test_a_controller_killed_mid_population_resumes_with_every_lineage_intact(
     with contextlib.closing(sqlite3.connect(tmp_path / ".dse" / "dse.sqlite")) as db:
         after = db.execute("SELECT trial_id, parent_id, parent_step FROM lineage").fetchall()
     assert set(before) <= set(after)  # what was recorded stands
+
+
+def test_a_population_larger_than_max_parallelism_is_said_once(tmp_path: Path) -> None:
+    (tmp_path / "w.py").write_text(pbt_workload())
+    (tmp_path / "c.toml").write_text(CAMPAIGN.format(
+        name="pbt", backend="local", parallel=4, extra_campaign="", python=sys.executable,
+        workload="w.py", extra_environment="", max_step=MAX_STEP, population=8) + LOCAL)
+    done = subprocess.run([sys.executable, "-m", "dse", "run", "c.toml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "STEP_S": "0.02"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = [line for line in (done.stdout + done.stderr).splitlines()
+            if "stopping.pbt.population" in line]
+    assert said == ["dse: warning: stopping.pbt.population = 8 but max_parallelism = 4: the"
+                    " members that wait for room are judged late, against members that ran"
+                    " ahead (give max_parallelism >= population)"]
+    check_population(tmp_path, population=8)

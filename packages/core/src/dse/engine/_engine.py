@@ -541,6 +541,12 @@ def _watch_progress(engine: Engine, *, resumed: bool) -> None:
         return
     spec = stopping.spec
     engine.dispatcher.parts.stopping = stopping
+    population = stopping.exploits.rule.population if stopping.exploits is not None else 0
+    if population > engine.campaign.max_parallelism and not resumed:
+        engine.journal.alert(
+            f"stopping.pbt.population = {population} but max_parallelism ="
+            f" {engine.campaign.max_parallelism}: the members that wait for room are judged"
+            " late, against members that ran ahead (give max_parallelism >= population)")
     feedback = engine.feedback
     feedback.max_step = spec.max_step
     baselines = engine.baselines
