@@ -1,8 +1,8 @@
-"""Population-based training on the real Slurm cluster: a population of 8 whose poor members
-are replaced by copies of good members' checkpoints in the shared trial directories, each new
-trial a new job; with the controller killed (``kill -9``) part way and the run resumed, no
-lineage is broken, no checkpoint overwritten, no step run twice and the budget charges
-exactly what ran."""
+"""Population-based training on the real Slurm cluster, in job arrays and in an allocation: a
+population of 8 whose poor members are replaced by copies of good members' checkpoints in the
+shared trial directories, each new trial a new job (a new task of the pilot); with the
+controller killed (``kill -9``) part way and the run resumed, no lineage is broken, no
+checkpoint overwritten, no step run twice and the budget charges exactly what ran."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 SLURM = f"""
 [backend.slurm]
 partition = "batch"
-mode = "jobs"
+mode = "MODE"
 python = "{sys.executable}"
 
 [budget]
@@ -47,15 +47,17 @@ def _lineage_rows(project: Path) -> int:
 
 
 @pytest.mark.xdist_group("slurm")
-def test_pbt_on_slurm_survives_a_controller_killed_mid_population(slurm_cluster,
-                                                                 tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["jobs", "allocation"])
+def test_pbt_on_slurm_survives_a_controller_killed_mid_population(slurm_cluster, tmp_path: Path,
+                                                                 mode: str) -> None:
     project = write_plugin(tmp_path)
     name = f"pbt{secrets.token_hex(3)}"  # its jobs' names: no other test's on the cluster
     (project / "trial.py").write_text(pbt_workload())
     (project / "c.toml").write_text(CAMPAIGN.format(
         name=name, backend="slurm", parallel=8, extra_campaign="", python="python",
         workload="trial.py", extra_environment="", max_step=MAX_STEP, population=8).replace(
-            'poll_interval = ["10ms", "40ms"]', 'poll_interval = ["0.2s", "1s"]') + SLURM)
+            'poll_interval = ["10ms", "40ms"]', 'poll_interval = ["0.2s", "1s"]')
+        + SLURM.replace("MODE", mode))
     controller = start_dse(project, "run", "c.toml", env={"STEP_S": "0.3"})
     try:
         deadline = time.monotonic() + 300
@@ -69,7 +71,11 @@ def test_pbt_on_slurm_survives_a_controller_killed_mid_population(slurm_cluster,
         if controller.poll() is None:
             controller.kill()
         controller.communicate()
-    done = run_dse(project, "run", "c.toml", timeout=600)
+    try:
+        done = run_dse(project, "run", "c.toml", timeout=600)
+    finally:
+        for pilot_id in project.rglob("pilot.id"):
+            subprocess.run(["scancel", pilot_id.read_text().strip()], check=False, timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr
     lineage = check_population(project, population=8, name=name)
     assert lineage
