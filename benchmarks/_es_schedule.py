@@ -36,9 +36,9 @@ The constants (``INITIAL = 1``, ``NOISE = 0.1``, ``INNER = 5``, ``lr`` in ``[1e-
   85 %): its perturbations change ``lr`` by at most a factor 1.25 per judgement, and the
   schedule spans a factor 81. Sometimes the population's rates end too high or too low.
   On real processes, asynchronously (members judged at different steps, copies starting
-  late), both PBTs reached it in about half the seeds (``early_stopping.py``, 10 seeds at
-  load 10-17: dse's ``pbt`` in 5, Ray Tune's in 4; their median final losses 1.71 and 1.92
-  times the best).
+  late), both PBTs reached it in a third to a half of the seeds (``early_stopping.py``, two
+  runs of 10 seeds at load 10-17: dse's ``pbt`` in 5 and 4, Ray Tune's in 4 and 3; their
+  median final losses 1.71 and 1.89 times the best for dse, 1.92 and 2.20 for Ray).
 
 With more updates per step or less noise the gap between fixed and decaying rates widens
 (``INNER = 10``, ``NOISE = 0.01``: 3.2 times) but PBT follows the schedule less often; with

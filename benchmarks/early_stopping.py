@@ -80,12 +80,12 @@ the same parallelism):
   seed, then the median over seeds (never reaching counts as infinitely worse).
   On ``schedule`` the target is a loss at most 1.75 times the best achievable (regret 0.75
   times it): no fixed rate reaches it (the best is 41 % above), a schedule does; PBT in a
-  lockstep simulation reaches it in about 3 seeds of 4, both PBTs on real processes in about
-  half (10 seeds at load 10-17: dse 5, Ray 4). The headline is dse's PBT against
-  Ray's, per seed: dse's compute to target over Ray's, read against dse where it cannot be
-  told (over Ray's whole compute when only dse reached the target: Ray would have needed more;
-  infinite when only Ray reached it; left out when neither did), the median over the seeds
-  left (``"inf"`` in the JSON for an infinite one).
+  lockstep simulation reaches it in about 3 seeds of 4, both PBTs on real processes in a third
+  to a half (two runs of 10 seeds at load 10-17: dse 5 and 4, Ray 4 and 3). The headline is
+  dse's PBT against Ray's, per seed: dse's compute to target over Ray's, read against dse
+  where it cannot be told (over Ray's whole compute when only dse reached the target: Ray
+  would have needed more; infinite when only Ray reached it; left out when neither did), the
+  median over the seeds left (``"inf"`` in the JSON for an infinite one).
 
 * **Best** of dse's rules and of Optuna's pruners, per workload: the least median ``/budget``
   ratio, then the least final regret. ``rule <name> (lockstep)`` rows run dse's
@@ -104,8 +104,8 @@ Usage::
 
 The synthetic and mlp workloads take about 30 minutes on 2 cores at a load of 11 to 15 (the
 synthetic half 19 minutes, most of it no stopping's 81 x 81 steps of 50 ms at P = 4); the
-schedule workload's 10 seeds about 10 minutes at a load of 10 to 17 (Ray Tune's PBT 30-70 s a
-seed, dse's 4 s); ``--quick`` about a minute at the same load (a smoke test: one seed of 12 and
+schedule workload's 10 seeds 10 to 13 minutes at a load of 10 to 17 (Ray Tune's PBT 30-90 s
+a seed, dse's 4 s); ``--quick`` about a minute at the same load (a smoke test: one seed of 12 and
 6 configs decides nothing), and ``--quick --workloads schedule`` under a minute.
 
 Targets (issue 21, on synthetic and mlp): dse's best rule reaches the target regret with at
