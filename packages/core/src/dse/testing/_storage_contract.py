@@ -121,6 +121,25 @@ class StorageContract:
         assert [a.id for a in storage.reads.attempts(run)] == [attempt]
         assert [e.kind for e in storage.reads.events(run, "note")] == ["note"]
 
+    def test_a_lineage_is_recorded_with_its_trial_and_read_back(self, storage: Storage) -> None:
+        """Population-based training: a trial made from a copy of another's checkpoint is
+        recorded, in the pass that makes it, with its parent, the parent's step and the member
+        it replaced; a run's lineage reads back by trial number."""
+        run, batch = _run(storage), Batch()
+        parent, member = _trial(batch, storage, run, 1, "h1"), _trial(batch, storage, run, 2,
+                                                                       "h2")
+        storage.commit(batch)
+        child = _trial(batch, storage, run, 3, "h3")
+        batch.add_lineage(row=child, campaign=run, parent=parent, step=4, member=member,
+                          at=_T0 + 3)
+        assert storage.stops.lineage(run) == []  # nothing before the commit
+        storage.commit(batch)
+        (row,) = storage.stops.lineage(run)
+        assert (row.trial_row, row.number, row.parent_row, row.parent, row.parent_step,
+                row.member_row, row.member, row.at) == (child, 3, parent, 1, 4, member, 2,
+                                                        _T0 + 3)
+        assert storage.stops.lineage(_run(storage)) == []
+
     def test_enqueued_configurations_wait_in_order_until_a_run_takes_them(
         self, storage: Storage
     ) -> None:
