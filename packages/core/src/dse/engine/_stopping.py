@@ -221,11 +221,12 @@ class EarlyStopping:
             if decision is None or trial.job_id in self.requested:
                 continue
             self.record(trial, decision, journal)
+            if (decision.verdict is Verdict.EXPLOIT and self.exploits is not None
+                    and not self.exploits.decided(trial, decision, journal)):
+                continue  # its donor finished first: nothing to copy, the member goes on
             if decision.verdict in (Verdict.STOP, Verdict.EXPLOIT) and trial.job_id is not None:
                 self.requested[trial.job_id] = decision
                 stops.append(trial.job_id)
-            if decision.verdict is Verdict.EXPLOIT and self.exploits is not None:
-                self.exploits.decided(trial, decision)
         if stops:
             journal.event(None, "stop", {"jobs": len(stops)})
         return stops
