@@ -17,6 +17,14 @@ The variants change only what the agent is told (the agent itself is dse's, unch
   ... at steps 1, 3, 9, 27 of 81) instead of ``s / max_step`` (1/81, 3/81, ...);
 * ``full runs only``: stopped trials are not told (the model learns from full runs alone);
 * ``stopped as full``: a stopped trial's value is told as a full run's.
+* ``model promotes`` (a proposal, told as ``as is``): when a worker is free and the rule
+  grants no promotion, the stopped trial whose full run the agent's model predicts best
+  (its posterior mean at fidelity 1, read from the agent's last fit) is resumed if that
+  prediction beats the best full run observed so far, once per trial, before a new config
+  is asked for.
+* ``quantile as full`` (a proposal): a stopped trial's value is told as a full run's, mapped
+  through its quantile among every value reported at its step to the same quantile of the
+  full runs observed so far (not told before two full runs); no fidelity column.
 """
 
 from __future__ import annotations
@@ -25,10 +33,12 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from early_stopping import REDUCTION, Point, RunLog
 
 import dse
 from dse_agents import BayesianAgent
+from dse_agents._gp import AtFullFidelity
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,7 +46,8 @@ if TYPE_CHECKING:
     from early_stopping import Workload
 
 Params = dict[str, Any]
-VARIANTS = ("as is", "log fidelity", "full runs only", "stopped as full")
+VARIANTS = ("as is", "log fidelity", "full runs only", "stopped as full", "model promotes",
+            "quantile as full")
 
 
 def _told_step(variant: str, step: int, max_step: int) -> float | None:
@@ -49,26 +60,60 @@ def _told_step(variant: str, step: int, max_step: int) -> float | None:
         return max_step * (1.0 + math.log(step) / math.log(REDUCTION)) / (1.0 + rungs)
     if variant == "full runs only":
         return None
-    return 0.0
+    if variant == "stopped as full":
+        return 0.0
+    return float(step)
 
 
 def run_agent_lockstep(workload: Workload, seed: int, variant: str,
                        stepper: Callable[[Params], Callable[[], float]], budget: int,
-                       plugins: dse.PluginManager) -> tuple[RunLog, dict[int, Params]]:
-    """One run of dse's bayesian agent with dse's hyperband rule (promotion on) in lockstep,
-    until *budget* steps have run."""
+                       plugins: dse.PluginManager, min_step: int = 1,
+                       agent_options: dict[str, Any] | None = None,
+                       ) -> tuple[RunLog, dict[int, Params]]:
+    """One run of dse's bayesian agent with dse's hyperband rule (promotion on, *min_step*)
+    in lockstep, until *budget* steps have run."""
     space = dse.Space.from_dict(workload.space)
-    agent = BayesianAgent(space, seed=seed)
+    agent = BayesianAgent(space, seed=seed, **(agent_options or {}))
     rule = plugins.stopping_rule_class("hyperband")(
-        min_step=1, max_step=workload.max_step, reduction_factor=REDUCTION)
+        min_step=min_step, max_step=workload.max_step, reduction_factor=REDUCTION)
     running: list[list[Any]] = []  # [number, attempt, stepper, step]
     paused: dict[int, list[Any]] = {}
     params: dict[int, Params] = {}
     points: list[Point] = []
     stopped = promoted = compute = tick = 0
+    by_model: set[int] = set()
     start = time.perf_counter()
 
+    def model_pick() -> int | None:
+        """The stopped trial the agent's model predicts the best full run of, if it beats
+        every full run observed (``model promotes``)."""
+        model = getattr(agent, "_model", None)
+        if not isinstance(model, AtFullFidelity):
+            return None
+        numbers = sorted(n for n in paused if n not in by_model)
+        if not numbers:
+            return None
+        x = np.array([agent._enc.encode(params[n]) for n in numbers])
+        mean, _ = model.predict(x)
+        best = min((p.value for p in points if p.step == workload.max_step),
+                   default=math.inf)
+        i = int(np.argmin(mean))
+        return numbers[i] if float(mean[i]) < best else None
+
+    def quantile_mapped(step: int, value: float) -> float | None:
+        fulls = sorted(p.value for p in points if p.step == workload.max_step)
+        peers = [p.value for p in points if p.step == step]
+        if len(fulls) < 2 or not peers:
+            return None
+        q = sum(v < value for v in peers) / len(peers)
+        return float(np.quantile(fulls, q))
+
     def tell(number: int, step: int, value: float, done: bool) -> None:
+        if variant == "quantile as full" and not done:
+            mapped = quantile_mapped(step, value)
+            if mapped is None:
+                return
+            value, done = mapped, True
         told = None if done else _told_step(variant, step, workload.max_step)
         if not done and told is None:
             return
@@ -90,6 +135,15 @@ def run_agent_lockstep(workload: Workload, seed: int, variant: str,
                 item[1] += 1
                 running.append(item)
                 promoted += 1
+        while variant == "model promotes" and len(running) < workload.parallelism:
+            pick = model_pick()
+            if pick is None:
+                break
+            by_model.add(pick)
+            item = paused.pop(pick)
+            item[1] += 1
+            running.append(item)
+            promoted += 1
         while len(running) < workload.parallelism:
             got = agent.propose(1, [params[item[0]] for item in running])
             if not got:

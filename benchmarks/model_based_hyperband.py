@@ -37,9 +37,10 @@ What is measured (one process run; every method samples its own configurations):
   at once, the sampler/scheduler's thinking is free. dse runs in real time: its agent's
   proposals and its polling cost steps that the other trials run meanwhile (counted).
 
-* **Budget**: ``BUDGET_RUNS`` full runs' worth of steps per run (``--budget``). A dse campaign
-  is stopped (``request_stop``) once its trials' progress files hold that many steps; a
-  lockstep run ends at it. Every run is scored over its first *budget* steps only.
+* **Budget**: ``BUDGET_RUNS`` full runs' worth of steps per run (24 on ``synthetic``: 1,944
+  steps; 48 on ``mlp``: 1,296; ``--budget``). A dse campaign is stopped (``request_stop``)
+  once its trials' progress files hold that many steps (plus P); a lockstep run ends at it.
+  Every run is scored over its first *budget* steps only.
 * **Compute**: steps run, counted as early_stopping.py counts them (a resumed attempt from
   where it resumed; a step run twice counts twice; for dse the steps run after a verdict and
   before the process ended count too).
@@ -50,11 +51,15 @@ What is measured (one process run; every method samples its own configurations):
   training it, cached in ``benchmarks/.work``) less the best of a fixed reference set of
   ``REFERENCE_CONFIGS`` random configs (dse's random agent, seed ``REFERENCE_SEED``) trained
   fully (a method may beat it: a negative regret).
-* **Target regret**: ``TARGET_FRACTION`` of the best achievable value (a loss within 3 % of
-  the best: ``synthetic`` 0.0044, about the best 4 % of random configs and the noise's sd;
-  ``mlp`` 0.0.., see ``--quick``'s own). Chosen so that every method reaches it within the
-  budget in most seeds. **Compute to target**: the compute spent when the run's pick first
-  had a regret at most the target (never within the budget: infinite, shown ``-``).
+* **Target regret**: the regret that the best 3 % of random configs reach
+  (``TARGET_QUANTILE``; ``synthetic``: of 20,000 random configs, 0.00363 at ``max_step``
+  81, 2.4 % of the optimum 0.148 and about the noise's sd 0.004; ``mlp``: the 6th best of the
+  200 reference configs, 0.0182, 21 % of the best 0.0882, which is an outlier: the second
+  best is 16 % worse). A random search needs about 33 full runs to evaluate one such
+  config fully, so every method can reach it within the budget, and a model that finds the
+  good region should reach it sooner. **Compute to target**: the compute spent when the
+  run's pick first had a regret at most the target (never within the budget: infinite,
+  shown ``-``).
 * **Headline**: per family, dse bayesian+hyperband's median compute to target (over seeds)
   over the best peer's (the least median among Optuna's two and Syne Tune's two; a median
   that is infinite compares as infinite); ``dse_bohb_compute_ratio_to_best_peer`` is the
@@ -70,9 +75,82 @@ Usage::
     python benchmarks/model_based_hyperband.py --methods "dse bayesian+hyperband" \
         "syne tune mobster"
 
-The last line printed is one JSON object.
+The last line printed is one JSON object. ``--diagnose`` adds the lockstep rows (a few
+seconds a run on synthetic, half a minute on mlp). The full run with ``--diagnose`` took 51
+minutes on 2 cores at a load of 5 to 10 (Syne Tune's MOBSTER a third of it: its Gaussian
+process takes 1 to 6 minutes a run); ``--quick`` about 20 s.
 
-Results: see the section "Measured" at the end of this docstring.
+Measured (``--diagnose``, 5 synthetic and 3 mlp seeds; dse 0.1.0, Optuna 5.1.0, Syne Tune
+0.13.0; median over seeds [min, max] of the compute to target, ``-`` never; seeds that reached
+it; median final regret)::
+
+    method                   synthetic                         mlp
+    dse bayesian+hyperband   1,209 [920, 1,462]  5/5  0.00151  449 [253, 504]    3/3  0.0119
+    dse random+hyperband     752 [424, -]        3/5  0.00187  211 [113, 329]    3/3  0.0164
+    optuna tpe+hyperband     650 [645, -]        4/5  0.00097  239 [117, 1,071]  3/3  0.0078
+    optuna random+hyperband  1,205 [645, -]      3/5   0.0019  567 [117, -]      2/3  0.0032
+    syne tune mobster        - [-, -]            0/5   0.0076  207 [100, -]      2/3  0.0074
+    syne tune bohb           - [333, -]          2/5   0.0063  199 [105, 269]    3/3  0.0018
+
+**The acceptance is not met**: ``dse_bohb_compute_ratio_to_best_peer`` 2.26 (mlp, against
+Syne Tune's BOHB; synthetic 1.86 against Optuna's TPE). dse's BOHB was slower to the target
+than dse's random+hyperband too (1.61 and 2.13): on these budgets its model cost compute to
+the target, though it was the only method to reach the synthetic target in every seed, and
+it beat MOBSTER, the other Gaussian process, there. Five and three seeds are few for a
+figure set by one lucky config: the first four configs of every method run to the end
+unjudged (each is the first at its rungs), so a lucky early config reaches the target at
+~324-650 steps (Optuna's TPE at 645-661 in 4 of its first 5 synthetic seeds). Over 20
+synthetic seeds in lockstep (below) dse's model and TPE were even: median 1,078 against
+1,052, reached in 20 and 14 seeds, median final regret 0.00078 against 0.0021 (Optuna's
+random+hyperband 1,307 in 13, Syne Tune's BOHB 939 in 11: the lockstep peers and
+``_mbh_lockstep.run_agent_lockstep`` over seeds 0-19, not a ``--seeds 20`` run).
+
+Where the model loses, from the lockstep diagnostics (``--diagnose``: dse's agent and rule
+without the engine; their synthetic runs track the engine's, 1,117 against 1,209, so the
+engine's latency is not what limits it):
+
+* The compute to target is the compute until the first config within the target has *run
+  fully*. dse's model finds the good region (on synthetic, 47 % of its proposals in 5 seeds
+  were within the target, against 13 % of TPE's and about 3 % at random; its lockstep final
+  regret, median 3.4e-4, is the least of all), but its first good proposal comes late: at
+  compute 656-783 in 4 of 5 seeds, against TPE's 326-388; then a good config still needs 81
+  steps on top (324 at P = 4), and like every method's good configs more than half of them are
+  stopped at step 1 or 3 by the rule (123 of 214), by their peers which are now good too.
+* Before it, the model's proposals go to the edges of the space: of the proposals 7 to 40
+  (after the initial design), 93 of 170 lay within 0.01 of an edge of the unit square (5
+  seeds), against 6 of TPE's; in seed 0, trials 7, 8, 14, 18, 19 and 20 are all at u = 1, v
+  = 0 (to 0.001), each stopped at step 9 with a true regret of 0.158. That corner is the
+  fastest learner: at step 9 it is near its plateau, among the best, and the Gaussian
+  process, whose fidelity column ``s / max_step`` is one more stationary input, carries the
+  average fall of a curve from step 9 to step 81 over to it, so its full run is predicted
+  best, again after each of its stops. Told full runs only, 71 of 170 were on an edge (a
+  Gaussian process with few points favours the boundary); with the fidelity on Hyperband's
+  log ladder, 61. Syne Tune's MOBSTER, a Gaussian process over config and resource too,
+  proposed u = 1 again and again and never reached the synthetic target.
+* What the agent is told, varied (lockstep, median compute to target, synthetic 5 seeds /
+  mlp 3): as is 1,117 / 1,173 (2 of 3 reached); ``log fidelity`` 1,017 / 345; ``full runs
+  only`` 977 / never; ``stopped as full`` never (1 of 5) / 612. With ``initial = 12`` or
+  ``20`` (``[agent.bayesian]``) 897 and 661, the first four configs deciding most seeds;
+  ``min_step = 3`` or ``9`` 1,138 and 1,149; the model promoting the stopped trial it
+  predicts best (``model promotes``) 1,045. Over 20 synthetic seeds, as is 1,078 (20
+  reached) and ``log fidelity`` 1,010 (19).
+
+Proposed (for the bayesian agent's owner; nothing in ``packages/`` is changed here):
+
+1. Put a stopped trial's fidelity on the rung ladder, ``(1 + log_eta(s / min_step)) / (1 +
+   log_eta(max_step / min_step))`` (0.2, 0.4, 0.6, 0.8, 1 at steps 1, 3, 9, 27, 81), not
+   ``s / max_step`` (0.012, 0.037, 0.11, 0.33, 1): the rungs are where the values are, and on
+   the linear scale all stopped trials crowd below 0.33, so the fitted length scale of the
+   fidelity column has to bridge a gap of two thirds to reach a full run. Needs the rule's
+   ``min_step`` and ``reduction_factor`` beside ``max_step`` in the observation (or the
+   agent's own log of ``s``).
+2. Do not let an extrapolated low-fidelity point be the incumbent or gather the candidates:
+   take the best predicted full run (and the five points candidates gather around) among
+   points observed at the highest fidelities only (full runs, else the highest rung with two
+   points), so that a fast learner seen at step 9 no longer draws the search back to itself.
+3. Model the fidelity as a learning curve rather than as a stationary input (a kernel whose
+   covariance falls with the training left, as freeze-thaw's exponential decay), or bound a
+   stopped trial's predicted full run by its own curve's flattening. Not measured here.
 """
 
 from __future__ import annotations
@@ -81,6 +159,7 @@ import argparse
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -135,11 +214,14 @@ PEERS = (OPTUNA_TPE, OPTUNA_RANDOM, SYNE_MOBSTER, SYNE_BOHB)
 """The methods dse's BOHB is held against (the acceptance: no more compute than the best)."""
 SYNE = {SYNE_MOBSTER: "mobster", SYNE_BOHB: "bohb"}
 
-BUDGET_RUNS = 24
+BUDGET_RUNS = {"synthetic": 24, "mlp": 48}
 """A run's budget: this many full runs' worth of steps (--budget)."""
-TARGET_FRACTION = 0.03
-"""The target regret: this fraction of the best achievable value."""
+TARGET_QUANTILE = 0.03
+"""The target regret: what the best 3 % of random configs reach (a random search needs 33
+full runs, on average, to fully evaluate one)."""
 REFERENCE_CONFIGS = 200
+SYNTHETIC_REFERENCE = 20_000
+"""Random configs whose noiseless values give the synthetic family's target."""
 REFERENCE_SEED = 1_000_003
 STEP_MS = 50.0
 EPS = 1e-9
@@ -177,6 +259,9 @@ class Truth:
         self._path: Path | None = None
         if workload.key == "synthetic":
             self.best = synthetic_optimum(self.max_step)
+            rng = random.Random(REFERENCE_SEED)
+            self.reference_values = [true_loss(rng.random(), rng.random(), self.max_step)
+                                     for _ in range(SYNTHETIC_REFERENCE)]
             return
         self._path = WORK_DIR / f"mbh-mlp-truth-{self.max_step}.json"
         if self._path.exists():
@@ -189,8 +274,16 @@ class Truth:
             reference += [dict(space.coerce(p))
                           for p in agent.propose(count - len(reference), [])]
         self.reference = reference
-        self.best = min(self(p) for p in reference)
+        self.reference_values = [self(p) for p in reference]
+        self.best = min(self.reference_values)
         self.save()
+
+    def target(self) -> float:
+        """The target regret: the regret that the best ``TARGET_QUANTILE`` of the reference
+        configs reach (the k-th least, k = ceil(quantile x their number))."""
+        ordered = sorted(self.reference_values)
+        k = max(1, math.ceil(TARGET_QUANTILE * len(ordered)))
+        return ordered[k - 1] - self.best
 
     def __call__(self, params: Params) -> float:
         if self.workload.key == "synthetic":
@@ -712,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", nargs="+", choices=METHODS,
                         help="default all (quick: all but Syne Tune's)")
     parser.add_argument("--budget", type=int,
-                        help=f"full runs' worth of steps per run (default {BUDGET_RUNS};"
+                        help="full runs' worth of steps per run (default 24 synthetic, 48 mlp;"
                              " quick 12)")
     parser.add_argument("--step-ms", type=float, help=f"a synthetic step's work in a dse trial,"
                                                       f" ms (default {STEP_MS:g}; quick 10)")
@@ -733,7 +826,8 @@ def main(argv: list[str] | None = None) -> int:
     methods = args.methods or [m for m in METHODS if not (args.quick and m in SYNE)]
     if args.diagnose:
         methods = [*methods, *LOCKSTEP]
-    budget_runs = args.budget or (12 if args.quick else BUDGET_RUNS)
+    budget_runs = (dict.fromkeys(BUDGET_RUNS, args.budget) if args.budget
+                   else dict.fromkeys(BUDGET_RUNS, 12) if args.quick else BUDGET_RUNS)
     chosen = {k: w for k, w in families(args.quick, step_ms).items() if k in args.families}
     seeds = {k: args.seeds or (1 if args.quick else 3 if k == "mlp" else 5) for k in chosen}
     syne_python = args.syne_python.absolute() if args.syne_python else None
@@ -757,8 +851,8 @@ def main(argv: list[str] | None = None) -> int:
             if key == "mlp":
                 say(f"mlp: the reference set's full runs (cached in {WORK_DIR.name}) ...")
             truth = Truth(workload, data, args.quick)
-            family = Family(workload, truth, budget_runs * workload.max_step,
-                            TARGET_FRACTION * truth.best)
+            family = Family(workload, truth, budget_runs[key] * workload.max_step,
+                            truth.target())
             results[key] = family
             run_family(family, seeds[key], methods, data, syne_python, args.keep)
     except BenchmarkError as exc:

@@ -5,6 +5,7 @@ environment of its own) is not used here."""
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 from pathlib import Path
@@ -111,7 +112,25 @@ def test_a_tiny_run_ends_with_one_json_line(mbh: ModuleType,
     assert family["best_peer"] in (mbh.OPTUNA_TPE, mbh.OPTUNA_RANDOM)
     assert "dse_bohb_compute_ratio_to_best_peer" in summary
     assert summary["seeds"] == {"synthetic": 1}
-    assert family["target_regret"] == pytest.approx(0.03 * family["best_achievable"], abs=1e-6)
+    assert 0 < family["target_regret"] < 0.05  # the best 3 % of random configs at step 9
     for figures in family["medians"].values():
         assert figures["seeds"] == 1
         assert len(figures["final_regret_per_seed"]) == 1
+    gc.collect()  # the cancelled wrappers' handles go here, under this test's filter
+
+
+def test_the_lockstep_diagnostic_is_deterministic_and_stops_at_its_budget(
+    mbh: ModuleType,
+) -> None:
+    import _mbh_lockstep
+
+    w = mbh.families(True, 10.0)["synthetic"]
+    runs = [_mbh_lockstep.run_agent_lockstep(w, 3, variant, mbh.synthetic_stepper, 45,
+                                             mbh.plugins())
+            for variant in ("as is", "as is", "log fidelity")]
+    (first, params), (again, params_again), _ = runs
+    assert [(p.number, p.step, p.value) for p in first.points] == [
+        (p.number, p.step, p.value) for p in again.points]
+    assert params == params_again
+    assert len(first.points) == 45  # one point a step; the run ends at its budget
+    assert first.stopped > 0
