@@ -38,7 +38,6 @@ from early_stopping import REDUCTION, Point, RunLog
 
 import dse
 from dse_agents import BayesianAgent
-from dse_agents._gp import AtFullFidelity
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -88,7 +87,7 @@ def run_agent_lockstep(workload: Workload, seed: int, variant: str,
         """The stopped trial the agent's model predicts the best full run of, if it beats
         every full run observed (``model promotes``)."""
         model = getattr(agent, "_model", None)
-        if not isinstance(model, AtFullFidelity):
+        if model is None or not hasattr(model, "full"):  # no fidelity model (yet)
             return None
         numbers = sorted(n for n in paused if n not in by_model)
         if not numbers:
