@@ -78,7 +78,8 @@ Usage::
 The last line printed is one JSON object. ``--diagnose`` adds the lockstep rows (a few
 seconds a run on synthetic, half a minute on mlp). The full run with ``--diagnose`` took 51
 minutes on 2 cores at a load of 5 to 10 (Syne Tune's MOBSTER a third of it: its Gaussian
-process takes 1 to 6 minutes a run); ``--quick`` about 20 s.
+process takes 1 to 6 minutes a run); ``--quick`` about 35 s at a load of 3 (the first
+time, the mlp reference set at 9 epochs included).
 
 Measured (``--diagnose``, 5 synthetic and 3 mlp seeds; dse 0.1.0, Optuna 5.1.0, Syne Tune
 0.13.0; median over seeds [min, max] of the compute to target, ``-`` never; seeds that reached
@@ -126,14 +127,21 @@ engine's latency is not what limits it):
   best, again after each of its stops. Told full runs only, 71 of 170 were on an edge (a
   Gaussian process with few points favours the boundary); with the fidelity on Hyperband's
   log ladder, 61. Syne Tune's MOBSTER, a Gaussian process over config and resource too,
-  proposed u = 1 again and again and never reached the synthetic target.
+  never reached the synthetic target (in a pilot at ``max_step`` 27 it too proposed u = 1
+  again and again).
 * What the agent is told, varied (lockstep, median compute to target, synthetic 5 seeds /
   mlp 3): as is 1,117 / 1,173 (2 of 3 reached); ``log fidelity`` 1,017 / 345; ``full runs
   only`` 977 / never; ``stopped as full`` never (1 of 5) / 612. With ``initial = 12`` or
   ``20`` (``[agent.bayesian]``) 897 and 661, the first four configs deciding most seeds;
-  ``min_step = 3`` or ``9`` 1,138 and 1,149; the model promoting the stopped trial it
-  predicts best (``model promotes``) 1,045. Over 20 synthetic seeds, as is 1,078 (20
-  reached) and ``log fidelity`` 1,010 (19).
+  ``min_step = 3`` or ``9`` 1,138 and 1,149 (3 seeds); the model promoting the stopped
+  trial it predicts best (``model promotes``) 1,037; stopped values mapped through their
+  rung's quantile onto the full runs' (``quantile as full``) 753 but reached in 3 of 5, final
+  regret 0.0072 (``initial`` and ``min_step`` through ``run_agent_lockstep``'s
+  ``agent_options`` and ``min_step``; the last two variants were added to ``--diagnose``
+  after the run above). Over 20 synthetic seeds, as is 1,078 (20
+  reached) and ``log fidelity`` 1,010 (19; less compute in 11 seeds, more in 4, the same in
+  5); over 8 mlp seeds 1,092 (5 reached) and 671 (6; less in 3, more in 4): a modest gain,
+  not a fix.
 
 Proposed (for the bayesian agent's owner; nothing in ``packages/`` is changed here):
 
