@@ -103,8 +103,9 @@ unjudged (each is the first at its rungs), so a lucky early config reaches the t
 ~324-650 steps (Optuna's TPE at 645-661 in 4 of its first 5 synthetic seeds). Over 20
 synthetic seeds in lockstep (below) dse's model and TPE were even: median 1,078 against
 1,052, reached in 20 and 14 seeds, median final regret 0.00078 against 0.0021 (Optuna's
-random+hyperband 1,307 in 13, Syne Tune's BOHB 939 in 11: the lockstep peers and
-``_mbh_lockstep.run_agent_lockstep`` over seeds 0-19, not a ``--seeds 20`` run).
+random+hyperband 1,307 in 13, Syne Tune's BOHB 939 in 11, its MOBSTER over seeds 0-9 in 2;
+the lockstep peers and ``_mbh_lockstep.run_agent_lockstep`` over seeds 0-19, not a
+``--seeds 20`` run).
 
 Where the model loses, from the lockstep diagnostics (``--diagnose``: dse's agent and rule
 without the engine; their synthetic runs track the engine's, 1,117 against 1,209, so the
