@@ -30,7 +30,7 @@ What is measured (one process run; every method samples its own configurations):
 
         python -m venv benchmarks/.work/syne-tune-venv
         benchmarks/.work/syne-tune-venv/bin/pip install \
-            'syne-tune[gpsearchers]==0.13.0' 'numpy<1.27'
+            'syne-tune[gpsearchers,kde]==0.13.0' 'numpy<1.27'
 
   Optuna and Syne Tune run in process in a lockstep simulation of P workers (the
   early_stopping.py one): each running trial advances one step per tick, a freed worker asks
