@@ -6,7 +6,8 @@ searchers), and it needs numpy < 1.27, so it runs in a virtual environment of it
 script is started with that environment's Python by the benchmark (``--syne-python``)::
 
     python -m venv benchmarks/.work/syne-tune-venv
-    benchmarks/.work/syne-tune-venv/bin/pip install 'syne-tune[gpsearchers,kde]==0.13.0' 'numpy<1.27'
+    benchmarks/.work/syne-tune-venv/bin/pip install \
+        'syne-tune[gpsearchers,kde]==0.13.0' 'numpy<1.27'
 
 It reads one request (JSON on standard input: the family, its space, ``max_step``, the
 parallelism, the step budget, the seed, the scheduler) and prints one JSON object: every
