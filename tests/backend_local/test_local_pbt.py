@@ -12,13 +12,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from typing import TYPE_CHECKING
 
 import dse
 from dse.report._curves import learning_curves
 from support.pbt import CAMPAIGN, MAX_STEP, pbt_workload
-from support.pbt_checks import check_population
+from support.pbt_checks import check_population, lineage_rows
+from support.waiting import wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -85,24 +85,6 @@ def test_a_population_of_8_exploits_and_explores_with_every_lineage_intact(
         store.close()
 
 
-def _wait_for_exploits(tmp_path: Path, controller: subprocess.Popen[str], n: int) -> None:
-    """Until the record holds *n* trials made by exploits."""
-    deadline = time.monotonic() + 120
-    path = tmp_path / ".dse" / "dse.sqlite"
-    while time.monotonic() < deadline:
-        assert controller.poll() is None, controller.communicate()[0]
-        if path.exists():
-            with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
-                try:
-                    found = db.execute("SELECT COUNT(*) FROM lineage").fetchone()[0]
-                except sqlite3.OperationalError:  # the record is being made
-                    found = 0
-            if found >= n:
-                return
-        time.sleep(0.02)
-    raise AssertionError(f"not {n} exploits within 120 s")
-
-
 def test_a_controller_killed_mid_population_resumes_with_every_lineage_intact(
     tmp_path: Path,
 ) -> None:
@@ -111,7 +93,9 @@ def test_a_controller_killed_mid_population_resumes_with_every_lineage_intact(
                                   cwd=tmp_path, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_for_exploits(tmp_path, controller, 2)
+        wait_until(lambda: controller.poll() is not None or lineage_rows(tmp_path) >= 2, 120,
+                   "2 exploits")
+        assert controller.poll() is None, controller.communicate()[0]
         controller.send_signal(signal.SIGKILL)
         controller.wait(timeout=30)
     finally:

@@ -6,20 +6,18 @@ checkpoint overwritten, no step run twice and the budget charges exactly what ra
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import signal
-import sqlite3
 import subprocess
 import sys
-import time
 from typing import TYPE_CHECKING
 
 import pytest
 
 from support.cli import run_dse, start_dse, write_plugin
 from support.pbt import CAMPAIGN, MAX_STEP, pbt_workload
-from support.pbt_checks import check_population
+from support.pbt_checks import check_population, lineage_rows
+from support.waiting import wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,17 +31,6 @@ python = "{sys.executable}"
 [budget]
 compute = "10 cpu-hours"
 """
-
-
-def _lineage_rows(project: Path) -> int:
-    path = project / ".dse" / "dse.sqlite"
-    if not path.exists():
-        return 0
-    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
-        try:
-            return int(db.execute("SELECT COUNT(*) FROM lineage").fetchone()[0])
-        except sqlite3.OperationalError:  # the record is being made
-            return 0
 
 
 @pytest.mark.xdist_group("slurm")
@@ -60,11 +47,9 @@ def test_pbt_on_slurm_survives_a_controller_killed_mid_population(slurm_cluster,
         + SLURM.replace("MODE", mode))
     controller = start_dse(project, "run", "c.toml", env={"STEP_S": "0.3"})
     try:
-        deadline = time.monotonic() + 300
-        while _lineage_rows(project) < 2:
-            assert controller.poll() is None, controller.communicate()
-            assert time.monotonic() < deadline, "not 2 exploits within 300 s"
-            time.sleep(0.1)
+        wait_until(lambda: controller.poll() is not None or lineage_rows(project) >= 2, 300,
+                   "2 exploits")
+        assert controller.poll() is None, controller.communicate()
         controller.send_signal(signal.SIGKILL)  # no cleanup: the jobs keep running
         controller.wait(timeout=30)
     finally:

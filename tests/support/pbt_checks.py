@@ -4,6 +4,7 @@ charged exactly what the attempts spent."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from typing import TYPE_CHECKING
 
@@ -96,3 +97,16 @@ def check_population(workspace: Path, *, population: int,
     finally:
         store.close()
     return lineage
+
+
+def lineage_rows(workspace: Path) -> int:
+    """How many trials exploits have made in *workspace*'s record so far (0 while it is being
+    made)."""
+    path = workspace / ".dse" / "dse.sqlite"
+    if not path.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM lineage").fetchone()[0])
+        except sqlite3.OperationalError:  # the record is being made
+            return 0

@@ -107,9 +107,10 @@ class _Context:
         self.children: dict[int, list[LineageRow]] = {}
         for row in lineage:
             self.children.setdefault(row.parent_row, []).append(row)
-        self.parent_params = {row: params for row, params in store.reads.trial_params(
-            run.id).items() if row in {p.parent_row for p in lineage}} if self.parents else {}
-        """The params of the parents of the trials shown (read when one has a parent)."""
+        shown = {self.parents[t.id].parent_row for t in trials if t.id in self.parents}
+        self.parent_params = {row: found.params for row in shown
+                              if (found := store.stops.trial_by_row(row)) is not None}
+        """The params of the parents of the trials shown (one read each)."""
 
     def invalid(self, mark: int | None) -> dict[str, Any] | None:
         if mark is None or mark not in self.invalidations:
