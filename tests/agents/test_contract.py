@@ -51,7 +51,7 @@ def test_the_bayesian_agent_is_registered_without_importing_numpy() -> None:
     code = ("import sys; from dse import PluginManager; p = PluginManager();"
             " assert 'bayesian' in p.agents; assert 'numpy' not in sys.modules, 'numpy';"
             " listed = p.agents['bayesian'].class_version; cls = p.agent_class('bayesian');"
-            " assert cls.name == 'bayesian'; assert listed == cls.version == '0.2.3', listed")
+            " assert cls.name == 'bayesian'; assert listed == cls.version == '0.3.0', listed")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0, proc.stderr

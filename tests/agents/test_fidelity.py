@@ -15,10 +15,12 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pytest
 
 import dse
 from dse_agents import BayesianAgent, GridAgent, RandomAgent
+from dse_agents._bayesian import fidelity_column
 from support.curves import SPACE, Curves, simulate
 
 if TYPE_CHECKING:
@@ -45,8 +47,9 @@ def failed(x: float, number: int) -> dse.Observation:
 
 
 def next_four(observations: Sequence[dse.Observation], seed: int) -> list[float]:
-    """Where the Bayesian agent goes next (four proposals) once told *observations*."""
-    agent = BayesianAgent(LINE, seed=seed, initial=1)
+    """Where the Bayesian agent's model goes next (four proposals) once told *observations*
+    (none of them drawn at random: ``random_fraction = 0``)."""
+    agent = BayesianAgent(LINE, seed=seed, initial=1, random_fraction=0.0)
     agent.propose(1, [])  # the one design point: the model proposes from now on
     agent.observe(observations)
     return sorted(p["x"] for p in agent.propose(4, []))
@@ -228,3 +231,54 @@ def test_the_same_campaign_with_stopped_trials_is_the_same_in_another_process() 
         outputs.append(json.loads(proc.stdout))
     assert outputs[0]["stopped"] > 0
     assert outputs[0] == outputs[1]
+
+
+# -- the random share and the fidelity scale (issue 45) ---------------------------------------
+
+
+def proposals_after(observations: Sequence[dse.Observation], **options: Any) -> list[float]:
+    """Twelve proposals, one at a time, once told *observations*."""
+    agent = BayesianAgent(LINE, seed=0, initial=1, **options)
+    agent.propose(1, [])
+    agent.observe(observations)
+    return [agent.propose(1, [])[0]["x"] for _ in range(12)]
+
+
+def test_once_trials_are_stopped_early_a_third_of_the_proposals_are_random() -> None:
+    # Without stopping no proposal is random by default; with it a third are (BOHB's share),
+    # the same proposals as random_fraction = 1/3 given, others than with none.
+    full = [completed(0.1, 1, 0.9), completed(0.3, 2, 0.7), completed(0.5, 3, 0.5)]
+    unstopped = [dse.Observation(params=o.params, status=o.status, score=o.score,
+                                 trial_number=o.trial_number) for o in full]
+    assert proposals_after(unstopped) == proposals_after(unstopped, random_fraction=0.0)
+    default = proposals_after(DOWNHILL)
+    assert default == proposals_after(DOWNHILL, random_fraction=1 / 3)
+    assert default != proposals_after(DOWNHILL, random_fraction=0.0)
+    # The model follows the slope to the edge at x = 1 (DOWNHILL); the random third lands
+    # anywhere, and the model's picks between them are its own.
+    modelled = proposals_after(DOWNHILL, random_fraction=0.0)
+    assert all(x > 0.99 for x in modelled)
+    assert sum(x < 0.99 for x in default) >= 3
+    assert [x for x in default if x > 0.99] == modelled[:8]
+
+
+@pytest.mark.parametrize("value", [1.0, -0.1, "a third", True])
+def test_a_random_fraction_outside_zero_to_one_is_refused_naming_the_key(value: Any) -> None:
+    with pytest.raises(dse.ConfigError, match=r"agent\.bayesian\.random_fraction: expected"):
+        BayesianAgent(LINE, random_fraction=value)
+
+
+def test_the_fidelity_column_puts_the_rungs_evenly_on_a_log_scale() -> None:
+    t = np.array([1, 3, 9, 27, 81]) / 81
+    assert np.allclose(fidelity_column(t, 81), [0.0, 0.25, 0.5, 0.75, 1.0])
+    assert np.array_equal(fidelity_column(t, None), t)  # max_step unknown: as told
+
+
+def test_a_snapshot_keeps_max_step_and_one_without_it_restores() -> None:
+    agent = asha_world(6, 12 * 27)["agent"]
+    state = json.loads(json.dumps(agent.snapshot()))
+    assert state["max_step"] == 27
+    del state["max_step"]  # a 0.2 snapshot: the next result told brings it
+    restored = BayesianAgent(SPACE, seed=6, candidates=64)
+    restored.restore(state)
+    assert restored.snapshot()["max_step"] is None  # type: ignore[index]

@@ -26,3 +26,12 @@ def need_int(agent: str, key: str, value: object, *, minimum: int) -> int:
         msg = f"agent.{agent}.{key}: expected an integer >= {minimum}, got {value!r}"
         raise ConfigError(msg)
     return value
+
+
+def need_fraction(agent: str, key: str, value: object) -> float:
+    """*value* as a number in ``[0, 1)``, or a :class:`dse.ConfigError`."""
+    if (not isinstance(value, int | float) or isinstance(value, bool)
+            or not 0.0 <= float(value) < 1.0):
+        msg = f"agent.{agent}.{key}: expected a number >= 0 and < 1, got {value!r}"
+        raise ConfigError(msg)
+    return float(value)

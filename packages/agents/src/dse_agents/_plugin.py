@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 @dse.hookimpl
 def dse_register_agents() -> list[type[Agent] | dse.Deferred]:
     # The Bayesian agent needs numpy and scipy: imported only when a campaign asks for it.
-    bayesian = dse.Deferred("bayesian", "dse_agents._bayesian:BayesianAgent", version="0.2.3")
+    bayesian = dse.Deferred("bayesian", "dse_agents._bayesian:BayesianAgent", version="0.3.0")
     # Optuna's samplers (dse-agents[optuna]): imported only by a campaign that names them.
     optuna = dse.Deferred("optuna", "dse_agents._optuna:OptunaAgent", version="1")
     # Ax's Client (dse-agents[ax]): torch and Ax take seconds to import.
