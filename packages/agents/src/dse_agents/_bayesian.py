@@ -99,10 +99,10 @@ _RANDOM_FRACTION = 1 / 3
 """The share of proposals drawn at random, once the campaign stops trials early (BOHB's
 default, Falkner et al. 2018): what the model learns from a trial stopped at its first rungs
 is an extrapolation, and proposals taken from it alone crowd a region the rungs then judge
-among themselves. In ``benchmarks/model_based_hyperband.py``'s lockstep runs (mlp, 8 seeds)
-the median compute to the target fell from 1,092 (5 seeds reached it) to 455 (8 of 8), the
-same as a random search's 431 (7 of 8); on its synthetic family (20 seeds) 985 without, 1,029
-with (19 of 20 both)."""
+among themselves. In ``benchmarks/model_based_hyperband.py``'s lockstep runs (mlp, 8 seeds;
+both with the log-scale fidelity) the median compute to the target fell from 671 (6 seeds
+reached it) to 455 (8 of 8), about a random search's 431 (7 of 8); on its synthetic family
+(20 seeds) 985 without, 1,029 with (19 of 20 both)."""
 _MAX_POINTS = 200
 """Observations the posterior is conditioned on past this many (the best third and a seeded
 draw of the rest): every prediction costs the square of it. After 1,000 observations a batch
