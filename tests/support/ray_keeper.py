@@ -1,0 +1,63 @@
+"""Keeps the tests' local Ray cluster: run as a process of its own by ``support.raycluster``.
+
+``python ray_keeper.py TEMP_DIR`` starts a head node (``head``, 1 CPU) and two workers (``w1``,
+``w2``, 2 CPUs each) with ``ray.cluster_utils.Cluster``, prints the cluster's address on a
+line, then reads commands on stdin, answering each on a line: ``kill NAME`` (SIGKILL the
+worker's raylet), ``add`` (start another worker; answers its name), ``stop`` (or end of
+input: stop every node and end). A process of its own because ``cluster_utils`` leaves files
+to the garbage collector, which the test process would take as errors.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+SYSTEM_CONFIG = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 500,
+    "health_check_failure_threshold": 3,
+    # Idle workers are not started ahead on a 2-core machine: each costs a Python process.
+    "enable_worker_prestart": False,
+}
+NODE_ARGS: dict[str, Any] = {"object_store_memory": 80 * 2**20}
+
+
+def main(temp_dir: str) -> int:
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        **NODE_ARGS, "num_cpus": 1, "node_name": "head", "include_dashboard": False,
+        "_system_config": SYSTEM_CONFIG, "temp_dir": temp_dir,
+    })
+    workers: dict[str, Any] = {}
+    made = 0
+
+    def add() -> str:
+        nonlocal made
+        made += 1
+        name = f"w{made}"
+        workers[name] = cluster.add_node(**NODE_ARGS, num_cpus=2, node_name=name)
+        return name
+
+    try:
+        add()
+        add()
+        cluster.wait_for_nodes()
+        print(cluster.address, flush=True)
+        for line in sys.stdin:
+            words = line.split()
+            if not words or words[0] == "stop":
+                break
+            if words[0] == "kill":
+                workers.pop(words[1]).kill_raylet()
+                print("ok", flush=True)
+            elif words[0] == "add":
+                print(add(), flush=True)
+    finally:
+        cluster.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
