@@ -152,6 +152,58 @@ class AttemptActor:
         return doc
 
 
+class Launcher:
+    """Creates attempts' actors (and placement groups) for the controllers of one namespace.
+
+    A controller killed right after ``Actor.remote()`` returned loses the actor: Ray registers
+    it and submits its creation asynchronously, and the control store drops a detached actor
+    whose owner died before that was done. So the controller hands each batch to this
+    detached actor (one call, answered once every actor of the batch is registered under its
+    name) and goes on only then: what it records as submitted exists, and a controller that
+    comes later finds it by name. It asks for no CPU and lives on the head node.
+    """
+
+    def ping(self) -> bool:
+        return True
+
+    def launch(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Start each attempt of *items* (``{"group": bundles or None, "group_name",
+        "actors": [(options, request), ...]}``); per attempt its placement group, its actors'
+        handles, or the error that stopped it."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        out: list[dict[str, Any]] = []
+        names: list[tuple[str, str]] = []
+        for item in items:
+            group = None
+            handles: list[Any] = []
+            try:
+                if item.get("group"):
+                    group = ray.util.placement_group(
+                        item["group"], strategy="STRICT_SPREAD", name=item["group_name"],
+                        lifetime="detached")
+                for rank, (options, request) in enumerate(item["actors"]):
+                    if group is not None:
+                        options = dict(options, scheduling_strategy=(
+                            PlacementGroupSchedulingStrategy(
+                                group, placement_group_bundle_index=rank)))
+                    handles.append(remote_class(**options).remote(request))
+                    names.append((options["name"], options["namespace"]))
+                out.append({"group": group, "handles": handles, "error": None})
+            except Exception as exc:  # noqa: BLE001 - one attempt's refusal is its own end
+                out.append({"group": group, "handles": handles,
+                            "error": f"{type(exc).__name__}: {exc}"})
+        deadline = time.monotonic() + 60.0
+        for name, namespace in names:  # registered: findable by name, kept if we die
+            while time.monotonic() < deadline:
+                try:
+                    ray.get_actor(name, namespace=namespace)
+                    break
+                except ValueError:
+                    time.sleep(0.01)
+        return out
+
+
 _REMOTE: list[Any] = []
 """The Ray actor class, made once per process (each one made is exported to the cluster)."""
 
@@ -162,3 +214,13 @@ def remote_class(**options: Any) -> Any:
     if not _REMOTE:
         _REMOTE.append(ray.remote(max_concurrency=4, max_restarts=0)(AttemptActor))
     return _REMOTE[0].options(**options)
+
+
+def launcher(namespace: str) -> Any:
+    """The namespace's :class:`Launcher` (made if none lives), once it answers."""
+    head = {"node:__internal_head__": 0.001}
+    cls = ray.remote(max_concurrency=8, max_restarts=-1)(Launcher)
+    handle = cls.options(name="dse-launcher", namespace=namespace, lifetime="detached",
+                         get_if_exists=True, num_cpus=0, resources=head).remote()
+    ray.get(handle.ping.remote(), timeout=120)
+    return handle

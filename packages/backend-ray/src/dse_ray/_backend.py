@@ -75,6 +75,7 @@ class RayBackend(Backend):
         self.overrun_s = self.options.grace + 2.0
         self._jobs: dict[str, Attempt] = {}
         self._names: dict[str, str] = {}
+        self._launcher_handle: Any = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, source: str = "<campaign>") -> Self:
@@ -128,16 +129,43 @@ class RayBackend(Backend):
     # -- template methods -----------------------------------------------------------------
 
     def _submit(self, jobs: Sequence[JobSpec]) -> Sequence[str]:
+        import ray
+
         cluster = self._cluster()
         ids = []
+        todo = []
         for spec in jobs:
             att = Attempt(job_id_for(spec), spec, names=dict(self._names))
             self._jobs[att.job_id] = att
             ids.append(att.job_id)
             att.final = self._unfit(att, cluster) or self._ready(att)
             if att.final is None:
-                self._launch(att, cluster)
+                todo.append(att)
+        if not todo:
+            return ids
+        items = [self._item(att, cluster) for att in todo]
+        self.count_command("launch")
+        try:
+            answers = ray.get(self._launcher().launch.remote(items), timeout=300)
+        except Exception:
+            self._launcher_handle = None  # asked again (made again if it died) next time
+            raise
+        for att, answer in zip(todo, answers, strict=True):
+            att.group = answer["group"]
+            for rank, actor in enumerate(answer["handles"]):
+                self._watch(att, rank, actor)
+            if answer["error"] is not None:
+                att.final = JobStatus(att.job_id, JobState.INVALID if not answer["handles"]
+                                      else JobState.LAUNCH_ERROR,
+                                      reason=f"Ray refused it: {answer['error']}")
         return ids
+
+    def _launcher(self) -> Any:
+        from dse_ray._actor import launcher
+
+        if self._launcher_handle is None:
+            self._launcher_handle = launcher(self.options.namespace)
+        return self._launcher_handle
 
     def _unfit(self, att: Attempt, cluster: list[dict[str, Any]]) -> JobStatus | None:
         """Why *att* can never run here (``INVALID``), or ``None``."""
@@ -166,20 +194,13 @@ class RayBackend(Backend):
                         "; ".join(moved))
         return None
 
-    def _launch(self, att: Attempt, cluster: list[dict[str, Any]]) -> None:
-        """Create the attempt's actors (and its placement group), and ask for their answers."""
-        import ray
-        from ray.util.scheduling_strategies import (
-            NodeLabelSchedulingStrategy,
-            NotIn,
-            PlacementGroupSchedulingStrategy,
-        )
-
-        from dse_ray._actor import remote_class
+    def _item(self, att: Attempt, cluster: list[dict[str, Any]]) -> dict[str, Any]:
+        """What the launcher makes of *att*: its placement group's bundles (of an attempt
+        that spans nodes) and each node's actor options and request."""
+        from ray.util.scheduling_strategies import NodeLabelSchedulingStrategy, NotIn
 
         spec = att.spec
-        res = spec.resources
-        ask = ask_of(res, self.options.resources)
+        ask = ask_of(spec.resources, self.options.resources)
         base: dict[str, Any] = {
             "lifetime": "detached", "namespace": self.options.namespace,
             "num_cpus": ask["CPU"], "num_gpus": ask["GPU"],
@@ -187,29 +208,21 @@ class RayBackend(Backend):
         }
         if "memory" in ask:
             base["memory"] = ask["memory"]
-        strategy: Any = None
+        group = None
         if att.nodes > 1:
-            bundle = {k: v for k, v in ask.items() if v > 0}
-            att.group = ray.util.placement_group([bundle] * att.nodes, strategy="STRICT_SPREAD",
-                                                 name=f"{att.job_id}/pg", lifetime="detached")
-            self.count_command("placement_group")
+            group = [{k: v for k, v in ask.items() if v > 0}] * att.nodes
         else:
             avoid = [e["NodeID"] for e in cluster
                      if e.get("Alive") and self._names.get(e["NodeID"]) in spec.avoid_nodes]
             if avoid:
-                strategy = NodeLabelSchedulingStrategy(hard={"ray.io/node_id": NotIn(*avoid)})
-        for rank, name in enumerate(actor_names(att.job_id, att.nodes)):
-            if att.group is not None:
-                strategy = PlacementGroupSchedulingStrategy(att.group,
-                                                            placement_group_bundle_index=rank)
-            options = dict(base, name=name)
-            if strategy is not None:
-                options["scheduling_strategy"] = strategy
-            request = node_request(spec, rank, self.options.grace, self.options.linger,
-                                   self._names)
-            actor = remote_class(**options).remote(request)
-            self.count_command("actor")
-            self._watch(att, rank, actor)
+                base["scheduling_strategy"] = NodeLabelSchedulingStrategy(
+                    hard={"ray.io/node_id": NotIn(*avoid)})
+        actors = [
+            (dict(base, name=name),
+             node_request(spec, rank, self.options.grace, self.options.linger, self._names))
+            for rank, name in enumerate(actor_names(att.job_id, att.nodes))
+        ]
+        return {"group": group, "group_name": f"{att.job_id}/pg", "actors": actors}
 
     @staticmethod
     def _watch(att: Attempt, rank: int, actor: Any) -> None:
