@@ -46,6 +46,19 @@ def stop(dse: subprocess.Popen[str]) -> None:
     dse.communicate(timeout=60)
 
 
+def finish(dse: subprocess.Popen[str], timeout: float) -> str:
+    """Wait for the controller to end (failing the test, with its last words, after
+    *timeout* seconds); its stderr."""
+    try:
+        _, err = dse.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        dse.kill()
+        _, err = dse.communicate(timeout=60)
+        pytest.fail(f"dse run did not end within {timeout:g}s; its stderr ends: {err[-3000:]}")
+    assert dse.returncode == 0, err
+    return err
+
+
 def recorded(project: Path, state: str) -> bool:
     """Whether the record holds an attempt that ended *state* (the engine saw it)."""
     return any(a["state"] == state for tries in attempts_by_trial(project).values()
@@ -67,11 +80,10 @@ def test_a_lost_node_fails_its_attempt_which_is_retried_elsewhere_and_named(
                    seen=lambda: str({n: [a["state"] for a in t]
                                      for n, t in attempts_by_trial(project).items()}))
         release(project)
-        _, err = dse.communicate(timeout=240)
+        finish(dse, 240)
     finally:
         stop(dse)
         ray_cluster.replace()
-    assert dse.returncode == 0, err
     assert [row["status"] for row in trials(project).values()] == ["completed"] * 4
     attempts = attempts_by_trial(project)
     hit = {n: a for n, a in attempts.items() if a[0]["state"] == "node_fail"}
@@ -81,11 +93,16 @@ def test_a_lost_node_fails_its_attempt_which_is_retried_elsewhere_and_named(
         assert [a["state"] for a in tries] == ["node_fail", "succeeded"]
         assert tries[0]["node"] == victim
         assert tries[1]["node"] != victim  # the node that interrupted it is avoided
-        # Its first run ended with the node (nothing of it ran on): one line per attempt.
-        assert runs[number] == [f"1 {victim}", f"2 {tries[1]['node']}"], runs[number]
+        # Its first run ended with the node, nothing of it ran on (its supervisor ends the
+        # workload with the actor): one line per attempt. Another trial the node held may
+        # have been lost between its actor's start and its workload's first line.
+        assert runs[number] in ([f"1 {victim}", f"2 {tries[1]['node']}"],
+                                [f"2 {tries[1]['node']}"]), runs[number]
         shown = run_dse(project, "show", f"{name}:{number}")
         assert shown.returncode == 0, shown.stderr
-        assert victim in shown.stdout and "node_fail" in shown.stdout, shown.stdout
+        assert victim in shown.stdout, shown.stdout
+        assert "node_fail" in shown.stdout, shown.stdout
+    assert any(runs[number][0] == f"1 {victim}" for number in hit), runs
     for number, tries in attempts.items():
         if number not in hit:
             assert [a["state"] for a in tries] == ["succeeded"]

@@ -15,8 +15,10 @@ from typing import Any
 
 SYSTEM_CONFIG = {
     "health_check_initial_delay_ms": 0,
-    "health_check_period_ms": 500,
-    "health_check_failure_threshold": 3,
+    # A lost node is declared dead after ~5 s of missed checks (Ray's default: ~15 s), and
+    # never for a second's silence of a node starved of CPU beside the tests' other work.
+    "health_check_period_ms": 1000,
+    "health_check_failure_threshold": 5,
     # Idle workers are not started ahead on a 2-core machine: each costs a Python process.
     "enable_worker_prestart": False,
 }

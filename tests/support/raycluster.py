@@ -4,8 +4,8 @@ A head node (``head``, 1 CPU) and two workers (``w1`` and ``w2``, 2 CPUs each), 
 of its own on this machine with its own object store and sockets in a temporary directory of
 the cluster's own, the dashboard off: ``support/ray_keeper.py`` starts and keeps them, in a
 process of its own, and stops them at the end of the module that uses them. The head declares
-a node dead after about 1.5 s of missed health checks (Ray's default is 30 s): a test that
-kills a raylet waits on that. A test that takes a node away calls :meth:`RayCluster.replace`
+a node dead after about 5 s of missed health checks (Ray's default is 15 s): a test that kills
+a raylet waits on that. A test that takes a node away calls :meth:`RayCluster.replace`
 after, so the next finds three nodes again.
 
 The modules that use the cluster carry ``pytest.mark.xdist_group("ray")`` and hold a file lock

@@ -212,15 +212,16 @@ def remote_class(**options: Any) -> Any:
     """:class:`AttemptActor` as a Ray actor class with *options* (a threaded actor: its
     ``result()`` blocks while ``cancel()`` is served)."""
     if not _REMOTE:
-        _REMOTE.append(ray.remote(max_concurrency=4, max_restarts=0)(AttemptActor))
-    return _REMOTE[0].options(**options)
+        _REMOTE.append(ray.remote(AttemptActor))
+    return _REMOTE[0].options(max_concurrency=4, max_restarts=0, **options)
 
 
 def launcher(namespace: str) -> Any:
     """The namespace's :class:`Launcher` (made if none lives), once it answers."""
     head = {"node:__internal_head__": 0.001}
-    cls = ray.remote(max_concurrency=8, max_restarts=-1)(Launcher)
-    handle = cls.options(name="dse-launcher", namespace=namespace, lifetime="detached",
-                         get_if_exists=True, num_cpus=0, resources=head).remote()
+    cls: Any = ray.remote(Launcher)  # Ray's stubs type the actor class as a function
+    handle = cls.options(
+        name="dse-launcher", namespace=namespace, lifetime="detached", get_if_exists=True,
+        num_cpus=0, resources=head, max_concurrency=8, max_restarts=-1).remote()
     ray.get(handle.ping.remote(), timeout=120)
     return handle

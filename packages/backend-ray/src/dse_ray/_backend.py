@@ -216,7 +216,8 @@ class RayBackend(Backend):
                      if e.get("Alive") and self._names.get(e["NodeID"]) in spec.avoid_nodes]
             if avoid:
                 base["scheduling_strategy"] = NodeLabelSchedulingStrategy(
-                    hard={"ray.io/node_id": NotIn(*avoid)})
+                    # Ray 2.40 leaves NotIn's __init__ unannotated.
+                    hard={"ray.io/node_id": NotIn(*avoid)})  # type: ignore[no-untyped-call]
         actors = [
             (dict(base, name=name),
              node_request(spec, rank, self.options.grace, self.options.linger, self._names))

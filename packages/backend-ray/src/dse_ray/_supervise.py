@@ -19,6 +19,7 @@ prints the same document on stdout. It imports only the standard library and not
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -35,10 +36,9 @@ MEMORY_CHECK_S = 0.25
 
 
 def _prctl(option: int, arg: int) -> None:
-    try:
+    # Without it, the process group and the walk below still apply.
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # without it, the process group and the walk below still apply
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -72,15 +72,11 @@ def descendants(root: int) -> list[int]:
 
 def signal_tree(pgid: int, sig: int) -> None:
     """Send *sig* to the workload's process group and to every descendant of this process."""
-    try:
+    with contextlib.suppress(OSError):
         os.killpg(pgid, sig)
-    except OSError:
-        pass
     for pid in descendants(os.getpid()):
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, sig)
-        except OSError:
-            pass
 
 
 def reap() -> dict[int, int]:
@@ -223,10 +219,8 @@ def _wait(proc: subprocess.Popen[bytes], state: Run, wake_r: int, limit: object,
             timeout = MEMORY_CHECK_S if timeout is None else min(timeout, MEMORY_CHECK_S)
         ready, _, _ = select.select([pidfd, wake_r], [], [], timeout)
         if wake_r in ready:
-            try:
+            with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)
-            except BlockingIOError:
-                pass
         if pidfd in ready:
             status = os.waitpid(proc.pid, 0)[1]
             os.close(pidfd)
@@ -254,7 +248,7 @@ def _clean_up(pgid: int, grace: float) -> None:
 
 def write_atomic(path: str, data: bytes) -> None:
     """Replace *path* with *data* through a fresh temporary file."""
-    tmp = "%s.%d.%s.tmp" % (path, os.getpid(), os.urandom(6).hex())
+    tmp = f"{path}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         os.write(fd, data)
