@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -108,6 +109,51 @@ def test_a_lost_node_fails_its_attempt_which_is_retried_elsewhere_and_named(
             assert [a["state"] for a in tries] == ["succeeded"]
 
 
+def drain_for_preemption(ray_cluster: RayCluster, name: str) -> None:
+    """Tell Ray node *name* is about to be preempted (as the autoscaler does before a spot
+    node is taken back), then take it away (its raylet killed)."""
+    import ray
+
+    (node_id,) = [n["NodeID"] for n in ray.nodes() if n["NodeName"] == name and n["Alive"]]
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("ray")), "drain-node",
+         f"--address={ray_cluster.address}", f"--node-id={node_id}",
+         "--reason=DRAIN_NODE_REASON_PREEMPTION", "--reason-message=spot node taken back",
+         "--deadline-remaining-seconds=1"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    ray_cluster.kill_raylet(name)
+
+
+def test_a_node_preempted_under_a_trial_is_an_interruption_retried_elsewhere(
+    ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    name = unique("preempt")
+    project = project_with(tmp_path, name, ray_cluster.address, sleepers(4, 120.0),
+                           parallelism=4)
+    victim = ray_cluster.workers[-1]
+    dse = start_dse(project, "run", "campaign.toml")
+    try:
+        wait_until(lambda: started_on(project, victim), 120, f"a trial running on {victim}")
+        drain_for_preemption(ray_cluster, victim)
+        wait_until(lambda: recorded(project, "preempted"), 120, "an attempt ended preempted",
+                   seen=lambda: str({n: [a["state"] for a in t]
+                                     for n, t in attempts_by_trial(project).items()}))
+        release(project)
+        finish(dse, 240)
+    finally:
+        stop(dse)
+        ray_cluster.replace()
+    assert [row["status"] for row in trials(project).values()] == ["completed"] * 4
+    attempts = attempts_by_trial(project)
+    hit = {n: a for n, a in attempts.items() if a[0]["state"] == "preempted"}
+    assert hit, {n: [x["state"] for x in a] for n, a in attempts.items()}
+    for tries in hit.values():
+        assert [a["state"] for a in tries] == ["preempted", "succeeded"]
+        assert tries[0]["node"] == victim
+        assert tries[1]["node"] != victim
+
+
 def test_a_controller_killed_three_times_resumes_and_nothing_runs_twice(
     ray_cluster: RayCluster, tmp_path: Path
 ) -> None:
@@ -157,3 +203,20 @@ def test_a_two_node_trial_gets_ranks_0_and_1_on_two_nodes(
     (attempt,) = attempts_by_trial(project)[1]
     assert attempt["state"] == "succeeded"
     assert attempt["node"] == ",".join(nodes)
+
+
+def test_a_trial_over_its_memory_fails_out_of_memory_and_the_rest_complete(
+    ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    name = unique("oom")
+    points = [{"mode": "oom", "i": 0, "seconds": 0.0}, {"mode": "ok", "i": 1, "seconds": 0.0}]
+    project = project_with(tmp_path, name, ray_cluster.address, points, parallelism=2,
+                           environment="memory_mb = 200")
+    proc = run_dse(project, "run", "campaign.toml", timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    rows = trials(project)
+    assert [rows[n]["status"] for n in (1, 2)] == ["failed", "completed"]
+    assert rows[1]["failure"] == "out_of_memory", dict(rows[1])
+    (attempt,) = attempts_by_trial(project)[1]
+    assert attempt["state"] == "out_of_memory"
+    assert runs_of(project)[1] == [f"1 {attempt['node']}"]  # not retried

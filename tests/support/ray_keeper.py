@@ -10,6 +10,8 @@ to the garbage collector, which the test process would take as errors.
 
 from __future__ import annotations
 
+import os
+import select
 import sys
 from typing import Any
 
@@ -23,6 +25,24 @@ SYSTEM_CONFIG = {
     "enable_worker_prestart": False,
 }
 NODE_ARGS: dict[str, Any] = {"object_store_memory": 80 * 2**20}
+
+
+def drivers_to_head(cluster: Any) -> None:
+    """Make a driver started on this host attach to the head's raylet.
+
+    A driver attaches to the raylet of the address Ray cached for this host in the session
+    directory, which each node started with an address of its own overwrites: on one host
+    standing for three, that would be the last worker started, and a test that kills it
+    would kill the controller's connection with it. On a real cluster each host has its own
+    session directory, and its own address in it."""
+    import json
+
+    from filelock import FileLock
+
+    head = cluster.head_node
+    path = os.path.join(head.get_session_dir_path(), "node_ip_address.json")
+    with FileLock(path + ".lock"), open(path, "w") as handle:
+        json.dump({"node_ip_address": head.node_ip_address}, handle)
 
 
 def main(temp_dir: str) -> int:
@@ -39,7 +59,11 @@ def main(temp_dir: str) -> int:
         nonlocal made
         made += 1
         name = f"w{made}"
-        workers[name] = cluster.add_node(**NODE_ARGS, num_cpus=2, node_name=name)
+        # An address of its own (the loopback has them all): a driver on this host attaches
+        # to the raylet of its own address, the head's, never to a worker a test kills.
+        workers[name] = cluster.add_node(**NODE_ARGS, num_cpus=2, node_name=name,
+                                         node_ip_address=f"127.0.0.{made + 1}")
+        drivers_to_head(cluster)
         return name
 
     try:
@@ -47,8 +71,13 @@ def main(temp_dir: str) -> int:
         add()
         cluster.wait_for_nodes()
         print(cluster.address, flush=True)
-        for line in sys.stdin:
-            words = line.split()
+        parent = os.getppid()
+        while True:
+            if not select.select([sys.stdin], [], [], 1.0)[0]:
+                if os.getppid() != parent:
+                    break  # the test process is gone: so is its cluster
+                continue
+            words = sys.stdin.readline().split()
             if not words or words[0] == "stop":
                 break
             if words[0] == "kill":

@@ -1,12 +1,13 @@
 """A real local Ray cluster of three nodes for the Ray backend's tests.
 
-A head node (``head``, 1 CPU) and two workers (``w1`` and ``w2``, 2 CPUs each), each a raylet
-of its own on this machine with its own object store and sockets in a temporary directory of
-the cluster's own, the dashboard off: ``support/ray_keeper.py`` starts and keeps them, in a
-process of its own, and stops them at the end of the module that uses them. The head declares
-a node dead after about 5 s of missed health checks (Ray's default is 15 s): a test that kills
-a raylet waits on that. A test that takes a node away calls :meth:`RayCluster.replace`
-after, so the next finds three nodes again.
+A head node (``head``, 1 CPU) and two workers (``w1`` and ``w2``, 2 CPUs each, on loopback
+addresses of their own, ``127.0.0.2``...), each a raylet of its own on this machine with its
+own object store and sockets in a temporary directory of the cluster's own, the dashboard off;
+a driver started here (the test process, a `dse run`) attaches to the head's raylet.
+``support/ray_keeper.py`` starts and keeps them, in a process of its own, and stops them at
+the end of the module that uses them. The head declares a node dead after about 5 s of missed
+health checks (Ray's default is 15 s): a test that kills a raylet waits on that. A test that
+takes a node away calls :meth:`RayCluster.replace` after, so the next finds three nodes again.
 
 The modules that use the cluster carry ``pytest.mark.xdist_group("ray")`` and hold a file lock
 while their cluster lives (:func:`cluster_for_module`): one cluster at a time on this machine,
