@@ -87,8 +87,11 @@ def bench(session: nox.Session) -> None:
     # scikit-learn only for the digits early_stopping.py trains on (its trials need numpy),
     # and for Optuna's fANOVA in importance.py; optuna-dashboard is dashboard.py's peer.
     session.install("torch==2.13.0")
+    # Ray Tune is ray_throughput.py's peer, on the ray dse-backend-ray pins; it was tried with
+    # pandas 2 only.
     session.install("optuna", "numpy", "scipy", "torch==2.13.0", "ax-platform>=1.3,<1.4",
-                    "scikit-learn", "optuna-dashboard", *(f"-e{p}" for p in PACKAGES))
+                    "scikit-learn", "optuna-dashboard", "ray[tune]==2.40.0", "pandas<3",
+                    *(f"-e{p}" for p in PACKAGES))
     quick = [] if "--full" in session.posargs else ["--quick"]
     session.run("python", "benchmarks/engine_overhead.py", *quick)
     session.run("python", "benchmarks/local_overhead.py", *quick)
@@ -104,3 +107,4 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/model_based_hyperband.py", *quick)
     session.run("python", "benchmarks/importance.py", *quick)
     session.run("python", "benchmarks/dashboard.py", *quick)
+    session.run("python", "benchmarks/ray_throughput.py", *quick)

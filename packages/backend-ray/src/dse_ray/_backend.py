@@ -29,6 +29,7 @@ from dse_ray._options import RayOptions, connect, ray_options
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from pathlib import Path
 
     from dse import Resources
 
@@ -125,6 +126,18 @@ class RayBackend(Backend):
 
     def job_id_for(self, job: JobSpec) -> str | None:
         return job_id_for(job)
+
+    def still_running(self, job_id: str | None, trial_dir: Path, attempt: int) -> bool:
+        """Whether the attempt's actor still lives (running, or ended and waiting out its
+        ``linger`` for its controller to record its end)."""
+        if job_id is None:
+            return False
+        import ray
+
+        self.count_command("list_named_actors")
+        names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                 if a.get("namespace") == self.options.namespace}
+        return job_id in names or f"{job_id}/0" in names
 
     # -- template methods -----------------------------------------------------------------
 
