@@ -46,6 +46,8 @@ def drivers_to_head(cluster: Any) -> None:
 
 
 def main(temp_dir: str) -> int:
+    # No usage report to Ray's servers from a test cluster (the nodes inherit this).
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={

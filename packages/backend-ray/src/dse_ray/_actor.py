@@ -102,9 +102,7 @@ class AttemptActor:
                 for task in tasks:
                     self._procs.append(self._start(task, node, nodes))
         self._started.set()
-        docs = []
-        for task, proc in zip(tasks, self._procs, strict=False):
-            docs.append(self._finish(task, proc))
+        docs = self._wait_all(tasks)
         if len(self._procs) < len(tasks):  # cancelled before they started
             docs += [{"cancelled": True, "never_started": True, "node": node,
                       "started_at": started_at, "ended_at": time.time()}
@@ -132,6 +130,23 @@ class AttemptActor:
         proc.stdin.write(json.dumps(request).encode())
         proc.stdin.close()
         return proc
+
+    def _wait_all(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each started task's exit document, once it ended. One task failing ends the others
+        of this node (as srun's ``--kill-on-bad-exit``; the controller ends other nodes')."""
+        procs = list(self._procs)
+        if len(procs) <= 1:
+            return [self._finish(t, p) for t, p in zip(tasks, procs, strict=False)]
+        docs: dict[int, dict[str, Any]] = {}
+        while len(docs) < len(procs):
+            for i, proc in enumerate(procs):
+                if i in docs or proc.poll() is None:
+                    continue
+                docs[i] = self._finish(tasks[i], proc)
+                if docs[i].get("exit_code") != 0 or docs[i].get("launch_error"):
+                    self.cancel()
+            time.sleep(0.05)
+        return [docs[i] for i in range(len(procs))]
 
     def _finish(self, task: dict[str, Any], proc: subprocess.Popen[bytes]) -> dict[str, Any]:
         """Wait for one supervisor; its exit document (the last line it printed)."""
