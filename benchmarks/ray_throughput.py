@@ -9,7 +9,8 @@ cluster ``--address`` names, then runs the same function over the same N configu
   polling pass), rolling, ``max_parallelism`` = the cluster's CPUs, a grid over ``i``;
 * **Ray Tune**: ``ray.tune.Tuner`` over a function trainable that calls the same function and
   reports its result (``ray.train.report``), ``grid_search`` over the same ``i``, each trial
-  asking for 1 CPU, ``max_concurrent_trials`` = the cluster's CPUs.
+  asking for 1 CPU, ``max_concurrent_trials`` = the cluster's CPUs, Ray Tune's defaults
+  otherwise (``reuse_actors=False``: an actor per trial, as dse starts one per attempt).
 
 The function sleeps ``--seconds`` (0.5 s) and returns a loss. Both sides run the same number of
 trials on the same cluster in the same run, dse first. Printed: a table of wall time, trials
