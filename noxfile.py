@@ -12,7 +12,7 @@ nox.options.sessions = ["tests", "isolation", "lint", "types"]
 nox.options.reuse_existing_virtualenvs = True
 
 PACKAGES = ["packages/core[report,postgres]", "packages/agents", "packages/backend-local",
-            "packages/backend-slurm"]
+            "packages/backend-slurm", "packages/backend-ray"]
 TEST_DEPS = ["pytest>=8,<9.2", "pytest-xdist>=3", "hypothesis>=6.100"]
 """pytest 9.2 ignores the group pytest-xdist 3.8 gives an ``xdist_group`` test (it sets a node
 id that pytest 9.2 no longer reads), so ``--dist loadgroup`` spread the Slurm tests over all
@@ -20,7 +20,8 @@ workers; the Slurm tests also hold a lock (``support.slurm``), and this keeps th
 WORKERS = (os.cpu_count() or 1) + 2
 """Two workers more than cores: the ``slurm`` and ``slurm-aside`` groups each hold a worker that
 mostly waits on the cluster (about 190 s of the suite on a 2-core machine), and the other tests
-keep every core busy beside them."""
+keep every core busy beside them. The ``ray`` group (about two minutes) starts its own
+three-node Ray cluster per module (``tests/support/raycluster.py``) on the worker it holds."""
 INTEGRATIONS = "packages/core[report,postgres,integrations]"
 """dse-core as the tests install it: with MLflow, TensorBoard and W&B, which tests/integrations
 writes to and reads back (the types session leaves them out: mypy checks dse's calls to them as
@@ -86,8 +87,11 @@ def bench(session: nox.Session) -> None:
     # scikit-learn only for the digits early_stopping.py trains on (its trials need numpy),
     # and for Optuna's fANOVA in importance.py; optuna-dashboard is dashboard.py's peer.
     session.install("torch==2.13.0")
+    # Ray Tune is ray_throughput.py's peer, on the ray dse-backend-ray pins; it was tried with
+    # pandas 2 only.
     session.install("optuna", "numpy", "scipy", "torch==2.13.0", "ax-platform>=1.3,<1.4",
-                    "scikit-learn", "optuna-dashboard", *(f"-e{p}" for p in PACKAGES))
+                    "scikit-learn", "optuna-dashboard", "ray[tune]==2.40.0", "pandas<3",
+                    *(f"-e{p}" for p in PACKAGES))
     quick = [] if "--full" in session.posargs else ["--quick"]
     session.run("python", "benchmarks/engine_overhead.py", *quick)
     session.run("python", "benchmarks/local_overhead.py", *quick)
@@ -103,3 +107,4 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/model_based_hyperband.py", *quick)
     session.run("python", "benchmarks/importance.py", *quick)
     session.run("python", "benchmarks/dashboard.py", *quick)
+    session.run("python", "benchmarks/ray_throughput.py", *quick)

@@ -40,10 +40,11 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [
-    ROOT / "packages" / d / "src" for d in ("core", "agents", "backend-local", "backend-slurm")
+    ROOT / "packages" / d / "src"
+    for d in ("core", "agents", "backend-local", "backend-slurm", "backend-ray")
 ]
 BENCHMARKS = ROOT / "benchmarks"
-OURS = ("dse", "dse_agents", "dse_local", "dse_slurm")
+OURS = ("dse", "dse_agents", "dse_local", "dse_slurm", "dse_ray")
 
 CLASS_MAX = 400
 FUNCTION_MAX = 80

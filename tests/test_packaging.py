@@ -1,4 +1,4 @@
-"""The four distributions are ready for the package index: installed from the wheels pip
+"""The five distributions are ready for the package index: installed from the wheels pip
 builds, each shows a real description with links that work there, its authors, its license
 (the file shipped too), its classifiers and the project's URLs.
 
@@ -23,6 +23,7 @@ DISTRIBUTIONS = {
     "dse-agents": "agents",
     "dse-backend-local": "backend-local",
     "dse-backend-slurm": "backend-slurm",
+    "dse-backend-ray": "backend-ray",
 }
 """Distribution name -> its directory under ``packages/``."""
 
@@ -81,7 +82,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def metadata(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Each distribution's metadata, read by ``importlib.metadata`` in a fresh venv where
-    only the four wheels (built by pip from the sources) are installed."""
+    only the five wheels (built by pip from the sources) are installed."""
     root = tmp_path_factory.mktemp("packaging")
     wheels = root / "wheels"
     run([sys.executable, "-m", "pip", "wheel", "--disable-pip-version-check", "-q",

@@ -1,4 +1,4 @@
-"""All four distributions share one version, and in-repo dependencies are pinned to it."""
+"""All five distributions share one version, and in-repo dependencies are pinned to it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["core", "agents", "backend-local", "backend-slurm"]
+PACKAGES = ["core", "agents", "backend-local", "backend-slurm", "backend-ray"]
 
 
 def _project(directory: str) -> dict[str, object]:
@@ -36,7 +36,7 @@ def test_the_version_in_code_matches_the_distribution() -> None:
     text = (ROOT / "packages/core/src/dse/_version.py").read_text()
     assert f'__version__ = "{_project("core")["version"]}"' in text
     for directory, module in [("backend-local", "dse_local"), ("backend-slurm", "dse_slurm"),
-                              ("agents", "dse_agents")]:
+                              ("backend-ray", "dse_ray"), ("agents", "dse_agents")]:
         init = (ROOT / "packages" / directory / "src" / module / "__init__.py").read_text()
         assert f'__version__ = "{_project(directory)["version"]}"' in init, directory
 
