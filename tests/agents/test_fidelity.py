@@ -20,7 +20,7 @@ import pytest
 
 import dse
 from dse_agents import BayesianAgent, GridAgent, RandomAgent
-from dse_agents._bayesian import fidelity_column
+from dse_agents._stopped import fidelity_column
 from support.curves import SPACE, Curves, simulate
 
 if TYPE_CHECKING:

@@ -22,11 +22,11 @@
   again teaches nothing).
 * **Trials stopped early**: a loss at step *s* of ``max_step`` is a result at fidelity
   ``s / max_step``. With such results the model takes the fidelity as one more input column,
-  on a log scale (:func:`fidelity_column`; 1 for full runs), and the acquisition asks it about
-  full runs (:class:`dse_agents._gp.AtFullFidelity`). A trial told again (stopped, promoted,
-  then stopped higher or run to its end) replaces its earlier result. Once the campaign stops
-  trials early, a third of the proposals are drawn at random (``random_fraction``,
-  :data:`_RANDOM_FRACTION`).
+  on a log scale (1 for full runs), and the acquisition asks it about full runs
+  (:class:`dse_agents._gp.AtFullFidelity`). A trial told again (stopped, promoted, then
+  stopped higher or run to its end) replaces its earlier result. Once the campaign stops
+  trials early, a third of the proposals are drawn at random (``random_fraction``). Both:
+  :mod:`dse_agents._stopped`.
 * **Acquisition**: log expected improvement over the best posterior mean of the observed
   points (robust to noise), plus the log probability of success once a trial has failed,
   maximised over random candidates and perturbations of the best points: the best of each
@@ -71,6 +71,7 @@ from dse_agents._feasibility import SuccessModel
 from dse_agents._gp import AtFullFidelity, GaussianProcess
 from dse_agents._multi import ParetoSearch
 from dse_agents._options import need_fraction, need_int, reject_unknown
+from dse_agents._stopped import EarlyStopped
 from dse_agents._trust import MIN_COLUMNS, trust_box, trust_length
 
 if TYPE_CHECKING:
@@ -95,14 +96,6 @@ def _one_blas_thread() -> Any:
     return _THREADS[0].limit(limits=1, user_api="blas")
 
 _OPTIONS = ("initial", "candidates", "max_points", "random_fraction")
-_RANDOM_FRACTION = 1 / 3
-"""The share of proposals drawn at random, once the campaign stops trials early (BOHB's
-default, Falkner et al. 2018): what the model learns from a trial stopped at its first rungs
-is an extrapolation, and proposals taken from it alone crowd a region the rungs then judge
-among themselves. In ``benchmarks/model_based_hyperband.py``'s lockstep runs (mlp, 8 seeds;
-both with the log-scale fidelity) the median compute to the target fell from 671 (6 seeds
-reached it) to 455 (8 of 8), about a random search's 431 (7 of 8); on its synthetic family
-(20 seeds) 985 without, 1,029 with (19 of 20 both)."""
 _MAX_POINTS = 200
 """Observations the posterior is conditioned on past this many (the best third and a seeded
 draw of the rest): every prediction costs the square of it. After 1,000 observations a batch
@@ -161,22 +154,6 @@ def _learnt(obs: Observation) -> tuple[float | None, float] | None:
     return None
 
 
-def fidelity_column(t: NDArray[np.float64], max_step: int | None) -> NDArray[np.float64]:
-    """The model's fidelity input of results at fidelities *t* (``step / max_step``; 1 for a
-    full run): the step on a log scale, ``log(step) / log(max_step)``, where the rungs of
-    ``asha`` and ``hyperband`` lie evenly (steps 1, 3, 9, 27 and 81 of 81 at 0, 1/4, 1/2, 3/4
-    and 1), not crowded below a third as ``s / max_step`` has them (1/81 to 27/81), which
-    left the fitted length scale of the column a gap of two thirds to bridge to a full run
-    (lockstep, ``benchmarks/model_based_hyperband.py``: median compute to target 1,078 ->
-    985 on its synthetic family, 20 seeds; 1,092 -> 671 on mlp, 8). *t* as it is while
-    ``max_step`` is unknown (a snapshot of 0.2 restored, no result told since)."""
-    if max_step is None or max_step < 2:
-        return t
-    steps = np.maximum(t * max_step, 1.0)
-    column: NDArray[np.float64] = np.log(steps) / math.log(max_step)
-    return column
-
-
 def _nearest_failures(
     points: Sequence[NDArray[np.float64]], losses: Sequence[float | None],
     best: NDArray[np.float64], keep: int,
@@ -218,13 +195,8 @@ class BayesianAgent:
                                     options.get("candidates", 2048), minimum=16)
         self._max_points = need_int(self.name, "max_points",
                                     options.get("max_points", _MAX_POINTS), minimum=10)
-        fraction = options.get("random_fraction")
-        self._random_fraction = (None if fraction is None
-                                 else need_fraction(self.name, "random_fraction", fraction))
-        """The share of model proposals drawn at random instead (``None``: the default,
-        :data:`_RANDOM_FRACTION` once the campaign stops trials early, else none)."""
-        self._max_step: int | None = None
-        """The campaign's ``max_step`` (observations carry it when it stops trials early)."""
+        self._stopping = EarlyStopped(
+            need_fraction(self.name, "random_fraction", options.get("random_fraction")))
         self._rng = np.random.default_rng(seed)
         self._design = list(latin_hypercube(self._enc.dims, self._initial, seed))
         self._size = space.cardinality
@@ -300,7 +272,7 @@ class BayesianAgent:
                 if model is None:
                     model = self._fit_pareto()
                 params = self._from_front(model, polish=not out)
-            elif self._explores():
+            elif self._stopping.explores(self._proposed):
                 params = self._any_unseen()
             else:
                 if model is None:
@@ -332,8 +304,7 @@ class BayesianAgent:
             if learnt is None:
                 continue  # interrupted, cancelled, out of budget, other data: nothing learnt
             loss, fidelity = learnt
-            if obs.max_step is not None and obs.max_step > 0:
-                self._max_step = obs.max_step
+            self._stopping.note(obs.max_step)
             losses = self._multi.note(obs)
             try:
                 x = enc.encode(obs.params)
@@ -392,7 +363,7 @@ class BayesianAgent:
             "seen": [[list(pair) for pair in key] for key in self._seen],
             "proposed": self._proposed,
             "fits": self._fits,
-            "max_step": self._max_step,
+            "max_step": self._stopping.max_step,
             "gp": gp,
             "gp_fidelity": fidelity,
             "gp_success": success,
@@ -425,8 +396,7 @@ class BayesianAgent:
         self._seen = {tuple((str(name), value) for name, value in key)
                       for key in state["seen"]}
         self._proposed, self._fits = int(state["proposed"]), int(state["fits"])
-        max_step = state.get("max_step")  # a snapshot of 0.2 has none: the next result's
-        self._max_step = None if max_step is None else int(max_step)
+        self._stopping.restore(state.get("max_step"))
         self._multi.restore(state, len(self._x))
 
     # -- proposals ------------------------------------------------------------------------
@@ -435,15 +405,6 @@ class BayesianAgent:
         if self._multi.active:
             return sum(1 for v in self._multi.losses if v is not None)
         return sum(1 for y in self._y if y is not None)
-
-    def _explores(self) -> bool:
-        """Whether the next proposal is a random one (a ``random_fraction`` of them: the
-        proposals whose count crosses a multiple of its inverse)."""
-        fraction = self._random_fraction
-        if fraction is None:
-            fraction = 0.0 if self._max_step is None else _RANDOM_FRACTION
-        k = self._proposed
-        return math.floor((k + 1) * fraction + 1e-9) > math.floor(k * fraction + 1e-9)
 
     def _from_design(self) -> dict[str, Any] | None:
         """The next point of the initial Latin hypercube not proposed yet; past the design
@@ -470,7 +431,7 @@ class BayesianAgent:
         ok = np.array([y is not None for y in self._y])
         x = np.array(self._x)
         if min(self._t) < 1.0:
-            x = np.hstack([x, fidelity_column(np.array(self._t), self._max_step)[:, None]])
+            x = np.hstack([x, self._stopping.column(np.array(self._t))[:, None]])
         x = x[ok]
         y = np.array([v for v in self._y if v is not None])
         if len(y) > self._max_points:

@@ -28,8 +28,11 @@ def need_int(agent: str, key: str, value: object, *, minimum: int) -> int:
     return value
 
 
-def need_fraction(agent: str, key: str, value: object) -> float:
-    """*value* as a number in ``[0, 1)``, or a :class:`dse.ConfigError`."""
+def need_fraction(agent: str, key: str, value: object) -> float | None:
+    """*value* as a number in ``[0, 1)`` (``None``, not given, as is), or a
+    :class:`dse.ConfigError`."""
+    if value is None:
+        return None
     if (not isinstance(value, int | float) or isinstance(value, bool)
             or not 0.0 <= float(value) < 1.0):
         msg = f"agent.{agent}.{key}: expected a number >= 0 and < 1, got {value!r}"
