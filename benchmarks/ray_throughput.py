@@ -17,7 +17,7 @@ trials on the same cluster in the same run, dse first. Printed: a table of wall 
 per second and the wall time over the ideal (N x seconds / CPUs), and as the last line one JSON
 object with ``dse_wall_ratio_to_raytune`` (dse's wall time over Ray Tune's: below 1 is faster).
 
-    python benchmarks/ray_throughput.py            # 300 trials (a few minutes on 2 cores)
+    python benchmarks/ray_throughput.py            # 300 trials (30 minutes on 2 busy cores)
     python benchmarks/ray_throughput.py --quick    # 10 trials: about a minute on 2 busy cores
 
 Needs ``pip install -e packages/backend-ray 'ray[tune]==2.40.0'``.

@@ -35,6 +35,7 @@ def end(*docs: dict[str, object], cancelled: bool = False, nodes: tuple[str, ...
     ({"launch_error": "FileNotFoundError: x"}, JobState.INVALID, False),
     ({"orphaned": True, "signal": signal.SIGTERM}, JobState.LOST, False),
     ({"supervisor_died": -9}, JobState.LOST, True),
+    ({"start_error": "OSError: [Errno 14] Bad address"}, JobState.LAUNCH_ERROR, False),
 ])
 def test_one_task_s_document_says_its_end(doc: dict[str, object], state: JobState,
                                           ambiguous: bool) -> None:

@@ -91,6 +91,24 @@ class AttemptActor:
         return node_id, names.get(node_id, node_id[:12]), [names.get(n, n[:12]) for n in order]
 
     def _run(self) -> None:
+        """Start the tasks, wait for their ends; whatever goes wrong here still answers
+        ``started()`` and ``result()`` (a task that could not start ends ``start_error``),
+        never leaving the controller waiting on an attempt that will not run."""
+        try:
+            self._attempt()
+        except Exception as exc:  # noqa: BLE001 - the attempt's end, not the actor's crash
+            words = f"{type(exc).__name__}: {exc}"
+            self.cancel()  # the tasks that did start end too
+            docs = [self._finish(t, p)
+                    for t, p in zip(self._request["tasks"], self._procs, strict=False)]
+            self._docs = [*docs, {"start_error": words, "ended_at": time.time(),
+                                  "node": self._where.get("node")}]
+        finally:
+            self._started.set()
+            self._done.set()
+            threading.Timer(float(self._request.get("linger", 600.0)), os._exit, (0,)).start()
+
+    def _attempt(self) -> None:
         node_id, node, nodes = self._place()
         req = self._request
         started_at = time.time()
@@ -108,8 +126,6 @@ class AttemptActor:
                       "started_at": started_at, "ended_at": time.time()}
                      for _ in tasks[len(self._procs):]]
         self._docs = docs
-        self._done.set()
-        threading.Timer(float(req.get("linger", 600.0)), os._exit, (0,)).start()
 
     def _start(self, task: dict[str, Any], node: str, nodes: list[str]
                ) -> subprocess.Popen[bytes]:
@@ -122,10 +138,19 @@ class AttemptActor:
         node_rank = int(task["node_rank"])
         env["DSE_NODE_RANK"] = str(node_rank)
         request = {**task, "env": env, "node": node}
-        proc = subprocess.Popen(
-            [sys.executable, "-S", SUPERVISOR], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, close_fds=True,
-        )
+        for tries in range(3):
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-S", SUPERVISOR], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
+                )
+                break
+            except OSError:
+                # A fork of this threaded worker failed for a moment (EFAULT and EAGAIN were
+                # seen on a loaded host): tried again, then the attempt ends start_error.
+                if tries == 2:
+                    raise
+                time.sleep(0.2)
         assert proc.stdin is not None
         proc.stdin.write(json.dumps(request).encode())
         proc.stdin.close()

@@ -44,6 +44,9 @@ def task_state(doc: Mapping[str, Any], attempt_dir: Path, *, cancelled: bool
     code, sig = doc.get("exit_code"), doc.get("signal")
     if doc.get("launch_error"):
         return JobState.INVALID, str(doc["launch_error"]), False
+    if doc.get("start_error"):
+        # The node could not start the supervisor: the infrastructure's, retried.
+        return JobState.LAUNCH_ERROR, f"the node could not start it: {doc['start_error']}", False
     if doc.get("out_of_memory"):
         return JobState.OUT_OF_MEMORY, "its processes passed the memory asked (memory_mb)", False
     if doc.get("timed_out"):
