@@ -14,7 +14,9 @@ The variants change only what the agent is told (the agent itself is dse's, unch
 * ``as is``: what the engine tells it;
 * ``log fidelity``: a stopped trial's step told as ``max_step (1 + log_eta s) / (1 + log_eta
   max_step)``, so its fidelity is the rung's place on Hyperband's geometric ladder (1/5, 2/5,
-  ... at steps 1, 3, 9, 27 of 81) instead of ``s / max_step`` (1/81, 3/81, ...);
+  ... at steps 1, 3, 9, 27 of 81) instead of ``s / max_step`` (1/81, 3/81, ...): agent
+  0.2.3's diagnosis; 0.3.0 puts every step on a log scale itself, so this variant's steps
+  are logged twice;
 * ``full runs only``: stopped trials are not told (the model learns from full runs alone);
 * ``stopped as full``: a stopped trial's value is told as a full run's.
 * ``model promotes`` (a proposal, told as ``as is``): when a worker is free and the rule
