@@ -8,7 +8,6 @@ they run one after another on one cluster (``xdist_group("ray")``).
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -16,16 +15,22 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from support.cli import run_dse, start_dse
-from support.ray_work import (
+from support.campaign_record import (
     attempts_by_trial,
-    project_with,
-    release,
+    recorded,
     runs_of,
     sleepers,
     started_on,
     starts,
     trials,
+)
+from support.cli import run_dse, start_dse
+from support.ray_work import (
+    finish,
+    project_with,
+    release,
+    stop,
+    unique,
 )
 from support.waiting import wait_until
 
@@ -33,37 +38,6 @@ if TYPE_CHECKING:
     from support.raycluster import RayCluster
 
 pytestmark = pytest.mark.xdist_group("ray")
-
-
-def unique(name: str) -> str:
-    """*name* made unique to this test run (its Ray namespace too)."""
-    return f"{name}{secrets.token_hex(3)}"
-
-
-def stop(dse: subprocess.Popen[str]) -> None:
-    """Kill the controller (SIGKILL: nothing of it cleans up) and close its pipes."""
-    if dse.poll() is None:
-        dse.kill()
-    dse.communicate(timeout=60)
-
-
-def finish(dse: subprocess.Popen[str], timeout: float) -> str:
-    """Wait for the controller to end (failing the test, with its last words, after
-    *timeout* seconds); its stderr."""
-    try:
-        _, err = dse.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        dse.kill()
-        _, err = dse.communicate(timeout=60)
-        pytest.fail(f"dse run did not end within {timeout:g}s; its stderr ends: {err[-3000:]}")
-    assert dse.returncode == 0, err
-    return err
-
-
-def recorded(project: Path, state: str) -> bool:
-    """Whether the record holds an attempt that ended *state* (the engine saw it)."""
-    return any(a["state"] == state for tries in attempts_by_trial(project).values()
-               for a in tries)
 
 
 def test_a_lost_node_fails_its_attempt_which_is_retried_elsewhere_and_named(

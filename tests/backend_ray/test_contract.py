@@ -39,8 +39,13 @@ def test_one_rank_failing_ends_the_others_and_the_attempt_fails(
 ) -> None:
     """As srun's ``--kill-on-bad-exit``: rank 1 exits 3, rank 0 (which would sleep ten
     minutes) is ended, on its node or on another, and the attempt is ``FAILED`` with 3."""
-    script = ("import os, sys, time\nif os.environ['DSE_RANK'] == '1':\n    sys.exit(3)\n"
-              "time.sleep(600)\n")
+    # Rank 1 fails once rank 0 runs (rank 0's actor killed before it started is another
+    # case: test_states).
+    script = ("import os, sys, time\nup = os.path.join(os.environ['DSE_TRIAL_DIR'], 'rank0-up')\n"
+              "if os.environ['DSE_RANK'] == '1':\n    deadline = time.time() + 120\n"
+              "    while not os.path.exists(up) and time.time() < deadline:\n"
+              "        time.sleep(0.05)\n    sys.exit(3)\n"
+              "open(up, 'w').close()\ntime.sleep(600)\n")
     job = dataclasses.replace(
         contract_job(tmp_path, "ranks", "succeed", argv=(sys.executable, "-c", script)),
         resources=Resources(cpus=1, nodes=nodes, tasks_per_node=per_node))

@@ -9,8 +9,13 @@ import pytest
 
 from dse import ConfigError
 from dse_ray import RayOptions, ray_options
+from support.campaign_record import (
+    sleepers,
+)
 from support.cli import run_dse
-from support.ray_work import project_with, sleepers
+from support.ray_work import (
+    project_with,
+)
 
 
 def test_the_table_is_read_with_durations_and_custom_resources() -> None:
@@ -26,12 +31,29 @@ def test_the_table_is_read_with_durations_and_custom_resources() -> None:
     ({"address": ""}, "c.toml: backend.ray.address: expected a non-empty string"),
     ({"resources": {"CPU": 2}}, "c.toml: backend.ray.resources: ['CPU'] come from"),
     ({"resources": {"tpu": -1}}, "c.toml: backend.ray.resources: expected a table"),
+    ({"shared_filesystem": "no"}, "c.toml: backend.ray.shared_filesystem: expected true or"),
+    ({"return_limit": "lots"}, "c.toml: backend.ray.return_limit: expected a size"),
+    ({"return_limit": "-1MiB"}, "c.toml: backend.ray.return_limit: expected a size"),
+    ({"return_limit": "inf"}, "c.toml: backend.ray.return_limit: expected a size"),
+    ({"node_dir": "scratch"}, "c.toml: backend.ray.node_dir: expected an absolute path"),
+    ({"working_dir": "app"}, "c.toml: backend.ray.working_dir: expected an absolute path"),
 ])
 def test_a_bad_option_is_one_line_naming_the_key(table: dict[str, object], said: str) -> None:
     with pytest.raises(ConfigError) as caught:
         ray_options(table, "c.toml")
     assert str(caught.value).startswith(said), str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("given", "size"), [
+    (1000, 1000), ("64MiB", 64 << 20), ("1.5 GB", 1_500_000_000), ("512k", 512 << 10),
+    ("0", 0),
+])
+def test_the_return_limit_is_a_size(given: object, size: int) -> None:
+    opts = ray_options({"shared_filesystem": False, "return_limit": given,
+                        "node_dir": "/scratch/dse"}, "c.toml")
+    assert (opts.shared_filesystem, opts.return_limit, opts.node_dir) == (
+        False, size, "/scratch/dse")
 
 
 def closed_port() -> int:

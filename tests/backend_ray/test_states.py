@@ -93,3 +93,32 @@ def test_nodes_are_named_by_their_name_else_address_and_id() -> None:
                        "NodeID": "ab" * 28}) == "w1"
     assert node_label({"NodeName": "10.0.0.1", "NodeManagerAddress": "10.0.0.1",
                        "NodeID": "cd" * 28}) == "10.0.0.1-cdcdcdcd"
+
+
+def test_a_node_killed_before_it_started_because_another_failed_is_not_the_attempt_s_end(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 exited 3 before rank 0's actor answered that it started: rank 0's actor was
+    killed (Ray: "killed by ray.kill ... before it started running"); the attempt failed
+    with 3, it was not lost."""
+    import dataclasses
+
+    from dse import Resources, SystemClock
+    from dse.testing.contracts import contract_job
+    from dse_ray._attempt import Attempt
+
+    spec = dataclasses.replace(contract_job(tmp_path, "two", "succeed"),
+                               resources=Resources(cpus=1, nodes=2))
+    att = Attempt("j", spec)
+    att.results = {0: object(), 1: object()}
+    att.take("result", 1, {"node": "w2", "started_at": 100.0, "nodes": ["w1", "w2"],
+                           "tasks": [{**DONE, "rank": "1", "exit_code": 3, "node": "w2"}]},
+             None, SystemClock())
+    assert att.failing()
+    att.stopped.update(r for r in att.results if r not in att.docs)  # as the backend does
+    att.take("result", 0, None, _Died("The actor is dead because it was killed by `ray.kill`."
+                                      " The actor never ran - it was cancelled before it"
+                                      " started running."), SystemClock())
+    assert att.ended()
+    status = att.end()
+    assert (status.state, status.exit_code) == (JobState.FAILED, 3), status.reason

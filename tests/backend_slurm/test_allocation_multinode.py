@@ -14,8 +14,9 @@ import pytest
 from dse import JobSpec, Resources
 from dse_slurm._allocation import _node_cpus, _Pilot, _step_usage, _Task, spanning_pilot
 from dse_slurm._pilot import Pilot, Warm
+from support.campaign_record import attempts_by_trial, trials
 from support.cli import run_dse, write_plugin
-from support.slurm import attempts_by_trial, queued_jobs, trials, wait_for_an_idle_cluster
+from support.slurm import queued_jobs, wait_for_an_idle_cluster
 
 # -- placement in the pilot ------------------------------------------------------------------
 

@@ -17,14 +17,20 @@ from pathlib import Path
 
 import pytest
 
+from support.campaign_record import (
+    attempts_by_trial,
+    recorded,
+    runs_of,
+    sleepers,
+    started_on,
+    trials,
+)
 from support.cli import run_dse, start_dse
 from support.slurm import (
-    attempts_by_trial,
     pass_commands,
     queued_jobs,
     resume_node,
     run,
-    trials,
     wait_for_an_idle_cluster,
     wait_until,
 )
@@ -41,31 +47,6 @@ def unique(name: str) -> str:
 def prefix(name: str) -> str:
     """The start of the Slurm job names of the first run of campaign *name*."""
     return f"dse.{name}-1."
-
-
-def sleepers(count: int, seconds: float) -> list[dict[str, object]]:
-    return [{"mode": "ok", "i": i, "seconds": seconds} for i in range(count)]
-
-
-def runs_of(project: Path) -> dict[int, list[str]]:
-    """Trial number → the lines its workload wrote (one per run that started)."""
-    out = {}
-    for number, row in trials(project).items():
-        log = Path(row["trial_dir"]) / "checkpoint" / "runs.log"
-        out[number] = log.read_text().splitlines() if log.exists() else []
-    return out
-
-
-def started_on(project: Path, node: str) -> bool:
-    """Whether a trial's workload has started on *node* (it wrote its line in runs.log)."""
-    return any(f"1 {node}" in log.read_text()
-               for log in project.glob(".dse/*/run-*/*/checkpoint/runs.log"))
-
-
-def recorded(project: Path, state: str) -> bool:
-    """Whether the record holds an attempt that ended *state* (the engine saw it)."""
-    return any(a["state"] == state for tries in attempts_by_trial(project).values()
-               for a in tries)
 
 
 def assert_retried_elsewhere(project: Path, count: int, state: str, node: str) -> None:

@@ -22,14 +22,13 @@ import pytest
 from dse import JobSpec, JobState, Resources
 from dse.testing.contracts import contract_job, wait_for
 from dse_slurm import SlurmBackend, SlurmOptions
+from support.campaign_record import attempts_by_trial, trials
 from support.cli import run_dse, start_dse, write_plugin
 from support.slurm import (
-    attempts_by_trial,
     node_states,
     queued_jobs,
     resume_node,
     run,
-    trials,
     wait_for_an_idle_cluster,
     wait_until,
 )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from support.campaign_record import attempts_by_trial, trials
 from support.cli import run_dse
-from support.slurm import attempts_by_trial, trials
 from support.slurm_work import INTERRUPTIONS, project_with
 
 pytestmark = [pytest.mark.xdist_group("slurm-aside"), pytest.mark.usefixtures("slurm_aside")]

@@ -3,16 +3,20 @@
 Each trial runs ``work.py``, which appends one line per run to ``runs.log`` in its checkpoint
 directory (its attempt and the node it ran on, ``DSE_NODE``), so a test checks what ran, not
 what the engine believes ran. A trial sleeps its ``seconds``, or until the test calls
-:func:`release`. A trial of several tasks writes ``rank-<r>.json`` (its rank, node and the
-attempt's nodes) in its trial directory; rank 0 reports the result.
+:func:`release`; one of mode ``big`` first writes ``model.bin`` (64 KiB) in its trial directory
+and reports a first progress step. Each task writes ``rank-<r>.json`` (its rank, node, the
+attempt's nodes and its trial directory) in its trial directory; rank 0 reports the result.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
+import secrets
+import subprocess
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from support.cli import write_plugin
 
@@ -27,7 +31,11 @@ if rank == 0:
         log.write("%s %s\n" % (os.environ["DSE_ATTEMPT"], os.environ.get("DSE_NODE")))
 with open(os.path.join(os.environ["DSE_TRIAL_DIR"], "rank-%d.json" % rank), "w") as out:
     json.dump({k: os.environ.get(k) for k in ("DSE_RANK", "DSE_LOCAL_RANK", "DSE_NODE_RANK",
-               "DSE_WORLD_SIZE", "DSE_NODE", "DSE_NODES")}, out)
+               "DSE_WORLD_SIZE", "DSE_NODE", "DSE_NODES", "DSE_TRIAL_DIR")}, out)
+if p["mode"] == "big" and rank == 0:
+    with open(os.path.join(os.environ["DSE_TRIAL_DIR"], "model.bin"), "wb") as out:
+        out.write(b"x" * 65536)
+    trial.report_progress(1, {"value": 1.0})
 if p["mode"] == "exit3":
     sys.exit(3)
 if p["mode"] == "oom":
@@ -61,19 +69,21 @@ time_limit = "2m"
 address = "{address}"
 namespace = "{name}"
 grace = "2s"
+{backend}
 
 [[objectives]]
 metric = "value"
 
 [space]
-mode = ["ok", "exit3", "oom"]
+mode = ["ok", "exit3", "oom", "big"]
 i = {{ type = "int", low = 0, high = 1000 }}
 seconds = {{ type = "float", low = 0, high = 600 }}
 """
 
 
 def project_with(tmp_path: Path, name: str, address: str, points: list[dict[str, Any]], *,
-                 parallelism: int, mode: str = "waves", environment: str = "") -> Path:
+                 parallelism: int, mode: str = "waves", environment: str = "",
+                 backend: str = "") -> Path:
     """A project whose campaign *name* runs *points* on the Ray cluster at *address*."""
     write_plugin(tmp_path)
     (tmp_path / "work.py").write_text(WORK)
@@ -83,13 +93,9 @@ def project_with(tmp_path: Path, name: str, address: str, points: list[dict[str,
     )
     (tmp_path / "campaign.toml").write_text(CAMPAIGN.format(
         name=name, mode=mode, parallelism=parallelism, points=inline, address=address,
-        environment=environment,
+        environment=environment, backend=backend,
     ))
     return tmp_path
-
-
-def sleepers(count: int, seconds: float) -> list[dict[str, Any]]:
-    return [{"mode": "ok", "i": i, "seconds": seconds} for i in range(count)]
 
 
 def release(project: Path) -> None:
@@ -97,56 +103,27 @@ def release(project: Path) -> None:
     (project / "released").touch()
 
 
-def record(project: Path, sql: str) -> list[sqlite3.Row]:
-    """Rows of *sql* on the project's record (read-only; none while it is being made)."""
-    path = project / ".dse" / "dse.sqlite"
-    if not path.exists():
-        return []
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    db.row_factory = sqlite3.Row
+def unique(name: str) -> str:
+    """*name* made unique to this test run (its Ray namespace too)."""
+    return f"{name}{secrets.token_hex(3)}"
+
+
+def stop(dse: subprocess.Popen[str]) -> None:
+    """Kill the controller (SIGKILL: nothing of it cleans up) and close its pipes."""
+    if dse.poll() is None:
+        dse.kill()
+    dse.communicate(timeout=60)
+
+
+def finish(dse: subprocess.Popen[str], timeout: float) -> str:
+    """Wait for the controller to end (failing the test, with its last words, after
+    *timeout* seconds); its stderr."""
     try:
-        return list(db.execute(sql))
-    except sqlite3.OperationalError:
-        return []  # its tables not made yet
-    finally:
-        db.close()
+        _, err = dse.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        dse.kill()
+        _, err = dse.communicate(timeout=60)
+        pytest.fail(f"dse run did not end within {timeout:g}s; its stderr ends: {err[-3000:]}")
+    assert dse.returncode == 0, err
+    return err
 
-
-def trials(project: Path) -> dict[int, sqlite3.Row]:
-    """Trial number → its row, for the last run of the project."""
-    rows = record(project, "SELECT * FROM trials WHERE campaign_id = (SELECT MAX(id)"
-                  " FROM campaigns) ORDER BY number")
-    return {row["number"]: row for row in rows}
-
-
-def attempts_by_trial(project: Path) -> dict[int, list[sqlite3.Row]]:
-    """Trial number → its attempts (in order) from the last run of the project."""
-    rows = record(project, """
-        SELECT t.number, a.* FROM attempts a JOIN trials t ON a.trial_id = t.id
-        WHERE t.campaign_id = (SELECT MAX(id) FROM campaigns) ORDER BY t.number, a.attempt
-    """)
-    out: dict[int, list[sqlite3.Row]] = {}
-    for row in rows:
-        out.setdefault(row["number"], []).append(row)
-    return out
-
-
-def runs_of(project: Path) -> dict[int, list[str]]:
-    """Trial number → the lines its workload wrote (one per run that started)."""
-    out = {}
-    for number, row in trials(project).items():
-        log = Path(row["trial_dir"]) / "checkpoint" / "runs.log"
-        out[number] = log.read_text().splitlines() if log.exists() else []
-    return out
-
-
-def started_on(project: Path, node: str) -> bool:
-    """Whether a trial's workload has started on *node* (its first attempt's line)."""
-    return any(f"1 {node}" in log.read_text().splitlines()
-               for log in project.glob(".dse/*/run-*/*/checkpoint/runs.log"))
-
-
-def starts(project: Path) -> int:
-    """How many runs of trial workloads have started (lines in every runs.log)."""
-    return sum(len(log.read_text().splitlines())
-               for log in project.glob(".dse/*/run-*/*/checkpoint/runs.log"))

@@ -107,7 +107,8 @@ class RayCluster:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        if not os.environ.get("DSE_KEEP_RAY"):
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def leftovers(temp_dir: str) -> list[int]:

@@ -14,17 +14,17 @@ import contextlib
 import fcntl
 import json
 import shutil
-import sqlite3
 import subprocess
 import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from dse_slurm import expand_job_ids
+from support.campaign_record import record
 from support.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -217,35 +217,6 @@ def queued_jobs(name_prefix: str) -> list[str]:
             if len(line.split()) == 3 and line.split()[1].startswith(name_prefix)
             and line.split()[2] != "CG"
             for job_id in expand_job_ids(line.split()[0])]
-
-
-def record(project: Path, sql: str, *args: Any) -> list[sqlite3.Row]:
-    """Rows of *sql* on the project's dse record (read-only)."""
-    db = sqlite3.connect(f"file:{project / '.dse' / 'dse.sqlite'}?mode=ro", uri=True)
-    db.row_factory = sqlite3.Row
-    try:
-        return list(db.execute(sql, args))
-    finally:
-        db.close()
-
-
-def attempts_by_trial(project: Path) -> dict[int, list[sqlite3.Row]]:
-    """Trial number → its attempts (in order) from the last run of the project."""
-    rows = record(project, """
-        SELECT t.number, a.* FROM attempts a JOIN trials t ON a.trial_id = t.id
-        WHERE t.campaign_id = (SELECT MAX(id) FROM campaigns) ORDER BY t.number, a.attempt
-    """)
-    out: dict[int, list[sqlite3.Row]] = {}
-    for row in rows:
-        out.setdefault(row["number"], []).append(row)
-    return out
-
-
-def trials(project: Path) -> dict[int, sqlite3.Row]:
-    """Trial number → its row, for the last run of the project."""
-    rows = record(project, "SELECT * FROM trials WHERE campaign_id = (SELECT MAX(id)"
-                  " FROM campaigns) ORDER BY number")
-    return {row["number"]: row for row in rows}
 
 
 def pass_commands(project: Path) -> list[dict[str, int]]:

@@ -9,7 +9,13 @@ its end) and answers three calls, each on a thread of its own (a threaded actor)
 
 * ``started()`` — once every task started: where (the node's id and name) and when;
 * ``result()`` — once every task ended: each task's exit document (what ``exit.json`` holds);
-* ``cancel()`` — SIGTERM every supervisor (each ends its tree: SIGTERM, grace, SIGKILL).
+* ``cancel()`` — SIGTERM every supervisor (each ends its tree: SIGTERM, grace, SIGKILL);
+* ``sync(offset)`` — without a shared filesystem, what the trial wrote since (``_files``).
+
+Without a shared filesystem (the request's ``files``), the actor first stages the trial's
+directory on its node (:class:`~dse_ray._files.NodeFiles`), runs the tasks there (the
+controller's trial directory in their paths, arguments and environment becomes the node's),
+and ``result()`` carries back what they wrote.
 
 Once it has ended, the actor waits for the controller to kill it (which frees its resources)
 and exits on its own after ``linger`` seconds when no controller does; a controller that comes
@@ -18,6 +24,7 @@ later reads the exit files the supervisors left in the attempt directory instead
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -29,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import ray
+
+from dse_ray._files import NodeFiles
 
 SUPERVISOR = str(Path(__file__).with_name("_supervise.py"))
 
@@ -52,6 +61,8 @@ class AttemptActor:
         self._done = threading.Event()
         self._where: dict[str, Any] = {}
         self._docs: list[dict[str, Any]] = []
+        self._files: NodeFiles | None = None
+        self._collected: dict[str, Any] | None = None
         threading.Thread(target=self._run, name="dse-attempt", daemon=True).start()
 
     def started(self) -> dict[str, Any]:
@@ -62,7 +73,18 @@ class AttemptActor:
     def result(self) -> dict[str, Any]:
         """Each task's exit document, with where it ran (blocks until every task ended)."""
         self._done.wait()
-        return {**self._where, "tasks": self._docs}
+        out = {**self._where, "tasks": self._docs}
+        if self._collected is not None:
+            out["collected"] = self._collected
+        return out
+
+    def sync(self, offset: int, fresh: bool) -> dict[str, Any]:
+        """Without a shared filesystem: the progress file from *offset* and the files
+        written since the last answer, or since the start when *fresh* (empty before the
+        tasks started)."""
+        if self._files is None or not self._started.is_set():
+            return {}
+        return self._files.since(offset, fresh=fresh)
 
     def cancel(self) -> bool:
         """End every task (its supervisor's SIGTERM, grace, SIGKILL); whether any ran."""
@@ -104,9 +126,19 @@ class AttemptActor:
             self._docs = [*docs, {"start_error": words, "ended_at": time.time(),
                                   "node": self._where.get("node")}]
         finally:
+            self._collect()
             self._started.set()
             self._done.set()
             threading.Timer(float(self._request.get("linger", 600.0)), os._exit, (0,)).start()
+
+    def _collect(self) -> None:
+        """What the tasks wrote on this node, for ``result()`` (no shared filesystem)."""
+        if self._files is None:
+            return
+        try:
+            self._collected = self._files.collect()
+        except Exception as exc:  # noqa: BLE001 - said in the attempt's end, not raised
+            self._collected = {"error": f"{type(exc).__name__}: {exc}"}
 
     def _attempt(self) -> None:
         node_id, node, nodes = self._place()
@@ -115,6 +147,8 @@ class AttemptActor:
         self._where = {"node_id": node_id, "node": node, "nodes": nodes,
                        "started_at": started_at}
         tasks = req["tasks"]
+        if req.get("files"):
+            tasks = self._stage(req["files"], tasks, node)
         with self._lock:
             if not self._cancelled:
                 for task in tasks:
@@ -126,6 +160,40 @@ class AttemptActor:
                       "started_at": started_at, "ended_at": time.time()}
                      for _ in tasks[len(self._procs):]]
         self._docs = docs
+
+    def _stage(self, files: dict[str, Any], tasks: list[dict[str, Any]], node: str
+               ) -> list[dict[str, Any]]:
+        """Make the trial's directory on this node and the tasks' requests that use it."""
+        import tempfile
+
+        from dse_ray._files import node_root
+
+        base = files["node_dir"] or os.path.join(tempfile.gettempdir(), "dse-ray")
+        src = files["trial_dir"]
+        root = node_root(base, node, Path(src))
+        node_rank = int(tasks[0]["node_rank"]) if tasks else 0
+        self._files = NodeFiles(root, int(files["attempt"]), node_rank, int(files["limit"]))
+        self._files.stage(files["stage"] if node_rank == 0 else {
+            k: v for k, v in files["stage"].items() if k == "params.json"})
+
+        def mapped(value: Any) -> Any:
+            if isinstance(value, str):
+                return value.replace(src, root)
+            if isinstance(value, list):
+                return [mapped(v) for v in value]
+            if isinstance(value, dict):
+                return {k: mapped(v) for k, v in value.items()}
+            return value
+
+        out = []
+        for task in tasks:
+            new = mapped(task)
+            if files["working_dir"]:
+                new["cwd"] = files["working_dir"]
+            elif not os.path.isdir(new["cwd"]):
+                new["cwd"] = root
+            out.append(new)
+        return out
 
     def _start(self, task: dict[str, Any], node: str, nodes: list[str]
                ) -> subprocess.Popen[bytes]:
@@ -193,7 +261,8 @@ class AttemptActor:
 
 
 class Launcher:
-    """Creates attempts' actors (and placement groups) for the controllers of one namespace.
+    """Creates attempts' actors (and placement groups) for every controller of the cluster
+    (:data:`LAUNCHER`).
 
     A controller killed right after ``Actor.remote()`` returned loses the actor: Ray registers
     it and submits its creation asynchronously, and the control store drops a detached actor
@@ -256,12 +325,25 @@ def remote_class(**options: Any) -> Any:
     return _REMOTE[0].options(max_concurrency=4, max_restarts=0, **options)
 
 
-def launcher(namespace: str) -> Any:
-    """The namespace's :class:`Launcher` (made if none lives), once it answers."""
+LAUNCHER_NAMESPACE = "dse-launcher"
+LAUNCHER = "launcher-" + hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+"""The cluster's one :class:`Launcher` for this code (a controller of another dse version
+makes its own): one for every namespace and every controller.
+
+Not one per namespace: Ray 2.38 to 2.44 crash the head's raylet (``worker_pool.cc``, "Check
+failed: worker->GetAssignedJobId().IsNil() || worker->GetAssignedJobId() ==
+task_spec.JobId()", ray-project/ray#52090, fixed by #52405 in 2.45) when a second driver (a
+second controller) makes a detached actor there while the workers of the actors another
+driver's detached launcher made sit idle. With one launcher, every attempt's actor is made by
+the same job."""
+
+
+def launcher() -> Any:
+    """The cluster's :class:`Launcher` (made if none lives), once it answers."""
     head = {"node:__internal_head__": 0.001}
     cls: Any = ray.remote(Launcher)  # Ray's stubs type the actor class as a function
     handle = cls.options(
-        name="dse-launcher", namespace=namespace, lifetime="detached", get_if_exists=True,
+        name=LAUNCHER, namespace=LAUNCHER_NAMESPACE, lifetime="detached", get_if_exists=True,
         num_cpus=0, resources=head, max_concurrency=8, max_restarts=-1).remote()
     ray.get(handle.ping.remote(), timeout=120)
     return handle

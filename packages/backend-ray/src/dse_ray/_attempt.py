@@ -9,6 +9,7 @@ built by :func:`node_request`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from dse import Clock
+    from dse_ray._files import Mirror
 
 CANCEL_MARK = "ray-cancel"
 """Left in the attempt directory when dse cancels the attempt: a controller that reattaches
@@ -47,8 +49,10 @@ def attempt_dir(spec: JobSpec) -> Path:
 
 
 def node_request(spec: JobSpec, node_rank: int, grace: float, linger: float,
-                 names: dict[str, str]) -> dict[str, Any]:
-    """What the actor of node *node_rank* of *spec* runs: one task per local rank."""
+                 names: dict[str, str], files: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    """What the actor of node *node_rank* of *spec* runs: one task per local rank (and,
+    without a shared filesystem, the *files* it stages: ``_files``)."""
     res = spec.resources
     adir = attempt_dir(spec)
     argv = ["/bin/sh", "-c", spec.argv[0], "dse-trial"] if spec.shell else list(spec.argv)
@@ -67,7 +71,7 @@ def node_request(spec: JobSpec, node_rank: int, grace: float, linger: float,
             "memory_mb": None if res.memory_mb is None
             else max(res.memory_mb // res.tasks_per_node, 1),
         })
-    return {"tasks": tasks, "linger": linger, "names": names}
+    return {"tasks": tasks, "linger": linger, "names": names, "files": files}
 
 
 def read_exit_files(spec: JobSpec, node_rank: int) -> list[dict[str, Any]] | None:
@@ -109,10 +113,22 @@ class Attempt:
     errors: dict[int, JobStatus] = field(default_factory=dict)
     """Node rank → its end when Ray answered with an error instead."""
     cancelled: bool = False
+    stopped: set[int] = field(default_factory=set)
+    """Node ranks the controller ended because another node failed: how they ended is not
+    how the attempt did."""
     final: JobStatus | None = None
     running_said: bool = False
     names: dict[str, str] = field(default_factory=dict)
     """Node id → name, as the backend knew them (to name a node Ray reports dead)."""
+    mirror: Mirror | None = None
+    """Without a shared filesystem: the controller's copy of the trial's files."""
+    sync: Any = None
+    """The pending ``sync()`` answer of node 0 (no shared filesystem), if one is asked."""
+    synced_at: float | None = None
+    """When the last ``sync()`` was asked (the controller's monotonic clock); ``None``
+    before this controller asked one."""
+    file_errors: list[str] = field(default_factory=list)
+    """What went wrong bringing files back (said in the attempt's end)."""
 
     @property
     def nodes(self) -> int:
@@ -120,7 +136,8 @@ class Attempt:
 
     def pending(self) -> list[tuple[Any, str, int]]:
         """Every answer awaited: (ref, ``"start"`` or ``"result"``, node rank)."""
-        return [*((r, "start", i) for i, r in self.starts.items()),
+        syncs = [] if self.sync is None else [(self.sync, "sync", 0)]
+        return [*((r, "start", i) for i, r in self.starts.items()), *syncs,
                 *((r, "result", i) for i, r in self.results.items())]
 
     def take(self, kind: str, rank: int, value: Any, error: BaseException | None,
@@ -132,10 +149,22 @@ class Attempt:
             if error is None:
                 self.where[rank] = dict(value)
             return
+        if kind == "sync":
+            self.sync = None
+            if error is None and value:
+                self._mirror(value, rank)
+            elif type(error).__name__.startswith("RayTaskError") and not self.file_errors:
+                # The actor's sync() raised (its death is the attempt's end, said elsewhere).
+                self.file_errors.append(f"asking node {self.node_of(rank)} what the trial"
+                                        f" wrote: {str(error).strip().splitlines()[-1]}")
+            return
         self.results.pop(rank, None)
         if error is None:
-            self.where.setdefault(rank, {k: v for k, v in value.items() if k != "tasks"})
+            self.where.setdefault(rank, {k: v for k, v in value.items()
+                                         if k not in ("tasks", "collected")})
             self.docs[rank] = list(value["tasks"])
+            if "collected" in value:
+                self._mirror(value["collected"], rank)
             return
         status = from_error(self.job_id, error, node=self.node_of(rank, error),
                             cancelled=self.cancelled, started_at=self.started_at(),
@@ -144,6 +173,26 @@ class Attempt:
             self.results[rank] = self.actors[rank].result.remote()
         else:
             self.errors[rank] = status
+
+    def _mirror(self, answer: dict[str, Any], rank: int) -> None:
+        """Write what node *rank* sent back of the trial's files (no shared filesystem)."""
+        if self.mirror is None:
+            return
+        if answer.get("error"):
+            self.file_errors.append(f"node {self.node_of(rank)}: {answer['error']}")
+            return
+        try:
+            self.mirror.take(answer, self.node_of(rank))
+        except (OSError, ValueError) as exc:
+            self.file_errors.append(f"writing what node {self.node_of(rank)} sent back:"
+                                    f" {type(exc).__name__}: {exc}")
+
+    def wants_sync(self, now: float, every: float) -> bool:
+        """Whether to ask node 0 for what changed (no shared filesystem): it runs, no
+        answer is awaited, and *every* seconds passed since the last ask."""
+        return (self.mirror is not None and self.sync is None and 0 in self.where
+                and 0 in self.results
+                and (self.synced_at is None or now - self.synced_at >= every))
 
     def node_of(self, rank: int, error: BaseException | None = None) -> str | None:
         """The name of the node of *rank*, from its ``started()`` answer, else from the node
@@ -171,13 +220,21 @@ class Attempt:
         return not self.results and len(self.docs) + len(self.errors) >= self.nodes
 
     def end(self) -> JobStatus:
-        """How it ended, once every node answered."""
-        if self.errors:
-            return min(self.errors.values(), key=lambda s: ORDER.index(s.state))
+        """How it ended, once every node answered: by the worst end of a node, leaving out
+        the nodes ended because another failed."""
+        errors = [s for rank, s in self.errors.items() if rank not in self.stopped]
+        if errors or not self.docs:
+            return min(errors or self.errors.values(), key=lambda s: ORDER.index(s.state))
         docs = [d for rank in sorted(self.docs) for d in self.docs[rank]]
         nodes = next((list(w.get("nodes") or []) for w in self.where.values()), [])
-        return from_documents(self.job_id, docs, attempt_dir(self.spec),
-                              cancelled=self.cancelled, nodes=nodes)
+        status = from_documents(self.job_id, docs, attempt_dir(self.spec),
+                                cancelled=self.cancelled, nodes=nodes)
+        if self.mirror is None:
+            return status
+        reason = status.reason
+        if self.file_errors:
+            reason = "; ".join(filter(None, [reason, *self.file_errors]))
+        return dataclasses.replace(status, left_files=self.mirror.left_files(), reason=reason)
 
     def running(self) -> JobStatus | None:
         """``RUNNING`` once, when every node of it started."""

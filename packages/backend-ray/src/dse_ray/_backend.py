@@ -24,6 +24,7 @@ from dse_ray._attempt import (
     node_request,
     read_exit_files,
 )
+from dse_ray._files import Mirror, outgoing
 from dse_ray._nodes import labels, room
 from dse_ray._options import RayOptions, connect, ray_options
 
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
     from dse import Resources
 
 log = logging.getLogger("dse.ray")
+
+SYNC_S = 1.0
+"""Without a shared filesystem: how often a running attempt is asked what it wrote (its
+progress lines and checkpoint), at most."""
 
 
 def ask_of(resources: Resources, custom: Mapping[str, float]) -> dict[str, float]:
@@ -56,7 +61,9 @@ class RayBackend(Backend):
     per node in a ``STRICT_SPREAD`` placement group, each starting its node's tasks with their
     ranks. The command runs under a supervisor process on the node with the node's
     environment (its Ray worker's) and ``JobSpec.env`` over it, the directory of the node's
-    Python first on ``PATH``; the trial directory must be on a filesystem the nodes share.
+    Python first on ``PATH``. The trial directory is on a filesystem the nodes share, or
+    (``shared_filesystem = false``) each node keeps one of its own and the files travel
+    through Ray (``_files``).
     """
 
     name: ClassVar[str] = "ray"
@@ -66,11 +73,15 @@ class RayBackend(Backend):
 
     def __init__(self, *, address: str = "auto", namespace: str = "dse", grace: float = 10.0,
                  linger: float = 600.0, resources: Mapping[str, float] | None = None,
-                 connect_timeout: float = 30.0) -> None:
+                 connect_timeout: float = 30.0, shared_filesystem: bool = True,
+                 node_dir: str = "", return_limit: int = 64 << 20,
+                 working_dir: str = "") -> None:
         super().__init__()
         self.options = RayOptions(address=address, namespace=namespace, grace=float(grace),
                                   linger=float(linger), resources=dict(resources or {}),
-                                  connect_timeout=float(connect_timeout))
+                                  connect_timeout=float(connect_timeout),
+                                  shared_filesystem=bool(shared_filesystem), node_dir=node_dir,
+                                  return_limit=int(return_limit), working_dir=working_dir)
         connect(self.options)
         # SIGTERM at the limit, SIGKILL one grace later, and a pass to see it.
         self.overrun_s = self.options.grace + 2.0
@@ -84,7 +95,9 @@ class RayBackend(Backend):
         try:
             return cls(address=opts.address, namespace=opts.namespace, grace=opts.grace,
                        linger=opts.linger, resources=opts.resources,
-                       connect_timeout=opts.connect_timeout)
+                       connect_timeout=opts.connect_timeout,
+                       shared_filesystem=opts.shared_filesystem, node_dir=opts.node_dir,
+                       return_limit=opts.return_limit, working_dir=opts.working_dir)
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
 
@@ -148,7 +161,7 @@ class RayBackend(Backend):
         ids = []
         todo = []
         for spec in jobs:
-            att = Attempt(job_id_for(spec), spec, names=dict(self._names))
+            att = self._attempt(job_id_for(spec), spec)
             self._jobs[att.job_id] = att
             ids.append(att.job_id)
             att.final = self._unfit(att, cluster) or self._ready(att)
@@ -173,11 +186,27 @@ class RayBackend(Backend):
                                       reason=f"Ray refused it: {answer['error']}")
         return ids
 
+    def _attempt(self, job_id: str, spec: JobSpec) -> Attempt:
+        att = Attempt(job_id, spec, names=dict(self._names))
+        if not self.options.shared_filesystem:
+            att.mirror = Mirror(spec.trial_dir)
+        return att
+
+    def _files(self, spec: JobSpec) -> dict[str, Any] | None:
+        """What an attempt's actors stage on their nodes (no shared filesystem), else
+        ``None``."""
+        opts = self.options
+        if opts.shared_filesystem:
+            return None
+        return {"trial_dir": str(spec.trial_dir), "node_dir": opts.node_dir,
+                "working_dir": opts.working_dir, "limit": opts.return_limit,
+                "attempt": spec.attempt, "stage": outgoing(spec.trial_dir)}
+
     def _launcher(self) -> Any:
         from dse_ray._actor import launcher
 
         if self._launcher_handle is None:
-            self._launcher_handle = launcher(self.options.namespace)
+            self._launcher_handle = launcher()
         return self._launcher_handle
 
     def _unfit(self, att: Attempt, cluster: list[dict[str, Any]]) -> JobStatus | None:
@@ -231,9 +260,11 @@ class RayBackend(Backend):
                 base["scheduling_strategy"] = NodeLabelSchedulingStrategy(
                     # Ray 2.40 leaves NotIn's __init__ unannotated.
                     hard={"ray.io/node_id": NotIn(*avoid)})  # type: ignore[no-untyped-call]
+        files = self._files(spec)
         actors = [
             (dict(base, name=name),
-             node_request(spec, rank, self.options.grace, self.options.linger, self._names))
+             node_request(spec, rank, self.options.grace, self.options.linger, self._names,
+                          files))
             for rank, name in enumerate(actor_names(att.job_id, att.nodes))
         ]
         return {"group": group, "group_name": f"{att.job_id}/pg", "actors": actors}
@@ -259,14 +290,17 @@ class RayBackend(Backend):
         if waiting:
             self.count_command("ray.wait")
             ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
-            # Starts first: an attempt whose node died is named by where it had started.
-            for ref in sorted(ready, key=lambda r: waiting[r][1] != "start"):
+            # Starts first: an attempt whose node died is named by where it had started; what
+            # a node wrote while running before what it wrote by its end.
+            order = ("start", "sync", "result")
+            for ref in sorted(ready, key=lambda r: order.index(waiting[r][1])):
                 att, kind, rank = waiting[ref]
                 try:
                     value, error = ray.get(ref), None
                 except Exception as exc:  # noqa: BLE001 - Ray's error is the attempt's end
                     value, error = None, exc
                 att.take(kind, rank, value, error, self.clock)
+        self._ask_syncs(job_ids)
         for job_id in job_ids:
             att = self._jobs.get(job_id)
             if att is None:
@@ -276,9 +310,26 @@ class RayBackend(Backend):
                 out[job_id] = status
         return out
 
+    def _ask_syncs(self, job_ids: Sequence[str]) -> None:
+        """Ask each running attempt without a shared filesystem what it wrote since (answered
+        in a later pass: the progress lines early stopping reads, the checkpoint a retry on
+        another node resumes from)."""
+        now = self.clock.monotonic()
+        for job_id in job_ids:
+            att = self._jobs.get(job_id)
+            if att is not None and att.final is None and att.wants_sync(now, SYNC_S):
+                assert att.mirror is not None
+                att.sync = att.actors[0].sync.remote(att.mirror.progress_length(),
+                                                     att.synced_at is None)
+                att.synced_at = now
+                self.count_command("sync")
+
     def _check(self, att: Attempt) -> JobStatus | None:
         if att.final is None and att.nodes > 1 and not att.cancelled and att.failing():
-            self._stop(att)  # one node failed: the others are ended (kill-on-bad-exit)
+            # One node failed: the others are ended (kill-on-bad-exit), and their ends are
+            # not the attempt's (an actor killed before it started says only that).
+            att.stopped.update(r for r in att.results if r not in att.docs)
+            self._stop(att)
         if att.final is None and att.ended():
             att.final = att.end()
         if att.final is not None:
@@ -337,7 +388,7 @@ class RayBackend(Backend):
         alive = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                  if a.get("namespace") == namespace}
         for job_id, spec in jobs.items():
-            att = Attempt(job_id, spec, names=dict(self._names))
+            att = self._attempt(job_id, spec)
             self._jobs[job_id] = att
             att.cancelled = (attempt_dir(spec) / CANCEL_MARK).exists()
             if att.nodes > 1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 from dataclasses import dataclass, field
@@ -15,7 +16,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dse.ray")
 
-KEYS = ("address", "namespace", "grace", "linger", "resources", "connect_timeout")
+KEYS = ("address", "namespace", "grace", "linger", "resources", "connect_timeout",
+        "shared_filesystem", "node_dir", "return_limit", "working_dir")
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30}
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,19 @@ class RayOptions:
     """Custom Ray resources each node of an attempt asks for (``{"accelerator_v5" = 1}``)."""
     connect_timeout: float = 30.0
     """Seconds to wait for the cluster to answer before giving up in one line."""
+    shared_filesystem: bool = True
+    """Whether the nodes see the controller's trial directories at the same paths. When not,
+    each node runs the trial in a directory of its own under :attr:`node_dir` and the files
+    travel through Ray (``_files``)."""
+    node_dir: str = ""
+    """Without a shared filesystem: where the nodes keep trial directories (``""``: the
+    node's temporary directory's ``dse-ray``)."""
+    return_limit: int = 64 << 20
+    """Without a shared filesystem: the largest file (bytes) brought back to the controller;
+    a larger one stays on its node, and the record says where."""
+    working_dir: str = ""
+    """Without a shared filesystem: where the command runs on the nodes (``""``: the
+    campaign's working directory when the node has it, else the trial's directory there)."""
 
 
 def ray_options(options: Mapping[str, Any], source: str) -> RayOptions:
@@ -47,7 +64,7 @@ def ray_options(options: Mapping[str, Any], source: str) -> RayOptions:
     if unknown:
         raise ConfigError(f"{where}: unknown option(s) {unknown}" + did_you_mean(unknown, KEYS))
     values: dict[str, Any] = {}
-    for key in ("address", "namespace"):
+    for key in ("address", "namespace", "node_dir", "working_dir"):
         if key in options:
             value = options[key]
             if not isinstance(value, str) or not value.strip():
@@ -56,6 +73,17 @@ def ray_options(options: Mapping[str, Any], source: str) -> RayOptions:
     for key in ("grace", "linger", "connect_timeout"):
         if key in options:
             values[key] = parse_duration(options[key], f"{where}.{key}")
+    if "shared_filesystem" in options:
+        if not isinstance(options["shared_filesystem"], bool):
+            raise ConfigError(f"{where}.shared_filesystem: expected true or false, got"
+                              f" {options['shared_filesystem']!r}")
+        values["shared_filesystem"] = options["shared_filesystem"]
+    if "return_limit" in options:
+        values["return_limit"] = parse_size(options["return_limit"], f"{where}.return_limit")
+    for key in ("node_dir", "working_dir"):
+        if key in values and not values[key].startswith("/"):
+            raise ConfigError(f"{where}.{key}: expected an absolute path on the nodes, got"
+                              f" {values[key]!r}")
     if "resources" in options:
         table = options["resources"]
         if not isinstance(table, dict) or not all(
@@ -70,6 +98,24 @@ def ray_options(options: Mapping[str, Any], source: str) -> RayOptions:
                               " gpus, memory_mb), not from custom resources")
         values["resources"] = {k: float(v) for k, v in table.items()}
     return RayOptions(**values)
+
+
+def parse_size(value: object, where: str) -> int:
+    """A size: a whole number of bytes, or a string such as ``"64MiB"``, ``"1.5 GB"``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        number = text.rstrip("kmgib ")
+        unit = text[len(number):].strip()
+        try:
+            amount = float(number)
+        except ValueError:
+            amount = -1.0
+        if unit in _UNITS and math.isfinite(amount) and amount >= 0:
+            return int(amount * _UNITS[unit])
+    raise ConfigError(f"{where}: expected a size such as 64MiB or a number of bytes, got"
+                      f" {value!r}")
 
 
 def _endpoint(address: str) -> tuple[str, int] | None:

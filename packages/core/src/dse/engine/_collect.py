@@ -117,6 +117,8 @@ class Collector:
         )
         if status.usage:
             batch.set_attempt_usage(row=trial.attempt_row, usage=status.usage)
+        if status.left_files:
+            batch.set_attempt_left_files(row=trial.attempt_row, left=status.left_files)
         if trial.status is TrialStatus.INTERRUPTED and self._end.stopping():
             # Not retried while the campaign stops; a resumed run will run it again.
             trial.message = f"{status.state.value} while the campaign was stopping"

@@ -193,6 +193,12 @@ class JobStatus:
     """What the backend's accounting charged the attempt, when it keeps one: ``elapsed_s``,
     ``cpus``, ``gpus``, ``nodes``, ``mem_mb``, ``billing`` (Slurm's AllocTRES and ElapsedRaw).
     Recorded with the attempt as the input of the budget ledger."""
+    left_files: Mapping[str, Any] | None = None
+    """Files the attempt made that the backend left where they were made instead of in the
+    trial directory, and where: ``{"node": name, "dir": path there, "files": {path relative
+    to the trial directory: size in bytes}}`` (dse-backend-ray without a shared filesystem
+    leaves a file larger than its ``return_limit`` on the node). Recorded with the attempt,
+    shown by ``dse show``."""
     elapsed_s: float | None = None
     """How long the attempt ran, measured in the controller on its monotonic clock
     (:meth:`~dse.Clock.monotonic`) from before it started to when the backend saw it end:

@@ -25,8 +25,8 @@ def vector(scores: Sequence[float] | None) -> str | None:
 
 
 WRITES = ("trials", "reruns", "relinks", "attempts", "attempt_updates", "attempt_ends",
-          "attempt_usage", "trial_data", "attempt_spend", "attempt_expected", "trial_ends",
-          "environments", "trial_links", "scores", "events", "progress", "decisions",
+          "attempt_usage", "attempt_left", "trial_data", "attempt_spend", "attempt_expected",
+          "trial_ends", "environments", "trial_links", "scores", "events", "progress", "decisions",
           "agent_log", "campaign_updates", "run_times", "enqueue_takes", "lineage")
 """The kinds of change a commit writes, in its order (an attempt after its trial, a trial's
 end after its attempts', an agent call's snapshot before the call)."""
@@ -63,10 +63,10 @@ class Batch:
 
     __slots__ = (  # noqa: RUF023 - in the order Store.commit writes them
         "_trials", "_trial_ends", "_attempts", "_attempt_updates", "_attempt_ends",
-        "_attempt_usage", "_trial_data", "_attempt_spend", "_attempt_expected", "_scores",
-        "_environments", "_trial_links", "_events", "_campaign_updates", "_agent_log",
-        "_agent_snapshots", "_reruns", "_relinks", "_releases", "_progress", "_decisions",
-        "_run_times", "_enqueue_takes", "_lineage",
+        "_attempt_usage", "_attempt_left", "_trial_data", "_attempt_spend",
+        "_attempt_expected", "_scores", "_environments", "_trial_links", "_events",
+        "_campaign_updates", "_agent_log", "_agent_snapshots", "_reruns", "_relinks",
+        "_releases", "_progress", "_decisions", "_run_times", "_enqueue_takes", "_lineage",
     )
 
     def __init__(self) -> None:
@@ -76,6 +76,7 @@ class Batch:
         self._attempt_updates: list[tuple[Any, ...]] = []
         self._attempt_ends: list[tuple[Any, ...]] = []
         self._attempt_usage: list[tuple[Any, ...]] = []
+        self._attempt_left: list[tuple[Any, ...]] = []
         self._trial_data: list[tuple[Any, ...]] = []
         self._attempt_spend: list[tuple[Any, ...]] = []
         self._attempt_expected: list[tuple[Any, ...]] = []
@@ -263,6 +264,11 @@ class Batch:
     def set_attempt_usage(self, *, row: int, usage: Mapping[str, float]) -> None:
         """What the backend's accounting charged an attempt."""
         self._attempt_usage.append((dumps(dict(usage)), row))
+
+    def set_attempt_left_files(self, *, row: int, left: Mapping[str, Any]) -> None:
+        """Where the files an attempt made but its backend did not bring back are
+        (:attr:`dse.JobStatus.left_files`)."""
+        self._attempt_left.append((dumps(dict(left)), row))
 
     def set_attempt_spend(self, *, row: int, spend: Mapping[str, float]) -> None:
         """What an attempt cost (wall, compute seconds, money)."""

@@ -206,6 +206,16 @@ class Attempt:
     """When it started, when known."""
     ended_at: float | None
     """When it ended."""
+    left_files_json: str | None = None
+    """Where the files it made but its backend did not bring back are, as stored (JSON); see
+    :attr:`left_files`."""
+
+    @property
+    def left_files(self) -> dict[str, Any] | None:
+        """Where the files it made but its backend left where they were made are (``node``,
+        ``dir``, ``files``: path → bytes), decoded on each access; ``None`` when every file
+        is in the trial directory."""
+        return _loads(self.left_files_json) if self.left_files_json else None
 
     @property
     def usage(self) -> dict[str, float] | None:

@@ -131,6 +131,16 @@ def rate_text(per_h: float) -> str:
     return f"{per_h:,.0f}" if per_h >= 100 else f"{per_h:.3g}"
 
 
+def size_text(size: int) -> str:
+    """``"512 B"``, ``"3.0 KiB"``, ``"120.5 MiB"``, ``"2.1 GiB"``."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError  # unreachable: the loop returns at GiB
+
+
 def duration_text(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.1f}s"

@@ -386,6 +386,7 @@ def _attempt(row: Attempt) -> dict[str, Any]:
         "resumed": row.resumed,
         "work_lost_s": row.work_lost_s,
         "expected_s": row.expected_s,
+        "left_files": row.left_files,
     }
 
 

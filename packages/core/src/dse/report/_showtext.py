@@ -8,7 +8,7 @@ import shlex
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dse.report._render import duration_text, hours_text, money_text
+from dse.report._render import duration_text, hours_text, money_text, size_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -235,6 +235,8 @@ def _ended_lines(
             extra.append(f"work lost {duration_text(a['work_lost_s'])}")
         if extra:
             row("", "; ".join(extra))
+        if a.get("left_files"):
+            row("", _left_text(a["left_files"]))
 
 
 def _lineage_lines(lineage: Mapping[str, Any], row: Callable[[str, str], None]) -> None:
@@ -325,6 +327,14 @@ def _when(stamp: float | None) -> str:
     if stamp is None:
         return "?"
     return datetime.fromtimestamp(stamp).astimezone().isoformat(timespec="seconds")
+
+
+def _left_text(left: Mapping[str, Any], shown: int = 3) -> str:
+    """Where an attempt's files that were not brought back are, and the largest of them."""
+    files = sorted((left.get("files") or {}).items(), key=lambda kv: -int(kv[1]))
+    named = ", ".join(f"{path} ({size_text(int(size))})" for path, size in files[:shown])
+    more = f" and {len(files) - shown} more" if len(files) > shown else ""
+    return f"left on node {left.get('node')} in {left.get('dir')}: {named}{more}"
 
 
 def _attempt_text(a: dict[str, Any]) -> str:

@@ -60,7 +60,7 @@ TRIAL = ("id, campaign_id, number, proposal, wave, config_hash, params, status, 
 
 _ATTEMPT = ("id, trial_id, attempt, backend, job_id, state, exit_code, signal, node, reason,"
             " peak_rss_kb, resumed, work_lost_s, usage, spend, expected_s, submitted_at,"
-            " started_at, ended_at")
+            " started_at, ended_at, left_files")
 
 
 SCORE = ("id, trial_id, scorer, scorer_version, score, baseline_trial, created_at, invalidation,"
@@ -136,7 +136,7 @@ def as_spend(text: str) -> Spend:
 
 def as_attempt(r: tuple[Any, ...]) -> Attempt:
     return Attempt(r[0], r[1], r[2], r[3], r[4], ATTEMPT_STATE[r[5]], r[6], r[7], r[8], r[9],
-                   r[10], bool(r[11]), r[12], r[13], r[14], r[15], r[16], r[17], r[18])
+                   r[10], bool(r[11]), r[12], r[13], r[14], r[15], r[16], r[17], r[18], r[19])
 
 
 def as_score(r: tuple[Any, ...]) -> Score:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dse.record.sql._rows import ENDED, OPEN, SPEND_KEYS
 
-SCHEMA_VERSION = 21
+SCHEMA_VERSION = 22
 
 
 NEW_TABLES_7 = """
@@ -161,6 +161,10 @@ CREATE INDEX IF NOT EXISTS lineage_parent ON lineage(parent_id)
 """
 """Population-based training: a trial that started from a copy of another's checkpoint (its
 parent, at the last step the parent had reported), in the place of the member it replaced."""
+
+NEW_COLUMNS_22 = "ALTER TABLE attempts ADD COLUMN left_files TEXT"
+"""Schema 22: where the files an attempt made but its backend left where they were made are
+(a JSON document, :attr:`dse.JobStatus.left_files`)."""
 
 
 """Schema 19: configurations enqueued for a campaign (``enqueued``: its ``[[enqueue]]`` tables
@@ -571,7 +575,8 @@ CREATE TABLE IF NOT EXISTS agent_log (
 );
 CREATE INDEX IF NOT EXISTS agent_log_campaign ON agent_log(campaign_id, id);
 """ + ";".join((NEW_TABLES_7, NEW_TABLES_9, NEW_TABLES_10, NEW_TABLES_13, NEW_TABLES_14,
-                NEW_COLUMNS_16, NEW_TABLES_18, NEW_TABLES_19, NEW_TABLES_21))
+                NEW_COLUMNS_16, NEW_TABLES_18, NEW_TABLES_19, NEW_TABLES_21,
+                NEW_COLUMNS_22))
 
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -601,6 +606,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     18: tuple(NEW_TABLES_19.split(";")),
     19: (*DROP_TRIGGERS_20, *REBUILD),
     20: tuple(NEW_TABLES_21.split(";")),
+    21: (NEW_COLUMNS_22,),
 }
 
 

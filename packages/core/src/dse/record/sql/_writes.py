@@ -112,6 +112,7 @@ STATEMENTS: dict[str, str] = {
     "attempt_updates": UPDATE_ATTEMPT,
     "attempt_ends": END_ATTEMPT,
     "attempt_usage": "UPDATE attempts SET usage=? WHERE id=?",
+    "attempt_left": "UPDATE attempts SET left_files=? WHERE id=?",
     "trial_data": TRIAL_DATA,
     "attempt_spend": "UPDATE attempts SET spend=? WHERE id=?",
     "attempt_expected": "UPDATE attempts SET expected_s=? WHERE id=?",
