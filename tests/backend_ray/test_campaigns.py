@@ -17,18 +17,16 @@ import pytest
 
 from support.campaign_record import (
     attempts_by_trial,
-    recorded,
     runs_of,
     sleepers,
-    started_on,
     starts,
     trials,
 )
 from support.cli import run_dse, start_dse
 from support.ray_work import (
-    finish,
     project_with,
     release,
+    run_losing_a_node,
     stop,
     unique,
 )
@@ -47,18 +45,7 @@ def test_a_lost_node_fails_its_attempt_which_is_retried_elsewhere_and_named(
     project = project_with(tmp_path, name, ray_cluster.address, sleepers(4, 120.0),
                            parallelism=4)
     victim = ray_cluster.workers[0]
-    dse = start_dse(project, "run", "campaign.toml")
-    try:
-        wait_until(lambda: started_on(project, victim), 120, f"a trial running on {victim}")
-        ray_cluster.kill_raylet(victim)
-        wait_until(lambda: recorded(project, "node_fail"), 120, "an attempt ended node_fail",
-                   seen=lambda: str({n: [a["state"] for a in t]
-                                     for n, t in attempts_by_trial(project).items()}))
-        release(project)
-        finish(dse, 240)
-    finally:
-        stop(dse)
-        ray_cluster.replace()
+    run_losing_a_node(ray_cluster, project, victim, ray_cluster.kill_raylet, "node_fail")
     assert [row["status"] for row in trials(project).values()] == ["completed"] * 4
     attempts = attempts_by_trial(project)
     hit = {n: a for n, a in attempts.items() if a[0]["state"] == "node_fail"}
@@ -106,18 +93,8 @@ def test_a_node_preempted_under_a_trial_is_an_interruption_retried_elsewhere(
     project = project_with(tmp_path, name, ray_cluster.address, sleepers(4, 120.0),
                            parallelism=4)
     victim = ray_cluster.workers[-1]
-    dse = start_dse(project, "run", "campaign.toml")
-    try:
-        wait_until(lambda: started_on(project, victim), 120, f"a trial running on {victim}")
-        drain_for_preemption(ray_cluster, victim)
-        wait_until(lambda: recorded(project, "preempted"), 120, "an attempt ended preempted",
-                   seen=lambda: str({n: [a["state"] for a in t]
-                                     for n, t in attempts_by_trial(project).items()}))
-        release(project)
-        finish(dse, 240)
-    finally:
-        stop(dse)
-        ray_cluster.replace()
+    run_losing_a_node(ray_cluster, project, victim,
+                      lambda name: drain_for_preemption(ray_cluster, name), "preempted")
     assert [row["status"] for row in trials(project).values()] == ["completed"] * 4
     attempts = attempts_by_trial(project)
     hit = {n: a for n, a in attempts.items() if a[0]["state"] == "preempted"}

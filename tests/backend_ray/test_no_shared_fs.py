@@ -22,10 +22,8 @@ from dse.testing import BackendContract
 from dse_ray import RayBackend
 from support.campaign_record import (
     attempts_by_trial,
-    recorded,
     runs_of,
     sleepers,
-    started_on,
     starts,
     trials,
 )
@@ -34,6 +32,7 @@ from support.ray_work import (
     finish,
     project_with,
     release,
+    run_losing_a_node,
     stop,
     unique,
 )
@@ -137,20 +136,9 @@ def test_a_lost_node_s_trial_resumes_elsewhere_from_the_checkpoint_it_sent_back(
     project = project_with(tmp_path, name, ray_cluster.address, sleepers(4, 120.0),
                            parallelism=4, backend=no_shared_fs(tmp_path / "nodes"))
     victim = ray_cluster.workers[0]
-    dse = start_dse(project, "run", "campaign.toml")
-    try:
-        # The controller's copy of the checkpoint says a trial started there: it came back
-        # while the trial ran, before its node is lost.
-        wait_until(lambda: started_on(project, victim), 120, f"a trial running on {victim}")
-        ray_cluster.kill_raylet(victim)
-        wait_until(lambda: recorded(project, "node_fail"), 120, "an attempt ended node_fail",
-                   seen=lambda: str({n: [a["state"] for a in t]
-                                     for n, t in attempts_by_trial(project).items()}))
-        release(project)
-        finish(dse, 240)
-    finally:
-        stop(dse)
-        ray_cluster.replace()
+    # The node is lost once the controller's copy of the checkpoint says a trial started
+    # there: that came back while the trial ran.
+    run_losing_a_node(ray_cluster, project, victim, ray_cluster.kill_raylet, "node_fail")
     assert [row["status"] for row in trials(project).values()] == ["completed"] * 4
     runs = runs_of(project)
     hit = {n: a for n, a in attempts_by_trial(project).items() if a[0]["state"] == "node_fail"}

@@ -14,11 +14,18 @@ import json
 import secrets
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from support.cli import write_plugin
+from support.campaign_record import attempts_by_trial, recorded, started_on
+from support.cli import start_dse, write_plugin
+from support.waiting import wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from support.raycluster import RayCluster
 
 WORK = r"""
 import json, os, sys, time
@@ -127,3 +134,23 @@ def finish(dse: subprocess.Popen[str], timeout: float) -> str:
     assert dse.returncode == 0, err
     return err
 
+
+
+def run_losing_a_node(cluster: RayCluster, project: Path, victim: str,
+                      take_away: Callable[[str], None], state: str) -> None:
+    """`dse run` *project* to its end while *victim* is taken away under a trial: once a
+    trial's workload runs there, ``take_away(victim)``; once the record has an attempt that
+    ended *state*, the sleeping trials are released. The cluster has its three nodes again
+    after, whatever happened."""
+    dse = start_dse(project, "run", "campaign.toml")
+    try:
+        wait_until(lambda: started_on(project, victim), 120, f"a trial running on {victim}")
+        take_away(victim)
+        wait_until(lambda: recorded(project, state), 120, f"an attempt ended {state}",
+                   seen=lambda: str({n: [a["state"] for a in t] for n, t in
+                                     attempts_by_trial(project, missing_ok=True).items()}))
+        release(project)
+        finish(dse, 240)
+    finally:
+        stop(dse)
+        cluster.replace()

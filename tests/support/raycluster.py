@@ -9,6 +9,9 @@ the end of the module that uses them. The head declares a node dead after about 
 health checks (Ray's default is 15 s): a test that kills a raylet waits on that. A test that
 takes a node away calls :meth:`RayCluster.replace` after, so the next finds three nodes again.
 
+Set ``DSE_KEEP_RAY=1`` to keep the cluster's temporary directory (its logs: a raylet's crash
+is in ``session_latest/logs/raylet*.out``) after it stops.
+
 The modules that use the cluster carry ``pytest.mark.xdist_group("ray")`` and hold a file lock
 while their cluster lives (:func:`cluster_for_module`): one cluster at a time on this machine,
 whatever xdist does with the group.
