@@ -6,7 +6,9 @@ cluster ``--address`` names, then runs the same function over the same N configu
 
 * **dse**: ``dse.run`` with ``backend = "ray"`` (dse-backend-ray: each trial a detached actor
   running the function in dse's worker process under the trial contract, one ``ray.wait`` per
-  polling pass), rolling, ``max_parallelism`` = the cluster's CPUs, a grid over ``i``;
+  polling pass), rolling, ``max_parallelism`` = the cluster's CPUs, a grid over ``i``; then
+  the same again with ``shared_filesystem = false`` (each trial's directory on its node, the
+  params, the curve, the logs and the result going through Ray: docs/ray.md);
 * **Ray Tune**: ``ray.tune.Tuner`` over a function trainable that calls the same function and
   reports its result (``ray.train.report``), ``grid_search`` over the same ``i``, each trial
   asking for 1 CPU, ``max_concurrent_trials`` = the cluster's CPUs, Ray Tune's defaults
@@ -15,7 +17,8 @@ cluster ``--address`` names, then runs the same function over the same N configu
 The function sleeps ``--seconds`` (0.5 s) and returns a loss. Both sides run the same number of
 trials on the same cluster in the same run, dse first. Printed: a table of wall time, trials
 per second and the wall time over the ideal (N x seconds / CPUs), and as the last line one JSON
-object with ``dse_wall_ratio_to_raytune`` (dse's wall time over Ray Tune's: below 1 is faster).
+object with ``dse_wall_ratio_to_raytune`` (dse's wall time over Ray Tune's: below 1 is faster)
+and ``dse_no_shared_fs_ratio_to_raytune`` (the same without a shared filesystem).
 
     python benchmarks/ray_throughput.py            # 300 trials (30 minutes on 2 busy cores)
     python benchmarks/ray_throughput.py --quick    # 10 trials: about a minute on 2 busy cores
@@ -90,10 +93,14 @@ def _names(pid: str, temp_dir: str) -> bool:
         return False
 
 
-def run_dse(address: str, n: int, seconds: float, parallelism: int, work: Path) -> float:
-    """dse's wall time for *n* trials on the cluster at *address*."""
+def run_dse(address: str, n: int, seconds: float, parallelism: int, work: Path,
+            *, shared: bool = True) -> float:
+    """dse's wall time for *n* trials on the cluster at *address* (the trial directories on
+    the nodes, the files through Ray, when not *shared*)."""
     import dse
 
+    files: dict[str, Any] = {} if shared else {"shared_filesystem": False,
+                                                "node_dir": str(work / "nodes")}
     campaign = {
         "campaign": {"name": "raybench", "agent": "grid", "backend": "ray", "mode": "rolling",
                      "max_parallelism": parallelism, "poll_interval": ["0.05s", "0.5s"]},
@@ -102,10 +109,11 @@ def run_dse(address: str, n: int, seconds: float, parallelism: int, work: Path) 
         "objectives": [{"metric": "loss"}],
         "environment": {"time_limit": "2m"},
         "backend": {"ray": {"address": address, "namespace": f"bench{os.getpid()}",
-                            "grace": "2s"}},
+                            "grace": "2s", **files}},
     }
     start = time.monotonic()
-    results = dse.run(campaign, objective, workspace=work / ".dse", quiet=True, fresh=True)
+    results = dse.run(campaign, objective, workspace=work / ("dse" if shared else "dse-nfs"),
+                      quiet=True, fresh=True)
     wall = time.monotonic() - start
     done = sum(1 for t in results.trials if t.status.value == "completed")
     if done != n:
@@ -163,6 +171,8 @@ def main() -> None:
             print(f"running dse: {n} trials of {args.seconds:g} s at P={args.parallelism} ...",
                   file=sys.stderr)
             dse_wall = run_dse(address, n, args.seconds, args.parallelism, work)
+            print("running dse without a shared filesystem ...", file=sys.stderr)
+            nfs_wall = run_dse(address, n, args.seconds, args.parallelism, work, shared=False)
             print(f"running Ray Tune: {n} trials ...", file=sys.stderr)
             tune_wall = run_tune(address, n, args.seconds, args.parallelism, work)
         finally:
@@ -172,15 +182,20 @@ def main() -> None:
             if keeper is not None:
                 stop_cluster(keeper, str(work / "ray"))
     ideal = n * args.seconds / args.parallelism
-    print(f"{'method':<12} {'trials':>6} {'wall s':>8} {'ideal s':>8} {'ratio':>7} {'trials/s':>9}")
-    for name, wall in (("dse (ray)", dse_wall), ("Ray Tune", tune_wall)):
-        print(f"{name:<12} {n:>6} {wall:>8.2f} {ideal:>8.2f} {wall / ideal:>7.2f}"
+    print(f"{'method':<26} {'trials':>6} {'wall s':>8} {'ideal s':>8} {'ratio':>7}"
+          f" {'trials/s':>9}")
+    for name, wall in (("dse (ray)", dse_wall), ("dse (ray, no shared fs)", nfs_wall),
+                       ("Ray Tune", tune_wall)):
+        print(f"{name:<26} {n:>6} {wall:>8.2f} {ideal:>8.2f} {wall / ideal:>7.2f}"
               f" {n / wall:>9.2f}")
     ratio = dse_wall / tune_wall
     print(json.dumps({"benchmark": "ray_throughput", "trials": n, "seconds": args.seconds,
                       "parallelism": args.parallelism, "dse_wall_s": round(dse_wall, 3),
                       "raytune_wall_s": round(tune_wall, 3),
-                      "dse_wall_ratio_to_raytune": round(ratio, 3), "quick": args.quick}))
+                      "dse_wall_ratio_to_raytune": round(ratio, 3),
+                      "dse_no_shared_fs_wall_s": round(nfs_wall, 3),
+                      "dse_no_shared_fs_ratio_to_raytune": round(nfs_wall / tune_wall, 3),
+                      "quick": args.quick}))
 
 
 if __name__ == "__main__":
