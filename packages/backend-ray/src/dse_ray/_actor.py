@@ -10,7 +10,8 @@ its end) and answers three calls, each on a thread of its own (a threaded actor)
 * ``started()`` — once every task started: where (the node's id and name) and when;
 * ``result()`` — once every task ended: each task's exit document (what ``exit.json`` holds);
 * ``cancel()`` — SIGTERM every supervisor (each ends its tree: SIGTERM, grace, SIGKILL);
-* ``sync(offset)`` — without a shared filesystem, what the trial wrote since (``_files``).
+* ``sync(offset, fresh)`` — without a shared filesystem, what the trial wrote since the last
+  answer, or since it started when *fresh* (``_files``).
 
 Without a shared filesystem (the request's ``files``), the actor first stages the trial's
 directory on its node (:class:`~dse_ray._files.NodeFiles`), runs the tasks there (the

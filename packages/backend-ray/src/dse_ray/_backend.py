@@ -54,7 +54,9 @@ class RayBackend(Backend):
     """Runs attempts on a Ray cluster (``docs/ray.md``).
 
     Options (the ``[backend.ray]`` table, :class:`~dse_ray._options.RayOptions`): ``address``,
-    ``namespace``, ``grace``, ``linger``, ``resources``, ``connect_timeout``.
+    ``namespace``, ``grace``, ``linger``, ``resources``, ``connect_timeout``, and without a
+    shared filesystem ``shared_filesystem = false``, ``node_dir``, ``return_limit``,
+    ``working_dir``.
 
     Each attempt is a detached actor named by its job id, asking Ray for the trial's CPUs,
     GPUs, memory and the table's custom resources; an attempt of several nodes is one actor
