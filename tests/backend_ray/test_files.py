@@ -96,6 +96,19 @@ def test_what_the_attempt_writes_comes_back_and_what_is_too_large_stays(tmp_path
     assert mirror.left_files() == {"node": "w1", "dir": str(root), "files": {"model.bin": 500}}
 
 
+def test_what_an_earlier_attempt_left_on_the_node_is_not_this_ones(tmp_path: Path) -> None:
+    trial = controller_dir(tmp_path)
+    node = NodeFiles(str(tmp_path / "node" / "t"), attempt=2, node_rank=0, limit=100)
+    node.root.mkdir(parents=True)
+    (node.root / "model.bin").write_bytes(b"x" * 500)  # attempt 1's, on this node
+    (node.root / "notes.txt").write_text("attempt 1")
+    node.stage(outgoing(trial))
+    back = node.collect()
+    assert (back["files"], back["left"]) == ({}, {})
+    (node.root / "notes.txt").write_text("attempt 2")  # written again: this attempt's
+    assert node.collect()["files"] == {"notes.txt": b"attempt 2"}
+
+
 def test_a_path_out_of_the_trial_directory_is_refused(tmp_path: Path) -> None:
     mirror = Mirror(tmp_path / "trial")
     with pytest.raises(ValueError, match="outside the trial directory"):

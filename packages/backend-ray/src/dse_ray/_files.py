@@ -140,7 +140,11 @@ class NodeFiles:
         for rel, data in files.items():
             write_atomic(_inside(root, rel), data)
         self.progress_start = len(files.get(PROGRESS, b""))
-        self._staged = {rel: _signature(root / rel) for rel in files}
+        # What an earlier attempt on this node left (an artifact) is not this one's, unless
+        # this one writes it again.
+        self._staged = {rel: _signature(root / rel) for top in self._tops()
+                        for rel in _files_under(root, top)}
+        self._staged.update((rel, _signature(root / rel)) for rel in files)
         self._sent = dict(self._staged)
 
     def _tops(self) -> list[str]:
